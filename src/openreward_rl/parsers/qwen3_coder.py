@@ -33,19 +33,19 @@ that stopped). The same rule ends a function at `</function>` followed by `</too
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from openreward_rl.parsers.base import ParsedTurn, ParseError, ParseErrorKind, ToolCall, register_parser, tool_schema
 from openreward_rl.parsers.common import (
     add_result,
-    calls_in_reasoning,
     find_structural_closer,
     is_cut_off,
     join_content,
     scan_blocks,
     skip_spaces,
-    split_reasoning,
+    split_turn_reasoning,
     unclosed_error,
     validate_call,
 )
@@ -59,6 +59,7 @@ _FUNCTION_OPEN = "<function="
 _FUNCTION_CLOSE = "</function>"
 _PARAM_OPEN = "<parameter="
 _PARAM_CLOSE = "</parameter>"
+_CALL_START = re.compile(r"(?:<tool_call>\s*)?<function=")
 
 
 def _strip_one_newline(value: str) -> str:
@@ -81,6 +82,12 @@ class _Malformed(Exception):
 class Qwen3CoderParser:
     name = "qwen3_coder"
 
+    def __init__(self, *, tool_call_ends_reasoning: bool = True) -> None:
+        """`tool_call_ends_reasoning`: in a reasoning block that is never closed (the generation
+        prompt pre-fills `<think>`), a tool call ends the reasoning and is executed, as vLLM's
+        Qwen3 reasoning parser and llama.cpp do; False reports it CALL_IN_REASONING instead."""
+        self.tool_call_ends_reasoning = tool_call_ends_reasoning
+
     def parse(
         self,
         text: str,
@@ -89,10 +96,17 @@ class Qwen3CoderParser:
         generation_prompt: str = "",
         finish_reason: str | None = None,
     ) -> ParsedTurn:
-        split = split_reasoning(text, generation_prompt=generation_prompt)
         # A call opens with `<tool_call>`; a bare `<function=` (wrapper forgotten) is accepted too.
         openers = (_TOOL_OPEN, _FUNCTION_OPEN)
-        errors = calls_in_reasoning(split.reasoning, openers)
+        errors: list[ParseError] = []
+        split = split_turn_reasoning(
+            text,
+            generation_prompt=generation_prompt,
+            call_openers=openers,
+            errors=errors,
+            opener_ends_reasoning=self.tool_call_ends_reasoning,
+            call_start=_CALL_START,
+        )
         calls: list[ToolCall] = []
         body = split.rest
         content = scan_blocks(
