@@ -32,7 +32,11 @@ CODE_TOOL = {
     "function": {
         "name": "run_code",
         "description": "Run a shell command or code.",
-        "parameters": {"type": "object", "properties": {"code": {"type": "string"}, "note": {"type": "string"}}, "required": ["code"]},
+        "parameters": {
+            "type": "object",
+            "properties": {"code": {"type": "string"}, "note": {"type": "string"}, "timeout": {"type": "integer"}},
+            "required": ["code"],
+        },
     },
 }
 TOOLS = [CODE_TOOL]
