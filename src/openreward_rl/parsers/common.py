@@ -32,6 +32,8 @@ __all__ = [
     "add_result",
     "find_structural_closer",
     "find_unquoted",
+    "forgotten_closer",
+    "repaired_closer_note",
     "json_value_end",
     "split_turn_reasoning",
 ]
@@ -383,3 +385,48 @@ def json_value_end(text: str, start: int) -> int:
         return decode_json_prefix(text, index)[1]
     except JsonValueError:
         return -1
+
+
+def forgotten_closer(
+    text: str,
+    start: int,
+    closer: str,
+    found: int,
+    boundary: re.Pattern[str],
+    accept: Callable[[re.Match[str]], bool] = lambda match: True,
+) -> re.Match[str] | None:
+    """Where a raw value that starts at `start` ends when the model forgot its `closer`, or None.
+
+    `found` is where the structural-closer rule ended the value (-1: nowhere). `boundary` matches
+    structure that only follows a finished value (the next parameter on a line of its own, the
+    call's end followed by the next call or by the end of the text). A boundary before `found`
+    with no `closer` at all between `start` and it means the closer was forgotten: otherwise the
+    value would have swallowed the next parameter or call. `accept` vets each match (for example:
+    the next parameter's name is one the tool declares). The caller records the repair
+    (`repaired_closer_note`).
+
+    >>> boundary = re.compile(r"\\n<p=(\\w+)>\\n")
+    >>> text = "1\\n<p=b>\\n2\\n</p>\\n</f>"
+    >>> forgotten_closer(text, 0, "</p>", text.index("</p>"), boundary).start()
+    1
+    >>> forgotten_closer("1\\n</p>\\n<p=b>\\n2\\n</p>", 0, "</p>", 2, boundary) is None
+    True
+    """
+    limit = len(text) if found < 0 else found
+    for match in boundary.finditer(text, start, limit):
+        if text.find(closer, start, match.start()) >= 0:
+            return None
+        if accept(match):
+            return match
+    return None
+
+
+def repaired_closer_note(closer: str, *, raw: str, tool_name: str, call_id: str) -> ParseError:
+    """The note that a forgotten `closer` was restored in the executed call `call_id`."""
+    return ParseError(
+        ParseErrorKind.REPAIRED_CLOSER,
+        f"a missing {closer} was restored where the structure left no doubt; the call ran",
+        raw=raw,
+        tool_name=tool_name,
+        call_id=call_id,
+    )
