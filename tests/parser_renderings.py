@@ -128,9 +128,16 @@ def _grammar_renderer(write_call: Callable[[int, str, dict[str, Any]], str], bef
     return render
 
 
+def xml_attribute(value: str) -> str:
+    """An attribute value as an XML writer escapes it (Kimi K3's encoder writes names and keys so)."""
+    return value.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
+
+
 def _kimi_k3_call(index: int, name: str, args: dict[str, Any]) -> str:
-    parts = "".join(f'<|open|>argument key="{key}" type="string"<|sep|>{value}<|close|>argument<|sep|>' for key, value in args.items())
-    return f'<|open|>call tool="{name}" index="{index + 1}"<|sep|>{parts}<|close|>call<|sep|>'
+    parts = "".join(
+        f'<|open|>argument key="{xml_attribute(key)}" type="string"<|sep|>{value}<|close|>argument<|sep|>' for key, value in args.items()
+    )
+    return f'<|open|>call tool="{xml_attribute(name)}" index="{index + 1}"<|sep|>{parts}<|close|>call<|sep|>'
 
 
 def _dsml41_call(_index: int, name: str, args: dict[str, Any]) -> str:
