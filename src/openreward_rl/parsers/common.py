@@ -7,7 +7,7 @@ import json
 import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import attrs
 
@@ -33,6 +33,7 @@ __all__ = [
     "find_structural_closer",
     "find_unquoted",
     "forgotten_closer",
+    "ValueScan",
     "repaired_closer_note",
     "json_value_end",
     "split_turn_reasoning",
@@ -364,8 +365,12 @@ def find_unquoted(text: str, markers: Sequence[str], start: int = 0, *, quotes: 
     >>> find_unquoted("don't <|end|>", ["<|end|>"], quotes="'\\"")
     (6, '<|end|>')
     """
-    if not markers:
+    found = [(i, m) for m in markers if (i := text.find(m, start)) >= 0]
+    if not found:
         return -1, ""
+    first, marker = min(found)
+    if not any(q in text[start:first] for q in quotes):
+        return first, marker  # no quote before it: it cannot be inside a string
     for match in _unquoted_pattern(tuple(markers), quotes).finditer(text, start):
         if match.group("marker") is not None:
             return match.start(), match.group("marker")
@@ -387,38 +392,58 @@ def json_value_end(text: str, start: int) -> int:
         return -1
 
 
+@functools.lru_cache(maxsize=64)
+def _alternation(markers: tuple[str, ...]) -> re.Pattern[str]:
+    return re.compile("|".join(re.escape(m) for m in sorted(markers, key=len, reverse=True)))
+
+
+class ValueScan(NamedTuple):  # a tuple, not an attrs class: one is made per parsed value
+    """What `forgotten_closer` found: the repair point, or where the value's closer search may start."""
+
+    repair: re.Match[str] | None  # the structure the value ends before, when its closer was forgotten
+    closer_from: int  # the first closer after the value's start (-1: none)
+    head_first: bool  # a head came before that closer
+
+
 def forgotten_closer(
     text: str,
     start: int,
     closer: str,
-    found: int,
     boundary: re.Pattern[str],
+    heads: Sequence[str],
     accept: Callable[[re.Match[str]], bool] = lambda match: True,
-) -> re.Match[str] | None:
-    """Where a raw value that starts at `start` ends when the model forgot its `closer`, or None.
+) -> ValueScan:
+    """Whether a raw value that starts at `start` lost its `closer`, and where it then ends.
 
-    `found` is where the structural-closer rule ended the value (-1: nowhere). `boundary` matches
-    structure that only follows a finished value (the next parameter on a line of its own, the
-    call's end followed by the next call or by the end of the text). A boundary before `found`
-    with no `closer` at all between `start` and it means the closer was forgotten: otherwise the
-    value would have swallowed the next parameter or call. `accept` vets each match (for example:
-    the next parameter's name is one the tool declares). The caller records the repair
+    `boundary` matches structure that only follows a finished value (the next parameter on a line
+    of its own, the call's end followed by the next call or by the end of the text); `heads` are
+    the literal texts its matches (and any other structure the caller cares about) start with. A
+    boundary with no `closer` at all between `start` and it means the closer was forgotten:
+    otherwise the value would swallow the next parameter or call. `accept` vets each match (for
+    example: the next parameter's name is one the tool declares). The caller records the repair
     (`repaired_closer_note`).
 
-    >>> boundary = re.compile(r"\\n<p=(\\w+)>\\n")
-    >>> text = "1\\n<p=b>\\n2\\n</p>\\n</f>"
-    >>> forgotten_closer(text, 0, "</p>", text.index("</p>"), boundary).start()
-    1
-    >>> forgotten_closer("1\\n</p>\\n<p=b>\\n2\\n</p>", 0, "</p>", 2, boundary) is None
-    True
+    One pass finds the first closer or head; when that is the closer (the usual case), there is
+    nothing to repair and `closer_from` lets the caller's closer search start there instead of
+    scanning the value again.
+
+    >>> boundary = re.compile(r"<p=(\\w+)>")
+    >>> ValueScan.__name__, forgotten_closer("1<p=b>2</p></f>", 0, "</p>", boundary, ["<p="]).repair.start()
+    ('ValueScan', 1)
+    >>> forgotten_closer("1</p><p=b>2</p>", 0, "</p>", boundary, ["<p="])
+    ValueScan(repair=None, closer_from=1, head_first=False)
     """
-    limit = len(text) if found < 0 else found
-    for match in boundary.finditer(text, start, limit):
-        if text.find(closer, start, match.start()) >= 0:
-            return None
+    first = _alternation((closer, *heads)).search(text, start)
+    if first is None:
+        return ValueScan(None, -1, False)
+    if first.group() == closer:
+        return ValueScan(None, first.start(), False)
+    closer_at = text.find(closer, first.start())
+    limit = len(text) if closer_at < 0 else closer_at
+    for match in boundary.finditer(text, first.start(), limit):
         if accept(match):
-            return match
-    return None
+            return ValueScan(match, closer_at, True)
+    return ValueScan(None, closer_at, True)
 
 
 def repaired_closer_note(closer: str, *, raw: str, tool_name: str, call_id: str) -> ParseError:

@@ -43,9 +43,10 @@ VALUE_OPEN, VALUE_CLOSE = "<arg_value>", "</arg_value>"
 # What can only follow a finished value: the next key/value pair, or the call's end followed by the
 # next call (a valid name, then a key or its end) or by the end of the text.
 _VALUE_BOUNDARY = re.compile(
-    r"\s*<arg_key>(?P<key>[^<>]*)</arg_key>\s*<arg_value>"
-    r"|\s*</tool_call>(?=\s*(?:<tool_call>[^<>\s{}]+\s*(?:<arg_key>|</tool_call>)|\Z))"
+    r"<arg_key>(?P<key>[^<>]*)</arg_key>\s*<arg_value>"
+    r"|</tool_call>(?=\s*(?:<tool_call>[^<>\s{}]+\s*(?:<arg_key>|</tool_call>)|\Z))"
 )
+_BOUNDARY_HEADS = (KEY_OPEN, CALL_CLOSE, CALL_OPEN)  # CALL_OPEN: a boundary of `find_value_end`
 
 
 def _skip_call(text: str, index: int) -> int:
@@ -109,13 +110,24 @@ def parse_glm_call(text: str, index: int, builder: TurnBuilder) -> int:
         if not text.startswith(VALUE_OPEN, index):
             return _broken(text, start, index, builder, name, f"argument {key!r} has no <arg_value>")
         value_start = index + len(VALUE_OPEN)
-        value_end = find_value_end(
-            text, value_start, VALUE_CLOSE, followers=(KEY_OPEN, CALL_CLOSE), boundaries=(KEY_OPEN, CALL_OPEN)
-        )
-        found = -1 if value_end is None else value_end[0]
-        forgotten = forgotten_closer(text, value_start, VALUE_CLOSE, found, _VALUE_BOUNDARY, real_boundary)
-        if forgotten is not None:  # `</arg_value>` was forgotten: the value ends at the structure that follows
-            value_end = (forgotten.start(), 0)
+        scan = forgotten_closer(text, value_start, VALUE_CLOSE, _VALUE_BOUNDARY, _BOUNDARY_HEADS, real_boundary)
+        if scan.repair is None and scan.closer_from < 0:
+            value_end = None
+        elif scan.repair is None:
+            # When the closer came before any head, the closers and boundaries `find_value_end` looks
+            # for all lie after it: searching from there gives the same end without a second pass.
+            value_end = find_value_end(
+                text,
+                value_start if scan.head_first else scan.closer_from,
+                VALUE_CLOSE,
+                followers=(KEY_OPEN, CALL_CLOSE),
+                boundaries=(KEY_OPEN, CALL_OPEN),
+            )
+        else:  # `</arg_value>` was forgotten: the value ends before the layout and the structure
+            end_at = scan.repair.start()
+            while end_at > value_start and text[end_at - 1].isspace():
+                end_at -= 1
+            value_end = (end_at, 0)
             repaired = True
         if value_end is None:
             return _broken(text, start, value_start, builder, name, f"argument {key!r} has no closing </arg_value>")

@@ -64,9 +64,11 @@ _PARAM_CLOSE = "</parameter>"
 _CALL_START = re.compile(r"(?:<tool_call>\s*)?<function=")
 # What can only follow a finished value: the next parameter on a line of its own, or the function's
 # end followed by the next call or by the end of the text.
+# (Both on a line of their own: the caller checks the newline before the match.)
 _VALUE_BOUNDARY = re.compile(
-    r"\n<parameter=(?P<key>[^>\n]+)>\n|\n</function>\s*(?:</tool_call>\s*)?(?=<tool_call>|<function=|\Z)"
+    r"<parameter=(?P<key>[^>\n]+)>\n|</function>\s*(?:</tool_call>\s*)?(?=<tool_call>|<function=|\Z)"
 )
+_BOUNDARY_HEADS = (_PARAM_OPEN, _FUNCTION_CLOSE)
 
 
 def _strip_one_newline(value: str) -> str:
@@ -136,7 +138,7 @@ class Qwen3CoderParser:
         cursor = skip_spaces(body, start + len(_TOOL_OPEN)) if wrapped else start
         name: str | None = None
         try:
-            name, raw_arguments, cursor, repaired = self._parse_function(body, cursor, finish_reason, tools)
+            name, raw_arguments, cursor, repaired, schema = self._parse_function(body, cursor, finish_reason, tools)
         except _Truncated:
             errors.append(unclosed_error(body[start:], tool_name=name))
             return len(body)
@@ -152,7 +154,7 @@ class Qwen3CoderParser:
             errors.append(unclosed_error(body[start:], tool_name=name))
             return len(body)
         raw = body[start:cursor]
-        arguments, problems = coerce_arguments(raw_arguments, tool_schema(tools, name))
+        arguments, problems = coerce_arguments(raw_arguments, schema)
         result = validate_call(name, arguments, tools=tools, raw=raw)
         add_result(result, calls, errors)
         if repaired and isinstance(result, ToolCall):
@@ -164,9 +166,9 @@ class Qwen3CoderParser:
 
     def _parse_function(
         self, body: str, cursor: int, finish_reason: str | None, tools: Sequence[Mapping[str, Any]] | None
-    ) -> tuple[str, dict[str, str], int, bool]:
-        """Parse `<function=NAME>…</function>`; return the name, the raw values, the index after it
-        and whether a forgotten `</parameter>` was restored."""
+    ) -> tuple[str, dict[str, str], int, bool, Mapping[str, Any] | None]:
+        """Parse `<function=NAME>…</function>`; return the name, the raw values, the index after it,
+        whether a forgotten `</parameter>` was restored, and the tool's parameter schema."""
         if not body.startswith(_FUNCTION_OPEN, cursor):
             if cursor >= len(body):
                 raise _Truncated
@@ -181,11 +183,14 @@ class Qwen3CoderParser:
         cursor = name_end + 1
         raw_arguments: dict[str, str] = {}
         repaired = False
-        schema = tool_schema(tools, name) or {}
-        declared = schema.get("properties") if isinstance(schema.get("properties"), Mapping) else None
+        schema = tool_schema(tools, name)
+        properties = (schema or {}).get("properties")
+        declared = properties if isinstance(properties, Mapping) else None
         cut_off = is_cut_off(finish_reason)
 
         def real_boundary(match: re.Match[str]) -> bool:
+            if body[match.start() - 1] != "\n":
+                return False
             if match.group("key") is not None:  # the next parameter: one the tool declares, not given yet
                 key = match.group("key").strip()
                 return key not in raw_arguments and (declared is None or key in declared)
@@ -194,11 +199,11 @@ class Qwen3CoderParser:
         while True:
             cursor = skip_spaces(body, cursor)
             if body.startswith(_FUNCTION_CLOSE, cursor):
-                return name, raw_arguments, cursor + len(_FUNCTION_CLOSE), repaired
+                return name, raw_arguments, cursor + len(_FUNCTION_CLOSE), repaired, schema
             if cursor >= len(body):
                 if cut_off:
                     raise _Truncated
-                return name, raw_arguments, cursor, repaired  # the stop string swallowed the closers
+                return name, raw_arguments, cursor, repaired, schema  # the stop string swallowed the closers
             if not body.startswith(_PARAM_OPEN, cursor):
                 raise _Malformed(f"unexpected text in function {name!r}: {body[cursor:cursor + 40]!r}")
             key_end = body.find(">", cursor)
@@ -208,18 +213,19 @@ class Qwen3CoderParser:
                 raise _Malformed("unterminated <parameter=")
             key = body[cursor + len(_PARAM_OPEN) : key_end].strip()
             value_start = key_end + 1
-            close = find_structural_closer(body, _PARAM_CLOSE, value_start, (_PARAM_OPEN, _FUNCTION_CLOSE))
-            forgotten = forgotten_closer(body, value_start, _PARAM_CLOSE, close, _VALUE_BOUNDARY, real_boundary)
-            if forgotten is not None:  # `</parameter>` was forgotten: the value ends at the structure that follows
-                close = cursor = forgotten.start()
+            scan = forgotten_closer(body, value_start, _PARAM_CLOSE, _VALUE_BOUNDARY, _BOUNDARY_HEADS, real_boundary)
+            if scan.repair is not None:  # `</parameter>` was forgotten: the value ends at the line before the structure
+                close = cursor = scan.repair.start() - 1
                 repaired = True
-            elif close < 0:
-                if is_cut_off(finish_reason):
-                    raise _Truncated
-                close = len(body)  # the turn stopped inside the last value: take it whole
-                cursor = close
             else:
-                cursor = close + len(_PARAM_CLOSE)
+                # No closer lies before `closer_from`: the structural closer is searched from there.
+                close = -1 if scan.closer_from < 0 else find_structural_closer(body, _PARAM_CLOSE, scan.closer_from, (_PARAM_OPEN, _FUNCTION_CLOSE))
+                if close >= 0:
+                    cursor = close + len(_PARAM_CLOSE)
+                elif is_cut_off(finish_reason):
+                    raise _Truncated
+                else:
+                    close = cursor = len(body)  # the turn stopped inside the last value: take it whole
             if key in raw_arguments:
                 raise _Malformed(f"parameter {key!r} given twice")
             raw_arguments[key] = _strip_one_newline(body[value_start:close])
