@@ -118,9 +118,9 @@ def parse_call_list(
     calls_seen = 0
     while True:
         index = skip_spaces(text, index)
-        ended = next((e for e in ends if text.startswith(e, index)), None)
-        if ended is not None:
-            return index + len(ended)
+        for end in ends:
+            if text.startswith(end, index):
+                return index + len(end)
         if index >= len(text):
             if calls_seen == 0:
                 if builder.truncated:

@@ -34,8 +34,8 @@ __all__ = [
     "find_unquoted",
     "forgotten_closer",
     "ValueScan",
+    "value_scan_pattern",
     "repaired_closer_note",
-    "json_value_end",
     "split_turn_reasoning",
 ]
 
@@ -365,11 +365,17 @@ def find_unquoted(text: str, markers: Sequence[str], start: int = 0, *, quotes: 
     >>> find_unquoted("don't <|end|>", ["<|end|>"], quotes="'\\"")
     (6, '<|end|>')
     """
-    found = [(i, m) for m in markers if (i := text.find(m, start)) >= 0]
-    if not found:
-        return -1, ""
-    first, marker = min(found)
-    if not any(q in text[start:first] for q in quotes):
+    if len(markers) == 1:
+        marker = markers[0]
+        first = text.find(marker, start)
+        if first < 0:
+            return -1, ""
+    else:
+        found = [(i, m) for m in markers if (i := text.find(m, start)) >= 0]
+        if not found:
+            return -1, ""
+        first, marker = min(found)
+    if all(text.find(q, start, first) < 0 for q in quotes):
         return first, marker  # no quote before it: it cannot be inside a string
     for match in _unquoted_pattern(tuple(markers), quotes).finditer(text, start):
         if match.group("marker") is not None:
@@ -377,24 +383,9 @@ def find_unquoted(text: str, markers: Sequence[str], start: int = 0, *, quotes: 
     return -1, ""
 
 
-def json_value_end(text: str, start: int) -> int:
-    """The index just after the JSON value that starts at `text[start]` (after whitespace), or -1.
-
-    >>> json_value_end('{"a": "<|end|>"}<|end|>', 0)
-    16
-    """
-    index = skip_spaces(text, start)
-    if index >= len(text) or text[index] not in '{["':
-        return -1
-    try:
-        return decode_json_prefix(text, index)[1]
-    except JsonValueError:
-        return -1
-
-
-@functools.lru_cache(maxsize=64)
-def _alternation(markers: tuple[str, ...]) -> re.Pattern[str]:
-    return re.compile("|".join(re.escape(m) for m in sorted(markers, key=len, reverse=True)))
+def value_scan_pattern(closer: str, heads: Sequence[str]) -> re.Pattern[str]:
+    """The pattern `forgotten_closer` scans a value with: its `closer` or any of `heads` (built once per format)."""
+    return re.compile("|".join(re.escape(m) for m in sorted((closer, *heads), key=len, reverse=True)))
 
 
 class ValueScan(NamedTuple):  # a tuple, not an attrs class: one is made per parsed value
@@ -410,14 +401,15 @@ def forgotten_closer(
     start: int,
     closer: str,
     boundary: re.Pattern[str],
-    heads: Sequence[str],
+    scan: re.Pattern[str],
     accept: Callable[[re.Match[str]], bool] = lambda match: True,
 ) -> ValueScan:
     """Whether a raw value that starts at `start` lost its `closer`, and where it then ends.
 
     `boundary` matches structure that only follows a finished value (the next parameter on a line
-    of its own, the call's end followed by the next call or by the end of the text); `heads` are
-    the literal texts its matches (and any other structure the caller cares about) start with. A
+    of its own, the call's end followed by the next call or by the end of the text). `scan`
+    (`value_scan_pattern`) matches the closer or the literal texts that boundary matches (and any
+    other structure the caller cares about) start with. A
     boundary with no `closer` at all between `start` and it means the closer was forgotten:
     otherwise the value would swallow the next parameter or call. `accept` vets each match (for
     example: the next parameter's name is one the tool declares). The caller records the repair
@@ -428,12 +420,13 @@ def forgotten_closer(
     scanning the value again.
 
     >>> boundary = re.compile(r"<p=(\\w+)>")
-    >>> ValueScan.__name__, forgotten_closer("1<p=b>2</p></f>", 0, "</p>", boundary, ["<p="]).repair.start()
-    ('ValueScan', 1)
-    >>> forgotten_closer("1</p><p=b>2</p>", 0, "</p>", boundary, ["<p="])
+    >>> scan = value_scan_pattern("</p>", ["<p="])
+    >>> forgotten_closer("1<p=b>2</p></f>", 0, "</p>", boundary, scan).repair.start()
+    1
+    >>> forgotten_closer("1</p><p=b>2</p>", 0, "</p>", boundary, scan)
     ValueScan(repair=None, closer_from=1, head_first=False)
     """
-    first = _alternation((closer, *heads)).search(text, start)
+    first = scan.search(text, start)
     if first is None:
         return ValueScan(None, -1, False)
     if first.group() == closer:

@@ -33,7 +33,7 @@ from typing import Any
 from openreward_rl.parsers.base import ParsedTurn, ParseErrorKind, register_parser, tool_schema
 from openreward_rl.parsers._sections import parse_sectioned_turn
 from openreward_rl.parsers._xmlish import RawValue, TurnBuilder, find_value_end
-from openreward_rl.parsers.common import forgotten_closer, repaired_closer_note, skip_spaces
+from openreward_rl.parsers.common import forgotten_closer, repaired_closer_note, skip_spaces, value_scan_pattern
 
 __all__ = ["Glm45Parser", "CALL_OPEN", "CALL_CLOSE"]
 
@@ -46,7 +46,7 @@ _VALUE_BOUNDARY = re.compile(
     r"<arg_key>(?P<key>[^<>]*)</arg_key>\s*<arg_value>"
     r"|</tool_call>(?=\s*(?:<tool_call>[^<>\s{}]+\s*(?:<arg_key>|</tool_call>)|\Z))"
 )
-_BOUNDARY_HEADS = (KEY_OPEN, CALL_CLOSE, CALL_OPEN)  # CALL_OPEN: a boundary of `find_value_end`
+_VALUE_SCAN = value_scan_pattern(VALUE_CLOSE, (KEY_OPEN, CALL_CLOSE, CALL_OPEN))  # CALL_OPEN: a boundary of `find_value_end`
 
 
 def _skip_call(text: str, index: int) -> int:
@@ -79,13 +79,12 @@ def parse_glm_call(text: str, index: int, builder: TurnBuilder) -> int:
         return end
     arguments: dict[str, RawValue] = {}
     repaired = False
-    schema = tool_schema(builder.tools, name) or {}
-    declared = schema.get("properties") if isinstance(schema.get("properties"), Mapping) else None
 
     def real_boundary(match: re.Match[str]) -> bool:
         if match.group("key") is not None:  # the next pair: a key the tool declares, not given yet
             key = match.group("key").strip()
-            return key not in arguments and (declared is None or key in declared)
+            declared = (tool_schema(builder.tools, name) or {}).get("properties")
+            return key not in arguments and (not isinstance(declared, Mapping) or key in declared)
         return not (builder.truncated and match.end() == len(text))  # a cut text may end inside a value
 
     index = name_end
@@ -110,7 +109,7 @@ def parse_glm_call(text: str, index: int, builder: TurnBuilder) -> int:
         if not text.startswith(VALUE_OPEN, index):
             return _broken(text, start, index, builder, name, f"argument {key!r} has no <arg_value>")
         value_start = index + len(VALUE_OPEN)
-        scan = forgotten_closer(text, value_start, VALUE_CLOSE, _VALUE_BOUNDARY, _BOUNDARY_HEADS, real_boundary)
+        scan = forgotten_closer(text, value_start, VALUE_CLOSE, _VALUE_BOUNDARY, _VALUE_SCAN, real_boundary)
         if scan.repair is None and scan.closer_from < 0:
             value_end = None
         elif scan.repair is None:

@@ -88,9 +88,9 @@ class LlamaJsonParser:
         calls: list[ToolCall] = []
         body = split.rest
         # String-aware: a tag quoted inside a call's JSON argument is text (an untagged call is checked first).
-        tag = -1 if self._bare_calls(body, tools) is not None else find_unquoted(body, (PYTHON_TAG,))[0]
+        bare = self._bare_calls(body, tools) if body.lstrip().startswith("{") else None
+        tag = -1 if bare is not None else find_unquoted(body, (PYTHON_TAG,))[0]
         if tag < 0:
-            bare = self._bare_calls(body, tools)
             if bare is None:
                 if is_cut_off(finish_reason) and self._starts_offered_call(body, tools):
                     errors.append(unclosed_error(body.strip()))

@@ -42,6 +42,7 @@ from openreward_rl.parsers.common import (
     add_result,
     find_structural_closer,
     forgotten_closer,
+    value_scan_pattern,
     is_cut_off,
     join_content,
     repaired_closer_note,
@@ -68,7 +69,7 @@ _CALL_START = re.compile(r"(?:<tool_call>\s*)?<function=")
 _VALUE_BOUNDARY = re.compile(
     r"<parameter=(?P<key>[^>\n]+)>\n|</function>\s*(?:</tool_call>\s*)?(?=<tool_call>|<function=|\Z)"
 )
-_BOUNDARY_HEADS = (_PARAM_OPEN, _FUNCTION_CLOSE)
+_VALUE_SCAN = value_scan_pattern(_PARAM_CLOSE, (_PARAM_OPEN, _FUNCTION_CLOSE))
 
 
 def _strip_one_newline(value: str) -> str:
@@ -184,8 +185,6 @@ class Qwen3CoderParser:
         raw_arguments: dict[str, str] = {}
         repaired = False
         schema = tool_schema(tools, name)
-        properties = (schema or {}).get("properties")
-        declared = properties if isinstance(properties, Mapping) else None
         cut_off = is_cut_off(finish_reason)
 
         def real_boundary(match: re.Match[str]) -> bool:
@@ -193,7 +192,8 @@ class Qwen3CoderParser:
                 return False
             if match.group("key") is not None:  # the next parameter: one the tool declares, not given yet
                 key = match.group("key").strip()
-                return key not in raw_arguments and (declared is None or key in declared)
+                declared = (schema or {}).get("properties")
+                return key not in raw_arguments and (not isinstance(declared, Mapping) or key in declared)
             return not (cut_off and match.end() == len(body))  # a cut text may end inside a value
 
         while True:
@@ -213,7 +213,7 @@ class Qwen3CoderParser:
                 raise _Malformed("unterminated <parameter=")
             key = body[cursor + len(_PARAM_OPEN) : key_end].strip()
             value_start = key_end + 1
-            scan = forgotten_closer(body, value_start, _PARAM_CLOSE, _VALUE_BOUNDARY, _BOUNDARY_HEADS, real_boundary)
+            scan = forgotten_closer(body, value_start, _PARAM_CLOSE, _VALUE_BOUNDARY, _VALUE_SCAN, real_boundary)
             if scan.repair is not None:  # `</parameter>` was forgotten: the value ends at the line before the structure
                 close = cursor = scan.repair.start() - 1
                 repaired = True
