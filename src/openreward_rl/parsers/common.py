@@ -7,7 +7,7 @@ import json
 import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import attrs
 
@@ -231,11 +231,18 @@ def loads_json_strict(text: str) -> Any:
     return value
 
 
+_SPACES = re.compile(r"\s*")
+
+
 def skip_spaces(text: str, index: int) -> int:
-    """The first index at or after `index` that is not whitespace."""
-    while index < len(text) and text[index].isspace():
-        index += 1
-    return index
+    """The first index at or after `index` that is not whitespace.
+
+    >>> skip_spaces("a \\n\\tb", 1), skip_spaces("ab", 1), skip_spaces("a  ", 1)
+    (4, 1, 3)
+    """
+    if index >= len(text) or not text[index].isspace():
+        return index
+    return _SPACES.match(text, index).end()  # type: ignore[union-attr]  (always matches)
 
 
 def is_cut_off(finish_reason: str | None) -> bool:
@@ -375,7 +382,10 @@ def find_unquoted(text: str, markers: Sequence[str], start: int = 0, *, quotes: 
         if not found:
             return -1, ""
         first, marker = min(found)
-    if all(text.find(q, start, first) < 0 for q in quotes):
+    for quote in quotes:
+        if text.find(quote, start, first) >= 0:
+            break
+    else:
         return first, marker  # no quote before it: it cannot be inside a string
     for match in _unquoted_pattern(tuple(markers), quotes).finditer(text, start):
         if match.group("marker") is not None:
@@ -388,12 +398,11 @@ def value_scan_pattern(closer: str, heads: Sequence[str]) -> re.Pattern[str]:
     return re.compile("|".join(re.escape(m) for m in sorted((closer, *heads), key=len, reverse=True)))
 
 
-class ValueScan(NamedTuple):  # a tuple, not an attrs class: one is made per parsed value
-    """What `forgotten_closer` found: the repair point, or where the value's closer search may start."""
-
-    repair: re.Match[str] | None  # the structure the value ends before, when its closer was forgotten
-    closer_from: int  # the first closer after the value's start (-1: none)
-    head_first: bool  # a head came before that closer
+ValueScan = tuple[re.Match[str] | None, int, bool]
+"""What `forgotten_closer` found, as a plain tuple (one is made per parsed value, so it stays cheap):
+(repair: the structure the value ends before when its closer was forgotten, else None;
+closer_from: the first closer after the value's start, -1 when there is none;
+head_first: whether a head came before that closer)."""
 
 
 def forgotten_closer(
@@ -421,22 +430,22 @@ def forgotten_closer(
 
     >>> boundary = re.compile(r"<p=(\\w+)>")
     >>> scan = value_scan_pattern("</p>", ["<p="])
-    >>> forgotten_closer("1<p=b>2</p></f>", 0, "</p>", boundary, scan).repair.start()
+    >>> forgotten_closer("1<p=b>2</p></f>", 0, "</p>", boundary, scan)[0].start()
     1
     >>> forgotten_closer("1</p><p=b>2</p>", 0, "</p>", boundary, scan)
-    ValueScan(repair=None, closer_from=1, head_first=False)
+    (None, 1, False)
     """
     first = scan.search(text, start)
     if first is None:
-        return ValueScan(None, -1, False)
+        return None, -1, False
     if first.group() == closer:
-        return ValueScan(None, first.start(), False)
+        return None, first.start(), False
     closer_at = text.find(closer, first.start())
     limit = len(text) if closer_at < 0 else closer_at
     for match in boundary.finditer(text, first.start(), limit):
         if accept(match):
-            return ValueScan(match, closer_at, True)
-    return ValueScan(None, closer_at, True)
+            return match, closer_at, True
+    return None, closer_at, True
 
 
 def repaired_closer_note(closer: str, *, raw: str, tool_name: str, call_id: str) -> ParseError:

@@ -109,21 +109,21 @@ def parse_glm_call(text: str, index: int, builder: TurnBuilder) -> int:
         if not text.startswith(VALUE_OPEN, index):
             return _broken(text, start, index, builder, name, f"argument {key!r} has no <arg_value>")
         value_start = index + len(VALUE_OPEN)
-        scan = forgotten_closer(text, value_start, VALUE_CLOSE, _VALUE_BOUNDARY, _VALUE_SCAN, real_boundary)
-        if scan.repair is None and scan.closer_from < 0:
+        repair, closer_from, head_first = forgotten_closer(text, value_start, VALUE_CLOSE, _VALUE_BOUNDARY, _VALUE_SCAN, real_boundary)
+        if repair is None and closer_from < 0:
             value_end = None
-        elif scan.repair is None:
+        elif repair is None:
             # When the closer came before any head, the closers and boundaries `find_value_end` looks
             # for all lie after it: searching from there gives the same end without a second pass.
             value_end = find_value_end(
                 text,
-                value_start if scan.head_first else scan.closer_from,
+                value_start if head_first else closer_from,
                 VALUE_CLOSE,
                 followers=(KEY_OPEN, CALL_CLOSE),
                 boundaries=(KEY_OPEN, CALL_OPEN),
             )
         else:  # `</arg_value>` was forgotten: the value ends before the layout and the structure
-            end_at = scan.repair.start()
+            end_at = repair.start()
             while end_at > value_start and text[end_at - 1].isspace():
                 end_at -= 1
             value_end = (end_at, 0)

@@ -213,13 +213,13 @@ class Qwen3CoderParser:
                 raise _Malformed("unterminated <parameter=")
             key = body[cursor + len(_PARAM_OPEN) : key_end].strip()
             value_start = key_end + 1
-            scan = forgotten_closer(body, value_start, _PARAM_CLOSE, _VALUE_BOUNDARY, _VALUE_SCAN, real_boundary)
-            if scan.repair is not None:  # `</parameter>` was forgotten: the value ends at the line before the structure
-                close = cursor = scan.repair.start() - 1
+            repair, closer_from, _ = forgotten_closer(body, value_start, _PARAM_CLOSE, _VALUE_BOUNDARY, _VALUE_SCAN, real_boundary)
+            if repair is not None:  # `</parameter>` was forgotten: the value ends at the line before the structure
+                close = cursor = repair.start() - 1
                 repaired = True
             else:
                 # No closer lies before `closer_from`: the structural closer is searched from there.
-                close = -1 if scan.closer_from < 0 else find_structural_closer(body, _PARAM_CLOSE, scan.closer_from, (_PARAM_OPEN, _FUNCTION_CLOSE))
+                close = -1 if closer_from < 0 else find_structural_closer(body, _PARAM_CLOSE, closer_from, (_PARAM_OPEN, _FUNCTION_CLOSE))
                 if close >= 0:
                     cursor = close + len(_PARAM_CLOSE)
                 elif is_cut_off(finish_reason):
