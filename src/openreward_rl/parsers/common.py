@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import json
+import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -25,9 +27,15 @@ __all__ = [
     "call_in_reasoning_error",
     "calls_in_reasoning",
     "scan_blocks",
+    "NOT_A_BLOCK",
     "join_content",
     "add_result",
     "find_structural_closer",
+    "find_unquoted",
+    "forgotten_closer",
+    "repaired_closer_note",
+    "json_value_end",
+    "split_turn_reasoning",
 ]
 
 
@@ -43,18 +51,35 @@ def _opens_inside(generation_prompt: str, open_tag: str, close_tag: str) -> bool
     return opened >= 0 and generation_prompt.rfind(close_tag) < opened
 
 
+def _first_of(text: str, markers: Sequence[str], start: int = 0) -> int:
+    found = [i for m in markers if (i := text.find(m, start)) >= 0]
+    return min(found) if found else -1
+
+
 def split_reasoning(
-    text: str, *, generation_prompt: str = "", open_tag: str = "<think>", close_tag: str = "</think>"
+    text: str,
+    *,
+    generation_prompt: str = "",
+    open_tag: str = "<think>",
+    close_tag: str = "</think>",
+    call_openers: Sequence[str] = (),
 ) -> ReasoningSplit:
     """Split `<think>…</think>`-style reasoning from the rest of a completion.
 
     The opener may sit in the generation prompt (Qwen3.5, DeepSeek-R1, GLM-4.7): then the completion
     starts inside reasoning, and a completion without the closer is all reasoning.
 
+    A closer with no opener before it also means the opener was pre-filled by a prompt we were not
+    shown, unless a call opener (`call_openers`) comes before it: then the closer is quoted inside a
+    call's argument (`print('</think>')`) and is content, not structure. A prompt that itself ends
+    with the closer (DeepSeek V3.1 `</think>`, GLM `<think></think>`) has no reasoning to split.
+
     >>> split_reasoning("<think>\\nhmm\\n</think>\\n\\nHello")
     ReasoningSplit(reasoning='hmm', rest='Hello', complete=True)
     >>> split_reasoning("still thinking", generation_prompt="<|im_start|>assistant\\n<think>\\n")
     ReasoningSplit(reasoning='still thinking', rest='', complete=False)
+    >>> split_reasoning('<tool_call>{"a": "</think>"}</tool_call>', call_openers=["<tool_call>"]).reasoning is None
+    True
     """
     body = text
     if _opens_inside(generation_prompt, open_tag, close_tag):
@@ -64,14 +89,53 @@ def split_reasoning(
         inside = stripped.startswith(open_tag)
         if inside:
             body = stripped[len(open_tag) :]
-        elif close_tag in text and open_tag not in text:
-            inside = True  # the opener was pre-filled by a prompt we were not shown
+        elif (closed_at := text.find(close_tag)) >= 0 and not generation_prompt.rstrip().endswith(close_tag):
+            # Unless an opener or a call comes first: then the closer is quoted in a call or in content.
+            inside = _first_of(text[:closed_at], (open_tag, *call_openers)) < 0
     if not inside:
         return ReasoningSplit(reasoning=None, rest=text.strip(), complete=True)
     end = body.find(close_tag)
     if end < 0:
         return ReasoningSplit(reasoning=body.strip(), rest="", complete=False)
     return ReasoningSplit(reasoning=body[:end].strip(), rest=body[end + len(close_tag) :].strip(), complete=True)
+
+
+def split_turn_reasoning(
+    text: str,
+    *,
+    generation_prompt: str,
+    call_openers: Sequence[str],
+    errors: list[ParseError],
+    open_tag: str = "<think>",
+    close_tag: str = "</think>",
+    opener_ends_reasoning: bool = False,
+    call_start: re.Pattern[str] | None = None,
+) -> ReasoningSplit:
+    """Split reasoning from the rest, applying the calls-inside-reasoning policy.
+
+    A call opener inside a closed reasoning block is a rehearsal: it is reported as
+    CALL_IN_REASONING and never executed. In a block that is never closed, when
+    `opener_ends_reasoning` (the policy of vLLM's Qwen3 and Kimi K2 reasoning parsers and of
+    llama.cpp), the first call start ends the reasoning and the calls after it are parsed;
+    otherwise the calls are reported as CALL_IN_REASONING too. `call_start` is what counts as a
+    call start (default: any of `call_openers`); Qwen XML asks for `<tool_call>` followed by
+    `<function=`, so that a bare mention of `<tool_call>` in the reasoning does not end it.
+    """
+    split = split_reasoning(
+        text, generation_prompt=generation_prompt, open_tag=open_tag, close_tag=close_tag, call_openers=call_openers
+    )
+    if split.reasoning is None:
+        return split
+    if not split.complete and opener_ends_reasoning:
+        if call_start is not None:
+            match = call_start.search(split.reasoning)
+            first = match.start() if match else -1
+        else:
+            first = _first_of(split.reasoning, call_openers)
+        if first >= 0:
+            return ReasoningSplit(reasoning=split.reasoning[:first].strip(), rest=split.reasoning[first:], complete=True)
+    errors.extend(calls_in_reasoning(split.reasoning, call_openers))
+    return split
 
 
 def new_call_id() -> str:
@@ -210,26 +274,37 @@ def calls_in_reasoning(reasoning: str | None, openers: Sequence[str]) -> list[Pa
     return []
 
 
+NOT_A_BLOCK = -1  # returned by a `scan_blocks` block parser: the opener is text, not a block
+
+
 def scan_blocks(body: str, openers: Sequence[str], parse_block: Callable[[int, str], int]) -> list[str]:
     """Walk `body` for blocks that start with one of `openers`; return the text outside them, in order.
 
     `parse_block(start, opener)` handles the block at `body[start]` and returns the index where
-    scanning resumes (at least `start + 1` is used, so scanning always moves on). The result has
-    exactly one piece when `body` holds no block.
+    scanning resumes (at least `start + 1` is used, so scanning always moves on), or `NOT_A_BLOCK`
+    when the opener there is text after all. Scanning resumes after a block, so openers quoted
+    inside a block's arguments are never seen. The result has exactly one piece when `body` holds no block.
 
     >>> scan_blocks("a[x]b[y]", ("[",), lambda start, opener: start + 3)
     ['a', 'b', '']
+    >>> text = "a[x]b[y"
+    >>> scan_blocks(text, ("[",), lambda start, opener: start + 3 if "]" in text[start:] else NOT_A_BLOCK)
+    ['a', 'b[y']
     """
     content: list[str] = []
-    position = 0
+    position = search = 0
     while True:
-        hits = [(i, opener) for opener in openers if (i := body.find(opener, position)) >= 0]
+        hits = [(i, opener) for opener in openers if (i := body.find(opener, search)) >= 0]
         if not hits:
             content.append(body[position:])
             return content
         start, opener = min(hits)
+        resume = parse_block(start, opener)
+        if resume == NOT_A_BLOCK:
+            search = start + len(opener)
+            continue
         content.append(body[position:start])
-        position = max(parse_block(start, opener), start + 1)
+        position = search = max(resume, start + 1)
 
 
 def join_content(parts: Sequence[str]) -> str:
@@ -268,3 +343,90 @@ def find_structural_closer(text: str, closer: str, start: int, followers: Sequen
             return position
         position = text.find(closer, position + 1)
     return -1
+
+
+@functools.lru_cache(maxsize=64)
+def _unquoted_pattern(markers: tuple[str, ...], quotes: str) -> re.Pattern[str]:
+    strings = [rf"{re.escape(q)}(?:[^{re.escape(q)}\\]|\\.)*+{re.escape(q)}" for q in quotes]
+    wanted = "|".join(re.escape(m) for m in sorted(markers, key=len, reverse=True))
+    return re.compile("|".join(strings) + f"|(?P<marker>{wanted})", re.DOTALL)
+
+
+def find_unquoted(text: str, markers: Sequence[str], start: int = 0, *, quotes: str = '"') -> tuple[int, str]:
+    """(index, marker) of the first of `markers` at or after `start` that is not inside a quoted
+    string (backslash escapes honoured), or (-1, "") when there is none.
+
+    This is how a wrapper's closer is found around JSON or Python source: a marker quoted in a
+    string argument is content. A quote that is never closed does not hide what follows it.
+
+    >>> find_unquoted('f(a="<|end|>") <|end|>', ["<|end|>"])
+    (15, '<|end|>')
+    >>> find_unquoted("don't <|end|>", ["<|end|>"], quotes="'\\"")
+    (6, '<|end|>')
+    """
+    if not markers:
+        return -1, ""
+    for match in _unquoted_pattern(tuple(markers), quotes).finditer(text, start):
+        if match.group("marker") is not None:
+            return match.start(), match.group("marker")
+    return -1, ""
+
+
+def json_value_end(text: str, start: int) -> int:
+    """The index just after the JSON value that starts at `text[start]` (after whitespace), or -1.
+
+    >>> json_value_end('{"a": "<|end|>"}<|end|>', 0)
+    16
+    """
+    index = skip_spaces(text, start)
+    if index >= len(text) or text[index] not in '{["':
+        return -1
+    try:
+        return decode_json_prefix(text, index)[1]
+    except JsonValueError:
+        return -1
+
+
+def forgotten_closer(
+    text: str,
+    start: int,
+    closer: str,
+    found: int,
+    boundary: re.Pattern[str],
+    accept: Callable[[re.Match[str]], bool] = lambda match: True,
+) -> re.Match[str] | None:
+    """Where a raw value that starts at `start` ends when the model forgot its `closer`, or None.
+
+    `found` is where the structural-closer rule ended the value (-1: nowhere). `boundary` matches
+    structure that only follows a finished value (the next parameter on a line of its own, the
+    call's end followed by the next call or by the end of the text). A boundary before `found`
+    with no `closer` at all between `start` and it means the closer was forgotten: otherwise the
+    value would have swallowed the next parameter or call. `accept` vets each match (for example:
+    the next parameter's name is one the tool declares). The caller records the repair
+    (`repaired_closer_note`).
+
+    >>> boundary = re.compile(r"\\n<p=(\\w+)>\\n")
+    >>> text = "1\\n<p=b>\\n2\\n</p>\\n</f>"
+    >>> forgotten_closer(text, 0, "</p>", text.index("</p>"), boundary).start()
+    1
+    >>> forgotten_closer("1\\n</p>\\n<p=b>\\n2\\n</p>", 0, "</p>", 2, boundary) is None
+    True
+    """
+    limit = len(text) if found < 0 else found
+    for match in boundary.finditer(text, start, limit):
+        if text.find(closer, start, match.start()) >= 0:
+            return None
+        if accept(match):
+            return match
+    return None
+
+
+def repaired_closer_note(closer: str, *, raw: str, tool_name: str, call_id: str) -> ParseError:
+    """The note that a forgotten `closer` was restored in the executed call `call_id`."""
+    return ParseError(
+        ParseErrorKind.REPAIRED_CLOSER,
+        f"a missing {closer} was restored where the structure left no doubt; the call ran",
+        raw=raw,
+        tool_name=tool_name,
+        call_id=call_id,
+    )

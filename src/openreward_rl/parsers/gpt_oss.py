@@ -37,6 +37,7 @@ from openreward_rl.parsers.common import (
     add_result,
     call_in_reasoning_error,
     is_cut_off,
+    json_value_end,
     loads_json_strict,
     unclosed_error,
     validate_call,
@@ -107,7 +108,9 @@ class GptOssParser:
                 continue
             header = full[position:message_at]
             body_start = message_at + len(MESSAGE)
-            end, terminator = _next_marker(full, (*_TERMINATORS, START), body_start)
+            # A call's JSON body is read string-aware: Harmony markers quoted in an argument are text.
+            json_end = json_value_end(full, body_start) if _RECIPIENT.search(header) else -1
+            end, terminator = _next_marker(full, (*_TERMINATORS, START), max(body_start, json_end))
             body = full[body_start : len(full) if end < 0 else end]
             position = len(full) if end < 0 else end + (len(terminator) if terminator in _TERMINATORS else 0)
             self._message(header, body, end < 0, finish_reason, tools, content, reasoning, calls, errors)
