@@ -300,3 +300,28 @@ def test_report_in_headless_chromium(report, records, tmp_path):
             assert fetched == set()  # works offline: the page asks the network for nothing
 
     asyncio.run(check())
+
+
+def test_serve_answers_the_report_on_loopback(results, records):
+    """`show FILE --serve` serves the same report on 127.0.0.1 until interrupted."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import urllib.request
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1] / "src"), os.environ.get("PYTHONPATH", "")])}
+    process = subprocess.Popen([sys.executable, "-m", "openreward_rl.cli", "show", str(results), "--serve"], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        line = process.stdout.readline()
+        url = re.search(r"http://127\.0\.0\.1:\d+/", line).group(0)
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        with opener.open(url, timeout=30) as response:
+            page = response.read().decode()
+        assert response.headers["Content-Type"].startswith("text/html")
+        assert page.count("<tr data-number=") == len(records)
+        with pytest.raises(urllib.error.HTTPError):
+            opener.open(url + "secrets", timeout=30)
+    finally:
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=30) == 0

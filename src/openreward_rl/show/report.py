@@ -7,6 +7,14 @@ the other):
 - `#groups`: the samples of each task side by side with rewards and GRPO advantages
   (`openreward_rl.show.index`);
 - `#episode-N`: one episode (`openreward_rl.show.episode`), N being its record number in the file.
+
+>>> from openreward_rl.trajectory import StopReason, Trajectory
+>>> def episode(reward, stop=StopReason.COMPLETED):
+...     return Trajectory({"environment": "E", "split": "test", "index": 0}, [], [], [], [], reward, stop)
+>>> trajectories = [episode(1.0), episode(0.0), episode(None, StopReason.ENV_ERROR)]
+>>> page = render_report([t.to_dict() for t in trajectories], trajectories, source="results.jsonl")
+>>> page.count("<tr data-number="), page.count('class="member"'), 'data-advantage="0.707106"' in page
+(3, 3, True)
 """
 
 from __future__ import annotations
