@@ -63,13 +63,31 @@ class Piece:
     text: str
 
 
-def pieces(tokenizer: Any, ids: Sequence[int], offset: int = 0) -> list[Piece]:
+def pieces(tokenizer: Any, ids: Sequence[int], offset: int = 0, *, left: int | None = None) -> list[Piece]:
     """`ids` cut into the shortest runs that decode to whole characters (a token holding half of a
-    multi-byte character is joined with the next)."""
+    multi-byte character is joined with the next). Each run is decoded after the token before it (for
+    the first run: `left`, the token before `ids`, if any) and that token's text removed, so
+    tokenizers that drop a leading space at the start of a decode (SentencePiece) keep it.
+
+    >>> class SentencePieceLike:  # "_" is a space, dropped at the start of a decode
+    ...     words = {1: "_The", 2: "_cat", 3: "_sat"}
+    ...     def decode(self, ids, skip_special_tokens=False):
+    ...         return "".join(self.words[i] for i in ids).replace("_", " ").removeprefix(" ")
+    >>> "|".join(p.text for p in pieces(SentencePieceLike(), [1, 2, 3]))
+    'The| cat| sat'
+    >>> "|".join(p.text for p in pieces(SentencePieceLike(), [2, 3], left=1))
+    ' cat| sat'
+    """
     out: list[Piece] = []
     start = 0
     for end in range(1, len(ids) + 1):
         text = decode(tokenizer, ids[start:end])
+        previous = ids[start - 1] if start > 0 else left
+        if previous is not None:
+            before = decode(tokenizer, [previous])
+            joined = decode(tokenizer, [previous, *ids[start:end]])
+            if joined.startswith(before):
+                text = joined[len(before) :]
         if text.endswith("\ufffd") and end < len(ids):
             continue
         out.append(Piece(offset + start, offset + end, text))
@@ -102,7 +120,7 @@ def token_view_html(segment: TokenSegment, tokenizer: Any = None) -> str:
             parts.append(f'<span class="span-{span.kind}" title="{esc(label)}">{esc(decode(tokenizer, ids[span.start : span.end]))}</span>')
             continue
         inner = []
-        for piece in pieces(tokenizer, ids[span.start : span.end], span.start):
+        for piece in pieces(tokenizer, ids[span.start : span.end], span.start, left=ids[span.start - 1] if span.start else None):
             logprob = sum(segment.rollout_logprobs[piece.start - prompt_length : piece.end - prompt_length])
             inner.append(
                 f'<span class="tok" data-logprob="{logprob:.4f}" style="background: {confidence_colour(logprob)}" '
