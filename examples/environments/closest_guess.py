@@ -116,6 +116,9 @@ class AnswerArgs(BaseModel):
 class ClosestGuess(Environment):
     """Mental estimation of a product; `score_group` ranks a group's estimates by closeness."""
 
+    seed_prefix = "closest"  # task i of a split is make_question(f"{seed_prefix}/{split}/{i}")
+    small_questions = False
+
     @classmethod
     def list_splits(cls) -> list[Split]:
         return [Split(name="train", type="train"), Split(name="test", type="test")]
@@ -123,10 +126,10 @@ class ClosestGuess(Environment):
     @classmethod
     def list_tasks(cls, split: str) -> list[dict]:
         if split not in TASKS_PER_SPLIT:
-            raise ValueError(f"unknown split {split!r}; ClosestGuess has {sorted(TASKS_PER_SPLIT)}")
+            raise ValueError(f"unknown split {split!r}; {cls.__name__} has {sorted(TASKS_PER_SPLIT)}")
         tasks = []
         for i in range(TASKS_PER_SPLIT[split]):
-            question, target = make_question(f"closest/{split}/{i}")
+            question, target = make_question(f"{cls.seed_prefix}/{split}/{i}", small=cls.small_questions)
             tasks.append({"id": f"{split}-{i:03d}", "question": question, "answer": str(target)})
         return tasks
 
@@ -164,15 +167,8 @@ class ClosestGuess(Environment):
 class GradedGuess(ClosestGuess):
     """Easier products than ClosestGuess's, each estimate graded on its own by `closeness` (no group needed)."""
 
-    @classmethod
-    def list_tasks(cls, split: str) -> list[dict]:
-        if split not in TASKS_PER_SPLIT:
-            raise ValueError(f"unknown split {split!r}; GradedGuess has {sorted(TASKS_PER_SPLIT)}")
-        tasks = []
-        for i in range(TASKS_PER_SPLIT[split]):
-            question, target = make_question(f"graded/{split}/{i}", small=True)
-            tasks.append({"id": f"{split}-{i:03d}", "question": question, "answer": str(target)})
-        return tasks
+    seed_prefix = "graded"
+    small_questions = True
 
     @terminal
     @tool
