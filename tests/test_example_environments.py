@@ -233,3 +233,21 @@ async def test_faulty_hanging_call_can_be_abandoned_and_the_session_goes_on(faul
         assert _text(await session.call_tool("hang", {"seconds": 0})) == "slept 0 s"
         out = await session.call_tool("submit", {"answer": "not ok"})
         assert (out.reward, out.finished) == (0.0, True)
+
+
+# -- GradedGuess --------------------------------------------------------------------------------
+
+
+async def test_graded_guess_grades_each_estimate_by_closeness(env_server, openreward_client):
+    """The quickstart's environment: a reward that falls from 1.0 (exact) to 0.0 at 25% off, and
+    0.0 without a positive number."""
+    graded = env_server.environment(openreward_client, "GradedGuess")
+    task = (await graded.list_tasks("test"))[0]
+    product = int(task.task_spec["answer"])
+    got = []
+    for answer in (f"It is {product}.", f"About {product * 1.05}.", f"Maybe {product * 1.3}", "1", "no idea", f"-{product}"):
+        async with graded.session(task) as session:
+            out = await session.call_tool("answer", {"answer": answer})
+            assert out.finished
+            got.append(round(out.reward, 2))
+    assert got == [1.0, 0.78, 0.0, 0.0, 0.0, 0.0]

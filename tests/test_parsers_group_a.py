@@ -223,8 +223,10 @@ def test_pythonic_prose_stays_content_and_truncation_keeps_complete_calls():
 
 def test_pythonic_end_tag_in_string_and_non_ascii():
     turn = get_parser("pythonic").parse("<|python_start|>[search(query='<|python_end|> 東京')]<|python_end|>", tools=TOOLS)
-    # <|python_end|> is a special token, so a closer inside a string is the model ending the block
-    # early: the incomplete list is reported, never guessed at.
+    # The wrapper's closer is found string-aware (issue 13): quoted in an argument, it is text.
+    assert summary(turn) == [("search", {"query": "<|python_end|> 東京"})] and turn.errors == ()
+    # A closer outside any string still ends the block: the incomplete list is reported, never guessed at.
+    turn = get_parser("pythonic").parse("<|python_start|>[search(query='x')<|python_end|>]", tools=TOOLS)
     assert turn.tool_calls == () and kinds(turn) == [ParseErrorKind.MALFORMED_CALL]
     turn = get_parser("pythonic").parse("[search(query='東京 🚀')]", tools=TOOLS)
     assert summary(turn) == [("search", {"query": "東京 🚀"})]

@@ -29,7 +29,7 @@ def dump(tmp_path):
 
 
 def test_terminal_shows_turns_calls_results_rewards_and_mask(dump, capsys):
-    assert main(["show", str(dump), "--no-color"]) == 0
+    assert main(["show", str(dump), "--index", "0", "--no-color"]) == 0
     out = capsys.readouterr().out
     assert "\x1b[" not in out
     for expected in ("addenv · train · index 0", "completed", "1.25", "step rewards 0.25, 1", "I should add first.",
@@ -45,7 +45,7 @@ def test_terminal_shows_turns_calls_results_rewards_and_mask(dump, capsys):
 def test_terminal_colour_and_decoded_spans(dump, capsys, monkeypatch):
     monkeypatch.setenv("FORCE_COLOR", "1")
     monkeypatch.delenv("NO_COLOR", raising=False)
-    assert main(["show", str(dump), "--tokenizer", "offline:qwen3"]) == 0
+    assert main(["show", str(dump), "--index", "0", "--tokenizer", "offline:qwen3"]) == 0
     out = capsys.readouterr().out
     assert "\x1b[" in out
     assert "<tool_response>" in out and '{"name": "submit", "arguments": {"answer": "5"}}' in out
@@ -78,18 +78,24 @@ class _Collect(html.parser.HTMLParser):
         super().__init__()
         self.tags: list[str] = []
         self.trained: list[str] = []
-        self._in_trained = 0
+        self._open_spans: list[bool] = []  # per open span: is it a trained span
         self.text: list[str] = []
+
+    @property
+    def _in_trained(self) -> bool:
+        return any(self._open_spans)
 
     def handle_starttag(self, tag, attrs):
         self.tags.append(tag)
-        if tag == "span" and ("class", "span-trained") in attrs:
-            self._in_trained += 1
-            self.trained.append("")
+        if tag == "span":
+            trained = ("class", "span-trained") in attrs
+            self._open_spans.append(trained)
+            if trained:
+                self.trained.append("")
 
     def handle_endtag(self, tag):
-        if tag == "span" and self._in_trained:
-            self._in_trained -= 1
+        if tag == "span" and self._open_spans:
+            self._open_spans.pop()
 
     def handle_data(self, data):
         self.text.append(data)
@@ -114,4 +120,4 @@ def test_html_page_is_self_contained_escaped_and_highlights_trained_tokens(dump,
 
 def test_html_without_tokenizer_lists_span_counts():
     page = render_html(real_trajectory())
-    assert "[trained: tokens 226–264, 38 tokens]" in page and "--tokenizer" in page
+    assert "[trained: tokens 226–264, 38 tokens; rollout logprob mean" in page and "--tokenizer" in page

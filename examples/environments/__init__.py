@@ -3,6 +3,8 @@
 - `whodunit.WhoDunIt`: a deterministic mystery; investigate with tools, finish with `accuse`.
 - `math_env.MathEnv`: arithmetic word problems; `calculator` tool, answered by the final plain message.
 - `faulty.Faulty`: fault injection (raising, hanging, huge and garbled tool results).
+- `closest_guess.ClosestGuess`: estimate a product; `score_group` ranks a group's estimates (a group reward).
+- `closest_guess.GradedGuess`: easier products, each estimate graded by closeness (the quickstart's).
 
 Each module runs its own server: `python examples/environments/whodunit.py PORT`.
 """

@@ -1,4 +1,4 @@
-"""ClosestGuess: estimate a product without tools; the group is ranked by how close each estimate is.
+"""ClosestGuess and GradedGuess: estimate a product without tools, scored by how close the estimate is.
 
 The only tool is the ``@terminal`` ``answer``: the first assistant message without a tool call is
 the estimate (its last number). Pointwise, an estimate within 1% of the product earns 1.0, else
@@ -8,7 +8,14 @@ of a group gets 1.0 and the farthest 0.0 however rough they all are. A candidate
 loses to every candidate with one; a candidate without an assistant message fails the request. The same estimate therefore scores differently in different
 groups, which is what makes this a group reward.
 
-Run a server: ``python examples/environments/closest_guess.py 8080``.
+``GradedGuess`` asks easier questions (a two-digit number times a one-digit one) and grades each
+estimate on its own by closeness (`closeness`): 1.0 when exact, falling linearly in
+``|log(estimate / product)|`` to 0.0 at a factor of 1.25 off (5% off earns about 0.78, 10% off
+about 0.55; 25% or more off, or no positive number, 0.0). So a reward above 0 means the estimate
+was within 25% of the product. This is the quickstart's environment: SmolLM2-135M sometimes gets
+one right or close.
+
+Run a server: ``python examples/environments/closest_guess.py 8080`` (both classes).
 
 >>> rank_rewards([Fraction(90), Fraction(100), None], target=100)
 [0.5, 1.0, 0.0]
@@ -18,10 +25,13 @@ Run a server: ``python examples/environments/closest_guess.py 8080``.
 Fraction(1, 100)
 >>> estimate_in("I'd say about 12,500.") == Fraction(12500)
 True
+>>> [round(closeness(Fraction(e), 1000), 2) for e in (1000, 1050, 1100, 900, 1250, 10)], closeness(None, 1000)
+([1.0, 0.78, 0.57, 0.53, 0.0, 0.0], 0.0)
 """
 
 from __future__ import annotations
 
+import math
 import random
 import re
 import sys
@@ -32,7 +42,7 @@ from pydantic import BaseModel, Field
 
 from openreward.environments import Environment, GroupCandidate, GroupScore, Server, Split, TextBlock, ToolOutput, terminal, tool
 
-__all__ = ["ClosestGuess", "TASKS_PER_SPLIT", "estimate_in", "make_question", "rank_rewards", "relative_error"]
+__all__ = ["ClosestGuess", "GradedGuess", "TASKS_PER_SPLIT", "closeness", "estimate_in", "make_question", "rank_rewards", "relative_error"]
 
 TASKS_PER_SPLIT = {"train": 20, "test": 5}
 TOLERANCE = Fraction(1, 100)
@@ -50,6 +60,16 @@ def estimate_in(text: str) -> Fraction | None:
 def relative_error(estimate: Fraction, target: int) -> Fraction:
     """|estimate - target| / |target| (targets are never zero)."""
     return abs(estimate - target) / abs(target)
+
+
+CLOSE_FACTOR = 1.25  # GradedGuess: an estimate this many times off (either way) earns 0
+
+
+def closeness(estimate: Fraction | None, target: int) -> float:
+    """1 - |log(estimate / target)| / log(1.25), floored at 0; 0.0 without a positive estimate."""
+    if estimate is None or estimate <= 0:
+        return 0.0
+    return max(0.0, 1.0 - abs(math.log(estimate / target)) / math.log(CLOSE_FACTOR))
 
 
 def rank_rewards(estimates: Sequence[Fraction | None], target: int = 100) -> list[float]:
@@ -74,10 +94,10 @@ def rank_rewards(estimates: Sequence[Fraction | None], target: int = 100) -> lis
     ]
 
 
-def make_question(seed: str) -> tuple[str, int]:
-    """A (question, product) pair; equal seeds give equal questions."""
+def make_question(seed: str, *, small: bool = False) -> tuple[str, int]:
+    """A (question, product) pair; equal seeds give equal questions. `small`: two digits times one."""
     rng = random.Random(seed)
-    a, b = rng.randint(101, 9999), rng.randint(11, 999)
+    a, b = (rng.randint(12, 99), rng.randint(3, 9)) if small else (rng.randint(101, 9999), rng.randint(11, 999))
     return f"Estimate {a} * {b} in your head (no tools).", a * b
 
 
@@ -96,6 +116,9 @@ class AnswerArgs(BaseModel):
 class ClosestGuess(Environment):
     """Mental estimation of a product; `score_group` ranks a group's estimates by closeness."""
 
+    seed_prefix = "closest"  # task i of a split is make_question(f"{seed_prefix}/{split}/{i}")
+    small_questions = False
+
     @classmethod
     def list_splits(cls) -> list[Split]:
         return [Split(name="train", type="train"), Split(name="test", type="test")]
@@ -103,10 +126,10 @@ class ClosestGuess(Environment):
     @classmethod
     def list_tasks(cls, split: str) -> list[dict]:
         if split not in TASKS_PER_SPLIT:
-            raise ValueError(f"unknown split {split!r}; ClosestGuess has {sorted(TASKS_PER_SPLIT)}")
+            raise ValueError(f"unknown split {split!r}; {cls.__name__} has {sorted(TASKS_PER_SPLIT)}")
         tasks = []
         for i in range(TASKS_PER_SPLIT[split]):
-            question, target = make_question(f"closest/{split}/{i}")
+            question, target = make_question(f"{cls.seed_prefix}/{split}/{i}", small=cls.small_questions)
             tasks.append({"id": f"{split}-{i:03d}", "question": question, "answer": str(target)})
         return tasks
 
@@ -141,5 +164,27 @@ class ClosestGuess(Environment):
         ]  # fmt: skip
 
 
+class GradedGuess(ClosestGuess):
+    """Easier products than ClosestGuess's, each estimate graded on its own by `closeness` (no group needed)."""
+
+    seed_prefix = "graded"
+    small_questions = True
+
+    @terminal
+    @tool
+    def answer(self, args: AnswerArgs) -> ToolOutput:
+        """Grade the estimate by closeness: 1.0 exact, 0.0 when 25% or more off."""
+        target = int(self.task_spec["answer"])
+        estimate = estimate_in(args.answer)
+        reward = closeness(estimate, target)
+        seen = "no number" if estimate is None else f"{float(estimate):,.6g}"
+        return ToolOutput(
+            blocks=[TextBlock(text=f"Estimate {seen}; the product is {target:,}; closeness {reward:.2f}.")],
+            metadata={"estimate": None if estimate is None else str(estimate), "closeness": reward},
+            reward=reward,
+            finished=True,
+        )
+
+
 if __name__ == "__main__":
-    Server([ClosestGuess]).run(host="127.0.0.1", port=int(sys.argv[1]))
+    Server([ClosestGuess, GradedGuess]).run(host="127.0.0.1", port=int(sys.argv[1]))

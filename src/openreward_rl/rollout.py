@@ -73,7 +73,6 @@ class Rollouts:
             nudge_message=self.config.nudge_message or DEFAULT_NUDGE,
             train_thinking=self.config.train_thinking,
             max_tool_output_tokens=self.config.max_tool_output_tokens,
-            reward_policy=env_config.reward_policy(),
             episode_timeout=self.config.episode_timeout,
         )
 
@@ -88,4 +87,5 @@ class Rollouts:
             secrets=self.config.session_secrets(task.environment),
             attempts=self.config.attempts,
             tool_timeout=self.config.tool_timeout,
+            reward_policy=self.config.environment(task.environment).reward_policy(),
         )  # the episode timeout is the episode's own (settings), so a timed-out run keeps what it produced

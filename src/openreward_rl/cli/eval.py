@@ -250,7 +250,7 @@ async def run_eval(options: EvalOptions, config: TrainConfig, *, engine: Any, to
             uploader.submit(trajectory, environment=job.task.environment, split=job.task.split, task_spec=job.task.task_spec, sampling_params=options.sampling_params)
         return trajectory
 
-    metadata = {"eval": {"engine": options.engine, "model": options.model, "temperature": options.temperature, "top_p": options.top_p}}
+    metadata = {"eval": {"engine": options.engine, "model": options.model, "tokenizer": options.tokenizer or options.model, "temperature": options.temperature, "top_p": options.top_p}}
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console) as bar:
         progress = bar.add_task("episodes", total=len(jobs))
 

@@ -28,17 +28,42 @@ from openreward_rl.parsers.base import ParseErrorKind
 from openreward_rl.parsers.common import skip_spaces
 from openreward_rl.parsers._xmlish import RawValue, TurnBuilder, decode_json_object, find_value_end
 
-__all__ = ["InvokeGrammar", "attributes"]
+__all__ = ["InvokeGrammar", "attributes", "unescape_xml"]
 
 _ATTRIBUTE = re.compile(r'([\w-]+)="([^"]*)"')
+_XML_ENTITY = re.compile(r"&(?:(amp|lt|gt|quot|apos)|#([0-9]{1,7})|#[xX]([0-9a-fA-F]{1,6}));")
+_NAMED = {"amp": "&", "lt": "<", "gt": ">", "quot": '"', "apos": "'"}
 
 
-def attributes(text: str) -> dict[str, str]:
-    """`key="value"` pairs of a tag, in order.
+def _entity(match: re.Match[str]) -> str:
+    name, decimal, hexadecimal = match.groups()
+    if name:
+        return _NAMED[name]
+    code = int(decimal) if decimal else int(hexadecimal, 16)
+    if code > 0x10FFFF or 0xD800 <= code <= 0xDFFF or code == 0:
+        return match.group(0)  # not a character: kept as written
+    return chr(code)
+
+
+def unescape_xml(text: str) -> str:
+    """Replace XML's five named entities and numeric character references; anything else is kept.
+
+    >>> unescape_xml("a&amp;b &lt;x&gt; &quot;q&quot; &#233;&#x1F680; &copy; &#0;")
+    'a&b <x> "q" é🚀 &copy; &#0;'
+    """
+    return _XML_ENTITY.sub(_entity, text) if "&" in text else text
+
+
+def attributes(text: str, *, xml_escaped: bool = False) -> dict[str, str]:
+    """`key="value"` pairs of a tag, in order; `xml_escaped` values have their XML entities unescaped.
 
     >>> attributes(' name="city" string="true"')
     {'name': 'city', 'string': 'true'}
+    >>> attributes(' key="a&amp;b &quot;c&quot;"', xml_escaped=True)
+    {'key': 'a&b "c"'}
     """
+    if xml_escaped:
+        return {key: unescape_xml(value) for key, value in _ATTRIBUTE.findall(text)}
     return {key: value for key, value in _ATTRIBUTE.findall(text)}
 
 
@@ -59,6 +84,7 @@ class InvokeGrammar:
     declared_type: Callable[[dict[str, str]], str | None] = lambda _attrs: None
     json_bodies: bool = False  # an invoke body may be a bare JSON object of arguments
     bare_invokes: bool = False  # invokes outside a block are calls too
+    xml_escaped_attributes: bool = False  # attribute values (names, keys) are XML-escaped (Kimi K3)
     section_name: str = "tool-call block"
 
     @property
@@ -112,7 +138,7 @@ class InvokeGrammar:
         tag = self.invoke_tag.match(text, start)
         if tag is None:
             return self._broken(text, start, start, builder, None, "the call's opening tag is malformed")
-        name = attributes(tag.group("attrs")).get(self.name_attribute)
+        name = attributes(tag.group("attrs"), xml_escaped=self.xml_escaped_attributes).get(self.name_attribute)
         if name is None:
             end = self._after_invoke(text, tag.end())
             builder.add_error(ParseErrorKind.MISSING_NAME, f"the call has no {self.name_attribute}= attribute", text[start:end])
@@ -152,7 +178,7 @@ class InvokeGrammar:
                 else:
                     builder.add_error(ParseErrorKind.MALFORMED_CALL, "a parameter value has no closing tag", text[start:], tool_name=name)
                 return len(text)
-            found = attributes(parameter.group("attrs"))
+            found = attributes(parameter.group("attrs"), xml_escaped=self.xml_escaped_attributes)
             key = found.get(self.key_attribute)
             if key is None or key in arguments:
                 end = self._after_invoke(text, index)

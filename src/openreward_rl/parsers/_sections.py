@@ -17,7 +17,7 @@ from functools import partial
 from typing import Any
 
 from openreward_rl.parsers.base import ParsedTurn, ParseErrorKind
-from openreward_rl.parsers.common import calls_in_reasoning, scan_blocks, skip_spaces
+from openreward_rl.parsers.common import NOT_A_BLOCK, calls_in_reasoning, scan_blocks, skip_spaces
 from openreward_rl.parsers._xmlish import TurnBuilder, decode_json_object, split_turn_reasoning
 
 __all__ = [
@@ -75,32 +75,28 @@ def parse_sectioned_turn(
         opener_ends_reasoning=opener_ends_reasoning,
     )
     reasoning, rest = split.reasoning, split.rest
-    if interleaved_reasoning:
-        later, rest = _later_reasoning_blocks(rest, open_tag, close_tag, call_openers, builder)
-        pieces = [p for p in (reasoning, *later) if p]
-        reasoning = "\n\n".join(pieces) if pieces else reasoning
-    scan_sections(rest, section_openers, parse_section, builder)
-    return builder.build(reasoning)
+    if not interleaved_reasoning:
+        scan_sections(rest, section_openers, parse_section, builder)
+        return builder.build(reasoning)
+    # Later closed reasoning blocks are found by the same scan as the sections, so a reasoning tag
+    # quoted inside a call's arguments is text, never a block.
+    later: list[str] = []
 
-
-def _later_reasoning_blocks(
-    rest: str, open_tag: str, close_tag: str, call_openers: Sequence[str], builder: TurnBuilder
-) -> tuple[list[str], str]:
-    """Pull closed reasoning blocks out of the text after the first one; return them and the text left."""
-    blocks: list[str] = []
-    kept: list[str] = []
-    position = 0
-    while (opened := rest.find(open_tag, position)) >= 0:
-        closed = rest.find(close_tag, opened)
+    def parse_block(start: int, opener: str) -> int:
+        if opener != open_tag:
+            return parse_section(rest, start + len(opener), builder)
+        closed = rest.find(close_tag, start)
         if closed < 0:
-            break
-        kept.append(rest[position:opened])
-        block = rest[opened + len(open_tag) : closed]
+            return NOT_A_BLOCK  # an unclosed later opener is text
+        block = rest[start + len(open_tag) : closed]
         builder.errors.extend(calls_in_reasoning(block, call_openers))
-        blocks.append(block.strip())
-        position = closed + len(close_tag)
-    kept.append(rest[position:])
-    return blocks, "".join(kept)
+        later.append(block.strip())
+        return closed + len(close_tag)
+
+    for piece in scan_blocks(rest, (*section_openers, open_tag), parse_block):
+        builder.add_content(piece)
+    pieces = [p for p in (reasoning, *later) if p]
+    return builder.build("\n\n".join(pieces) if pieces else reasoning)
 
 
 def parse_call_list(
@@ -109,17 +105,22 @@ def parse_call_list(
     builder: TurnBuilder,
     *,
     section_name: str,
-    section_end: str,
+    section_end: str | tuple[str, ...],
     call_begin: str,
     parse_call: CallParser,
 ) -> int:
-    """Parse `call call ... SECTION_END` (whitespace allowed between); return the index after the section."""
+    """Parse `call call ... SECTION_END` (whitespace allowed between); return the index after the section.
+
+    `section_end` may list several spellings; any of them ends the section where a call could start
+    (never inside a call's arguments, where a quoted one is text)."""
+    ends = (section_end,) if isinstance(section_end, str) else section_end
     section_start = index
     calls_seen = 0
     while True:
         index = skip_spaces(text, index)
-        if text.startswith(section_end, index):
-            return index + len(section_end)
+        for end in ends:
+            if text.startswith(end, index):
+                return index + len(end)
         if index >= len(text):
             if calls_seen == 0:
                 if builder.truncated:
@@ -132,14 +133,14 @@ def parse_call_list(
             calls_seen += 1
             continue
         # Text inside the section that is not a call: report it and resynchronise on the next marker.
-        stops = [i for i in (text.find(call_begin, index), text.find(section_end, index)) if i >= 0]
+        stops = [i for i in (text.find(call_begin, index), *(text.find(e, index) for e in ends)) if i >= 0]
         stop = min(stops) if stops else len(text)
         builder.add_error(ParseErrorKind.MALFORMED_CALL, f"unexpected text inside the {section_name}", text[index:stop])
         calls_seen += 1  # the section was not empty; do not report it again as such
         index = stop
 
 
-def call_list_section(*, section_end: str, call_begin: str, parse_call: CallParser, section_name: str = "tool-call section") -> SectionParser:
+def call_list_section(*, section_end: str | tuple[str, ...], call_begin: str, parse_call: CallParser, section_name: str = "tool-call section") -> SectionParser:
     """The section parser of a format whose sections are `call call ... SECTION_END` (see `parse_call_list`)."""
     return partial(parse_call_list, section_name=section_name, section_end=section_end, call_begin=call_begin, parse_call=parse_call)
 

@@ -30,7 +30,7 @@ from typing import Any
 import attrs
 
 from openreward_rl.parsers.base import ParsedTurn, ParseError, ParseErrorKind, ToolCall, tool_schema
-from openreward_rl.parsers.common import ReasoningSplit, calls_in_reasoning, join_content, split_reasoning, validate_call
+from openreward_rl.parsers.common import join_content, split_turn_reasoning, validate_call
 from openreward_rl.parsers.schema import CoercionError, coerce_value
 
 __all__ = [
@@ -237,39 +237,6 @@ def coerce_raw_arguments(
             values[key] = raw.text
             problems.append(f"argument {key!r}: {error}")
     return values, problems
-
-
-def split_turn_reasoning(
-    text: str,
-    *,
-    generation_prompt: str,
-    call_openers: Sequence[str],
-    errors: list[ParseError],
-    open_tag: str = "<think>",
-    close_tag: str = "</think>",
-    opener_ends_reasoning: bool = False,
-) -> ReasoningSplit:
-    """Split reasoning from the rest, applying the calls-inside-reasoning policy.
-
-    A call opener inside a closed reasoning block is a rehearsal: it is reported as
-    CALL_IN_REASONING and never executed. In an unclosed block, when `opener_ends_reasoning`
-    (formats whose reference parser treats the tool section as ending the reasoning: Kimi K2,
-    DeepSeek V4), the first call opener ends the reasoning and the calls after it are parsed;
-    otherwise the calls are reported as CALL_IN_REASONING too.
-    """
-    split = split_reasoning(text, generation_prompt=generation_prompt, open_tag=open_tag, close_tag=close_tag)
-    if split.reasoning is None:
-        return split
-    if not split.complete and opener_ends_reasoning:
-        opened = [split.reasoning.find(o) for o in call_openers]
-        found = [i for i in opened if i >= 0]
-        if found:
-            first = min(found)
-            return ReasoningSplit(
-                reasoning=split.reasoning[:first].strip(), rest=split.reasoning[first:], complete=True
-            )
-    errors.extend(calls_in_reasoning(split.reasoning, call_openers))
-    return split
 
 
 class TurnBuilder:

@@ -37,6 +37,9 @@ class ParseErrorKind(str, enum.Enum):
     INVALID_ARGUMENTS = "invalid_arguments"  # arguments are not an object, or fail schema coercion
     MALFORMED_CALL = "malformed_call"  # the call's structure does not match the format
     CALL_IN_REASONING = "call_in_reasoning"  # a call written inside reasoning; never executed
+    # A note, not a failure: a closer the model forgot was restored where the structure left no
+    # doubt, and the call (whose id the note carries) ran. Counted in metrics, never sent to the model.
+    REPAIRED_CLOSER = "repaired_closer"
 
 
 @attrs.frozen

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import json
+import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -25,9 +27,16 @@ __all__ = [
     "call_in_reasoning_error",
     "calls_in_reasoning",
     "scan_blocks",
+    "NOT_A_BLOCK",
     "join_content",
     "add_result",
     "find_structural_closer",
+    "find_unquoted",
+    "forgotten_closer",
+    "ValueScan",
+    "value_scan_pattern",
+    "repaired_closer_note",
+    "split_turn_reasoning",
 ]
 
 
@@ -43,18 +52,35 @@ def _opens_inside(generation_prompt: str, open_tag: str, close_tag: str) -> bool
     return opened >= 0 and generation_prompt.rfind(close_tag) < opened
 
 
+def _first_of(text: str, markers: Sequence[str], start: int = 0) -> int:
+    found = [i for m in markers if (i := text.find(m, start)) >= 0]
+    return min(found) if found else -1
+
+
 def split_reasoning(
-    text: str, *, generation_prompt: str = "", open_tag: str = "<think>", close_tag: str = "</think>"
+    text: str,
+    *,
+    generation_prompt: str = "",
+    open_tag: str = "<think>",
+    close_tag: str = "</think>",
+    call_openers: Sequence[str] = (),
 ) -> ReasoningSplit:
     """Split `<think>…</think>`-style reasoning from the rest of a completion.
 
     The opener may sit in the generation prompt (Qwen3.5, DeepSeek-R1, GLM-4.7): then the completion
     starts inside reasoning, and a completion without the closer is all reasoning.
 
+    A closer with no opener before it also means the opener was pre-filled by a prompt we were not
+    shown, unless a call opener (`call_openers`) comes before it: then the closer is quoted inside a
+    call's argument (`print('</think>')`) and is content, not structure. A prompt that itself ends
+    with the closer (DeepSeek V3.1 `</think>`, GLM `<think></think>`) has no reasoning to split.
+
     >>> split_reasoning("<think>\\nhmm\\n</think>\\n\\nHello")
     ReasoningSplit(reasoning='hmm', rest='Hello', complete=True)
     >>> split_reasoning("still thinking", generation_prompt="<|im_start|>assistant\\n<think>\\n")
     ReasoningSplit(reasoning='still thinking', rest='', complete=False)
+    >>> split_reasoning('<tool_call>{"a": "</think>"}</tool_call>', call_openers=["<tool_call>"]).reasoning is None
+    True
     """
     body = text
     if _opens_inside(generation_prompt, open_tag, close_tag):
@@ -64,14 +90,53 @@ def split_reasoning(
         inside = stripped.startswith(open_tag)
         if inside:
             body = stripped[len(open_tag) :]
-        elif close_tag in text and open_tag not in text:
-            inside = True  # the opener was pre-filled by a prompt we were not shown
+        elif (closed_at := text.find(close_tag)) >= 0 and not generation_prompt.rstrip().endswith(close_tag):
+            # Unless an opener or a call comes first: then the closer is quoted in a call or in content.
+            inside = _first_of(text[:closed_at], (open_tag, *call_openers)) < 0
     if not inside:
         return ReasoningSplit(reasoning=None, rest=text.strip(), complete=True)
     end = body.find(close_tag)
     if end < 0:
         return ReasoningSplit(reasoning=body.strip(), rest="", complete=False)
     return ReasoningSplit(reasoning=body[:end].strip(), rest=body[end + len(close_tag) :].strip(), complete=True)
+
+
+def split_turn_reasoning(
+    text: str,
+    *,
+    generation_prompt: str,
+    call_openers: Sequence[str],
+    errors: list[ParseError],
+    open_tag: str = "<think>",
+    close_tag: str = "</think>",
+    opener_ends_reasoning: bool = False,
+    call_start: re.Pattern[str] | None = None,
+) -> ReasoningSplit:
+    """Split reasoning from the rest, applying the calls-inside-reasoning policy.
+
+    A call opener inside a closed reasoning block is a rehearsal: it is reported as
+    CALL_IN_REASONING and never executed. In a block that is never closed, when
+    `opener_ends_reasoning` (the policy of vLLM's Qwen3 and Kimi K2 reasoning parsers and of
+    llama.cpp), the first call start ends the reasoning and the calls after it are parsed;
+    otherwise the calls are reported as CALL_IN_REASONING too. `call_start` is what counts as a
+    call start (default: any of `call_openers`); Qwen XML asks for `<tool_call>` followed by
+    `<function=`, so that a bare mention of `<tool_call>` in the reasoning does not end it.
+    """
+    split = split_reasoning(
+        text, generation_prompt=generation_prompt, open_tag=open_tag, close_tag=close_tag, call_openers=call_openers
+    )
+    if split.reasoning is None:
+        return split
+    if not split.complete and opener_ends_reasoning:
+        if call_start is not None:
+            match = call_start.search(split.reasoning)
+            first = match.start() if match else -1
+        else:
+            first = _first_of(split.reasoning, call_openers)
+        if first >= 0:
+            return ReasoningSplit(reasoning=split.reasoning[:first].strip(), rest=split.reasoning[first:], complete=True)
+    errors.extend(calls_in_reasoning(split.reasoning, call_openers))
+    return split
 
 
 def new_call_id() -> str:
@@ -166,11 +231,18 @@ def loads_json_strict(text: str) -> Any:
     return value
 
 
+_SPACES = re.compile(r"\s*")
+
+
 def skip_spaces(text: str, index: int) -> int:
-    """The first index at or after `index` that is not whitespace."""
-    while index < len(text) and text[index].isspace():
-        index += 1
-    return index
+    """The first index at or after `index` that is not whitespace.
+
+    >>> skip_spaces("a \\n\\tb", 1), skip_spaces("ab", 1), skip_spaces("a  ", 1)
+    (4, 1, 3)
+    """
+    if index >= len(text) or not text[index].isspace():
+        return index
+    return _SPACES.match(text, index).end()  # type: ignore[union-attr]  (always matches)
 
 
 def is_cut_off(finish_reason: str | None) -> bool:
@@ -210,26 +282,37 @@ def calls_in_reasoning(reasoning: str | None, openers: Sequence[str]) -> list[Pa
     return []
 
 
+NOT_A_BLOCK = -1  # returned by a `scan_blocks` block parser: the opener is text, not a block
+
+
 def scan_blocks(body: str, openers: Sequence[str], parse_block: Callable[[int, str], int]) -> list[str]:
     """Walk `body` for blocks that start with one of `openers`; return the text outside them, in order.
 
     `parse_block(start, opener)` handles the block at `body[start]` and returns the index where
-    scanning resumes (at least `start + 1` is used, so scanning always moves on). The result has
-    exactly one piece when `body` holds no block.
+    scanning resumes (at least `start + 1` is used, so scanning always moves on), or `NOT_A_BLOCK`
+    when the opener there is text after all. Scanning resumes after a block, so openers quoted
+    inside a block's arguments are never seen. The result has exactly one piece when `body` holds no block.
 
     >>> scan_blocks("a[x]b[y]", ("[",), lambda start, opener: start + 3)
     ['a', 'b', '']
+    >>> text = "a[x]b[y"
+    >>> scan_blocks(text, ("[",), lambda start, opener: start + 3 if "]" in text[start:] else NOT_A_BLOCK)
+    ['a', 'b[y']
     """
     content: list[str] = []
-    position = 0
+    position = search = 0
     while True:
-        hits = [(i, opener) for opener in openers if (i := body.find(opener, position)) >= 0]
+        hits = [(i, opener) for opener in openers if (i := body.find(opener, search)) >= 0]
         if not hits:
             content.append(body[position:])
             return content
         start, opener = min(hits)
+        resume = parse_block(start, opener)
+        if resume == NOT_A_BLOCK:
+            search = start + len(opener)
+            continue
         content.append(body[position:start])
-        position = max(parse_block(start, opener), start + 1)
+        position = search = max(resume, start + 1)
 
 
 def join_content(parts: Sequence[str]) -> str:
@@ -268,3 +351,109 @@ def find_structural_closer(text: str, closer: str, start: int, followers: Sequen
             return position
         position = text.find(closer, position + 1)
     return -1
+
+
+@functools.lru_cache(maxsize=64)
+def _unquoted_pattern(markers: tuple[str, ...], quotes: str) -> re.Pattern[str]:
+    strings = [rf"{re.escape(q)}(?:[^{re.escape(q)}\\]|\\.)*+{re.escape(q)}" for q in quotes]
+    wanted = "|".join(re.escape(m) for m in sorted(markers, key=len, reverse=True))
+    return re.compile("|".join(strings) + f"|(?P<marker>{wanted})", re.DOTALL)
+
+
+def find_unquoted(text: str, markers: Sequence[str], start: int = 0, *, quotes: str = '"') -> tuple[int, str]:
+    """(index, marker) of the first of `markers` at or after `start` that is not inside a quoted
+    string (backslash escapes honoured), or (-1, "") when there is none.
+
+    This is how a wrapper's closer is found around JSON or Python source: a marker quoted in a
+    string argument is content. A quote that is never closed does not hide what follows it.
+
+    >>> find_unquoted('f(a="<|end|>") <|end|>', ["<|end|>"])
+    (15, '<|end|>')
+    >>> find_unquoted("don't <|end|>", ["<|end|>"], quotes="'\\"")
+    (6, '<|end|>')
+    """
+    if len(markers) == 1:
+        marker = markers[0]
+        first = text.find(marker, start)
+        if first < 0:
+            return -1, ""
+    else:
+        found = [(i, m) for m in markers if (i := text.find(m, start)) >= 0]
+        if not found:
+            return -1, ""
+        first, marker = min(found)
+    for quote in quotes:
+        if text.find(quote, start, first) >= 0:
+            break
+    else:
+        return first, marker  # no quote before it: it cannot be inside a string
+    for match in _unquoted_pattern(tuple(markers), quotes).finditer(text, start):
+        if match.group("marker") is not None:
+            return match.start(), match.group("marker")
+    return -1, ""
+
+
+def value_scan_pattern(closer: str, heads: Sequence[str]) -> re.Pattern[str]:
+    """The pattern `forgotten_closer` scans a value with: its `closer` or any of `heads` (built once per format)."""
+    return re.compile("|".join(re.escape(m) for m in sorted((closer, *heads), key=len, reverse=True)))
+
+
+ValueScan = tuple[re.Match[str] | None, int, bool]
+"""What `forgotten_closer` found, as a plain tuple (one is made per parsed value, so it stays cheap):
+(repair: the structure the value ends before when its closer was forgotten, else None;
+closer_from: the first closer after the value's start, -1 when there is none;
+head_first: whether a head came before that closer)."""
+
+
+def forgotten_closer(
+    text: str,
+    start: int,
+    closer: str,
+    boundary: re.Pattern[str],
+    scan: re.Pattern[str],
+    accept: Callable[[re.Match[str]], bool] = lambda match: True,
+) -> ValueScan:
+    """Whether a raw value that starts at `start` lost its `closer`, and where it then ends.
+
+    `boundary` matches structure that only follows a finished value (the next parameter on a line
+    of its own, the call's end followed by the next call or by the end of the text). `scan`
+    (`value_scan_pattern`) matches the closer or the literal texts that boundary matches (and any
+    other structure the caller cares about) start with. A
+    boundary with no `closer` at all between `start` and it means the closer was forgotten:
+    otherwise the value would swallow the next parameter or call. `accept` vets each match (for
+    example: the next parameter's name is one the tool declares). The caller records the repair
+    (`repaired_closer_note`).
+
+    One pass finds the first closer or head; when that is the closer (the usual case), there is
+    nothing to repair and `closer_from` lets the caller's closer search start there instead of
+    scanning the value again.
+
+    >>> boundary = re.compile(r"<p=(\\w+)>")
+    >>> scan = value_scan_pattern("</p>", ["<p="])
+    >>> forgotten_closer("1<p=b>2</p></f>", 0, "</p>", boundary, scan)[0].start()
+    1
+    >>> forgotten_closer("1</p><p=b>2</p>", 0, "</p>", boundary, scan)
+    (None, 1, False)
+    """
+    first = scan.search(text, start)
+    if first is None:
+        return None, -1, False
+    if first.group() == closer:
+        return None, first.start(), False
+    closer_at = text.find(closer, first.start())
+    limit = len(text) if closer_at < 0 else closer_at
+    for match in boundary.finditer(text, first.start(), limit):
+        if accept(match):
+            return match, closer_at, True
+    return None, closer_at, True
+
+
+def repaired_closer_note(closer: str, *, raw: str, tool_name: str, call_id: str) -> ParseError:
+    """The note that a forgotten `closer` was restored in the executed call `call_id`."""
+    return ParseError(
+        ParseErrorKind.REPAIRED_CLOSER,
+        f"a missing {closer} was restored where the structure left no doubt; the call ran",
+        raw=raw,
+        tool_name=tool_name,
+        call_id=call_id,
+    )

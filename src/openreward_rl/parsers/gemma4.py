@@ -207,12 +207,18 @@ class Gemma4Parser:
         finish_reason: str | None = None,
     ) -> ParsedTurn:
         split = split_reasoning(
-            text, generation_prompt=generation_prompt, open_tag=_REASONING_OPEN, close_tag=_REASONING_CLOSE
+            text,
+            generation_prompt=generation_prompt,
+            open_tag=_REASONING_OPEN,
+            close_tag=_REASONING_CLOSE,
+            call_openers=(GEMMA4.call_open, FUNCTION_GEMMA.call_open),
         )
         reasoning = split.reasoning
         if reasoning is not None and reasoning.startswith("thought"):
             reasoning = reasoning[len("thought") :].strip()
-        syntax = FUNCTION_GEMMA if FUNCTION_GEMMA.call_open in text else GEMMA4
+        # The dialect is the one whose call opener comes first: the other's markers quoted in a string are text.
+        gemma4_at, function_gemma_at = text.find(GEMMA4.call_open), text.find(FUNCTION_GEMMA.call_open)
+        syntax = FUNCTION_GEMMA if function_gemma_at >= 0 and (gemma4_at < 0 or function_gemma_at < gemma4_at) else GEMMA4
         errors = calls_in_reasoning(reasoning, (syntax.call_open,))
         calls: list[ToolCall] = []
         body = split.rest

@@ -26,19 +26,27 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from openreward_rl.parsers.base import ParsedTurn, ParseErrorKind, register_parser
+from openreward_rl.parsers.base import ParsedTurn, ParseErrorKind, register_parser, tool_schema
 from openreward_rl.parsers._sections import parse_sectioned_turn
 from openreward_rl.parsers._xmlish import RawValue, TurnBuilder, find_value_end
-from openreward_rl.parsers.common import skip_spaces
+from openreward_rl.parsers.common import forgotten_closer, repaired_closer_note, skip_spaces, value_scan_pattern
 
 __all__ = ["Glm45Parser", "CALL_OPEN", "CALL_CLOSE"]
 
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
 KEY_OPEN, KEY_CLOSE = "<arg_key>", "</arg_key>"
 VALUE_OPEN, VALUE_CLOSE = "<arg_value>", "</arg_value>"
+# What can only follow a finished value: the next key/value pair, or the call's end followed by the
+# next call (a valid name, then a key or its end) or by the end of the text.
+_VALUE_BOUNDARY = re.compile(
+    r"<arg_key>(?P<key>[^<>]*)</arg_key>\s*<arg_value>"
+    r"|</tool_call>(?=\s*(?:<tool_call>[^<>\s{}]+\s*(?:<arg_key>|</tool_call>)|\Z))"
+)
+_VALUE_SCAN = value_scan_pattern(VALUE_CLOSE, (KEY_OPEN, CALL_CLOSE, CALL_OPEN))  # CALL_OPEN: a boundary of `find_value_end`
 
 
 def _skip_call(text: str, index: int) -> int:
@@ -70,6 +78,15 @@ def parse_glm_call(text: str, index: int, builder: TurnBuilder) -> int:
                           "the tool call has no valid function name", text[start:end])
         return end
     arguments: dict[str, RawValue] = {}
+    repaired = False
+
+    def real_boundary(match: re.Match[str]) -> bool:
+        if match.group("key") is not None:  # the next pair: a key the tool declares, not given yet
+            key = match.group("key").strip()
+            declared = (tool_schema(builder.tools, name) or {}).get("properties")
+            return key not in arguments and (not isinstance(declared, Mapping) or key in declared)
+        return not (builder.truncated and match.end() == len(text))  # a cut text may end inside a value
+
     index = name_end
     while True:
         index = skip_spaces(text, index)
@@ -92,9 +109,25 @@ def parse_glm_call(text: str, index: int, builder: TurnBuilder) -> int:
         if not text.startswith(VALUE_OPEN, index):
             return _broken(text, start, index, builder, name, f"argument {key!r} has no <arg_value>")
         value_start = index + len(VALUE_OPEN)
-        value_end = find_value_end(
-            text, value_start, VALUE_CLOSE, followers=(KEY_OPEN, CALL_CLOSE), boundaries=(KEY_OPEN, CALL_OPEN)
-        )
+        repair, closer_from, head_first = forgotten_closer(text, value_start, VALUE_CLOSE, _VALUE_BOUNDARY, _VALUE_SCAN, real_boundary)
+        if repair is None and closer_from < 0:
+            value_end = None
+        elif repair is None:
+            # When the closer came before any head, the closers and boundaries `find_value_end` looks
+            # for all lie after it: searching from there gives the same end without a second pass.
+            value_end = find_value_end(
+                text,
+                value_start if head_first else closer_from,
+                VALUE_CLOSE,
+                followers=(KEY_OPEN, CALL_CLOSE),
+                boundaries=(KEY_OPEN, CALL_OPEN),
+            )
+        else:  # `</arg_value>` was forgotten: the value ends before the layout and the structure
+            end_at = repair.start()
+            while end_at > value_start and text[end_at - 1].isspace():
+                end_at -= 1
+            value_end = (end_at, 0)
+            repaired = True
         if value_end is None:
             return _broken(text, start, value_start, builder, name, f"argument {key!r} has no closing </arg_value>")
         if key in arguments:
@@ -103,7 +136,9 @@ def parse_glm_call(text: str, index: int, builder: TurnBuilder) -> int:
             return end
         arguments[key] = RawValue(text[value_start : value_end[0]])
         index = value_end[0] + value_end[1]
-    builder.add_raw_call(name, arguments, raw=text[start:end])
+    call = builder.add_raw_call(name, arguments, raw=text[start:end])
+    if repaired and call is not None:
+        builder.errors.append(repaired_closer_note(VALUE_CLOSE, raw=text[start:end], tool_name=call.name, call_id=call.id))
     return end
 
 

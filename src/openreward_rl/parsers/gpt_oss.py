@@ -35,6 +35,8 @@ from openreward_rl.parsers.base import ParsedTurn, ParseError, ParseErrorKind, T
 from openreward_rl.parsers.common import (
     JsonValueError,
     add_result,
+    decode_json_prefix,
+    skip_spaces,
     call_in_reasoning_error,
     is_cut_off,
     loads_json_strict,
@@ -62,6 +64,17 @@ def _next_marker(text: str, markers: Sequence[str], start: int) -> tuple[int, st
         if found >= 0 and (best < 0 or found < best):
             best, which = found, marker
     return best, which
+
+
+def _json_body(text: str, start: int) -> tuple[Any, int] | None:
+    """A call body's JSON value and where it ends, read string-aware; None when it is not JSON."""
+    index = skip_spaces(text, start)
+    if index >= len(text) or text[index] not in "{[":
+        return None
+    try:
+        return decode_json_prefix(text, index)
+    except JsonValueError:
+        return None
 
 
 def _open_header(generation_prompt: str) -> str:
@@ -107,10 +120,15 @@ class GptOssParser:
                 continue
             header = full[position:message_at]
             body_start = message_at + len(MESSAGE)
-            end, terminator = _next_marker(full, (*_TERMINATORS, START), body_start)
+            # A call's JSON body is read string-aware: Harmony markers quoted in an argument are text.
+            decoded = _json_body(full, body_start) if _RECIPIENT.search(header) else None
+            json_end = decoded[1] if decoded else body_start
+            end, terminator = _next_marker(full, (*_TERMINATORS, START), json_end)
             body = full[body_start : len(full) if end < 0 else end]
+            if decoded and full[json_end : len(full) if end < 0 else end].strip():
+                decoded = None  # text after the JSON: the whole body is decoded (and rejected) below
             position = len(full) if end < 0 else end + (len(terminator) if terminator in _TERMINATORS else 0)
-            self._message(header, body, end < 0, finish_reason, tools, content, reasoning, calls, errors)
+            self._message(header, body, end < 0, finish_reason, tools, content, reasoning, calls, errors, decoded)
         joined_reasoning = "\n".join(reasoning) if reasoning else None
         if joined_reasoning and "to=functions." in joined_reasoning:
             errors.append(call_in_reasoning_error(joined_reasoning))
@@ -142,6 +160,7 @@ class GptOssParser:
         reasoning: list[str],
         calls: list[ToolCall],
         errors: list[ParseError],
+        decoded: tuple[Any, int] | None = None,
     ) -> None:
         channel_match = _CHANNEL_NAME.search(header)
         channel = channel_match.group(1) if channel_match else ""
@@ -159,7 +178,7 @@ class GptOssParser:
             errors.append(unclosed_error(raw, tool_name=name))
             return
         try:
-            arguments = loads_json_strict(body) if body.strip() else {}
+            arguments = decoded[0] if decoded else loads_json_strict(body) if body.strip() else {}
         except JsonValueError as error:
             errors.append(ParseError(ParseErrorKind.INVALID_JSON, f"arguments of {name!r}: {error}", raw=raw, tool_name=name))
             return

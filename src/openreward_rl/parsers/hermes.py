@@ -12,24 +12,26 @@ the block. Text outside calls is kept, in order, as content.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from openreward_rl.parsers.base import ParsedTurn, ParseError, ParseErrorKind, ToolCall, register_parser
 from openreward_rl.parsers.common import (
     JsonValueError,
-    calls_in_reasoning,
     decode_json_prefix,
     is_cut_off,
     join_content,
     loads_json_strict,
     scan_blocks,
-    split_reasoning,
+    split_turn_reasoning,
     unclosed_error,
     validate_call,
 )
 
 __all__ = ["HermesParser"]
+
+_CALL_START = re.compile(r"<tool_call>\s*\{")
 
 
 def _decode_arguments(value: Any) -> Any:
@@ -47,6 +49,12 @@ class HermesParser:
     open_tag = "<tool_call>"
     close_tag = "</tool_call>"
 
+    def __init__(self, *, tool_call_ends_reasoning: bool = True) -> None:
+        """`tool_call_ends_reasoning`: in a reasoning block that is never closed (the generation
+        prompt pre-fills `<think>`), a tool call ends the reasoning and is executed, as vLLM's
+        Qwen3 reasoning parser and llama.cpp do; False reports it CALL_IN_REASONING instead."""
+        self.tool_call_ends_reasoning = tool_call_ends_reasoning
+
     def parse(
         self,
         text: str,
@@ -55,8 +63,15 @@ class HermesParser:
         generation_prompt: str = "",
         finish_reason: str | None = None,
     ) -> ParsedTurn:
-        split = split_reasoning(text, generation_prompt=generation_prompt)
-        errors = calls_in_reasoning(split.reasoning, (self.open_tag,))
+        errors: list[ParseError] = []
+        split = split_turn_reasoning(
+            text,
+            generation_prompt=generation_prompt,
+            call_openers=(self.open_tag,),
+            errors=errors,
+            opener_ends_reasoning=self.tool_call_ends_reasoning,
+            call_start=_CALL_START,
+        )
         calls: list[ToolCall] = []
         body = split.rest
         content = scan_blocks(

@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from openreward_rl.parsers.base import ParsedTurn, register_parser, tool_schema
-from openreward_rl.parsers._sections import finish_json_call, missing_marker, parse_call_list, parse_sectioned_turn
+from openreward_rl.parsers._sections import call_list_section, finish_json_call, missing_marker, parse_sectioned_turn
 from openreward_rl.parsers._xmlish import TurnBuilder, decode_json_object
 
 __all__ = ["KimiK2Parser", "name_from_call_id"]
@@ -95,13 +95,7 @@ def _parse_call(text: str, index: int, builder: TurnBuilder) -> int:
     )
 
 
-def _parse_section(text: str, index: int, builder: TurnBuilder) -> int:
-    # Either section closer ends the section: find which one comes first after the calls.
-    ends = [(i, e) for e in SECTION_ENDS if (i := text.find(e, index)) >= 0]
-    section_end = min(ends)[1] if ends else SECTION_ENDS[0]
-    return parse_call_list(
-        text, index, builder, section_name="tool-call section", section_end=section_end, call_begin=CALL_BEGIN, parse_call=_parse_call
-    )
+_parse_section = call_list_section(section_end=SECTION_ENDS, call_begin=CALL_BEGIN, parse_call=_parse_call)
 
 
 @register_parser("kimi_k2")

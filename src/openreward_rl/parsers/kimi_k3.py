@@ -5,6 +5,8 @@
 - `type` is string, number, boolean, null, object or array: a string stays raw, the others are
   JSON text. The tool's schema, when it types the argument, has the last word.
 - `index` is 1-based per message and is not an id: each call gets a generated id.
+- Attribute values (the tool name, argument keys) are XML-escaped: `&amp;`, `&lt;`, `&gt;`,
+  `&quot;`, `&apos;` and numeric references are unescaped. Values between tags are raw text.
 - Reasoning is `<|open|>think<|sep|>…<|close|>think<|sep|>`, the opener pre-filled in the
   generation prompt. A call inside reasoning is never executed.
 
@@ -46,6 +48,7 @@ GRAMMAR = InvokeGrammar(
     key_attribute="key",
     declared_type=lambda found: found.get("type") if found.get("type") in _TYPES else None,
     section_name="tools block",
+    xml_escaped_attributes=True,
 )
 
 

@@ -35,6 +35,7 @@ from openreward_rl.parsers.common import (
     add_result,
     calls_in_reasoning,
     decode_json_prefix,
+    find_unquoted,
     is_cut_off,
     join_content,
     loads_json_strict,
@@ -82,13 +83,14 @@ class LlamaJsonParser:
         generation_prompt: str = "",
         finish_reason: str | None = None,
     ) -> ParsedTurn:
-        split = split_reasoning(text, generation_prompt=generation_prompt)
+        split = split_reasoning(text, generation_prompt=generation_prompt, call_openers=(PYTHON_TAG, "{"))
         errors = calls_in_reasoning(split.reasoning, (PYTHON_TAG,))
         calls: list[ToolCall] = []
         body = split.rest
-        tag = body.find(PYTHON_TAG)
+        # String-aware: a tag quoted inside a call's JSON argument is text (an untagged call is checked first).
+        bare = self._bare_calls(body, tools) if body.lstrip().startswith("{") else None
+        tag = -1 if bare is not None else find_unquoted(body, (PYTHON_TAG,))[0]
         if tag < 0:
-            bare = self._bare_calls(body, tools)
             if bare is None:
                 if is_cut_off(finish_reason) and self._starts_offered_call(body, tools):
                     errors.append(unclosed_error(body.strip()))

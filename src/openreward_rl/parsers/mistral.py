@@ -77,9 +77,11 @@ class MistralParser:
         finish_reason: str | None = None,
     ) -> ParsedTurn:
         if "[THINK]" in text or "[/THINK]" in text or "[THINK]" in generation_prompt:
-            split = split_reasoning(text, generation_prompt=generation_prompt, open_tag="[THINK]", close_tag="[/THINK]")
+            split = split_reasoning(
+                text, generation_prompt=generation_prompt, open_tag="[THINK]", close_tag="[/THINK]", call_openers=(TOOL_CALLS,)
+            )
         else:
-            split = split_reasoning(text, generation_prompt=generation_prompt)
+            split = split_reasoning(text, generation_prompt=generation_prompt, call_openers=(TOOL_CALLS,))
         errors = calls_in_reasoning(split.reasoning, (TOOL_CALLS,))
         calls: list[ToolCall] = []
         body = split.rest

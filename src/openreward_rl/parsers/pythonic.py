@@ -30,6 +30,7 @@ from openreward_rl.parsers.common import (
     JsonValueError,
     add_result,
     call_in_reasoning_error,
+    find_unquoted,
     is_cut_off,
     join_content,
     loads_json_strict,
@@ -213,7 +214,7 @@ class PythonicParser:
         generation_prompt: str = "",
         finish_reason: str | None = None,
     ) -> ParsedTurn:
-        split = split_reasoning(text, generation_prompt=generation_prompt)
+        split = split_reasoning(text, generation_prompt=generation_prompt, call_openers=(*_WRAPPERS, "["))
         errors: list[ParseError] = []
         calls: list[ToolCall] = []
         if split.reasoning and self._mentions_calls(split.reasoning):
@@ -223,7 +224,7 @@ class PythonicParser:
         def parse_wrapper(start: int, opener: str) -> int:
             closer, one_per_line = _WRAPPERS[opener]
             inner_start = start + len(opener)
-            end = body.find(closer, inner_start)
+            end, _ = find_unquoted(body, (closer,), inner_start, quotes="'\"")
             if end < 0:
                 if is_cut_off(finish_reason):
                     if not one_per_line:

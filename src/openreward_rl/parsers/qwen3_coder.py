@@ -33,19 +33,22 @@ that stopped). The same rule ends a function at `</function>` followed by `</too
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from openreward_rl.parsers.base import ParsedTurn, ParseError, ParseErrorKind, ToolCall, register_parser, tool_schema
 from openreward_rl.parsers.common import (
     add_result,
-    calls_in_reasoning,
     find_structural_closer,
+    forgotten_closer,
+    value_scan_pattern,
     is_cut_off,
     join_content,
+    repaired_closer_note,
     scan_blocks,
     skip_spaces,
-    split_reasoning,
+    split_turn_reasoning,
     unclosed_error,
     validate_call,
 )
@@ -59,6 +62,14 @@ _FUNCTION_OPEN = "<function="
 _FUNCTION_CLOSE = "</function>"
 _PARAM_OPEN = "<parameter="
 _PARAM_CLOSE = "</parameter>"
+_CALL_START = re.compile(r"(?:<tool_call>\s*)?<function=")
+# What can only follow a finished value: the next parameter on a line of its own, or the function's
+# end followed by the next call or by the end of the text.
+# (Both on a line of their own: the caller checks the newline before the match.)
+_VALUE_BOUNDARY = re.compile(
+    r"<parameter=(?P<key>[^>\n]+)>\n|</function>\s*(?:</tool_call>\s*)?(?=<tool_call>|<function=|\Z)"
+)
+_VALUE_SCAN = value_scan_pattern(_PARAM_CLOSE, (_PARAM_OPEN, _FUNCTION_CLOSE))
 
 
 def _strip_one_newline(value: str) -> str:
@@ -81,6 +92,12 @@ class _Malformed(Exception):
 class Qwen3CoderParser:
     name = "qwen3_coder"
 
+    def __init__(self, *, tool_call_ends_reasoning: bool = True) -> None:
+        """`tool_call_ends_reasoning`: in a reasoning block that is never closed (the generation
+        prompt pre-fills `<think>`), a tool call ends the reasoning and is executed, as vLLM's
+        Qwen3 reasoning parser and llama.cpp do; False reports it CALL_IN_REASONING instead."""
+        self.tool_call_ends_reasoning = tool_call_ends_reasoning
+
     def parse(
         self,
         text: str,
@@ -89,10 +106,17 @@ class Qwen3CoderParser:
         generation_prompt: str = "",
         finish_reason: str | None = None,
     ) -> ParsedTurn:
-        split = split_reasoning(text, generation_prompt=generation_prompt)
         # A call opens with `<tool_call>`; a bare `<function=` (wrapper forgotten) is accepted too.
         openers = (_TOOL_OPEN, _FUNCTION_OPEN)
-        errors = calls_in_reasoning(split.reasoning, openers)
+        errors: list[ParseError] = []
+        split = split_turn_reasoning(
+            text,
+            generation_prompt=generation_prompt,
+            call_openers=openers,
+            errors=errors,
+            opener_ends_reasoning=self.tool_call_ends_reasoning,
+            call_start=_CALL_START,
+        )
         calls: list[ToolCall] = []
         body = split.rest
         content = scan_blocks(
@@ -115,7 +139,7 @@ class Qwen3CoderParser:
         cursor = skip_spaces(body, start + len(_TOOL_OPEN)) if wrapped else start
         name: str | None = None
         try:
-            name, raw_arguments, cursor = self._parse_function(body, cursor, finish_reason)
+            name, raw_arguments, cursor, repaired, schema = self._parse_function(body, cursor, finish_reason, tools)
         except _Truncated:
             errors.append(unclosed_error(body[start:], tool_name=name))
             return len(body)
@@ -131,16 +155,21 @@ class Qwen3CoderParser:
             errors.append(unclosed_error(body[start:], tool_name=name))
             return len(body)
         raw = body[start:cursor]
-        arguments, problems = coerce_arguments(raw_arguments, tool_schema(tools, name))
+        arguments, problems = coerce_arguments(raw_arguments, schema)
         result = validate_call(name, arguments, tools=tools, raw=raw)
         add_result(result, calls, errors)
+        if repaired and isinstance(result, ToolCall):
+            errors.append(repaired_closer_note(_PARAM_CLOSE, raw=raw, tool_name=result.name, call_id=result.id))
         if problems and isinstance(result, ToolCall):  # executed with the raw text; recorded as a warning
             message = "; ".join(problems) + " (passed on as raw text)"
             errors.append(ParseError(ParseErrorKind.INVALID_ARGUMENTS, message, raw=raw, tool_name=name, call_id=result.id))
         return cursor
 
-    def _parse_function(self, body: str, cursor: int, finish_reason: str | None) -> tuple[str, dict[str, str], int]:
-        """Parse `<function=NAME>…</function>`; return the name, the raw values and the index after it."""
+    def _parse_function(
+        self, body: str, cursor: int, finish_reason: str | None, tools: Sequence[Mapping[str, Any]] | None
+    ) -> tuple[str, dict[str, str], int, bool, Mapping[str, Any] | None]:
+        """Parse `<function=NAME>…</function>`; return the name, the raw values, the index after it,
+        whether a forgotten `</parameter>` was restored, and the tool's parameter schema."""
         if not body.startswith(_FUNCTION_OPEN, cursor):
             if cursor >= len(body):
                 raise _Truncated
@@ -154,14 +183,27 @@ class Qwen3CoderParser:
         name = body[cursor + len(_FUNCTION_OPEN) : name_end].strip()
         cursor = name_end + 1
         raw_arguments: dict[str, str] = {}
+        repaired = False
+        schema = tool_schema(tools, name)
+        cut_off = is_cut_off(finish_reason)
+
+        def real_boundary(match: re.Match[str]) -> bool:
+            if body[match.start() - 1] != "\n":
+                return False
+            if match.group("key") is not None:  # the next parameter: one the tool declares, not given yet
+                key = match.group("key").strip()
+                declared = (schema or {}).get("properties")
+                return key not in raw_arguments and (not isinstance(declared, Mapping) or key in declared)
+            return not (cut_off and match.end() == len(body))  # a cut text may end inside a value
+
         while True:
             cursor = skip_spaces(body, cursor)
             if body.startswith(_FUNCTION_CLOSE, cursor):
-                return name, raw_arguments, cursor + len(_FUNCTION_CLOSE)
+                return name, raw_arguments, cursor + len(_FUNCTION_CLOSE), repaired, schema
             if cursor >= len(body):
-                if is_cut_off(finish_reason):
+                if cut_off:
                     raise _Truncated
-                return name, raw_arguments, cursor  # the stop string swallowed the closers
+                return name, raw_arguments, cursor, repaired, schema  # the stop string swallowed the closers
             if not body.startswith(_PARAM_OPEN, cursor):
                 raise _Malformed(f"unexpected text in function {name!r}: {body[cursor:cursor + 40]!r}")
             key_end = body.find(">", cursor)
@@ -171,14 +213,19 @@ class Qwen3CoderParser:
                 raise _Malformed("unterminated <parameter=")
             key = body[cursor + len(_PARAM_OPEN) : key_end].strip()
             value_start = key_end + 1
-            close = find_structural_closer(body, _PARAM_CLOSE, value_start, (_PARAM_OPEN, _FUNCTION_CLOSE))
-            if close < 0:
-                if is_cut_off(finish_reason):
-                    raise _Truncated
-                close = len(body)  # the turn stopped inside the last value: take it whole
-                cursor = close
+            repair, closer_from, _ = forgotten_closer(body, value_start, _PARAM_CLOSE, _VALUE_BOUNDARY, _VALUE_SCAN, real_boundary)
+            if repair is not None:  # `</parameter>` was forgotten: the value ends at the line before the structure
+                close = cursor = repair.start() - 1
+                repaired = True
             else:
-                cursor = close + len(_PARAM_CLOSE)
+                # No closer lies before `closer_from`: the structural closer is searched from there.
+                close = -1 if closer_from < 0 else find_structural_closer(body, _PARAM_CLOSE, closer_from, (_PARAM_OPEN, _FUNCTION_CLOSE))
+                if close >= 0:
+                    cursor = close + len(_PARAM_CLOSE)
+                elif is_cut_off(finish_reason):
+                    raise _Truncated
+                else:
+                    close = cursor = len(body)  # the turn stopped inside the last value: take it whole
             if key in raw_arguments:
                 raise _Malformed(f"parameter {key!r} given twice")
             raw_arguments[key] = _strip_one_newline(body[value_start:close])

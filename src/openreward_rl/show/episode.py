@@ -1,54 +1,29 @@
-"""Render one trajectory for a person: in the terminal (rich) or as a self-contained HTML page.
+"""One trajectory for a person: in the terminal (rich) or as HTML (a page, or a section of the report).
 
 Shows the task, how it ended, the reward, each turn (reasoning, text, tool calls), the tool results
-with their rewards, and which tokens are trained (loss mask 1). With a tokenizer the token spans
-are decoded; without one they are listed as counts.
+with their rewards, and the token view (`openreward_rl.show.tokens`).
 
->>> from openreward_rl.trajectory import StopReason, TokenSegment, Trajectory
->>> t = Trajectory(task={"environment": "e", "split": "train", "index": 0},
-...     segments=[TokenSegment([1, 2], [3, 4, 5], [1, 1, 0], [-0.1, -0.2, 0.0])], turns=[],
-...     messages=[], step_rewards=[], reward=1.0, stop_reason=StopReason.COMPLETED)
->>> [(s.kind, s.start, s.end) for s in mask_spans(t.segments[0])]
-[('prompt', 0, 2), ('trained', 2, 4), ('context', 4, 5)]
+>>> from openreward_rl.trajectory import StopReason, Trajectory
+>>> failed = Trajectory(task={"environment": "e", "split": "train", "index": 0}, segments=[], turns=[],
+...     messages=[], step_rewards=[], reward=None, stop_reason=StopReason.ENV_ERROR, stop_detail="session died")
+>>> dict(summary_rows(failed))["stop"]
+'env_error (session died)'
 """
 
 from __future__ import annotations
 
 import html
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from typing import Any
 
 import attrs
 
-from openreward_rl.trajectory import TokenSegment, Trajectory, Turn
+from openreward_rl.show.style import CSS, LEGEND, badge, terminal_reward_style
+from openreward_rl.show.tokens import decode, mask_spans, token_view_html
+from openreward_rl.trajectory import Trajectory, Turn
 
-__all__ = ["Span", "mask_spans", "conversation", "render_terminal", "render_html"]
-
-
-@attrs.frozen
-class Span:
-    """A run of tokens: "prompt" (the first prompt), "trained" (mask 1) or "context" (mask 0)."""
-
-    kind: str
-    start: int
-    end: int
-
-    @property
-    def length(self) -> int:
-        return self.end - self.start
-
-
-def mask_spans(segment: TokenSegment) -> list[Span]:
-    spans = [Span("prompt", 0, len(segment.prompt_ids))] if segment.prompt_ids else []
-    offset = len(segment.prompt_ids)
-    start = 0
-    for position in range(1, len(segment.loss_mask) + 1):
-        if position == len(segment.loss_mask) or segment.loss_mask[position] != segment.loss_mask[start]:
-            kind = "trained" if segment.loss_mask[start] else "context"
-            spans.append(Span(kind, offset + start, offset + position))
-            start = position
-    return spans
+__all__ = ["Entry", "conversation", "summary_rows", "render_terminal", "episode_html", "render_html"]
 
 
 @attrs.frozen
@@ -125,7 +100,7 @@ def _unanswered(results: dict[str, Any]) -> Iterator[Entry]:
     results.clear()
 
 
-def _summary(trajectory: Trajectory) -> list[tuple[str, str]]:
+def summary_rows(trajectory: Trajectory) -> list[tuple[str, str]]:
     task = trajectory.task
     where = f"{task.get('environment')} · {task.get('split')} · " + (f"index {task['index']}" if task.get("index") is not None else "task spec")
     if task.get("variant"):
@@ -147,13 +122,9 @@ def _summary(trajectory: Trajectory) -> list[tuple[str, str]]:
     return rows
 
 
-def _span_text(tokenizer: Any, ids: Sequence[int]) -> str:
-    return tokenizer.decode(list(ids), skip_special_tokens=False)
-
-
 _ROLE_STYLE = {"system": "dim", "user": "cyan", "reasoning": "italic magenta", "assistant": "bold", "tool_call": "yellow",
-               "tool_result": "green", "error": "bold red"}
-_SPAN_STYLE = {"prompt": "dim", "trained": "black on green", "context": "blue"}
+               "tool_result": "dark_cyan", "error": "bold red"}
+_SPAN_STYLE = {"prompt": "dim", "trained": "underline blue", "context": "grey50"}
 
 
 def render_terminal(trajectory: Trajectory, console: Any, tokenizer: Any = None) -> None:
@@ -164,7 +135,7 @@ def render_terminal(trajectory: Trajectory, console: Any, tokenizer: Any = None)
     from rich.text import Text
 
     table = Table.grid(padding=(0, 2))
-    for name, value in _summary(trajectory):
+    for name, value in summary_rows(trajectory):
         table.add_row(Text(name, style="bold"), Text(value))
     console.print(Panel(table, title="trajectory", expand=False))
     for entry in conversation(trajectory):
@@ -173,7 +144,7 @@ def render_terminal(trajectory: Trajectory, console: Any, tokenizer: Any = None)
         if entry.title:
             header += f" {escape(entry.title)}"
         if entry.reward is not None:
-            header += f"  [bold green]reward {entry.reward:g}[/]"
+            header += f"  [{terminal_reward_style(entry.reward)}]reward {entry.reward:g}[/]"
         if entry.note:
             header += f"  [dim]{escape(entry.note)}[/]"
         console.print(header)
@@ -193,66 +164,44 @@ def render_terminal(trajectory: Trajectory, console: Any, tokenizer: Any = None)
     text = Text()
     ids = segment.context()
     for span in mask_spans(segment):
-        text.append(_span_text(tokenizer, ids[span.start : span.end]), style=_SPAN_STYLE[span.kind])
+        text.append(decode(tokenizer, ids[span.start : span.end]), style=_SPAN_STYLE[span.kind])
     console.print(text)
-    console.print(Text("legend: ", style="bold") + Text("prompt ", style="dim") + Text("trained", style="black on green") + Text(" context (not trained)", style="blue"))
+    console.print(Text("legend: ", style="bold") + Text("prompt ", style="dim") + Text("trained (sampled)", style=_SPAN_STYLE["trained"]) + Text(" context (not trained)", style=_SPAN_STYLE["context"]))
 
 
-_CSS = """
-body { font: 14px/1.45 system-ui, sans-serif; max-width: 60rem; margin: 2rem auto; color: #1d1d1f; }
-table.summary td { padding: 0.1rem 0.8rem 0.1rem 0; vertical-align: top; }
-table.summary td:first-child { font-weight: 600; }
-.entry { border-left: 4px solid #ccc; margin: 0.8rem 0; padding: 0.3rem 0.8rem; }
-.entry h3 { font-size: 0.85rem; margin: 0 0 0.3rem; font-weight: 600; }
-.entry pre, .tokens { white-space: pre-wrap; word-break: break-word; margin: 0; font: 12.5px/1.4 ui-monospace, monospace; }
-.system { border-color: #aaa; color: #555; } .user { border-color: #1e88e5; } .reasoning { border-color: #8e24aa; color: #5e3370; font-style: italic; }
-.assistant { border-color: #222; } .tool_call { border-color: #f9a825; } .tool_result { border-color: #43a047; } .error { border-color: #e53935; }
-.reward { background: #43a047; color: white; border-radius: 3px; padding: 0 0.3rem; margin-left: 0.4rem; }
-.note { color: #777; font-weight: normal; margin-left: 0.4rem; }
-.tokens { border: 1px solid #ddd; padding: 0.6rem; }
-.span-prompt { color: #888; } .span-trained { background: #c8e6c9; } .span-context { background: #e3f2fd; color: #1e3a5f; }
-.legend span { padding: 0 0.4rem; margin-right: 0.4rem; }
-"""
-
-
-def render_html(trajectory: Trajectory, tokenizer: Any = None, title: str | None = None) -> str:
-    """A self-contained page (inline CSS, no scripts); every piece of text is escaped."""
+def episode_html(trajectory: Trajectory, tokenizer: Any = None, *, heading: str = "h2") -> str:
+    """The summary, the conversation and the token view as an HTML fragment; all text escaped."""
     esc = html.escape
-    task = trajectory.task
-    page_title = title or f"{task.get('environment')} {task.get('split')} {task.get('index')}"
-    parts = [f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{esc(str(page_title))}</title><style>{_CSS}</style></head><body>"]
-    parts.append(f"<h1>{esc(str(page_title))}</h1><table class=\"summary\">")
-    parts.extend(f"<tr><td>{esc(name)}</td><td>{esc(value)}</td></tr>" for name, value in _summary(trajectory))
-    parts.append("</table><h2>Conversation</h2>")
+    infrastructure = trajectory.stop_reason.value if trajectory.stop_reason.is_infrastructure_failure else None
+    parts = ['<table class="summary">']
+    for name, value in summary_rows(trajectory):
+        shown = f"{badge(trajectory.reward, infrastructure=infrastructure)} {esc(value)}" if name == "reward" else esc(value)
+        parts.append(f"<tr><td>{esc(name)}</td><td>{shown}</td></tr>")
+    parts.append("</table>")
+    parts.append(f"<{heading}>Conversation</{heading}>")
     for entry in conversation(trajectory):
         header = esc(entry.role) + (f" · {esc(entry.title)}" if entry.title else "")
         if entry.reward is not None:
-            header += f"<span class=\"reward\">reward {entry.reward:g}</span>"
+            header += f" reward {badge(entry.reward)}"
         if entry.note:
-            header += f"<span class=\"note\">{esc(entry.note)}</span>"
-        parts.append(f"<div class=\"entry {esc(entry.role)}\"><h3>{header}</h3><pre>{esc(entry.text)}</pre></div>")
-    parts.append("<h2>Tokens (loss mask)</h2>")
+            header += f'<span class="note">{esc(entry.note)}</span>'
+        parts.append(f'<div class="entry {esc(entry.role)}"><h3>{header}</h3><pre>{esc(entry.text)}</pre></div>')
+    parts.append(f"<{heading}>Tokens (loss mask, rollout log-probs)</{heading}>")
     if not trajectory.segments:
         parts.append("<p>No tokens: the episode failed before its first prompt.</p>")
-    else:
-        segment = trajectory.segments[-1]
-        parts.append("<p class=\"legend\"><span class=\"key span-prompt\">prompt</span><span class=\"key span-trained\">trained (mask 1)</span>"
-                     "<span class=\"key span-context\">context, not trained (mask 0)</span></p><div class=\"tokens\">")
-        ids = segment.context()
-        for span in mask_spans(segment):
-            if tokenizer is None:
-                body = f"[{span.kind}: tokens {span.start}–{span.end}, {span.length} tokens]\n"
-            else:
-                body = _span_text(tokenizer, ids[span.start : span.end])
-            parts.append(f"<span class=\"span-{span.kind}\" title=\"{span.kind} {span.start}–{span.end}\">{esc(body)}</span>")
-        parts.append("</div>")
-        if tokenizer is None:
-            parts.append("<p>Pass <code>--tokenizer</code> to see the text of each span.</p>")
-    parts.append("</body></html>\n")
+        return "".join(parts)
+    parts.append(token_view_html(trajectory.segments[-1], tokenizer))
+    if tokenizer is None:
+        parts.append("<p>No tokenizer: spans are listed as counts. Pass <code>--tokenizer</code> to see their text.</p>")
     return "".join(parts)
 
 
-def record_summary(record: Mapping[str, Any]) -> str:
-    """One line per dump record, for listings."""
-    task = record.get("task", {})
-    return f"{task.get('environment')} {task.get('split')} {task.get('index')} reward={record.get('reward')} stop={record.get('stop_reason')}"
+def render_html(trajectory: Trajectory, tokenizer: Any = None, title: str | None = None) -> str:
+    """A self-contained page for one trajectory (inline CSS, no scripts)."""
+    esc = html.escape
+    task = trajectory.task
+    page_title = esc(str(title or f"{task.get('environment')} {task.get('split')} {task.get('index')}"))
+    return (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{page_title}</title><style>{CSS}</style></head><body>'
+        f"<h1>{page_title}</h1>{LEGEND}{episode_html(trajectory, tokenizer)}</body></html>\n"
+    )
