@@ -51,8 +51,6 @@ async def generate_samples(
         weight_versions=[t.weight_version for t in trajectory.turns if t.weight_version is not None],
         preset_reward=preset_reward,
         evaluation=evaluation,
+        transcript=transcript(trajectory) if getattr(args, "group_rm", False) else None,
     )
-    if getattr(args, "group_rm", False):
-        for filled in samples:
-            filled.metadata["transcript"] = transcript(trajectory)
     return samples
