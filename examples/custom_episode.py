@@ -9,6 +9,10 @@ Where the re-rendered prompt no longer extends what
 the model saw before, `TokenLedger` starts a new segment and counts a prefix break; the Slime and
 Miles adapters turn the segments into sibling samples of one rollout.
 
+The episode reports its step rewards and whether the environment finished; it does not reduce them.
+`run_episode` applies the configured `RewardPolicy` (reducer, nonterminal reward, clamp) to every
+Episode, this one included.
+
 Run it against the example environments (needs `openreward_rl.testing` and offline tokenizers):
 
     python examples/custom_episode.py
@@ -43,7 +47,7 @@ class ReRenderingEpisode:
         messages = await session.prompt_messages()
         ledger: TokenLedger | None = None
         turns: list[Turn] = []
-        rewards: list[float] = []
+        rewards: list[float] = []  # every step reward, in order; the runner reduces them
         stop, finished, nudged = StopReason.MAX_TURNS, False, False
         for _ in range(self.max_turns):
             prompt = self.renderer.render_prompt(messages, tools)  # the whole history, every turn
@@ -99,7 +103,7 @@ class ReRenderingEpisode:
             turns=turns,
             messages=messages,
             step_rewards=rewards,
-            reward=sum(rewards) if rewards and not stop.is_infrastructure_failure else None,
+            reward=None,  # set by run_episode's reward_policy
             stop_reason=stop,
             finished=finished,
             prefix_breaks=ledger.prefix_breaks,
@@ -114,6 +118,7 @@ async def main() -> None:
     from openreward_rl.engines.sglang import SGLangEngine
     from openreward_rl.local_env import serve_environments
     from openreward_rl.parsers import get_parser
+    from openreward_rl.reducers import RewardPolicy, get_reducer
     from openreward_rl.testing import ScriptedCompletion, SGLangTestServer
 
     tokenizer = load_tokenizer("offline:qwen3")
@@ -128,10 +133,12 @@ async def main() -> None:
             engine = SGLangEngine(sglang.url)
             client = AsyncOpenReward(api_key="local")
             task = TaskRef("WhoDunIt", "train", index=0, base_url=env_server.base_url)
-            trajectory = await run_episode(lambda: ReRenderingEpisode(engine, ChatRenderer(tokenizer), get_parser("hermes")), client, task)
+            policy = RewardPolicy(get_reducer("sum"), nonterminal_reward=-1.0)  # what an environment's config would set
+            episode = ReRenderingEpisode(engine, ChatRenderer(tokenizer), get_parser("hermes"))
+            trajectory = await run_episode(lambda: episode, client, task, reward_policy=policy)
             await client.environments.aclose()
             await engine.aclose()
-    print(json.dumps({"stop_reason": trajectory.stop_reason.value, "turns": len(trajectory.turns), "prefix_breaks": trajectory.prefix_breaks, "segments": len(trajectory.segments)}))
+    print(json.dumps({"stop_reason": trajectory.stop_reason.value, "turns": len(trajectory.turns), "prefix_breaks": trajectory.prefix_breaks, "segments": len(trajectory.segments), "reward": trajectory.reward}))
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from openreward_rl.chat import ChatRenderer
 from openreward_rl.engines.sglang import SGLangEngine
 from openreward_rl.episode import Episode
 from openreward_rl.parsers import get_parser
+from openreward_rl.reducers import RewardPolicy, get_reducer
 from openreward_rl.testing import ScriptedCompletion, SGLangTestServer
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "custom_episode.py"
@@ -41,9 +42,12 @@ async def test_rerendering_episode_counts_prefix_breaks(env_server, openreward_c
         episode = example.ReRenderingEpisode(engine, ChatRenderer(tokenizer), get_parser("hermes"))
         assert isinstance(episode, Episode)
         task = TaskRef("WhoDunIt", "train", index=0, base_url=env_server.base_url, variant="whodunit")
-        trajectory = await run_episode(lambda: episode, openreward_client, task)
+        policy = RewardPolicy(get_reducer("sum"), nonterminal_reward=-0.5)
+        trajectory = await run_episode(lambda: episode, openreward_client, task, reward_policy=policy)
         await engine.aclose()
     assert trajectory.stop_reason is StopReason.NO_TOOL_CALL
+    # list_suspects gives no reward and the run never finished: the runner's policy, not the Episode, sets -0.5
+    assert trajectory.step_rewards == [] and trajectory.reward == -0.5
     assert trajectory.prefix_breaks == breaks and len(trajectory.segments) == breaks + 1
     # The last segment is exactly the last prompt sent plus the last sampled ids.
     last_request = sglang.requests[-1]
@@ -54,4 +58,5 @@ def test_example_runs_as_a_script() -> None:
     result = subprocess.run([sys.executable, str(EXAMPLE)], capture_output=True, text=True, timeout=240, cwd=EXAMPLE.parents[1])
     assert result.returncode == 0, result.stderr[-2000:]
     summary = json.loads(result.stdout.strip().splitlines()[-1])
-    assert summary == {"stop_reason": "no_tool_call", "turns": 3, "prefix_breaks": 1, "segments": 2}
+    # The example's Episode never reduces its rewards: the runner's policy gave the unfinished run -1.
+    assert summary == {"stop_reason": "no_tool_call", "turns": 3, "prefix_breaks": 1, "segments": 2, "reward": -1.0}

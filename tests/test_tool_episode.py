@@ -51,6 +51,7 @@ class Harness:
         environment: str = "WhoDunIt",
         index: int = 0,
         settings: EpisodeSettings | None = None,
+        reward_policy: RewardPolicy | None = None,
         server_setup: Callable[[SGLangTestServer], None] | None = None,
         context_len: int = 32768,
         engine_attempts: int = 4,
@@ -67,6 +68,7 @@ class Harness:
                     lambda: ToolEpisode(engine, ChatRenderer(tokenizer), get_parser("hermes"), settings, routing_key="session-1"),
                     self.client,
                     task,
+                    reward_policy=reward_policy,
                     attempts=1,
                 )
             finally:
@@ -165,8 +167,8 @@ async def test_math_terminal_tool_takes_the_plain_answer(harness: Harness, env_s
 
 async def test_max_turns_applies_the_nonterminal_reward(harness: Harness) -> None:
     policy = RewardPolicy(get_reducer("sum"), nonterminal_reward=-0.5)
-    settings = EpisodeSettings(max_turns=2, sampling_params=SAMPLING, reward_policy=policy)
-    trajectory, server = await harness.run([ScriptedCompletion(text=call("list_suspects"))] * 2, settings=settings)
+    settings = EpisodeSettings(max_turns=2, sampling_params=SAMPLING)
+    trajectory, server = await harness.run([ScriptedCompletion(text=call("list_suspects"))] * 2, settings=settings, reward_policy=policy)
     assert trajectory.stop_reason is StopReason.MAX_TURNS
     assert not trajectory.finished and trajectory.step_rewards == [] and trajectory.reward == -0.5
     assert_token_exact(trajectory, server, load_tokenizer("offline:qwen3"))

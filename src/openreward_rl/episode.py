@@ -24,7 +24,7 @@ from openreward_rl.retry import RetryPolicy
 from openreward_rl.reducers.base import RewardPolicy, get_reducer
 from openreward_rl.trajectory import StopReason, Trajectory
 
-__all__ = ["Episode", "EpisodeSettings", "run_episode", "failed_trajectory", "format_system_prompt", "DEFAULT_NUDGE"]
+__all__ = ["Episode", "EpisodeSettings", "run_episode", "episode_reward", "failed_trajectory", "format_system_prompt", "DEFAULT_NUDGE"]
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +33,12 @@ DEFAULT_NUDGE = "No tool call detected. Please use the provided tools to complet
 
 @runtime_checkable
 class Episode(Protocol):
-    """One multi-turn agent run over one task, in an open environment session."""
+    """One multi-turn agent run over one task, in an open environment session.
+
+    An Episode reports what happened: `step_rewards` (every reward the environment gave, in order),
+    `finished` and the stop reason. It does not reduce them: the runner (`run_episode`) sets
+    `Trajectory.reward` with the configured `RewardPolicy`, so every Episode gets the same reducer.
+    """
 
     async def run(self, session: EnvSession) -> Trajectory: ...
 
@@ -52,6 +57,9 @@ class EpisodeSettings:
       template renders the tools natively either way.
     - `train_thinking`: keep the model's reasoning tokens in the loss (they always stay in context).
     - `max_tool_output_tokens`: longer tool output is cut, with a marker saying so.
+
+    The reward policy is not a setting of the loop: the runner (`run_episode`) reduces every
+    Episode's step rewards with it.
     """
 
     max_turns: int = 20
@@ -64,7 +72,6 @@ class EpisodeSettings:
     nudge_message: str = DEFAULT_NUDGE
     train_thinking: bool = True
     max_tool_output_tokens: int | None = 8192
-    reward_policy: RewardPolicy = attrs.field(factory=lambda: RewardPolicy(get_reducer("sum")))
     episode_timeout: float | None = None
 
     def __attrs_post_init__(self) -> None:
@@ -111,6 +118,19 @@ def failed_trajectory(task: TaskRef, stop_reason: StopReason, detail: str) -> Tr
     )
 
 
+def episode_reward(trajectory: Trajectory, policy: RewardPolicy) -> float | None:
+    """The reward `policy` gives the trajectory's step rewards; None for an infrastructure failure.
+
+    >>> from openreward_rl.trajectory import StopReason, Trajectory
+    >>> done = Trajectory(task={}, segments=[], turns=[], messages=[], step_rewards=[0.5, 1.0], reward=None, stop_reason=StopReason.COMPLETED, finished=True)
+    >>> episode_reward(done, RewardPolicy(get_reducer("mean")))
+    0.75
+    """
+    if trajectory.stop_reason.is_infrastructure_failure:
+        return None
+    return policy.final_reward(trajectory.step_rewards, finished=trajectory.finished)
+
+
 async def run_episode(
     episode_factory: Callable[[], Episode],
     client: Any,
@@ -124,6 +144,7 @@ async def run_episode(
     close_timeout: float = DEFAULT_CLOSE_TIMEOUT_S,
     open_retry: RetryPolicy = DEFAULT_OPEN_RETRY,
     read_retry: RetryPolicy = DEFAULT_READ_RETRY,
+    reward_policy: RewardPolicy | None = None,
 ) -> Trajectory:
     """Run one episode in a fresh session; retry infrastructure failures with a fresh session.
 
@@ -132,17 +153,22 @@ async def run_episode(
     environment, the engine or the episode code. Engine aborts are not retried: an abort means the
     trainer wants the rollout to stop. `secrets` go to the session and are registered for
     redaction: no stop detail or log line written here holds one.
+
+    `reward_policy` (default: sum the step rewards) turns the episode's step rewards into its
+    reward; whatever reward the Episode set is replaced. An infrastructure failure has no reward.
     """
     if attempts < 1:
         raise ValueError(f"attempts must be at least 1, got {attempts}")
     if secrets:
         register_secrets(secrets)
+    policy = reward_policy or RewardPolicy(get_reducer("sum"))
     limits = _SessionLimits(tool_timeout, open_timeout, episode_timeout, close_timeout, open_retry, read_retry)
     trajectory: Trajectory | None = None
     for attempt in range(1, attempts + 1):
         trajectory = await _run_once(episode_factory, client, task, secrets, limits)
         trajectory.stop_detail = redact(trajectory.stop_detail)
         trajectory.metrics["attempts"] = float(attempt)
+        trajectory.reward = episode_reward(trajectory, policy)
         if not trajectory.stop_reason.is_infrastructure_failure or trajectory.stop_reason is StopReason.ABORTED:
             return trajectory
         logger.warning("episode on %s failed (%s: %s), attempt %d of %d", task.environment, trajectory.stop_reason.value, trajectory.stop_detail, attempt, attempts)

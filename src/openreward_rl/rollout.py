@@ -73,19 +73,23 @@ class Rollouts:
             nudge_message=self.config.nudge_message or DEFAULT_NUDGE,
             train_thinking=self.config.train_thinking,
             max_tool_output_tokens=self.config.max_tool_output_tokens,
-            reward_policy=env_config.reward_policy(),
             episode_timeout=self.config.episode_timeout,
         )
 
-    async def run(self, task: TaskRef, *, sampling_params: Mapping[str, Any] | None = None, routing_key: str | None = None) -> Trajectory:
-        """One episode of `task`, with the config's retries, timeouts and secrets."""
+    async def run(
+        self, task: TaskRef, *, sampling_params: Mapping[str, Any] | None = None, routing_key: str | None = None, engine: Engine | None = None
+    ) -> Trajectory:
+        """One episode of `task`, with the config's retries, timeouts and secrets; `engine` replaces the
+        runner's for this episode (a `ParkingEngine` wrapping it, under partial rollout)."""
         task = resolve_task(self.config, task)
         settings = self.settings_for(task.environment, sampling_params)
+        episode_engine = engine or self.engine
         return await run_episode(
-            lambda: ToolEpisode(self.engine, self.renderer, self.parser, settings, routing_key=routing_key),
+            lambda: ToolEpisode(episode_engine, self.renderer, self.parser, settings, routing_key=routing_key),
             self.client,
             task,
             secrets=self.config.session_secrets(task.environment),
             attempts=self.config.attempts,
             tool_timeout=self.config.tool_timeout,
+            reward_policy=self.config.environment(task.environment).reward_policy(),
         )  # the episode timeout is the episode's own (settings), so a timed-out run keeps what it produced

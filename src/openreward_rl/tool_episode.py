@@ -36,9 +36,23 @@ class _Run:
     token_exact: bool = True
     stop_reason: StopReason | None = None
     stop_detail: str = ""
+    has_terminal_tool: bool = False
+    run_id: str = ""
+    per_call_cap: int = 0
 
     def stop(self, reason: StopReason, detail: str = "") -> None:
         self.stop_reason, self.stop_detail = reason, detail
+
+
+@attrs.frozen
+class _TurnDraft:
+    """A sampled turn before its tools ran."""
+
+    generation: Generation
+    parsed: ParsedTurn
+    context_length: int
+    budget: int
+    model_seconds: float
 
 
 @attrs.define
@@ -71,7 +85,10 @@ class ToolEpisode:
         state = _Run(session=session)
         started = time.perf_counter()
         try:
-            async with asyncio.timeout(self.settings.episode_timeout):
+            async with asyncio.timeout(self.settings.episode_timeout) as deadline:
+                attach = getattr(self.engine, "attach_episode", None)
+                if attach is not None:  # a resumable engine (partial rollout) snapshots the run while parked and stops its clock
+                    attach(deadline, lambda: self._trajectory(state, time.perf_counter() - started) if state.ledger else None)
                 await self._loop(state)
         except TimeoutError:
             state.stop(StopReason.TIMEOUT, f"the episode ran past {self.settings.episode_timeout:g}s")
@@ -82,125 +99,158 @@ class ToolEpisode:
         return self._trajectory(state, time.perf_counter() - started)
 
     async def _loop(self, state: _Run) -> None:
-        settings = self.settings
+        await self._start(state)
+        for turn_index in range(self.settings.max_turns):
+            draft = await self._sample_turn(state, turn_index)
+            if draft is None:
+                return
+            new_messages = await self._act_on_tools(state, draft)
+            if new_messages is None or self._stops_after(state, draft, new_messages, turn_index):
+                return
+            if not self._bridge(state, draft, new_messages):
+                return
+
+    async def _start(self, state: _Run) -> None:
+        """Tools, the system prompt and the task's prompt: the first context."""
         session = state.session
         state.tools = await session.tools()
-        system_prompt = format_system_prompt(settings.system_prompt, state.tools)
+        system_prompt = format_system_prompt(self.settings.system_prompt, state.tools)
         if system_prompt:
             state.messages.append({"role": "system", "content": system_prompt})
         state.messages.extend(await session.prompt_messages())
-        has_terminal_tool = await session.terminal_tool() is not None
+        state.has_terminal_tool = await session.terminal_tool() is not None
         state.ledger = TokenLedger.start(self.renderer.render_prompt(state.messages, state.tools))
-        run_id = uuid.uuid4().hex
-        per_call_cap = int(settings.sampling_params.get("max_new_tokens") or settings.max_new_tokens)
+        state.run_id = uuid.uuid4().hex
+        state.per_call_cap = int(self.settings.sampling_params.get("max_new_tokens") or self.settings.max_new_tokens)
 
-        for turn_index in range(settings.max_turns):
-            context_length = state.ledger.context_length
-            budget = per_call_cap
-            if settings.max_context_len is not None:
-                budget = min(per_call_cap, settings.max_context_len - context_length)
-                if budget <= 0:
-                    state.stop(StopReason.CONTEXT_OVERFLOW, f"{context_length} context tokens leave no room under {settings.max_context_len}")
-                    return
-            request = GenerationRequest(
-                input_ids=state.ledger.encoded_context(),
-                sampling_params={**settings.sampling_params, "max_new_tokens": budget},
-                messages=state.messages,
-                tools=state.tools,
-                request_id=f"{run_id}_t{turn_index}",
-                routing_key=self.routing_key,
-            )
-            model_started = time.perf_counter()
-            try:
-                generation = await self.engine.generate(request)
-            except ContextLengthError as error:
-                state.stop(StopReason.CONTEXT_OVERFLOW, str(error))
-                return
-            except EngineError as error:
-                state.stop(StopReason.ABORTED, f"engine: {error}")
-                return
-            model_seconds = time.perf_counter() - model_started
-            state.token_exact &= generation.token_exact
-            state.ledger.append_sampled(generation.output_ids, generation.logprobs, self._trained_mask(generation.output_ids))
-            parsed = generation.parsed or self._parse(generation, state.tools)
-            state.messages.append(_assistant_message(parsed))
+    async def _sample_turn(self, state: _Run, turn_index: int) -> _TurnDraft | None:
+        """One model call on the exact context; the sampled ids join the ledger verbatim. None when the run stopped."""
+        settings = self.settings
+        assert state.ledger is not None
+        context_length = state.ledger.context_length
+        budget = state.per_call_cap
+        if settings.max_context_len is not None:
+            budget = min(state.per_call_cap, settings.max_context_len - context_length)
+            if budget <= 0:
+                state.stop(StopReason.CONTEXT_OVERFLOW, f"{context_length} context tokens leave no room under {settings.max_context_len}")
+                return None
+        request = GenerationRequest(
+            input_ids=state.ledger.encoded_context(),
+            sampling_params={**settings.sampling_params, "max_new_tokens": budget},
+            messages=state.messages,
+            tools=state.tools,
+            request_id=f"{state.run_id}_t{turn_index}",
+            routing_key=self.routing_key,
+        )
+        model_started = time.perf_counter()
+        try:
+            generation = await self.engine.generate(request)
+        except ContextLengthError as error:
+            state.stop(StopReason.CONTEXT_OVERFLOW, str(error))
+            return None
+        except EngineError as error:
+            state.stop(StopReason.ABORTED, f"engine: {error}")
+            return None
+        model_seconds = time.perf_counter() - model_started
+        state.token_exact &= generation.token_exact
+        state.ledger.append_sampled(generation.output_ids, generation.logprobs, self._trained_mask(generation.output_ids))
+        parsed = generation.parsed or self._parse(generation, state.tools)
+        state.messages.append(_assistant_message(parsed))
+        draft = _TurnDraft(generation, parsed, context_length, budget, model_seconds)
+        if generation.finish_reason is FinishReason.ABORT:
+            self._record(state, draft)
+            state.stop(StopReason.ABORTED, generation.abort_message or "the engine aborted the request")
+            return None
+        if generation.finish_reason is FinishReason.LENGTH:
+            self._record(state, draft)
+            if budget < state.per_call_cap:
+                state.stop(StopReason.CONTEXT_OVERFLOW, f"the turn used the last {budget} tokens of the context budget")
+            else:
+                state.stop(StopReason.TRUNCATED, f"the turn hit max_new_tokens={budget}")
+            return None
+        return draft
 
-            def record(results: Sequence[ToolResult] = (), rewards: Sequence[float] = (), env_seconds: float = 0.0) -> None:
-                state.turns.append(
-                    Turn(
-                        prompt_length=context_length,
-                        sampled_ids=generation.output_ids,
-                        logprobs=generation.logprobs,
-                        finish_reason=generation.finish_reason,
-                        parsed=parsed,
-                        tool_results=tuple(results),
-                        rewards=tuple(rewards),
-                        model_seconds=model_seconds,
-                        env_seconds=env_seconds,
-                        max_new_tokens=budget,
-                        weight_version=generation.weight_version,
-                    )
-                )
+    async def _act_on_tools(self, state: _Run, draft: _TurnDraft) -> list[dict[str, Any]] | None:
+        """Run the turn's tool calls (or hand a plain answer to the terminal tool) and record the turn.
 
-            if generation.finish_reason is FinishReason.ABORT:
-                record()
-                state.stop(StopReason.ABORTED, generation.abort_message or "the engine aborted the request")
-                return
-            if generation.finish_reason is FinishReason.LENGTH:
-                record()
-                if budget < per_call_cap:
-                    state.stop(StopReason.CONTEXT_OVERFLOW, f"the turn used the last {budget} tokens of the context budget")
-                else:
-                    state.stop(StopReason.TRUNCATED, f"the turn hit max_new_tokens={budget}")
-                return
-
-            env_started = time.perf_counter()
-            new_messages: list[dict[str, Any]] = []
-            results: list[ToolResult] = []
-            try:
-                if parsed.has_tool_activity:
-                    results = await self._execute(session, parsed.tool_calls)
-                elif has_terminal_tool:
-                    outcome = await session.call_terminal_tool(parsed.content)
-                    results = [self._result(ToolCall("__terminal__", {"message": parsed.content}, "terminal"), outcome, 0.0)]
-            except BaseException:  # environment fault, or the episode timeout cancelling the call
-                record(env_seconds=time.perf_counter() - env_started)  # the sampled turn stays on record
-                raise
+        Returns the messages the environment's reply adds; None when the environment finished the episode.
+        """
+        parsed = draft.parsed
+        env_started = time.perf_counter()
+        new_messages: list[dict[str, Any]] = []
+        results: list[ToolResult] = []
+        try:
             if parsed.has_tool_activity:
-                new_messages.extend(_tool_message(r) for r in results)
-                feedback = _error_feedback(parsed)
-                if feedback:
-                    new_messages.append({"role": "user", "content": feedback})
-            elif not has_terminal_tool and settings.on_no_tool_call == "nudge":
-                new_messages.append({"role": "user", "content": settings.nudge_message})
-            env_seconds = time.perf_counter() - env_started
-            rewards = [r.reward for r in results if r.reward is not None]
-            state.step_rewards.extend(rewards)
-            record(results, rewards, env_seconds)
-            state.messages.extend(new_messages)
-            if any(r.finished for r in results):
-                state.finished = True
-                state.stop(StopReason.COMPLETED)
-                return
-            if has_terminal_tool and not parsed.has_tool_activity:
-                state.stop(StopReason.COMPLETED, "the terminal tool took the answer without finishing")
-                return
-            if not new_messages:
-                state.stop(StopReason.NO_TOOL_CALL)
-                return
-            if turn_index + 1 == settings.max_turns:
-                state.stop(StopReason.MAX_TURNS, f"{settings.max_turns} turns")
-                return
-            bridge = self.renderer.bridge(
-                sampled_tail=self._sampled_tail(generation),
-                assistant_tool_calls=[c.to_openai() for c in parsed.tool_calls],
-                new_messages=new_messages,
-                tools=state.tools,
+                results = await self._execute(state.session, parsed.tool_calls)
+            elif state.has_terminal_tool:
+                outcome = await state.session.call_terminal_tool(parsed.content)
+                results = [self._result(ToolCall("__terminal__", {"message": parsed.content}, "terminal"), outcome, 0.0)]
+        except BaseException:  # environment fault, or the episode timeout cancelling the call
+            self._record(state, draft, env_seconds=time.perf_counter() - env_started)  # the sampled turn stays on record
+            raise
+        if parsed.has_tool_activity:
+            new_messages.extend(_tool_message(r) for r in results)
+            feedback = _error_feedback(parsed)
+            if feedback:
+                new_messages.append({"role": "user", "content": feedback})
+        elif not state.has_terminal_tool and self.settings.on_no_tool_call == "nudge":
+            new_messages.append({"role": "user", "content": self.settings.nudge_message})
+        env_seconds = time.perf_counter() - env_started
+        rewards = [r.reward for r in results if r.reward is not None]
+        state.step_rewards.extend(rewards)
+        self._record(state, draft, results, rewards, env_seconds)
+        state.messages.extend(new_messages)
+        if any(r.finished for r in results):
+            state.finished = True
+            state.stop(StopReason.COMPLETED)
+            return None
+        return new_messages
+
+    def _stops_after(self, state: _Run, draft: _TurnDraft, new_messages: list[dict[str, Any]], turn_index: int) -> bool:
+        """Whether the run ends after this (unfinished) turn, and why."""
+        if state.has_terminal_tool and not draft.parsed.has_tool_activity:
+            state.stop(StopReason.COMPLETED, "the terminal tool took the answer without finishing")
+        elif not new_messages:
+            state.stop(StopReason.NO_TOOL_CALL)
+        elif turn_index + 1 == self.settings.max_turns:
+            state.stop(StopReason.MAX_TURNS, f"{self.settings.max_turns} turns")
+        return state.stop_reason is not None
+
+    def _bridge(self, state: _Run, draft: _TurnDraft, new_messages: list[dict[str, Any]]) -> bool:
+        """Append only the tokens the chat template puts after the sampled turn; False when they overflow the budget."""
+        assert state.ledger is not None
+        max_context_len = self.settings.max_context_len
+        bridge = self.renderer.bridge(
+            sampled_tail=self._sampled_tail(draft.generation),
+            assistant_tool_calls=[c.to_openai() for c in draft.parsed.tool_calls],
+            new_messages=new_messages,
+            tools=state.tools,
+        )
+        if max_context_len is not None and state.ledger.context_length + len(bridge) >= max_context_len:
+            state.stop(StopReason.CONTEXT_OVERFLOW, f"the environment's reply ({len(bridge)} tokens) leaves no room under {max_context_len}")
+            return False
+        state.ledger.append_environment(bridge)
+        return True
+
+    def _record(
+        self, state: _Run, draft: _TurnDraft, results: Sequence[ToolResult] = (), rewards: Sequence[float] = (), env_seconds: float = 0.0
+    ) -> None:
+        generation = draft.generation
+        state.turns.append(
+            Turn(
+                prompt_length=draft.context_length,
+                sampled_ids=generation.output_ids,
+                logprobs=generation.logprobs,
+                finish_reason=generation.finish_reason,
+                parsed=draft.parsed,
+                tool_results=tuple(results),
+                rewards=tuple(rewards),
+                model_seconds=draft.model_seconds,
+                env_seconds=env_seconds,
+                max_new_tokens=draft.budget,
+                weight_version=generation.weight_version,
             )
-            if settings.max_context_len is not None and state.ledger.context_length + len(bridge) >= settings.max_context_len:
-                state.stop(StopReason.CONTEXT_OVERFLOW, f"the environment's reply ({len(bridge)} tokens) leaves no room under {settings.max_context_len}")
-                return
-            state.ledger.append_environment(bridge)
+        )
 
     def _parse(self, generation: Generation, tools: list[dict[str, Any]]) -> ParsedTurn:
         ids = generation.output_ids
@@ -255,9 +305,6 @@ class ToolEpisode:
 
     def _trajectory(self, state: _Run, seconds: float) -> Trajectory:
         stop_reason = state.stop_reason or StopReason.ABORTED
-        reward = None
-        if not stop_reason.is_infrastructure_failure:
-            reward = self.settings.reward_policy.final_reward(state.step_rewards, finished=state.finished)
         segments = state.ledger.segments if state.ledger else []
         return Trajectory(
             task=state.session.task.describe(),
@@ -265,7 +312,7 @@ class ToolEpisode:
             turns=state.turns,
             messages=state.messages,
             step_rewards=state.step_rewards,
-            reward=reward,
+            reward=None,  # the runner reduces the step rewards (run_episode's reward_policy)
             stop_reason=stop_reason,
             stop_detail=state.stop_detail,
             finished=state.finished,

@@ -15,6 +15,7 @@ from openreward_rl import ChatRenderer, EpisodeSettings, StopReason, TaskRef, To
 from openreward_rl.assets import load_tokenizer
 from openreward_rl.engines.sglang import SGLangEngine
 from openreward_rl.parsers import get_parser
+from openreward_rl.reducers import RewardPolicy
 from openreward_rl.retry import RetryPolicy
 from openreward_rl.testing import ScriptedCompletion, SGLangTestServer
 
@@ -43,6 +44,7 @@ class EpisodeRun:
         environment: str = "Faulty",
         index: int = 0,
         settings: EpisodeSettings | None = None,
+        reward_policy: RewardPolicy | None = None,
         server_setup: Callable[[SGLangTestServer], None] | None = None,
         script_fn: Callable[[Any], ScriptedCompletion] | None = None,
         engine_attempts: int = 2,
@@ -68,6 +70,7 @@ class EpisodeRun:
                     lambda: ToolEpisode(engine, ChatRenderer(tokenizer), get_parser("hermes"), settings, routing_key="faults"),
                     self.client,
                     task,
+                    reward_policy=reward_policy,
                     secrets=secrets,
                     attempts=attempts,
                     tool_timeout=tool_timeout,

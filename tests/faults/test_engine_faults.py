@@ -82,8 +82,8 @@ async def test_an_abort_mid_turn_keeps_the_partial_output(faulty: EpisodeRun, fa
 
 async def test_a_length_finish_is_truncated_not_a_failure(faulty: EpisodeRun, fault_report) -> None:
     policy = RewardPolicy(get_reducer("sum"), nonterminal_reward=0.0)
-    settings = EpisodeSettings(sampling_params={**SAMPLING, "max_new_tokens": 5}, reward_policy=policy)
-    trajectory, _ = await faulty.run([SUBMIT], settings=settings)
+    settings = EpisodeSettings(sampling_params={**SAMPLING, "max_new_tokens": 5})
+    trajectory, _ = await faulty.run([SUBMIT], settings=settings, reward_policy=policy)
     fault_report.sample("model hits max_new_tokens", trajectory)
     assert_sample(trajectory, infrastructure=False)
     assert trajectory.stop_reason is StopReason.TRUNCATED and trajectory.reward == 0.0  # the policy's, not a fault's

@@ -116,13 +116,9 @@ async def _score_groups(leaves: list[Any], rewards: list[float], client: Any, co
                 for position in positions:
                     leaves[position].metadata["group_scored"] = False
             continue
-        env_config = config.environment(task.environment)
+        policy = config.environment(task.environment).reward_policy()
         for positions, score in zip(members, scores):
-            value = float(score.reward)
-            if env_config.min_reward is not None:
-                value = max(env_config.min_reward, value)
-            if env_config.max_reward is not None:
-                value = min(env_config.max_reward, value)
+            value = policy.clamp(float(score.reward))
             for position in positions:
                 metadata = leaves[position].metadata
                 metadata["pointwise_reward"] = rewards[position]

@@ -90,8 +90,14 @@ class RewardPolicy:
         if not finished and self.nonterminal_reward is not None:
             rewards.append(self.nonterminal_reward)
         reward = self.reducer.reduce(rewards)
-        if reward is None:
-            return None
+        return None if reward is None else self.clamp(reward)
+
+    def clamp(self, reward: float) -> float:
+        """`reward` within `min_reward`/`max_reward` (floor first, then ceiling); group scores use it too.
+
+        >>> RewardPolicy(get_reducer("sum"), min_reward=0.0, max_reward=1.0).clamp(1.5)
+        1.0
+        """
         if self.min_reward is not None:
             reward = max(self.min_reward, reward)
         if self.max_reward is not None:
