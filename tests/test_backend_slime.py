@@ -207,7 +207,6 @@ async def test_terminal_tool_environment(config_file, sglang) -> None:
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"partial_rollout": True}, "--partial-rollout"),
         ({"rollout_top_p": 0.9}, "--rollout-top-p"),
         ({"hf_checkpoint": None}, "hf_checkpoint"),
         ({"rollout_max_context_len": 1}, "--rollout-max-context-len"),

@@ -114,3 +114,62 @@ def test_real_launch_refuses_an_unreachable_environment_before_ray(config_file: 
     common = ["train", "--framework", "slime", "--slime-path", str(checkout), "--config", str(config_file), "--task-data", str(tasks)]
     assert main(common) == 2
     assert "cannot be used" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("framework", ["slime", "miles"])
+def test_dry_run_partial_rollout_passes_partial_and_over_sampling(framework: str, config_file: Path, tmp_path: Path, capsys) -> None:
+    _, submit = dry_run(
+        capsys, "--framework", framework, f"--{framework}-path", str(tmp_path), "--config", str(config_file),
+        "--rollout-mode", "partial", "--rollout-batch-size", "16", "--mask-offpolicy",
+    )  # fmt: skip
+    train = submit[submit.index("--") + 1 :]
+    assert train[1].endswith("/train.py") and "--colocate" in train
+    assert "--partial-rollout" in train and "--mask-offpolicy-in-partial-rollout" in train
+    assert value(train, "--over-sampling-batch-size") == "32"  # twice the batch by default
+    runtime = json.loads(submit[4].split("=", 1)[1])["env_vars"]
+    # Miles refuses the mask flag on its class-based rollout path unless the legacy path is chosen
+    assert runtime.get("MILES_USE_LEGACY_ROLLOUT_V1") == ("1" if framework == "miles" else None)
+
+
+@pytest.mark.parametrize("framework", ["slime", "miles"])
+def test_dry_run_fully_async_uses_train_async_and_disjoint_gpus(framework: str, config_file: Path, tmp_path: Path, capsys) -> None:
+    _, submit = dry_run(
+        capsys, "--framework", framework, f"--{framework}-path", str(tmp_path), "--config", str(config_file),
+        "--rollout-mode", "fully-async", "--num-gpus", "8", "--tp", "2", "--rollout-gpus", "2",
+    )  # fmt: skip
+    train = submit[submit.index("--") + 1 :]
+    assert train[1] == str(tmp_path / "train_async.py")
+    assert "--colocate" not in train and "--partial-rollout" not in train
+    assert value(train, "--actor-num-gpus-per-node") == "6" and value(train, "--rollout-num-gpus") == "2"
+    if framework == "slime":
+        assert value(train, "--rollout-function-path") == "slime.rollout.fully_async_rollout.generate_rollout_fully_async"
+    else:
+        assert "--fully-async" in train and "--rollout-function-path" not in train
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"rollout_mode": "eager"}, "--rollout-mode must be one of"),
+        ({"rollout_mode": "partial", "over_sampling_batch_size": 8}, "below --rollout-batch-size 32"),
+        ({"rollout_mode": "fully-async", "num_gpus": 8, "over_sampling_batch_size": 64}, "does not apply to --rollout-mode fully-async"),
+        ({"mask_offpolicy": True}, "needs --rollout-mode partial"),
+        ({"rollout_gpus": 2}, "under --rollout-mode fully-async only"),
+        ({"rollout_mode": "fully-async", "num_gpus": 8, "rollout_gpus": 8}, "leaves 0 to train"),
+        ({"rollout_mode": "fully-async", "num_gpus": 8, "rollout_gpus": 3}, "not a multiple of --tp 4"),
+    ],
+)
+def test_rollout_mode_errors_name_the_flag(changes: dict, message: str, tmp_path: Path) -> None:
+    from openreward_rl.launcher import LaunchError, train_arguments
+
+    with pytest.raises(LaunchError, match=message):
+        train_arguments(LaunchSpec("slime", str(tmp_path), **changes))
+
+
+def test_sync_mode_passes_no_rollout_mode_flags(tmp_path: Path) -> None:
+    from openreward_rl.launcher import train_arguments
+
+    args = train_arguments(LaunchSpec("slime", str(tmp_path)))
+    assert not {"--partial-rollout", "--over-sampling-batch-size", "--fully-async", "--rollout-function-path"} & set(args)
+    explicit = train_arguments(LaunchSpec("slime", str(tmp_path), over_sampling_batch_size=64))
+    assert explicit[explicit.index("--over-sampling-batch-size") + 1] == "64" and "--partial-rollout" not in explicit

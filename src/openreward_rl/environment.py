@@ -13,6 +13,7 @@ import attrs
 from openreward.api.environments import OpenRewardError, ToolCallError
 from openreward.api.environments.types import AuthenticationError, Task
 
+from openreward_rl.env_transport import use_pooled_transport
 from openreward_rl.redaction import redact, register_secrets
 from openreward_rl.tool_output import has_lone_surrogate
 from openreward_rl.retry import (
@@ -359,6 +360,7 @@ async def open_session(
     if secrets:
         register_secrets(secrets)
     where = task.base_url or "OpenReward"
+    use_pooled_transport(client)  # pooled connections, no per-request thread hops (env_transport)
     try:
         environment = client.environments.get(task.environment, variant=task.variant, base_url=task.base_url)
     except ValueError as error:  # the SDK's check for a remote environment without an API key

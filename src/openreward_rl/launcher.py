@@ -31,6 +31,10 @@ import attrs
 __all__ = ["LaunchError", "LaunchSpec", "LaunchPlan", "train_arguments", "runtime_env", "plan_launch", "check_batch_sizes", "ray_is_running"]
 
 FRAMEWORKS = ("slime", "miles")
+ROLLOUT_MODES = ("sync", "partial", "fully-async")
+# The fully-async rollout function each framework's train_async.py runs (read at the commits in docs/training.md):
+# Slime selects it by path; Miles by its own --fully-async flag (miles/utils/arguments.py).
+SLIME_FULLY_ASYNC_ROLLOUT = "slime.rollout.fully_async_rollout.generate_rollout_fully_async"
 DASHBOARD_PORT = 8265
 # Passed to the job when set in the launching shell (the API keys are checked before launch).
 FORWARDED_ENV = ("OPENREWARD_API_KEY", "WANDB_API_KEY", "OPENAI_API_KEY", "OPENREWARD_RUN_NAME", "OPENREWARD_SESSION_URL", "OPENREWARD_API_URL", "HF_TOKEN", "HF_HOME")
@@ -68,6 +72,10 @@ class LaunchSpec:
     wandb_project: str = "slime-openreward"
     wandb_run: str | None = None
     dynamic_filter: bool = True
+    rollout_mode: str = "sync"  # sync | partial (--partial-rollout + over-sampling) | fully-async (train_async.py)
+    over_sampling_batch_size: int | None = None  # default under partial: 2 x rollout_batch_size
+    mask_offpolicy: bool = False  # --mask-offpolicy-in-partial-rollout
+    rollout_gpus: int | None = None  # fully-async: GPUs for SGLang (the rest train); default num_gpus // 2
     extra: tuple[str, ...] = ()
 
     @property
@@ -77,6 +85,29 @@ class LaunchSpec:
     @property
     def batch_size(self) -> int:
         return self.global_batch_size or self.rollout_batch_size * self.n_samples
+
+    @property
+    def over_sampling(self) -> int | None:
+        """Groups fetched per refill: given, else twice the batch under partial rollout, else the trainer's default."""
+        if self.over_sampling_batch_size is not None:
+            return self.over_sampling_batch_size
+        return 2 * self.rollout_batch_size if self.rollout_mode == "partial" else None
+
+    @property
+    def fully_async(self) -> bool:
+        return self.rollout_mode == "fully-async"
+
+    @property
+    def split_gpus(self) -> tuple[int, int]:
+        """(actor GPUs, rollout GPUs): both the same colocated GPUs, or disjoint under fully-async."""
+        if not self.fully_async:
+            return self.num_gpus, self.num_gpus
+        rollout = self.rollout_gpus if self.rollout_gpus is not None else self.num_gpus // 2
+        return self.num_gpus - rollout, rollout
+
+    @property
+    def train_script(self) -> str:
+        return "train_async.py" if self.fully_async else "train.py"
 
 
 def check_batch_sizes(spec: LaunchSpec) -> None:
@@ -100,10 +131,34 @@ def check_batch_sizes(spec: LaunchSpec) -> None:
             f"--rollout-batch-size {spec.rollout_batch_size} x --n-samples {spec.n_samples} = {per_rollout} samples per rollout "
             f"is not a multiple of --global-batch-size {spec.batch_size}; choose a divisor of {per_rollout} (e.g. {hint})"
         )
-    if spec.num_gpus % spec.tp:
+    if spec.num_gpus % spec.tp and not spec.fully_async:
         raise LaunchError(f"--num-gpus {spec.num_gpus} is not a multiple of --tp {spec.tp}: each SGLang engine takes --tp GPUs")
+    _check_rollout_mode(spec)
     if spec.max_context_len <= spec.max_response_len:
         raise LaunchError(f"--max-context-len {spec.max_context_len} must exceed --max-response-len {spec.max_response_len} (the episode budget holds the prompt and every turn)")
+
+
+def _check_rollout_mode(spec: LaunchSpec) -> None:
+    if spec.rollout_mode not in ROLLOUT_MODES:
+        raise LaunchError(f"--rollout-mode must be one of {', '.join(ROLLOUT_MODES)}, got {spec.rollout_mode!r}")
+    if spec.over_sampling_batch_size is not None:
+        if spec.fully_async:
+            raise LaunchError("--over-sampling-batch-size does not apply to --rollout-mode fully-async (its worker keeps its own pool in flight); drop it")
+        if spec.over_sampling_batch_size < spec.rollout_batch_size:
+            raise LaunchError(
+                f"--over-sampling-batch-size {spec.over_sampling_batch_size} is below --rollout-batch-size {spec.rollout_batch_size}; "
+                "over-sampling fetches at least a batch of groups per refill"
+            )
+    if spec.mask_offpolicy and spec.rollout_mode != "partial":
+        raise LaunchError("--mask-offpolicy-in-partial-rollout needs --rollout-mode partial")
+    if spec.rollout_gpus is not None and not spec.fully_async:
+        raise LaunchError("--rollout-gpus splits the GPUs under --rollout-mode fully-async only (other modes colocate actor and rollout)")
+    if spec.fully_async:
+        actor, rollout = spec.split_gpus
+        if actor < 1 or rollout < 1:
+            raise LaunchError(f"--rollout-mode fully-async needs GPUs for both training and rollout: --num-gpus {spec.num_gpus} leaves {actor} to train and {rollout} to roll out")
+        if rollout % spec.tp:
+            raise LaunchError(f"fully-async gives {rollout} GPUs to rollout, not a multiple of --tp {spec.tp}; set --rollout-gpus to a multiple of --tp")
 
 
 def _check_spec(spec: LaunchSpec) -> None:
@@ -120,11 +175,12 @@ def train_arguments(spec: LaunchSpec) -> list[str]:
     """The arguments of `python3 <framework>/train.py`."""
     _check_spec(spec)
     hooks = f"openreward_rl.backends.{spec.framework}"
+    actor_gpus, rollout_gpus = spec.split_gpus
     args = [
         "--actor-num-nodes", "1",
-        "--actor-num-gpus-per-node", str(spec.num_gpus),
-        "--rollout-num-gpus", str(spec.num_gpus),
-        "--colocate",
+        "--actor-num-gpus-per-node", str(actor_gpus),
+        "--rollout-num-gpus", str(rollout_gpus),
+        *(() if spec.fully_async else ("--colocate",)),
         "--rollout-num-gpus-per-engine", str(spec.tp),
         "--hf-checkpoint", spec.model,
         "--prompt-data", str(Path(spec.task_data).resolve()),
@@ -152,6 +208,7 @@ def train_arguments(spec: LaunchSpec) -> list[str]:
     ]  # fmt: skip
     if spec.framework == "miles":
         args += ["--train-backend", spec.backend]
+    args += rollout_mode_arguments(spec)
     if spec.dynamic_filter:
         args += ["--dynamic-sampling-filter-path", "openreward_rl.backends.filters.keep_informative_groups"]
     if spec.wandb_run:
@@ -161,6 +218,22 @@ def train_arguments(spec: LaunchSpec) -> list[str]:
     if spec.load:
         args += ["--load", spec.load]
     return args + list(spec.extra)
+
+
+def rollout_mode_arguments(spec: LaunchSpec) -> list[str]:
+    """The trainer flags of the rollout mode (the hooks themselves are the same in every mode).
+
+    >>> rollout_mode_arguments(LaunchSpec("slime", "/s", rollout_mode="partial", rollout_batch_size=8))
+    ['--partial-rollout', '--over-sampling-batch-size', '16']
+    >>> rollout_mode_arguments(LaunchSpec("miles", "/m", rollout_mode="fully-async", num_gpus=8, tp=4))
+    ['--fully-async']
+    """
+    if spec.rollout_mode == "partial":
+        args = ["--partial-rollout", "--over-sampling-batch-size", str(spec.over_sampling)]
+        return args + (["--mask-offpolicy-in-partial-rollout"] if spec.mask_offpolicy else [])
+    if spec.fully_async:
+        return ["--rollout-function-path", SLIME_FULLY_ASYNC_ROLLOUT] if spec.framework == "slime" else ["--fully-async"]
+    return ["--over-sampling-batch-size", str(spec.over_sampling)] if spec.over_sampling is not None else []
 
 
 def runtime_env(spec: LaunchSpec, environ: Mapping[str, str]) -> dict[str, dict[str, str]]:
@@ -174,6 +247,9 @@ def runtime_env(spec: LaunchSpec, environ: Mapping[str, str]) -> dict[str, dict[
         "TRAIN_CONFIG": str(Path(spec.config).resolve()),
         "OPENREWARD_RL_CONFIG": str(Path(spec.config).resolve()),
     }
+    if spec.framework == "miles" and spec.mask_offpolicy:
+        # Miles refuses --mask-offpolicy-in-partial-rollout on its class-based rollout path (miles/utils/arguments.py)
+        env_vars["MILES_USE_LEGACY_ROLLOUT_V1"] = "1"
     env_vars.update({key: environ[key] for key in FORWARDED_ENV if environ.get(key)})
     return {"env_vars": env_vars}
 
@@ -211,7 +287,7 @@ def ray_is_running() -> bool:
 
 def plan_launch(spec: LaunchSpec, environ: Mapping[str, str], *, ray_running: bool) -> LaunchPlan:
     """The commands for `spec`; `ray_running` says whether to reuse a cluster."""
-    train_py = Path(spec.framework_path).resolve() / "train.py"
+    train_py = Path(spec.framework_path).resolve() / spec.train_script
     start = None
     if not ray_running:
         start = (

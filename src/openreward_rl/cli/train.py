@@ -48,6 +48,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--wandb-project", default=defaults.wandb_project, help=f"W&B project (default {defaults.wandb_project})")
     parser.add_argument("--wandb-run", default=None, help="W&B group of this run")
     parser.add_argument("--no-dynamic-filter", action="store_true", help="keep groups with aborted members or zero reward spread")
+    parser.add_argument(
+        "--rollout-mode", choices=("sync", "partial", "fully-async"), default="sync",
+        help="sync (default): every rollout step waits for its slowest episode; partial: --partial-rollout with over-sampling, "
+        "unfinished episodes are suspended and resumed next step; fully-async: the framework's train_async.py with disjoint rollout GPUs",
+    )  # fmt: skip
+    parser.add_argument("--over-sampling-batch-size", type=int, default=None, help="groups fetched per refill (default under partial: 2 x --rollout-batch-size)")
+    parser.add_argument("--mask-offpolicy", action="store_true", help="partial: zero the loss mask of tokens sampled in earlier rollout steps (--mask-offpolicy-in-partial-rollout)")
+    parser.add_argument("--rollout-gpus", type=int, default=None, help="fully-async: GPUs for SGLang, the rest of --num-gpus train (default half)")
     parser.add_argument("--dry-run", action="store_true", help="print the commands without running anything")
     parser.add_argument("extra", nargs=argparse.REMAINDER, help="-- then arguments for train.py")
 
@@ -84,6 +92,10 @@ def spec_from_args(args: Any) -> LaunchSpec:
         wandb_project=args.wandb_project,
         wandb_run=args.wandb_run,
         dynamic_filter=not args.no_dynamic_filter,
+        rollout_mode=args.rollout_mode,
+        over_sampling_batch_size=args.over_sampling_batch_size,
+        mask_offpolicy=args.mask_offpolicy,
+        rollout_gpus=args.rollout_gpus,
         extra=tuple(extra),
     )
 
@@ -96,8 +108,8 @@ def _config_file(args: Any) -> str:
 
 def _check_ready(spec: LaunchSpec, environ: dict[str, str]) -> None:
     """Things a real launch needs that a dry run does not."""
-    if not os.path.isfile(os.path.join(spec.framework_path, "train.py")):
-        raise LaunchError(f"{spec.framework_path} has no train.py; point --{spec.framework}-path at a {spec.framework} checkout")
+    if not os.path.isfile(os.path.join(spec.framework_path, spec.train_script)):
+        raise LaunchError(f"{spec.framework_path} has no {spec.train_script}; point --{spec.framework}-path at a {spec.framework} checkout")
     if not os.path.isfile(spec.task_data):
         raise LaunchError(f"task data {spec.task_data} does not exist; write it with `openreward-rl prepare --config {spec.config} --output {spec.task_data}`")
     config = load_config(spec.config)

@@ -21,15 +21,23 @@ __all__ = [
     "FinishReason",
     "Generation",
     "GenerationRequest",
+    "OpenAIChatEngine",
     "SGLangEngine",
     "SupportsAbort",
+    "TransformersEngine",
 ]
+
+_LAZY = {
+    "SGLangEngine": "openreward_rl.engines.sglang",
+    "TransformersEngine": "openreward_rl.engines.transformers",
+    "OpenAIChatEngine": "openreward_rl.engines.openai_chat",
+}
 
 
 def __getattr__(name: str) -> Any:
-    # Engines load on first use, so importing the protocol does not import aiohttp/tenacity.
-    if name == "SGLangEngine":
-        from openreward_rl.engines.sglang import SGLangEngine
+    # Engines load on first use, so importing the protocol does not import aiohttp/tenacity/torch.
+    if name in _LAZY:
+        import importlib
 
-        return SGLangEngine
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

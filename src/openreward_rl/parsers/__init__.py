@@ -16,8 +16,10 @@ from openreward_rl.parsers.base import (
     get_parser,
     register_parser,
 )
+from openreward_rl.parsers.selection import KNOWN_PARSERS, parser_for_model, parser_for_template
 
 __all__ = [
+    "KNOWN_PARSERS",
     "ParsedTurn",
     "ParseError",
     "ParseErrorKind",
@@ -25,5 +27,7 @@ __all__ = [
     "ToolParser",
     "available_parsers",
     "get_parser",
+    "parser_for_model",
+    "parser_for_template",
     "register_parser",
 ]

@@ -242,6 +242,9 @@ def skip_spaces(text: str, index: int) -> int:
     """
     if index >= len(text) or not text[index].isspace():
         return index
+    index += 1  # one separator (a newline between tags) is the common case: no regex for it
+    if index >= len(text) or not text[index].isspace():
+        return index
     return _SPACES.match(text, index).end()  # type: ignore[union-attr]  (always matches)
 
 
