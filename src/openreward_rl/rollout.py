@@ -76,12 +76,16 @@ class Rollouts:
             episode_timeout=self.config.episode_timeout,
         )
 
-    async def run(self, task: TaskRef, *, sampling_params: Mapping[str, Any] | None = None, routing_key: str | None = None) -> Trajectory:
-        """One episode of `task`, with the config's retries, timeouts and secrets."""
+    async def run(
+        self, task: TaskRef, *, sampling_params: Mapping[str, Any] | None = None, routing_key: str | None = None, engine: Engine | None = None
+    ) -> Trajectory:
+        """One episode of `task`, with the config's retries, timeouts and secrets; `engine` replaces the
+        runner's for this episode (a `ParkingEngine` wrapping it, under partial rollout)."""
         task = resolve_task(self.config, task)
         settings = self.settings_for(task.environment, sampling_params)
+        episode_engine = engine or self.engine
         return await run_episode(
-            lambda: ToolEpisode(self.engine, self.renderer, self.parser, settings, routing_key=routing_key),
+            lambda: ToolEpisode(episode_engine, self.renderer, self.parser, settings, routing_key=routing_key),
             self.client,
             task,
             secrets=self.config.session_secrets(task.environment),
