@@ -206,15 +206,24 @@ class CpuSampler:
     def __init__(self, interval_s: float = 0.0005) -> None:
         self.interval_s = interval_s
         self.samples: dict[str, int] = defaultdict(int)
+        self.places: dict[tuple[str, str, str], int] = defaultdict(int)  # (bucket, function, library caller)
 
     def _sample(self, signum: int, frame: Any) -> None:
+        bucket, function = "other", "?"
         while frame is not None:
-            bucket = bucket_of(frame.f_code)
-            if bucket is not None:
-                self.samples[bucket] += 1
-                return
+            found = bucket_of(frame.f_code)
+            if found is not None:
+                bucket, function = found, f"{Path(frame.f_code.co_filename).name}:{frame.f_code.co_name}"
+                break
             frame = frame.f_back
-        self.samples["other"] += 1
+        caller = "-"
+        while frame is not None:
+            if "/openreward_rl/" in frame.f_code.co_filename:
+                caller = f"{Path(frame.f_code.co_filename).name}:{frame.f_code.co_name}"
+                break
+            frame = frame.f_back
+        self.samples[bucket] += 1
+        self.places[(bucket, function, caller)] += 1
 
     def __enter__(self) -> CpuSampler:
         self._previous = signal.signal(signal.SIGPROF, self._sample)
@@ -226,7 +235,7 @@ class CpuSampler:
         signal.signal(signal.SIGPROF, self._previous)
 
 
-async def profile(turns: int, repeats: int) -> None:
+async def profile(turns: int, repeats: int, detail: int = 0) -> None:
     print(f"machine: {machine()}")
     with HookBench() as bench:
         try:
@@ -247,6 +256,10 @@ async def profile(turns: int, repeats: int) -> None:
     for bucket in BUCKETS:
         share = sampler.samples.get(bucket, 0) / whole
         print(f"{bucket:>20} {share * 100:>6.1f}% {share * per_turn_ms:>8.2f}")
+    if detail:
+        print("\nwhere (innermost bucketed function, innermost library caller), most samples first:")
+        for (bucket, function, caller), count in sorted(sampler.places.items(), key=lambda item: -item[1])[:detail]:
+            print(f"{count / whole * 100:>6.1f}%  {bucket:<20} {function:<45} {caller}")
     load = os.getloadavg()
     print(f"load average after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
 
@@ -256,9 +269,10 @@ def main() -> None:
     parser.add_argument("--turns", type=int, nargs="+", default=[5, 10, 20, 50])
     parser.add_argument("--repeats", type=int, default=5, help="measured episodes per row")
     parser.add_argument("--profile", type=int, metavar="TURNS", help="profile episodes of this many turns and print the split")
+    parser.add_argument("--detail", type=int, default=0, metavar="N", help="with --profile: also print the N places with most samples")
     args = parser.parse_args()
     if args.profile:
-        asyncio.run(profile(args.profile, args.repeats))
+        asyncio.run(profile(args.profile, args.repeats, args.detail))
     else:
         asyncio.run(per_turn(args.turns, args.repeats))
 

@@ -146,8 +146,6 @@ def _fill(
         weight_versions=weight_versions,
         preset_reward=preset_reward,
         evaluation=evaluation,
+        transcript=transcript(trajectory) if getattr(args, "group_rm", False) else None,
     )
-    if getattr(args, "group_rm", False):
-        for filled in samples:
-            filled.metadata["transcript"] = transcript(trajectory)
     return samples
