@@ -17,6 +17,7 @@ import slime_double
 from openreward_rl.assets import load_tokenizer
 from openreward_rl.backends import _state, filters, slime
 from openreward_rl.backends._samples import samples_from_trajectory
+from openreward_rl.backends.episode_record import EpisodeRecord
 from openreward_rl.config import ConfigError
 from openreward_rl.environment import TaskRef
 from openreward_rl.tasks import task_row
@@ -120,9 +121,11 @@ async def test_completed_episode_fills_sample_token_exactly(config_file, sglang,
     assert request.sampling_params["custom_params"] == {"keep": ["me"]}
     assert sample.weight_versions == ["w7"]
     metadata = sample.metadata
-    for key in ("environment", "split", "index", "stop_reason", "stop_detail", "reward_observed", "step_rewards", "finished", "metrics", "prefix_breaks"):
-        assert key in metadata
-    assert metadata["stop_reason"] == "completed" and metadata["step_rewards"] == [1.0] and metadata["finished"] is True
+    json.dumps(metadata)  # the trainer's data buffer may serialise it
+    record = EpisodeRecord.from_metadata(metadata)
+    assert (record.environment, record.split, record.index) == ("Faulty", "train", 0)
+    assert record.stop_reason is StopReason.COMPLETED and record.step_rewards == [1.0] and record.finished
+    assert record.episode_reward == 1.0 and record.reward_observed and record.metrics["turns"] == 1.0
     assert metadata["variant"] is None and "task_hash" in metadata  # prepare's keys kept
     assert await slime.reward(args, sample) == 1.0
 
@@ -204,7 +207,6 @@ async def test_terminal_tool_environment(config_file, sglang) -> None:
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"partial_rollout": True}, "--partial-rollout"),
         ({"rollout_top_p": 0.9}, "--rollout-top-p"),
         ({"hf_checkpoint": None}, "hf_checkpoint"),
         ({"rollout_max_context_len": 1}, "--rollout-max-context-len"),
@@ -295,9 +297,13 @@ def test_dynamic_filter() -> None:
 
 
 def test_metadata_json_string_rows_become_dicts(tokenizer) -> None:
-    sample = slime_double.Sample(index=0, metadata=json.dumps({"environment": "Faulty", "split": "train", "index": 0}))
+    row = {"environment": "Faulty", "split": "train", "index": 0, "source": "cookbook", "task_spec": {"id": 7}}
+    sample = slime_double.Sample(index=0, metadata=json.dumps(row))
     (out,) = samples_from_trajectory(sample, _trajectory([TokenSegment([1], [2], [1], [-0.1])]), tokenizer=tokenizer)
-    assert isinstance(out.metadata, dict) and out.metadata["environment"] == "Faulty"
+    assert isinstance(out.metadata, dict)
+    # the row's own keys survive the parse (the trajectory knows neither of them)
+    assert out.metadata["source"] == "cookbook" and out.metadata["task_spec"] == {"id": 7}
+    assert EpisodeRecord.from_metadata(out.metadata).episode_reward == 0.5
 
 
 async def test_generate_uploads_the_trajectory_without_waiting(config_file, sglang, monkeypatch) -> None:

@@ -72,3 +72,16 @@ def test_a_rehearsal_inside_closed_reasoning_is_still_not_executed() -> None:
     text = "Maybe:\n" + call + "\nNo, not yet.\n</think>\n\nDone."
     turn = get_parser("qwen3_coder").parse(text, tools=TOOLS, generation_prompt=prompt, finish_reason="stop")
     assert turn.tool_calls == () and turn.content == "Done." and [e.kind for e in turn.errors] == [ParseErrorKind.CALL_IN_REASONING]
+
+
+@pytest.mark.parametrize(("family", "parser_class"), [(QWEN35, Qwen3CoderParser), (QWEN3, HermesParser)], ids=["qwen3_coder", "hermes"])
+def test_a_call_in_open_reasoning_may_quote_the_reasoning_closer(family, parser_class) -> None:
+    """The closer inside the call's arguments does not close the reasoning (classes 1 and 4 together)."""
+    calls = [("run_code", {"code": "grep -n '</think>' notes.md"})]
+    prompt, completion = family.render(calls)
+    call = completion[completion.index("<tool_call>") :]
+    prompt = prompt if prompt.rstrip().endswith("<think>") else prompt + "<think>\n"
+    turn = parser_class().parse("Search the notes.\n\n" + call, tools=TOOLS, generation_prompt=prompt, finish_reason="stop")
+    assert turn.reasoning == "Search the notes." and [(c.name, c.arguments) for c in turn.tool_calls] == calls and turn.errors == ()
+    strict = parser_class(tool_call_ends_reasoning=False).parse("Search the notes.\n\n" + call, tools=TOOLS, generation_prompt=prompt, finish_reason="stop")
+    assert strict.tool_calls == ()

@@ -2,8 +2,8 @@
 real offline wandb run opened the way Slime's rollout manager opens it.
 
 `SlimeSample` is a stand-in for `slime.utils.types.Sample` (not installable here) with the two
-fields the hooks read, `reward` and `metadata`; the metadata holds what the adapters write,
-built from real trajectories.
+fields the hooks read, `reward` and `metadata`; the metadata is the `EpisodeRecord` the adapters
+write, built from real trajectories.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import wandb
 from observe_fixtures import read_offline_run, real_trajectory
 
 from openreward_rl.backends import rollout_log
+from openreward_rl.backends.episode_record import EpisodeRecord
 from openreward_rl.backends.rollout_log import episode_of_sample, log_eval_rollout, log_rollout
 from openreward_rl.metrics import EpisodeStats, aggregate, summarize
 from openreward_rl.trajectory import StopReason, Trajectory
@@ -28,24 +29,10 @@ class SlimeSample:
     metadata: dict
 
 
-def sample_of(trajectory: Trajectory, *, environment: str = "addenv", reward: float | None = None, **extra) -> SlimeSample:
-    metadata = {
-        "environment": environment,
-        "split": trajectory.task["split"],
-        "index": trajectory.task["index"],
-        "stop_reason": trajectory.stop_reason.value,
-        "stop_detail": trajectory.stop_detail,
-        "reward_observed": trajectory.reward is not None,
-        "step_rewards": trajectory.step_rewards,
-        "finished": trajectory.finished,
-        "metrics": dict(trajectory.metrics),
-        "prefix_breaks": trajectory.prefix_breaks,
-        "episode_reward": trajectory.reward,
-        "segment": 0,
-        "segments": 1,
-        **extra,
-    }
-    return SlimeSample(reward=trajectory.reward if reward is None else reward, metadata=metadata)
+def sample_of(trajectory: Trajectory, *, environment: str = "addenv", reward: float | None = None, **fields) -> SlimeSample:
+    """A sample as the generate hook fills it: the trajectory's `EpisodeRecord` (with `fields` changed) as metadata."""
+    record = attrs.evolve(EpisodeRecord.of_trajectory(trajectory, {}), environment=environment, **fields)
+    return SlimeSample(reward=trajectory.reward if reward is None else reward, metadata=record.to_metadata())
 
 
 def infra_failure() -> Trajectory:

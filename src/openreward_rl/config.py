@@ -96,6 +96,9 @@ class TrainConfig:
     attempts: int = 2
     tool_timeout: float | None = 300.0
     episode_timeout: float | None = None
+    # Partial rollout: how long a suspended episode keeps its environment session open, and how many may wait.
+    suspended_episode_ttl: float = 1800.0
+    max_suspended_episodes: int = 1024
     source: str = "<config>"
 
     def environment(self, name: str) -> EnvironmentConfig:
@@ -293,6 +296,15 @@ def parse_config(raw: Any, *, source: str = "<config>") -> TrainConfig:
         values["attempts"] = _check(raw["attempts"], (int,), f"{source}: attempts", "a positive integer")
         if values["attempts"] < 1:
             raise ConfigError(f"{source}: attempts: must be a positive integer, got {raw['attempts']!r}")
+    if "suspended_episode_ttl" in raw:
+        value = _check(raw["suspended_episode_ttl"], (int, float), f"{source}: suspended_episode_ttl", "a positive number of seconds")
+        if value <= 0:
+            raise ConfigError(f"{source}: suspended_episode_ttl: must be a positive number of seconds, got {value!r}")
+        values["suspended_episode_ttl"] = float(value)
+    if "max_suspended_episodes" in raw:
+        values["max_suspended_episodes"] = _check(raw["max_suspended_episodes"], (int,), f"{source}: max_suspended_episodes", "a positive integer")
+        if values["max_suspended_episodes"] < 1:
+            raise ConfigError(f"{source}: max_suspended_episodes: must be a positive integer, got {raw['max_suspended_episodes']!r}")
     for key in ("tool_timeout", "episode_timeout"):
         if key in raw:
             value = _check(raw[key], (int, float), f"{source}: {key}", "a positive number of seconds or null", optional=True)

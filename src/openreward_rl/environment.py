@@ -13,6 +13,7 @@ import attrs
 from openreward.api.environments import OpenRewardError, ToolCallError
 from openreward.api.environments.types import AuthenticationError, Task
 
+from openreward_rl.env_transport import use_pooled_transport
 from openreward_rl.redaction import redact, register_secrets
 from openreward_rl.tool_output import has_lone_surrogate
 from openreward_rl.retry import (
@@ -175,6 +176,10 @@ class LivenessProbe:
     async def unreachable(self) -> str:
         """Return (a reason) only once the server is down; runs until cancelled otherwise."""
         await asyncio.sleep(self.after_s)
+        return await self.watch()
+
+    async def watch(self) -> str:
+        """Probe now and every `interval_s`; return (a reason) once `failures` probes in a row failed to connect."""
         failed = 0
         while True:
             reason = await self._probe_once()
@@ -195,24 +200,47 @@ class LivenessProbe:
 
 
 async def _race_liveness(operation: Awaitable[Any], probe: LivenessProbe | None) -> Any:
-    """Await `operation`, unless the probe finds the server down first (then `ServerUnreachable`)."""
+    """Await `operation`, unless the probe finds the server down first (then `ServerUnreachable`).
+
+    The operation runs in the calling task; the probe starts only once it has run `after_s` (a
+    timer, not a task, until then: most calls end sooner and cost no extra task). A probe that
+    finds the server down cancels the caller, and that cancellation becomes `ServerUnreachable`."""
     if probe is None:
         return await operation
-    call = asyncio.ensure_future(operation)
-    watch = asyncio.ensure_future(probe.unreachable())
+    loop = asyncio.get_running_loop()
+    caller = asyncio.current_task()
+    assert caller is not None
+    found: list[str] = []
+    watcher: list[asyncio.Task[str]] = []
+
+    def on_verdict(watch: asyncio.Task[str]) -> None:
+        if not watch.cancelled() and watch.exception() is None:
+            found.append(watch.result())
+            caller.cancel()
+
+    def start_watch() -> None:
+        watcher.append(loop.create_task(probe.watch()))
+        watcher[0].add_done_callback(on_verdict)
+
+    timer = loop.call_later(probe.after_s, start_watch)
     try:
-        await asyncio.wait({call, watch}, return_when=asyncio.FIRST_COMPLETED)
-        if call.done():
-            return call.result()
-        raise ServerUnreachable(watch.result())
+        result = await operation
+    except asyncio.CancelledError:
+        if found and caller.uncancel() == 0:  # cancelled by the verdict alone
+            raise ServerUnreachable(found[0]) from None
+        raise
     finally:
-        for task in (call, watch):
-            if not task.done():
-                task.cancel()
-        await asyncio.gather(call, watch, return_exceptions=True)
+        timer.cancel()
+        if watcher and not watcher[0].done():
+            watcher[0].cancel()
+    if found:  # the verdict came as the operation ended, which absorbed the cancellation: the result stands
+        caller.uncancel()
+    return result
 
 
 async def _bounded(operation: Awaitable[Any], timeout: float | None, probe: LivenessProbe | None) -> Any:
+    if timeout is None:
+        return await _race_liveness(operation, probe)
     try:
         async with asyncio.timeout(timeout) as scope:
             return await _race_liveness(operation, probe)
@@ -359,6 +387,7 @@ async def open_session(
     if secrets:
         register_secrets(secrets)
     where = task.base_url or "OpenReward"
+    use_pooled_transport(client)  # pooled connections, no per-request thread hops (env_transport)
     try:
         environment = client.environments.get(task.environment, variant=task.variant, base_url=task.base_url)
     except ValueError as error:  # the SDK's check for a remote environment without an API key

@@ -152,6 +152,9 @@ async def call_with_retries(
     """Run `operation()` under `policy`. A 429 that outlasts every attempt becomes `AtCapacityError`."""
     attempts = 0
     try:
+        if policy.attempts == 1:  # nothing to retry: no retry machinery
+            attempts = 1
+            return await operation()
         async for attempt in retrying(policy, retry_on=retry_on):
             with attempt:
                 attempts += 1

@@ -16,7 +16,7 @@ from openreward_rl.parsers.base import ToolParser, get_parser
 from openreward_rl.tool_episode import ToolEpisode
 from openreward_rl.trajectory import Trajectory
 
-__all__ = ["Rollouts", "choose_parser", "resolve_task"]
+__all__ = ["Rollouts", "choose_parser", "episode_stack", "resolve_task"]
 
 
 def resolve_task(config: TrainConfig, task: TaskRef) -> TaskRef:
@@ -45,6 +45,22 @@ def choose_parser(config: TrainConfig, model: str | None, tokenizer: Any) -> Too
         return get_parser(parser_for_model(tokenizer))
 
 
+def episode_stack(config: TrainConfig, tokenizer: Any, model: str | None = None) -> tuple[ChatRenderer, ToolParser]:
+    """The chat renderer and tool parser `config` gives a model: the one place training and eval build them.
+
+    The renderer gets the config's `thinking` setting as `enable_thinking`, then `chat_template_kwargs`
+    (which win); the parser is the configured one, else the one the model or its chat template implies.
+
+    >>> from openreward_rl.assets import load_tokenizer
+    >>> from openreward_rl.config import parse_config
+    >>> renderer, parser = episode_stack(parse_config({"environments": {"e": {}}}), load_tokenizer("offline:qwen3"), "Qwen/Qwen3-8B")
+    >>> renderer.template_kwargs, parser.name
+    ({'enable_thinking': False}, 'hermes')
+    """
+    renderer = ChatRenderer(tokenizer, {"enable_thinking": config.thinking, **config.chat_template_kwargs})
+    return renderer, choose_parser(config, model, tokenizer)
+
+
 @attrs.define
 class Rollouts:
     """Runs episodes of the configured environments. One per process; cheap per episode.
@@ -59,6 +75,22 @@ class Rollouts:
     client: Any
     max_context_len: int | None = None
     max_new_tokens: int = 4096
+
+    @classmethod
+    def from_config(
+        cls,
+        config: TrainConfig,
+        *,
+        engine: Engine,
+        tokenizer: Any,
+        client: Any,
+        model: str | None = None,
+        max_context_len: int | None = None,
+        max_new_tokens: int = 4096,
+    ) -> Rollouts:
+        """The runner the training hooks and `openreward-rl eval` both use: one config, one prompt."""
+        renderer, parser = episode_stack(config, tokenizer, model)
+        return cls(config, engine, renderer, parser, client, max_context_len=max_context_len, max_new_tokens=max_new_tokens)
 
     def settings_for(self, environment: str, sampling_params: Mapping[str, Any] | None = None) -> EpisodeSettings:
         env_config = self.config.environment(environment)
@@ -76,12 +108,16 @@ class Rollouts:
             episode_timeout=self.config.episode_timeout,
         )
 
-    async def run(self, task: TaskRef, *, sampling_params: Mapping[str, Any] | None = None, routing_key: str | None = None) -> Trajectory:
-        """One episode of `task`, with the config's retries, timeouts and secrets."""
+    async def run(
+        self, task: TaskRef, *, sampling_params: Mapping[str, Any] | None = None, routing_key: str | None = None, engine: Engine | None = None
+    ) -> Trajectory:
+        """One episode of `task`, with the config's retries, timeouts and secrets; `engine` replaces the
+        runner's for this episode (a `ParkingEngine` wrapping it, under partial rollout)."""
         task = resolve_task(self.config, task)
         settings = self.settings_for(task.environment, sampling_params)
+        episode_engine = engine or self.engine
         return await run_episode(
-            lambda: ToolEpisode(self.engine, self.renderer, self.parser, settings, routing_key=routing_key),
+            lambda: ToolEpisode(episode_engine, self.renderer, self.parser, settings, routing_key=routing_key),
             self.client,
             task,
             secrets=self.config.session_secrets(task.environment),

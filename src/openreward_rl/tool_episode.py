@@ -81,7 +81,10 @@ class ToolEpisode:
         state = _Run(session=session)
         started = time.perf_counter()
         try:
-            async with asyncio.timeout(self.settings.episode_timeout):
+            async with asyncio.timeout(self.settings.episode_timeout) as deadline:
+                attach = getattr(self.engine, "attach_episode", None)
+                if attach is not None:  # a resumable engine (partial rollout) snapshots the run while parked and stops its clock
+                    attach(deadline, lambda: self._trajectory(state, time.perf_counter() - started) if state.ledger else None)
                 await self._loop(state)
         except TimeoutError:
             state.stop(StopReason.TIMEOUT, f"the episode ran past {self.settings.episode_timeout:g}s")

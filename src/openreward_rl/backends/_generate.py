@@ -1,15 +1,28 @@
-"""One trainer `generate` call: the row's task, one episode, the trainer's `Sample`(s) filled from it."""
+"""One trainer `generate` call: the row's task, one episode, the trainer's `Sample`(s) filled from it.
+
+Under `--partial-rollout` (training only) the episode runs as a `LiveEpisode` (see `resumable.py`):
+when the trainer aborts the rollout step while the episode is in flight, the episode is suspended
+with its environment session open, the sample goes back ABORTED with every token produced so far
+and `metadata["resume"]`, and the next call on that sample resumes the episode where it stopped.
+"""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from typing import Any
 
+import attrs
+
 from openreward_rl.backends._samples import sample_fields, samples_from_trajectory
-from openreward_rl.backends._state import state_for
+from openreward_rl.backends._state import BackendState, state_for
+from openreward_rl.backends._suspended import RESUME_KEY, ResumeRecord, store_for
 from openreward_rl.config import ConfigError
+from openreward_rl.environment import TaskRef
+from openreward_rl.episode import failed_trajectory
+from openreward_rl.resumable import AbortSignal, Finished, LiveEpisode, Outcome, ParkingEngine, mask_before
 from openreward_rl.tasks import task_from_metadata
-from openreward_rl.trajectory import Trajectory
+from openreward_rl.trajectory import StopReason, Trajectory
 
 __all__ = ["generate_samples", "transcript"]
 
@@ -21,8 +34,6 @@ def transcript(trajectory: Trajectory) -> list[dict[str, str]]:
 
 def check_args(args: Any, sample: Any) -> None:
     """Trainer settings these hooks cannot honour, refused with the flag to change."""
-    if getattr(args, "partial_rollout", False):
-        raise ConfigError("--partial-rollout is not supported by openreward_rl's generate hook (a multi-turn episode cannot resume); remove the flag")
     top_p = getattr(args, "rollout_top_p", None)
     if "rollout_top_p_token_ids" in sample_fields(sample) and top_p not in (None, 1.0):
         raise ConfigError(f"--rollout-top-p {top_p} needs top-p replay data that openreward_rl's generate hook does not record; use --rollout-top-p 1.0")
@@ -36,23 +47,105 @@ async def generate_samples(
     evaluation: bool,
     routing_key: str | None,
     preset_reward: bool,
+    abort_signal: AbortSignal | None = None,
 ) -> list[Any]:
-    """Run the episode `sample.metadata` names and fill `sample` (plus fan-out siblings)."""
+    """Run the episode `sample.metadata` names (or resume it) and fill `sample` (plus fan-out siblings).
+
+    `abort_signal` reads the trainer's "aborting this rollout step" flag, where the hook can see it.
+    """
     check_args(args, sample)
     state = state_for(args)
+    record = ResumeRecord.from_metadata(sample.metadata) if isinstance(sample.metadata, Mapping) else None
+    if record is not None:
+        sample.metadata = {k: v for k, v in sample.metadata.items() if k != RESUME_KEY}
     task = task_from_metadata(sample.metadata)
-    trajectory = await state.rollouts_for(evaluation).run(task, sampling_params=sampling_params, routing_key=routing_key)
+    rollouts = state.rollouts_for(evaluation)
+    if not getattr(args, "partial_rollout", False) or evaluation:
+        trajectory = await rollouts.run(task, sampling_params=sampling_params, routing_key=routing_key)
+        return _fill(args, state, sample, task, trajectory, sampling_params, preset_reward=preset_reward, evaluation=evaluation)
+
+    store = store_for(state.config.suspended_episode_ttl, state.config.max_suspended_episodes)
+    await store.sweep()
+    if record is None:
+        engine = ParkingEngine(rollouts.engine, abort_signal)
+        live = LiveEpisode.start(engine, rollouts.run(task, sampling_params=sampling_params, routing_key=routing_key, engine=engine))
+        outcome = await live.next_outcome()
+    else:
+        taken = store.take(record)
+        if isinstance(taken, str):
+            lost = failed_trajectory(task, StopReason.ABORTED, f"partial rollout: {taken}")
+            return _fill(args, state, sample, task, lost, sampling_params, preset_reward=preset_reward, evaluation=evaluation)
+        live = taken
+        outcome = await _resume(live, abort_signal)
+        if outcome is None:
+            lost = failed_trajectory(task, StopReason.ABORTED, "partial rollout: nothing to resume: the event loop that ran the suspended episode has stopped")
+            return _fill(args, state, sample, task, lost, sampling_params, preset_reward=preset_reward, evaluation=evaluation)
+
+    engine = live.engine
+    if not isinstance(outcome, Finished):
+        resume = attrs.evolve(record or ResumeRecord.new(), suspensions=engine.suspensions)
+        await store.park(resume.key, live)
+        snapshot = outcome.trajectory
+        if len(snapshot.segments) > 1:  # one sample per suspended episode: Slime's abort() cannot take a fan-out list
+            snapshot.segments = snapshot.segments[-1:]
+        (filled,) = samples_from_trajectory(sample, snapshot, tokenizer=state.tokenizer, weight_versions=_versions(engine), preset_reward=preset_reward)
+        filled.metadata[RESUME_KEY] = resume.to_metadata()
+        filled.metadata["weight_version_spans"] = list(engine.spans)
+        return [filled]
+
+    trajectory = outcome.trajectory
+    if engine.suspensions:
+        if getattr(args, "mask_offpolicy_in_partial_rollout", False) and engine.offpolicy_boundary is not None:
+            mask_before(trajectory, engine.offpolicy_boundary)
+        metrics = trajectory.metrics
+        metrics["suspensions"] = float(engine.suspensions)
+        metrics["suspended_seconds"] = engine.parked_seconds
+        for key in ("episode_seconds", "model_seconds"):  # all parking happens inside model calls
+            if key in metrics:
+                metrics[key] = max(0.0, metrics[key] - engine.parked_seconds)
+    samples = _fill(args, state, sample, task, trajectory, sampling_params, preset_reward=preset_reward, evaluation=evaluation, weight_versions=_versions(engine))
+    for filled in samples:
+        filled.metadata["weight_version_spans"] = list(engine.spans)
+    return samples
+
+
+async def _resume(live: LiveEpisode, abort_signal: AbortSignal | None) -> Outcome | None:
+    """Resume on the loop the episode runs on (this one, or another thread's); None when that loop is gone."""
+    if live.loop is asyncio.get_running_loop():
+        return await live.resume(abort_signal)
+    if live.loop.is_closed() or not live.loop.is_running():
+        return None
+    return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(live.resume(abort_signal), live.loop))
+
+
+def _versions(engine: ParkingEngine) -> list[str]:
+    """One weight version per engine call, as the trainer appends them (Slime: from each call's meta_info)."""
+    return [span["weight_version"] for span in engine.spans if span["weight_version"] is not None]
+
+
+def _fill(
+    args: Any,
+    state: BackendState,
+    sample: Any,
+    task: TaskRef,
+    trajectory: Trajectory,
+    sampling_params: Mapping[str, Any],
+    *,
+    preset_reward: bool,
+    evaluation: bool,
+    weight_versions: list[str] | None = None,
+) -> list[Any]:
     if trajectory.messages:  # returns at once; the upload runs on the uploader's own threads
         state.uploader.submit(trajectory, environment=task.environment, split=task.split, task_spec=task.task_spec, sampling_params=sampling_params)
+    if weight_versions is None:
+        weight_versions = [t.weight_version for t in trajectory.turns if t.weight_version is not None]
     samples = samples_from_trajectory(
         sample,
         trajectory,
         tokenizer=state.tokenizer,
-        weight_versions=[t.weight_version for t in trajectory.turns if t.weight_version is not None],
+        weight_versions=weight_versions,
         preset_reward=preset_reward,
         evaluation=evaluation,
+        transcript=transcript(trajectory) if getattr(args, "group_rm", False) else None,
     )
-    if getattr(args, "group_rm", False):
-        for filled in samples:
-            filled.metadata["transcript"] = transcript(trajectory)
     return samples

@@ -30,6 +30,9 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import attrs
+
+from openreward_rl.backends.episode_record import EpisodeRecord
 from openreward_rl.trajectory import StopReason, TokenSegment, Trajectory
 
 __all__ = ["STATUS_FOR_STOP", "sample_fields", "status_for", "episode_metadata", "samples_from_trajectory", "placeholder_ids"]
@@ -71,27 +74,13 @@ def _metadata_dict(metadata: Any) -> dict[str, Any]:
     return dict(metadata)
 
 
-def episode_metadata(base: Any, trajectory: Trajectory, *, segment: int = 0, segments: int = 1, evaluation: bool = False) -> dict[str, Any]:
-    """The sample's metadata: the row's keys plus what the episode observed (read by the rollout log)."""
-    metadata = _metadata_dict(base)
-    task = trajectory.task
-    metadata.update(
-        environment=task.get("environment", metadata.get("environment")),
-        split=task.get("split", metadata.get("split")),
-        index=task.get("index", metadata.get("index")),
-        stop_reason=trajectory.stop_reason.value,
-        episode_reward=trajectory.reward,
-        stop_detail=trajectory.stop_detail,
-        reward_observed=trajectory.reward is not None and not trajectory.stop_reason.is_infrastructure_failure,
-        step_rewards=list(trajectory.step_rewards),
-        finished=trajectory.finished,
-        metrics=dict(trajectory.metrics),
-        prefix_breaks=trajectory.prefix_breaks,
-        segment=segment,
-        segments=segments,
-        evaluation=evaluation,
-    )
-    return metadata
+def episode_metadata(
+    base: Any, trajectory: Trajectory, *, segment: int = 0, segments: int = 1, evaluation: bool = False, **extra: Any
+) -> dict[str, Any]:
+    """The sample's metadata: the row's keys plus the episode's `EpisodeRecord` (`extra` sets more of its fields)."""
+    row = _metadata_dict(base)
+    record = EpisodeRecord.of_trajectory(trajectory, row, segment=segment, segments=segments, evaluation=evaluation)
+    return attrs.evolve(record, **extra).to_metadata(row)
 
 
 def placeholder_ids(tokenizer: Any) -> tuple[int, int]:
@@ -150,6 +139,7 @@ def samples_from_trajectory(
     weight_versions: Sequence[str] = (),
     preset_reward: bool = True,
     evaluation: bool = False,
+    transcript: list[dict[str, str]] | None = None,
 ) -> list[Any]:
     """Fill `sample` (and, after prefix breaks, siblings copied from it) from `trajectory`.
 
@@ -157,7 +147,7 @@ def samples_from_trajectory(
     (`sample.rollout_id`, else `sample.index`). Where the `Sample` class has no `rollout_id`
     field (Slime before 2026-05-25) only the last segment is returned and the rest are counted in
     `metadata["dropped_segments"]`. `preset_reward=False` leaves `reward` None for a group RM that
-    refuses preset rewards (Miles under `--group-rm`).
+    refuses preset rewards (Miles under `--group-rm`). `transcript` is stored for group scoring.
     """
     fields = sample_fields(sample)
     stop = trajectory.stop_reason
@@ -172,8 +162,7 @@ def samples_from_trajectory(
 
     segments = _trainable_segments(trajectory)
     if not segments:
-        metadata = episode_metadata(sample.metadata, trajectory, evaluation=evaluation)
-        metadata["placeholder"] = True
+        metadata = episode_metadata(sample.metadata, trajectory, evaluation=evaluation, placeholder=True, transcript=transcript)
         prompt_id, response_id = placeholder_ids(tokenizer)
         _fill(
             sample, fields, prompt_ids=[prompt_id], response_ids=[response_id], loss_mask=[0], logprobs=[0.0], text="",
@@ -193,9 +182,9 @@ def samples_from_trajectory(
     out = []
     for position, segment in enumerate(segments):
         target = sample if position == 0 else copy.copy(pristine)
-        metadata = episode_metadata(originals, trajectory, segment=position, segments=len(segments), evaluation=evaluation)
-        if dropped:
-            metadata["dropped_segments"] = dropped
+        metadata = episode_metadata(
+            originals, trajectory, segment=position, segments=len(segments), evaluation=evaluation, dropped_segments=dropped, transcript=transcript
+        )
         _fill(
             target, fields, prompt_ids=segment.prompt_ids, response_ids=segment.response_ids, loss_mask=segment.loss_mask,
             logprobs=segment.rollout_logprobs, text=tokenizer.decode(segment.response_ids, skip_special_tokens=False),

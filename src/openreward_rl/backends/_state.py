@@ -15,11 +15,10 @@ from typing import Any
 import attrs
 
 from openreward_rl.assets import load_tokenizer
-from openreward_rl.chat import ChatRenderer
 from openreward_rl.config import ConfigError, TrainConfig, config_path, load_config
 from openreward_rl.preflight import check_ready
 from openreward_rl.redaction import install_log_redaction
-from openreward_rl.rollout import Rollouts, choose_parser
+from openreward_rl.rollout import Rollouts
 from openreward_rl.upload import TrajectoryUploader
 
 __all__ = ["BackendState", "state_for", "clear_states", "close_states", "router_url"]
@@ -78,14 +77,14 @@ class BackendState:
         config = load_config()
         check_ready(config)  # an API key for remote environments; registers the secrets for redaction
         tokenizer = load_tokenizer(str(checkpoint))
-        renderer = ChatRenderer(tokenizer, {"enable_thinking": config.thinking, **config.chat_template_kwargs})
-        parser = choose_parser(config, str(checkpoint), tokenizer)
         engine = SGLangEngine(router_url(args))
         client = AsyncOpenReward()
         train_context = _positive_or_none(args, "rollout_max_context_len")
         eval_context = _positive_or_none(args, "eval_max_context_len") or train_context
         max_new_tokens = getattr(args, "rollout_max_response_len", None) or 4096
-        rollouts = Rollouts(config, engine, renderer, parser, client, max_context_len=train_context, max_new_tokens=max_new_tokens)
+        rollouts = Rollouts.from_config(
+            config, engine=engine, tokenizer=tokenizer, client=client, model=str(checkpoint), max_context_len=train_context, max_new_tokens=max_new_tokens
+        )
         return cls(
             config=config,
             tokenizer=tokenizer,

@@ -22,11 +22,13 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+import attrs
+
+from openreward_rl.backends.episode_record import EpisodeRecord
 from openreward_rl.config import TrainConfig
 from openreward_rl.environment import EnvironmentFault, TaskRef, open_session
 from openreward_rl.rollout import resolve_task
 from openreward_rl.tasks import task_from_metadata, task_hash
-from openreward_rl.trajectory import StopReason
 
 __all__ = ["episode_reward", "flatten", "group_rewards"]
 
@@ -37,21 +39,12 @@ def episode_reward(sample: Any) -> float:
     """The reward the generate hook computed for this sample; 0.0 where none was observed or the run failed.
 
     >>> from types import SimpleNamespace
-    >>> episode_reward(SimpleNamespace(metadata={"stop_reason": "completed", "episode_reward": 0.5}))
+    >>> episode_reward(SimpleNamespace(metadata={"environment": "e", "stop_reason": "completed", "episode_reward": 0.5}))
     0.5
-    >>> episode_reward(SimpleNamespace(metadata={"stop_reason": "env_error", "episode_reward": None}))
+    >>> episode_reward(SimpleNamespace(metadata={"environment": "e", "stop_reason": "env_error", "episode_reward": None}))
     0.0
     """
-    metadata = sample.metadata if isinstance(sample.metadata, dict) else {}
-    if "stop_reason" not in metadata:
-        raise ValueError(
-            "this sample was not produced by openreward_rl's generate hook (no metadata['stop_reason']); "
-            "set --custom-generate-function-path to openreward_rl.backends.slime.generate (or .miles.generate)"
-        )
-    value = metadata.get("episode_reward")
-    if value is None or StopReason(metadata["stop_reason"]).is_infrastructure_failure or metadata.get("placeholder"):
-        return 0.0
-    return float(value)
+    return EpisodeRecord.from_metadata(sample.metadata if isinstance(sample.metadata, (dict, str)) else {}).trained_reward
 
 
 def flatten(samples: Sequence[Any]) -> list[Any]:
@@ -83,48 +76,48 @@ def _task_key(task: TaskRef) -> tuple[Any, ...]:
 async def group_rewards(samples: Sequence[Any], *, group_rm: bool, client: Any = None, config: TrainConfig | None = None) -> list[Any]:
     """One reward per sample, in the input's (possibly nested) shape."""
     leaves = flatten(samples)
-    rewards = [episode_reward(s) for s in leaves]
+    records = [EpisodeRecord.from_metadata(s.metadata if isinstance(s.metadata, (dict, str)) else {}) for s in leaves]
+    rewards = [r.trained_reward for r in records]
     if group_rm and client is not None and config is not None:
-        await _score_groups(leaves, rewards, client, config)
+        await _score_groups(leaves, records, rewards, client, config)
     return _reshape(samples, rewards)
 
 
-async def _score_groups(leaves: list[Any], rewards: list[float], client: Any, config: TrainConfig) -> None:
+async def _score_groups(leaves: list[Any], records: list[EpisodeRecord], rewards: list[float], client: Any, config: TrainConfig) -> None:
     by_task: dict[tuple[Any, ...], tuple[TaskRef, dict[Any, list[int]]]] = {}
-    for position, sample in enumerate(leaves):
-        metadata = sample.metadata
-        if StopReason(metadata["stop_reason"]).is_infrastructure_failure or metadata.get("placeholder") or "transcript" not in metadata:
+    for position, (sample, record) in enumerate(zip(leaves, records)):
+        if record.infrastructure_failure or record.placeholder or record.transcript is None:
             continue
-        task = task_from_metadata(metadata)
+        task = task_from_metadata(sample.metadata)
         _, rollouts = by_task.setdefault(_task_key(task), (task, {}))
         rollouts.setdefault(_rollout_key(sample), []).append(position)
+
+    def note(position: int, **outcome: Any) -> None:
+        leaves[position].metadata = attrs.evolve(records[position], **outcome).to_metadata(leaves[position].metadata)
+
     for task, rollouts in by_task.values():
         if len(rollouts) < 2:
             continue
         members = list(rollouts.values())
         try:
-            scores = await _score(client, config, task, [leaves[m[0]].metadata["transcript"] for m in members])
+            scores = await _score(client, config, task, [records[m[0]].transcript or [] for m in members])
         except Exception as error:  # unsupported, judge failure, environment down: pointwise rewards stand
             logger.warning("group scoring for %s failed, keeping pointwise rewards: %s: %s", task.environment, type(error).__name__, error)
             for positions in members:
                 for position in positions:
-                    leaves[position].metadata["group_score_error"] = f"{type(error).__name__}: {error}"
+                    note(position, group_score_error=f"{type(error).__name__}: {error}")
             continue
         if scores is None:
             logger.info("%s has no score_group; keeping pointwise rewards under --group-rm", task.environment)
             for positions in members:
                 for position in positions:
-                    leaves[position].metadata["group_scored"] = False
+                    note(position, group_scored=False)
             continue
         policy = config.environment(task.environment).reward_policy()
         for positions, score in zip(members, scores):
             value = policy.clamp(float(score.reward))
             for position in positions:
-                metadata = leaves[position].metadata
-                metadata["pointwise_reward"] = rewards[position]
-                metadata["group_score"] = float(score.reward)
-                metadata["group_score_metadata"] = score.metadata
-                metadata["group_scored"] = True
+                note(position, pointwise_reward=rewards[position], group_score=float(score.reward), group_score_metadata=score.metadata, group_scored=True)
                 rewards[position] = value
 
 

@@ -23,6 +23,12 @@ Differences from Slime handled here:
   get (they share the episode's reward);
 - Miles lacks `append_response_tokens`; the fields are set directly (a legacy generate must set
   `loss_mask` itself), with the same rules as on Slime.
+
+Partial rollout: the hooks suspend and resume episodes as on Slime. To park an episode between
+turns as soon as the step is aborting, the hook reads the trainer's abort flag: `generate_fn` gets
+it from `input.state`; the legacy `generate` from the legacy rollout's `GenerateState` singleton
+(`MILES_USE_LEGACY_ROLLOUT_V1=1`, which `--mask-offpolicy-in-partial-rollout` needs anyway). Under
+Miles' class-based rollout use `generate_fn` with `--partial-rollout`.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from typing import Any
 
 import attrs
 
+from openreward_rl.backends._abort import MILES_LEGACY_ROLLOUT_MODULE, singleton_abort_signal, state_abort_signal
 from openreward_rl.backends._generate import generate_samples
 from openreward_rl.backends.slime import reward
 
@@ -40,6 +47,10 @@ __all__ = ["generate", "generate_fn", "reward", "GenerateOutput"]
 
 async def generate(args: Any, sample: Any, sampling_params: Mapping[str, Any], evaluation: bool = False) -> Any:
     """Run the episode of `sample.metadata` and return `sample` filled (a list after prefix breaks)."""
+    return await _generate(args, sample, sampling_params, evaluation, singleton_abort_signal(MILES_LEGACY_ROLLOUT_MODULE))
+
+
+async def _generate(args: Any, sample: Any, sampling_params: Mapping[str, Any], evaluation: bool, abort_signal: Any) -> Any:
     samples = await generate_samples(
         args,
         sample,
@@ -47,6 +58,7 @@ async def generate(args: Any, sample: Any, sampling_params: Mapping[str, Any], e
         evaluation=evaluation,
         routing_key=getattr(sample, "routing_key", None),
         preset_reward=not getattr(args, "group_rm", False),
+        abort_signal=abort_signal,
     )
     return samples[0] if len(samples) == 1 else samples
 
@@ -60,5 +72,7 @@ class GenerateOutput:
 
 async def generate_fn(input: Any) -> GenerateOutput:  # noqa: A002  (Miles detects the form by this name)
     """Miles' new form: `input` has `.args` (or `.state.args`), `.sample`, `.sampling_params`, `.evaluation`."""
-    args = getattr(input, "args", None) or input.state.args
-    return GenerateOutput(samples=await generate(args, input.sample, input.sampling_params, evaluation=bool(getattr(input, "evaluation", False))))
+    state = getattr(input, "state", None)
+    args = getattr(input, "args", None) or state.args
+    evaluation = bool(getattr(input, "evaluation", False))
+    return GenerateOutput(samples=await _generate(args, input.sample, input.sampling_params, evaluation, state_abort_signal(state)))

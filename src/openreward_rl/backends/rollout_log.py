@@ -9,13 +9,11 @@ Both return False, so Slime's own logging still runs; ours is logged beside it, 
 `rollout/step` (`eval/step`) axis, under `openreward/<environment>/...`
 (`openreward_eval/<environment>/...`) plus `.../all/...` over every environment.
 
-The adapters store on each `sample.metadata`: "environment", "split", "index", "stop_reason",
-"stop_detail", "reward_observed", "step_rewards", "finished", "metrics" (the trajectory's
-per-episode metrics: `Trajectory.metrics`) and "prefix_breaks"; `sample.reward` is the reward.
-An episode split at prefix breaks gives one sample per segment ("segment" 0, 1, ...; "segments");
-only segment 0 is counted. "episode_reward" (the trajectory's reward, None when none was
-observed) is preferred over `sample.reward`, which Slime needs as a number. "split" and "index"
-name the task, so a group of samples of one prompt gives pass@k. The aggregation itself is
+The adapters store an `EpisodeRecord` on each `sample.metadata` (see
+`openreward_rl.backends.episode_record`), read back here with `EpisodeRecord.of_sample`. An episode
+split at prefix breaks gives one sample per segment; only segment 0 is counted. The record's
+`episode_reward` (None when none was observed) is preferred over `sample.reward`, which Slime needs
+as a number. Split, index and variant name the task, so a group of samples of one prompt gives pass@k. The aggregation itself is
 `openreward_rl.metrics.aggregate`, shared with `openreward-rl eval`.
 
 >>> from types import SimpleNamespace
@@ -29,13 +27,11 @@ name the task, so a group of samples of one prompt gives pass@k. The aggregation
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-import attrs
-
-from openreward_rl.metrics import EpisodeStats, aggregate, task_identity
+from openreward_rl.backends.episode_record import EpisodeRecord
+from openreward_rl.metrics import EpisodeStats, aggregate
 from openreward_rl.wandb_logging import WandbLogger
 
 __all__ = ["episode_of_sample", "log_rollout", "log_eval_rollout", "rollout_step"]
@@ -45,52 +41,34 @@ logger = logging.getLogger(__name__)
 
 def episode_of_sample(sample: Any) -> EpisodeStats | None:
     """The episode record of a Slime/Miles `Sample` the adapters filled; None for samples that are not ours."""
-    metadata = getattr(sample, "metadata", None)
-    if not isinstance(metadata, Mapping) or "environment" not in metadata or "stop_reason" not in metadata:
-        return None
-    reward = _number(metadata["episode_reward"]) if "episode_reward" in metadata else _number(getattr(sample, "reward", None))
-    if metadata.get("reward_observed") is False:
-        reward = None
-    metrics = {k: float(v) for k, v in (metadata.get("metrics") or {}).items() if _number(v) is not None}
-    if "prefix_breaks" in metadata and _number(metadata["prefix_breaks"]) is not None:
-        metrics.setdefault("prefix_breaks", float(metadata["prefix_breaks"]))
-    task = None
-    if metadata.get("index") is not None:
-        task = task_identity(metadata.get("split"), metadata["index"], metadata.get("variant"))
-    episode = EpisodeStats(
-        environment=str(metadata["environment"]),
-        reward=reward,
-        stop_reason=str(metadata["stop_reason"]),
+    record = EpisodeRecord.of_sample(sample)
+    return None if record is None else _stats(record)
+
+
+def _stats(record: EpisodeRecord) -> EpisodeStats:
+    metrics = dict(record.metrics)
+    if record.prefix_breaks:  # an Episode whose metrics leave it out
+        metrics.setdefault("prefix_breaks", float(record.prefix_breaks))
+    return EpisodeStats(
+        environment=record.environment,
+        reward=record.reward,
+        stop_reason=record.stop_reason.value,
         metrics=metrics,
-        finished=bool(metadata.get("finished", False)),
-        task=task,
-        stop_detail=str(metadata.get("stop_detail") or ""),
+        finished=record.finished,
+        task=record.task_key,
+        stop_detail=record.stop_detail,
     )
-    return attrs.evolve(episode, reward=None) if episode.infrastructure_failure else episode
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return None
-    return float(value)
 
 
 def _episodes_of(samples: Iterable[Any]) -> list[EpisodeStats]:
-    seen: set[Any] = set()
     episodes = []
     for sample in samples:
         if isinstance(sample, (list, tuple)):  # nested groups
             episodes.extend(_episodes_of(sample))
             continue
-        stats = episode_of_sample(sample)
-        if stats is None or (_number(sample.metadata.get("segment")) or 0) > 0:
-            continue
-        episode_id = sample.metadata.get("episode_id")
-        if episode_id is not None:
-            if episode_id in seen:
-                continue
-            seen.add(episode_id)
-        episodes.append(stats)
+        record = EpisodeRecord.of_sample(sample)
+        if record is not None and record.counted:
+            episodes.append(_stats(record))
     return episodes
 
 

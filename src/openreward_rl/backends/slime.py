@@ -18,6 +18,11 @@ has one, under every `--router-policy`: it pins an episode's turns to one worker
 `max_new_tokens`, clamped per turn to what the context budget leaves. An engine abort ends the
 episode as ABORTED at once and is never retried. See `_samples.py` for how a trajectory fills the
 `Sample` (statuses, placeholders, fan-out with a shared `rollout_id`).
+
+Under `--partial-rollout` an episode the trainer aborts is suspended with its environment session
+open and resumed when its sample comes back (see `_generate.py`, `resumable.py` and the long-tail
+section of docs/training.md); the hook reads Slime's `GenerateState.aborted` to park episodes
+between turns as soon as the step is aborting.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from openreward_rl.backends._abort import SLIME_ROLLOUT_MODULE, singleton_abort_signal
 from openreward_rl.backends._generate import generate_samples
 from openreward_rl.backends._state import state_for
 from openreward_rl.backends.group_reward import group_rewards
@@ -45,6 +51,7 @@ async def generate(args: Any, sample: Any, sampling_params: Mapping[str, Any], e
         evaluation=evaluation,
         routing_key=getattr(sample, "session_id", None),
         preset_reward=True,
+        abort_signal=singleton_abort_signal(SLIME_ROLLOUT_MODULE),
     )
     return samples[0] if len(samples) == 1 else samples
 

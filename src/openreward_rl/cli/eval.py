@@ -218,19 +218,18 @@ async def run_eval(options: EvalOptions, config: TrainConfig, *, engine: Any, to
     """List tasks, run the missing (task, sample) pairs, write them, and return the per-environment summary."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from openreward_rl.chat import ChatRenderer
     from openreward_rl.evaluation import EvalJob, ResultsFile, evaluate, eval_key, plan, read_results
     from openreward_rl.metrics import summarize
-    from openreward_rl.rollout import Rollouts, choose_parser
+    from openreward_rl.rollout import Rollouts
     from openreward_rl.tasks import list_tasks
     from openreward_rl.upload import TrajectoryUploader
 
     check = getattr(engine, "check_sampling_params", None)
     if check is not None:
         check({**options.sampling_params, "max_new_tokens": options.max_new_tokens})
-    renderer = ChatRenderer(tokenizer, dict(config.chat_template_kwargs))
-    parser = choose_parser(config, options.model, tokenizer)
-    rollouts = Rollouts(config, engine, renderer, parser, client, max_context_len=options.max_context_len, max_new_tokens=options.max_new_tokens)
+    rollouts = Rollouts.from_config(
+        config, engine=engine, tokenizer=tokenizer, client=client, model=options.model, max_context_len=options.max_context_len, max_new_tokens=options.max_new_tokens
+    )  # the same constructor as the training hooks: one config renders one prompt
     tasks = await list_tasks(client, config, max_tasks=options.max_tasks, seed=options.seed)
     if not tasks:
         raise ValueError("the configured environments and splits have no tasks")

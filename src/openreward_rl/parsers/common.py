@@ -111,6 +111,7 @@ def split_turn_reasoning(
     close_tag: str = "</think>",
     opener_ends_reasoning: bool = False,
     call_start: re.Pattern[str] | None = None,
+    call_closers: Sequence[str] = (),
 ) -> ReasoningSplit:
     """Split reasoning from the rest, applying the calls-inside-reasoning policy.
 
@@ -127,6 +128,15 @@ def split_turn_reasoning(
     )
     if split.reasoning is None:
         return split
+    if split.complete and opener_ends_reasoning and call_start is not None and call_closers:
+        # A call started before the closer and did not end before it: the closer is quoted in that
+        # call's arguments, so the block was never closed and the call ends it.
+        closed_at = text.find(close_tag)
+        match = call_start.search(text, 0, closed_at)
+        if match and _first_of(text[match.start() : closed_at], call_closers) < 0:
+            reasoning = text[: match.start()].strip()
+            reasoning = reasoning[len(open_tag) :].strip() if reasoning.startswith(open_tag) else reasoning
+            return ReasoningSplit(reasoning=reasoning, rest=text[match.start() :].strip(), complete=True)
     if not split.complete and opener_ends_reasoning:
         if call_start is not None:
             match = call_start.search(split.reasoning)
@@ -240,6 +250,9 @@ def skip_spaces(text: str, index: int) -> int:
     >>> skip_spaces("a \\n\\tb", 1), skip_spaces("ab", 1), skip_spaces("a  ", 1)
     (4, 1, 3)
     """
+    if index >= len(text) or not text[index].isspace():
+        return index
+    index += 1  # one separator (a newline between tags) is the common case: no regex for it
     if index >= len(text) or not text[index].isspace():
         return index
     return _SPACES.match(text, index).end()  # type: ignore[union-attr]  (always matches)

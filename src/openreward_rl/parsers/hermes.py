@@ -71,6 +71,7 @@ class HermesParser:
             errors=errors,
             opener_ends_reasoning=self.tool_call_ends_reasoning,
             call_start=_CALL_START,
+            call_closers=(self.close_tag,),
         )
         calls: list[ToolCall] = []
         body = split.rest

@@ -116,6 +116,7 @@ class Qwen3CoderParser:
             errors=errors,
             opener_ends_reasoning=self.tool_call_ends_reasoning,
             call_start=_CALL_START,
+            call_closers=(_TOOL_CLOSE,),
         )
         calls: list[ToolCall] = []
         body = split.rest

@@ -1,0 +1,281 @@
+"""Client CPU per turn on the trainer hook path (`openreward_rl.backends.slime.generate`), with its split.
+
+What runs: Slime's call into the hook, as Slime makes it (a Slime-like `args` namespace and the
+`Sample` double of tests/slime_double.py, rows written by `task_row`), for 5, 10, 20 and 50-turn
+`Corridor` episodes whose tool replies are 300 words (~1,930 characters, ~440 Qwen3 tokens). The
+hook builds its own state from `args` and a training config file, exactly as under Slime: the
+Qwen3 tokenizer and template, `SGLangEngine` on the zero-latency SGLang double (a child process)
+and the SDK's `AsyncOpenReward` client to the SDK's environment `Server` (a child process) on
+127.0.0.1.
+
+What is measured is this process's CPU (`getrusage`: user + system, all threads), not wall time:
+the machine is shared, and a turn's wall time here is mostly other processes' work. The main
+thread's share (`time.thread_time`) is printed apart from other threads' (the SDK's `trust_env`
+look-ups run in a thread pool, uploads on their own threads). Each row is the least and the median
+of `--repeats` episodes after one warm-up episode; the load average is printed before and after.
+
+`--profile TURNS` samples this process's CPU (SIGPROF every 0.5 ms of CPU, see `CpuSampler`) over
+that many-turn episodes and splits it into buckets: the library (openreward_rl), the SDK
+(openreward), aiohttp and the event loop (aiohttp, asyncio, yarl, multidict, selectors, sockets),
+the tokenizer (tokenizers, transformers' tokenization code) and the chat template
+(apply_chat_template, jinja2); other code (the standard library, attrs, pydantic) counts as its
+nearest caller's.
+
+    PYTHONPATH=src python benchmarks/hook_path.py [--turns 5 10 20 50] [--repeats 5] [--profile 20]
+
+Run it against another checkout's code ("before") by pointing PYTHONPATH at that checkout's src.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import os
+import resource
+import signal
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+BENCHMARKS = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCHMARKS))
+sys.path.insert(0, str(BENCHMARKS.parent / "tests"))  # slime_double: the Sample double
+
+from common import CORRIDOR_SPEC, SGLangDoubleProcess, corridor_task, machine, median  # noqa: E402
+
+REPLY_WORDS = 300
+SAMPLING = {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 512}
+CONTEXT_LEN = 65536
+
+
+def write_config(directory: Path, base_url: str) -> Path:
+    file = directory / "train_config.yaml"
+    file.write_text(
+        f"""
+environments:
+  Corridor:
+    variant: corridor
+    base_url: {base_url}
+    max_turns: 60
+parser: hermes
+attempts: 1
+upload: false
+"""
+    )
+    return file
+
+
+def slime_args(sglang_url: str) -> SimpleNamespace:
+    host, port = sglang_url.removeprefix("http://").rsplit(":", 1)
+    return SimpleNamespace(
+        sglang_router_ip=host,
+        sglang_router_port=int(port),
+        hf_checkpoint="offline:qwen3",
+        rollout_max_context_len=CONTEXT_LEN,
+        eval_max_context_len=None,
+        rollout_max_response_len=512,
+        partial_rollout=False,
+        group_rm=False,
+        router_policy="consistent_hashing",
+        rollout_top_p=1.0,
+        reward_key=None,
+    )
+
+
+def new_sample(turns: int, number: int) -> Any:
+    import slime_double
+
+    from openreward_rl.tasks import task_row
+
+    row = task_row(corridor_task(turns, REPLY_WORDS))
+    return slime_double.Sample(index=number, group_index=0, prompt=row["prompt"], label=row["label"],
+                               metadata=row["metadata"], session_id=f"bench-{number}")
+
+
+def check(sample: Any, turns: int) -> None:
+    import slime_double
+
+    if sample.status is not slime_double.Sample.Status.COMPLETED or sample.reward != 1.0:
+        raise RuntimeError(f"episode did not complete: {sample.status} {sample.metadata.get('stop_reason')} {sample.metadata.get('stop_detail')}")
+    if sample.metadata["metrics"].get("turns") != turns:
+        raise RuntimeError(f"expected {turns} turns, got {sample.metadata['metrics'].get('turns')}")
+
+
+def cpu_now() -> tuple[float, float]:
+    """(this process's CPU, all threads; this thread's CPU) in seconds."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime, time.thread_time()
+
+
+class HookBench:
+    """The two child servers, the config file and the Slime-like args, for one benchmark run."""
+
+    def __enter__(self) -> HookBench:
+        from openreward_rl.local_env import serve_environments
+
+        self.directory = tempfile.TemporaryDirectory()
+        self.double = SGLangDoubleProcess(context_len=CONTEXT_LEN)
+        self.env_server = serve_environments([CORRIDOR_SPEC], subprocess=True).__enter__()
+        os.environ["OPENREWARD_RL_CONFIG"] = str(write_config(Path(self.directory.name), self.env_server.base_url))
+        self.args = slime_args(self.double.url)
+        self.count = 0
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.env_server.__exit__(None, None, None)
+        self.double.close()
+        self.directory.cleanup()
+
+    async def episode(self, turns: int) -> Any:
+        from openreward_rl.backends import slime
+
+        self.count += 1
+        sample = await slime.generate(self.args, new_sample(turns, self.count), dict(SAMPLING))
+        check(sample, turns)
+        return sample
+
+    async def measure(self, turns: int, repeats: int) -> dict[str, float]:
+        await self.episode(turns)  # warm-up: state, template compile, connections
+        process, main = [], []
+        for _ in range(repeats):
+            gc.collect()
+            p0, m0 = cpu_now()
+            await self.episode(turns)
+            p1, m1 = cpu_now()
+            process.append((p1 - p0) / turns)
+            main.append((m1 - m0) / turns)
+        return {"least": min(process), "median": median(process), "main": median(main), "threads": median(process) - median(main)}
+
+    async def close(self) -> None:
+        from openreward_rl.backends import _state
+
+        await _state.close_states()
+
+
+async def per_turn(turns_list: list[int], repeats: int) -> None:
+    print(f"machine: {machine()}")
+    with HookBench() as bench:
+        try:
+            print(f"\nhook path (slime.generate), {REPLY_WORDS}-word tool replies: this process's CPU, ms per turn")
+            print(f"{'turns':>6} {'least':>8} {'median':>8} {'main thread':>12} {'other threads':>14}")
+            for turns in turns_list:
+                row = await bench.measure(turns, repeats)
+                print(f"{turns:>6} {row['least'] * 1000:>8.2f} {row['median'] * 1000:>8.2f} {row['main'] * 1000:>12.2f} {row['threads'] * 1000:>14.2f}", flush=True)
+        finally:
+            await bench.close()
+    load = os.getloadavg()
+    print(f"load average after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+
+
+# ---------------------------------------------------------------------------------------------- profile
+
+BUCKETS = ("library", "SDK", "aiohttp/event loop", "tokenizer", "template", "harness", "other")
+_TEMPLATE_FUNCTIONS = {"apply_chat_template", "render_jinja_template"}
+_LOOP_PARTS = ("/aiohttp/", "/asyncio/", "/yarl/", "/multidict/", "/propcache/", "/aiohappyeyeballs/", "/selectors.py", "/socket.py", "/ssl.py")
+
+
+def bucket_of(code: Any) -> str | None:
+    path, name = code.co_filename.replace("\\", "/"), code.co_name
+    if name in _TEMPLATE_FUNCTIONS or "/jinja2/" in path or "chat_template_utils" in path or path == "<template>":
+        return "template"
+    if "/openreward_rl/" in path:
+        return "library"
+    if "/openreward/" in path:
+        return "SDK"
+    if "/tokenizers/" in path or "/transformers/tokenization" in path:
+        return "tokenizer"
+    if any(part in path for part in _LOOP_PARTS):
+        return "aiohttp/event loop"
+    if path.startswith(str(BENCHMARKS)) or "slime_double" in path:
+        return "harness"
+    return None
+
+
+class CpuSampler:
+    """A sampling profiler on the process's CPU clock: `ITIMER_PROF` raises SIGPROF every `interval_s`
+    of CPU, and the handler (run on the main thread) charges one sample to the bucket of the
+    innermost frame that has one (standard library, attrs, pydantic, ... count as their caller's).
+    Python runs the handler at the next bytecode, so time in a C call (the Rust tokenizer, JSON) is
+    charged to the Python function that made it. Low overhead, unlike cProfile's per-call clock reads."""
+
+    def __init__(self, interval_s: float = 0.0005) -> None:
+        self.interval_s = interval_s
+        self.samples: dict[str, int] = defaultdict(int)
+        self.places: dict[tuple[str, str, str], int] = defaultdict(int)  # (bucket, function, library caller)
+
+    def _sample(self, signum: int, frame: Any) -> None:
+        bucket, function = "other", "?"
+        while frame is not None:
+            found = bucket_of(frame.f_code)
+            if found is not None:
+                bucket, function = found, f"{Path(frame.f_code.co_filename).name}:{frame.f_code.co_name}"
+                break
+            frame = frame.f_back
+        caller = "-"
+        while frame is not None:
+            if "/openreward_rl/" in frame.f_code.co_filename:
+                caller = f"{Path(frame.f_code.co_filename).name}:{frame.f_code.co_name}"
+                break
+            frame = frame.f_back
+        self.samples[bucket] += 1
+        self.places[(bucket, function, caller)] += 1
+
+    def __enter__(self) -> CpuSampler:
+        self._previous = signal.signal(signal.SIGPROF, self._sample)
+        signal.setitimer(signal.ITIMER_PROF, self.interval_s, self.interval_s)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        signal.setitimer(signal.ITIMER_PROF, 0, 0)
+        signal.signal(signal.SIGPROF, self._previous)
+
+
+async def profile(turns: int, repeats: int, detail: int = 0) -> None:
+    print(f"machine: {machine()}")
+    with HookBench() as bench:
+        try:
+            await bench.episode(turns)  # warm-up
+            sampler = CpuSampler()
+            p0, _ = cpu_now()
+            with sampler:
+                for _ in range(repeats):
+                    await bench.episode(turns)
+            p1, _ = cpu_now()
+        finally:
+            await bench.close()
+    per_turn_ms = (p1 - p0) * 1000 / (turns * repeats)
+    whole = sum(sampler.samples.values())
+    print(f"\nsplit of this process's CPU, {turns}-turn hook-path episodes ({repeats} sampled, {whole} samples):"
+          f" {per_turn_ms:.2f} ms/turn while sampling")
+    print(f"{'bucket':>20} {'share':>7} {'ms/turn':>8}")
+    for bucket in BUCKETS:
+        share = sampler.samples.get(bucket, 0) / whole
+        print(f"{bucket:>20} {share * 100:>6.1f}% {share * per_turn_ms:>8.2f}")
+    if detail:
+        print("\nwhere (innermost bucketed function, innermost library caller), most samples first:")
+        for (bucket, function, caller), count in sorted(sampler.places.items(), key=lambda item: -item[1])[:detail]:
+            print(f"{count / whole * 100:>6.1f}%  {bucket:<20} {function:<45} {caller}")
+    load = os.getloadavg()
+    print(f"load average after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--turns", type=int, nargs="+", default=[5, 10, 20, 50])
+    parser.add_argument("--repeats", type=int, default=5, help="measured episodes per row")
+    parser.add_argument("--profile", type=int, metavar="TURNS", help="profile episodes of this many turns and print the split")
+    parser.add_argument("--detail", type=int, default=0, metavar="N", help="with --profile: also print the N places with most samples")
+    args = parser.parse_args()
+    if args.profile:
+        asyncio.run(profile(args.profile, args.repeats, args.detail))
+    else:
+        asyncio.run(per_turn(args.turns, args.repeats))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,120 @@
+"""Pooled HTTP transport to environment servers, under the SDK's own session protocol.
+
+The SDK (`AsyncEnvironmentsAPI.get`) makes one `aiohttp.ClientSession` per base URL with
+`trust_env=True`, which costs two thread-pool hops per request (a `~/.netrc` read and a proxy
+lookup), and every tool call is a server-sent-event stream the SDK leaves as soon as it has read
+the `end` event, before the stream's last chunk: aiohttp then closes the connection instead of
+pooling it, so every tool call opens a new TCP connection.
+
+`PooledEnvironmentsAPI` is the SDK's API with only those two things changed. It places its own
+sessions in the SDK's per-URL table before the SDK would make one, and the SDK does everything
+else (requests, retries, the session protocol):
+
+- proxy and `~/.netrc` credentials are resolved once per base URL, the way `trust_env=True`
+  resolves them per request, and the session is made with `trust_env=False`;
+- a response left cleanly (no exception) before its end is read to its end first, within
+  `DRAIN_TIMEOUT_S` and `DRAIN_LIMIT_BYTES`, so its connection returns to the pool; otherwise it is
+  closed as before.
+
+`use_pooled_transport(client)` installs it on an `AsyncOpenReward` whose environments API has not
+opened any connection yet; `open_session` calls it, so every episode gets it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from types import TracebackType
+from typing import Any
+
+import aiohttp
+from aiohttp.helpers import basicauth_from_netrc, get_env_proxy_for_url, netrc_from_env
+from openreward.api._session.http import set_retry_policy
+from openreward.api.environments.client import AsyncEnvironmentsAPI
+from yarl import URL
+
+__all__ = ["PooledEnvironmentsAPI", "DrainingResponse", "use_pooled_transport", "DRAIN_TIMEOUT_S", "DRAIN_LIMIT_BYTES"]
+
+# How long, and how many bytes, a response left early may take to reach its end before its
+# connection is closed instead of pooled (an SSE stream's tail is a few bytes, milliseconds away).
+DRAIN_TIMEOUT_S = 1.0
+DRAIN_LIMIT_BYTES = 64 * 1024
+
+
+class DrainingResponse(aiohttp.ClientResponse):
+    """A response that, left cleanly before its end, reads the rest so its connection is reused."""
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> None:
+        try:
+            if exc_type is None:
+                await self._drain()
+        finally:
+            await super().__aexit__(exc_type, exc_val, exc_tb)
+
+    async def _drain(self) -> None:
+        if self.connection is None or self.content.is_eof():
+            return
+        read = 0
+        with contextlib.suppress(TimeoutError, aiohttp.ClientError):
+            async with asyncio.timeout(DRAIN_TIMEOUT_S):
+                while read <= DRAIN_LIMIT_BYTES:
+                    chunk = await self.content.readany()
+                    if not chunk:
+                        return
+                    read += len(chunk)
+
+
+def _env_settings(url: str) -> dict[str, Any]:
+    """What `trust_env=True` would find for `url`: a proxy (with its credentials) and netrc auth."""
+    settings: dict[str, Any] = {}
+    parsed = URL(url)
+    with contextlib.suppress(LookupError):
+        settings["proxy"], settings["proxy_auth"] = get_env_proxy_for_url(parsed)
+    if parsed.host is not None:
+        with contextlib.suppress(LookupError):
+            settings["auth"] = basicauth_from_netrc(netrc_from_env(), parsed.host)
+    return settings
+
+
+class PooledEnvironmentsAPI(AsyncEnvironmentsAPI):
+    """`AsyncEnvironmentsAPI` whose per-URL HTTP sessions pool their connections (see the module)."""
+
+    def _pooled_session(self, url: str) -> aiohttp.ClientSession:
+        return aiohttp.ClientSession(
+            base_url=url,
+            timeout=self.timeout,
+            connector=self._get_connector(),
+            trust_env=False,
+            response_class=DrainingResponse,
+            **_env_settings(url),
+        )
+
+    def get(self, name: str, variant: str | None = None, base_url: str | None = None) -> Any:
+        url = base_url if base_url is not None else self.base_url
+        if url not in self._clients:
+            self._clients[url] = self._pooled_session(url)
+            set_retry_policy(self._clients[url], "env-server")  # as the SDK tags its env-server sessions
+        if self.api_base_url and self.api_base_url not in self._clients:
+            self._clients[self.api_base_url] = self._pooled_session(self.api_base_url)
+        return super().get(name, variant=variant, base_url=base_url)
+
+
+def use_pooled_transport(client: Any) -> Any:
+    """Give `client` (an `AsyncOpenReward`) a `PooledEnvironmentsAPI`, unless its environments API
+    already holds sessions (then it is left as it is). Anything else is returned untouched."""
+    if not hasattr(client, "_environments_api") or not hasattr(client, "session_base_url"):
+        return client
+    current = client._environments_api
+    if isinstance(current, PooledEnvironmentsAPI):
+        return client
+    if current is not None and (type(current) is not AsyncEnvironmentsAPI or current._clients):
+        return client
+    client._environments_api = PooledEnvironmentsAPI(
+        base_url=client.session_base_url, api_key=client.api_key, api_base_url=client.base_url
+    )
+    return client

@@ -1,0 +1,94 @@
+"""The liveness race of `EnvSession` calls: a fast call never starts the probe; a call still
+running when the probe finds the server down ends with `ServerUnreachable` (and is cancelled);
+a slow call to a live server is left alone; outside cancellation stays a cancellation.
+The probe's HTTP client is a real aiohttp session to 127.0.0.1: a closed port (down) or a
+real aiohttp server answering /health (up)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from openreward_rl.environment import LivenessProbe, ServerUnreachable, _race_liveness
+
+pytestmark = pytest.mark.anyio
+
+
+def closed_port() -> int:
+    with socket.socket() as probe_socket:
+        probe_socket.bind(("127.0.0.1", 0))
+        return probe_socket.getsockname()[1]
+
+
+class CountingProbe(LivenessProbe):
+    def __init__(self, http: aiohttp.ClientSession, **options: Any) -> None:
+        super().__init__(http, **options)
+        self.probes = 0
+
+    async def _probe_once(self) -> str | None:
+        self.probes += 1
+        return await super()._probe_once()
+
+
+async def test_fast_call_never_probes_and_runs_in_the_callers_task() -> None:
+    async def call() -> tuple[asyncio.Task[Any] | None, int]:
+        await asyncio.sleep(0)
+        return asyncio.current_task(), len(asyncio.all_tasks())
+
+    async with aiohttp.ClientSession(f"http://127.0.0.1:{closed_port()}") as http:
+        probe = CountingProbe(http, after_s=0.05, interval_s=0.01)
+        tasks_before = len(asyncio.all_tasks())
+        running_in, tasks_during = await _race_liveness(call(), probe)
+        assert running_in is asyncio.current_task() and tasks_during == tasks_before  # no task per call
+        await asyncio.sleep(0.15)  # past after_s: no timer left behind either
+        assert probe.probes == 0
+
+
+async def test_call_to_a_dead_server_ends_unreachable_and_is_cancelled() -> None:
+    cancelled = asyncio.Event()
+
+    async def hanging_call() -> None:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    async with aiohttp.ClientSession(f"http://127.0.0.1:{closed_port()}") as http:
+        probe = CountingProbe(http, after_s=0.05, interval_s=0.01, failures=2)
+        with pytest.raises(ServerUnreachable, match="2 connection attempts to /health failed"):
+            await _race_liveness(hanging_call(), probe)
+    assert cancelled.is_set() and probe.probes == 2
+    assert asyncio.current_task().cancelling() == 0  # the verdict's cancellation was taken back
+
+
+async def test_slow_call_to_a_live_server_completes() -> None:
+    app = web.Application()
+    app.router.add_get("/health", lambda request: web.json_response({"ok": True}))
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        async with aiohttp.ClientSession(f"http://127.0.0.1:{port}") as http:
+            probe = CountingProbe(http, after_s=0.02, interval_s=0.02)
+            assert await _race_liveness(asyncio.sleep(0.2, result="slow"), probe) == "slow"
+            assert probe.probes >= 2
+    finally:
+        await runner.cleanup()
+
+
+async def test_outside_cancellation_stays_a_cancellation() -> None:
+    async with aiohttp.ClientSession(f"http://127.0.0.1:{closed_port()}") as http:
+        probe = CountingProbe(http, after_s=10)
+        task = asyncio.ensure_future(_race_liveness(asyncio.sleep(30), probe))
+        await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
