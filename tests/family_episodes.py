@@ -66,6 +66,10 @@ class FamilyCase:
     error_call: tuple[str, dict[str, Any]] = (UNKNOWN_TOOL, {"query": "formula"})
     template_kwargs: dict[str, Any] = attrs.field(factory=dict)
     thinks: bool = True  # False where the family has reasoning markers but this template renders none (Qwen2.5)
+    # the model ends tool-call turns with this closer instead of the template's (Llama 3.1's <|eom_id|>)
+    sampled_tool_closer: str | None = None
+    # our ids -> the template's, by a rule the family states (applied before each per-turn comparison)
+    history_rule: Callable[[Any, list[int]], list[int]] | None = None
 
 
 def plan(family: ModelFamily, answer: str, case: FamilyCase) -> list[PlannedTurn]:
@@ -125,6 +129,8 @@ def sampled_text(tokenizer: Any, family: ModelFamily, case: FamilyCase, before: 
     if not ends:  # the template leaves the final closer to the next message (GLM's <|user|>)
         return text + closers[0]
     at, closer = min(ends)
+    if turn.calls and case.sampled_tool_closer:
+        return text[:at] + case.sampled_tool_closer
     return text[: at + len(closer)]
 
 
@@ -269,9 +275,10 @@ def check_family_run(run: FamilyRun) -> None:
             assert request.input_ids[: len(previous)] == previous, f"turn {i} does not extend turn {i - 1}"
         before = conversation_before(_messages_before_turn(messages, i), run.turns, i, case)
         expected = tokenizer.encode(render(tokenizer, before, run.tools, case, generation_prompt=True), add_special_tokens=False)
-        assert request.input_ids == expected, _first_difference(tokenizer, request.input_ids, expected, f"turn {i}")
+        ours = case.history_rule(tokenizer, request.input_ids) if case.history_rule else request.input_ids
+        assert ours == expected, _first_difference(tokenizer, ours, expected, f"turn {i}")
     everything = conversation_before(messages, run.turns, len(run.turns), case)
-    ours_text = tokenizer.decode(trajectory.tokens)
+    ours_text = tokenizer.decode(case.history_rule(tokenizer, trajectory.tokens) if case.history_rule else trajectory.tokens)
     template_text = render(tokenizer, everything, run.tools, case, generation_prompt=False)
     if case.final_rule is not None:
         ours_text, template_text = case.final_rule(ours_text, template_text)
@@ -288,7 +295,7 @@ def check_family_run(run: FamilyRun) -> None:
         trained = run.settings.train_thinking
         mask = [True] * len(sampled[i]) if trained else ChatRenderer(tokenizer, family=family).thinking_mask(sampled[i])
         expected_mask += [1 if m else 0 for m in mask]
-        expected_logprobs += [scripted_logprob(t, len(request.input_ids) + k) for k, t in enumerate(sampled[i])]
+        expected_logprobs += [scripted_logprob(t, len(request.input_ids) + k) if m else 0.0 for k, (t, m) in enumerate(zip(sampled[i], mask))]
         position = len(request.input_ids) + len(sampled[i])
     assert trajectory.loss_mask == expected_mask
     assert trajectory.rollout_logprobs == pytest.approx(expected_logprobs)

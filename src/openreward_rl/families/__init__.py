@@ -7,7 +7,7 @@
 """
 
 from openreward_rl.families.base import ModelFamily, ThinkingMarkers, TurnBridge, UnsupportedModelError
-from openreward_rl.families.catalog import family_for, get_family, known_families, register_family
+from openreward_rl.families.catalog import family_for, find_family, get_family, known_families, register_family
 
 __all__ = [
     "ModelFamily",
@@ -15,6 +15,7 @@ __all__ = [
     "TurnBridge",
     "UnsupportedModelError",
     "family_for",
+    "find_family",
     "get_family",
     "known_families",
     "register_family",

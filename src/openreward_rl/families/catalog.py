@@ -17,7 +17,7 @@ from typing import Any
 from openreward_rl.families.base import THINK_TAGS, ModelFamily, ThinkingMarkers, UnsupportedModelError
 from openreward_rl.families.renderers_bridge import renderers_bridge
 
-__all__ = ["family_for", "get_family", "known_families", "register_family"]
+__all__ = ["family_for", "find_family", "get_family", "known_families", "register_family"]
 
 _FAMILIES: dict[str, ModelFamily] = {}
 
@@ -45,12 +45,9 @@ def get_family(name: str) -> ModelFamily:
     return family
 
 
-def family_for(model: Any) -> ModelFamily:
-    """The family of a model name (hub id or path) or a tokenizer (its name, then its chat template).
-
-    UnsupportedModelError names the supported families when neither tells, or says why a known
-    family is refused.
-    """
+def find_family(model: Any) -> ModelFamily | None:
+    """The family of a model name (hub id or path) or a tokenizer (its name, then its chat template);
+    None when neither tells. UnsupportedModelError when the family is known and refused."""
     name, template = _name_and_template(model)
     lowered = name.lower()
     for family in _FAMILIES.values():
@@ -62,6 +59,21 @@ def family_for(model: Any) -> ModelFamily:
             if any(all(marker in template for marker in markers) for markers in family.template_markers):
                 family.check_supported()
                 return family
+    return None
+
+
+def family_for(model: Any) -> ModelFamily:
+    """`find_family`, or UnsupportedModelError naming the supported families when it cannot tell.
+
+    >>> family_for("acme/mystery-7b")
+    Traceback (most recent call last):
+    ...
+    openreward_rl.families.base.UnsupportedModelError: cannot tell which model family 'acme/mystery-7b' belongs to; set model_family (config) or --family to one of: qwen3.5, qwen3, qwen, llama3, gpt-oss, glm-4.5
+    """
+    family = find_family(model)
+    if family is not None:
+        return family
+    name, template = _name_and_template(model)
     raise UnsupportedModelError(
         f"cannot tell which model family {name or 'this tokenizer'!r} belongs to"
         + (" (its chat template has no known markers)" if template else "")
