@@ -70,21 +70,23 @@ class FamilyCase:
     sampled_tool_closer: str | None = None
     # our ids -> the template's, by a rule the family states (applied before each per-turn comparison)
     history_rule: Callable[[Any, list[int]], list[int]] | None = None
+    always_reasons: bool = False  # the template opens reasoning in every generation prompt (MiniMax M2)
 
 
 def plan(family: ModelFamily, answer: str, case: FamilyCase) -> list[PlannedTurn]:
     """≥3 turns: an unknown tool (with a good call beside it where calls may be parallel), two calls in one
     turn where allowed, a thinking turn where the family thinks, then the final answer."""
     thinking = "I should add the two numbers first." if family.thinking and case.thinks else None
+    other = "Let me use the calculator." if case.always_reasons else None
     turns = []
     if family.parallel_calls:
-        turns.append(PlannedTurn(calls=(("calculator", {"expression": "1 + 1"}), case.error_call)))
-        turns.append(PlannedTurn(calls=(("calculator", {"expression": "2 * 3"}), ("calculator", {"expression": "10 - 4"}))))
+        turns.append(PlannedTurn(calls=(("calculator", {"expression": "1 + 1"}), case.error_call), reasoning=other))
+        turns.append(PlannedTurn(calls=(("calculator", {"expression": "2 * 3"}), ("calculator", {"expression": "10 - 4"})), reasoning=other))
     else:
-        turns.append(PlannedTurn(calls=(case.error_call,)))
-        turns.append(PlannedTurn(calls=(("calculator", {"expression": "2 * 3"}),)))
+        turns.append(PlannedTurn(calls=(case.error_call,), reasoning=other))
+        turns.append(PlannedTurn(calls=(("calculator", {"expression": "2 * 3"}),), reasoning=other))
     turns.append(PlannedTurn(calls=(("calculator", {"expression": f"{answer} + 0"}),), reasoning=thinking))
-    turns.append(PlannedTurn(content=f"The answer is {answer}."))
+    turns.append(PlannedTurn(content=f"The answer is {answer}.", reasoning=other))
     return turns
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 from typing import Any
 
 import attrs
@@ -86,7 +87,7 @@ def test_config_and_cli_override_the_family() -> None:
     assert renderer.family is not None and renderer.family.name == "gpt-oss" and parser.name == "gpt_oss"
     generic, parser = episode_stack(parse_config({"environments": {"e": {}}, "model_family": "generic"}), llama, "meta-llama/Llama-3.1-8B-Instruct")
     assert generic.family is None and generic.engine_stop_token_ids == () and parser.name == "llama3_json"
-    with pytest.raises(ConfigError, match="unknown model family 'llama-3'; known: qwen3.5, qwen3, qwen, llama3, gpt-oss, glm-4.5"):
+    with pytest.raises(ConfigError, match="unknown model family 'llama-3'; known: qwen3.5, qwen3, qwen, llama3, gpt-oss, glm-4.5, glm-4.7, deepseek-v3.1, minimax-m2"):
         parse_config({"environments": {"e": {}}, "model_family": "llama-3"})
 
     from openreward_rl.cli.eval import EvalOptions, add_arguments, prepare_config
@@ -169,3 +170,62 @@ async def test_llama_tool_turn_ending_in_eom_is_a_finished_tool_turn(tokenizer: 
     tool_turns = [t for t, planned in zip(run.trajectory.turns, run.turns) if planned.calls]
     assert tool_turns and all(t.sampled_ids[-1] == eom and t.finish_reason.value == "stop" for t in tool_turns)
     assert sum(1 for t in run.trajectory.tokens if t == eom) == len(tool_turns)
+
+
+def test_every_parser_belongs_to_a_proven_or_refused_family() -> None:
+    """Each of the 16 parsers is the parser of a family whose episode test_families_episode.py proves
+    token-exact, or of a family refused up front (with its reason) — never one left to abort turn by turn."""
+    from test_families_episode import CASES
+
+    from openreward_rl.families import catalog
+    from openreward_rl.parsers import available_parsers
+
+    proven = {family_for(load_tokenizer(case.tokenizer)).name for case in CASES.values()}
+    by_parser: dict[str, list[ModelFamily]] = {}
+    for family in catalog._FAMILIES.values():
+        by_parser.setdefault(family.parser, []).append(family)
+    for parser in available_parsers():
+        families = by_parser.get(parser, [])
+        assert any(f.name in proven or f.refused for f in families), f"parser {parser} has no proven or refused family"
+    assert {"qwen3", "qwen", "qwen3.5", "llama3", "gpt-oss", "glm-4.5", "glm-4.7", "deepseek-v3.1", "minimax-m2"} <= proven
+    assert not any(catalog._FAMILIES[name].refused for name in proven)
+
+
+@pytest.mark.parametrize(
+    ("model", "family", "why"),
+    [
+        ("deepseek-ai/DeepSeek-V3-0324", "deepseek-v3", "ns.is_first is never reset"),
+        ("deepseek-ai/DeepSeek-R1-0528", "deepseek-v3", "first tool-call message"),
+        ("deepseek-ai/DeepSeek-V3.2-Exp", "deepseek-v3.2", "no chat template"),
+        ("deepseek-ai/DeepSeek-V4-Flash", "deepseek-v4", "encoding_dsv4.py"),
+        ("moonshotai/Kimi-K2-Instruct-0905", "kimi-k2", "no Kimi K2 tokenizer"),
+        ("moonshotai/Kimi-K3", "kimi-k3", "no Kimi K3 tokenizer"),
+        ("google/gemma-4-31B-it", "gemma-4", "no Gemma 4 tokenizer"),
+        ("mistralai/Mistral-Small-3.2-24B-Instruct-2506", "mistral", "mistral-common"),
+        ("mistralai/Devstral-Small-2507", "mistral", "mistral-common"),
+        ("LiquidAI/LFM2-1.2B", "pythonic", "LFM2"),
+        ("meta-llama/Llama-4-Scout-17B-16E-Instruct", "pythonic", "Llama 4"),
+    ],
+)
+def test_unproven_families_are_refused_before_any_episode(model: str, family: str, why: str) -> None:
+    """Refused when the stack is built (eval and the training hooks build it before any episode), with the
+    family and the reason named; `model_family: generic` is the explicit way past it."""
+    with pytest.raises(UnsupportedModelError, match=f"the {family} model family is not supported: .*{re.escape(why)}"):
+        episode_stack(parse_config({"environments": {"e": {}}}), load_tokenizer("offline:qwen3"), model)
+    renderer, _ = episode_stack(parse_config({"environments": {"e": {}}, "model_family": "generic"}), load_tokenizer("offline:qwen3"), model)
+    assert renderer.family is None
+
+
+@pytest.mark.parametrize(
+    ("model", "family"),
+    [
+        ("zai-org/GLM-4.7", "glm-4.7"),
+        ("zai-org/GLM-5", "glm-4.7"),
+        ("deepseek-ai/DeepSeek-V3.1-Terminus", "deepseek-v3.1"),
+        ("MiniMaxAI/MiniMax-M2", "minimax-m2"),
+        ("deepseek-ai/DeepSeek-R1-Distill-Qwen-7B", None),
+    ],
+)
+def test_more_families_from_model_names(model: str, family: str | None) -> None:
+    found = find_family(model)
+    assert (found.name if found else None) == family

