@@ -201,6 +201,7 @@ def test_every_parser_belongs_to_a_proven_or_refused_family() -> None:
         ("moonshotai/Kimi-K2-Instruct-0905", "kimi-k2", "no Kimi K2 tokenizer"),
         ("moonshotai/Kimi-K3", "kimi-k3", "no Kimi K3 tokenizer"),
         ("google/gemma-4-31B-it", "gemma-4", "no Gemma 4 tokenizer"),
+        ("Qwen/Qwen3-Coder-30B-A3B-Instruct", "qwen3-coder", "not Qwen3.5's"),
         ("mistralai/Mistral-Small-3.2-24B-Instruct-2506", "mistral", "mistral-common"),
         ("mistralai/Devstral-Small-2507", "mistral", "mistral-common"),
         ("LiquidAI/LFM2-1.2B", "pythonic", "LFM2"),

@@ -54,6 +54,10 @@ def reasoning_dropped_before_last_user(user_opener: str, assistant_opener: str, 
     return rule
 
 
+QWEN35_RULE = reasoning_dropped_before_last_user(
+    "<|im_start|>user\n", "<|im_start|>assistant\n", r"<think>\n.*?</think>\n\n", tool_reply="<tool_response>"
+)
+
 CASES = {
     "qwen3": FamilyCase("offline:qwen3"),
     "qwen2.5": FamilyCase("offline:qwen2.5", thinks=False),
@@ -64,10 +68,9 @@ CASES = {
     # thinking off: with it on, the template writes a turn without reasoning as `</think>` alone, dropping
     # the `<think>` its own generation prompt opened
     "glm-4.7": FamilyCase("offline:glm-4.7", final_rule=glm_final, template_kwargs={"enable_thinking": False}, thinks=False),
-    "qwen3.5": FamilyCase(
-        "offline:qwen3.5",
-        history_rule=reasoning_dropped_before_last_user("<|im_start|>user\n", "<|im_start|>assistant\n", r"<think>\n.*?</think>\n\n", tool_reply="<tool_response>"),
-    ),
+    "qwen3.5": FamilyCase("offline:qwen3.5", history_rule=QWEN35_RULE),
+    "qwen3.6": FamilyCase("offline:qwen3.6", history_rule=QWEN35_RULE),
+    "qwen3-2507": FamilyCase("offline:qwen3-2507", thinks=False),
     "deepseek-v3.1": FamilyCase("offline:deepseek-v3.1", arguments_as_strings=True, thinks=False),
     "minimax-m2": FamilyCase(
         "offline:minimax-m2",

