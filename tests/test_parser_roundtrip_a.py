@@ -10,7 +10,6 @@ Mistral is not covered: no Mistral chat template or mistral-common is installed 
 from __future__ import annotations
 
 import hashlib
-from pathlib import Path
 
 import pytest
 from packaged_assets import package_dir

@@ -53,6 +53,7 @@ class _TurnDraft:
     context_length: int
     budget: int
     model_seconds: float
+    message_index: int  # where its assistant message sits in the conversation
 
 
 @attrs.define
@@ -152,7 +153,7 @@ class ToolEpisode:
         state.ledger.append_sampled(generation.output_ids, generation.logprobs, self._trained_mask(generation.output_ids))
         parsed = generation.parsed or self._parse(generation, state.tools)
         state.messages.append(_assistant_message(parsed))
-        draft = _TurnDraft(generation, parsed, context_length, budget, model_seconds)
+        draft = _TurnDraft(generation, parsed, context_length, budget, model_seconds, len(state.messages) - 1)
         if generation.finish_reason is FinishReason.ABORT:
             self._record(state, draft)
             state.stop(StopReason.ABORTED, generation.abort_message or "the engine aborted the request")
@@ -249,6 +250,7 @@ class ToolEpisode:
                 env_seconds=env_seconds,
                 max_new_tokens=draft.budget,
                 weight_version=generation.weight_version,
+                message_index=draft.message_index,
             )
         )
 
