@@ -66,6 +66,7 @@ class ReRenderingEpisode:
             if parsed.tool_calls:
                 assistant["tool_calls"] = [c.to_openai() for c in parsed.tool_calls]
             messages.append(assistant)
+            position = len(messages) - 1  # the message this turn produced (show and upload read it)
             results = []
             for call in parsed.tool_calls:
                 outcome = await session.call_tool(call.name, call.arguments)
@@ -82,6 +83,7 @@ class ReRenderingEpisode:
                     tool_results=tuple(results),
                     rewards=tuple(r.reward for r in results if r.reward is not None),
                     model_seconds=time.perf_counter() - started,
+                    message_index=position,
                 )
             )
             if generation.finish_reason is not FinishReason.STOP:

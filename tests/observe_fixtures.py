@@ -12,14 +12,12 @@ import asyncio
 import copy
 import functools
 import os
-import socket
 import threading
 from collections.abc import Sequence
 from typing import Any
 
 import attrs
-import uvicorn
-from openreward.environments import Environment, Server, TextBlock, ToolOutput, tool
+from openreward.environments import Environment, TextBlock, ToolOutput, tool
 from pydantic import BaseModel
 
 from openreward_rl.assets import load_tokenizer
@@ -27,6 +25,7 @@ from openreward_rl.chat import ChatRenderer
 from openreward_rl.engines.base import FinishReason, Generation, GenerationRequest
 from openreward_rl.environment import TaskRef
 from openreward_rl.episode import EpisodeSettings, run_episode
+from openreward_rl.local_env import serve_environments
 from openreward_rl.parsers.base import get_parser
 from openreward_rl.tool_episode import ToolEpisode
 from openreward_rl.trajectory import Trajectory
@@ -75,31 +74,22 @@ class AddEnv(Environment):
 
 
 class LocalEnvServer:
-    """The SDK's `Server([AddEnv])` on a free 127.0.0.1 port, in a daemon thread."""
+    """The SDK's `Server([AddEnv])` on a free 127.0.0.1 port, in a daemon thread (the library's thread mode)."""
 
     def __init__(self) -> None:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
         os.environ.setdefault("OPENREWARD_DISABLE_UPDATE_CHECK", "1")
-        self._server = uvicorn.Server(uvicorn.Config(Server([AddEnv]).app, host="127.0.0.1", port=self.port, log_level="warning"))
-        self._thread = threading.Thread(target=self._server.run, daemon=True)
+        self._server = serve_environments([AddEnv])
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return self._server.base_url
 
     def __enter__(self) -> LocalEnvServer:
-        self._thread.start()
-        while not self._server.started:
-            if not self._thread.is_alive():
-                raise RuntimeError("the environment server failed to start")
-            threading.Event().wait(0.02)
+        self._server.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._server.should_exit = True
-        self._thread.join(timeout=10)
+        self._server.stop()
 
 
 @attrs.define

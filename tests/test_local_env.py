@@ -162,6 +162,35 @@ async def test_in_process_server_as_async_context_manager(openreward_client):
     assert not server.running
 
 
+def test_several_in_process_servers_each_open_sessions(capfd):
+    """sse-starlette's process-wide shutdown event binds to the first loop that waits on it; every
+    in-process server, running at once or one after another, must still open sessions (else
+    `/create_session` fails, then "Session already exists")."""
+
+    async def ping(server: LocalEnvServer) -> list[str]:
+        client = AsyncOpenReward(api_key="local")
+
+        async def one() -> str:
+            async with server.environment(client, Echo).session(split="train", index=0) as session:
+                return (await session.call_tool("ping")).blocks[0].text
+
+        try:  # sessions opened together: some SSE stream is still open when its exit listener waits
+            return list(await asyncio.gather(*(one() for _ in range(8))))
+        finally:
+            await client.environments.aclose()
+
+    with serve_environments(Echo) as first:
+        assert asyncio.run(ping(first)) == ["pong"] * 8
+        with serve_environments(Echo) as second:
+            assert asyncio.run(ping(second)) == ["pong"] * 8
+            assert asyncio.run(ping(first)) == ["pong"] * 8
+    with serve_environments(Echo) as third:
+        assert asyncio.run(ping(third)) == ["pong"] * 8
+    # the SDK retries a failed /create_session, so the answers alone can hide the fault: the server must not have failed one
+    logged = "".join(capfd.readouterr())
+    assert "bound to a different event loop" not in logged and "unhandled_exception" not in logged
+
+
 def test_starting_twice_is_refused():
     with serve_environments(Echo) as server:
         with pytest.raises(RuntimeError, match="already serving"):

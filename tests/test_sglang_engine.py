@@ -15,13 +15,11 @@ import pytest
 
 from openreward_rl.engines import (
     ContextLengthError,
-    Engine,
     EngineError,
     EngineRequestError,
     FinishReason,
     GenerationRequest,
     SGLangEngine,
-    SupportsAbort,
 )
 from openreward_rl.engines.sglang import parse_generate_response
 from openreward_rl.testing import ScriptedCompletion, SGLangTestServer, scripted_logprob
@@ -59,7 +57,6 @@ async def test_round_trip_ids_logprobs_and_single_eos(qwen3_tokenizer) -> None:
     assert generation.finish_reason is FinishReason.STOP and generation.matched_stop == eos
     assert generation.weight_version == "12" and generation.text == text and generation.token_exact
     assert generation.meta["prompt_tokens"] == len(PROMPT) and "output_token_logprobs" not in generation.meta
-    assert isinstance(engine, Engine) and isinstance(engine, SupportsAbort)
 
 
 @pytest.mark.anyio

@@ -173,3 +173,16 @@ def test_sync_mode_passes_no_rollout_mode_flags(tmp_path: Path) -> None:
     assert not {"--partial-rollout", "--over-sampling-batch-size", "--fully-async", "--rollout-function-path"} & set(args)
     explicit = train_arguments(LaunchSpec("slime", str(tmp_path), over_sampling_batch_size=64))
     assert explicit[explicit.index("--over-sampling-batch-size") + 1] == "64" and "--partial-rollout" not in explicit
+
+
+def test_train_refuses_a_refused_model_family_before_ray(config_file: Path, tmp_path: Path, capsys) -> None:
+    """The hooks would pick the family from --model (their hf_checkpoint); a refused one fails the launch up
+    front, naming the family and why; `model_family` in the config overrides it."""
+    argv = ["train", "--framework", "slime", "--slime-path", "/opt/slime", "--config", str(config_file), "--dry-run"]
+    assert main([*argv, "--model", "google/gemma-4-31B-it"]) == 2
+    err = capsys.readouterr().err
+    assert "the gemma-4 model family is not supported: no Gemma 4 tokenizer" in err and "set model_family in" in err
+    overridden = tmp_path / "generic.yaml"
+    overridden.write_text(config_file.read_text() + "model_family: generic\n")
+    assert main([*argv[:-2], str(overridden), "--dry-run", "--model", "google/gemma-4-31B-it"]) == 0
+    assert main([*argv, "--model", "Qwen/Qwen3-8B"]) == 0

@@ -122,7 +122,8 @@ def test_terminal_answers_without_tool_messages_are_uploaded_as_call_and_result(
     # what a @terminal environment's episode records: the plain answer went to the terminal tool
     data["messages"] = data["messages"][:2] + [{"role": "assistant", "content": "5"}]
     last = data["turns"][-1]
-    data["turns"] = [last]
+    data["turns"] = [dict(last, message_index=2)]
+    last = data["turns"][-1]
     last["tool_results"] = [dict(last["tool_results"][0], call={"id": "terminal", "name": "__terminal__", "arguments": {"message": "5"}}, text="correct", reward=1.0)]
     events = trajectory_events(Trajectory.from_dict(data))
     assert [type(e.message).__name__ for e in events[-3:]] == ["AssistantMessage", "ToolCall", "ToolResult"]

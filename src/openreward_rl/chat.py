@@ -3,22 +3,34 @@
 The first prompt is rendered once. After that, sampled ids are never re-rendered: each turn appends
 only the tokens the template puts *after* the model's sampled output (end-of-turn glue, the new tool
 results or user messages, the next generation prompt). Those bridge tokens are derived from the chat
-template by rendering a small stand-in conversation, so any model family with a template works.
+template by rendering a small stand-in conversation, so any model family with a template works;
+a `ModelFamily` (openreward_rl.families) may supply a hand-written bridge proven against its
+official template, its stop tokens and its reasoning markers.
+
+The template-derived bridge copes with templates that drop an assistant's content beside tool calls
+(Llama 3), refuse content and reasoning together (gpt-oss), want tool arguments as JSON strings
+(DeepSeek), allow one call per turn, and write the turn's stop token as the start of the next
+message (GLM's `<|observation|>`).
 """
 
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
+
+if TYPE_CHECKING:
+    from openreward_rl.families.base import ModelFamily
 
 __all__ = ["ChatRenderer", "TemplateBridgeError"]
 
 _USER_MARK = "ORRL_USER_7f3a"
 _ASSISTANT_MARK = "ORRL_ASSISTANT_7f3a"
 _REASONING_MARK = "ORRL_REASONING_7f3a"
+_PLACEHOLDER_CALL = {"id": "orrl_call_7f3a", "type": "function", "function": {"name": "orrl_tool_7f3a", "arguments": {}}}
 
 
 class TemplateBridgeError(ValueError):
@@ -39,6 +51,7 @@ class ChatRenderer:
 
     tokenizer: Any
     template_kwargs: Mapping[str, Any] = attrs.field(factory=dict)
+    family: ModelFamily | None = None
 
     def _render(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None, *, add_generation_prompt: bool) -> str:
         try:
@@ -73,15 +86,69 @@ class ChatRenderer:
         return with_prompt[len(without) :]
 
     @functools.cached_property
-    def end_of_turn_ids(self) -> frozenset[int]:
-        """Token ids that end an assistant turn: the eos token(s) and the template's own closer."""
-        ids = set()
+    def stop_token_ids(self) -> tuple[int, ...]:
+        """The ids the engine must stop on: the family's tool-call and final-turn closers, then eos."""
+        ids = list(self.family.stop_token_ids(self.tokenizer)) if self.family else []
         eos = self.tokenizer.eos_token_id
-        if isinstance(eos, int):
-            ids.add(eos)
-        elif isinstance(eos, (list, tuple)):
-            ids.update(eos)
-        return frozenset(ids)
+        ids.extend([eos] if isinstance(eos, int) else list(eos) if isinstance(eos, (list, tuple)) else [])
+        return tuple(dict.fromkeys(ids))
+
+    @property
+    def engine_stop_token_ids(self) -> tuple[int, ...]:
+        """Stop ids the engine must be sent: the family's closers; none for the generic renderer (eos only)."""
+        return self.stop_token_ids if self.family is not None else ()
+
+    @property
+    def bridge_needs_ids(self) -> bool:
+        """Whether `bridge` wants `context_ids` and `sampled_ids` (a family's hand-written bridge)."""
+        return self.family is not None and self.family.bridge_factory is not None
+
+    @functools.cached_property
+    def end_of_turn_ids(self) -> frozenset[int]:
+        """Token ids that end an assistant turn: the eos token(s) and the family's closers."""
+        return frozenset(self.stop_token_ids)
+
+    @functools.cached_property
+    def _thinking_markers(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        from openreward_rl.families.base import THINK_TAGS
+
+        markers = self.family.thinking if self.family else THINK_TAGS
+        if markers is None:
+            raise ValueError(f"the {self.family.name if self.family else 'generic'} model family has no reasoning markers to mask")
+        return markers.ids(self.tokenizer)
+
+    def thinking_mask(self, sampled_ids: Sequence[int]) -> list[bool]:
+        """True on each sampled id outside the model's reasoning (markers included in the reasoning).
+
+        Reasoning the generation prompt opened (e.g. a `<think>` it ends with) counts from the first id.
+        ValueError when the family has no reasoning markers in this tokenizer.
+        """
+        opener, closer = self._thinking_markers
+        prompt_ids = self.encode(self.generation_prompt)
+        inside = _ends_open(prompt_ids, opener, closer)
+        mask: list[bool] = []
+        ids = list(sampled_ids)
+        index = 0
+        while index < len(ids):
+            if not inside and ids[index : index + len(opener)] == list(opener):
+                mask.extend([False] * len(opener))
+                index += len(opener)
+                inside = True
+                continue
+            if inside and ids[index : index + len(closer)] == list(closer):
+                mask.extend([False] * len(closer))
+                index += len(closer)
+                inside = False
+                continue
+            mask.append(not inside)
+            index += 1
+        return mask[: len(ids)]
+
+    @functools.cached_property
+    def _family_bridge(self) -> Any:
+        if self.family is None or self.family.bridge_factory is None:
+            return None
+        return self.family.bridge_factory(self.tokenizer, self.template_kwargs)
 
     def bridge(
         self,
@@ -90,13 +157,21 @@ class ChatRenderer:
         assistant_tool_calls: Sequence[Mapping[str, Any]],
         new_messages: Sequence[Mapping[str, Any]],
         tools: Sequence[Mapping[str, Any]] | None,
+        context_ids: Sequence[int] | None = None,
+        sampled_ids: Sequence[int] | None = None,
     ) -> list[int]:
         """Tokens to append after the model's sampled ids so the context reads as the template renders
         `new_messages` after that assistant turn, ending with the next generation prompt.
 
         `sampled_tail` is the decoded end of the model's output (its last token, or the matched stop
         string): the template text up to and including it is what the model already produced.
+        A family's hand-written bridge needs `context_ids` and `sampled_ids`; where it cannot prove
+        its answer, the template-derived bridge is used.
         """
+        if self._family_bridge is not None and context_ids is not None and sampled_ids is not None:
+            ids = self._family_bridge.bridge(context_ids=context_ids, sampled_ids=sampled_ids, new_messages=new_messages, tools=tools)
+            if ids is not None:
+                return ids
         text = self.bridge_text(
             sampled_tail=sampled_tail, assistant_tool_calls=assistant_tool_calls, new_messages=new_messages, tools=tools
         )
@@ -110,26 +185,51 @@ class ChatRenderer:
         new_messages: Sequence[Mapping[str, Any]],
         tools: Sequence[Mapping[str, Any]] | None,
     ) -> str:
-        assistant: dict[str, Any] = {"role": "assistant", "content": _ASSISTANT_MARK, "reasoning_content": _REASONING_MARK}
-        if assistant_tool_calls:
-            assistant["tool_calls"] = [dict(c) for c in assistant_tool_calls]
-        stand_in = [{"role": "user", "content": _USER_MARK}, assistant]
-        base = self._render(stand_in, tools, add_generation_prompt=False)
-        full = self._render([*stand_in, *new_messages], tools, add_generation_prompt=True)
-        base_after = _after_mark(base)
-        full_after = _after_mark(full)
+        """The template-derived bridge, as text (see `bridge`)."""
+        tail = sampled_tail
+        calls = list(assistant_tool_calls)
+        if self.family is not None:
+            tail = self.family.rewritten_closers.get(sampled_tail, sampled_tail)
+            if not calls and sampled_tail in self.family.tool_turn_stops and sampled_tail not in self.family.final_turn_stops:
+                calls = [_PLACEHOLDER_CALL]  # a call turn none of whose calls ran (e.g. unknown tools): render it as one
+        base_after, full_after = self._stand_in_renders(calls, new_messages, tools)
         if full_after.startswith(base_after):
-            # The assistant turn renders the same either way: the model produced it up to `sampled_tail`.
-            cut = base_after.rfind(sampled_tail) if sampled_tail else -1
+            # The assistant turn renders the same either way: the model produced it up to `tail`.
+            cut = base_after.rfind(tail) if tail else -1
             if cut >= 0:
-                return full_after[cut + len(sampled_tail) :]
-            return self._closing_after_stop(base_after) + full_after[len(base_after) :]
-        cut = full_after.find(sampled_tail) if sampled_tail else -1
+                return full_after[cut + len(tail) :]
+            following = full_after[len(base_after) :]
+            if tail and following.startswith(tail):  # the stop token opens the next message (GLM <|observation|>)
+                return following[len(tail) :]
+            return self._closing_after_stop(base_after) + following
+        cut = full_after.find(tail) if tail else -1
         if cut < 0:
-            raise TemplateBridgeError(
-                f"cannot find the end of the sampled turn {sampled_tail!r} in the template's rendering"
-            )
-        return full_after[cut + len(sampled_tail) :]
+            raise TemplateBridgeError(f"cannot find the end of the sampled turn {sampled_tail!r} in the template's rendering")
+        return full_after[cut + len(tail) :]
+
+    def _stand_in_renders(
+        self,
+        assistant_tool_calls: Sequence[Mapping[str, Any]],
+        new_messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None,
+    ) -> tuple[str, str]:
+        """The template's text after the stand-in assistant's marker, without and with `new_messages`.
+
+        Stand-ins are tried in turn until the template renders one with its marker: content with
+        reasoning; content alone (templates that refuse both beside tool calls); the marker inside
+        the last call's arguments (templates that drop content beside calls); each with arguments as
+        objects, then as JSON strings (templates that concatenate them).
+        """
+        problems = []
+        for assistant in _stand_ins(assistant_tool_calls):
+            stand_in = [{"role": "user", "content": _USER_MARK}, assistant]
+            try:
+                base = self._render(stand_in, tools, add_generation_prompt=False)
+                full = self._render([*stand_in, *new_messages], tools, add_generation_prompt=True)
+                return _after_mark(base), _after_mark(full)
+            except TemplateBridgeError as error:
+                problems.append(str(error))
+        raise TemplateBridgeError("; ".join(dict.fromkeys(problems)))
 
     def _closing_after_stop(self, base_after: str) -> str:
         """The model stopped on a stop string without its end-of-turn token: append the template's closer."""
@@ -138,6 +238,43 @@ class ChatRenderer:
         if cut < 0:
             raise TemplateBridgeError("the template's assistant turn has no end-of-turn token to close a stopped turn with")
         return base_after[cut:]
+
+
+def _stand_ins(tool_calls: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    calls = [dict(c) for c in tool_calls]
+    shapes: list[dict[str, Any]] = [
+        {"role": "assistant", "content": _ASSISTANT_MARK, "reasoning_content": _REASONING_MARK},
+        {"role": "assistant", "content": _ASSISTANT_MARK},
+    ]
+    if not calls:
+        return shapes
+    marked = [*calls[:-1], {**calls[-1], "function": {**calls[-1]["function"], "arguments": {"orrl": _ASSISTANT_MARK}}}]
+    variants = []
+    for with_calls in (calls, marked):
+        for as_strings in (False, True):
+            listed = [_arguments_as_string(c) if as_strings else c for c in with_calls]
+            for shape in shapes if with_calls is calls else [{"role": "assistant", "content": ""}]:
+                variants.append({**shape, "tool_calls": listed})
+    return variants
+
+
+def _arguments_as_string(call: Mapping[str, Any]) -> dict[str, Any]:
+    function = dict(call["function"])
+    if not isinstance(function.get("arguments"), str):
+        function["arguments"] = json.dumps(function.get("arguments", {}), ensure_ascii=False)
+    return {**call, "function": function}
+
+
+def _ends_open(ids: Sequence[int], opener: Sequence[int], closer: Sequence[int]) -> bool:
+    """Whether `ids` leave reasoning open: the last opener comes after the last closer."""
+    def last(marker: Sequence[int]) -> int:
+        width = len(marker)
+        for start in range(len(ids) - width, -1, -1):
+            if list(ids[start : start + width]) == list(marker):
+                return start
+        return -1
+
+    return last(opener) > last(closer)
 
 
 def _after_mark(rendered: str) -> str:

@@ -20,7 +20,8 @@ system_prompt_template: null          # may contain {tools}
 thinking: false
 openreward_run_name: openreward-rl
 # ours
-parser: null                          # null: chosen from the model name / chat template
+parser: null                          # null: the model family's parser
+model_family: null                    # null: chosen from the model name / chat template (docs/families.md); "generic": template-derived only
 tool_execution: sequential            # or parallel
 on_no_tool_call: nudge                # or end
 train_thinking: true
@@ -85,6 +86,7 @@ class TrainConfig:
     thinking: bool = False
     openreward_run_name: str = "openreward-rl"
     parser: str | None = None
+    model_family: str | None = None
     tool_execution: str = "sequential"
     on_no_tool_call: str = "nudge"
     nudge_message: str | None = None
@@ -152,7 +154,21 @@ class TrainConfig:
 
 
 _ENV_KEYS = {f.name for f in attrs.fields(EnvironmentConfig)} - {"name", "secret_domains"}
+GENERIC_FAMILY = "generic"  # model_family value: the template-derived bridge, no family's stop tokens
 _TOP_KEYS = {f.name for f in attrs.fields(TrainConfig)} - {"source", "secret_domains"}
+
+
+def check_family_name(name: str, where: str) -> str:
+    """`name` if it is a supported model family or "generic"; ConfigError naming the supported ones."""
+    from openreward_rl.families import UnsupportedModelError, get_family
+
+    if name == GENERIC_FAMILY:
+        return name
+    try:
+        get_family(name)
+    except UnsupportedModelError as error:
+        raise ConfigError(f"{where}: {error}") from None
+    return name
 
 
 def _unknown(key: str, known: set[str], where: str) -> ConfigError:
@@ -277,9 +293,11 @@ def parse_config(raw: Any, *, source: str = "<config>") -> TrainConfig:
     }
     if "secrets" in raw:
         values["secrets"], values["secret_domains"] = _secrets(raw["secrets"], f"{source}: secrets")
-    for key in ("system_prompt_template", "parser", "nudge_message", "env_base_url"):
+    for key in ("system_prompt_template", "parser", "nudge_message", "env_base_url", "model_family"):
         if key in raw:
             values[key] = _check(raw[key], (str,), f"{source}: {key}", "a string or null", optional=True)
+    if values.get("model_family"):
+        values["model_family"] = check_family_name(values["model_family"], f"{source}: model_family")
     if "openreward_run_name" in raw:
         values["openreward_run_name"] = _check(raw["openreward_run_name"], (str,), f"{source}: openreward_run_name", "a string")
     for key in ("thinking", "train_thinking", "upload"):

@@ -19,6 +19,7 @@ hard-kills it).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import hashlib
 import importlib
@@ -35,6 +36,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal
@@ -187,6 +189,50 @@ def _child_import_path(pythonpath: str) -> list[str]:
     return list(dict.fromkeys(entries))
 
 
+class _ExitEventPerLoop:
+    """sse-starlette's shutdown event, one `anyio.Event` per event loop.
+
+    sse-starlette 2.x (pinned by the SDK; it streams `/create_session`) keeps one process-wide
+    `AppStatus.should_exit_event` that binds to the first loop that waits on it. A second in-process
+    server runs on its own loop, so its `/create_session` fails with "bound to a different event
+    loop" and the client's retry meets "Session already exists". This stand-in gives every loop its
+    own event and sets them all on shutdown.
+    """
+
+    def __init__(self) -> None:
+        self._events: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, anyio.Event] = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
+
+    def _event(self) -> anyio.Event:
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            return self._events.setdefault(loop, anyio.Event())
+
+    async def wait(self) -> None:
+        await self._event().wait()
+
+    def is_set(self) -> bool:
+        return self._event().is_set()
+
+    def set(self) -> None:
+        with self._lock:
+            events = list(self._events.items())
+        for loop, event in events:
+            try:
+                loop.call_soon_threadsafe(event.set)
+            except RuntimeError:  # that loop is closed: nobody waits there any more
+                pass
+
+
+def _give_each_loop_its_sse_exit_event() -> None:
+    try:
+        from sse_starlette.sse import AppStatus
+    except ImportError:  # an SDK without the SSE routes
+        return
+    if not isinstance(AppStatus.should_exit_event, _ExitEventPerLoop):
+        AppStatus.should_exit_event = _ExitEventPerLoop()  # type: ignore[assignment]
+
+
 def _uvicorn_config(app: Any, port: int, log_level: str) -> uvicorn.Config:
     return uvicorn.Config(
         app,
@@ -197,6 +243,45 @@ def _uvicorn_config(app: Any, port: int, log_level: str) -> uvicorn.Config:
         timeout_keep_alive=60,
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
     )
+
+
+class _PerLoopExitEvent:
+    """Stands in for sse_starlette's process-wide shutdown event, one asyncio event per serving loop.
+
+    sse_starlette (pinned to 2.3.6 by the SDK) creates ``AppStatus.should_exit_event`` on the first
+    SSE response and binds it to that response's event loop; every in-process server started later
+    in another thread then fails each tool call with "bound to a different event loop".
+    """
+
+    def __init__(self) -> None:
+        self._events: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Event] = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
+        self._set = False
+
+    def is_set(self) -> bool:
+        return self._set
+
+    async def wait(self) -> None:
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            event = self._events.setdefault(loop, asyncio.Event())
+        if not self._set:
+            await event.wait()
+
+    def set(self) -> None:
+        self._set = True
+        with self._lock:
+            waiting = list(self._events.items())
+        for loop, event in waiting:
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(event.set)
+
+
+def _serve_sse_from_any_loop() -> None:
+    from sse_starlette.sse import AppStatus
+
+    if not isinstance(AppStatus.should_exit_event, _PerLoopExitEvent):
+        AppStatus.should_exit_event = _PerLoopExitEvent()  # type: ignore[assignment]
 
 
 @attrs.define(eq=False)
@@ -328,9 +413,11 @@ class LocalEnvServer:
         await anyio.to_thread.run_sync(self.stop)
 
     def _start_thread(self) -> None:
+        _serve_sse_from_any_loop()
         sock = _free_loopback_socket()
         self.port = sock.getsockname()[1]
         app = Server(list(self.classes)).app
+        _give_each_loop_its_sse_exit_event()
         self._uvicorn = uvicorn.Server(_uvicorn_config(app, self.port, self.log_level))
         failure: list[BaseException] = []
 

@@ -11,12 +11,13 @@ from openreward_rl.chat import ChatRenderer
 from openreward_rl.config import TrainConfig
 from openreward_rl.engines.base import Engine
 from openreward_rl.environment import TaskRef
+from openreward_rl.families.base import ModelFamily
 from openreward_rl.episode import DEFAULT_NUDGE, EpisodeSettings, run_episode
 from openreward_rl.parsers.base import ToolParser, get_parser
 from openreward_rl.tool_episode import ToolEpisode
 from openreward_rl.trajectory import Trajectory
 
-__all__ = ["Rollouts", "choose_parser", "episode_stack", "resolve_task"]
+__all__ = ["Rollouts", "choose_family", "choose_parser", "episode_stack", "resolve_task"]
 
 
 def resolve_task(config: TrainConfig, task: TaskRef) -> TaskRef:
@@ -45,20 +46,38 @@ def choose_parser(config: TrainConfig, model: str | None, tokenizer: Any) -> Too
         return get_parser(parser_for_model(tokenizer))
 
 
+def choose_family(config: TrainConfig, model: str | None, tokenizer: Any) -> ModelFamily | None:
+    """The configured `model_family`, else the family of the model name, else of the tokenizer (its name,
+    then its chat template). None for "generic" and for models of no known family (the template-derived
+    bridge then serves them); `UnsupportedModelError` for a family that is refused."""
+    from openreward_rl.config import GENERIC_FAMILY
+    from openreward_rl.families import find_family, get_family
+
+    if config.model_family:
+        return None if config.model_family == GENERIC_FAMILY else get_family(config.model_family)
+    return (find_family(model) if model else None) or find_family(tokenizer)
+
+
 def episode_stack(config: TrainConfig, tokenizer: Any, model: str | None = None) -> tuple[ChatRenderer, ToolParser]:
     """The chat renderer and tool parser `config` gives a model: the one place training and eval build them.
 
-    The renderer gets the config's `thinking` setting as `enable_thinking`, then `chat_template_kwargs`
-    (which win); the parser is the configured one, else the one the model or its chat template implies.
+    The renderer belongs to the model's family (`choose_family`: its stop tokens, reasoning markers and
+    bridge) and gets the config's `thinking` setting as `enable_thinking`, then `chat_template_kwargs`
+    (which win). The parser is the configured one, else the family's, else the one the model name or
+    chat template implies.
 
     >>> from openreward_rl.assets import load_tokenizer
     >>> from openreward_rl.config import parse_config
     >>> renderer, parser = episode_stack(parse_config({"environments": {"e": {}}}), load_tokenizer("offline:qwen3"), "Qwen/Qwen3-8B")
-    >>> renderer.template_kwargs, parser.name
-    ({'enable_thinking': False}, 'hermes')
+    >>> renderer.template_kwargs, renderer.family.name, parser.name
+    ({'enable_thinking': False}, 'qwen3', 'hermes')
     """
-    renderer = ChatRenderer(tokenizer, {"enable_thinking": config.thinking, **config.chat_template_kwargs})
-    return renderer, choose_parser(config, model, tokenizer)
+    family = choose_family(config, model, tokenizer)
+    template_kwargs = {"enable_thinking": config.thinking, **config.chat_template_kwargs}
+    if family is None:
+        return ChatRenderer(tokenizer, template_kwargs), choose_parser(config, model, tokenizer)
+    parser = get_parser(config.parser) if config.parser else get_parser(family.parser)
+    return family.renderer(tokenizer, template_kwargs), parser
 
 
 @attrs.define

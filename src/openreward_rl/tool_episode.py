@@ -53,6 +53,7 @@ class _TurnDraft:
     context_length: int
     budget: int
     model_seconds: float
+    message_index: int  # where its assistant message sits in the conversation
 
 
 @attrs.define
@@ -69,17 +70,13 @@ class ToolEpisode:
     parser: ToolParser
     settings: EpisodeSettings = attrs.field(factory=EpisodeSettings)
     routing_key: str | None = None
-    _thinking_ids: tuple[int, int] | None = attrs.field(init=False, default=None)
-    _opens_thinking: bool = attrs.field(init=False, default=False)  # the generation prompt holds the opener
 
     def __attrs_post_init__(self) -> None:
         if not self.settings.train_thinking:
-            tokenizer = self.renderer.tokenizer
-            opener, closer = tokenizer.convert_tokens_to_ids("<think>"), tokenizer.convert_tokens_to_ids("</think>")
-            if not isinstance(opener, int) or not isinstance(closer, int) or opener == tokenizer.unk_token_id or closer == tokenizer.unk_token_id:
-                raise ValueError("train_thinking=False needs a tokenizer with single-token <think> and </think> markers")
-            self._thinking_ids = (opener, closer)
-            self._opens_thinking = opener in self.renderer.encode(self.renderer.generation_prompt)
+            try:
+                self.renderer.thinking_mask([])
+            except ValueError as error:
+                raise ValueError(f"train_thinking=False: {error}") from None
 
     async def run(self, session: EnvSession) -> Trajectory:
         state = _Run(session=session)
@@ -136,7 +133,7 @@ class ToolEpisode:
                 return None
         request = GenerationRequest(
             input_ids=state.ledger.encoded_context(),
-            sampling_params={**settings.sampling_params, "max_new_tokens": budget},
+            sampling_params={**settings.sampling_params, **self._stop_params(), "max_new_tokens": budget},
             messages=state.messages,
             tools=state.tools,
             request_id=f"{state.run_id}_t{turn_index}",
@@ -156,7 +153,7 @@ class ToolEpisode:
         state.ledger.append_sampled(generation.output_ids, generation.logprobs, self._trained_mask(generation.output_ids))
         parsed = generation.parsed or self._parse(generation, state.tools)
         state.messages.append(_assistant_message(parsed))
-        draft = _TurnDraft(generation, parsed, context_length, budget, model_seconds)
+        draft = _TurnDraft(generation, parsed, context_length, budget, model_seconds, len(state.messages) - 1)
         if generation.finish_reason is FinishReason.ABORT:
             self._record(state, draft)
             state.stop(StopReason.ABORTED, generation.abort_message or "the engine aborted the request")
@@ -220,11 +217,15 @@ class ToolEpisode:
         """Append only the tokens the chat template puts after the sampled turn; False when they overflow the budget."""
         assert state.ledger is not None
         max_context_len = self.settings.max_context_len
+        hand_written = self.renderer.bridge_needs_ids
+        context = state.ledger.context()[: draft.context_length] if hand_written else None
         bridge = self.renderer.bridge(
             sampled_tail=self._sampled_tail(draft.generation),
             assistant_tool_calls=[c.to_openai() for c in draft.parsed.tool_calls],
             new_messages=new_messages,
             tools=state.tools,
+            context_ids=context,
+            sampled_ids=draft.generation.output_ids if hand_written else None,
         )
         if max_context_len is not None and state.ledger.context_length + len(bridge) >= max_context_len:
             state.stop(StopReason.CONTEXT_OVERFLOW, f"the environment's reply ({len(bridge)} tokens) leaves no room under {max_context_len}")
@@ -249,6 +250,7 @@ class ToolEpisode:
                 env_seconds=env_seconds,
                 max_new_tokens=draft.budget,
                 weight_version=generation.weight_version,
+                message_index=draft.message_index,
             )
         )
 
@@ -269,18 +271,16 @@ class ToolEpisode:
         return self.renderer.decode(generation.output_ids[-1:]) if generation.output_ids else ""
 
     def _trained_mask(self, ids: Sequence[int]) -> list[bool] | None:
-        if self._thinking_ids is None:
-            return None
-        opener, closer = self._thinking_ids
-        inside = self._opens_thinking
-        mask = []
-        for token in ids:
-            if token == opener:
-                inside = True
-            mask.append(not inside)
-            if token == closer:
-                inside = False
-        return mask
+        return None if self.settings.train_thinking else self.renderer.thinking_mask(ids)
+
+    def _stop_params(self) -> dict[str, Any]:
+        """The renderer's turn closers as `stop_token_ids` (with any the caller set), so the engine stops
+        where the template ends a turn."""
+        closers = self.renderer.engine_stop_token_ids
+        if not closers:
+            return {}
+        own = list(self.settings.sampling_params.get("stop_token_ids") or ())
+        return {"stop_token_ids": list(dict.fromkeys([*closers, *own]))}
 
     async def _execute(self, session: EnvSession, calls: Sequence[ToolCall]) -> list[ToolResult]:
         async def one(call: ToolCall) -> ToolResult:

@@ -64,6 +64,10 @@ class Turn:
     env_seconds: float = 0.0
     max_new_tokens: int = 0
     weight_version: str | None = None  # the engine's model weights that sampled this turn, where it reports them
+    # position in `Trajectory.messages` of the assistant message this turn produced; the environment's
+    # reply (tool results, feedback, nudge) follows it up to the next turn's message. None: not recorded
+    # (older dumps, Episodes that leave it out), and readers align turns with the last assistant messages.
+    message_index: int | None = None
 
 
 @attrs.define
@@ -292,6 +296,7 @@ class Trajectory:
                     "env_seconds": t.env_seconds,
                     "max_new_tokens": t.max_new_tokens,
                     "weight_version": t.weight_version,
+                    "message_index": t.message_index,
                 }
                 for t in self.turns
             ],
@@ -326,6 +331,7 @@ class Trajectory:
                     env_seconds=t["env_seconds"],
                     max_new_tokens=t.get("max_new_tokens", 0),
                     weight_version=t.get("weight_version"),
+                    message_index=t.get("message_index"),
                 )
             )
         return cls(

@@ -33,8 +33,8 @@ import attrs
 from openreward import AssistantMessage, ReasoningItem, SystemMessage, ToolCall, ToolResult, UserMessage
 from openreward.models import RolloutInfo
 
+from openreward_rl.conversation import conversation_steps
 from openreward_rl.trajectory import Trajectory
-from openreward_rl.trajectory import ToolResult as EpisodeToolResult
 
 __all__ = ["UploadEvent", "trajectory_events", "rollout_name_for", "TrajectoryUploader", "DEFAULT_RUN_NAME"]
 
@@ -71,28 +71,17 @@ def trajectory_events(trajectory: Trajectory) -> list[UploadEvent]:
     (a `@terminal` environment's answer) follow their turn as a call/result pair. The last event
     is marked finished.
     """
-    messages = trajectory.messages
-    assistant_positions = [i for i, m in enumerate(messages) if m.get("role") == "assistant"]
-    # each model turn appended exactly one assistant message; earlier ones came with the prompt
-    turn_of_message = dict(zip(assistant_positions[len(assistant_positions) - len(trajectory.turns) :], trajectory.turns))
     events: list[UploadEvent] = []
-    open_results: dict[str, EpisodeToolResult] = {}
-
-    def flush_unanswered() -> None:
-        for result in open_results.values():
-            if result.call.name == "__terminal__" or result.call.id == "terminal":
-                events.append(UploadEvent(ToolCall(name=result.call.name, content=_arguments_json(result.call.arguments), call_id=result.call.id)))
-                events.append(UploadEvent(ToolResult(content=result.text, call_id=result.call.id), reward=result.reward))
-        open_results.clear()
-
-    for position, message in enumerate(messages):
+    for step in conversation_steps(trajectory):
+        message, result = step.message, step.result
+        if message is None:  # a result with no tool message: its call and result, after its turn
+            assert result is not None
+            events.append(UploadEvent(ToolCall(name=result.call.name, content=_arguments_json(result.call.arguments), call_id=result.call.id)))
+            events.append(UploadEvent(ToolResult(content=result.text, call_id=result.call.id), reward=result.reward))
+            continue
         role = message.get("role")
         content = _text(message.get("content"))
         if role == "assistant":
-            flush_unanswered()
-            turn = turn_of_message.get(position)
-            if turn is not None:
-                open_results.update({r.call.id: r for r in turn.tool_results})
             if message.get("reasoning_content"):
                 events.append(UploadEvent(ReasoningItem(content=_text(message["reasoning_content"]))))
             tool_calls = message.get("tool_calls") or []
@@ -102,14 +91,11 @@ def trajectory_events(trajectory: Trajectory) -> list[UploadEvent]:
                 function = call.get("function", call)
                 events.append(UploadEvent(ToolCall(name=str(function.get("name", "")), content=_arguments_json(function.get("arguments", {})), call_id=str(call.get("id", "")))))
         elif role == "tool":
-            call_id = str(message.get("tool_call_id", ""))
-            result = open_results.pop(call_id, None)
-            events.append(UploadEvent(ToolResult(content=content, call_id=call_id), reward=result.reward if result else None))
+            events.append(UploadEvent(ToolResult(content=content, call_id=str(message.get("tool_call_id", ""))), reward=result.reward if result else None))
         elif role == "system":
             events.append(UploadEvent(SystemMessage(content=content)))
         else:
             events.append(UploadEvent(UserMessage(content=content)))
-    flush_unanswered()
     if events:
         events[-1] = attrs.evolve(events[-1], is_finished=True)
     return events

@@ -81,6 +81,9 @@ class SuspensionStore:
     def keys(self) -> list[str]:
         return list(self._live)
 
+    def episodes(self) -> list[LiveEpisode]:
+        return [live for live, _ in self._live.values()]
+
     async def park(self, key: str, live: LiveEpisode) -> None:
         """Keep `live` under `key`; the oldest episodes beyond the cap are closed."""
         self._live.pop(key, None)
@@ -109,7 +112,10 @@ class SuspensionStore:
         return len(expired)
 
     async def _drop(self, key: str, reason: str) -> None:
-        live, _ = self._live.pop(key)
+        entry = self._live.pop(key, None)
+        if entry is None:  # another call on this loop dropped it while this one awaited
+            return
+        live, _ = entry
         self._lost[key] = reason
         while len(self._lost) > _LOST_MEMORY:
             self._lost.popitem(last=False)

@@ -45,6 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--serve", action="append", default=[], metavar="FILE.py:Class",
                         help="serve this environment class on 127.0.0.1 for the run (repeatable); sets env_base_url")
     parser.add_argument("--base-url", default=None, help="sglang: http://host:port; openai: .../v1 (default https://api.openai.com/v1)")
+    parser.add_argument("--family", default=None, help="model family (docs/families.md), overriding the config's model_family and the one --model implies; 'generic' for the template-derived bridge")
     parser.add_argument("--tokenizer", default=None, help="sglang/openai: tokenizer for the chat template (default: --model)")
     parser.add_argument("--api-key-env", default="OPENAI_API_KEY", help="openai: environment variable holding the API key")
     parser.add_argument("--device", default=None, help="transformers: cpu or cuda (default: cuda when available)")
@@ -73,6 +74,7 @@ class EvalOptions:
     serve: tuple[str, ...] = ()
     base_url: str | None = None
     tokenizer: str | None = None
+    family: str | None = None
     api_key_env: str = "OPENAI_API_KEY"
     device: str | None = None
     dtype: str | None = None
@@ -102,6 +104,13 @@ class EvalOptions:
             raise ValueError("--engine sglang needs --base-url (the SGLang server or router, e.g. http://127.0.0.1:30000)")
         if args.engine != "transformers" and (args.device or args.dtype):
             raise ValueError("--device and --dtype apply to --engine transformers only")
+        if getattr(args, "family", None):
+            from openreward_rl.config import check_family_name
+
+            try:
+                check_family_name(args.family, "--family")
+            except ConfigError as error:
+                raise ValueError(str(error)) from None
         for spec in args.serve:
             if ":" not in spec:
                 raise ValueError(f"--serve {spec!r} must look like path/to/file.py:ClassName")
@@ -121,6 +130,7 @@ class EvalOptions:
             serve=tuple(args.serve),
             base_url=args.base_url,
             tokenizer=args.tokenizer,
+            family=getattr(args, "family", None),
             api_key_env=args.api_key_env,
             device=args.device,
             dtype=args.dtype,
@@ -134,10 +144,12 @@ class EvalOptions:
         return {"temperature": self.temperature, "top_p": self.top_p}
 
 
-def prepare_config(config: TrainConfig, *, split: str | None = None, served: Mapping[str, str] | None = None, base_url: str | None = None) -> TrainConfig:
+def prepare_config(
+    config: TrainConfig, *, split: str | None = None, served: Mapping[str, str] | None = None, base_url: str | None = None, family: str | None = None
+) -> TrainConfig:
     """The config as this run uses it: `--split` replaces every environment's splits; with `--serve`,
     `env_base_url` points at the local server and an environment whose name matches a served class
-    (by its variant, the lowercased class name) gets that variant.
+    (by its variant, the lowercased class name) gets that variant; `--family` replaces `model_family`.
     """
     environments = {}
     for name, env in config.environments.items():
@@ -151,6 +163,8 @@ def prepare_config(config: TrainConfig, *, split: str | None = None, served: Map
     changes: dict[str, Any] = {"environments": environments}
     if base_url:
         changes["env_base_url"] = base_url
+    if family:
+        changes["model_family"] = family
     return attrs.evolve(config, **changes)
 
 
@@ -328,7 +342,7 @@ def _run_with_engine(options: EvalOptions, config: TrainConfig, engine: Any, tok
     from openreward_rl.local_env import loopback_environ, serve_environments, variant_name
 
     async def main(base_url: str | None, served: Mapping[str, str]) -> dict[str, Any]:
-        prepared = prepare_config(config, split=options.split, served=served, base_url=base_url)
+        prepared = prepare_config(config, split=options.split, served=served, base_url=base_url, family=options.family)
         check_ready(prepared)
         client = AsyncOpenReward()  # the key from OPENREWARD_API_KEY; local servers need none
         try:

@@ -113,11 +113,24 @@ def _check_ready(spec: LaunchSpec, environ: dict[str, str]) -> None:
     if not os.path.isfile(spec.task_data):
         raise LaunchError(f"task data {spec.task_data} does not exist; write it with `openreward-rl prepare --config {spec.config} --output {spec.task_data}`")
     config = load_config(spec.config)
+    _check_family(config, spec.model)
     check_ready(config, environ=environ)  # API key for remote environments, base URLs; registers secrets for redaction
     remote = remote_environments(config)
     offline = any(mode in " ".join(spec.extra) for mode in ("--wandb-mode offline", "--wandb-mode disabled", "--wandb-mode=offline", "--wandb-mode=disabled"))
     if remote and not offline and not environ.get("WANDB_API_KEY"):
         raise LaunchError("WANDB_API_KEY is not set (the job logs to W&B with --use-wandb); export WANDB_API_KEY=..., or pass `-- --wandb-mode offline`")
+
+
+def _check_family(config: Any, model: str) -> None:
+    """The hooks pick the model family from `model_family`, else from --model (the hf_checkpoint): a family
+    that is refused fails here, before Ray starts, with its reason."""
+    from openreward_rl.families import UnsupportedModelError
+    from openreward_rl.rollout import choose_family
+
+    try:
+        choose_family(config, model, None)
+    except UnsupportedModelError as error:
+        raise LaunchError(f"{error} (set model_family in {config.source} to override)") from None
 
 
 async def _check_environments(config_file: str) -> None:
@@ -137,7 +150,7 @@ def run(args: Any) -> int:
     try:
         spec = spec_from_args(args)
         if args.dry_run:
-            load_config(spec.config)  # a dry run still refuses a broken config
+            _check_family(load_config(spec.config), spec.model)  # a dry run still refuses a broken config or a refused model family
             plan = plan_launch(spec, environ, ray_running=False)
             print("# starts Ray only if `ray status` finds no running cluster")
             print(plan.shell(environ))

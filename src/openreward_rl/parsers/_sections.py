@@ -14,7 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, ClassVar, Protocol
+
+import attrs
 
 from openreward_rl.parsers.base import ParsedTurn, ParseErrorKind
 from openreward_rl.parsers.common import NOT_A_BLOCK, calls_in_reasoning, scan_blocks, skip_spaces
@@ -22,6 +24,9 @@ from openreward_rl.parsers._xmlish import TurnBuilder, decode_json_object, split
 
 __all__ = [
     "SectionParser",
+    "Sections",
+    "SectionGrammar",
+    "SectionedParser",
     "parse_sectioned_turn",
     "scan_sections",
     "finish_json_call",
@@ -35,6 +40,63 @@ SectionParser = Callable[[str, int, TurnBuilder], int]
 
 CallParser = Callable[[str, int, TurnBuilder], int]
 """(text, index just after the call opener, builder) -> index after the call (its closer included)."""
+
+
+class SectionGrammar(Protocol):
+    """Where a marker format's calls start and how one section is read (`Sections`, `InvokeGrammar`)."""
+
+    @property
+    def call_openers(self) -> tuple[str, ...]: ...  # markers that start a call, for the reasoning split
+    @property
+    def section_openers(self) -> tuple[str, ...]: ...  # markers that start a section of the answer
+
+    def parse_section(self, text: str, index: int, builder: TurnBuilder) -> int: ...
+
+
+@attrs.frozen
+class Sections:
+    """A `SectionGrammar` from its markers and section parser."""
+
+    call_openers: tuple[str, ...]
+    section_openers: tuple[str, ...]
+    section_parser: SectionParser
+
+    def parse_section(self, text: str, index: int, builder: TurnBuilder) -> int:
+        return self.section_parser(text, index, builder)
+
+
+class SectionedParser:
+    """A marker format's parser: a subclass names its `grammar` (and reasoning tags/policy); `parse` is shared."""
+
+    name: ClassVar[str]
+    grammar: ClassVar[SectionGrammar]
+    open_tag: ClassVar[str] = "<think>"
+    close_tag: ClassVar[str] = "</think>"
+    opener_ends_reasoning: ClassVar[bool] = False
+    interleaved_reasoning: ClassVar[bool] = False
+
+    def parse(
+        self,
+        text: str,
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        generation_prompt: str = "",
+        finish_reason: str | None = None,
+    ) -> ParsedTurn:
+        grammar = self.grammar
+        return parse_sectioned_turn(
+            text,
+            tools=tools,
+            generation_prompt=generation_prompt,
+            finish_reason=finish_reason,
+            call_openers=grammar.call_openers,
+            section_openers=grammar.section_openers,
+            parse_section=grammar.parse_section,
+            open_tag=self.open_tag,
+            close_tag=self.close_tag,
+            opener_ends_reasoning=self.opener_ends_reasoning,
+            interleaved_reasoning=self.interleaved_reasoning,
+        )
 
 
 def scan_sections(text: str, openers: tuple[str, ...], parse_section: SectionParser, builder: TurnBuilder) -> None:

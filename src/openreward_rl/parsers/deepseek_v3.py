@@ -22,11 +22,8 @@ Reasoning is `<think>…</think>`; R1 puts the opener in the generation prompt.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
-
-from openreward_rl.parsers.base import ParsedTurn, register_parser
-from openreward_rl.parsers._sections import call_list_section, finish_json_call, missing_marker, parse_sectioned_turn
+from openreward_rl.parsers.base import register_parser
+from openreward_rl.parsers._sections import SectionedParser, Sections, call_list_section, finish_json_call, missing_marker
 from openreward_rl.parsers._xmlish import TurnBuilder
 
 __all__ = ["DeepSeekV3Parser", "SECTION_BEGIN", "SECTION_END", "CALL_BEGIN", "CALL_END", "SEP"]
@@ -59,23 +56,6 @@ _parse_section = call_list_section(section_end=SECTION_END, call_begin=CALL_BEGI
 
 
 @register_parser("deepseek_v3")
-class DeepSeekV3Parser:
+class DeepSeekV3Parser(SectionedParser):
     name = "deepseek_v3"
-
-    def parse(
-        self,
-        text: str,
-        *,
-        tools: Sequence[Mapping[str, Any]] | None = None,
-        generation_prompt: str = "",
-        finish_reason: str | None = None,
-    ) -> ParsedTurn:
-        return parse_sectioned_turn(
-            text,
-            tools=tools,
-            generation_prompt=generation_prompt,
-            finish_reason=finish_reason,
-            call_openers=(SECTION_BEGIN, CALL_BEGIN),
-            section_openers=(SECTION_BEGIN,),
-            parse_section=_parse_section,
-        )
+    grammar = Sections((SECTION_BEGIN, CALL_BEGIN), (SECTION_BEGIN,), _parse_section)

@@ -13,11 +13,8 @@ generation prompt. V3.1 calls tools only in non-thinking mode; a call inside rea
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
-
-from openreward_rl.parsers.base import ParsedTurn, register_parser
-from openreward_rl.parsers._sections import call_list_section, finish_json_call, missing_marker, parse_sectioned_turn
+from openreward_rl.parsers.base import register_parser
+from openreward_rl.parsers._sections import SectionedParser, Sections, call_list_section, finish_json_call, missing_marker
 from openreward_rl.parsers._xmlish import TurnBuilder
 from openreward_rl.parsers.deepseek_v3 import CALL_BEGIN, CALL_END, SECTION_BEGIN, SECTION_END, SEP
 
@@ -38,23 +35,6 @@ _parse_section = call_list_section(section_end=SECTION_END, call_begin=CALL_BEGI
 
 
 @register_parser("deepseek_v31")
-class DeepSeekV31Parser:
+class DeepSeekV31Parser(SectionedParser):
     name = "deepseek_v31"
-
-    def parse(
-        self,
-        text: str,
-        *,
-        tools: Sequence[Mapping[str, Any]] | None = None,
-        generation_prompt: str = "",
-        finish_reason: str | None = None,
-    ) -> ParsedTurn:
-        return parse_sectioned_turn(
-            text,
-            tools=tools,
-            generation_prompt=generation_prompt,
-            finish_reason=finish_reason,
-            call_openers=(SECTION_BEGIN, CALL_BEGIN),
-            section_openers=(SECTION_BEGIN,),
-            parse_section=_parse_section,
-        )
+    grammar = Sections((SECTION_BEGIN, CALL_BEGIN), (SECTION_BEGIN,), _parse_section)

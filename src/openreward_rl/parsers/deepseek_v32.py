@@ -13,12 +13,9 @@ A call inside reasoning is never executed.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
-
-from openreward_rl.parsers.base import ParsedTurn, register_parser
+from openreward_rl.parsers.base import register_parser
 from openreward_rl.parsers._dsml import dsml_grammar
-from openreward_rl.parsers._sections import parse_sectioned_turn
+from openreward_rl.parsers._sections import SectionedParser
 
 __all__ = ["DeepSeekV32Parser"]
 
@@ -26,26 +23,6 @@ _GRAMMAR = dsml_grammar(("function_calls",), bare_invokes=False)
 
 
 @register_parser("deepseek_v32")
-class DeepSeekV32Parser:
+class DeepSeekV32Parser(SectionedParser):
     name = "deepseek_v32"
     grammar = _GRAMMAR
-    opener_ends_reasoning = False
-
-    def parse(
-        self,
-        text: str,
-        *,
-        tools: Sequence[Mapping[str, Any]] | None = None,
-        generation_prompt: str = "",
-        finish_reason: str | None = None,
-    ) -> ParsedTurn:
-        return parse_sectioned_turn(
-            text,
-            tools=tools,
-            generation_prompt=generation_prompt,
-            finish_reason=finish_reason,
-            call_openers=self.grammar.call_openers,
-            section_openers=self.grammar.section_openers,
-            parse_section=self.grammar.parse_section,
-            opener_ends_reasoning=self.opener_ends_reasoning,
-        )

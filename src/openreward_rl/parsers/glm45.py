@@ -27,11 +27,10 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Mapping
 
-from openreward_rl.parsers.base import ParsedTurn, ParseErrorKind, register_parser, tool_schema
-from openreward_rl.parsers._sections import parse_sectioned_turn
+from openreward_rl.parsers.base import ParseErrorKind, register_parser, tool_schema
+from openreward_rl.parsers._sections import SectionedParser, Sections
 from openreward_rl.parsers._xmlish import RawValue, TurnBuilder, find_value_end
 from openreward_rl.parsers.common import forgotten_closer, repaired_closer_note, skip_spaces, value_scan_pattern
 
@@ -143,23 +142,6 @@ def parse_glm_call(text: str, index: int, builder: TurnBuilder) -> int:
 
 
 @register_parser("glm45")
-class Glm45Parser:
+class Glm45Parser(SectionedParser):
     name = "glm45"
-
-    def parse(
-        self,
-        text: str,
-        *,
-        tools: Sequence[Mapping[str, Any]] | None = None,
-        generation_prompt: str = "",
-        finish_reason: str | None = None,
-    ) -> ParsedTurn:
-        return parse_sectioned_turn(
-            text,
-            tools=tools,
-            generation_prompt=generation_prompt,
-            finish_reason=finish_reason,
-            call_openers=(CALL_OPEN,),
-            section_openers=(CALL_OPEN,),
-            parse_section=parse_glm_call,
-        )
+    grammar = Sections((CALL_OPEN,), (CALL_OPEN,), parse_glm_call)

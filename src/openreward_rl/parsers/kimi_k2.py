@@ -30,8 +30,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from openreward_rl.parsers.base import ParsedTurn, register_parser, tool_schema
-from openreward_rl.parsers._sections import call_list_section, finish_json_call, missing_marker, parse_sectioned_turn
+from openreward_rl.parsers.base import register_parser, tool_schema
+from openreward_rl.parsers._sections import SectionedParser, Sections, call_list_section, finish_json_call, missing_marker
 from openreward_rl.parsers._xmlish import TurnBuilder, decode_json_object
 
 __all__ = ["KimiK2Parser", "name_from_call_id"]
@@ -99,24 +99,7 @@ _parse_section = call_list_section(section_end=SECTION_ENDS, call_begin=CALL_BEG
 
 
 @register_parser("kimi_k2")
-class KimiK2Parser:
+class KimiK2Parser(SectionedParser):
     name = "kimi_k2"
-
-    def parse(
-        self,
-        text: str,
-        *,
-        tools: Sequence[Mapping[str, Any]] | None = None,
-        generation_prompt: str = "",
-        finish_reason: str | None = None,
-    ) -> ParsedTurn:
-        return parse_sectioned_turn(
-            text,
-            tools=tools,
-            generation_prompt=generation_prompt,
-            finish_reason=finish_reason,
-            call_openers=(*SECTION_BEGINS, CALL_BEGIN),
-            section_openers=SECTION_BEGINS,
-            parse_section=_parse_section,
-            opener_ends_reasoning=True,
-        )
+    grammar = Sections((*SECTION_BEGINS, CALL_BEGIN), SECTION_BEGINS, _parse_section)
+    opener_ends_reasoning = True

@@ -20,12 +20,10 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
-from typing import Any
 
-from openreward_rl.parsers.base import ParsedTurn, register_parser
+from openreward_rl.parsers.base import register_parser
 from openreward_rl.parsers._invoke import InvokeGrammar
-from openreward_rl.parsers._sections import parse_sectioned_turn
+from openreward_rl.parsers._sections import SectionedParser
 
 __all__ = ["KimiK3Parser"]
 
@@ -53,25 +51,8 @@ GRAMMAR = InvokeGrammar(
 
 
 @register_parser("kimi_k3")
-class KimiK3Parser:
+class KimiK3Parser(SectionedParser):
     name = "kimi_k3"
-
-    def parse(
-        self,
-        text: str,
-        *,
-        tools: Sequence[Mapping[str, Any]] | None = None,
-        generation_prompt: str = "",
-        finish_reason: str | None = None,
-    ) -> ParsedTurn:
-        return parse_sectioned_turn(
-            text,
-            tools=tools,
-            generation_prompt=generation_prompt,
-            finish_reason=finish_reason,
-            call_openers=GRAMMAR.call_openers,
-            section_openers=GRAMMAR.section_openers,
-            parse_section=GRAMMAR.parse_section,
-            open_tag=THINK_OPEN,
-            close_tag=THINK_CLOSE,
-        )
+    grammar = GRAMMAR
+    open_tag = THINK_OPEN
+    close_tag = THINK_CLOSE

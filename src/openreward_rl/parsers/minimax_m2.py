@@ -28,12 +28,10 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
-from typing import Any
 
-from openreward_rl.parsers.base import ParsedTurn, register_parser
+from openreward_rl.parsers.base import register_parser
 from openreward_rl.parsers._invoke import InvokeGrammar
-from openreward_rl.parsers._sections import parse_sectioned_turn
+from openreward_rl.parsers._sections import SectionedParser
 
 __all__ = ["MiniMaxM2Parser"]
 
@@ -55,26 +53,9 @@ GRAMMAR = InvokeGrammar(
 
 
 @register_parser("minimax_m2")
-class MiniMaxM2Parser:
+class MiniMaxM2Parser(SectionedParser):
     name = "minimax_m2"
-
-    def parse(
-        self,
-        text: str,
-        *,
-        tools: Sequence[Mapping[str, Any]] | None = None,
-        generation_prompt: str = "",
-        finish_reason: str | None = None,
-    ) -> ParsedTurn:
-        return parse_sectioned_turn(
-            text,
-            tools=tools,
-            generation_prompt=generation_prompt,
-            finish_reason=finish_reason,
-            call_openers=GRAMMAR.call_openers,
-            section_openers=GRAMMAR.section_openers,
-            parse_section=GRAMMAR.parse_section,
-            open_tag=THINK_OPEN,
-            close_tag=THINK_CLOSE,
-            interleaved_reasoning=True,
-        )
+    grammar = GRAMMAR
+    open_tag = THINK_OPEN
+    close_tag = THINK_CLOSE
+    interleaved_reasoning = True

