@@ -176,7 +176,7 @@ async def per_turn(turns_list: list[int], repeats: int) -> None:
 
 BUCKETS = ("library", "SDK", "aiohttp/event loop", "tokenizer", "template", "harness", "other")
 _TEMPLATE_FUNCTIONS = {"apply_chat_template", "render_jinja_template"}
-_LOOP_PARTS = ("/aiohttp/", "/asyncio/", "/yarl/", "/multidict/", "/propcache/", "/aiohappyeyeballs/", "/selectors.py", "/socket.py", "/ssl.py")
+_LOOP_PARTS = ("/aiohttp/", "/asyncio/", "/yarl/", "/multidict/", "/propcache/", "/aiohappyeyeballs/", "/selectors.py", "/selector_events.py", "/socket.py", "/ssl.py")
 
 
 def bucket_of(code: Any) -> str | None:
@@ -187,6 +187,8 @@ def bucket_of(code: Any) -> str | None:
         return "library"
     if "/openreward/" in path:
         return "SDK"
+    if "/tenacity/" in path:  # its asyncio module is retry machinery, not the event loop
+        return None
     if "/tokenizers/" in path or "/transformers/tokenization" in path:
         return "tokenizer"
     if any(part in path for part in _LOOP_PARTS):

@@ -101,6 +101,9 @@ class TrainConfig:
     # Partial rollout: how long a suspended episode keeps its environment session open, and how many may wait.
     suspended_episode_ttl: float = 1800.0
     max_suspended_episodes: int = 1024
+    # Episodes in worker processes (or Ray actors) instead of the hook's process; 0: in process.
+    rollout_workers: int = 0
+    rollout_worker_backend: str = "auto"
     source: str = "<config>"
 
     def environment(self, name: str) -> EnvironmentConfig:
@@ -314,6 +317,14 @@ def parse_config(raw: Any, *, source: str = "<config>") -> TrainConfig:
         values["attempts"] = _check(raw["attempts"], (int,), f"{source}: attempts", "a positive integer")
         if values["attempts"] < 1:
             raise ConfigError(f"{source}: attempts: must be a positive integer, got {raw['attempts']!r}")
+    if "rollout_workers" in raw:
+        values["rollout_workers"] = _check(raw["rollout_workers"], (int,), f"{source}: rollout_workers", "a number of worker processes (0: none)")
+        if values["rollout_workers"] < 0:
+            raise ConfigError(f"{source}: rollout_workers: must be 0 (episodes in the hook's process) or a positive number of workers, got {raw['rollout_workers']!r}")
+    if "rollout_worker_backend" in raw:
+        if raw["rollout_worker_backend"] not in ("auto", "process", "ray"):
+            raise ConfigError(f"{source}: rollout_worker_backend: must be one of auto, process, ray, got {raw['rollout_worker_backend']!r}")
+        values["rollout_worker_backend"] = raw["rollout_worker_backend"]
     if "suspended_episode_ttl" in raw:
         value = _check(raw["suspended_episode_ttl"], (int, float), f"{source}: suspended_episode_ttl", "a positive number of seconds")
         if value <= 0:

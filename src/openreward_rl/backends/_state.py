@@ -20,6 +20,7 @@ from openreward_rl.preflight import check_ready
 from openreward_rl.redaction import install_log_redaction
 from openreward_rl.rollout import Rollouts
 from openreward_rl.upload import TrajectoryUploader
+from openreward_rl.workers import spread_over_workers
 
 __all__ = ["BackendState", "state_for", "clear_states", "close_states", "router_url"]
 
@@ -56,6 +57,9 @@ class BackendState:
     loop: asyncio.AbstractEventLoop | None = None
 
     async def aclose(self) -> None:
+        closer = getattr(self.rollouts, "aclose", None)  # episode workers, when the config has them
+        if closer is not None:
+            await closer()
         await self.engine.aclose()
         await self.client.environments.aclose()
 
@@ -85,13 +89,15 @@ class BackendState:
         rollouts = Rollouts.from_config(
             config, engine=engine, tokenizer=tokenizer, client=client, model=str(checkpoint), max_context_len=train_context, max_new_tokens=max_new_tokens
         )
+        # With `rollout_workers: N` episodes run in N worker processes (or Ray actors); see workers.py.
+        rollouts, eval_rollouts = spread_over_workers(config, args, rollouts, attrs.evolve(rollouts, max_context_len=eval_context))
         return cls(
             config=config,
             tokenizer=tokenizer,
             engine=engine,
             client=client,
             rollouts=rollouts,
-            eval_rollouts=attrs.evolve(rollouts, max_context_len=eval_context),
+            eval_rollouts=eval_rollouts,
             uploader=TrajectoryUploader.from_config(client, config),
             loop=_running_loop(),
         )
