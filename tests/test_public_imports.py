@@ -29,3 +29,36 @@ def test_unknown_engine_name_is_an_attribute_error() -> None:
         assert "NoSuchEngine" in str(error)
     else:
         raise AssertionError("an unknown engine name must raise AttributeError")
+
+
+def test_lazy_names_are_declared_for_type_checkers() -> None:
+    """Every lazily exported name is also imported under TYPE_CHECKING, from the module it loads from."""
+    import ast
+    from pathlib import Path
+
+    import openreward_rl
+    import openreward_rl.engines as engines
+
+    for package, lazy in ((openreward_rl, openreward_rl._EXPORTS), (engines, engines._LAZY)):
+        tree = ast.parse(Path(package.__file__).read_text())
+        declared = {
+            alias.name: node.module
+            for block in tree.body
+            if isinstance(block, ast.If) and ast.unparse(block.test) == "TYPE_CHECKING"
+            for node in block.body
+            if isinstance(node, ast.ImportFrom)
+            for alias in node.names
+        }
+        assert declared == dict(lazy), package.__name__
+
+
+def test_engines_do_not_import_the_trajectory_layer() -> None:
+    """Engines sit below trajectories: nothing under openreward_rl.engines imports openreward_rl.trajectory."""
+    import ast
+    from pathlib import Path
+
+    import openreward_rl.engines as engines
+
+    for path in Path(engines.__file__).parent.glob("*.py"):
+        imported = {n.module for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.ImportFrom)}
+        assert not any(m and m.startswith(("openreward_rl.trajectory", "openreward_rl.episode", "openreward_rl.tool_episode")) for m in imported), path.name

@@ -48,13 +48,13 @@ from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt,
 
 from openreward_rl.engines.base import (
     ContextLengthError,
+    EncodedIds,
     EngineError,
     EngineRequestError,
     FinishReason,
     Generation,
     GenerationRequest,
 )
-from openreward_rl.trajectory import EncodedIds
 
 __all__ = ["SGLangEngine", "ROUTING_HEADER", "parse_generate_response"]
 
