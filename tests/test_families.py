@@ -301,3 +301,21 @@ def test_mistral_refusal_holds_for_its_official_template() -> None:
     assert not rendered.startswith(prompt)
     with pytest.raises(UnsupportedModelError, match="mistral model family is not supported"):
         family_for(tokenizer)
+
+
+def test_eval_refuses_a_refused_family_before_any_episode(capsys: Any, monkeypatch: Any) -> None:
+    """`openreward-rl eval --model` picks the family from the model name; a refused one stops the run with
+    its reason before any episode (no request reaches the engine's unreachable base URL)."""
+    from pathlib import Path
+
+    from openreward_rl.cli import main
+
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    argv = ["eval", "--engine", "sglang", "--base-url", "http://127.0.0.1:1", "--tokenizer", "offline:qwen3", "--config", "examples/quickstart_config.yaml",
+            "--serve", "examples/environments/math_env.py:MathEnv"]
+    assert main([*argv, "--model", "google/gemma-4-31B-it"]) == 2
+    captured = capsys.readouterr()
+    assert "the gemma-4 model family is not supported: no Gemma 4 tokenizer" in " ".join((captured.out + captured.err).split())
+    assert main([*argv, "--model", "acme/model", "--family", "gemma-4"]) == 2
+    captured = capsys.readouterr()
+    assert "--family: the gemma-4 model family is not supported" in " ".join((captured.out + captured.err).split())
