@@ -102,13 +102,38 @@ def test_config_and_cli_override_the_family() -> None:
         EvalOptions.from_args(cli.parse_args(["--engine", "sglang", "--base-url", "http://127.0.0.1:1", "--model", "m", "--family", "llama"]))
 
 
-def test_training_hooks_pick_the_family_from_hf_checkpoint() -> None:
-    """BackendState.from_args passes hf_checkpoint as the model name to the one episode constructor."""
-    config = parse_config({"environments": {"e": {}}})
-    renderer, parser = episode_stack(config, load_tokenizer("offline:llama3.2"), "/data/hf/Llama-3.2-3B-Instruct")
-    assert renderer.family is not None and renderer.family.name == "llama3" and parser.name == "llama3_json"
-    eot, eom = (load_tokenizer("offline:llama3.2").convert_tokens_to_ids(t) for t in ("<|eot_id|>", "<|eom_id|>"))
-    assert renderer.engine_stop_token_ids == (eom, eot)
+@pytest.mark.anyio
+async def test_training_hooks_pick_the_family_from_hf_checkpoint(tmp_path: Any, monkeypatch: Any) -> None:
+    """BackendState.from_args (the Slime and Miles hooks) builds the episode stack of the hf_checkpoint's
+    family, with its stop ids; the config's model_family overrides it; a refused family fails right there."""
+    from types import SimpleNamespace
+
+    from openreward_rl.backends._state import BackendState
+
+    config = tmp_path / "train_config.yaml"
+    monkeypatch.setenv("OPENREWARD_RL_CONFIG", str(config))
+
+    def build(checkpoint: str, extra: str = "") -> BackendState:
+        config.write_text("env_base_url: http://127.0.0.1:9\nenvironments:\n  MathEnv: {}\n" + extra)
+        args = SimpleNamespace(sglang_router_ip="127.0.0.1", sglang_router_port=9, hf_checkpoint=checkpoint, rollout_max_response_len=64)
+        return BackendState.from_args(args)
+
+    state = build("offline:llama3.2")
+    try:
+        renderer = state.rollouts.renderer
+        assert renderer.family is not None and renderer.family.name == "llama3" and state.rollouts.parser.name == "llama3_json"
+        eot, eom = (state.tokenizer.convert_tokens_to_ids(t) for t in ("<|eot_id|>", "<|eom_id|>"))
+        assert renderer.engine_stop_token_ids == (eom, eot)
+        assert state.eval_rollouts.renderer is renderer
+    finally:
+        await state.aclose()
+    state = build("offline:llama3.2", "model_family: generic\n")
+    try:
+        assert state.rollouts.renderer.family is None and state.rollouts.parser.name == "llama3_json"
+    finally:
+        await state.aclose()
+    with pytest.raises(UnsupportedModelError, match="the mistral model family is not supported"):
+        build("offline:mistral-nemo")
 
 
 pytestmark_anyio = pytest.mark.anyio
@@ -276,3 +301,21 @@ def test_mistral_refusal_holds_for_its_official_template() -> None:
     assert not rendered.startswith(prompt)
     with pytest.raises(UnsupportedModelError, match="mistral model family is not supported"):
         family_for(tokenizer)
+
+
+def test_eval_refuses_a_refused_family_before_any_episode(capsys: Any, monkeypatch: Any) -> None:
+    """`openreward-rl eval --model` picks the family from the model name; a refused one stops the run with
+    its reason before any episode (no request reaches the engine's unreachable base URL)."""
+    from pathlib import Path
+
+    from openreward_rl.cli import main
+
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    argv = ["eval", "--engine", "sglang", "--base-url", "http://127.0.0.1:1", "--tokenizer", "offline:qwen3", "--config", "examples/quickstart_config.yaml",
+            "--serve", "examples/environments/math_env.py:MathEnv"]
+    assert main([*argv, "--model", "google/gemma-4-31B-it"]) == 2
+    captured = capsys.readouterr()
+    assert "the gemma-4 model family is not supported: no Gemma 4 tokenizer" in " ".join((captured.out + captured.err).split())
+    assert main([*argv, "--model", "acme/model", "--family", "gemma-4"]) == 2
+    captured = capsys.readouterr()
+    assert "--family: the gemma-4 model family is not supported" in " ".join((captured.out + captured.err).split())
