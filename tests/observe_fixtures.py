@@ -122,8 +122,8 @@ def qwen3_tokenizer() -> Any:
     return load_tokenizer("offline:qwen3")
 
 
-async def run_real_episode(url: str, script: Sequence[str] = GOOD_SCRIPT, index: int = 0) -> Trajectory:
-    """One real episode of AddEnv task `index`, with the secret passed to the session."""
+async def run_real_episode(url: str, script: Sequence[str] = GOOD_SCRIPT, index: int | None = 0, task_spec: dict[str, Any] | None = None) -> Trajectory:
+    """One real episode of AddEnv task `index` (or the task `task_spec` names), with the secret passed to the session."""
     from openreward import AsyncOpenReward
 
     tokenizer = qwen3_tokenizer()
@@ -135,7 +135,7 @@ async def run_real_episode(url: str, script: Sequence[str] = GOOD_SCRIPT, index:
         return await run_episode(
             lambda: ToolEpisode(engine, renderer, get_parser("hermes"), settings),
             client,
-            TaskRef(environment="addenv", split="train", index=index, base_url=url),
+            TaskRef(environment="addenv", split="train", index=index, task_spec=task_spec, base_url=url),
             secrets={"OPENAI_API_KEY": SECRET_VALUE},
         )
     finally:

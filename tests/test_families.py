@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import re
 from typing import Any
 
@@ -101,13 +102,38 @@ def test_config_and_cli_override_the_family() -> None:
         EvalOptions.from_args(cli.parse_args(["--engine", "sglang", "--base-url", "http://127.0.0.1:1", "--model", "m", "--family", "llama"]))
 
 
-def test_training_hooks_pick_the_family_from_hf_checkpoint() -> None:
-    """BackendState.from_args passes hf_checkpoint as the model name to the one episode constructor."""
-    config = parse_config({"environments": {"e": {}}})
-    renderer, parser = episode_stack(config, load_tokenizer("offline:llama3.2"), "/data/hf/Llama-3.2-3B-Instruct")
-    assert renderer.family is not None and renderer.family.name == "llama3" and parser.name == "llama3_json"
-    eot, eom = (load_tokenizer("offline:llama3.2").convert_tokens_to_ids(t) for t in ("<|eot_id|>", "<|eom_id|>"))
-    assert renderer.engine_stop_token_ids == (eom, eot)
+@pytest.mark.anyio
+async def test_training_hooks_pick_the_family_from_hf_checkpoint(tmp_path: Any, monkeypatch: Any) -> None:
+    """BackendState.from_args (the Slime and Miles hooks) builds the episode stack of the hf_checkpoint's
+    family, with its stop ids; the config's model_family overrides it; a refused family fails right there."""
+    from types import SimpleNamespace
+
+    from openreward_rl.backends._state import BackendState
+
+    config = tmp_path / "train_config.yaml"
+    monkeypatch.setenv("OPENREWARD_RL_CONFIG", str(config))
+
+    def build(checkpoint: str, extra: str = "") -> BackendState:
+        config.write_text("env_base_url: http://127.0.0.1:9\nenvironments:\n  MathEnv: {}\n" + extra)
+        args = SimpleNamespace(sglang_router_ip="127.0.0.1", sglang_router_port=9, hf_checkpoint=checkpoint, rollout_max_response_len=64)
+        return BackendState.from_args(args)
+
+    state = build("offline:llama3.2")
+    try:
+        renderer = state.rollouts.renderer
+        assert renderer.family is not None and renderer.family.name == "llama3" and state.rollouts.parser.name == "llama3_json"
+        eot, eom = (state.tokenizer.convert_tokens_to_ids(t) for t in ("<|eot_id|>", "<|eom_id|>"))
+        assert renderer.engine_stop_token_ids == (eom, eot)
+        assert state.eval_rollouts.renderer is renderer
+    finally:
+        await state.aclose()
+    state = build("offline:llama3.2", "model_family: generic\n")
+    try:
+        assert state.rollouts.renderer.family is None and state.rollouts.parser.name == "llama3_json"
+    finally:
+        await state.aclose()
+    with pytest.raises(UnsupportedModelError, match="the mistral model family is not supported"):
+        build("offline:mistral-nemo")
 
 
 pytestmark_anyio = pytest.mark.anyio
@@ -202,8 +228,8 @@ def test_every_parser_belongs_to_a_proven_or_refused_family() -> None:
         ("moonshotai/Kimi-K3", "kimi-k3", "no Kimi K3 tokenizer"),
         ("google/gemma-4-31B-it", "gemma-4", "no Gemma 4 tokenizer"),
         ("Qwen/Qwen3-Coder-30B-A3B-Instruct", "qwen3-coder", "not Qwen3.5's"),
-        ("mistralai/Mistral-Small-3.2-24B-Instruct-2506", "mistral", "mistral-common"),
-        ("mistralai/Devstral-Small-2507", "mistral", "mistral-common"),
+        ("mistralai/Mistral-Small-3.2-24B-Instruct-2506", "mistral", "rewrites earlier turns"),
+        ("mistralai/Devstral-Small-2507", "mistral", "last user message only"),
         ("LiquidAI/LFM2-1.2B", "pythonic", "LFM2"),
         ("meta-llama/Llama-4-Scout-17B-16E-Instruct", "pythonic", "Llama 4"),
     ],
@@ -230,3 +256,66 @@ def test_unproven_families_are_refused_before_any_episode(model: str, family: st
 def test_more_families_from_model_names(model: str, family: str | None) -> None:
     found = find_family(model)
     assert (found.name if found else None) == family
+
+
+CALCULATOR = [{"type": "function", "function": {"name": "calculator", "description": "d", "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}}}}]
+
+
+def _call(call_id: str, expression: str, *, as_string: bool = False) -> dict[str, Any]:
+    arguments: Any = {"expression": expression}
+    return {"id": call_id, "type": "function", "function": {"name": "calculator", "arguments": json.dumps(arguments) if as_string else arguments}}
+
+
+def test_deepseek_v3_refusal_holds_for_its_official_template() -> None:
+    """DeepSeek-V3's own template (tokenizer_config.json) writes tool calls only for an assistant message whose
+    content is None; transformers drops a None content, so through apply_chat_template no call is ever written.
+    Rendered by jinja directly, the call opener comes with the first tool-call message only: a second
+    tool-call turn (which the model samples with its opener) renders without it."""
+    import jinja2
+
+    tokenizer = load_tokenizer("offline:deepseek-v3")
+    call = {"role": "assistant", "content": "", "tool_calls": [_call("c0", "1 + 1", as_string=True)]}
+    text = tokenizer.apply_chat_template([{"role": "user", "content": "Q?"}, call, {"role": "tool", "content": "2"}], tokenize=False)
+    assert "calculator" not in text and "<｜tool▁call▁begin｜>" not in text
+    with pytest.raises(Exception, match="has no attribute 'content'"):
+        tokenizer.apply_chat_template([{"role": "user", "content": "Q?"}, {**call, "content": None}, {"role": "tool", "content": "2"}], tokenize=False)
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Q?"}]
+    for n in range(2):
+        messages += [{"role": "assistant", "content": None, "tool_calls": [_call(f"c{n}", f"{n} + 1", as_string=True)]}, {"role": "tool", "content": str(n + 1)}]
+    text = jinja2.Environment().from_string(tokenizer.chat_template).render(messages=messages, bos_token=tokenizer.bos_token)
+    assert text.count("<｜tool▁call▁begin｜>") == 2
+    assert text.count("<｜tool▁calls▁begin｜>") == 1  # the second call turn has no opener
+    with pytest.raises(UnsupportedModelError, match="deepseek-v3 model family is not supported"):
+        family_for(_Unnamed(tokenizer.chat_template))
+
+
+def test_mistral_refusal_holds_for_its_official_template() -> None:
+    """Mistral-Nemo's own template writes the system prompt into the last user message only: once the
+    assistant has replied, the system prompt the model was prompted with is gone from the render."""
+    tokenizer = load_tokenizer("offline:mistral-nemo")
+    start = [{"role": "system", "content": "SYSTEM-7f3a"}, {"role": "user", "content": "Q?"}]
+    prompt = tokenizer.apply_chat_template(start, tools=CALCULATOR, tokenize=False, add_generation_prompt=True)
+    after = start + [{"role": "assistant", "content": "", "tool_calls": [_call("abcdefghi", "1 + 1")]}, {"role": "tool", "tool_call_id": "abcdefghi", "content": "2"}]
+    rendered = tokenizer.apply_chat_template(after, tools=CALCULATOR, tokenize=False, add_generation_prompt=True)
+    assert "SYSTEM-7f3a" in prompt and "SYSTEM-7f3a" not in rendered
+    assert not rendered.startswith(prompt)
+    with pytest.raises(UnsupportedModelError, match="mistral model family is not supported"):
+        family_for(tokenizer)
+
+
+def test_eval_refuses_a_refused_family_before_any_episode(capsys: Any, monkeypatch: Any) -> None:
+    """`openreward-rl eval --model` picks the family from the model name; a refused one stops the run with
+    its reason before any episode (no request reaches the engine's unreachable base URL)."""
+    from pathlib import Path
+
+    from openreward_rl.cli import main
+
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    argv = ["eval", "--engine", "sglang", "--base-url", "http://127.0.0.1:1", "--tokenizer", "offline:qwen3", "--config", "examples/quickstart_config.yaml",
+            "--serve", "examples/environments/math_env.py:MathEnv"]
+    assert main([*argv, "--model", "google/gemma-4-31B-it"]) == 2
+    captured = capsys.readouterr()
+    assert "the gemma-4 model family is not supported: no Gemma 4 tokenizer" in " ".join((captured.out + captured.err).split())
+    assert main([*argv, "--model", "acme/model", "--family", "gemma-4"]) == 2
+    captured = capsys.readouterr()
+    assert "--family: the gemma-4 model family is not supported" in " ".join((captured.out + captured.err).split())

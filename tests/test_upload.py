@@ -13,6 +13,7 @@ import logging
 import socket
 import threading
 
+import attrs
 import pytest
 from aiohttp import web
 from observe_fixtures import real_trajectory
@@ -134,8 +135,8 @@ def test_events_reach_the_sink(monkeypatch: pytest.MonkeyPatch):
     trajectory = real_trajectory()
     with UploadSink() as sink:
         uploader = TrajectoryUploader(_client(monkeypatch, sink.url), "obs-run")
-        first = uploader.submit(trajectory, environment="addenv", split="train", sampling_params={"temperature": 0.7})
-        second = uploader.submit(trajectory, environment="addenv", split="train")
+        first = uploader.submit(trajectory, sampling_params={"temperature": 0.7})
+        second = uploader.submit(trajectory)
         assert first is not None and second is not None
         asyncio.run(uploader.aclose())
         assert first.result() is True and second.result() is True
@@ -165,12 +166,42 @@ def test_events_reach_the_sink(monkeypatch: pytest.MonkeyPatch):
     assert all(e.get("x-api-key") is None for e in sink.events)  # the key travels in a header only
 
 
+def test_the_rollout_is_named_by_the_trajectorys_own_task(monkeypatch: pytest.MonkeyPatch):
+    """A task named by its spec (no index): the trajectory keeps the whole task, so the uploader
+    needs nothing beside it to name the rollout's environment, split and task spec."""
+    from observe_fixtures import LocalEnvServer, run_real_episode
+
+    spec = {"q": "2+3", "target": "5"}
+    with LocalEnvServer() as env:
+        trajectory = asyncio.run(run_real_episode(env.url, index=None, task_spec=spec))
+    assert trajectory.stop_reason is StopReason.COMPLETED and trajectory.reward == 1.25
+    assert trajectory.task == {"environment": "addenv", "split": "train", "index": None, "variant": None, "task_spec": spec}
+    assert Trajectory.from_dict(json.loads(json.dumps(trajectory.to_dict()))).task == trajectory.task
+    with UploadSink() as sink:
+        uploader = TrajectoryUploader(_client(monkeypatch, sink.url), "obs-run")
+        future = uploader.submit(trajectory)
+        asyncio.run(uploader.aclose())
+        assert future is not None and future.result() is True
+    [rollout] = sink.of_type("rollout")
+    assert (rollout["environment"], rollout["split"]) == ("addenv", "train")
+    assert rollout["rolloutName"].startswith("addenv-train-spec-")
+    assert spec in [v for k, v in rollout.items() if "spec" in k.lower()]
+
+
+def test_a_trajectory_without_environment_and_split_is_refused_by_name():
+    uploader = TrajectoryUploader(object.__new__(type("Client", (), {"rollout": None})), "obs-run", workers=1)
+    bare = attrs.evolve(real_trajectory(), task={})
+    with pytest.raises(ValueError, match="no environment and split"):
+        uploader.submit(bare)
+    uploader.close()
+
+
 def test_submit_returns_while_the_endpoint_is_blocked(monkeypatch: pytest.MonkeyPatch):
     trajectory = real_trajectory()
     with UploadSink() as sink:
         sink.gate.clear()  # every POST hangs until released
         uploader = TrajectoryUploader(_client(monkeypatch, sink.url), "obs-run", workers=1)
-        futures = [uploader.submit(trajectory, environment="addenv", split="train") for _ in range(3)]
+        futures = [uploader.submit(trajectory) for _ in range(3)]
         # all three returned although the sink has accepted nothing and one create is stuck in it
         assert sink.first_post.wait(10)
         assert sink.posts == 0 and sink.events == []
@@ -186,12 +217,12 @@ def test_a_dead_endpoint_neither_raises_nor_blocks(monkeypatch: pytest.MonkeyPat
     trajectory = real_trajectory()
     uploader = TrajectoryUploader(_client(monkeypatch, _dead_url()), "obs-run")
     with caplog.at_level(logging.WARNING):
-        future = uploader.submit(trajectory, environment="addenv", split="train")
+        future = uploader.submit(trajectory)
         assert future is not None
         assert future.result(timeout=60) is False  # the SDK disabled the rollout after the start POST failed
         asyncio.run(uploader.aclose())
     assert uploader.failed == 1 and uploader.uploaded == 0
-    assert uploader.submit(trajectory, environment="addenv", split="train") is None  # closed: dropped, not raised
+    assert uploader.submit(trajectory) is None  # closed: dropped, not raised
 
 
 def test_an_episode_with_upload_to_a_blocked_endpoint_completes(monkeypatch: pytest.MonkeyPatch):
@@ -207,7 +238,7 @@ def test_an_episode_with_upload_to_a_blocked_endpoint_completes(monkeypatch: pyt
             done = []
             for index in (0, 1):
                 trajectory = await run_real_episode(env.url, index=index)
-                uploader.submit(trajectory, environment="addenv", split="train")
+                uploader.submit(trajectory)
                 done.append(trajectory)
             return done
 
@@ -221,7 +252,7 @@ def test_an_episode_with_upload_to_a_blocked_endpoint_completes(monkeypatch: pyt
 
 def test_disabled_uploader_does_nothing(monkeypatch: pytest.MonkeyPatch):
     uploader = TrajectoryUploader(object(), "obs-run", enabled=False)
-    assert uploader.submit(real_trajectory(), environment="addenv", split="train") is None
+    assert uploader.submit(real_trajectory()) is None
     uploader.close()
 
 

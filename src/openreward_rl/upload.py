@@ -202,19 +202,22 @@ class TrajectoryUploader:
         self,
         trajectory: Trajectory,
         *,
-        environment: str,
-        split: str,
-        task_spec: Mapping[str, Any] | None = None,
         rollout_name: str | None = None,
-        variant: str | None = None,
         step: int | None = None,
         sampling_params: Mapping[str, Any] | None = None,
     ) -> concurrent.futures.Future[bool] | None:
         """Queue one trajectory; returns at once. The future resolves to True once its events
-        are handed to the SDK, False when the upload failed; None means nothing was queued."""
+        are handed to the SDK, False when the upload failed; None means nothing was queued.
+
+        The rollout's environment, split, variant and task spec are the trajectory's own
+        (`Trajectory.task`); a task without an environment and split is a ValueError."""
         if not self.enabled:
             return None
-        index = trajectory.task.get("index")
+        task = trajectory.task
+        environment, split = task.get("environment"), task.get("split")
+        if not environment or not split:
+            raise ValueError(f"the trajectory's task names no environment and split to upload under: {task!r}")
+        index = task.get("index")
         sampling = sampling_params or {}
         info = None
         if isinstance(index, int):
@@ -233,8 +236,8 @@ class TrajectoryUploader:
             trajectory=trajectory,
             environment=environment,
             split=split,
-            variant=variant if variant is not None else trajectory.task.get("variant"),
-            task_spec=task_spec,
+            variant=task.get("variant"),
+            task_spec=task.get("task_spec"),
             rollout_name=rollout_name or rollout_name_for(environment, split, index if isinstance(index, int) else None),
             rollout_info=info,
             done=done,

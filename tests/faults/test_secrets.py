@@ -105,7 +105,7 @@ async def test_no_secret_in_logs_errors_dumps_or_uploads(
     with UploadSink() as sink:
         monkeypatch.setenv("OPENREWARD_API_URL", sink.url)
         uploader = TrajectoryUploader(AsyncOpenReward(api_key="local"), "secrets-run")
-        futures = [uploader.submit(t, environment="SecretKeeper", split="train") for t in (used, failed)]
+        futures = [uploader.submit(t) for t in (used, failed)]
         await uploader.aclose()
         assert all(f is not None and f.result() for f in futures) and sink.events
         uploads = json.dumps(sink.events)

@@ -136,7 +136,7 @@ def _fill(
     weight_versions: list[str] | None = None,
 ) -> list[Any]:
     if trajectory.messages:  # returns at once; the upload runs on the uploader's own threads
-        state.uploader.submit(trajectory, environment=task.environment, split=task.split, task_spec=task.task_spec, sampling_params=sampling_params)
+        state.uploader.submit(trajectory, sampling_params=sampling_params)
     if weight_versions is None:
         weight_versions = [t.weight_version for t in trajectory.turns if t.weight_version is not None]
     samples = samples_from_trajectory(

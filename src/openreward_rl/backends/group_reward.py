@@ -28,7 +28,7 @@ from openreward_rl.backends.episode_record import EpisodeRecord
 from openreward_rl.config import TrainConfig
 from openreward_rl.environment import EnvironmentFault, TaskRef, open_session
 from openreward_rl.rollout import resolve_task
-from openreward_rl.tasks import task_from_metadata, task_hash
+from openreward_rl.tasks import task_from_metadata
 
 __all__ = ["episode_reward", "flatten", "group_rewards"]
 
@@ -69,10 +69,6 @@ def _rollout_key(sample: Any) -> Any:
     return ("rollout", rollout_id) if rollout_id is not None else ("sample", id(sample))
 
 
-def _task_key(task: TaskRef) -> tuple[Any, ...]:
-    return (task.environment, task.split, task.index, task_hash(task.task_spec) if task.task_spec is not None else None, task.variant)
-
-
 async def group_rewards(samples: Sequence[Any], *, group_rm: bool, client: Any = None, config: TrainConfig | None = None) -> list[Any]:
     """One reward per sample, in the input's (possibly nested) shape."""
     leaves = flatten(samples)
@@ -89,7 +85,7 @@ async def _score_groups(leaves: list[Any], records: list[EpisodeRecord], rewards
         if record.infrastructure_failure or record.placeholder or record.transcript is None:
             continue
         task = task_from_metadata(sample.metadata)
-        _, rollouts = by_task.setdefault(_task_key(task), (task, {}))
+        _, rollouts = by_task.setdefault(task.key, (task, {}))
         rollouts.setdefault(_rollout_key(sample), []).append(position)
 
     def note(position: int, **outcome: Any) -> None:

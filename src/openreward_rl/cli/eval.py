@@ -260,7 +260,7 @@ async def run_eval(options: EvalOptions, config: TrainConfig, *, engine: Any, to
     async def run_one(job: EvalJob) -> Any:
         trajectory = await rollouts.run(job.task, sampling_params=options.sampling_params)
         if trajectory.messages:  # returns at once; uploads run on the uploader's threads
-            uploader.submit(trajectory, environment=job.task.environment, split=job.task.split, task_spec=job.task.task_spec, sampling_params=options.sampling_params)
+            uploader.submit(trajectory, sampling_params=options.sampling_params)
         return trajectory
 
     metadata = {"eval": {"engine": options.engine, "model": options.model, "tokenizer": options.tokenizer or options.model, "temperature": options.temperature, "top_p": options.top_p}}

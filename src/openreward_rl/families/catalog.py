@@ -244,9 +244,10 @@ register_family(
 _refuse(
     "deepseek-v3", "deepseek_v3", (r"deepseek-?v3(?![.\d])", r"deepseek-?r1(?!-distill)"),
     (("<｜tool▁calls▁begin｜>", "tool['type'] + '<｜tool▁sep｜>"),),
-    "its official chat template (deepseek-ai/DeepSeek-V3 tokenizer_config.json, trl deepseekv3.jinja) writes the "
+    "its official chat template (deepseek-ai/DeepSeek-V3 tokenizer_config.json) writes the "
     "<｜Assistant｜><｜tool▁calls▁begin｜> opener only for the first tool-call message of a conversation (ns.is_first is "
-    "never reset), so a later tool-call turn as the model samples it can never equal the template's history",
+    "never reset), so a later tool-call turn as the model samples it can never equal the template's history; through "
+    "transformers it writes no call at all (only for content None, which transformers drops)",
 )
 _refuse(
     "deepseek-v3.2", "deepseek_v32", (r"deepseek-?v3\.2",), (("｜DSML｜",),),
@@ -269,8 +270,9 @@ _refuse(
 )
 _refuse(
     "mistral", "mistral", (r"mistral|magistral|devstral|ministral|mixtral|codestral|pixtral",), (("[TOOL_CALLS]",),),
-    "Mistral models are rendered by mistral-common's encoder, not a chat template the bridge can derive from, and no "
-    "parity test against mistral-common exists yet",
+    "its chat template rewrites earlier turns on every render: the system prompt and the tool list are written into the "
+    "last user message only (Mistral-Nemo's template drops the system prompt from history as soon as the assistant "
+    "replies), so no append-only bridge can follow it",
 )
 _refuse(
     "pythonic", "pythonic", (r"llama-?4", r"lfm2", r"olmo-?3", r"toolace"), (("<|tool_call_start|>",), ("<|python_start|>",)),
