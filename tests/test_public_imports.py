@@ -62,3 +62,17 @@ def test_engines_do_not_import_the_trajectory_layer() -> None:
     for path in Path(engines.__file__).parent.glob("*.py"):
         imported = {n.module for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.ImportFrom)}
         assert not any(m and m.startswith(("openreward_rl.trajectory", "openreward_rl.episode", "openreward_rl.tool_episode")) for m in imported), path.name
+
+
+def test_engines_load_without_the_openreward_sdk() -> None:
+    """A GPU host running only an engine does not import the OpenReward SDK (the engines share retry.py with the environment side)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from openreward_rl.engines import OpenAIChatEngine, SGLangEngine\n"
+        "assert 'openreward' not in sys.modules, sorted(m for m in sys.modules if m.startswith('openreward.'))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
