@@ -88,7 +88,7 @@ def test_config_and_cli_override_the_family() -> None:
     assert renderer.family is not None and renderer.family.name == "gpt-oss" and parser.name == "gpt_oss"
     generic, parser = episode_stack(parse_config({"environments": {"e": {}}, "model_family": "generic"}), llama, "meta-llama/Llama-3.1-8B-Instruct")
     assert generic.family is None and generic.engine_stop_token_ids == () and parser.name == "llama3_json"
-    with pytest.raises(ConfigError, match="unknown model family 'llama-3'; known: qwen3.5, qwen3, qwen, llama3, gpt-oss, glm-4.5, glm-4.7, deepseek-v3.1, minimax-m2"):
+    with pytest.raises(ConfigError, match="unknown model family 'llama-3'; known: qwen3.5, qwen3, qwen, llama3, gpt-oss, glm-4.5, glm-4.7, deepseek-v3.1, deepseek-v4, minimax-m2"):
         parse_config({"environments": {"e": {}}, "model_family": "llama-3"})
 
     from openreward_rl.cli.eval import EvalOptions, add_arguments, prepare_config
@@ -213,7 +213,7 @@ def test_every_parser_belongs_to_a_proven_or_refused_family() -> None:
     for parser in available_parsers():
         families = by_parser.get(parser, [])
         assert any(f.name in proven or f.refused for f in families), f"parser {parser} has no proven or refused family"
-    assert {"qwen3", "qwen", "qwen3.5", "llama3", "gpt-oss", "glm-4.5", "glm-4.7", "deepseek-v3.1", "minimax-m2"} <= proven
+    assert {"qwen3", "qwen", "qwen3.5", "llama3", "gpt-oss", "glm-4.5", "glm-4.7", "deepseek-v3.1", "deepseek-v4", "minimax-m2"} <= proven
     assert not any(catalog._FAMILIES[name].refused for name in proven)
 
 
@@ -223,7 +223,6 @@ def test_every_parser_belongs_to_a_proven_or_refused_family() -> None:
         ("deepseek-ai/DeepSeek-V3-0324", "deepseek-v3", "ns.is_first is never reset"),
         ("deepseek-ai/DeepSeek-R1-0528", "deepseek-v3", "first tool-call message"),
         ("deepseek-ai/DeepSeek-V3.2-Exp", "deepseek-v3.2", "no chat template"),
-        ("deepseek-ai/DeepSeek-V4-Flash", "deepseek-v4", "encoding_dsv4.py"),
         ("moonshotai/Kimi-K2-Instruct-0905", "kimi-k2", "no Kimi K2 tokenizer"),
         ("moonshotai/Kimi-K3", "kimi-k3", "no Kimi K3 tokenizer"),
         ("google/gemma-4-31B-it", "gemma-4", "no Gemma 4 tokenizer"),
@@ -249,6 +248,7 @@ def test_unproven_families_are_refused_before_any_episode(model: str, family: st
         ("zai-org/GLM-4.7", "glm-4.7"),
         ("zai-org/GLM-5", "glm-4.7"),
         ("deepseek-ai/DeepSeek-V3.1-Terminus", "deepseek-v3.1"),
+        ("deepseek-ai/DeepSeek-V4-Flash", "deepseek-v4"),
         ("MiniMaxAI/MiniMax-M2", "minimax-m2"),
         ("deepseek-ai/DeepSeek-R1-Distill-Qwen-7B", None),
     ],
@@ -319,3 +319,21 @@ def test_eval_refuses_a_refused_family_before_any_episode(capsys: Any, monkeypat
     assert main([*argv, "--model", "acme/model", "--family", "gemma-4"]) == 2
     captured = capsys.readouterr()
     assert "--family: the gemma-4 model family is not supported" in " ".join((captured.out + captured.err).split())
+
+
+def test_deepseek_v4_needs_its_encoder_beside_the_tokenizer(tmp_path: Any) -> None:
+    """DeepSeek-V4 renders with encoding_dsv4.py from the checkpoint; without it the renderer says where it looked."""
+    from openreward_rl.chat import ChatRenderer
+
+    tokenizer = load_tokenizer("offline:deepseek-v4")
+    renderer = ChatRenderer(tokenizer, {"enable_thinking": True}, family=get_family("deepseek-v4"))
+    prompt = renderer.decode(renderer.render_prompt([{"role": "user", "content": "Hi"}], CALCULATOR))
+    assert prompt.startswith("<｜begin▁of▁sentence｜>\n\n## Tools") and prompt.endswith("<｜User｜>Hi<｜Assistant｜><think>")
+    assert renderer.generation_prompt == "<｜Assistant｜><think>"
+
+    @attrs.frozen
+    class Elsewhere:
+        name_or_path: str
+
+    with pytest.raises(FileNotFoundError, match="encoding_dsv4.py"):
+        get_family("deepseek-v4").encoder_factory(Elsewhere(str(tmp_path)))
