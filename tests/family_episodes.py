@@ -107,6 +107,9 @@ def assistant_message(turn: PlannedTurn, index: int, case: FamilyCase) -> dict[s
 
 
 def render(tokenizer: Any, messages: Sequence[dict[str, Any]], tools: Any, case: FamilyCase, *, generation_prompt: bool) -> str:
+    family = family_for(tokenizer)
+    if family.encoder_factory is not None:  # the official encoder (DeepSeek-V4's encoding_dsv4.py) is its template
+        return family.encoder_factory(tokenizer).render(list(messages), tools, add_generation_prompt=generation_prompt, **case.template_kwargs)
     return tokenizer.apply_chat_template(
         list(messages), tools=tools, add_generation_prompt=generation_prompt, tokenize=False, **case.template_kwargs
     )

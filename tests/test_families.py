@@ -88,7 +88,7 @@ def test_config_and_cli_override_the_family() -> None:
     assert renderer.family is not None and renderer.family.name == "gpt-oss" and parser.name == "gpt_oss"
     generic, parser = episode_stack(parse_config({"environments": {"e": {}}, "model_family": "generic"}), llama, "meta-llama/Llama-3.1-8B-Instruct")
     assert generic.family is None and generic.engine_stop_token_ids == () and parser.name == "llama3_json"
-    with pytest.raises(ConfigError, match="unknown model family 'llama-3'; known: qwen3.5, qwen3, qwen, llama3, gpt-oss, glm-4.5, glm-4.7, deepseek-v3.1, minimax-m2"):
+    with pytest.raises(ConfigError, match="unknown model family 'llama-3'; known: qwen3.5, qwen3, qwen, llama3, gpt-oss, glm-4.5, glm-4.7, deepseek-v3.1, deepseek-v4, minimax-m2"):
         parse_config({"environments": {"e": {}}, "model_family": "llama-3"})
 
     from openreward_rl.cli.eval import EvalOptions, add_arguments, prepare_config
@@ -102,13 +102,38 @@ def test_config_and_cli_override_the_family() -> None:
         EvalOptions.from_args(cli.parse_args(["--engine", "sglang", "--base-url", "http://127.0.0.1:1", "--model", "m", "--family", "llama"]))
 
 
-def test_training_hooks_pick_the_family_from_hf_checkpoint() -> None:
-    """BackendState.from_args passes hf_checkpoint as the model name to the one episode constructor."""
-    config = parse_config({"environments": {"e": {}}})
-    renderer, parser = episode_stack(config, load_tokenizer("offline:llama3.2"), "/data/hf/Llama-3.2-3B-Instruct")
-    assert renderer.family is not None and renderer.family.name == "llama3" and parser.name == "llama3_json"
-    eot, eom = (load_tokenizer("offline:llama3.2").convert_tokens_to_ids(t) for t in ("<|eot_id|>", "<|eom_id|>"))
-    assert renderer.engine_stop_token_ids == (eom, eot)
+@pytest.mark.anyio
+async def test_training_hooks_pick_the_family_from_hf_checkpoint(tmp_path: Any, monkeypatch: Any) -> None:
+    """BackendState.from_args (the Slime and Miles hooks) builds the episode stack of the hf_checkpoint's
+    family, with its stop ids; the config's model_family overrides it; a refused family fails right there."""
+    from types import SimpleNamespace
+
+    from openreward_rl.backends._state import BackendState
+
+    config = tmp_path / "train_config.yaml"
+    monkeypatch.setenv("OPENREWARD_RL_CONFIG", str(config))
+
+    def build(checkpoint: str, extra: str = "") -> BackendState:
+        config.write_text("env_base_url: http://127.0.0.1:9\nenvironments:\n  MathEnv: {}\n" + extra)
+        args = SimpleNamespace(sglang_router_ip="127.0.0.1", sglang_router_port=9, hf_checkpoint=checkpoint, rollout_max_response_len=64)
+        return BackendState.from_args(args)
+
+    state = build("offline:llama3.2")
+    try:
+        renderer = state.rollouts.renderer
+        assert renderer.family is not None and renderer.family.name == "llama3" and state.rollouts.parser.name == "llama3_json"
+        eot, eom = (state.tokenizer.convert_tokens_to_ids(t) for t in ("<|eot_id|>", "<|eom_id|>"))
+        assert renderer.engine_stop_token_ids == (eom, eot)
+        assert state.eval_rollouts.renderer is renderer
+    finally:
+        await state.aclose()
+    state = build("offline:llama3.2", "model_family: generic\n")
+    try:
+        assert state.rollouts.renderer.family is None and state.rollouts.parser.name == "llama3_json"
+    finally:
+        await state.aclose()
+    with pytest.raises(UnsupportedModelError, match="the mistral model family is not supported"):
+        build("offline:mistral-nemo")
 
 
 pytestmark_anyio = pytest.mark.anyio
@@ -188,7 +213,7 @@ def test_every_parser_belongs_to_a_proven_or_refused_family() -> None:
     for parser in available_parsers():
         families = by_parser.get(parser, [])
         assert any(f.name in proven or f.refused for f in families), f"parser {parser} has no proven or refused family"
-    assert {"qwen3", "qwen", "qwen3.5", "llama3", "gpt-oss", "glm-4.5", "glm-4.7", "deepseek-v3.1", "minimax-m2"} <= proven
+    assert {"qwen3", "qwen", "qwen3.5", "llama3", "gpt-oss", "glm-4.5", "glm-4.7", "deepseek-v3.1", "deepseek-v4", "minimax-m2"} <= proven
     assert not any(catalog._FAMILIES[name].refused for name in proven)
 
 
@@ -198,7 +223,6 @@ def test_every_parser_belongs_to_a_proven_or_refused_family() -> None:
         ("deepseek-ai/DeepSeek-V3-0324", "deepseek-v3", "ns.is_first is never reset"),
         ("deepseek-ai/DeepSeek-R1-0528", "deepseek-v3", "first tool-call message"),
         ("deepseek-ai/DeepSeek-V3.2-Exp", "deepseek-v3.2", "no chat template"),
-        ("deepseek-ai/DeepSeek-V4-Flash", "deepseek-v4", "encoding_dsv4.py"),
         ("moonshotai/Kimi-K2-Instruct-0905", "kimi-k2", "no Kimi K2 tokenizer"),
         ("moonshotai/Kimi-K3", "kimi-k3", "no Kimi K3 tokenizer"),
         ("google/gemma-4-31B-it", "gemma-4", "no Gemma 4 tokenizer"),
@@ -224,6 +248,7 @@ def test_unproven_families_are_refused_before_any_episode(model: str, family: st
         ("zai-org/GLM-4.7", "glm-4.7"),
         ("zai-org/GLM-5", "glm-4.7"),
         ("deepseek-ai/DeepSeek-V3.1-Terminus", "deepseek-v3.1"),
+        ("deepseek-ai/DeepSeek-V4-Flash", "deepseek-v4"),
         ("MiniMaxAI/MiniMax-M2", "minimax-m2"),
         ("deepseek-ai/DeepSeek-R1-Distill-Qwen-7B", None),
     ],
@@ -276,3 +301,39 @@ def test_mistral_refusal_holds_for_its_official_template() -> None:
     assert not rendered.startswith(prompt)
     with pytest.raises(UnsupportedModelError, match="mistral model family is not supported"):
         family_for(tokenizer)
+
+
+def test_eval_refuses_a_refused_family_before_any_episode(capsys: Any, monkeypatch: Any) -> None:
+    """`openreward-rl eval --model` picks the family from the model name; a refused one stops the run with
+    its reason before any episode (no request reaches the engine's unreachable base URL)."""
+    from pathlib import Path
+
+    from openreward_rl.cli import main
+
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    argv = ["eval", "--engine", "sglang", "--base-url", "http://127.0.0.1:1", "--tokenizer", "offline:qwen3", "--config", "examples/quickstart_config.yaml",
+            "--serve", "examples/environments/math_env.py:MathEnv"]
+    assert main([*argv, "--model", "google/gemma-4-31B-it"]) == 2
+    captured = capsys.readouterr()
+    assert "the gemma-4 model family is not supported: no Gemma 4 tokenizer" in " ".join((captured.out + captured.err).split())
+    assert main([*argv, "--model", "acme/model", "--family", "gemma-4"]) == 2
+    captured = capsys.readouterr()
+    assert "--family: the gemma-4 model family is not supported" in " ".join((captured.out + captured.err).split())
+
+
+def test_deepseek_v4_needs_its_encoder_beside_the_tokenizer(tmp_path: Any) -> None:
+    """DeepSeek-V4 renders with encoding_dsv4.py from the checkpoint; without it the renderer says where it looked."""
+    from openreward_rl.chat import ChatRenderer
+
+    tokenizer = load_tokenizer("offline:deepseek-v4")
+    renderer = ChatRenderer(tokenizer, {"enable_thinking": True}, family=get_family("deepseek-v4"))
+    prompt = renderer.decode(renderer.render_prompt([{"role": "user", "content": "Hi"}], CALCULATOR))
+    assert prompt.startswith("<｜begin▁of▁sentence｜>\n\n## Tools") and prompt.endswith("<｜User｜>Hi<｜Assistant｜><think>")
+    assert renderer.generation_prompt == "<｜Assistant｜><think>"
+
+    @attrs.frozen
+    class Elsewhere:
+        name_or_path: str
+
+    with pytest.raises(FileNotFoundError, match="encoding_dsv4.py"):
+        get_family("deepseek-v4").encoder_factory(Elsewhere(str(tmp_path)))

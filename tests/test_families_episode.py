@@ -144,6 +144,8 @@ CASES = {
     "qwen3.6": FamilyCase("offline:qwen3.6", history_rule=QWEN35_RULE),
     "qwen3.8": FamilyCase("offline:qwen3.8", history_rule=empty_reasoning_newlines),
     "qwen3-2507": FamilyCase("offline:qwen3-2507", thinks=False),
+    "deepseek-v4": FamilyCase("offline:deepseek-v4", arguments_as_strings=True, template_kwargs={"enable_thinking": True}),
+    "deepseek-v4-chat": FamilyCase("offline:deepseek-v4", arguments_as_strings=True, thinks=False),
     "deepseek-v3.1": FamilyCase("offline:deepseek-v3.1", arguments_as_strings=True, thinks=False),
     "minimax-m2": FamilyCase(
         "offline:minimax-m2",

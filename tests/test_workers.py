@@ -32,8 +32,8 @@ SUBMIT_OK = '<tool_call>\n{"name": "submit", "arguments": {"answer": "ok"}}\n</t
 HANG = '<tool_call>\n{"name": "hang", "arguments": {"seconds": 60}}\n</tool_call>'
 
 
-def write_config(directory: Path, base_url: str, workers: int) -> Path:
-    file = directory / f"config_{workers}.yaml"
+def write_config(directory: Path, base_url: str, workers: int, backend: str = "process", file: Path | None = None) -> Path:
+    file = file or directory / f"config_{workers}.yaml"
     file.write_text(
         f"""
 environments:
@@ -44,7 +44,7 @@ parser: hermes
 attempts: 1
 upload: false
 rollout_workers: {workers}
-rollout_worker_backend: process
+rollout_worker_backend: {backend}
 """
     )
     return file

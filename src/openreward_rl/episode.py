@@ -19,7 +19,7 @@ from openreward_rl.environment import (
     TaskRef,
     open_session,
 )
-from openreward_rl.redaction import redact, register_secrets
+from openreward_rl.redaction import redact
 from openreward_rl.retry import RetryPolicy
 from openreward_rl.reducers.base import RewardPolicy, get_reducer
 from openreward_rl.trajectory import StopReason, Trajectory
@@ -140,29 +140,37 @@ async def run_episode(
     attempts: int = 2,
     tool_timeout: float | None = None,
     open_timeout: float | None = 600.0,
-    episode_timeout: float | None = None,
+    attempt_timeout: float | None = None,
     close_timeout: float = DEFAULT_CLOSE_TIMEOUT_S,
     open_retry: RetryPolicy = DEFAULT_OPEN_RETRY,
     read_retry: RetryPolicy = DEFAULT_READ_RETRY,
     reward_policy: RewardPolicy | None = None,
+    episode_timeout: None = None,
 ) -> Trajectory:
     """Run one episode in a fresh session; retry infrastructure failures with a fresh session.
 
     Returns the first trajectory that is not an infrastructure failure, or the last failure (its
     stop reason says which: `env_error`, `aborted`, `timeout`), never raising for a fault of the
     environment, the engine or the episode code. Engine aborts are not retried: an abort means the
-    trainer wants the rollout to stop. `secrets` go to the session and are registered for
-    redaction: no stop detail or log line written here holds one.
+    trainer wants the rollout to stop. `secrets` go to the session (`open_session` registers them
+    for redaction): no stop detail or log line written here holds one.
 
     `reward_policy` (default: sum the step rewards) turns the episode's step rewards into its
     reward; whatever reward the Episode set is replaced. An infrastructure failure has no reward.
+
+    Two time limits, one per layer: `attempt_timeout` bounds one whole attempt (opening the session
+    included) and a run past it is a TIMEOUT failure with nothing kept; `EpisodeSettings.episode_timeout`
+    (the config's `episode_timeout`) bounds the Episode's own loop, which then keeps what it produced.
     """
+    if episode_timeout is not None:
+        raise TypeError(
+            "run_episode(episode_timeout=) is now attempt_timeout= (it bounds one whole attempt, session "
+            "opening included, and keeps nothing); to keep the partial episode, set EpisodeSettings.episode_timeout"
+        )
     if attempts < 1:
         raise ValueError(f"attempts must be at least 1, got {attempts}")
-    if secrets:
-        register_secrets(secrets)
     policy = reward_policy or RewardPolicy(get_reducer("sum"))
-    limits = _SessionLimits(tool_timeout, open_timeout, episode_timeout, close_timeout, open_retry, read_retry)
+    limits = _SessionLimits(tool_timeout, open_timeout, attempt_timeout, close_timeout, open_retry, read_retry)
     trajectory: Trajectory | None = None
     for attempt in range(1, attempts + 1):
         trajectory = await _run_once(episode_factory, client, task, secrets, limits)
@@ -180,7 +188,7 @@ async def run_episode(
 class _SessionLimits:
     tool_timeout: float | None
     open_timeout: float | None
-    episode_timeout: float | None
+    attempt_timeout: float | None
     close_timeout: float
     open_retry: RetryPolicy
     read_retry: RetryPolicy
@@ -193,8 +201,9 @@ async def _run_once(
     secrets: Mapping[str, str] | None,
     limits: _SessionLimits,
 ) -> Trajectory:
+    deadline = asyncio.timeout(limits.attempt_timeout)
     try:
-        async with asyncio.timeout(limits.episode_timeout):
+        async with deadline:
             async with open_session(
                 client,
                 task,
@@ -208,8 +217,10 @@ async def _run_once(
                 return await episode_factory().run(session)
     except EnvironmentFault as fault:
         return failed_trajectory(task, StopReason.ENV_ERROR, str(fault))
-    except TimeoutError:
-        return failed_trajectory(task, StopReason.TIMEOUT, f"the episode ran past {limits.episode_timeout:g}s")
+    except TimeoutError as error:
+        if deadline.expired():
+            return failed_trajectory(task, StopReason.TIMEOUT, f"the episode attempt ran past attempt_timeout={limits.attempt_timeout:g}s")
+        return failed_trajectory(task, StopReason.TIMEOUT, f"the episode timed out: {type(error).__name__}: {error}")
     except Exception as error:  # a bug in the episode code: one aborted sample, not a crashed run
         logger.exception("episode on %s raised %s; the sample is aborted", task.environment, type(error).__name__)
         return failed_trajectory(task, StopReason.ABORTED, f"the episode raised {type(error).__name__}: {error}")

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import random
+import sys
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import aiohttp
 import attrs
-from openreward.api.errors import HeartbeatTimeoutError, MaxRetriesError
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
 __all__ = [
@@ -54,9 +54,16 @@ class AtCapacityError(RuntimeError):
     """The environment answered 429 ("at capacity") through every retry."""
 
 
+def _is_sdk_error(error: BaseException, *names: str) -> bool:
+    """`error` is one of the OpenReward SDK's error classes `names`. The SDK is not imported for
+    this: where it was never imported (an engine-only process), no error can come from it."""
+    module = sys.modules.get("openreward.api.errors")
+    return module is not None and isinstance(error, tuple(getattr(module, name) for name in names))
+
+
 def _underlying(error: BaseException) -> BaseException:
     """The last HTTP error behind an SDK `MaxRetriesError` (it keeps them in `.errors`), else `error`."""
-    errors = getattr(error, "errors", None) if isinstance(error, MaxRetriesError) else None
+    errors = getattr(error, "errors", None) if _is_sdk_error(error, "MaxRetriesError") else None
     return errors[-1] if errors else error
 
 
@@ -82,11 +89,11 @@ def is_transient(error: BaseException) -> bool:
     A 4xx other than 429 (bad split, unknown environment), a 500 (environment code raised) and
     authentication errors are not transient.
     """
-    if isinstance(error, MaxRetriesError):
+    if _is_sdk_error(error, "MaxRetriesError", "HeartbeatTimeoutError"):
         return True
     if _status(error) is not None:
         return is_busy(error)
-    return isinstance(error, (aiohttp.ClientError, asyncio.TimeoutError, MaxRetriesError, HeartbeatTimeoutError, ConnectionError))
+    return isinstance(error, (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError))
 
 
 def retry_after(error: BaseException) -> float | None:
@@ -148,16 +155,23 @@ async def call_with_retries(
     *,
     what: str,
     retry_on: Callable[[BaseException], bool] = is_transient,
+    first_error: BaseException | None = None,
 ) -> T:
-    """Run `operation()` under `policy`. A 429 that outlasts every attempt becomes `AtCapacityError`."""
+    """Run `operation()` under `policy`. A 429 that outlasts every attempt becomes `AtCapacityError`.
+
+    `first_error`: attempt 1 already ran outside (the cheap common path) and failed with it, so
+    the policy waits and goes on with attempt 2.
+    """
     attempts = 0
     try:
-        if policy.attempts == 1:  # nothing to retry: no retry machinery
+        if policy.attempts == 1 and first_error is None:  # nothing to retry: no retry machinery
             attempts = 1
             return await operation()
         async for attempt in retrying(policy, retry_on=retry_on):
             with attempt:
                 attempts += 1
+                if attempts == 1 and first_error is not None:
+                    raise first_error
                 return await operation()
     except Exception as error:
         if is_at_capacity(error):
@@ -174,7 +188,7 @@ def describe_error(error: BaseException) -> str:
     >>> describe_error(ValueError("bad split"))
     'ValueError: bad split'
     """
-    if isinstance(error, MaxRetriesError):
+    if _is_sdk_error(error, "MaxRetriesError"):
         head = str(error).splitlines()[0] if str(error) else "MaxRetriesError"
         last = _underlying(error)
         tail = f"; last error: {describe_error(last)}" if last is not error else ""

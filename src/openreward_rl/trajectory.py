@@ -16,10 +16,10 @@ from typing import Any
 
 import attrs
 
-from openreward_rl.engines.base import FinishReason
+from openreward_rl.engines.base import EncodedIds, FinishReason
 from openreward_rl.parsers.base import ParsedTurn, ParseError, ParseErrorKind, ToolCall
 
-__all__ = ["StopReason", "ToolResult", "Turn", "TokenSegment", "TokenLedger", "Trajectory", "EncodedIds"]
+__all__ = ["StopReason", "ToolResult", "Turn", "TokenSegment", "TokenLedger", "Trajectory"]
 
 
 class StopReason(str, enum.Enum):
@@ -85,24 +85,6 @@ class TokenSegment:
 
     def context(self) -> list[int]:
         return self.prompt_ids + self.response_ids
-
-
-class EncodedIds(list):  # type: ignore[type-arg]
-    """Token ids together with their JSON array text (`json_text`), for engines that send ids as JSON.
-
-    `TokenLedger.encoded_context` builds the text incrementally, so sending an 8k-token context does
-    not re-encode every id on every turn. The text describes the list as created: do not mutate it.
-
-    >>> ids = EncodedIds([1, 2, 3], json_text="[1,2,3]")
-    >>> ids == [1, 2, 3], ids.json_text
-    (True, '[1,2,3]')
-    """
-
-    __slots__ = ("json_text",)
-
-    def __init__(self, ids: Sequence[int], *, json_text: str) -> None:
-        super().__init__(ids)
-        self.json_text = json_text
 
 
 @attrs.define

@@ -292,50 +292,82 @@ class _RayEpisodeActor:
         self.factory = factory
         self.runner: Any = None
 
+    def pid(self) -> int:
+        return os.getpid()
+
     async def run(self, task: TaskRef, sampling_params: Any, routing_key: str | None, evaluation: bool) -> Trajectory:
         if self.runner is None:
             self.runner = self.factory()
         return await self.runner.run(task, sampling_params=sampling_params, routing_key=routing_key, evaluation=evaluation)
 
 
+def _ray_errors() -> tuple[tuple[type[BaseException], ...], type[BaseException]]:
+    """Ray's "the actor is gone" errors (the set differs between Ray versions) and its task error."""
+    import ray.exceptions as errors
+
+    names = ("RayActorError", "ActorDiedError", "ActorUnavailableError", "WorkerCrashedError")
+    return tuple(e for e in (getattr(errors, n, None) for n in names) if e is not None), errors.RayTaskError
+
+
 @attrs.define(eq=False)
 class RayWorkers(EpisodeWorkers):
-    """`count` Ray actors (one CPU each, restarted by Ray when they die); episodes go round-robin.
+    """`count` Ray actors (one CPU each); an episode goes to the actor holding the fewest.
 
     An actor that dies fails its in-flight calls with a Ray actor error: those episodes come back
-    ABORTED; Ray restarts the actor for the next ones (`max_restarts=-1`, no task retries, since a
-    retried episode would run its tools twice)."""
+    ABORTED and the slot gets a fresh actor for the next episode. Ray's own restarts and task
+    retries are off: a retried episode would run its tools twice, and a restarting actor refuses
+    calls for a while instead of running them."""
 
     factory: Callable[[], Any]
     count: int
     max_concurrency: int = 1000
-    _actors: list[Any] = attrs.field(factory=list, init=False)
-    _turn: Any = attrs.field(factory=itertools.count, init=False)
+    _actors: list[Any] = attrs.field(init=False)
+    _load: list[int] = attrs.field(init=False)
+    _remote: Any = attrs.field(default=None, init=False)
 
-    def _actor(self) -> Any:
+    def __attrs_post_init__(self) -> None:
+        if not isinstance(self.count, int) or self.count < 1:
+            raise ValueError(f"RayWorkers needs a positive worker count, got {self.count!r}")
+        self._actors = [None] * self.count
+        self._load = [0] * self.count
+
+    def _pick(self) -> tuple[int, Any]:
         import ray
 
-        if not self._actors:
-            remote = ray.remote(num_cpus=1, max_restarts=-1, max_task_retries=0, max_concurrency=self.max_concurrency)(_RayEpisodeActor)
-            self._actors = [remote.remote(self.factory) for _ in range(self.count)]
-        return self._actors[next(self._turn) % self.count]
+        slot = min(range(self.count), key=lambda i: (self._actors[i] is not None, self._load[i]))
+        if self._actors[slot] is None:
+            if self._remote is None:
+                self._remote = ray.remote(num_cpus=1, max_restarts=0, max_task_retries=0, max_concurrency=self.max_concurrency)(_RayEpisodeActor)
+            self._actors[slot] = self._remote.remote(self.factory)
+        return slot, self._actors[slot]
 
     async def run(self, task: TaskRef, *, sampling_params: Mapping[str, Any] | None, routing_key: str | None, evaluation: bool) -> Trajectory:
-        import ray
-
+        gone, task_error = _ray_errors()
+        slot, actor = self._pick()
+        self._load[slot] += 1
         try:
-            return await self._actor().run.remote(task, dict(sampling_params) if sampling_params is not None else None, routing_key, evaluation)
-        except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError, ray.exceptions.ActorUnavailableError) as error:
-            return _aborted(task, f"episode actor died: {type(error).__name__}: {error}")
-        except ray.exceptions.RayTaskError as error:
-            return _aborted(task, f"episode actor could not run the episode: {error}")
+            return await actor.run.remote(task, dict(sampling_params) if sampling_params is not None else None, routing_key, evaluation)
+        except gone as error:
+            if self._actors[slot] is actor:  # the first of its episodes to hear: replace it
+                self._actors[slot] = None
+            return _aborted(task, f"episode actor {slot} died: {type(error).__name__}: {error}")
+        except task_error as error:
+            cause = getattr(error, "cause", None) or error
+            return _aborted(task, f"episode actor {slot} could not run the episode: {type(cause).__name__}: {cause}")
+        finally:
+            self._load[slot] -= 1
+
+    def actors(self) -> list[Any]:
+        """The live actor handles (None for a slot with none), for tests and logs."""
+        return list(self._actors)
 
     async def aclose(self) -> None:
         import ray
 
         for actor in self._actors:
-            ray.kill(actor)
-        self._actors = []
+            if actor is not None:
+                ray.kill(actor)
+        self._actors = [None] * self.count
 
 
 def _ray_running() -> bool:

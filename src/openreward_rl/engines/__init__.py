@@ -1,9 +1,10 @@
 """Inference engines behind one protocol: SGLang over HTTP, embedded transformers, OpenAI-compatible chat."""
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from openreward_rl.engines.base import (
     ContextLengthError,
+    EncodedIds,
     Engine,
     EngineError,
     EngineRequestError,
@@ -13,8 +14,14 @@ from openreward_rl.engines.base import (
     SupportsAbort,
 )
 
+if TYPE_CHECKING:  # the lazily loaded engines, for type checkers and editors
+    from openreward_rl.engines.openai_chat import OpenAIChatEngine
+    from openreward_rl.engines.sglang import SGLangEngine
+    from openreward_rl.engines.transformers import TransformersEngine
+
 __all__ = [
     "ContextLengthError",
+    "EncodedIds",
     "Engine",
     "EngineError",
     "EngineRequestError",

@@ -12,6 +12,7 @@ from openreward_rl.parsers.base import ParsedTurn
 
 __all__ = [
     "FinishReason",
+    "EncodedIds",
     "GenerationRequest",
     "Generation",
     "Engine",
@@ -28,11 +29,29 @@ class FinishReason(str, enum.Enum):
     ABORT = "abort"  # the server aborted the request (weight update, over-sampling, shutdown)
 
 
+class EncodedIds(list):  # type: ignore[type-arg]
+    """Token ids together with their JSON array text (`json_text`), for engines that send ids as JSON.
+
+    `TokenLedger.encoded_context` (openreward_rl.trajectory) builds the text incrementally, so sending an 8k-token context does
+    not re-encode every id on every turn. The text describes the list as created: do not mutate it.
+
+    >>> ids = EncodedIds([1, 2, 3], json_text="[1,2,3]")
+    >>> ids == [1, 2, 3], ids.json_text
+    (True, '[1,2,3]')
+    """
+
+    __slots__ = ("json_text",)
+
+    def __init__(self, ids: Sequence[int], *, json_text: str) -> None:
+        super().__init__(ids)
+        self.json_text = json_text
+
+
 @attrs.frozen
 class GenerationRequest:
     """One model call. Token engines read `input_ids`; chat engines read `messages` and `tools`."""
 
-    input_ids: Sequence[int]
+    input_ids: Sequence[int]  # an `EncodedIds` carries its JSON text for engines that send JSON
     sampling_params: Mapping[str, Any]
     messages: Sequence[Mapping[str, Any]] | None = None
     tools: Sequence[Mapping[str, Any]] | None = None

@@ -21,10 +21,10 @@ from typing import Any
 
 import aiohttp
 import attrs
-from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
 
 from openreward_rl.engines.base import ContextLengthError, EngineError, EngineRequestError, FinishReason, Generation, GenerationRequest
 from openreward_rl.parsers.base import ParsedTurn, ParseError, ParseErrorKind, ToolCall
+from openreward_rl.retry import RetryPolicy, call_with_retries
 
 __all__ = ["OpenAIChatEngine", "parse_chat_completion"]
 
@@ -157,19 +157,14 @@ class OpenAIChatEngine:
 
     async def generate(self, request: GenerationRequest) -> Generation:
         body = self.payload(request)
-        async for attempt in AsyncRetrying(
-            stop=stop_after_attempt(self.max_attempts),
-            wait=wait_exponential_jitter(initial=0.5, max=10.0),
-            retry=retry_if_exception_type(_Transient),
-            reraise=True,
-        ):
-            with attempt:
-                try:
-                    reply = await self._post(body)
-                except _Transient as error:
-                    if attempt.retry_state.attempt_number >= self.max_attempts:
-                        raise EngineError(f"{self.base_url}/chat/completions failed {self.max_attempts} times: {error}") from error
-                    raise
+        policy = RetryPolicy(attempts=self.max_attempts, initial_s=0.5, max_s=10.0, jitter_s=1.0)
+        try:
+            reply = await call_with_retries(
+                lambda: self._post(body), policy, what=f"{self.base_url}/chat/completions",
+                retry_on=lambda error: isinstance(error, _Transient),
+            )
+        except _Transient as error:
+            raise EngineError(f"{self.base_url}/chat/completions failed {self.max_attempts} times: {error}") from error
         parsed, content, finish, api_logprobs = parse_chat_completion(reply)
         output_ids = self._retokenize(request, parsed, finish)
         logprobs = (0.0,) * len(output_ids)

@@ -44,17 +44,17 @@ from typing import Any
 
 import aiohttp
 import attrs
-from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
 
 from openreward_rl.engines.base import (
     ContextLengthError,
+    EncodedIds,
     EngineError,
     EngineRequestError,
     FinishReason,
     Generation,
     GenerationRequest,
 )
-from openreward_rl.trajectory import EncodedIds
+from openreward_rl.retry import RetryPolicy, call_with_retries
 
 __all__ = ["SGLangEngine", "ROUTING_HEADER", "parse_generate_response"]
 
@@ -153,31 +153,31 @@ class SGLangEngine:
         rid: str | None,
         first_error: _TransientError,
     ) -> Any:
-        """Attempts 2..max_attempts after a transient failure of attempt 1, with backoff and jitter."""
-        retrying = AsyncRetrying(
-            stop=stop_after_attempt(self.max_attempts),
-            wait=wait_exponential_jitter(
-                initial=self.backoff_initial_s, max=self.backoff_max_s, jitter=self.backoff_initial_s
-            ),
-            retry=retry_if_exception_type(_TransientError),
-            reraise=True,
-        )
-        attempts = 0
+        """Attempts 2..max_attempts after a transient failure of attempt 1, under the engine's `RetryPolicy`."""
+        attempts = 1
+
+        async def again() -> Any:
+            nonlocal attempts
+            attempts += 1
+            if rid is not None:
+                payload["rid"] = f"{rid}_r{attempts - 1}"
+            return await self._post_generate(payload, ids_json, headers)
+
         try:
-            async for attempt in retrying:
-                with attempt:
-                    attempts = attempt.retry_state.attempt_number
-                    if attempts == 1:
-                        raise first_error  # replay the failure generate() already saw, so tenacity waits
-                    if rid is not None:
-                        payload["rid"] = f"{rid}_r{attempts - 1}"
-                    return await self._post_generate(payload, ids_json, headers)
+            return await call_with_retries(
+                again, self.retry_policy, what=f"SGLang {self._generate_url}",
+                retry_on=lambda error: isinstance(error, _TransientError), first_error=first_error,
+            )
         except _TransientError as error:
             raise EngineError(
                 f"SGLang {self._generate_url} failed after {attempts} attempt(s) "
                 f"(max_attempts={self.max_attempts}): {error}"
             ) from error
-        raise AssertionError("unreachable: tenacity either returns or re-raises")
+
+    @property
+    def retry_policy(self) -> RetryPolicy:
+        """`max_attempts` tries, backoff from `backoff_initial_s` doubling up to `backoff_max_s`, as much jitter as the first wait."""
+        return RetryPolicy(attempts=self.max_attempts, initial_s=self.backoff_initial_s, max_s=self.backoff_max_s, jitter_s=self.backoff_initial_s)
 
     def _client(self) -> aiohttp.ClientSession:
         if self.session is not None:

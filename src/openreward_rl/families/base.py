@@ -88,6 +88,10 @@ class ModelFamily:
     name_patterns: tuple[str, ...] = ()
     template_markers: tuple[tuple[str, ...], ...] = ()
     bridge_factory: Callable[[Any, Mapping[str, Any]], TurnBridge] | None = None
+    # for models whose official rendering is code, not a Jinja template (DeepSeek-V4): tokenizer -> an
+    # object whose `render(messages, tools, *, add_generation_prompt, **template_kwargs)` replaces
+    # `tokenizer.apply_chat_template(..., tokenize=False)` in `ChatRenderer`
+    encoder_factory: Callable[[Any], Any] | None = None
     template_source: str = ""
     refused: str | None = None
 

