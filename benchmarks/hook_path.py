@@ -21,7 +21,12 @@ the tokenizer (tokenizers, transformers' tokenization code) and the chat templat
 (apply_chat_template, jinja2); other code (the standard library, attrs, pydantic) counts as its
 nearest caller's.
 
+`--throughput 0 1 2` runs `--episodes` 20-turn episodes (`--turns N` for another length) with
+`--concurrency` in flight through the hook, in process (0) and with `rollout_workers` 1 and 2, and
+prints turns per second and the CPU per turn of the hook's process, the workers and both servers.
+
     PYTHONPATH=src python benchmarks/hook_path.py [--turns 5 10 20 50] [--repeats 5] [--profile 20]
+    PYTHONPATH=src python benchmarks/hook_path.py --throughput 0 1 2 [--concurrency 16] [--episodes 48]
 
 Run it against another checkout's code ("before") by pointing PYTHONPATH at that checkout's src.
 """
@@ -53,8 +58,8 @@ SAMPLING = {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 512}
 CONTEXT_LEN = 65536
 
 
-def write_config(directory: Path, base_url: str) -> Path:
-    file = directory / "train_config.yaml"
+def write_config(directory: Path, base_url: str, workers: int = 0) -> Path:
+    file = directory / f"train_config_{workers}.yaml"
     file.write_text(
         f"""
 environments:
@@ -65,6 +70,8 @@ environments:
 parser: hermes
 attempts: 1
 upload: false
+rollout_workers: {workers}
+rollout_worker_backend: process
 """
     )
     return file
@@ -121,10 +128,14 @@ class HookBench:
         self.directory = tempfile.TemporaryDirectory()
         self.double = SGLangDoubleProcess(context_len=CONTEXT_LEN)
         self.env_server = serve_environments([CORRIDOR_SPEC], subprocess=True).__enter__()
-        os.environ["OPENREWARD_RL_CONFIG"] = str(write_config(Path(self.directory.name), self.env_server.base_url))
         self.args = slime_args(self.double.url)
         self.count = 0
+        self.configure(0)
         return self
+
+    def configure(self, workers: int) -> None:
+        """Point the hook at a config with `rollout_workers: workers` (a new config file, so a new state)."""
+        os.environ["OPENREWARD_RL_CONFIG"] = str(write_config(Path(self.directory.name), self.env_server.base_url, workers))
 
     def __exit__(self, *exc: object) -> None:
         self.env_server.__exit__(None, None, None)
@@ -168,6 +179,60 @@ async def per_turn(turns_list: list[int], repeats: int) -> None:
                 print(f"{turns:>6} {row['least'] * 1000:>8.2f} {row['median'] * 1000:>8.2f} {row['main'] * 1000:>12.2f} {row['threads'] * 1000:>14.2f}", flush=True)
         finally:
             await bench.close()
+    load = os.getloadavg()
+    print(f"load average after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+
+
+# ---------------------------------------------------------------------------------------------- throughput
+
+
+async def keep_busy(bench: HookBench, turns: int, concurrency: int, episodes: int) -> None:
+    """Run `episodes` episodes, `concurrency` in flight at any time."""
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one() -> None:
+        async with gate:
+            await bench.episode(turns)
+
+    await asyncio.gather(*(one() for _ in range(episodes)))
+
+
+async def throughput(worker_counts: list[int], turns: int, concurrency: int, episodes: int) -> None:
+    """Turns per second at saturation through the hook, episodes in process (0) or in N workers,
+    with the CPU each process spent per turn."""
+    from common import process_cpu_seconds
+
+    from openreward_rl.backends import _state
+
+    print(f"machine: {machine()}")
+    load = os.getloadavg()
+    print(f"load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    print(f"\nthroughput through slime.generate: {episodes} episodes of {turns} turns ({REPLY_WORDS}-word tool replies), {concurrency} in flight")
+    print(f"{'workers':>7} {'wall s':>7} {'turns/s':>8} {'hook ms/turn':>13} {'workers ms/turn':>16} {'env server ms/turn':>19} {'SGLang double ms/turn':>22}")
+    with HookBench() as bench:
+        env_pid = bench.env_server.pid
+        for workers in worker_counts:
+            bench.configure(workers)
+            try:
+                await keep_busy(bench, turns, concurrency, concurrency)  # warm-up: workers started, templates compiled
+                rollouts = _state.state_for(bench.args).rollouts
+                worker_pids = [pid for pid in rollouts.workers.pids() if pid is not None] if workers else []
+                gc.collect()
+                hook0, _ = cpu_now()
+                workers0 = sum(process_cpu_seconds(pid) for pid in worker_pids)
+                env0, double0 = process_cpu_seconds(env_pid), bench.double.cpu_seconds()
+                started = time.perf_counter()
+                await keep_busy(bench, turns, concurrency, episodes)
+                wall = time.perf_counter() - started
+                hook1, _ = cpu_now()
+                workers1 = sum(process_cpu_seconds(pid) for pid in worker_pids)
+                env1, double1 = process_cpu_seconds(env_pid), bench.double.cpu_seconds()
+            finally:
+                await _state.close_states()
+            done = episodes * turns
+            per_turn = lambda seconds: seconds * 1000 / done  # noqa: E731
+            print(f"{workers:>7} {wall:>7.1f} {done / wall:>8.1f} {per_turn(hook1 - hook0):>13.2f} {per_turn(workers1 - workers0):>16.2f}"
+                  f" {per_turn(env1 - env0):>19.2f} {per_turn(double1 - double0):>22.2f}", flush=True)
     load = os.getloadavg()
     print(f"load average after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
 
@@ -272,8 +337,13 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5, help="measured episodes per row")
     parser.add_argument("--profile", type=int, metavar="TURNS", help="profile episodes of this many turns and print the split")
     parser.add_argument("--detail", type=int, default=0, metavar="N", help="with --profile: also print the N places with most samples")
+    parser.add_argument("--throughput", type=int, nargs="+", metavar="WORKERS", help="turns/s at saturation with these worker counts (0: in process)")
+    parser.add_argument("--concurrency", type=int, default=16, help="with --throughput: episodes in flight")
+    parser.add_argument("--episodes", type=int, default=48, help="with --throughput: measured episodes per row")
     args = parser.parse_args()
-    if args.profile:
+    if args.throughput:
+        asyncio.run(throughput(args.throughput, args.turns[0] if len(args.turns) == 1 else 20, args.concurrency, args.episodes))
+    elif args.profile:
         asyncio.run(profile(args.profile, args.repeats, args.detail))
     else:
         asyncio.run(per_turn(args.turns, args.repeats))

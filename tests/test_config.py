@@ -86,6 +86,16 @@ def test_secrets_env_specific_over_global_over_environment_variables() -> None:
     assert config.session_secrets("a/b", environ)["openai_api_key"] == "sk-from-env"
 
 
+def test_resolving_secrets_registers_them_for_redaction() -> None:
+    """Config secrets are registered where they enter the process, whoever resolves them."""
+    from openreward_rl.redaction import SECRETS, redact
+
+    config = parse_config({"environments": {"a/b": {"secrets": {"judge_key": {"value": None, "domains": ["judge.example"]}}}}, "secrets": {"hf_token": "tok-config-resolved-77"}})
+    assert "tok-config-resolved-77" not in SECRETS and "judge-env-resolved-88" not in SECRETS
+    config.resolve_secrets("a/b", {"JUDGE_KEY": "judge-env-resolved-88"})
+    assert redact("tok-config-resolved-77 / judge-env-resolved-88") == "*** / ***"
+
+
 @pytest.mark.parametrize(
     ("raw", "message"),
     [

@@ -64,3 +64,41 @@ def test_a_dump_of_a_real_episode_holds_no_secret(tmp_path):
     assert SECRET_VALUE not in text
     assert not re.search(r"sk-[A-Za-z0-9-]{8,}", text)
     assert "OPENAI_API_KEY" not in text and "secrets" not in text
+
+
+def test_resume_drops_only_an_unfinished_last_line(tmp_path):
+    """A writer killed mid-line leaves a tail that is not JSON: a resuming reader cuts it off the
+    file (so the next append starts a fresh line); a whole last record without its newline stays."""
+    path = tmp_path / "d.jsonl"
+    assert read_records(path, resume=True) == []  # nothing written yet
+    with pytest.raises(DumpError, match="no such file"):
+        read_records(path)
+    whole = json.dumps(real_trajectory().to_dict())
+    path.write_text(whole + "\n" + whole[: len(whole) // 2])
+    with pytest.raises(DumpError, match=r"d.jsonl:2: not JSON"):
+        read_records(path)  # a plain reader says where the file is broken
+    assert len(read_records(path, resume=True)) == 1
+    assert path.read_text() == whole + "\n"
+    with TrajectoryWriter(path) as writer:
+        writer.write(real_trajectory())
+    assert len(read_records(path)) == 2
+    path.write_text(whole)  # complete, only the newline is missing
+    assert len(read_records(path, resume=True)) == 1 and path.read_text() == whole
+
+
+def test_eval_results_are_dumps(tmp_path):
+    """`openreward-rl eval` writes the dump format: show's reader and eval's resume read the same lines."""
+    from openreward_rl.environment import TaskRef
+    from openreward_rl.evaluation import EvalJob, ResultsFile, read_results
+
+    trajectory = real_trajectory()
+    job = EvalJob(TaskRef("addenv", "train", index=0), 1)
+    with ResultsFile(tmp_path / "results.jsonl", {"eval": {"model": "m"}}) as results:
+        results.write(job, trajectory)
+    [record] = read_records(tmp_path / "results.jsonl")
+    assert (record["eval_key"], record["sample"], record["eval"], record["task_ref"]["index"]) == (job.key, 1, {"model": "m"}, 0)
+    assert read_trajectories(tmp_path / "results.jsonl")[0].to_dict() == trajectory.to_dict()
+    assert read_results(tmp_path / "results.jsonl")[job.key].to_dict() == trajectory.to_dict()
+    (tmp_path / "other.jsonl").write_text(json.dumps(trajectory.to_dict()) + "\n")  # a dump, but not eval's
+    with pytest.raises(ValueError, match="record 0: no eval_key: not an evaluation results file; use another --output"):
+        read_results(tmp_path / "other.jsonl")

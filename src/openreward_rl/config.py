@@ -42,6 +42,7 @@ from typing import Any
 import attrs
 import yaml
 
+from openreward_rl.redaction import register_secrets
 from openreward_rl.reducers.base import RewardPolicy, available_reducers, get_reducer
 
 __all__ = ["ConfigError", "EnvironmentConfig", "TrainConfig", "load_config", "config_path", "parse_config"]
@@ -123,7 +124,8 @@ class TrainConfig:
 
         A global `null`/empty value reads the environment variable of the same name (upper-cased
         first, then as written); an environment-specific `null` does too and drops the key when
-        unset; an environment-specific empty string drops it.
+        unset; an environment-specific empty string drops it. Every value resolved is registered for
+        redaction (`openreward_rl.redaction`) here, where config secrets enter the process.
         """
         environ = os.environ if environ is None else environ
 
@@ -142,6 +144,7 @@ class TrainConfig:
                 resolved[key] = value
             else:
                 resolved.pop(key, None)
+        register_secrets(resolved)
         return resolved
 
     def session_secrets(self, name: str, environ: Mapping[str, str] | None = None) -> dict[str, str | tuple[str, list[str]]]:

@@ -1,7 +1,9 @@
 """Trajectory dumps: one `Trajectory.to_dict()` JSON object per line.
 
-A line may carry extra keys beside the trajectory's own (`openreward-rl eval` adds e.g. the
-model name); `read_records` keeps them, `read_trajectories` drops them. Trajectories hold no
+This is the one JSONL format of the library: `openreward-rl eval` results are dumps whose lines
+carry extra keys beside the trajectory's own (its `eval_key`, the model name); `read_records`
+keeps them, `read_trajectories` drops them. A run that resumes a file reads it with
+`resume=True`: a last line cut short by a killed writer is dropped from the file. Trajectories hold no
 secrets by construction (sessions get them, trajectories record only task identity and text).
 
 >>> import tempfile, pathlib
@@ -20,6 +22,7 @@ secrets by construction (sessions get them, trajectories record only task identi
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 from collections.abc import Iterator, Mapping
@@ -29,6 +32,9 @@ from typing import IO, Any
 from openreward_rl.trajectory import Trajectory
 
 __all__ = ["TrajectoryWriter", "iter_records", "read_records", "read_trajectories", "record_to_trajectory", "DumpError"]
+
+
+logger = logging.getLogger(__name__)
 
 
 class DumpError(ValueError):
@@ -76,11 +82,19 @@ class TrajectoryWriter:
         self.close()
 
 
-def iter_records(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
-    """The JSON objects of a dump, in order; blank lines are skipped."""
+def iter_records(path: str | os.PathLike[str], *, resume: bool = False) -> Iterator[dict[str, Any]]:
+    """The JSON objects of a dump, in order; blank lines are skipped.
+
+    `resume`: the file is one this process goes on appending to; a missing file has no records,
+    and a last line that a killed writer left unfinished (no newline, not JSON) is cut off the file.
+    """
     file = Path(path)
     if not file.exists():
+        if resume:
+            return
         raise DumpError(f"{file}: no such file")
+    if resume:
+        _drop_unfinished_last_line(file)
     with file.open(encoding="utf-8") as lines:
         for number, line in enumerate(lines, start=1):
             if not line.strip():
@@ -94,8 +108,35 @@ def iter_records(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
             yield record
 
 
-def read_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    return list(iter_records(path))
+def _drop_unfinished_last_line(file: Path) -> None:
+    with file.open("rb+") as handle:
+        size = handle.seek(0, os.SEEK_END)
+        if size == 0:
+            return
+        handle.seek(size - 1)
+        if handle.read(1) == b"\n":
+            return
+        # the last line: from just after the previous newline to the end
+        start = max(0, size - 65536)
+        while True:
+            handle.seek(start)
+            newline = handle.read(size - start).rfind(b"\n")
+            if newline >= 0 or start == 0:
+                break
+            start = max(0, start - 65536)
+        cut = start + newline + 1 if newline >= 0 else 0
+        handle.seek(cut)
+        tail = handle.read()
+        try:
+            json.loads(tail)
+            return  # a whole record without its newline: keep it
+        except ValueError as error:
+            logger.warning("%s: dropping a half-written last line (%s)", file, error)
+        handle.truncate(cut)
+
+
+def read_records(path: str | os.PathLike[str], *, resume: bool = False) -> list[dict[str, Any]]:
+    return list(iter_records(path, resume=resume))
 
 
 def read_trajectories(path: str | os.PathLike[str]) -> list[Trajectory]:

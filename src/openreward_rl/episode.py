@@ -19,7 +19,7 @@ from openreward_rl.environment import (
     TaskRef,
     open_session,
 )
-from openreward_rl.redaction import redact, register_secrets
+from openreward_rl.redaction import redact
 from openreward_rl.retry import RetryPolicy
 from openreward_rl.reducers.base import RewardPolicy, get_reducer
 from openreward_rl.trajectory import StopReason, Trajectory
@@ -152,8 +152,8 @@ async def run_episode(
     Returns the first trajectory that is not an infrastructure failure, or the last failure (its
     stop reason says which: `env_error`, `aborted`, `timeout`), never raising for a fault of the
     environment, the engine or the episode code. Engine aborts are not retried: an abort means the
-    trainer wants the rollout to stop. `secrets` go to the session and are registered for
-    redaction: no stop detail or log line written here holds one.
+    trainer wants the rollout to stop. `secrets` go to the session (`open_session` registers them
+    for redaction): no stop detail or log line written here holds one.
 
     `reward_policy` (default: sum the step rewards) turns the episode's step rewards into its
     reward; whatever reward the Episode set is replaced. An infrastructure failure has no reward.
@@ -169,8 +169,6 @@ async def run_episode(
         )
     if attempts < 1:
         raise ValueError(f"attempts must be at least 1, got {attempts}")
-    if secrets:
-        register_secrets(secrets)
     policy = reward_policy or RewardPolicy(get_reducer("sum"))
     limits = _SessionLimits(tool_timeout, open_timeout, attempt_timeout, close_timeout, open_retry, read_retry)
     trajectory: Trajectory | None = None

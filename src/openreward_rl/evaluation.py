@@ -9,7 +9,6 @@ half-written last line (the process was killed mid-write) is dropped on restart.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -18,6 +17,7 @@ from typing import Any
 
 import attrs
 
+from openreward_rl.dumps import DumpError, TrajectoryWriter, iter_records, record_to_trajectory
 from openreward_rl.environment import TaskRef
 from openreward_rl.episode import failed_trajectory
 from openreward_rl.trajectory import StopReason, Trajectory
@@ -46,57 +46,44 @@ class EvalJob:
         return eval_key(self.task, self.sample)
 
 
-def _task_ref_dict(task: TaskRef) -> dict[str, Any]:
-    return attrs.asdict(task)
-
-
 def read_results(path: str | os.PathLike[str]) -> dict[str, Trajectory]:
-    """Trajectories already written to `path`, by `eval_key` (a missing file is an empty run).
+    """Trajectories already written to `path` (a results file, see `openreward_rl.dumps`), by `eval_key`.
 
-    A last line that is not valid JSON (an interrupted write) is dropped from the file; a bad line
-    elsewhere is an error naming its line number.
+    A missing file is an empty run; a last line that is not valid JSON (an interrupted write) is
+    dropped from the file; a bad line elsewhere is an error naming it.
     """
-    file = Path(path)
-    if not file.exists():
-        return {}
-    lines = file.read_text().splitlines(keepends=True)
     done: dict[str, Trajectory] = {}
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-            key = row["eval_key"]
-            done[key] = Trajectory.from_dict(row)
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as error:
-            if number == len(lines) and not line.endswith("\n"):
-                logger.warning("%s: dropping a half-written last line (%s)", file, error)
-                file.write_text("".join(lines[:-1]))
-                break
-            raise ValueError(f"{file}:{number}: not an evaluation result line ({type(error).__name__}: {error}); use another --output") from None
+    try:
+        for number, record in enumerate(iter_records(path, resume=True)):
+            where = f"{path} record {number}"
+            if "eval_key" not in record:
+                raise DumpError(f"{where}: no eval_key")
+            done[record["eval_key"]] = record_to_trajectory(record, where)
+    except DumpError as error:
+        raise ValueError(f"{error}: not an evaluation results file; use another --output") from None
     return done
 
 
 @attrs.define
 class ResultsFile:
-    """Appends one flushed JSON line per trajectory."""
+    """An evaluation's results: a trajectory dump (`TrajectoryWriter`) whose lines also carry the
+    job's `eval_key`, `sample` and `task_ref`, and `metadata`."""
 
     path: Path
     metadata: Mapping[str, Any] = attrs.field(factory=dict)
-    _handle: Any = attrs.field(init=False, default=None)
+    _writer: TrajectoryWriter | None = attrs.field(init=False, default=None)
 
     def __enter__(self) -> ResultsFile:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._handle = self.path.open("a", encoding="utf-8")
+        self._writer = TrajectoryWriter(self.path)
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        self._handle.close()
+        if self._writer is not None:
+            self._writer.close()
 
     def write(self, job: EvalJob, trajectory: Trajectory) -> None:
-        row = {"eval_key": job.key, "sample": job.sample, "task_ref": _task_ref_dict(job.task), **self.metadata, **trajectory.to_dict()}
-        self._handle.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
-        self._handle.flush()
+        assert self._writer is not None, "ResultsFile is written inside `with`"
+        self._writer.write(trajectory, eval_key=job.key, sample=job.sample, task_ref=attrs.asdict(job.task), **self.metadata)
 
 
 def plan(tasks: Sequence[TaskRef], n: int, done: Mapping[str, Trajectory], *, retry_failures: bool = False) -> list[EvalJob]:

@@ -44,7 +44,7 @@ def check_ready(config: TrainConfig, *, environ: Mapping[str, str] | None = None
     """
     environ = os.environ if environ is None else environ
     for name in config.environments:
-        register_secrets(config.resolve_secrets(name, environ))
+        config.resolve_secrets(name, environ)  # resolving registers them for redaction
     key = api_key or environ.get(API_KEY_VARIABLE, "")
     if key:
         register_secrets([key])

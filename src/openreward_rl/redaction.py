@@ -93,8 +93,9 @@ def _redact(value: Any, pattern: re.Pattern[str]) -> Any:
     return value
 
 
-# The process's registry: filled from the config when episodes start (run_episode), read by the
-# log hook and by every writer of logs, dumps, uploads and metadata.
+# The process's registry: filled where secrets enter the process (TrainConfig.resolve_secrets) and
+# where they go to the SDK (open_session: session secrets, the client's API key), read by the log
+# hook and by every writer of logs, dumps, uploads and metadata.
 SECRETS = SecretRegistry()
 
 

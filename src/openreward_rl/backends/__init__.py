@@ -6,6 +6,8 @@
 | Slime | `--custom-rm-path` | `openreward_rl.backends.slime.reward` |
 | Miles | `--custom-generate-function-path` | `openreward_rl.backends.miles.generate` |
 | Miles | `--custom-rm-path` | `openreward_rl.backends.miles.reward` |
+| Miles (agentic) | `--custom-generate-function-path` | `openreward_rl.backends.miles_agent.generate` |
+| Miles (agentic) | `--custom-agent-function-path` | `openreward_rl.backends.miles_agent.run` |
 | both | `--dynamic-sampling-filter-path` | `openreward_rl.backends.filters.keep_informative_groups` |
 
 Importing this package imports neither Slime nor Miles: the hooks read the trainer's `Sample`

@@ -1,0 +1,283 @@
+"""Miles' agentic path: an OpenReward episode as a Miles agent function.
+
+```
+--custom-generate-function-path openreward_rl.backends.miles_agent.generate
+--custom-agent-function-path openreward_rl.backends.miles_agent.run
+--custom-rm-path openreward_rl.backends.miles.reward
+--use-session-server --tito-model qwen3 --hf-checkpoint Qwen/Qwen3-4B   # no --apply-chat-template
+--metadata-key metadata
+--dynamic-sampling-filter-path openreward_rl.backends.filters.keep_informative_groups
+```
+
+Miles' `miles.rollout.generate_hub.agentic_tool_call.generate` opens a session on its session
+server and calls the agent function `run(base_url, prompt, request_kwargs, metadata)`; every model
+call goes to `{base_url}/v1/chat/completions`, where the session server renders the messages,
+calls SGLang and records the sampled token ids and log-probs; afterwards Miles assembles the
+training `Sample` from those records and merges the dict `run` returns into `sample.metadata`.
+
+`run` plays the episode `metadata` names (the row written by `openreward-rl prepare`) with this
+library's episode loop: the config's environments, secrets, tool timeouts, reducers and reward
+policy, context budget (`--max-seq-len`, else `--rollout-max-context-len`), retries (only before the
+first model call: a retried episode would rewrite the session's history). The model speaks through
+`SessionChatEngine`, which reads the sampled ids, log-probs, finish reason and weight version from
+the session server's `meta_info`; tool calls come parsed by SGLang's tool-call parser
+(`--sglang-tool-call-parser`). `run` returns the episode record (`episode_reward`, `stop_reason`,
+`stop_detail`, `metrics`, ...; see episode_record.py) plus `agent_metrics.total_tool_time`, which Miles
+turns into `non_generation_time`; `openreward_rl.backends.miles.reward` reads the reward from it.
+
+`generate` wraps Miles' own agentic generate: it hands the trainer's `args` to `run` (Miles does not
+pass them to an agent function; the tokenizer comes from `--hf-checkpoint`) and applies the episode's
+status, since Miles sets it from the last model call alone. An infrastructure failure (environment
+error, timeout, abort) becomes ABORTED with `remove_sample=True` and its loss mask and log-probs
+zeroed, never a trained 0; max_turns/context limits become TRUNCATED. With Miles' generate used
+directly, set `$OPENREWARD_RL_TOKENIZER` to the checkpoint and keep the dynamic filter, which drops
+groups whose member's record says the run failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import os
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from openreward_rl.assets import load_tokenizer
+from openreward_rl.backends._samples import STATUS_FOR_STOP, episode_metadata, sample_fields
+from openreward_rl.backends.episode_record import EpisodeRecord
+from openreward_rl.backends.group_reward import flatten
+from openreward_rl.config import ConfigError, TrainConfig, config_path, load_config
+from openreward_rl.engines.base import EngineError, FinishReason, Generation, GenerationRequest
+from openreward_rl.engines.openai_chat import OpenAIChatEngine, _Transient, _wire_message, parse_chat_completion
+from openreward_rl.preflight import check_ready
+from openreward_rl.redaction import install_log_redaction
+from openreward_rl.rollout import Rollouts
+from openreward_rl.tasks import task_from_metadata
+from openreward_rl.trajectory import StopReason, Trajectory
+from openreward_rl.upload import TrajectoryUploader
+
+__all__ = ["run", "generate", "SessionChatEngine", "chat_sampling_params"]
+
+logger = logging.getLogger(__name__)
+
+TOKENIZER_ENV = "OPENREWARD_RL_TOKENIZER"
+AGENTIC_GENERATE_MODULE = "miles.rollout.generate_hub.agentic_tool_call"
+
+# Miles' build_chat_request_kwargs renames SGLang keys to Chat Completions ones; the episode loop
+# speaks SGLang's names (it clamps `max_new_tokens` per turn), so `run` maps them back.
+_FROM_CHAT = {"max_tokens": "max_new_tokens", "min_tokens": "min_new_tokens", "seed": "sampling_seed"}
+_TO_CHAT = {value: key for key, value in _FROM_CHAT.items()}
+_FINISH = {"stop": FinishReason.STOP, "tool_calls": FinishReason.STOP, "length": FinishReason.LENGTH, "abort": FinishReason.ABORT}
+
+_ARGS: contextvars.ContextVar[Any] = contextvars.ContextVar("openreward_rl_miles_args", default=None)
+
+
+def chat_sampling_params(request_kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """Miles' `request_kwargs` (Chat Completions names) as the SGLang sampling params the episode loop uses.
+
+    >>> chat_sampling_params({"max_tokens": 64, "temperature": 1.0, "seed": 3})
+    {'max_new_tokens': 64, 'temperature': 1.0, 'sampling_seed': 3}
+    """
+    return {_FROM_CHAT.get(key, key): value for key, value in request_kwargs.items() if value is not None}
+
+
+@attrs.define(eq=False)
+class SessionChatEngine(OpenAIChatEngine):
+    """An `Engine` on a Miles session (`{base_url}/v1`): Chat Completions out, the session server's
+    `meta_info.output_token_logprobs` back, so the ids and log-probs are the sampled ones.
+
+    Sampling keys pass through under their Chat Completions names (SGLang's `ChatCompletionRequest`
+    accepts SGLang's extras such as `top_k`, `stop_token_ids`, `skip_special_tokens`). A reply without
+    `meta_info.output_token_logprobs` is an error: it did not come through a session server.
+    """
+
+    calls: int = attrs.field(default=0, init=False)
+
+    def payload(self, request: GenerationRequest) -> dict[str, Any]:
+        if request.messages is None:
+            raise ValueError("SessionChatEngine needs request.messages (the episode's chat history)")
+        body: dict[str, Any] = {"model": self.model, "messages": [_wire_message(m, self.send_reasoning) for m in request.messages]}
+        if request.tools:
+            body["tools"] = list(request.tools)
+        for key, value in request.sampling_params.items():
+            if value is not None and key != "custom_params":
+                body[_TO_CHAT.get(key, key)] = value
+        body.update(self.extra_body)
+        return body
+
+    async def generate(self, request: GenerationRequest) -> Generation:
+        body = self.payload(request)
+        self.calls += 1
+        for attempt in range(1, self.max_attempts + 1):
+            try:
+                reply = await self._post(body)
+                break
+            except _Transient as error:
+                if attempt == self.max_attempts:
+                    raise EngineError(f"{self.base_url}/chat/completions failed {self.max_attempts} times: {error}") from error
+        parsed, content, _, _ = parse_chat_completion(reply)
+        choice = reply["choices"][0]
+        meta = choice.get("meta_info")
+        if not isinstance(meta, Mapping) or "output_token_logprobs" not in meta:
+            raise EngineError(f"{self.base_url}: the reply has no choices[0].meta_info.output_token_logprobs; is this a Miles session server?")
+        entries = meta["output_token_logprobs"]
+        finish_type = (meta.get("finish_reason") or {}).get("type") if isinstance(meta.get("finish_reason"), Mapping) else None
+        finish = _FINISH.get(finish_type or choice.get("finish_reason") or "stop", FinishReason.STOP)
+        return Generation(
+            tuple(int(entry[1]) for entry in entries),
+            tuple(float(entry[0]) for entry in entries),
+            finish,
+            weight_version=None if meta.get("weight_version") is None else str(meta["weight_version"]),
+            text=content,
+            parsed=parsed,
+            abort_message=(meta.get("finish_reason") or {}).get("message") if finish is FinishReason.ABORT else None,
+            meta={"id": reply.get("id"), "usage": reply.get("usage")},
+        )
+
+
+@attrs.define(eq=False)
+class _AgentState:
+    config: TrainConfig
+    tokenizer: Any
+    model: str
+    client: Any
+    uploader: TrajectoryUploader
+
+
+_STATES: dict[tuple[Any, ...], _AgentState] = {}
+
+
+def _checkpoint(args: Any) -> str:
+    checkpoint = getattr(args, "hf_checkpoint", None) or os.environ.get(TOKENIZER_ENV)
+    if not checkpoint:
+        raise ConfigError(
+            "the OpenReward agent function needs the tokenizer: use --custom-generate-function-path "
+            f"openreward_rl.backends.miles_agent.generate (it passes --hf-checkpoint on), or set ${TOKENIZER_ENV}"
+        )
+    return str(checkpoint)
+
+
+def _state(args: Any) -> _AgentState:
+    checkpoint = _checkpoint(args)
+    key = (os.getpid(), id(asyncio.get_running_loop()), checkpoint, str(config_path().resolve()))
+    state = _STATES.get(key)
+    if state is None:
+        from openreward import AsyncOpenReward
+
+        install_log_redaction()
+        config = load_config()
+        check_ready(config)
+        client = AsyncOpenReward()
+        state = _AgentState(config, load_tokenizer(checkpoint), checkpoint, client, TrajectoryUploader.from_config(client, config))
+        _STATES[key] = state
+    return state
+
+
+async def close_agent_states() -> None:
+    """Close the SDK clients of every cached agent state (tests; a trainer process just exits)."""
+    states = list(_STATES.values())
+    _STATES.clear()
+    for state in states:
+        await state.client.environments.aclose()
+
+
+async def run(base_url: str, prompt: Any, request_kwargs: Mapping[str, Any] | None = None, metadata: Mapping[str, Any] | None = None, **kwargs: Any) -> dict[str, Any]:
+    """Miles agent function: play the episode `metadata` names against the session at `base_url`.
+
+    Returns the dict Miles merges into `sample.metadata`: the episode record (its `episode_reward`
+    is what `openreward_rl.backends.miles.reward` returns) and `agent_metrics.total_tool_time`.
+    `prompt` is not used: the environment's own prompt opens the episode.
+    """
+    metadata = dict(metadata or {})
+    args = _ARGS.get()
+    task = task_from_metadata(metadata)
+    state = _state(args)
+    context = metadata.get("max_seq_len") or getattr(args, "rollout_max_context_len", None)
+    sampling = chat_sampling_params(request_kwargs or {})
+    max_new_tokens = int(sampling.get("max_new_tokens") or getattr(args, "rollout_max_response_len", None) or 4096)
+    engine = SessionChatEngine(f"{base_url.rstrip('/')}/v1", state.model, state.tokenizer)
+    rollouts = Rollouts.from_config(
+        attrs.evolve(state.config, attempts=1), engine=engine, tokenizer=state.tokenizer, client=state.client, model=state.model,
+        max_context_len=int(context) if context else None, max_new_tokens=max_new_tokens,
+    )  # fmt: skip
+    try:
+        trajectory = await _play(rollouts, engine, task, sampling, attempts=state.config.attempts)
+    finally:
+        await engine.aclose()
+    if trajectory.messages:
+        state.uploader.submit(trajectory, sampling_params=sampling)
+    metrics = trajectory.metrics
+    tool_time = max(0.0, metrics.get("episode_seconds", 0.0) - metrics.get("model_seconds", 0.0))
+    out = episode_metadata(metadata, trajectory)
+    out["agent_metrics"] = {"total_tool_time": tool_time, "model_calls": float(engine.calls)}
+    return out
+
+
+async def _play(rollouts: Rollouts, engine: SessionChatEngine, task: Any, sampling: Mapping[str, Any], *, attempts: int) -> Trajectory:
+    """The episode, retried on infrastructure failures only while no model call reached the session."""
+    started = time.monotonic()
+    trajectory: Trajectory | None = None
+    for attempt in range(1, attempts + 1):
+        trajectory = await rollouts.run(task, sampling_params=sampling, engine=engine)
+        trajectory.metrics["attempts"] = float(attempt)
+        failed = trajectory.stop_reason.is_infrastructure_failure and trajectory.stop_reason is not StopReason.ABORTED
+        if not failed or engine.calls:
+            break
+        logger.warning("episode on %s failed before its first model call (%s: %s), attempt %d of %d", task.environment, trajectory.stop_reason.value, trajectory.stop_detail, attempt, attempts)
+    assert trajectory is not None
+    trajectory.metrics.setdefault("episode_seconds", time.monotonic() - started)
+    return trajectory
+
+
+def apply_episode_status(sample: Any) -> None:
+    """Set a Miles-assembled sample's status from the episode record `run` left in its metadata.
+
+    ABORTED from Miles (a model call was aborted, or nothing was recorded) stays ABORTED. An
+    infrastructure failure is ABORTED with `remove_sample` and a zero loss mask and log-probs.
+    """
+    metadata = sample.metadata if isinstance(sample.metadata, Mapping) else {}
+    if "stop_reason" not in metadata:
+        return
+    record = EpisodeRecord.from_metadata(metadata)
+    status_enum = type(sample).Status
+    if getattr(sample.status, "name", None) == "ABORTED" or record.infrastructure_failure:
+        sample.status = status_enum.ABORTED
+        length = int(sample.response_length or 0)
+        sample.loss_mask = [0] * length
+        if sample.rollout_log_probs is not None:
+            sample.rollout_log_probs = [0.0] * length
+        if "remove_sample" in sample_fields(sample):
+            sample.remove_sample = True
+        return
+    sample.status = getattr(status_enum, STATUS_FOR_STOP[record.stop_reason])
+
+
+async def generate(input: Any) -> Any:  # noqa: A002  (Miles detects the new form by this name)
+    """Miles' agentic generate with the trainer's `args` handed to `run` and the episode's status applied."""
+    import importlib
+
+    agentic = importlib.import_module(AGENTIC_GENERATE_MODULE)
+    args = getattr(input, "args", None) or input.state.args
+    token = _ARGS.set(args)
+    try:
+        output = await agentic.generate(input)
+    finally:
+        _ARGS.reset(token)
+    samples = output.samples
+    for sample in flatten(samples) if isinstance(samples, list) else [samples]:
+        apply_episode_status(sample)
+    return output
+
+
+def _add_arguments(parser: Any) -> None:
+    """Miles' agentic generate's own flags (`--custom-agent-function-path`, `--max-seq-len`)."""
+    import importlib
+
+    importlib.import_module(AGENTIC_GENERATE_MODULE).generate.add_arguments(parser)
+
+
+generate.add_arguments = _add_arguments  # type: ignore[attr-defined]

@@ -1,0 +1,137 @@
+"""Miles' agentic path end to end: `openreward_rl.backends.miles_agent` as Miles' agent function.
+
+Real parts: the SDK's environment server on 127.0.0.1 (Faulty, MathEnv), the Qwen3 tokenizer and
+chat template, the SGLang `/generate` wire double. Doubles written from Miles' source (see
+tests/miles_session_double.py): Miles' TITO session server (v1) and `agentic_tool_call.generate`,
+and Miles' `Sample` (tests/miles_double.py)."""
+
+from __future__ import annotations
+
+import copy
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+import miles_double
+import miles_session_double
+from openreward_rl.assets import load_tokenizer
+from openreward_rl.backends import miles, miles_agent
+from openreward_rl.backends.filters import group_verdict
+from openreward_rl.environment import TaskRef
+from openreward_rl.tasks import task_row
+from openreward_rl.testing import ScriptedCompletion, SGLangTestServer
+from test_backend_slime import SAMPLING, SUBMIT_OK, SUBMIT_WRONG, config_file  # noqa: F401  (fixture)
+
+pytestmark = pytest.mark.anyio
+
+EXPLODE = '<tool_call>\n{"name": "explode", "arguments": {"message": "boom"}}\n</tool_call>'
+WAIT = 'Let me wait first.\n<tool_call>\n{"name": "hang", "arguments": {"seconds": 0}}\n</tool_call>'
+
+
+@pytest.fixture
+async def stack(monkeypatch) -> Any:
+    tokenizer = load_tokenizer("offline:qwen3")
+    async with SGLangTestServer(tokenizer, weight_version="w3") as sglang, miles_session_double.SessionServerDouble(tokenizer, sglang.url) as sessions:
+        miles_session_double.install(monkeypatch)
+        yield SimpleNamespace(sglang=sglang, sessions=sessions, tokenizer=tokenizer)
+    await miles_agent.close_agent_states()
+
+
+def make_args(stack: Any, **overrides: Any) -> SimpleNamespace:
+    values = dict(
+        session_server_ip="127.0.0.1",
+        session_server_ports=[stack.sessions.port],
+        use_session_server="v1",
+        custom_agent_function_path="openreward_rl.backends.miles_agent.run",
+        hf_checkpoint="offline:qwen3",
+        rollout_max_context_len=4096,
+        rollout_max_response_len=256,
+        max_seq_len=None,
+        group_rm=False,
+        reward_key=None,
+        partial_rollout=False,
+    )
+    values.update(overrides)
+    return SimpleNamespace(**values)
+
+
+def make_sample(index: int = 0, sample_index: int = 0, environment: str = "Faulty") -> miles_double.Sample:
+    row = task_row(TaskRef(environment, "train", index=index, variant=environment.lower()))
+    return miles_double.Sample(index=sample_index, group_index=0, prompt=row["prompt"], metadata=row["metadata"], routing_key=f"route-{sample_index}")
+
+
+async def run_generate(args: Any, sample: miles_double.Sample) -> miles_double.Sample:
+    assert miles_double.generate_form(miles_agent.generate) == "new"
+    output = await miles_agent.generate(miles_session_double.GenerateFnInput(SimpleNamespace(args=args), sample, copy.deepcopy(SAMPLING)))
+    return output.samples
+
+
+async def test_agent_runs_a_multi_turn_episode_and_the_reward_reaches_the_reward_hook(config_file, stack) -> None:
+    stack.sglang.push(ScriptedCompletion(text=WAIT), ScriptedCompletion(text=SUBMIT_OK))
+    args = make_args(stack)
+    sample = await run_generate(args, make_sample())
+    assert sample.status is miles_double.Sample.Status.COMPLETED
+    assert sample.metadata["episode_reward"] == 1.0 and sample.metadata["stop_reason"] == "completed"
+    assert sample.metadata["metrics"]["turns"] == 2.0 and sample.metadata["metrics"]["tool_calls"] == 2.0  # hang, then submit
+    sample.reward = await miles.reward(args, sample)  # what --custom-rm-path reads
+    assert sample.reward == 1.0
+    miles_double.check_trainable(sample, args)
+    # the session server owns the tokens: the sample is its two calls, sampled ids trained, tool turn masked
+    first, second = stack.sglang.requests
+    end = stack.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    sampled = [stack.tokenizer.encode(WAIT) + [end], stack.tokenizer.encode(SUBMIT_OK) + [end]]
+    assert first.input_ids + sampled[0] == second.input_ids[: len(first.input_ids) + len(sampled[0])]
+    assert sample.tokens == second.input_ids + sampled[1]
+    gap = len(second.input_ids) - len(first.input_ids) - len(sampled[0])
+    assert sample.loss_mask == [1] * len(sampled[0]) + [0] * gap + [1] * len(sampled[1])
+    assert sample.weight_versions == ["w3", "w3"]
+    assert sample.metadata["agent_metrics"]["model_calls"] == 2.0 and sample.non_generation_time >= 0.0
+    # the episode's own sampling settings reached SGLang under SGLang's names
+    assert first.sampling_params["max_new_tokens"] <= SAMPLING["max_new_tokens"] and first.sampling_params["temperature"] == 1.0
+    assert stack.sessions.created == 1 and stack.sessions.deleted and not stack.sessions.sessions
+
+
+async def test_environment_fault_mid_episode_is_aborted_not_a_zero_reward(config_file, stack) -> None:
+    stack.sglang.push(ScriptedCompletion(text=EXPLODE))
+    args = make_args(stack)
+    sample = await run_generate(args, make_sample())
+    assert sample.metadata["stop_reason"] == "env_error" and "boom" in sample.metadata["stop_detail"]
+    # Miles set COMPLETED from the model call's finish reason; the episode says the run failed
+    assert sample.status is miles_double.Sample.Status.ABORTED and sample.remove_sample
+    assert not any(sample.loss_mask) and not any(sample.rollout_log_probs)
+    assert sample.metadata["reward_observed"] is False
+    sample.reward = await miles.reward(args, sample)
+    miles_double.check_trainable(sample, args)
+    stack.sglang.push(ScriptedCompletion(text=SUBMIT_OK))
+    ok = await run_generate(args, make_sample(sample_index=1))
+    ok.reward = await miles.reward(args, ok)
+    assert group_verdict(args, [sample, ok]) == (False, "aborted_member")  # the filter drops the group
+
+
+async def test_environment_that_never_opens_gives_an_aborted_sample_without_model_calls(config_file, stack) -> None:
+    args = make_args(stack)
+    sample = await run_generate(args, make_sample(index=999))
+    assert sample.status is miles_double.Sample.Status.ABORTED  # no records: Miles' own rule
+    assert stack.sglang.requests == [] and stack.sessions.created == 1 and not stack.sessions.sessions
+
+
+async def test_agent_without_args_names_the_fix(config_file, stack, monkeypatch) -> None:
+    monkeypatch.delenv(miles_agent.TOKENIZER_ENV, raising=False)
+    with pytest.raises(miles_agent.ConfigError, match="OPENREWARD_RL_TOKENIZER"):
+        await miles_agent.run(f"{stack.sessions.url}/sessions/x", [], {}, make_sample().metadata)
+
+
+async def test_miles_generate_used_directly_with_the_tokenizer_variable(config_file, stack, monkeypatch) -> None:
+    monkeypatch.setenv(miles_agent.TOKENIZER_ENV, "offline:qwen3")
+    stack.sglang.push(ScriptedCompletion(text=SUBMIT_WRONG))
+    args = make_args(stack)
+    output = await miles_session_double.agentic_generate(miles_session_double.GenerateFnInput(SimpleNamespace(args=args), make_sample(), copy.deepcopy(SAMPLING)))
+    sample = output.samples
+    assert sample.status is miles_double.Sample.Status.COMPLETED and sample.metadata["episode_reward"] == 0.0
+    assert await miles.reward(args, sample) == 0.0 and sample.metadata["reward_observed"] is True
+
+
+def test_request_kwargs_map_back_to_sglang_names() -> None:
+    kwargs = miles_session_double.build_chat_request_kwargs(dict(SAMPLING, sampling_seed=5))
+    assert miles_agent.chat_sampling_params(kwargs) == {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 64, "no_stop_trim": True, "sampling_seed": 5}
