@@ -10,8 +10,10 @@ the model saw before, `TokenLedger` starts a new segment and counts a prefix bre
 Miles adapters turn the segments into sibling samples of one rollout.
 
 The episode reports its step rewards and whether the environment finished; it does not reduce them.
-`run_episode` applies the configured `RewardPolicy` (reducer, nonterminal reward, clamp) to every
-Episode, this one included.
+Handed to the config's runner (`Rollouts.from_config(..., episode=ReRenderingEpisode.build)`, the
+runner `openreward-rl eval` and the training hooks use), it gets the environment's configured
+`RewardPolicy` (reducer, nonterminal reward, clamp), retries, timeouts and secrets without writing
+any of them, and the renderer and parser the config gives the model.
 
 Run it against the example environments (needs `openreward_rl.testing` and offline tokenizers):
 
@@ -27,7 +29,7 @@ from typing import Any
 
 import attrs
 
-from openreward_rl import ChatRenderer, EnvSession, StopReason, TokenLedger, Trajectory
+from openreward_rl import ChatRenderer, EnvSession, EpisodeSettings, StopReason, TokenLedger, Trajectory
 from openreward_rl.engines import Engine, FinishReason, GenerationRequest
 from openreward_rl.parsers import ToolParser
 from openreward_rl.trajectory import ToolResult, Turn
@@ -41,6 +43,12 @@ class ReRenderingEpisode:
     max_turns: int = 10
     nudge: str = "Please use the tools."
     sampling_params: dict[str, Any] = attrs.Factory(lambda: {"max_new_tokens": 512})
+
+    @classmethod
+    def build(cls, engine: Engine, renderer: ChatRenderer, parser: ToolParser, settings: EpisodeSettings, *, routing_key: str | None = None) -> ReRenderingEpisode:
+        """An `EpisodeBuilder`: the runner's engine, renderer and parser, the environment's limits."""
+        sampling = {"max_new_tokens": settings.max_new_tokens, **settings.sampling_params}
+        return cls(engine, renderer, parser, max_turns=settings.max_turns, nudge=settings.nudge_message, sampling_params=sampling)
 
     async def run(self, session: EnvSession) -> Trajectory:
         tools = await session.tools()
@@ -105,7 +113,7 @@ class ReRenderingEpisode:
             turns=turns,
             messages=messages,
             step_rewards=rewards,
-            reward=None,  # set by run_episode's reward_policy
+            reward=None,  # the runner sets it with the configured reward policy
             stop_reason=stop,
             finished=finished,
             prefix_breaks=ledger.prefix_breaks,
@@ -115,12 +123,12 @@ class ReRenderingEpisode:
 async def main() -> None:
     from openreward import AsyncOpenReward
 
-    from openreward_rl import TaskRef, run_episode
+    from openreward_rl import TaskRef
     from openreward_rl.assets import load_tokenizer
+    from openreward_rl.config import parse_config
     from openreward_rl.engines.sglang import SGLangEngine
     from openreward_rl.local_env import serve_environments
-    from openreward_rl.parsers import get_parser
-    from openreward_rl.reducers import RewardPolicy, get_reducer
+    from openreward_rl.rollout import Rollouts
     from openreward_rl.testing import ScriptedCompletion, SGLangTestServer
 
     tokenizer = load_tokenizer("offline:qwen3")
@@ -131,13 +139,13 @@ async def main() -> None:
         ScriptedCompletion(text="I cannot tell."),
     ]
     with serve_environments(["examples/environments/whodunit.py:WhoDunIt"]) as env_server:
+        # the environment's reward policy is configuration, as in training: the Episode never sees it
+        config = parse_config({"thinking": True, "environments": {"WhoDunIt": {"base_url": env_server.base_url, "reward_reduction": "sum", "nonterminal_reward": -1.0}}})
         async with SGLangTestServer(tokenizer, script=script) as sglang:
             engine = SGLangEngine(sglang.url)
             client = AsyncOpenReward(api_key="local")
-            task = TaskRef("WhoDunIt", "train", index=0, base_url=env_server.base_url)
-            policy = RewardPolicy(get_reducer("sum"), nonterminal_reward=-1.0)  # what an environment's config would set
-            episode = ReRenderingEpisode(engine, ChatRenderer(tokenizer), get_parser("hermes"))
-            trajectory = await run_episode(lambda: episode, client, task, reward_policy=policy)
+            rollouts = Rollouts.from_config(config, engine=engine, tokenizer=tokenizer, client=client, model="Qwen/Qwen3-8B", episode=ReRenderingEpisode.build)
+            trajectory = await rollouts.run(TaskRef("WhoDunIt", "train", index=0))
             await client.environments.aclose()
             await engine.aclose()
     print(json.dumps({"stop_reason": trajectory.stop_reason.value, "turns": len(trajectory.turns), "prefix_breaks": trajectory.prefix_breaks, "segments": len(trajectory.segments), "reward": trajectory.reward}))

@@ -31,6 +31,11 @@ SUBMIT_WRONG = '<tool_call>\n{"name": "submit", "arguments": {"answer": "nope"}}
 EXPLODE = '<tool_call>\n{"name": "explode", "arguments": {"message": "boom"}}\n</tool_call>'
 
 
+def record_of(sample: Any) -> EpisodeRecord:
+    """What the hooks stored on `sample`, read the way the reward hook and the rollout log read it."""
+    return EpisodeRecord.from_metadata(sample.metadata)
+
+
 @pytest.fixture
 def tokenizer() -> Any:
     return load_tokenizer("offline:qwen3")
@@ -112,7 +117,7 @@ async def test_completed_episode_fills_sample_token_exactly(config_file, sglang,
     assert sampling == SAMPLING  # nested dicts untouched
     slime_double.check_output(out, args)
     assert sample.status is slime_double.Sample.Status.COMPLETED
-    assert sample.reward == 1.0 and sample.metadata["reward_observed"] is True
+    assert sample.reward == 1.0 and record_of(sample).reward_observed is True
     (request,) = sglang.requests
     sampled = tokenizer.encode(SUBMIT_OK) + [tokenizer.convert_tokens_to_ids("<|im_end|>")]
     assert sample.tokens == request.input_ids + sampled  # exactly what was sent plus what was sampled
@@ -135,7 +140,7 @@ async def test_wrong_answer_is_a_real_zero(config_file, sglang) -> None:
     args = make_args(sglang)
     sample = await run(args, make_sample())
     slime_double.check_output(sample, args)
-    assert sample.reward == 0.0 and sample.metadata["reward_observed"] is True and not sample.remove_sample
+    assert sample.reward == 0.0 and record_of(sample).reward_observed is True and not sample.remove_sample
 
 
 async def test_truncated_turn(config_file, sglang) -> None:
@@ -144,8 +149,8 @@ async def test_truncated_turn(config_file, sglang) -> None:
     sample = await run(args, make_sample(), sampling={**SAMPLING, "max_new_tokens": 6})
     slime_double.check_output(sample, args)
     assert sample.status is slime_double.Sample.Status.TRUNCATED
-    assert sample.metadata["stop_reason"] == "truncated" and sample.response_length == 6
-    assert sample.reward == 0.0 and sample.metadata["reward_observed"] is False
+    assert record_of(sample).stop_reason is StopReason.TRUNCATED and sample.response_length == 6
+    assert sample.reward == 0.0 and record_of(sample).reward_observed is False
     assert sample.loss_mask == [1] * 6 and not sample.remove_sample
 
 
@@ -156,7 +161,7 @@ async def test_engine_abort_is_aborted_and_never_retried(config_file, sglang) ->
     slime_double.check_output(sample, args)
     assert sample.status is slime_double.Sample.Status.ABORTED and sample.remove_sample
     assert len(sglang.requests) == 1 and sglang.pending_script == 1  # no second attempt
-    assert sample.reward == 0.0 and sample.metadata["reward_observed"] is False
+    assert sample.reward == 0.0 and record_of(sample).reward_observed is False
     assert await slime.reward(args, sample) == 0.0
 
 
@@ -166,7 +171,7 @@ async def test_environment_failure_mid_episode_is_aborted(config_file, sglang) -
     sample = await run(args, make_sample())
     slime_double.check_output(sample, args)
     assert sample.status is slime_double.Sample.Status.ABORTED and sample.remove_sample
-    assert sample.metadata["stop_reason"] == "env_error" and "ToolFailed" in sample.metadata["stop_detail"]
+    assert record_of(sample).stop_reason is StopReason.ENV_ERROR and "ToolFailed" in record_of(sample).stop_detail
     assert sample.response_length > 1 and not any(sample.loss_mask)
 
 
@@ -177,7 +182,7 @@ async def test_infrastructure_failure_without_tokens_is_a_masked_placeholder(con
     assert sample.status is slime_double.Sample.Status.ABORTED and sample.remove_sample
     assert len(sample.tokens) == 2 and sample.response_length == 1
     assert sample.loss_mask == [0] and sample.rollout_log_probs == [0.0] and sample.reward == 0.0
-    assert sample.metadata["placeholder"] is True and sample.metadata["stop_reason"] == "env_error"
+    assert record_of(sample).placeholder is True and record_of(sample).stop_reason is StopReason.ENV_ERROR
     assert not sglang.requests
 
 
@@ -185,12 +190,12 @@ async def test_evaluation_uses_the_eval_context_budget(config_file, sglang) -> N
     args = make_args(sglang, eval_max_context_len=40)  # smaller than any prompt with tools
     sample = await run(args, make_sample(), evaluation=True)
     slime_double.check_output(sample, args)
-    assert sample.metadata["evaluation"] is True and sample.metadata["stop_reason"] == "context_overflow"
-    assert sample.status is slime_double.Sample.Status.TRUNCATED and sample.metadata["placeholder"] is True
+    assert record_of(sample).evaluation is True and record_of(sample).stop_reason is StopReason.CONTEXT_OVERFLOW
+    assert sample.status is slime_double.Sample.Status.TRUNCATED and record_of(sample).placeholder is True
     assert not sglang.requests
     sglang.push(ScriptedCompletion(text=SUBMIT_OK))
     trained = await run(args, make_sample())
-    assert trained.metadata["evaluation"] is False and trained.reward == 1.0
+    assert record_of(trained).evaluation is False and trained.reward == 1.0
 
 
 async def test_terminal_tool_environment(config_file, sglang) -> None:
@@ -263,7 +268,7 @@ def test_prefix_breaks_fan_out_with_a_shared_rollout_id(tokenizer) -> None:
     assert out[0] is sample and len(out) == 2
     slime_double.check_output(out)
     assert [s.rollout_id for s in out] == [7, 7] and [s.tokens for s in out] == [[1, 2, 3, 4], [1, 2, 9, 5]]
-    assert [s.metadata["segment"] for s in out] == [0, 1] and out[0].metadata is not out[1].metadata
+    assert [record_of(s).segment for s in out] == [0, 1] and out[0].metadata is not out[1].metadata
     assert [s.weight_versions for s in out] == [["w1"], ["w1"]]
 
 
@@ -275,7 +280,7 @@ def test_fan_out_on_a_sample_without_rollout_id_keeps_the_last_segment(tokenizer
     OldSample.Status = slime_double.Sample.Status
     segments = [TokenSegment([1], [3], [1], [-0.5]), TokenSegment([1, 2], [5, 6], [1, 1], [-0.25, -0.1])]
     (only,) = samples_from_trajectory(OldSample(index=0, metadata={}), _trajectory(segments), tokenizer=tokenizer)
-    assert only.tokens == [1, 2, 5, 6] and only.metadata["dropped_segments"] == 1
+    assert only.tokens == [1, 2, 5, 6] and record_of(only).dropped_segments == 1
     assert not hasattr(only, "remove_sample") or only.remove_sample is False
 
 

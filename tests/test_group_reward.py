@@ -11,6 +11,7 @@ import copy
 from fractions import Fraction
 from typing import Any
 
+import attrs
 import pytest
 
 import miles_double
@@ -21,7 +22,7 @@ from openreward_rl.backends import _state, miles, slime
 from openreward_rl.environment import TaskRef
 from openreward_rl.tasks import task_row
 from openreward_rl.testing import ScriptedCompletion, SGLangTestServer
-from test_backend_slime import SAMPLING, make_args, sglang, tokenizer  # noqa: F401  (fixtures)
+from test_backend_slime import SAMPLING, make_args, record_of, sglang, tokenizer  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.anyio
 
@@ -103,9 +104,9 @@ async def test_slime_group_rm_rewards_are_the_environments_group_scores(config_f
 
     assert rewards == [s.reward for s in expected]
     for sample, reward, score, pointwise in zip(group, rewards, expected, [0.0, 0.0, 1.0, 1.0]):
-        assert sample.metadata["group_scored"] is True and sample.metadata["pointwise_reward"] == pointwise
-        assert sample.metadata["group_score_metadata"] == score.metadata
-        assert "group_score_error" not in sample.metadata
+        assert record_of(sample).group_scored is True and record_of(sample).pointwise_reward == pointwise
+        assert record_of(sample).group_score_metadata == score.metadata
+        assert record_of(sample).group_score_error is None
         sample.reward = reward  # what Slime does with the list under --group-rm
         slime_double.check_trainable(sample, args)
     # without --group-rm the same samples keep their own rewards and no session is opened for scoring
@@ -125,7 +126,7 @@ async def test_aborted_members_are_neither_scored_nor_rewarded(config_file, sgla
 
     expected = await direct_scores(env_server, openreward_client, [f"My estimate is {TARGET * 2}.", f"My estimate is {TARGET * 3}."])
     assert rewards == [expected[0].reward, 0.0, expected[1].reward] == [1.0, 0.0, 0.0]
-    assert "group_scored" not in aborted.metadata
+    assert record_of(aborted).group_scored is None
     for sample, reward in zip(group, rewards):
         sample.reward = reward
         slime_double.check_trainable(sample, args)
@@ -135,7 +136,7 @@ async def test_a_group_with_one_live_member_keeps_its_pointwise_reward(config_fi
     args = make_args(sglang, group_rm=True)
     group = await slime_group(args, sglang, [say(TARGET), ScriptedCompletion(text="cut", finish="abort")])
     assert await slime.reward(args, group) == [1.0, 0.0]
-    assert not any("group_scored" in s.metadata for s in group)
+    assert not any(record_of(s).group_scored is not None for s in group)
 
 
 async def test_each_task_of_a_mixed_list_is_scored_on_its_own(config_file, sglang) -> None:
@@ -149,12 +150,12 @@ async def test_each_task_of_a_mixed_list_is_scored_on_its_own(config_file, sglan
 async def test_a_failing_score_group_keeps_pointwise_rewards_and_says_why(config_file, sglang) -> None:
     args = make_args(sglang, group_rm=True)
     group = await slime_group(args, sglang, [say(TARGET), say(TARGET * 2)])
-    transcript = group[1].metadata["transcript"]
-    group[1].metadata["transcript"] = [m for m in transcript if m["role"] != "assistant"]  # nothing to judge
+    transcript = record_of(group[1]).transcript
+    group[1].metadata = attrs.evolve(record_of(group[1]), transcript=[m for m in transcript if m["role"] != "assistant"]).to_metadata(group[1].metadata)  # nothing to judge
     assert await slime.reward(args, group) == [1.0, 0.0]  # the environment raised: pointwise rewards stand
     for sample in group:
-        assert "ScoreGroupFailed" in sample.metadata["group_score_error"] and "no assistant message" in sample.metadata["group_score_error"]
-        assert "group_scored" not in sample.metadata
+        assert "ScoreGroupFailed" in record_of(sample).group_score_error and "no assistant message" in record_of(sample).group_score_error
+        assert record_of(sample).group_scored is None
 
 
 async def test_environment_without_score_group_keeps_pointwise_rewards(config_file, sglang) -> None:
@@ -168,8 +169,8 @@ async def test_environment_without_score_group_keeps_pointwise_rewards(config_fi
         for i in range(2)
     ]
     assert await slime.reward(args, group) == [1.0, 0.0]
-    assert [s.metadata["group_scored"] for s in group] == [False, False]  # asked, and the environment has none
-    assert not any("group_score_error" in s.metadata or "pointwise_reward" in s.metadata for s in group)
+    assert [record_of(s).group_scored for s in group] == [False, False]  # asked, and the environment has none
+    assert not any(record_of(s).group_score_error is not None or record_of(s).pointwise_reward is not None for s in group)
 
 
 async def test_clamped_to_the_configured_reward_range(config_file, sglang) -> None:
@@ -177,7 +178,7 @@ async def test_clamped_to_the_configured_reward_range(config_file, sglang) -> No
     args = make_args(sglang, group_rm=True)
     group = await slime_group(args, sglang, [say(TARGET), say(TARGET * 2), say(TARGET * 3)])
     assert await slime.reward(args, group) == [0.5, 0.5, 0.25]  # raw ranks 1.0, 0.5, 0.0
-    assert [s.metadata["group_score"] for s in group] == [1.0, 0.5, 0.0]
+    assert [record_of(s).group_score for s in group] == [1.0, 0.5, 0.0]
 
 
 async def test_miles_group_rm_fills_rewards_from_score_group(config_file, env_server, openreward_client, tokenizer) -> None:
@@ -196,7 +197,7 @@ async def test_miles_group_rm_fills_rewards_from_score_group(config_file, env_se
         finally:
             await _state.close_states()
     assert rewards == [0.0, 1.0, 0.0]  # the two live members ranked against each other; the aborted one 0.0
-    assert [s.metadata.get("group_scored") for s in group] == [True, True, None]
+    assert [record_of(s).group_scored for s in group] == [True, True, None]
     for sample, reward in zip(group, rewards):
         sample.reward = reward
         miles_double.check_trainable(sample, args)
@@ -227,4 +228,4 @@ async def test_a_hung_group_judge_is_bounded_by_tool_timeout(config_file, sglang
     group = await slime_group(args, sglang, [say(TARGET), say(TARGET * 2)])
     assert await slime.reward(args, group) == [1.0, 0.0]
     for sample in group:
-        assert "tool_timeout" in sample.metadata["group_score_error"]
+        assert "tool_timeout" in record_of(sample).group_score_error

@@ -114,8 +114,7 @@ def test_fan_out_siblings_count_once_and_foreign_samples_are_ignored():
 def test_episode_reward_in_metadata_wins_over_the_padded_sample_reward():
     no_reward = real_trajectory().to_dict()
     no_reward.update(reward=None, stop_reason="max_turns")
-    sample = sample_of(Trajectory.from_dict(no_reward), reward=0.0)
-    sample.metadata["reward_observed"] = True  # even if a writer got this wrong, None stays None
+    sample = sample_of(Trajectory.from_dict(no_reward), reward=0.0, reward_observed=True)  # even if a writer got this wrong, None stays None
     assert episode_of_sample(sample).reward is None
 
 
@@ -147,7 +146,5 @@ def test_a_group_of_samples_of_one_prompt_gives_pass_at_k():
     assert metrics["openreward/addenv/infra_failures"] == 1.0 and metrics["openreward/all/pass@1"] == 0.5
     failures = summarize(rollout_log._episodes_of(samples))["addenv"].failures
     assert failures == {"env_error": (1, "session died")}
-    anonymous = [sample_of(good), sample_of(wrong)]
-    for sample in anonymous:
-        del sample.metadata["index"]
+    anonymous = [sample_of(good, index=None), sample_of(wrong, index=None)]
     assert not any("pass@" in key or "/tasks" in key for key in aggregate(rollout_log._episodes_of(anonymous)))

@@ -2,7 +2,7 @@
 (`ray.init`, 2 CPUs): the Slime hook gives the same samples as in process, an actor killed with
 episodes in flight turns them into ABORTED samples and a fresh actor runs the next episode, and a
 runner that raises aborts its episode naming the cause. Ray is a test dependency (the `test`
-extra), not a dependency of the library; the file is skipped where it is missing. Other real parts
+extra), not a dependency of the library; where it is missing the file fails at collection. Other real parts
 as in tests/test_workers.py."""
 
 from __future__ import annotations
@@ -15,17 +15,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import ray  # the `test` extra installs it: a missing Ray fails collection here, never skips the file
 
-ray = pytest.importorskip("ray")
-
-import slime_double  # noqa: E402
-from openreward_rl.backends import _state  # noqa: E402
-from openreward_rl.environment import TaskRef  # noqa: E402
-from openreward_rl.testing import ScriptedCompletion  # noqa: E402
-from openreward_rl.trajectory import StopReason  # noqa: E402
-from openreward_rl.workers import RayWorkers, WorkerRollouts  # noqa: E402
-from test_backend_slime import make_args  # noqa: E402
-from test_workers import GARBLE, HANG, SUBMIT_OK, FaultyRunner, comparable, episode, sglang, write_config  # noqa: E402,F401
+import slime_double
+from openreward_rl.backends import _state
+from openreward_rl.environment import TaskRef
+from openreward_rl.testing import ScriptedCompletion
+from openreward_rl.trajectory import StopReason
+from openreward_rl.workers import RayWorkers, WorkerRollouts
+from test_backend_slime import make_args
+from test_workers import GARBLE, HANG, SUBMIT_OK, FaultyRunner, comparable, episode, sglang, write_config  # noqa: F401
 
 pytestmark = pytest.mark.anyio
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 
@@ -12,12 +12,21 @@ from openreward_rl.config import TrainConfig
 from openreward_rl.engines.base import Engine
 from openreward_rl.environment import TaskRef
 from openreward_rl.families.base import ModelFamily
-from openreward_rl.episode import DEFAULT_NUDGE, EpisodeSettings, run_episode
+from openreward_rl.episode import DEFAULT_NUDGE, Episode, EpisodeSettings, run_episode
 from openreward_rl.parsers.base import ToolParser, get_parser
 from openreward_rl.tool_episode import ToolEpisode
 from openreward_rl.trajectory import Trajectory
 
-__all__ = ["Rollouts", "choose_family", "choose_parser", "episode_stack", "resolve_task"]
+__all__ = ["EpisodeBuilder", "Rollouts", "choose_family", "choose_parser", "episode_stack", "resolve_task"]
+
+
+class EpisodeBuilder(Protocol):
+    """Builds the Episode of one run from the runner's parts: the engine, the renderer and parser the
+    config gives the model, and the environment's `EpisodeSettings`. `ToolEpisode` is one (the default);
+    a custom Episode passes a builder to `Rollouts.from_config` and gets the config's reward policy,
+    retries, timeouts and secrets from the runner without writing them."""
+
+    def __call__(self, engine: Engine, renderer: ChatRenderer, parser: ToolParser, settings: EpisodeSettings, *, routing_key: str | None = None) -> Episode: ...
 
 
 def resolve_task(config: TrainConfig, task: TaskRef) -> TaskRef:
@@ -84,7 +93,8 @@ def episode_stack(config: TrainConfig, tokenizer: Any, model: str | None = None)
 class Rollouts:
     """Runs episodes of the configured environments. One per process; cheap per episode.
 
-    `max_context_len` is the episode token budget (Slime: `--rollout-max-context-len`).
+    `max_context_len` is the episode token budget (Slime: `--rollout-max-context-len`). `episode`
+    builds each run's Episode (`ToolEpisode` unless told otherwise).
     """
 
     config: TrainConfig
@@ -94,6 +104,7 @@ class Rollouts:
     client: Any
     max_context_len: int | None = None
     max_new_tokens: int = 4096
+    episode: EpisodeBuilder = ToolEpisode
 
     @classmethod
     def from_config(
@@ -106,10 +117,11 @@ class Rollouts:
         model: str | None = None,
         max_context_len: int | None = None,
         max_new_tokens: int = 4096,
+        episode: EpisodeBuilder = ToolEpisode,
     ) -> Rollouts:
         """The runner the training hooks and `openreward-rl eval` both use: one config, one prompt."""
         renderer, parser = episode_stack(config, tokenizer, model)
-        return cls(config, engine, renderer, parser, client, max_context_len=max_context_len, max_new_tokens=max_new_tokens)
+        return cls(config, engine, renderer, parser, client, max_context_len=max_context_len, max_new_tokens=max_new_tokens, episode=episode)
 
     def settings_for(self, environment: str, sampling_params: Mapping[str, Any] | None = None) -> EpisodeSettings:
         env_config = self.config.environment(environment)
@@ -136,7 +148,7 @@ class Rollouts:
         settings = self.settings_for(task.environment, sampling_params)
         episode_engine = engine or self.engine
         return await run_episode(
-            lambda: ToolEpisode(episode_engine, self.renderer, self.parser, settings, routing_key=routing_key),
+            lambda: self.episode(episode_engine, self.renderer, self.parser, settings, routing_key=routing_key),
             self.client,
             task,
             secrets=self.config.session_secrets(task.environment),

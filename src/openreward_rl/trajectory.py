@@ -236,10 +236,6 @@ class Trajectory:
     def trainable(self) -> bool:
         return self.token_exact and not self.stop_reason.is_infrastructure_failure
 
-    def prompt_ids_for_turn(self, index: int) -> list[int]:
-        """The exact context turn `index` was sampled from (single-segment trajectories)."""
-        return self.tokens[: self.turns[index].prompt_length]
-
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (the dump format read by `Trajectory.from_dict` and `openreward-rl show`)."""
         return {

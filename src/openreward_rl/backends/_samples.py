@@ -25,14 +25,13 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import json
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
 
-from openreward_rl.backends.episode_record import EpisodeRecord
+from openreward_rl.backends.episode_record import EpisodeRecord, metadata_dict
 from openreward_rl.trajectory import StopReason, TokenSegment, Trajectory
 
 __all__ = ["STATUS_FOR_STOP", "sample_fields", "status_for", "episode_metadata", "samples_from_trajectory", "placeholder_ids"]
@@ -64,21 +63,11 @@ def status_for(sample: Any, stop_reason: StopReason) -> Any:
     return getattr(type(sample).Status, STATUS_FOR_STOP[stop_reason])
 
 
-def _metadata_dict(metadata: Any) -> dict[str, Any]:
-    if metadata is None:
-        return {}
-    if isinstance(metadata, str):  # rows written by the cookbook stored JSON strings
-        metadata = json.loads(metadata) if metadata.strip() else {}
-    if not isinstance(metadata, Mapping):
-        raise TypeError(f"sample.metadata must be a dict, got {type(metadata).__name__}")
-    return dict(metadata)
-
-
 def episode_metadata(
     base: Any, trajectory: Trajectory, *, segment: int = 0, segments: int = 1, evaluation: bool = False, **extra: Any
 ) -> dict[str, Any]:
     """The sample's metadata: the row's keys plus the episode's `EpisodeRecord` (`extra` sets more of its fields)."""
-    row = _metadata_dict(base)
+    row = metadata_dict(base)
     record = EpisodeRecord.of_trajectory(trajectory, row, segment=segment, segments=segments, evaluation=evaluation)
     return attrs.evolve(record, **extra).to_metadata(row)
 

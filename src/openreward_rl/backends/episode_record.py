@@ -46,7 +46,7 @@ import attrs
 from openreward_rl.metrics import task_identity
 from openreward_rl.trajectory import StopReason, Trajectory
 
-__all__ = ["EpisodeRecord", "NOT_OUR_SAMPLE"]
+__all__ = ["EpisodeRecord", "NOT_OUR_SAMPLE", "metadata_dict"]
 
 NOT_OUR_SAMPLE = (
     "this sample was not produced by openreward_rl's generate hook (no metadata['stop_reason']); "
@@ -55,6 +55,20 @@ NOT_OUR_SAMPLE = (
 
 # Keys written only when they hold something (older samples lack them; readers get the default).
 _OPTIONAL = ("dropped_segments", "transcript", "group_scored", "pointwise_reward", "group_score", "group_score_metadata", "group_score_error", "resume")
+
+
+def metadata_dict(metadata: Any) -> dict[str, Any]:
+    """A sample's metadata as a dict: None is empty, a JSON string (rows the cookbook wrote) is parsed.
+
+    TypeError for anything else, naming what it was.
+    """
+    if metadata is None:
+        return {}
+    if isinstance(metadata, str):
+        metadata = json.loads(metadata) if metadata.strip() else {}
+    if not isinstance(metadata, Mapping):
+        raise TypeError(f"sample.metadata must be a dict, got {type(metadata).__name__}")
+    return dict(metadata)
 
 
 def _number(value: Any) -> float | None:
@@ -121,11 +135,13 @@ class EpisodeRecord:
         )
 
     @classmethod
-    def from_metadata(cls, metadata: Mapping[str, Any] | str) -> EpisodeRecord:
+    def from_metadata(cls, metadata: Any) -> EpisodeRecord:
         """The record in a sample's metadata (a dict, or a JSON string). ValueError when the hooks wrote none."""
-        if isinstance(metadata, str):
-            metadata = json.loads(metadata) if metadata.strip() else {}
-        if not isinstance(metadata, Mapping) or "stop_reason" not in metadata or "environment" not in metadata:
+        try:
+            metadata = metadata_dict(metadata)
+        except TypeError:
+            raise ValueError(NOT_OUR_SAMPLE) from None
+        if "stop_reason" not in metadata or "environment" not in metadata:
             raise ValueError(NOT_OUR_SAMPLE)
         get = metadata.get
         episode_reward = _number(get("episode_reward"))
@@ -164,8 +180,8 @@ class EpisodeRecord:
         """
         metadata = getattr(sample, "metadata", None)
         try:
-            record = cls.from_metadata(metadata)  # type: ignore[arg-type]
-        except (ValueError, TypeError):
+            record = cls.from_metadata(metadata)
+        except ValueError:
             return None
         if isinstance(metadata, Mapping) and "episode_reward" not in metadata:
             reward = _number(getattr(sample, "reward", None))

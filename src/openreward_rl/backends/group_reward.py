@@ -44,7 +44,7 @@ def episode_reward(sample: Any) -> float:
     >>> episode_reward(SimpleNamespace(metadata={"environment": "e", "stop_reason": "env_error", "episode_reward": None}))
     0.0
     """
-    return EpisodeRecord.from_metadata(sample.metadata if isinstance(sample.metadata, (dict, str)) else {}).trained_reward
+    return EpisodeRecord.from_metadata(sample.metadata).trained_reward
 
 
 def flatten(samples: Sequence[Any]) -> list[Any]:
@@ -72,7 +72,7 @@ def _rollout_key(sample: Any) -> Any:
 async def group_rewards(samples: Sequence[Any], *, group_rm: bool, client: Any = None, config: TrainConfig | None = None) -> list[Any]:
     """One reward per sample, in the input's (possibly nested) shape."""
     leaves = flatten(samples)
-    records = [EpisodeRecord.from_metadata(s.metadata if isinstance(s.metadata, (dict, str)) else {}) for s in leaves]
+    records = [EpisodeRecord.from_metadata(s.metadata) for s in leaves]
     rewards = [r.trained_reward for r in records]
     if group_rm and client is not None and config is not None:
         await _score_groups(leaves, records, rewards, client, config)

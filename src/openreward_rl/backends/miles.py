@@ -28,7 +28,9 @@ Partial rollout: the hooks suspend and resume episodes as on Slime. To park an e
 turns as soon as the step is aborting, the hook reads the trainer's abort flag: `generate_fn` gets
 it from `input.state`; the legacy `generate` from the legacy rollout's `GenerateState` singleton
 (`MILES_USE_LEGACY_ROLLOUT_V1=1`, which `--mask-offpolicy-in-partial-rollout` needs anyway). Under
-Miles' class-based rollout use `generate_fn` with `--partial-rollout`.
+Miles' class-based rollout use `generate_fn` with `--partial-rollout`: the legacy `generate` there
+still suspends and resumes a turn cut by the abort, but cannot see the flag between turns, so a
+turn that starts after the abort runs to its end (tests/test_partial_rollout_miles.py).
 """
 
 from __future__ import annotations

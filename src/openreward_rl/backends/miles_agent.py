@@ -239,10 +239,9 @@ def apply_episode_status(sample: Any) -> None:
     ABORTED from Miles (a model call was aborted, or nothing was recorded) stays ABORTED. An
     infrastructure failure is ABORTED with `remove_sample` and a zero loss mask and log-probs.
     """
-    metadata = sample.metadata if isinstance(sample.metadata, Mapping) else {}
-    if "stop_reason" not in metadata:
+    record = EpisodeRecord.of_sample(sample)
+    if record is None:
         return
-    record = EpisodeRecord.from_metadata(metadata)
     status_enum = type(sample).Status
     if getattr(sample.status, "name", None) == "ABORTED" or record.infrastructure_failure:
         sample.status = status_enum.ABORTED

@@ -99,11 +99,6 @@ class SamplingConfig:
     def greedy(self) -> bool:
         return self.temperature < 1e-6
 
-    @classmethod
-    def from_params(cls, params: Mapping[str, Any]) -> SamplingConfig:
-        """The engine-level part of SGLang-style sampling params (temperature, top_p, top_k)."""
-        return cls(**{key: params[key] for key in _ENGINE_KEYS if params.get(key) is not None})
-
     def matches(self, key: str, value: Any) -> bool:
         if key == "temperature" and self.greedy:
             return float(value) < 1e-6
