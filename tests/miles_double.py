@@ -2,7 +2,8 @@
 Miles cannot run here (torch+CUDA, Ray, SGLang), so this follows the contract in docs/reference
 `slime-miles-hooks.md` §9 (radixark/miles 31f1ca9, 2026-08-21): Slime's fields minus
 `session_id`, `append_response_tokens`, top-p replay fields and `custom_rm_path`; plus
-`routing_key`, `reward_spec` and `validate()`; the legacy-vs-new generate form detection; the
+`routing_key`, `reward_spec`, `validate()`, `reset_for_retry()` and `oldest_weight_version`
+(miles/utils/types.py); the legacy-vs-new generate form detection; the
 `--group-rm` assertion against preset rewards; identical rewards for siblings of one rollout.
 Written from that contract, not copied from Miles.
 """
@@ -53,6 +54,20 @@ class Sample:
     def get_reward_value(self, args: Any) -> Any:
         key = getattr(args, "reward_key", None)
         return self.reward if not key else self.reward[key]
+
+    def reset_for_retry(self) -> None:
+        """Miles: generated outputs back to defaults, identity/prompt/metadata/routing_key kept, status ABORTED."""
+        self.tokens, self.response, self.response_length, self.reward = [], "", 0, None
+        self.loss_mask, self.weight_versions, self.rollout_log_probs = None, [], None
+        self.rollout_routed_experts, self.remove_sample, self.train_metadata = None, False, None
+        self.non_generation_time = 0.0
+        self.status = Sample.Status.ABORTED
+
+    @property
+    def oldest_weight_version(self) -> int | None:
+        """Miles: the smallest numeric weight version over the trajectory's generation calls."""
+        numeric = [int(v) for v in self.weight_versions if str(v).isdigit()]
+        return min(numeric) if numeric else None
 
     def validate(self) -> None:
         assert self.response_length == len(self.loss_mask or [])

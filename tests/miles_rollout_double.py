@@ -26,6 +26,17 @@ miles/rollout/fully_async_rollout.py), not copied:
   `rollout_batch_size`, keeps finished groups until it has `rollout_batch_size`, aborts the rest,
   resets the state; the caller (`InferenceRolloutFn._call_train`) puts the aborted groups in the buffer.
 The data buffer and the background loop thread are Slime's, unchanged in Miles (slime_rollout_double).
+
+Fully async (`train_async.py --fully-async`, class-based rollout only, `--partial-rollout` refused):
+- `FullyAsyncRolloutFn`: the first train call starts one long-lived worker task on the shared
+  rollout loop; the worker keeps up to `rollout_batch_size` groups in flight (group-level budget;
+  Miles defaults to sample-level backfill, which only paces submission), taking one prompt group at
+  a time from the data source, and puts each finished group into the output buffer; a train call
+  drains `rollout_batch_size` groups from that buffer, passing the trainer's current weight version;
+- `DefaultDataBuffer`: `put` rejects a group with an ABORTED sample and hands its prompt group to
+  `--async-unused-samples-handler` (retry: `reset_for_retry()` on each sample, back into the data
+  source); `get` filters groups staler than `--max-weight-staleness`, where staleness is the
+  current version minus the oldest numeric entry of any sample's `weight_versions`.
 """
 
 from __future__ import annotations
@@ -212,3 +223,95 @@ def generate_rollout(loop_thread: Any, state: GenerateState, rollout_id: int, da
     data, aborted = loop_thread.run(generate_rollout_async(state, rollout_id, data_source.get_samples, abort_servers))
     data_source.add_samples(aborted)
     return data
+
+
+def group_oldest_weight_version(group: list[Sample]) -> int | None:
+    versions = [v for s in group if (v := s.oldest_weight_version) is not None]
+    return min(versions) if versions else None
+
+
+class DefaultDataBuffer:
+    """Miles' FIFO of finished groups between the fully-async producer and the trainer."""
+
+    def __init__(self, args: Any, unused_handler: Callable[[list[Sample]], None]) -> None:
+        self.args, self.unused_handler = args, unused_handler
+        self.capacity = int(getattr(args, "async_data_buffer_capacity_factor", 1.0) * args.rollout_batch_size)
+        self.buffer: list[tuple[list[Sample], list[Sample]]] = []
+        self.cond = asyncio.Condition()
+        self.aborted_groups = 0
+        self.stale_groups = 0
+
+    async def put(self, prompt_group: list[Sample], group: list[Sample]) -> None:
+        if any(s.status is Sample.Status.ABORTED for s in group):
+            self.aborted_groups += 1
+            self.unused_handler(prompt_group)
+            return
+        async with self.cond:
+            while len(self.buffer) >= self.capacity:  # full: the producer waits for the trainer
+                await self.cond.wait()
+            self.buffer.append((prompt_group, group))
+            self.cond.notify_all()
+
+    async def get(self, current_version: int | None) -> list[Sample]:
+        async with self.cond:
+            while True:
+                while not self.buffer:
+                    await self.cond.wait()
+                prompt_group, group = self.buffer.pop(0)
+                self.cond.notify_all()
+                oldest = group_oldest_weight_version(group)
+                limit = getattr(self.args, "max_weight_staleness", None)
+                if oldest is None or current_version is None or limit is None or current_version - oldest <= limit:
+                    return group
+                self.stale_groups += 1
+                self.unused_handler(prompt_group)
+
+
+class FullyAsyncRolloutFn:
+    """Miles' fully-async rollout function: a producer task on the rollout loop, train calls drain its buffer."""
+
+    def __init__(self, args: Any, data_source: Any) -> None:
+        self.args, self.data_source = args, data_source
+        self.state = GenerateState(args)
+        self.output = DefaultDataBuffer(args, self._recycle)
+        self.worker: asyncio.Task | None = None
+        self.active: set[asyncio.Task] = set()
+
+    def _recycle(self, prompt_group: list[Sample]) -> None:
+        for sample in prompt_group:
+            sample.reset_for_retry()
+        self.data_source.add_samples([prompt_group])
+
+    async def _generate_group(self, prompt_group: list[Sample]) -> tuple[list[Sample], list[Sample]]:
+        return prompt_group, await generate_and_rm_group(self.state, prompt_group, self.state.sampling_params.copy())
+
+    async def _worker_loop(self) -> None:
+        while True:
+            while len(self.active) < self.args.rollout_batch_size:
+                (prompt_group,) = self.data_source.get_samples(1)
+                self.active.add(asyncio.create_task(self._generate_group(prompt_group)))
+            done, self.active = await asyncio.wait(self.active, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                await self.output.put(*task.result())
+
+    async def __call__(self, rollout_id: int, weight_version: int | None) -> list[list[Sample]]:
+        if self.worker is None:
+            self.worker = asyncio.create_task(self._worker_loop())
+        data = []
+        while len(data) < self.args.rollout_batch_size:
+            getter = asyncio.create_task(self.output.get(weight_version))
+            done, _ = await asyncio.wait({getter, self.worker}, return_when=asyncio.FIRST_COMPLETED)
+            if self.worker in done:
+                getter.cancel()
+                self.worker.result()
+                raise RuntimeError("fully-async rollout worker exited")
+            data.append(getter.result())
+        data.sort(key=lambda group: group[0].index)
+        return data
+
+    async def stop(self) -> None:
+        """Not Miles' (its worker lives until the process ends): cancel the producer and its groups for a clean test exit."""
+        tasks = [t for t in (self.worker, *self.active) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

@@ -26,7 +26,11 @@ behaviour, not copied:
 - `AsyncLoopThread`/`run`: every rollout step runs on one background event loop thread;
 - `AsyncRolloutWorker` (fully async): its own thread running `asyncio.run(loop)`, topping up
   groups one at a time, requeueing any group with an ABORTED sample into the data buffer and
-  queueing the rest for training.
+  queueing the rest for training; `generate_rollout_fully_async` (on the loop thread) polls that
+  queue until it has `rollout_batch_size` groups (`drain_fully_async`). `train_async.py` updates
+  the weights between steps while this worker keeps generating; the weight updaters call SGLang's
+  `/pause_generation` (default mode "abort": in-flight requests come back aborted) and then
+  `/continue_generation`.
 """
 
 from __future__ import annotations
@@ -260,3 +264,23 @@ class AsyncRolloutWorker:
 
     def take(self, count: int, timeout: float = 60.0) -> list[list[Sample]]:
         return [self.output_queue.get(timeout=timeout) for _ in range(count)]
+
+    def get_completed_groups(self, limit: int) -> list[list[Sample]]:
+        completed: list[list[Sample]] = []
+        while len(completed) < limit:
+            try:
+                completed.append(self.output_queue.get_nowait())
+            except queue.Empty:
+                break
+        return completed
+
+
+async def drain_fully_async(worker: AsyncRolloutWorker, target: int) -> list[list[Sample]]:
+    """`generate_rollout_fully_async`'s body, run on Slime's loop thread: poll the worker's queue for `target` groups."""
+    collected: list[list[Sample]] = []
+    while len(collected) < target:
+        drained = worker.get_completed_groups(target - len(collected))
+        collected += drained
+        if not drained:
+            await asyncio.sleep(0.05)
+    return sorted(collected, key=lambda group: group[0].index)

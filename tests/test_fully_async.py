@@ -1,0 +1,179 @@
+"""Our hooks under fully-async rollout, where generation never stops for training and the weights
+change while episodes are in flight.
+
+Drivers (Slime and Miles cannot run here; doubles written from their source, not copied):
+- Slime (THUDM/slime 624b824, `slime/rollout/fully_async_rollout.py`, `train_async.py`): a worker
+  thread running its own event loop (`asyncio.run`) keeps groups in flight through
+  `generate_and_rm_group` and the custom generate hook; the rollout function, on Slime's loop thread,
+  drains finished groups; a group with an ABORTED sample goes back to the data buffer instead of to
+  training. The weight updaters call SGLang's `/pause_generation` (mode "abort") around each update.
+- Miles (radixark/miles 31f1ca9, `miles/rollout/fully_async_rollout.py`,
+  `fully_async_data_buffer.py`): one producer task on the rollout loop, a buffer that rejects aborted
+  groups (their prompts are reset and retried) and filters groups by staleness computed from each
+  sample's `weight_versions`. Class-based rollout, new-form `generate_fn`; Miles refuses
+  `--partial-rollout` with `--fully-async`.
+
+Real parts: the SDK's environment server serving `Journal` (sessions and tool calls counted), the
+SGLang wire double (its `weight_version` is what a weight update changes), the Qwen3 tokenizer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import aiohttp
+import pytest
+
+import journal_env
+import miles_double
+import miles_rollout_double as miles_rollout
+import slime_double
+import slime_rollout_double as slime_rollout
+from openreward_rl.testing import SGLangTestServer
+from test_partial_rollout import JournalModel, config_file, journal_server, loop_thread, make_args, prompt_sample, tokenizer, uninterrupted  # noqa: F401
+
+pytestmark = pytest.mark.anyio
+
+
+def task_sessions(task: int) -> list[str]:
+    return sorted({s for s, _, text in journal_env.CALLS if f"task {task} " in text})
+
+
+def session_tools(session: str) -> list[str]:
+    return [tool for s, tool, _ in journal_env.CALLS if s == session]
+
+
+async def until(condition: Any, what: str, timeout: float = 60.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.01)
+
+
+async def pause_generation(server: SGLangTestServer) -> None:
+    """What SGLang's `/pause_generation` in its default mode "abort" does to in-flight requests."""
+    async with aiohttp.ClientSession() as http:
+        async with http.post(server.url + "/abort_request", json={"abort_all": True}) as response:
+            assert response.status == 200
+
+
+async def slime_steps(loop_thread: Any, worker: Any, args: Any, task: int, steps: int = 8) -> list[Any]:
+    """Training steps of `train_async.py`: each drains `rollout_batch_size` groups; stop once `task` came through."""
+    trained = []
+    for _ in range(steps):
+        groups = await asyncio.to_thread(loop_thread.run, slime_rollout.drain_fully_async(worker, args.rollout_batch_size))
+        trained += [g[0] for g in groups]
+        if any(s.metadata["index"] == task for s in trained):
+            return trained
+    raise AssertionError(f"task {task} never reached training")
+
+
+async def test_slime_fully_async_records_a_weight_update_between_turns(config_file, tokenizer, loop_thread) -> None:
+    lengths, waits = {1: 3}, {(1, 1)}  # task 1 writes a note, waits, writes a note, submits; the rest submit at once
+    reference = await uninterrupted(loop_thread, tokenizer, lengths, task=1, waits=waits)
+    journal_env.reset()
+    journal_env.GATE.clear()
+    server = await SGLangTestServer(tokenizer, JournalModel(tokenizer, lengths, waits), weight_version="1").start()
+    args = make_args(server, partial_rollout=False, rollout_batch_size=2)
+    worker = slime_rollout.AsyncRolloutWorker(args, slime_rollout.RolloutDataSourceWithBuffer(args, prompt_sample), concurrency=2)
+    worker.start()
+    try:
+        first = await asyncio.to_thread(loop_thread.run, slime_rollout.drain_fully_async(worker, 2))
+        await asyncio.to_thread(journal_env.IN_WAIT.wait, 60)  # task 1 is inside its `wait` tool call
+        assert all(s.weight_versions == ["1"] for g in first for s in g)
+        server.weight_version = "2"  # the trainer updated the weights while task 1 is mid-episode
+        journal_env.GATE.set()
+        trained = await slime_steps(loop_thread, worker, args, task=1)
+    finally:
+        await asyncio.to_thread(worker.stop)
+        await server.close()
+    (sample,) = [s for s in trained if s.metadata["index"] == 1]
+    assert sample.status is slime_double.Sample.Status.COMPLETED and sample.reward == 1.0
+    slime_double.check_output(sample, args)
+    assert sample.weight_versions == ["1", "1", "2", "2"]  # turns 1-2 sampled by the old weights, 3-4 by the new
+    assert sample.tokens == reference.tokens and sample.loss_mask == reference.loss_mask
+    assert sample.rollout_log_probs == reference.rollout_log_probs
+    (session,) = task_sessions(1)
+    assert session_tools(session) == ["note", "wait", "note", "submit"]
+    assert worker.requeued == 0
+
+
+async def test_slime_fully_async_weight_update_aborting_a_turn_restarts_the_episode(config_file, tokenizer, loop_thread) -> None:
+    """The update's pause aborts task 1's second turn: the hook returns it ABORTED (never trained), Slime's
+    worker requeues the group, and the next attempt runs the episode again in a fresh session."""
+    lengths = {1: 3}
+    reference = await uninterrupted(loop_thread, tokenizer, lengths, task=1)
+    journal_env.reset()
+    model = JournalModel(tokenizer, lengths)
+    model.interrupt[(1, 1)] = 6  # the second turn is still generating when the weights are updated
+    server = await SGLangTestServer(tokenizer, model, weight_version="1").start()
+    args = make_args(server, partial_rollout=False, rollout_batch_size=2)
+    worker = slime_rollout.AsyncRolloutWorker(args, slime_rollout.RolloutDataSourceWithBuffer(args, prompt_sample), concurrency=2)
+    worker.start()
+    try:
+        await until(lambda: any(rid.endswith("_t1") for rid in server.in_flight), "task 1's second turn in flight")
+        server.weight_version = "2"
+        await pause_generation(server)
+        trained = await slime_steps(loop_thread, worker, args, task=1)
+    finally:
+        await asyncio.to_thread(worker.stop)
+        await server.close()
+    assert all(s.status is not slime_double.Sample.Status.ABORTED for s in trained)  # nothing aborted reached training
+    assert worker.requeued == 1
+    (sample,) = [s for s in trained if s.metadata["index"] == 1]
+    slime_double.check_output(sample, args)
+    assert sample.status is slime_double.Sample.Status.COMPLETED and sample.reward == 1.0
+    assert sample.tokens == reference.tokens and sample.loss_mask == reference.loss_mask
+    assert sample.weight_versions == ["2"] * 4  # the whole trained episode comes from the new weights
+    first, second = task_sessions(1)[0], task_sessions(1)[1]
+    by_length = sorted((session_tools(first), session_tools(second)), key=len)
+    assert by_length == [["note"], ["note", "note", "note", "submit"]]  # the lost attempt's first note ran in its own session
+
+
+async def test_miles_fully_async_records_weight_versions_for_the_staleness_filter(config_file, tokenizer, loop_thread) -> None:
+    lengths, waits = {1: 3}, {(1, 1)}
+    reference = await uninterrupted(loop_thread, tokenizer, lengths, task=1, waits=waits)
+    journal_env.reset()
+    journal_env.GATE.clear()
+    server = await SGLangTestServer(tokenizer, JournalModel(tokenizer, lengths, waits), weight_version="1").start()
+    args = make_args(
+        server,
+        partial_rollout=False,
+        rollout_batch_size=2,
+        custom_generate_function_path="openreward_rl.backends.miles.generate_fn",
+        custom_rm_path="openreward_rl.backends.miles.reward",
+        async_data_buffer_capacity_factor=1.0,
+        max_weight_staleness=None,
+    )
+    source = slime_rollout.RolloutDataSourceWithBuffer(args, lambda i: miles_sample(i))
+    rollout_fn = miles_rollout.FullyAsyncRolloutFn(args, source)
+    trained: list[Any] = []
+    try:
+        first = await asyncio.to_thread(loop_thread.run, rollout_fn(0, 1))
+        await asyncio.to_thread(journal_env.IN_WAIT.wait, 60)
+        assert all(s.weight_versions == ["1"] for g in first for s in g)
+        server.weight_version = "2"
+        journal_env.GATE.set()
+        for rollout_id in range(1, 8):
+            trained += [g[0] for g in await asyncio.to_thread(loop_thread.run, rollout_fn(rollout_id, 2))]
+            if any(s.metadata["index"] == 1 for s in trained):
+                break
+    finally:
+        await asyncio.to_thread(loop_thread.run, rollout_fn.stop())
+        await server.close()
+    (sample,) = [s for s in trained if s.metadata["index"] == 1]
+    miles_double.check_trainable(sample, args)
+    assert sample.status is miles_double.Sample.Status.COMPLETED and sample.reward == 1.0
+    assert sample.weight_versions == ["1", "1", "2", "2"]
+    assert sample.oldest_weight_version == 1  # what Miles' --max-weight-staleness compares: staleness 1 at version 2
+    assert sample.tokens == reference.tokens and sample.loss_mask == reference.loss_mask
+    (session,) = task_sessions(1)
+    assert session_tools(session) == ["note", "wait", "note", "submit"]
+    assert rollout_fn.output.aborted_groups == 0
+
+
+def miles_sample(index: int) -> Any:
+    row = prompt_sample(index)
+    return miles_double.Sample(prompt=row.prompt, label=row.label, metadata=row.metadata)
