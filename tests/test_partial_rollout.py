@@ -31,6 +31,7 @@ from openreward_rl.local_env import serve_environments
 from openreward_rl.tasks import task_row
 from openreward_rl.testing import ScriptedCompletion, SGLangTestServer
 from openreward_rl.testing.sglang_server import RecordedRequest
+from test_backend_slime import make_args as hook_args
 
 pytestmark = pytest.mark.anyio
 
@@ -134,18 +135,11 @@ async def make_server(tokenizer: Any, model: JournalModel) -> SGLangTestServer:
 
 
 def make_args(server: SGLangTestServer, **overrides: Any) -> SimpleNamespace:
+    """The hook's args (test_backend_slime's) with partial rollout on and what the rollout driver reads."""
     values = dict(
-        sglang_router_ip="127.0.0.1",
-        sglang_router_port=server.port,
-        hf_checkpoint="offline:qwen3",
-        rollout_max_context_len=4096,
-        eval_max_context_len=None,
         rollout_max_response_len=96,
         partial_rollout=True,
         mask_offpolicy_in_partial_rollout=False,
-        group_rm=False,
-        rollout_top_p=1.0,
-        reward_key=None,
         rollout_batch_size=1,
         over_sampling_batch_size=2,
         n_samples_per_prompt=1,
@@ -153,8 +147,7 @@ def make_args(server: SGLangTestServer, **overrides: Any) -> SimpleNamespace:
         custom_rm_path="openreward_rl.backends.slime.reward",
         sampling_params=SAMPLING,
     )
-    values.update(overrides)
-    return SimpleNamespace(**values)
+    return hook_args(server, **{**values, **overrides})
 
 
 def prompt_sample(index: int) -> Sample:
