@@ -14,12 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from openreward_rl import StopReason, TaskRef
+from openreward_rl import Rollouts, StopReason, TaskRef
 from openreward_rl.assets import load_tokenizer
 from openreward_rl.config import parse_config
 from openreward_rl.engines.sglang import SGLangEngine
 from openreward_rl.episode import Episode
-from openreward_rl.rollout import Rollouts
 from openreward_rl.testing import ScriptedCompletion, SGLangTestServer
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "custom_episode.py"
