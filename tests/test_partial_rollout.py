@@ -123,6 +123,11 @@ def loop_thread(monkeypatch) -> Any:
     slime_rollout.GenerateState.clear_instances()
     thread = slime_rollout.AsyncLoopThread()
     yield thread
+    close_loop_thread(thread)
+
+
+def close_loop_thread(thread: Any) -> None:
+    """Close what the hooks left on the loop thread (suspended episodes, backend states), then stop it."""
     store = _suspended.reset_store()
     if store is not None:
         thread.run(store.aclose())

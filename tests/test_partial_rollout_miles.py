@@ -27,12 +27,11 @@ import journal_env
 import miles_double
 import miles_rollout_double as miles_rollout
 import slime_rollout_double as slime_rollout
-from openreward_rl.backends import _state, _suspended
 from openreward_rl.backends import miles as miles_hooks
 from openreward_rl.environment import TaskRef
 from openreward_rl.tasks import task_row
 from test_backend_slime import record_of
-from test_partial_rollout import SAMPLING, JournalModel, aborter, config_file, journal_server, make_args, make_server, tokenizer  # noqa: F401
+from test_partial_rollout import SAMPLING, JournalModel, aborter, close_loop_thread, config_file, journal_server, make_args, make_server, tokenizer  # noqa: F401
 
 pytestmark = pytest.mark.anyio
 
@@ -61,11 +60,7 @@ def loop_thread(monkeypatch, request) -> Any:
     miles_rollout.LegacyGenerateState.clear_instances()
     thread = slime_rollout.AsyncLoopThread()
     yield thread
-    store = _suspended.reset_store()
-    if store is not None:
-        thread.run(store.aclose())
-    thread.run(_state.close_states())
-    thread.stop()
+    close_loop_thread(thread)
 
 
 def miles_args(server: Any, form: str, **overrides: Any) -> Any:
