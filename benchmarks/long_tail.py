@@ -45,7 +45,7 @@ BENCHMARKS = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCHMARKS))
 sys.path.insert(0, str(BENCHMARKS.parent / "tests"))  # the Slime driver and Sample doubles
 
-from common import CORRIDOR_SPEC, TOKENIZER, corridor_task, machine, model_turn_ids  # noqa: E402
+from common import CORRIDOR_SPEC, TOKENIZER, corridor_task, machine, model_turn_ids, write_corridor_config  # noqa: E402
 
 REPLY_WORDS = 20
 SAMPLING = {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 256, "no_stop_trim": True}
@@ -100,23 +100,6 @@ def slime_args(port: int, batch: int, partial: bool) -> SimpleNamespace:
         custom_rm_path="openreward_rl.backends.slime.reward",
         sampling_params=SAMPLING,
     )
-
-
-def write_config(directory: Path, base_url: str, max_turns: int) -> Path:
-    file = directory / "train_config.yaml"
-    file.write_text(
-        f"""
-environments:
-  Corridor:
-    variant: corridor
-    base_url: {base_url}
-    max_turns: {max_turns + 5}
-parser: hermes
-attempts: 1
-upload: false
-"""
-    )
-    return file
 
 
 def aborter(server: Any) -> Any:
@@ -198,7 +181,7 @@ def main() -> None:
     loop_thread = slime_rollout.AsyncLoopThread()
     results = {}
     with tempfile.TemporaryDirectory() as directory, serve_environments([CORRIDOR_SPEC], subprocess=True) as env_server:
-        os.environ["OPENREWARD_RL_CONFIG"] = str(write_config(Path(directory), env_server.base_url, options.max_turns))
+        os.environ["OPENREWARD_RL_CONFIG"] = str(write_corridor_config(Path(directory), env_server.base_url, max_turns=options.max_turns + 5))
         server = loop_thread.run(SGLangTestServer(tokenizer, CorridorModel(tokenizer, options.latency), context_len=65536, record=False).start())
         try:
             for name in ("sync", "partial"):
