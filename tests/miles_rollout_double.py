@@ -37,6 +37,8 @@ Fully async (`train_async.py --fully-async`, class-based rollout only, `--partia
   `--async-unused-samples-handler` (retry: `reset_for_retry()` on each sample, back into the data
   source); `get` filters groups staler than `--max-weight-staleness`, where staleness is the
   current version minus the oldest numeric entry of any sample's `weight_versions`.
+Weight updates pause SGLang with `--pause-generation-mode` (default "retract"; `--fully-async` asserts
+it is not "abort", miles/utils/arguments.py): the driver itself never aborts a turn nor sets `aborted`.
 """
 
 from __future__ import annotations

@@ -46,6 +46,7 @@ def test_cookbook_config_loads_unchanged(tmp_path: Path) -> None:
     assert (gsm.reward_reduction, gsm.max_turns, gsm.num_samples, gsm.min_reward, gsm.max_reward) == ("mean", 10, 100, -1.0, 1.0)
     assert config.environment("GeneralReasoning/WhoDunit").nonterminal_reward == 0.0
     assert config.thinking is False and config.openreward_run_name == "slime-rl-test-openreward"
+    assert config.max_turn_continuations == 3  # our key's default: a turn cut by a weight update is continued up to 3 times
     assert config.environment("MATH/GSM8K").reward_policy().final_reward([0.5, 1.0], finished=True) == 0.75
 
 
@@ -112,6 +113,8 @@ def test_resolving_secrets_registers_them_for_redaction() -> None:
         ({"environments": {"a/b": {"secrets": {"judge_key": "x"}}}}, "does not know which hosts 'judge_key' may reach"),
         ({"environments": {"a/b": {}}, "secrets": {"api_key": "x"}}, "'api_key' is reserved"),
         ({"environments": {"a/b": {"secrets": {"k": {"value": "x"}}}}}, "k.domains: must be a non-empty list"),
+        ({"environments": {"a/b": {}}, "max_turn_continuations": -1}, "max_turn_continuations: must be a non-negative integer (0: never continue)"),
+        ({"environments": {"a/b": {}}, "max_turn_continuations": True}, "max_turn_continuations: must be a non-negative integer"),
     ],
 )
 def test_bad_config_gives_one_clear_error(raw: dict, message: str) -> None:

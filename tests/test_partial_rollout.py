@@ -52,13 +52,15 @@ class JournalModel:
     """Task i writes `lengths[i]` notes (turns listed in `waits` call `wait` instead), then submits.
 
     `interrupt[(task, turn)] = m`: the first request for that turn samples m tokens and stays in
-    flight until aborted (mid-turn). Otherwise the turn continues from whatever part of it the
-    context already ends with.
+    flight until aborted (mid-turn). `interrupt_continued[(task, turn)] = m`: the same for the first
+    request that continues an already started turn. Otherwise the turn continues from whatever part
+    of it the context already ends with.
     """
 
     def __init__(self, tokenizer: Any, lengths: dict[int, int], waits: set[tuple[int, int]] = frozenset()) -> None:
         self.tokenizer, self.lengths, self.waits = tokenizer, lengths, set(waits)
         self.interrupt: dict[tuple[int, int], int] = {}
+        self.interrupt_continued: dict[tuple[int, int], int] = {}
         self.turn_ids: dict[tuple[int, int], list[int]] = {}
 
     def planned(self, task: int, turn: int) -> list[int]:
@@ -78,9 +80,9 @@ class JournalModel:
         task = int(self.tokenizer.decode(ids).split("Task journal-")[1].split(":")[0])
         plan = self.planned(task, turn)
         done = max(m for m in range(len(plan) + 1) if m == 0 or ids[-m:] == plan[:m])
-        cut = self.interrupt.pop((task, turn), None) if done == 0 else None
+        cut = (self.interrupt if done == 0 else self.interrupt_continued).pop((task, turn), None)
         if cut is not None:
-            return ScriptedCompletion(ids=plan[:cut], hold=True)
+            return ScriptedCompletion(ids=plan[done : done + cut], hold=True)
         return ScriptedCompletion(ids=plan[done:])
 
 

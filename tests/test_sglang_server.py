@@ -172,6 +172,30 @@ async def test_abort_request_matches_rid_prefix_and_returns_partial_output(qwen3
 
 
 @pytest.mark.anyio
+async def test_pause_generation_aborts_in_flight_and_holds_new_requests_until_continue(qwen3_tokenizer) -> None:
+    """SGLang's `/pause_generation` in its default mode "abort" (tokenizer_manager.pause_generation): in-flight
+    requests answer aborted with their partial output; requests arriving while paused wait for `/continue_generation`."""
+    script = [ScriptedCompletion(text="half of a", hold=True), ScriptedCompletion(text="the rest")]
+    async with SGLangTestServer(qwen3_tokenizer, script=script, weight_version="1") as server:
+        cut = asyncio.ensure_future(post(server, generate_body({"max_new_tokens": 50}, rid="a_t0")))
+        await server.wait_in_flight(1)
+        assert (await post(server, {}, "/pause_generation"))[0] == 200  # Slime sends `{}`: the default mode
+        status, aborted = await cut
+        held = asyncio.ensure_future(post(server, generate_body({"max_new_tokens": 50}, rid="a_t0_p1")))
+        await server.wait_received(2)
+        await asyncio.sleep(0.05)
+        assert server.held == ["a_t0_p1"] and not held.done() and server.in_flight == []
+        server.weight_version = "2"  # the weight update runs while the server is paused
+        assert (await post(server, {}, "/continue_generation"))[0] == 200
+        _, rest = await held
+        assert (await post(server, {"mode": "retract"}, "/pause_generation"))[0] == 400  # not emulated
+    assert status == 200 and aborted["output_ids"] == encode(qwen3_tokenizer, "half of a")
+    assert aborted["meta_info"]["finish_reason"]["type"] == "abort" and aborted["meta_info"]["weight_version"] == "1"
+    assert rest["output_ids"][:-1] == encode(qwen3_tokenizer, "the rest") and rest["meta_info"]["weight_version"] == "2"
+    assert server.held == [] and server.pauses == [{}]
+
+
+@pytest.mark.anyio
 async def test_fault_knobs_and_script_exhaustion(qwen3_tokenizer) -> None:
     async with SGLangTestServer(qwen3_tokenizer, script=[ScriptedCompletion(text="fine", finish="nan")]) as server:
         server.fail_next(1, status=429, message="Too Many Requests")

@@ -102,6 +102,9 @@ class TrainConfig:
     # Partial rollout: how long a suspended episode keeps its environment session open, and how many may wait.
     suspended_episode_ttl: float = 1800.0
     max_suspended_episodes: int = 1024
+    # A model call cut by an abort the trainer did not order (a weight update's /pause_generation under
+    # fully-async rollout) is continued in place at most this many times; 0: such a call ends the episode ABORTED.
+    max_turn_continuations: int = 3
     # Episodes in worker processes (or Ray actors) instead of the hook's process; 0: in process.
     rollout_workers: int = 0
     rollout_worker_backend: str = "auto"
@@ -337,6 +340,11 @@ def parse_config(raw: Any, *, source: str = "<config>") -> TrainConfig:
         values["max_suspended_episodes"] = _check(raw["max_suspended_episodes"], (int,), f"{source}: max_suspended_episodes", "a positive integer")
         if values["max_suspended_episodes"] < 1:
             raise ConfigError(f"{source}: max_suspended_episodes: must be a positive integer, got {raw['max_suspended_episodes']!r}")
+    if "max_turn_continuations" in raw:
+        value = _check(raw["max_turn_continuations"], (int,), f"{source}: max_turn_continuations", "a non-negative integer")
+        if value < 0:
+            raise ConfigError(f"{source}: max_turn_continuations: must be a non-negative integer (0: never continue), got {value!r}")
+        values["max_turn_continuations"] = value
     for key in ("tool_timeout", "episode_timeout"):
         if key in raw:
             value = _check(raw[key], (int, float), f"{source}: {key}", "a positive number of seconds or null", optional=True)

@@ -12,6 +12,9 @@ parked at its engine call with its session open:
   tokens (`input_ids` + partial output, `max_new_tokens` less what was already sampled) and returns
   one merged `Generation` to the episode, which therefore never sees the interruption: finished
   turns are not re-run and tool calls are never executed twice.
+- `ContinuingEngine` (and `ParkingEngine`, which extends it) continues in place a call cut by an
+  abort the trainer did not order, such as a weight update's `/pause_generation` under fully-async
+  rollout: no parking, the same environment session, at most `max_continuations` times per call.
 - `LiveEpisode` owns the episode's task and reports each outcome: `Suspended` (a snapshot
   trajectory, ABORTED, with every token produced so far) or `Finished` (the final trajectory).
 - Off-policy bookkeeping: each resume records the boundary up to which tokens were sampled in
@@ -46,6 +49,15 @@ Example: a turn interrupted after two tokens and resumed gives the uninterrupted
 ...     return parked.partial_ids, merged.output_ids, merged.finish_reason.value, [s["weight_version"] for s in engine.spans]
 >>> asyncio.run(demo())
 ((1, 2), (1, 2, 3, 4), 'stop', ['1', '2'])
+
+The same turn cut by an abort the trainer did not order (its flag reads false) is continued at once:
+
+>>> async def in_place():
+...     engine = ContinuingEngine(Model(), abort_signal=lambda: False, max_continuations=2)
+...     merged = await engine.generate(GenerationRequest([0], {"max_new_tokens": 8}, request_id="r_t0"))
+...     return merged.output_ids, [(s["request"], s["tokens"], s["weight_version"]) for s in engine.spans]
+>>> asyncio.run(in_place())
+((1, 2, 3, 4), [('r_t0', 2, '1'), ('r_t0_p1', 2, '2')])
 """
 
 from __future__ import annotations
@@ -60,7 +72,7 @@ import attrs
 from openreward_rl.engines.base import Engine, FinishReason, Generation, GenerationRequest
 from openreward_rl.trajectory import StopReason, TokenSegment, Trajectory
 
-__all__ = ["AbortSignal", "ParkingEngine", "Parked", "LiveEpisode", "Suspended", "Finished", "mask_before"]
+__all__ = ["AbortSignal", "ContinuingEngine", "ParkingEngine", "Parked", "LiveEpisode", "Suspended", "Finished", "mask_before"]
 
 AbortSignal = Callable[[], bool]
 """True while the trainer is aborting its rollout step (Slime/Miles `GenerateState.aborted`)."""
@@ -96,20 +108,70 @@ Outcome = Suspended | Finished
 
 
 @attrs.define(eq=False)
-class ParkingEngine:
-    """Wraps the episode's engine; parks the episode instead of returning an aborted turn.
+class ContinuingEngine:
+    """Wraps the episode's engine; continues in place a model call that an abort the trainer did not order cut short.
 
-    `abort_signal` says whether the trainer is aborting: a call is not sent while it is true (the
-    episode parks between turns), and an aborted answer parks the episode only while it is true
-    (an abort the trainer did not order, e.g. by SGLang's scheduler, ends the episode ABORTED as
-    before). With no signal available (`abort_signal=None`) every aborted answer parks.
-    The episode attaches itself (`attach_episode`) so that a snapshot can be taken while parked and
-    its own time limit stops while it waits.
+    Slime's weight updaters call SGLang's `/pause_generation` in its default mode "abort": every
+    request in flight answers at once with finish "abort" and the tokens sampled so far, and SGLang
+    holds new requests until `/continue_generation`, after the update. Such a call is continued from
+    its tokens (`input_ids` + partial output, `max_new_tokens` less what was sampled), so the rest
+    of the turn is sampled by the new weights, in the same environment session, and the episode
+    gets one merged `Generation`. Only when `abort_signal` says the trainer is not aborting its
+    rollout step; at most `max_continuations` times per model call, after which the call ends
+    aborted as before. With no signal (`None`) nothing is continued: the abort may be the trainer's.
+    `spans` records every engine call (request id, tokens, weight version), so a turn's tokens say
+    which weights sampled which part.
     """
 
     engine: Engine
     abort_signal: AbortSignal | None = None
+    max_continuations: int = 0
     spans: list[dict[str, Any]] = attrs.Factory(list)  # one per engine call: request id, tokens, weight version
+    continuations: int = 0  # in-place continuations over the episode
+
+    def attach_episode(self, deadline: Any, snapshot: Callable[[], Trajectory | None]) -> None:
+        """Called by the episode as each attempt starts: a fresh attempt has sampled nothing yet."""
+        self.spans.clear()
+
+    def _aborting(self) -> bool:
+        return (self.abort_signal or _never)()
+
+    def _continues_in_place(self, continued: int) -> bool:
+        """An abort the trainer did not order (its signal is readable and false), within the bound."""
+        return self.abort_signal is not None and not self._aborting() and continued < self.max_continuations
+
+    async def generate(self, request: GenerationRequest) -> Generation:
+        pieces: list[Generation] = []
+        current, continued = request, 0
+        while True:
+            generation = await self.engine.generate(current)
+            self._record(current, generation)
+            pieces.append(generation)
+            if generation.finish_reason is not FinishReason.ABORT or not self._continues_in_place(continued):
+                return _merge(pieces)
+            continued += 1
+            self.continuations += 1
+            current = _continuation(request, pieces)
+            if current.sampling_params.get("max_new_tokens") == 0:
+                return _merge(pieces, finish=FinishReason.LENGTH)
+
+    def _record(self, request: GenerationRequest, generation: Generation) -> None:
+        self.spans.append({"request": request.request_id, "tokens": len(generation.output_ids), "weight_version": generation.weight_version})
+
+
+@attrs.define(eq=False)
+class ParkingEngine(ContinuingEngine):
+    """Wraps the episode's engine; parks the episode instead of returning an aborted turn.
+
+    `abort_signal` says whether the trainer is aborting: a call is not sent while it is true (the
+    episode parks between turns), and an aborted answer parks the episode only while it is true.
+    An abort the trainer did not order (e.g. a weight update's `/pause_generation`) is continued in
+    place, as `ContinuingEngine` does, at most `max_continuations` times, and then ends the episode
+    ABORTED as before. With no signal available (`abort_signal=None`) every aborted answer parks.
+    The episode attaches itself (`attach_episode`) so that a snapshot can be taken while parked and
+    its own time limit stops while it waits.
+    """
+
     offpolicy_boundary: tuple[int, int] | None = None  # (segment index, context position) sampled before the last resume
     suspensions: int = 0
     parked_seconds: float = 0.0  # time spent parked, all of it inside `generate` calls
@@ -120,19 +182,18 @@ class ParkingEngine:
     _parked: Parked | None = attrs.field(init=False, default=None)
 
     def attach_episode(self, deadline: Any, snapshot: Callable[[], Trajectory | None]) -> None:
-        """Called by the episode as it starts: its `asyncio.timeout` context (or None) and a snapshot callable."""
+        """Called by the episode as each attempt starts: its `asyncio.timeout` context (or None) and a snapshot callable."""
+        super().attach_episode(deadline, snapshot)
+        self.offpolicy_boundary = None  # a fresh attempt (after an infrastructure retry) has nothing from older steps
         self._deadline, self._snapshot = deadline, snapshot
 
     @property
     def parked(self) -> Parked | None:
         return self._parked
 
-    def _aborting(self) -> bool:
-        return (self.abort_signal or _never)()
-
     async def generate(self, request: GenerationRequest) -> Generation:
         pieces: list[Generation] = []
-        current = request
+        current, continued = request, 0
         while True:
             if self._snapshot is not None and self._aborting():
                 await self._park(request, pieces, "the trainer aborted the rollout step before this call")
@@ -140,17 +201,20 @@ class ParkingEngine:
             generation = await self.engine.generate(current)
             self._record(current, generation)
             pieces.append(generation)
-            if generation.finish_reason is not FinishReason.ABORT or self._snapshot is None:
+            if generation.finish_reason is not FinishReason.ABORT:
                 return _merge(pieces)
-            if self.abort_signal is not None and not self._aborting():
-                return _merge(pieces)  # not the trainer's abort: the turn ends aborted, as without partial rollout
-            await self._park(request, pieces, generation.abort_message or "aborted")
+            if self.abort_signal is not None and not self._aborting():  # not the trainer's abort
+                if not self._continues_in_place(continued):
+                    return _merge(pieces)  # past the bound: the turn ends aborted, as without partial rollout
+                continued += 1
+                self.continuations += 1
+            elif self._snapshot is None:
+                return _merge(pieces)
+            else:
+                await self._park(request, pieces, generation.abort_message or "aborted")
             current = _continuation(request, pieces)
             if current.sampling_params.get("max_new_tokens") == 0:
                 return _merge(pieces, finish=FinishReason.LENGTH)
-
-    def _record(self, request: GenerationRequest, generation: Generation) -> None:
-        self.spans.append({"request": request.request_id, "tokens": len(generation.output_ids), "weight_version": generation.weight_version})
 
     async def _park(self, request: GenerationRequest, pieces: Sequence[Generation], reason: str) -> None:
         ids = tuple(i for p in pieces for i in p.output_ids)

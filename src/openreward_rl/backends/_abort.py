@@ -21,9 +21,10 @@ MILES_LEGACY_ROLLOUT_MODULE = "miles.rollout.sglang_rollout"
 
 
 def singleton_abort_signal(module_name: str) -> AbortSignal | None:
-    """A reader of `<module>.GenerateState`'s singleton `.aborted`; None where that module is not loaded."""
+    """A reader of `<module>.GenerateState`'s singleton `.aborted`; None where that module is not loaded
+    or its state was never built (that rollout is not the one calling the hook, so its flag says nothing)."""
     cls = getattr(sys.modules.get(module_name), "GenerateState", None)
-    if cls is None or not isinstance(getattr(cls, "_instances", None), dict):
+    if cls is None or not isinstance(getattr(cls, "_instances", None), dict) or cls._instances.get(cls) is None:
         return None
 
     def aborted() -> bool:

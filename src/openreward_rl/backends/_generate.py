@@ -4,6 +4,12 @@ Under `--partial-rollout` (training only) the episode runs as a `LiveEpisode` (s
 when the trainer aborts the rollout step while the episode is in flight, the episode is suspended
 with its environment session open, the sample goes back ABORTED with every token produced so far
 and `metadata["resume"]`, and the next call on that sample resumes the episode where it stopped.
+
+In training, a model call cut by an abort the trainer did not order (a weight update's
+`/pause_generation` under fully-async rollout) is continued in place from its tokens, at most
+`max_turn_continuations` times (`ContinuingEngine`); `weight_versions` then has one entry per
+engine call and `metadata["weight_version_spans"]` says how many tokens each call sampled.
+Episodes sent to worker processes (`rollout_workers`) cannot read the trainer's flag and are not continued.
 """
 
 from __future__ import annotations
@@ -20,9 +26,10 @@ from openreward_rl.backends._suspended import RESUME_KEY, ResumeRecord, store_fo
 from openreward_rl.config import ConfigError
 from openreward_rl.environment import TaskRef
 from openreward_rl.episode import failed_trajectory
-from openreward_rl.resumable import AbortSignal, Finished, LiveEpisode, Outcome, ParkingEngine, mask_before
+from openreward_rl.resumable import AbortSignal, ContinuingEngine, Finished, LiveEpisode, Outcome, ParkingEngine, mask_before
 from openreward_rl.tasks import task_from_metadata
 from openreward_rl.trajectory import StopReason, Trajectory
+from openreward_rl.workers import WorkerRollouts
 
 __all__ = ["generate_samples", "transcript"]
 
@@ -60,14 +67,24 @@ async def generate_samples(
         sample.metadata = {k: v for k, v in sample.metadata.items() if k != RESUME_KEY}
     task = task_from_metadata(sample.metadata)
     rollouts = state.rollouts_for(evaluation)
+    continuations = state.config.max_turn_continuations
     if not getattr(args, "partial_rollout", False) or evaluation:
-        trajectory = await rollouts.run(task, sampling_params=sampling_params, routing_key=routing_key)
-        return _fill(args, state, sample, task, trajectory, sampling_params, preset_reward=preset_reward, evaluation=evaluation)
+        continuing = None
+        if not evaluation and abort_signal is not None and continuations > 0 and not isinstance(rollouts, WorkerRollouts):
+            continuing = ContinuingEngine(rollouts.engine, abort_signal, continuations)
+        trajectory = await rollouts.run(task, sampling_params=sampling_params, routing_key=routing_key, engine=continuing)
+        if continuing is None or not continuing.continuations:
+            return _fill(args, state, sample, task, trajectory, sampling_params, preset_reward=preset_reward, evaluation=evaluation)
+        trajectory.metrics["continuations"] = float(continuing.continuations)
+        samples = _fill(args, state, sample, task, trajectory, sampling_params, preset_reward=preset_reward, evaluation=evaluation, weight_versions=_versions(continuing))
+        for filled in samples:
+            filled.metadata["weight_version_spans"] = list(continuing.spans)
+        return samples
 
     store = store_for(state.config.suspended_episode_ttl, state.config.max_suspended_episodes)
     await store.sweep()
     if record is None:
-        engine = ParkingEngine(rollouts.engine, abort_signal)
+        engine = ParkingEngine(rollouts.engine, abort_signal, continuations)
         live = LiveEpisode.start(engine, rollouts.run(task, sampling_params=sampling_params, routing_key=routing_key, engine=engine))
         outcome = await live.next_outcome()
     else:
@@ -94,6 +111,8 @@ async def generate_samples(
         return [filled]
 
     trajectory = outcome.trajectory
+    if engine.continuations:
+        trajectory.metrics["continuations"] = float(engine.continuations)
     if engine.suspensions:
         if getattr(args, "mask_offpolicy_in_partial_rollout", False) and engine.offpolicy_boundary is not None:
             mask_before(trajectory, engine.offpolicy_boundary)
@@ -118,7 +137,7 @@ async def _resume(live: LiveEpisode, abort_signal: AbortSignal | None) -> Outcom
     return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(live.resume(abort_signal), live.loop))
 
 
-def _versions(engine: ParkingEngine) -> list[str]:
+def _versions(engine: ContinuingEngine) -> list[str]:
     """One weight version per engine call, as the trainer appends them (Slime: from each call's meta_info)."""
     return [span["weight_version"] for span in engine.spans if span["weight_version"] is not None]
 

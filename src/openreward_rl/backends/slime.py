@@ -15,8 +15,10 @@ config from `$OPENREWARD_RL_CONFIG` / `$TRAIN_CONFIG`, the tool parser and an `A
 `generate` sends `sample.session_id` as the routing key (`X-SMG-Routing-Key`) whenever the sample
 has one, under every `--router-policy`: it pins an episode's turns to one worker under
 `consistent_hashing` and is ignored otherwise. `sampling_params` pass through unchanged except
-`max_new_tokens`, clamped per turn to what the context budget leaves. An engine abort ends the
-episode as ABORTED at once and is never retried. See `_samples.py` for how a trajectory fills the
+`max_new_tokens`, clamped per turn to what the context budget leaves. An engine abort the trainer
+ordered (`GenerateState.aborted`) ends the episode as ABORTED at once and is never retried; one it
+did not order (a weight update's `/pause_generation` under fully-async rollout) is continued in
+place from the turn's tokens, at most `max_turn_continuations` times (config, default 3). See `_samples.py` for how a trajectory fills the
 `Sample` (statuses, placeholders, fan-out with a shared `rollout_id`).
 
 Under `--partial-rollout` an episode the trainer aborts is suspended with its environment session

@@ -20,6 +20,11 @@ the project reference sglang-generate-api.md):
   (`[logprob, id, text-or-null]`) and `output_token_logprobs_length`;
 - `POST /abort_request` (`rid` prefix match, or `abort_all`): in-flight requests answer HTTP 200 with
   their partial output and `{"type": "abort", "message": "Aborted", ...}`; `GET /health`.
+- `POST /pause_generation` in its default mode "abort" (what Slime's weight updaters send, `{}`): as
+  SGLang's tokenizer manager does, it marks the server paused, aborts every request in flight until
+  none is left, and answers; `/generate` requests that arrive while paused are held (recorded, not
+  yet run) until `POST /continue_generation`, so they run with whatever `weight_version` the update
+  set. Modes "retract" and "in_place" are refused with HTTP 400 (not emulated).
 
 Not reproduced: sampling itself (completions come from the script; log-probs are a deterministic
 function of token id and position, see `scripted_logprob`), batches, streaming, `n > 1`, grammars,
@@ -226,6 +231,11 @@ class SGLangTestServer:
         self._faults: collections.deque[_Fault] = collections.deque()
         self._in_flight: dict[str, _InFlight] = {}
         self._in_flight_changed = asyncio.Condition()
+        self.pauses: list[Mapping[str, Any]] = []
+        self._paused = False
+        self._pause_changed = asyncio.Condition()
+        self._held: list[str] = []  # rids of requests waiting for /continue_generation
+        self._admitted = 0  # requests past the pause gate and not yet answered (SGLang: holders of the reader lock)
         self._closing = asyncio.Event()
         self._encode_cache: dict[str, tuple[int, ...]] = {}
         self._decode_cache: dict[tuple[Any, ...], str] = {}
@@ -245,6 +255,8 @@ class SGLangTestServer:
         app = web.Application(client_max_size=256 * 1024 * 1024)
         app.router.add_post("/generate", self._handle_generate)
         app.router.add_post("/abort_request", self._handle_abort)
+        app.router.add_post("/pause_generation", self._handle_pause)
+        app.router.add_post("/continue_generation", self._handle_continue)
         app.router.add_get("/health", self._handle_health)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=5.0)
         await self._runner.setup()
@@ -255,6 +267,9 @@ class SGLangTestServer:
 
     async def close(self) -> None:
         self._closing.set()
+        async with self._pause_changed:  # requests held by a pause are let go (and answered) too
+            self._paused = False
+            self._pause_changed.notify_all()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -294,6 +309,11 @@ class SGLangTestServer:
         self._faults.extend(_Fault("abort", message=message) for _ in range(count))
 
     @property
+    def held(self) -> list[str]:
+        """Request ids held by `/pause_generation` until `/continue_generation`."""
+        return list(self._held)
+
+    @property
     def in_flight(self) -> list[str]:
         """rids of the /generate requests being processed now."""
         return list(self._in_flight)
@@ -330,6 +350,47 @@ class SGLangTestServer:
                 flight.aborted.set()
         return web.Response(status=200)
 
+    async def _handle_pause(self, request: web.Request) -> web.Response:
+        try:
+            body = await request.json() if request.can_read_body else {}
+        except ValueError:
+            return _error(400, "pause_generation body must be JSON")
+        if not isinstance(body, dict):
+            return _error(400, "pause_generation body must be a JSON object")
+        mode = body.get("mode", "abort")
+        if mode not in ("abort", "retract", "in_place"):
+            return _error(400, f"Invalid mode: {mode!r}. Expected one of ['abort', 'retract', 'in_place']")
+        if mode != "abort":
+            return _error(400, f"SGLangTestServer emulates /pause_generation mode 'abort' only, got {mode!r}")
+        self.pauses.append(body)
+        async with self._pause_changed:
+            self._paused = True
+        while self._admitted:  # SGLang repeats abort_all until no request holds the model-update lock
+            for flight in list(self._in_flight.values()):
+                flight.abort_message = "Aborted"
+                flight.aborted.set()
+            await asyncio.sleep(0.01)
+        return web.Response(status=200)
+
+    async def _handle_continue(self, request: web.Request) -> web.Response:
+        async with self._pause_changed:
+            self._paused = False
+            self._pause_changed.notify_all()
+        return web.Response(status=200)
+
+    async def _pass_pause_gate(self, rid: str) -> None:
+        """Hold a request while the server is paused, as SGLang's tokenizer manager does before running it."""
+        async with self._pause_changed:
+            if self._paused:
+                self._held.append(rid)
+                async with self._in_flight_changed:
+                    self._in_flight_changed.notify_all()
+                try:
+                    await self._pause_changed.wait_for(lambda: not self._paused)
+                finally:
+                    self._held.remove(rid)
+            self._admitted += 1
+
     async def _handle_generate(self, request: web.Request) -> web.StreamResponse:
         started = time.perf_counter()
         try:
@@ -354,6 +415,13 @@ class SGLangTestServer:
             assert request.transport is not None
             request.transport.close()
             return web.Response(status=500)  # never reaches the closed connection
+        await self._pass_pause_gate(str(body.get("rid") or "") if isinstance(body, dict) else "")
+        try:
+            return await self._admitted_generate(body, recorded, started, fault)
+        finally:
+            self._admitted -= 1
+
+    async def _admitted_generate(self, body: Any, recorded: RecordedRequest | None, started: float, fault: _Fault | None) -> web.StreamResponse:
         if recorded is None:
             return _error(400, f"request body must be a JSON object, got {type(body).__name__}")
         try:
