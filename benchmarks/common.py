@@ -265,6 +265,24 @@ def corridor_task(turns: int, reply_words: int, base_url: str | None = None) -> 
                    base_url=base_url, variant="corridor" if base_url else None)
 
 
+def write_corridor_config(directory: Path, base_url: str, *, max_turns: int, name: str = "train_config.yaml", extra: str = "") -> Path:
+    """The hooks' config for Corridor at `base_url` (one attempt, no upload); `extra` adds top-level YAML lines."""
+    file = directory / name
+    file.write_text(
+        f"""
+environments:
+  Corridor:
+    variant: corridor
+    base_url: {base_url}
+    max_turns: {max_turns}
+parser: hermes
+attempts: 1
+upload: false
+{extra}"""
+    )
+    return file
+
+
 def machine() -> str:
     cpu = "unknown CPU"
     for line in Path("/proc/cpuinfo").read_text().splitlines():

@@ -70,6 +70,17 @@ def _cpu() -> tuple[float, float]:
     return usage.ru_utime, usage.ru_stime
 
 
+def in_process_episode(engine: Any, renderer: ChatRenderer, parser: Any, turns: int, words: int) -> Callable[[], Awaitable[Trajectory]]:
+    """One corridor episode of `turns` turns against the environment in process (no HTTP)."""
+    task = corridor_task(turns, words)
+
+    async def run_one() -> Trajectory:
+        session = EnvSession(sdk_session=InProcessSdkSession(turns, words), task=task)
+        return await ToolEpisode(engine, renderer, parser, settings_for(turns)).run(session)
+
+    return run_one
+
+
 async def measure(run_one: Callable[[], Awaitable[Trajectory]], turns: int, repeats: int) -> tuple[float, float, int]:
     """Least CPU seconds (user + system) of one episode over the repeats (the least disturbed by other
     load on a shared machine), least system seconds, final context length."""
@@ -91,16 +102,7 @@ async def measure(run_one: Callable[[], Awaitable[Trajectory]], turns: int, repe
 async def library_runs(repeats: int, workloads: list[tuple[str, int, int]]) -> dict[str, tuple[float, float, int]]:
     tokenizer = load_tokenizer(TOKENIZER)
     renderer, parser, engine = ChatRenderer(tokenizer), get_parser("hermes"), in_process_engine(tokenizer)
-    results = {}
-    for label, turns, words in workloads:
-        task = corridor_task(turns, words)
-
-        async def run_one(turns: int = turns, words: int = words, task: Any = task) -> Trajectory:
-            session = EnvSession(sdk_session=InProcessSdkSession(turns, words), task=task)
-            return await ToolEpisode(engine, renderer, parser, settings_for(turns)).run(session)
-
-        results[label] = await measure(run_one, turns, repeats)
-    return results
+    return {label: await measure(in_process_episode(engine, renderer, parser, turns, words), turns, repeats) for label, turns, words in workloads}
 
 
 async def engine_wire_runs(repeats: int, workloads: list[tuple[str, int, int]]) -> dict[str, tuple[float, float, int]]:
@@ -114,13 +116,7 @@ async def engine_wire_runs(repeats: int, workloads: list[tuple[str, int, int]]) 
         engine = SGLangEngine(double.url)
         try:
             for label, turns, words in workloads:
-                task = corridor_task(turns, words)
-
-                async def run_one(turns: int = turns, words: int = words, task: Any = task) -> Trajectory:
-                    session = EnvSession(sdk_session=InProcessSdkSession(turns, words), task=task)
-                    return await ToolEpisode(engine, renderer, parser, settings_for(turns)).run(session)
-
-                results[label] = await measure(run_one, turns, repeats)
+                results[label] = await measure(in_process_episode(engine, renderer, parser, turns, words), turns, repeats)
         finally:
             await engine.aclose()
     return results
@@ -172,13 +168,11 @@ def profile(turns: int, repeats: int) -> None:
 
     words = next((w for label, t, w in WORKLOADS if t == turns), 40)
     tokenizer = load_tokenizer(TOKENIZER)
-    renderer, parser, engine = ChatRenderer(tokenizer), get_parser("hermes"), in_process_engine(tokenizer)
-    task = corridor_task(turns, words)
+    run_one = in_process_episode(in_process_engine(tokenizer), ChatRenderer(tokenizer), get_parser("hermes"), turns, words)
 
     async def episodes(count: int) -> None:
         for _ in range(count):
-            session = EnvSession(sdk_session=InProcessSdkSession(turns, words), task=task)
-            check(await ToolEpisode(engine, renderer, parser, settings_for(turns)).run(session), turns)
+            check(await run_one(), turns)
 
     asyncio.run(episodes(1))
     profiler = Profiler(interval=0.0001)

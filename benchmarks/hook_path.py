@@ -51,7 +51,7 @@ BENCHMARKS = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCHMARKS))
 sys.path.insert(0, str(BENCHMARKS.parent / "tests"))  # slime_double: the Sample double
 
-from common import CORRIDOR_SPEC, SGLangDoubleProcess, corridor_task, machine, median  # noqa: E402
+from common import CORRIDOR_SPEC, SGLangDoubleProcess, corridor_task, machine, median, write_corridor_config  # noqa: E402
 
 REPLY_WORDS = 300
 SAMPLING = {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 512}
@@ -59,22 +59,8 @@ CONTEXT_LEN = 65536
 
 
 def write_config(directory: Path, base_url: str, workers: int = 0) -> Path:
-    file = directory / f"train_config_{workers}.yaml"
-    file.write_text(
-        f"""
-environments:
-  Corridor:
-    variant: corridor
-    base_url: {base_url}
-    max_turns: 60
-parser: hermes
-attempts: 1
-upload: false
-rollout_workers: {workers}
-rollout_worker_backend: process
-"""
-    )
-    return file
+    return write_corridor_config(directory, base_url, max_turns=60, name=f"train_config_{workers}.yaml",
+                                 extra=f"rollout_workers: {workers}\nrollout_worker_backend: process\n")
 
 
 def slime_args(sglang_url: str) -> SimpleNamespace:

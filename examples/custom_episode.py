@@ -123,12 +123,11 @@ class ReRenderingEpisode:
 async def main() -> None:
     from openreward import AsyncOpenReward
 
-    from openreward_rl import TaskRef
+    from openreward_rl import Rollouts, TaskRef
     from openreward_rl.assets import load_tokenizer
     from openreward_rl.config import parse_config
     from openreward_rl.engines.sglang import SGLangEngine
     from openreward_rl.local_env import serve_environments
-    from openreward_rl.rollout import Rollouts
     from openreward_rl.testing import ScriptedCompletion, SGLangTestServer
 
     tokenizer = load_tokenizer("offline:qwen3")

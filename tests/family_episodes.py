@@ -33,7 +33,7 @@ from openreward_rl.families import ModelFamily, family_for
 from openreward_rl.local_env import LocalEnvServer, load_environment_class
 from openreward_rl.parsers import get_parser
 from openreward_rl.testing import ScriptedCompletion, SGLangTestServer
-from openreward_rl.testing.sglang_server import scripted_logprob
+from scripted_training_view import expected_mask_and_logprobs
 
 SAMPLING = {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 512}
 UNKNOWN_TOOL = "web_search"
@@ -290,18 +290,8 @@ def check_family_run(run: FamilyRun) -> None:
     assert template_text.startswith(ours_text) and template_text[len(ours_text) :].strip() == "", (ours_text[-200:], template_text[-200:])
 
     # loss mask and log-probs
-    expected_mask: list[int] = []
-    expected_logprobs: list[float] = []
-    position = len(requests[0].input_ids)
-    for i, request in enumerate(requests):
-        gap = len(request.input_ids) - position
-        expected_mask += [0] * gap
-        expected_logprobs += [0.0] * gap
-        trained = run.settings.train_thinking
-        mask = [True] * len(sampled[i]) if trained else ChatRenderer(tokenizer, family=family).thinking_mask(sampled[i])
-        expected_mask += [1 if m else 0 for m in mask]
-        expected_logprobs += [scripted_logprob(t, len(request.input_ids) + k) if m else 0.0 for k, (t, m) in enumerate(zip(sampled[i], mask))]
-        position = len(request.input_ids) + len(sampled[i])
+    trained = None if run.settings.train_thinking else [ChatRenderer(tokenizer, family=family).thinking_mask(ids) for ids in sampled]
+    expected_mask, expected_logprobs = expected_mask_and_logprobs(requests, sampled, trained)
     assert trajectory.loss_mask == expected_mask
     assert trajectory.rollout_logprobs == pytest.approx(expected_logprobs)
     assert trajectory.prefix_breaks == 0

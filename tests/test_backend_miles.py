@@ -16,7 +16,7 @@ from openreward_rl.backends import _state, miles
 from openreward_rl.environment import TaskRef
 from openreward_rl.tasks import task_row
 from openreward_rl.testing import ScriptedCompletion, SGLangTestServer
-from test_backend_slime import SAMPLING, SUBMIT_OK, SUBMIT_WRONG, config_file, make_args  # noqa: F401  (fixture)
+from test_backend_slime import SAMPLING, SUBMIT_OK, SUBMIT_WRONG, config_file, make_args, record_of  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.anyio
 
@@ -57,7 +57,7 @@ async def test_new_form_runs_the_same_episode(config_file, sglang) -> None:
     output = await miles.generate_fn(SimpleNamespace(state=SimpleNamespace(args=args), args=args, sample=sample, sampling_params=dict(SAMPLING), evaluation=False))
     assert output.samples is sample
     miles_double.check_trainable(sample, args)
-    assert sample.reward == 0.0 and sample.metadata["reward_observed"] is True
+    assert sample.reward == 0.0 and record_of(sample).reward_observed is True
 
 
 async def test_group_rm_leaves_rewards_to_the_reward_hook(config_file, sglang) -> None:
@@ -74,4 +74,4 @@ async def test_group_rm_leaves_rewards_to_the_reward_hook(config_file, sglang) -
         miles_double.check_trainable(sample, args)
     miles_double.check_sibling_rewards(group)
     assert failed.status is miles_double.Sample.Status.ABORTED and failed.remove_sample
-    assert all("transcript" in s.metadata for s in group[:2])
+    assert all(record_of(s).transcript is not None for s in group[:2])

@@ -36,6 +36,19 @@ from test_partial_rollout import JournalModel, config_file, journal_server, loop
 pytestmark = pytest.mark.anyio
 
 
+def miles_fully_async_args(server: SGLangTestServer) -> Any:
+    """Miles' hooks (generate_fn, reward) under its fully async rollout, two prompts a step."""
+    return make_args(
+        server,
+        partial_rollout=False,
+        rollout_batch_size=2,
+        custom_generate_function_path="openreward_rl.backends.miles.generate_fn",
+        custom_rm_path="openreward_rl.backends.miles.reward",
+        async_data_buffer_capacity_factor=1.0,
+        max_weight_staleness=None,
+    )
+
+
 def task_sessions(task: int) -> list[str]:
     return sorted({s for s, _, text in journal_env.CALLS if f"task {task} " in text})
 
@@ -65,6 +78,16 @@ async def slime_steps(loop_thread: Any, worker: Any, args: Any, task: int, steps
     for _ in range(steps):
         groups = await asyncio.to_thread(loop_thread.run, slime_rollout.drain_fully_async(worker, args.rollout_batch_size))
         trained += [g[0] for g in groups]
+        if any(s.metadata["index"] == task for s in trained):
+            return trained
+    raise AssertionError(f"task {task} never reached training")
+
+
+async def miles_steps(loop_thread: Any, rollout_fn: Any, task: int) -> list[Any]:
+    """Miles' rollout steps 1 to 7 of two prompts each; stop once `task` came through."""
+    trained: list[Any] = []
+    for rollout_id in range(1, 8):
+        trained += [g[0] for g in await asyncio.to_thread(loop_thread.run, rollout_fn(rollout_id, 2))]
         if any(s.metadata["index"] == task for s in trained):
             return trained
     raise AssertionError(f"task {task} never reached training")
@@ -127,8 +150,7 @@ async def test_slime_fully_async_weight_update_aborting_a_turn_restarts_the_epis
     assert sample.status is slime_double.Sample.Status.COMPLETED and sample.reward == 1.0
     assert sample.tokens == reference.tokens and sample.loss_mask == reference.loss_mask
     assert sample.weight_versions == ["2"] * 4  # the whole trained episode comes from the new weights
-    first, second = task_sessions(1)[0], task_sessions(1)[1]
-    by_length = sorted((session_tools(first), session_tools(second)), key=len)
+    by_length = sorted((session_tools(s) for s in task_sessions(1)), key=len)
     assert by_length == [["note"], ["note", "note", "note", "submit"]]  # the lost attempt's first note ran in its own session
 
 
@@ -138,15 +160,7 @@ async def test_miles_fully_async_records_weight_versions_for_the_staleness_filte
     journal_env.reset()
     journal_env.GATE.clear()
     server = await SGLangTestServer(tokenizer, JournalModel(tokenizer, lengths, waits), weight_version="1").start()
-    args = make_args(
-        server,
-        partial_rollout=False,
-        rollout_batch_size=2,
-        custom_generate_function_path="openreward_rl.backends.miles.generate_fn",
-        custom_rm_path="openreward_rl.backends.miles.reward",
-        async_data_buffer_capacity_factor=1.0,
-        max_weight_staleness=None,
-    )
+    args = miles_fully_async_args(server)
     source = slime_rollout.RolloutDataSourceWithBuffer(args, lambda i: miles_sample(i))
     rollout_fn = miles_rollout.FullyAsyncRolloutFn(args, source)
     trained: list[Any] = []
@@ -156,10 +170,7 @@ async def test_miles_fully_async_records_weight_versions_for_the_staleness_filte
         assert all(s.weight_versions == ["1"] for g in first for s in g)
         server.weight_version = "2"
         journal_env.GATE.set()
-        for rollout_id in range(1, 8):
-            trained += [g[0] for g in await asyncio.to_thread(loop_thread.run, rollout_fn(rollout_id, 2))]
-            if any(s.metadata["index"] == 1 for s in trained):
-                break
+        trained += await miles_steps(loop_thread, rollout_fn, task=1)
     finally:
         await asyncio.to_thread(loop_thread.run, rollout_fn.stop())
         await server.close()
@@ -177,3 +188,35 @@ async def test_miles_fully_async_records_weight_versions_for_the_staleness_filte
 def miles_sample(index: int) -> Any:
     row = prompt_sample(index)
     return miles_double.Sample(prompt=row.prompt, label=row.label, metadata=row.metadata)
+
+
+async def test_miles_fully_async_weight_update_aborting_a_turn_retries_the_prompt(config_file, tokenizer, loop_thread) -> None:
+    """Miles' buffer rejects the aborted group and, under `--async-unused-samples-handler retry`, resets its
+    prompt (`reset_for_retry`) back into the data source; the retried episode is trained, all on the new weights."""
+    lengths = {1: 3}
+    reference = await uninterrupted(loop_thread, tokenizer, lengths, task=1)
+    journal_env.reset()
+    model = JournalModel(tokenizer, lengths)
+    model.interrupt[(1, 1)] = 6
+    server = await SGLangTestServer(tokenizer, model, weight_version="1").start()
+    args = miles_fully_async_args(server)
+    rollout_fn = miles_rollout.FullyAsyncRolloutFn(args, slime_rollout.RolloutDataSourceWithBuffer(args, lambda i: miles_sample(i)))
+    trained: list[Any] = []
+    try:
+        trained += [g[0] for g in await asyncio.to_thread(loop_thread.run, rollout_fn(0, 1))]
+        await until(lambda: any(rid.endswith("_t1") for rid in server.in_flight), "task 1's second turn in flight")
+        server.weight_version = "2"
+        await pause_generation(server)
+        trained += await miles_steps(loop_thread, rollout_fn, task=1)
+    finally:
+        await asyncio.to_thread(loop_thread.run, rollout_fn.stop())
+        await server.close()
+    assert rollout_fn.output.aborted_groups == 1
+    assert all(s.status is not miles_double.Sample.Status.ABORTED for s in trained)
+    (sample,) = [s for s in trained if s.metadata["index"] == 1]
+    miles_double.check_trainable(sample, args)
+    assert sample.status is miles_double.Sample.Status.COMPLETED and sample.reward == 1.0
+    assert sample.tokens == reference.tokens and sample.loss_mask == reference.loss_mask
+    assert sample.weight_versions == ["2"] * 4
+    by_length = sorted((session_tools(s) for s in task_sessions(1)), key=len)
+    assert by_length == [["note"], ["note", "note", "note", "submit"]]

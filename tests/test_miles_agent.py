@@ -21,7 +21,8 @@ from openreward_rl.backends.filters import group_verdict
 from openreward_rl.environment import TaskRef
 from openreward_rl.tasks import task_row
 from openreward_rl.testing import ScriptedCompletion, SGLangTestServer
-from test_backend_slime import SAMPLING, SUBMIT_OK, SUBMIT_WRONG, config_file  # noqa: F401  (fixture)
+from openreward_rl.trajectory import StopReason
+from test_backend_slime import SAMPLING, SUBMIT_OK, SUBMIT_WRONG, config_file, record_of  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.anyio
 
@@ -72,8 +73,8 @@ async def test_agent_runs_a_multi_turn_episode_and_the_reward_reaches_the_reward
     args = make_args(stack)
     sample = await run_generate(args, make_sample())
     assert sample.status is miles_double.Sample.Status.COMPLETED
-    assert sample.metadata["episode_reward"] == 1.0 and sample.metadata["stop_reason"] == "completed"
-    assert sample.metadata["metrics"]["turns"] == 2.0 and sample.metadata["metrics"]["tool_calls"] == 2.0  # hang, then submit
+    assert record_of(sample).episode_reward == 1.0 and record_of(sample).stop_reason is StopReason.COMPLETED
+    assert record_of(sample).metrics["turns"] == 2.0 and record_of(sample).metrics["tool_calls"] == 2.0  # hang, then submit
     sample.reward = await miles.reward(args, sample)  # what --custom-rm-path reads
     assert sample.reward == 1.0
     miles_double.check_trainable(sample, args)
@@ -96,11 +97,11 @@ async def test_environment_fault_mid_episode_is_aborted_not_a_zero_reward(config
     stack.sglang.push(ScriptedCompletion(text=EXPLODE))
     args = make_args(stack)
     sample = await run_generate(args, make_sample())
-    assert sample.metadata["stop_reason"] == "env_error" and "boom" in sample.metadata["stop_detail"]
+    assert record_of(sample).stop_reason is StopReason.ENV_ERROR and "boom" in record_of(sample).stop_detail
     # Miles set COMPLETED from the model call's finish reason; the episode says the run failed
     assert sample.status is miles_double.Sample.Status.ABORTED and sample.remove_sample
     assert not any(sample.loss_mask) and not any(sample.rollout_log_probs)
-    assert sample.metadata["reward_observed"] is False
+    assert record_of(sample).reward_observed is False
     sample.reward = await miles.reward(args, sample)
     miles_double.check_trainable(sample, args)
     stack.sglang.push(ScriptedCompletion(text=SUBMIT_OK))
@@ -128,8 +129,8 @@ async def test_miles_generate_used_directly_with_the_tokenizer_variable(config_f
     args = make_args(stack)
     output = await miles_session_double.agentic_generate(miles_session_double.GenerateFnInput(SimpleNamespace(args=args), make_sample(), copy.deepcopy(SAMPLING)))
     sample = output.samples
-    assert sample.status is miles_double.Sample.Status.COMPLETED and sample.metadata["episode_reward"] == 0.0
-    assert await miles.reward(args, sample) == 0.0 and sample.metadata["reward_observed"] is True
+    assert sample.status is miles_double.Sample.Status.COMPLETED and record_of(sample).episode_reward == 0.0
+    assert await miles.reward(args, sample) == 0.0 and record_of(sample).reward_observed is True
 
 
 def test_request_kwargs_map_back_to_sglang_names() -> None:

@@ -31,6 +31,7 @@ from openreward_rl.local_env import serve_environments
 from openreward_rl.tasks import task_row
 from openreward_rl.testing import ScriptedCompletion, SGLangTestServer
 from openreward_rl.testing.sglang_server import RecordedRequest
+from test_backend_slime import make_args as hook_args, record_of
 
 pytestmark = pytest.mark.anyio
 
@@ -122,6 +123,11 @@ def loop_thread(monkeypatch) -> Any:
     slime_rollout.GenerateState.clear_instances()
     thread = slime_rollout.AsyncLoopThread()
     yield thread
+    close_loop_thread(thread)
+
+
+def close_loop_thread(thread: Any) -> None:
+    """Close what the hooks left on the loop thread (suspended episodes, backend states), then stop it."""
     store = _suspended.reset_store()
     if store is not None:
         thread.run(store.aclose())
@@ -134,18 +140,11 @@ async def make_server(tokenizer: Any, model: JournalModel) -> SGLangTestServer:
 
 
 def make_args(server: SGLangTestServer, **overrides: Any) -> SimpleNamespace:
+    """The hook's args (test_backend_slime's) with partial rollout on and what the rollout driver reads."""
     values = dict(
-        sglang_router_ip="127.0.0.1",
-        sglang_router_port=server.port,
-        hf_checkpoint="offline:qwen3",
-        rollout_max_context_len=4096,
-        eval_max_context_len=None,
         rollout_max_response_len=96,
         partial_rollout=True,
         mask_offpolicy_in_partial_rollout=False,
-        group_rm=False,
-        rollout_top_p=1.0,
-        reward_key=None,
         rollout_batch_size=1,
         over_sampling_batch_size=2,
         n_samples_per_prompt=1,
@@ -153,8 +152,7 @@ def make_args(server: SGLangTestServer, **overrides: Any) -> SimpleNamespace:
         custom_rm_path="openreward_rl.backends.slime.reward",
         sampling_params=SAMPLING,
     )
-    values.update(overrides)
-    return SimpleNamespace(**values)
+    return hook_args(server, **{**values, **overrides})
 
 
 def prompt_sample(index: int) -> Sample:
@@ -212,7 +210,7 @@ async def test_mid_turn_abort_resumes_token_exactly(config_file, tokenizer, loop
         args = make_args(server, mask_offpolicy_in_partial_rollout=mask_offpolicy)
         source = slime_rollout.RolloutDataSourceWithBuffer(args, prompt_sample)
         (first,) = await step(loop_thread, args, 0, source, aborter(server))
-        assert first[0].metadata["environment"] == "Journal" and first[0].status is Sample.Status.COMPLETED
+        assert record_of(first[0]).environment == "Journal" and first[0].status is Sample.Status.COMPLETED
         ((parked,),) = source.buffer  # task 1 went back to the buffer, suspended
         assert parked.status is Sample.Status.ABORTED and parked.remove_sample and not any(parked.loss_mask)
         assert parked.metadata["resume"]["suspensions"] == 1 and parked.metadata["start_rollout_id"] == 0
@@ -227,7 +225,7 @@ async def test_mid_turn_abort_resumes_token_exactly(config_file, tokenizer, loop
         (resumed,) = second
         assert resumed is parked and resumed.status is Sample.Status.COMPLETED and resumed.reward == 1.0
         slime_double.check_output(resumed, args)
-        assert "resume" not in resumed.metadata and resumed.metadata["metrics"]["suspensions"] == 1.0
+        assert "resume" not in resumed.metadata and record_of(resumed).metrics["suspensions"] == 1.0
     finally:
         await server.close()
 
@@ -265,7 +263,7 @@ async def test_abort_between_turns_parks_after_the_tool_call(config_file, tokeni
         (first,) = await step(loop_thread, args, 0, source, aborter(server, then=journal_env.GATE.set))
         ((parked,),) = source.buffer
         assert parked.status is Sample.Status.ABORTED
-        assert "before this call" in parked.metadata["stop_detail"]  # parked at the next engine call, not sent
+        assert "before this call" in record_of(parked).stop_detail  # parked at the next engine call, not sent
         waited = [c for c in journal_env.CALLS if c[1] == "wait"]
         assert len(waited) == 1
         requests_before = len(server.requests)
@@ -295,8 +293,8 @@ async def test_process_restart_leaves_an_aborted_placeholder(config_file, tokeni
     finally:
         await server.close()
     assert lost.status is Sample.Status.ABORTED and lost.remove_sample and lost.reward == 0.0 and not any(lost.loss_mask)
-    assert lost.metadata["reward_observed"] is False and lost.metadata["placeholder"] is True
-    assert "rollout process restarted" in lost.metadata["stop_detail"]
+    assert record_of(lost).reward_observed is False and record_of(lost).placeholder is True
+    assert "rollout process restarted" in record_of(lost).stop_detail
     slime_double.check_output(lost, args)
 
 
@@ -318,8 +316,8 @@ async def test_expired_and_evicted_episodes_become_placeholders(config_file, tok
         groups = await step(loop_thread, args, 1, source, aborter(server))
     finally:
         await server.close()
-    details = [g[0].metadata["stop_detail"] for g in groups]
-    assert all(g[0].status is Sample.Status.ABORTED and g[0].remove_sample and g[0].metadata["placeholder"] for g in groups)
+    details = [record_of(g[0]).stop_detail for g in groups]
+    assert all(g[0].status is Sample.Status.ABORTED and g[0].remove_sample and record_of(g[0]).placeholder for g in groups)
     assert sum("max_suspended_episodes=2" in d for d in details) == 1 and sum("expired" in d for d in details) == 2, details
     assert len(store) == 0 and all(live.task.done() for live in parked)  # their sessions were closed
     for group in groups:
@@ -347,6 +345,6 @@ async def test_abort_storm_keeps_one_session_and_exact_tokens(config_file, token
     (resumed,) = [s for s in finished if s.metadata["index"] == 1]
     assert resumed.status is Sample.Status.COMPLETED and resumed.tokens == reference.tokens
     assert resumed.rollout_log_probs == reference.rollout_log_probs and resumed.loss_mask == reference.loss_mask
-    assert resumed.metadata["metrics"]["suspensions"] >= 4.0
+    assert record_of(resumed).metrics["suspensions"] >= 4.0
     sessions = {c[0] for c in journal_env.CALLS if "task 1 " in c[2]}
     assert len(sessions) == 1 and [c[1] for c in journal_env.CALLS if c[0] in sessions] == ["note"] * 5 + ["submit"]

@@ -27,11 +27,11 @@ import journal_env
 import miles_double
 import miles_rollout_double as miles_rollout
 import slime_rollout_double as slime_rollout
-from openreward_rl.backends import _state, _suspended
 from openreward_rl.backends import miles as miles_hooks
 from openreward_rl.environment import TaskRef
 from openreward_rl.tasks import task_row
-from test_partial_rollout import SAMPLING, JournalModel, aborter, config_file, journal_server, make_args, make_server, tokenizer  # noqa: F401
+from test_backend_slime import record_of
+from test_partial_rollout import SAMPLING, JournalModel, aborter, close_loop_thread, config_file, journal_server, make_args, make_server, tokenizer  # noqa: F401
 
 pytestmark = pytest.mark.anyio
 
@@ -60,11 +60,7 @@ def loop_thread(monkeypatch, request) -> Any:
     miles_rollout.LegacyGenerateState.clear_instances()
     thread = slime_rollout.AsyncLoopThread()
     yield thread
-    store = _suspended.reset_store()
-    if store is not None:
-        thread.run(store.aclose())
-    thread.run(_state.close_states())
-    thread.stop()
+    close_loop_thread(thread)
 
 
 def miles_args(server: Any, form: str, **overrides: Any) -> Any:
@@ -148,7 +144,7 @@ async def test_abort_between_turns_parks_at_the_next_model_call(config_file, tok
         await step(loop_thread, state, 0, source, aborter(server, then=journal_env.GATE.set))
         ((parked,),) = source.buffer
         assert parked.status is Sample.Status.ABORTED
-        assert "before this call" in parked.metadata["stop_detail"]  # the hook saw this rollout's abort flag
+        assert "before this call" in record_of(parked).stop_detail  # the hook saw this rollout's abort flag
         requests_before = len(server.requests)
         args.over_sampling_batch_size = 1
         ((resumed,),) = await step(loop_thread, state, 1, source, aborter(server))

@@ -22,7 +22,7 @@ from openreward_rl.local_env import LocalEnvServer, load_environment_class
 from openreward_rl.parsers import get_parser
 from openreward_rl.reducers import RewardPolicy, get_reducer
 from openreward_rl.testing import ScriptedCompletion, SGLangTestServer
-from openreward_rl.testing.sglang_server import scripted_logprob
+from scripted_training_view import expected_mask_and_logprobs
 
 pytestmark = pytest.mark.anyio
 SAMPLING = {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 512}
@@ -99,17 +99,7 @@ def assert_token_exact(trajectory: Trajectory, server: SGLangTestServer, tokeniz
         assert tokenizer.decode(bridge).endswith("<|im_start|>assistant\n")
     assert trajectory.tokens == requests[-1].input_ids + sampled[-1]
     assert trajectory.prompt_ids == requests[0].input_ids
-    expected_mask: list[int] = []
-    expected_logprobs: list[float] = []
-    position = len(requests[0].input_ids)
-    for i, request in enumerate(requests):
-        gap = len(request.input_ids) - position
-        expected_mask += [0] * gap
-        expected_logprobs += [0.0] * gap
-        for offset, token in enumerate(sampled[i]):
-            expected_mask.append(1)
-            expected_logprobs.append(scripted_logprob(token, len(request.input_ids) + offset))
-        position = len(request.input_ids) + len(sampled[i])
+    expected_mask, expected_logprobs = expected_mask_and_logprobs(requests, sampled)
     assert trajectory.loss_mask == expected_mask
     assert trajectory.rollout_logprobs == pytest.approx(expected_logprobs)
     assert len(trajectory.response_ids) == len(trajectory.loss_mask) == len(trajectory.rollout_logprobs)

@@ -11,6 +11,7 @@ import asyncio
 import copy
 import os
 import signal
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import pytest
 
 import slime_double
 from openreward_rl.backends import _state, slime
+from openreward_rl.backends.episode_record import EpisodeRecord
 from openreward_rl.config import ConfigError, parse_config
 from openreward_rl.testing import ScriptedCompletion, SGLangTestServer
 from openreward_rl.environment import TaskRef
@@ -90,25 +92,38 @@ async def test_worker_episodes_give_the_same_samples_as_in_process(sglang, env_s
     assert in_workers == in_process
 
 
-async def test_a_worker_that_dies_aborts_its_episodes_and_the_next_one_runs(sglang, env_server, tmp_path, monkeypatch) -> None:
-    monkeypatch.setenv("OPENREWARD_RL_CONFIG", str(write_config(tmp_path, env_server.base_url, 1)))
-    args = make_args(sglang)
+async def lose_the_worker_mid_episode(args: Any, sglang: Any, kill: Callable[[Any], Awaitable[int]], cause: str) -> tuple[Any, int]:
+    """Two episodes hang in one worker; `kill(workers)` kills it (returning the pid it killed): both come
+    back ABORTED naming `cause` with no reward observed, and the next episode runs in a fresh worker.
+    Returns the workers and the killed pid."""
     sglang.push(ScriptedCompletion(text=HANG), ScriptedCompletion(text=HANG))
     running = [asyncio.ensure_future(episode(args, sample_index=i)) for i in range(2)]
     while len(sglang.requests) < 2:  # both episodes are in the worker, past their first model turn
         await asyncio.sleep(0.05)
     workers = _state.state_for(args).rollouts.workers
-    (pid,) = workers.pids()
-    os.kill(pid, signal.SIGKILL)
+    pid = await kill(workers)
     lost = await asyncio.gather(*running)
     for sample in lost:
         slime_double.check_output(sample, args)
         assert sample.status is slime_double.Sample.Status.ABORTED
-        assert sample.metadata["stop_reason"] == "aborted" and "died" in sample.metadata["stop_detail"]
-        assert sample.metadata["reward_observed"] is False
+        record = EpisodeRecord.from_metadata(sample.metadata)
+        assert record.stop_reason is StopReason.ABORTED and cause in record.stop_detail
+        assert record.reward_observed is False
     sglang.push(ScriptedCompletion(text=SUBMIT_OK))
     after = await episode(args, sample_index=2)
     assert after.status is slime_double.Sample.Status.COMPLETED and after.reward == 1.0
+    return workers, pid
+
+
+async def test_a_worker_that_dies_aborts_its_episodes_and_the_next_one_runs(sglang, env_server, tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("OPENREWARD_RL_CONFIG", str(write_config(tmp_path, env_server.base_url, 1)))
+
+    async def kill(workers: Any) -> int:
+        (pid,) = workers.pids()
+        os.kill(pid, signal.SIGKILL)
+        return pid
+
+    workers, pid = await lose_the_worker_mid_episode(make_args(sglang), sglang, kill, "died")
     (new_pid,) = workers.pids()
     assert new_pid not in (None, pid)
 

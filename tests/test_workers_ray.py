@@ -7,7 +7,6 @@ as in tests/test_workers.py."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import tempfile
@@ -24,7 +23,7 @@ from openreward_rl.testing import ScriptedCompletion
 from openreward_rl.trajectory import StopReason
 from openreward_rl.workers import RayWorkers, WorkerRollouts
 from test_backend_slime import make_args
-from test_workers import GARBLE, HANG, SUBMIT_OK, FaultyRunner, comparable, episode, sglang, write_config  # noqa: F401
+from test_workers import GARBLE, SUBMIT_OK, FaultyRunner, comparable, episode, lose_the_worker_mid_episode, sglang, write_config  # noqa: F401
 
 pytestmark = pytest.mark.anyio
 
@@ -70,24 +69,14 @@ async def test_ray_actor_episodes_give_the_same_samples_as_in_process(local_ray,
 
 async def test_a_ray_actor_that_dies_aborts_its_episodes_and_the_next_one_runs(local_ray, sglang, env_server, monkeypatch) -> None:
     monkeypatch.setenv("OPENREWARD_RL_CONFIG", str(write_config(_RAY_CONFIG.parent, env_server.base_url, 1, "ray", file=_RAY_CONFIG)))
-    args = make_args(sglang)
-    sglang.push(ScriptedCompletion(text=HANG), ScriptedCompletion(text=HANG))
-    running = [asyncio.ensure_future(episode(args, sample_index=i)) for i in range(2)]
-    while len(sglang.requests) < 2:  # both episodes are in the actor, past their first model turn
-        await asyncio.sleep(0.05)
-    workers = _state.state_for(args).rollouts.workers
-    (actor,) = workers.actors()
-    pid = await actor.pid.remote()
-    os.kill(pid, signal.SIGKILL)
-    lost = await asyncio.gather(*running)
-    for sample in lost:
-        slime_double.check_output(sample, args)
-        assert sample.status is slime_double.Sample.Status.ABORTED
-        assert sample.metadata["stop_reason"] == "aborted" and "episode actor 0 died" in sample.metadata["stop_detail"]
-        assert sample.metadata["reward_observed"] is False
-    sglang.push(ScriptedCompletion(text=SUBMIT_OK))
-    after = await episode(args, sample_index=2)
-    assert after.status is slime_double.Sample.Status.COMPLETED and after.reward == 1.0
+
+    async def kill(workers: Any) -> int:
+        (actor,) = workers.actors()
+        pid = await actor.pid.remote()
+        os.kill(pid, signal.SIGKILL)
+        return pid
+
+    workers, pid = await lose_the_worker_mid_episode(make_args(sglang), sglang, kill, "episode actor 0 died")
     (new_actor,) = workers.actors()
     assert await new_actor.pid.remote() != pid
 

@@ -17,6 +17,7 @@ if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and
     from openreward_rl.chat import ChatRenderer
     from openreward_rl.environment import EnvSession, TaskRef, open_session
     from openreward_rl.episode import Episode, EpisodeSettings, run_episode
+    from openreward_rl.rollout import EpisodeBuilder, Rollouts
     from openreward_rl.tool_episode import ToolEpisode
     from openreward_rl.trajectory import StopReason, TokenLedger, Trajectory, Turn
 
@@ -30,6 +31,8 @@ _EXPORTS = {
     "Episode": "openreward_rl.episode",
     "EpisodeSettings": "openreward_rl.episode",
     "run_episode": "openreward_rl.episode",
+    "EpisodeBuilder": "openreward_rl.rollout",
+    "Rollouts": "openreward_rl.rollout",
     "ToolEpisode": "openreward_rl.tool_episode",
     "StopReason": "openreward_rl.trajectory",
     "TokenLedger": "openreward_rl.trajectory",

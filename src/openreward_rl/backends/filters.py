@@ -20,7 +20,7 @@ import functools
 import importlib
 from typing import Any
 
-from openreward_rl.backends.group_reward import flatten
+from openreward_rl.backends.group_reward import flatten, rollout_key
 
 __all__ = ["keep_informative_groups", "group_verdict"]
 
@@ -63,8 +63,7 @@ def group_verdict(args: Any, samples: list[Any], *, tolerance: float = 1e-6) -> 
         value = _reward_value(args, sample)
         if value is None:
             return False, "missing_reward"
-        rollout_id = getattr(sample, "rollout_id", None)
-        per_rollout[("rollout", rollout_id) if rollout_id is not None else ("sample", id(sample))] = value
+        per_rollout[rollout_key(sample)] = value
     rewards = list(per_rollout.values())
     if len(rewards) < 2:
         return False, "single_rollout"

@@ -30,7 +30,7 @@ from openreward_rl.environment import EnvironmentFault, TaskRef, open_session
 from openreward_rl.rollout import resolve_task
 from openreward_rl.tasks import task_from_metadata
 
-__all__ = ["episode_reward", "flatten", "group_rewards"]
+__all__ = ["episode_reward", "flatten", "group_rewards", "rollout_key"]
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +64,8 @@ def _reshape(template: Sequence[Any], values: list[float]) -> list[Any]:
     return build(template)
 
 
-def _rollout_key(sample: Any) -> Any:
+def rollout_key(sample: Any) -> Any:
+    """One key per rollout: fan-out siblings share their `rollout_id`; a sample without one is its own rollout."""
     rollout_id = getattr(sample, "rollout_id", None)
     return ("rollout", rollout_id) if rollout_id is not None else ("sample", id(sample))
 
@@ -86,7 +87,7 @@ async def _score_groups(leaves: list[Any], records: list[EpisodeRecord], rewards
             continue
         task = task_from_metadata(sample.metadata)
         _, rollouts = by_task.setdefault(task.key, (task, {}))
-        rollouts.setdefault(_rollout_key(sample), []).append(position)
+        rollouts.setdefault(rollout_key(sample), []).append(position)
 
     def note(position: int, **outcome: Any) -> None:
         leaves[position].metadata = attrs.evolve(records[position], **outcome).to_metadata(leaves[position].metadata)
