@@ -14,6 +14,7 @@ from typing import Any
 import attrs
 
 from openreward_rl.families.plain_text_encoder import PlainTextEncoder
+from openreward_rl.token_text import decode_ids
 
 __all__ = ["RenderersBridge", "renderers_bridge"]
 
@@ -30,6 +31,7 @@ class _TokenizerView:
       tokenizer, each otherwise a full trip through transformers (~25 us).
     - Longer plain ASCII texts (tool replies) go through `PlainTextEncoder` where the tokenizer is one
       it knows, else through the tokenizer.
+    - `decode` skips transformers' per-id input checks (`token_text.decode_ids`: the same text).
     - It offers no `__call__`, so renderers do not ask for character offsets: they then encode the
       same joined text with `encode` (same ids, renderers' documented fallback) and leave
       `is_content` empty, which no bridge here reads. Offsets cost more than the encode itself.
@@ -60,6 +62,11 @@ class _TokenizerView:
             _make_room(self._encoded)
             ids = self._encoded[key] = list(self._wrapped.encode(text, add_special_tokens=add_special_tokens))
         return list(ids)
+
+    def decode(self, ids: Any, skip_special_tokens: bool = False, **kwargs: Any) -> Any:
+        if kwargs or not isinstance(ids, list):
+            return self._wrapped.decode(ids, skip_special_tokens=skip_special_tokens, **kwargs)
+        return decode_ids(self._wrapped, ids, skip_special_tokens=skip_special_tokens)
 
     def convert_tokens_to_ids(self, tokens: Any) -> Any:
         if not isinstance(tokens, str):
