@@ -96,16 +96,18 @@ class RenderersBridge:
         new_messages: Sequence[Mapping[str, Any]],
         tools: Sequence[Mapping[str, Any]] | None,
     ) -> list[int] | None:
+        context = context_ids if type(context_ids) is list else list(context_ids)  # O(context): copied only if need be
+        sampled = list(sampled_ids)
         extended = self.renderer.bridge_to_next_turn(
-            list(context_ids), list(sampled_ids), [dict(m) for m in new_messages], tools=list(tools) if tools else None
+            context, sampled, [dict(m) for m in new_messages], tools=list(tools) if tools else None
         )
         if extended is None:
             return None
-        ids = list(extended.token_ids)
-        prefix = len(context_ids) + len(sampled_ids)
-        if ids[:prefix] != [*context_ids, *sampled_ids]:
+        ids = extended.token_ids
+        known = len(context)
+        if ids[known : known + len(sampled)] != sampled or ids[:known] != context:
             return None  # it closed a turn the model left open: not ours to keep
-        return ids[prefix:]
+        return list(ids[known + len(sampled) :])
 
 
 def renderers_bridge(config_class: str, **config: Any) -> Callable[[Any, Mapping[str, Any]], RenderersBridge]:
