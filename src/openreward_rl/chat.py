@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from openreward_rl.token_text import decode_ids
+
 if TYPE_CHECKING:
     from openreward_rl.families.base import ModelFamily
 
@@ -80,7 +82,7 @@ class ChatRenderer:
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
     def decode(self, ids: Sequence[int]) -> str:
-        return self.tokenizer.decode(list(ids), skip_special_tokens=False)
+        return decode_ids(self.tokenizer, ids)
 
     def render_prompt(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None = None) -> list[int]:
         """The first prompt: messages (system prompt included) + tools in the model's native format."""

@@ -32,6 +32,7 @@ from typing import Any
 import attrs
 
 from openreward_rl.backends.episode_record import EpisodeRecord, metadata_dict
+from openreward_rl.token_text import decode_ids
 from openreward_rl.trajectory import StopReason, TokenSegment, Trajectory
 
 __all__ = ["STATUS_FOR_STOP", "sample_fields", "status_for", "episode_metadata", "samples_from_trajectory", "placeholder_ids"]
@@ -104,10 +105,10 @@ def _fill(
         raise ValueError("a sample needs at least one prompt token")
     if not (len(response_ids) == len(loss_mask) == len(logprobs)) or not response_ids:
         raise ValueError(f"response ids ({len(response_ids)}), loss mask ({len(loss_mask)}) and log-probs ({len(logprobs)}) must be equally long and non-empty")
-    sample.tokens = [int(t) for t in prompt_ids] + [int(t) for t in response_ids]
+    sample.tokens = [*map(int, prompt_ids), *map(int, response_ids)]
     sample.response_length = len(response_ids)
-    sample.loss_mask = [0] * len(response_ids) if remove else [int(m) for m in loss_mask]
-    sample.rollout_log_probs = [0.0] * len(response_ids) if remove else [float(lp) for lp in logprobs]
+    sample.loss_mask = [0] * len(response_ids) if remove else list(map(int, loss_mask))
+    sample.rollout_log_probs = [0.0] * len(response_ids) if remove else list(map(float, logprobs))
     sample.response = text
     sample.reward = reward
     sample.status = status
@@ -176,7 +177,7 @@ def samples_from_trajectory(
         )
         _fill(
             target, fields, prompt_ids=segment.prompt_ids, response_ids=segment.response_ids, loss_mask=segment.loss_mask,
-            logprobs=segment.rollout_logprobs, text=tokenizer.decode(segment.response_ids, skip_special_tokens=False),
+            logprobs=segment.rollout_logprobs, text=decode_ids(tokenizer, segment.response_ids),
             reward=reward, metadata=metadata, remove=infrastructure, **common,
         )  # fmt: skip
         if len(segments) > 1:

@@ -13,6 +13,9 @@ from typing import Any
 
 import attrs
 
+from openreward_rl.families.plain_text_encoder import PlainTextEncoder
+from openreward_rl.token_text import decode_ids
+
 __all__ = ["RenderersBridge", "renderers_bridge"]
 
 
@@ -20,46 +23,50 @@ _SHORT = 64  # texts up to this many characters are template scaffolding, worth 
 _REMEMBERED = 4096  # answers kept per kind; short tool replies vary, so the memo starts over when full
 
 
-class _ScaffoldMemo:
-    """The tokenizer as a renderer sees it, remembering the answers for short texts.
+class _TokenizerView:
+    """The tokenizer as a renderer sees it: the same ids, without the repeat work.
 
-    A renderer's bridge encodes its scaffolding ("\\n", "assistant\\n", the header it scans for),
-    probes for offset support (`tokenizer("a", return_offsets_mapping=True)`) and looks up marker
-    ids on every call; each is a full trip through transformers (~25 us). Those are pure functions
-    of their arguments for one tokenizer, so the first answer is the answer: the ids are the same,
-    only the repeat work is gone. Tool replies and other long texts go straight through; what it
-    hands out is a copy, so a caller that extends a list cannot change a later answer.
+    - Short texts (the scaffolding a bridge encodes on every call: "\\n", "assistant\\n", the header
+      it scans for) and marker ids are remembered: pure functions of their arguments for one
+      tokenizer, each otherwise a full trip through transformers (~25 us).
+    - Longer plain ASCII texts (tool replies) go through `PlainTextEncoder` where the tokenizer is one
+      it knows, else through the tokenizer.
+    - `decode` skips transformers' per-id input checks (`token_text.decode_ids`: the same text).
+    - It offers no `__call__`, so renderers do not ask for character offsets: they then encode the
+      same joined text with `encode` (same ids, renderers' documented fallback) and leave
+      `is_content` empty, which no bridge here reads. Offsets cost more than the encode itself.
+
+    Answers are copies: a caller that extends a list cannot change a later answer.
     """
 
     def __init__(self, tokenizer: Any) -> None:
         self._wrapped = tokenizer
+        self._plain = PlainTextEncoder.for_tokenizer(tokenizer)
         self._encoded: dict[tuple[str, bool], list[int]] = {}
-        self._called: dict[tuple[str, tuple[tuple[str, Any], ...]], Any] = {}
         self._converted: dict[str, Any] = {}
 
     def __getattr__(self, name: str) -> Any:
+        if name == "__call__":
+            raise AttributeError(name)
         return getattr(self._wrapped, name)
 
     def encode(self, text: Any, add_special_tokens: bool = True, **kwargs: Any) -> Any:
-        if kwargs or not isinstance(text, str) or len(text) > _SHORT:
+        if kwargs or not isinstance(text, str):
             return self._wrapped.encode(text, add_special_tokens=add_special_tokens, **kwargs)
+        if len(text) > _SHORT:
+            ids = self._plain.encode(text) if self._plain is not None and not add_special_tokens else None
+            return ids if ids is not None else self._wrapped.encode(text, add_special_tokens=add_special_tokens)
         key = (text, add_special_tokens)
         ids = self._encoded.get(key)
         if ids is None:
             _make_room(self._encoded)
             ids = self._encoded[key] = list(self._wrapped.encode(text, add_special_tokens=add_special_tokens))
-        return list(ids)  # a fresh list: callers may extend what they get
+        return list(ids)
 
-    def __call__(self, text: Any, **kwargs: Any) -> Any:
-        plain_arguments = all(isinstance(v, (bool, int, str, type(None))) for v in kwargs.values())
-        if not isinstance(text, str) or len(text) > _SHORT or not plain_arguments:
-            return self._wrapped(text, **kwargs)
-        key = (text, tuple(sorted(kwargs.items())))
-        encoding = self._called.get(key)
-        if encoding is None:
-            _make_room(self._called)
-            encoding = self._called[key] = self._wrapped(text, **kwargs)
-        return _fresh(encoding)
+    def decode(self, ids: Any, skip_special_tokens: bool = False, **kwargs: Any) -> Any:
+        if kwargs or not isinstance(ids, list):
+            return self._wrapped.decode(ids, skip_special_tokens=skip_special_tokens, **kwargs)
+        return decode_ids(self._wrapped, ids, skip_special_tokens=skip_special_tokens)
 
     def convert_tokens_to_ids(self, tokens: Any) -> Any:
         if not isinstance(tokens, str):
@@ -73,15 +80,6 @@ class _ScaffoldMemo:
 def _make_room(memo: dict[Any, Any]) -> None:
     if len(memo) >= _REMEMBERED:
         memo.clear()
-
-
-def _fresh(encoding: Any) -> Any:
-    """A copy of a remembered `BatchEncoding` whose lists a caller may change without touching the memo."""
-    copied = {key: list(value) if isinstance(value, list) else value for key, value in encoding.items()}
-    try:
-        return type(encoding)(copied, encoding=encoding.encodings, n_sequences=encoding.n_sequences)
-    except (AttributeError, TypeError):  # not a transformers BatchEncoding: a plain mapping will do
-        return copied
 
 
 @attrs.define(eq=False)
@@ -98,16 +96,18 @@ class RenderersBridge:
         new_messages: Sequence[Mapping[str, Any]],
         tools: Sequence[Mapping[str, Any]] | None,
     ) -> list[int] | None:
+        context = context_ids if type(context_ids) is list else list(context_ids)  # O(context): copied only if need be
+        sampled = list(sampled_ids)
         extended = self.renderer.bridge_to_next_turn(
-            list(context_ids), list(sampled_ids), [dict(m) for m in new_messages], tools=list(tools) if tools else None
+            context, sampled, [dict(m) for m in new_messages], tools=list(tools) if tools else None
         )
         if extended is None:
             return None
-        ids = list(extended.token_ids)
-        prefix = len(context_ids) + len(sampled_ids)
-        if ids[:prefix] != [*context_ids, *sampled_ids]:
+        ids = extended.token_ids
+        known = len(context)
+        if ids[known : known + len(sampled)] != sampled or ids[:known] != context:
             return None  # it closed a turn the model left open: not ours to keep
-        return ids[prefix:]
+        return list(ids[known + len(sampled) :])
 
 
 def renderers_bridge(config_class: str, **config: Any) -> Callable[[Any, Mapping[str, Any]], RenderersBridge]:
@@ -122,6 +122,6 @@ def renderers_bridge(config_class: str, **config: Any) -> Callable[[Any, Mapping
         settings = dict(config)
         if "enable_thinking" in template_kwargs and "enable_thinking" in config_type.model_fields:
             settings["enable_thinking"] = bool(template_kwargs["enable_thinking"])
-        return RenderersBridge(renderers.create_renderer(_ScaffoldMemo(tokenizer), config_type(**settings)))
+        return RenderersBridge(renderers.create_renderer(_TokenizerView(tokenizer), config_type(**settings)))
 
     return build
