@@ -23,8 +23,9 @@ parked at its engine call with its session open:
   which weight version sampled how many tokens of which request.
 
 Sampling parameters are the episode's own from its first step: a continuation uses the interrupted
-request's parameters with the remaining `max_new_tokens`. Known limit: a stop *string* split across
+request's parameters with the remaining `max_new_tokens`. Known limits: a stop *string* split across
 the interruption is not matched (SGLang checks stop strings on the new output only); stop tokens are.
+Frequency and presence penalties and `min_new_tokens` likewise count the continuation's own output only.
 
 Example: a turn interrupted after two tokens and resumed gives the uninterrupted turn's ids.
 
