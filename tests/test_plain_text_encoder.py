@@ -119,3 +119,12 @@ def test_a_caller_extending_the_ids_cannot_change_later_answers() -> None:
     first.extend([1, 2])
     first[0] = -1
     assert encoder.encode(text) == reference(tokenizer, text)
+
+
+def test_long_pieces_are_encoded_but_not_remembered() -> None:
+    tokenizer = tokenizer_for("qwen3")
+    encoder = PlainTextEncoder.for_tokenizer(tokenizer)
+    text = "short words " + "x" * 5000 + " then" + " " * 300 + "end"
+    assert encoder.encode(text) == reference(tokenizer, text)
+    assert encoder.encode(text) == reference(tokenizer, text)
+    assert all(len(piece) <= 64 for piece in encoder._pieces) and " words" in encoder._pieces

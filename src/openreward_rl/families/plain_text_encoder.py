@@ -40,6 +40,7 @@ _ASCII_SPLITS = {
 }
 _PLAIN = re.compile(r"[\t\n\r\x20-\x7e]*")  # the characters the ASCII patterns are proven on
 _REMEMBERED = 65536  # pieces whose ids are kept; starts over when full
+_LONGEST_REMEMBERED = 64  # characters
 
 
 def _byte_level_alphabet() -> dict[int, str]:
@@ -100,9 +101,11 @@ class PlainTextEncoder:
         for piece in pieces:
             piece_ids = remembered.get(piece)
             if piece_ids is None:
-                if len(remembered) >= _REMEMBERED:
-                    remembered.clear()
-                piece_ids = remembered[piece] = [token.id for token in self._model.tokenize(piece.translate(_ASCII_TO_BYTE_LEVEL))]
+                piece_ids = [token.id for token in self._model.tokenize(piece.translate(_ASCII_TO_BYTE_LEVEL))]
+                if len(piece) <= _LONGEST_REMEMBERED:  # words repeat; a long run (base64, padding) rarely does
+                    if len(remembered) >= _REMEMBERED:
+                        remembered.clear()
+                    remembered[piece] = piece_ids
             ids.extend(piece_ids)
         return ids
 
