@@ -32,6 +32,7 @@ import asyncio
 from typing import Any
 
 import aiohttp
+import attrs
 import pytest
 
 import journal_env
@@ -274,9 +275,18 @@ def miles_sample(index: int) -> Any:
     return miles_double.Sample(prompt=row.prompt, label=row.label, metadata=row.metadata)
 
 
-async def test_miles_fully_async_abort_continues_the_cut_turn_in_place(config_file, tokenizer, loop_thread) -> None:
-    """A pause in mode "abort" cuts task 1's second turn under Miles' fully-async rollout: its `GenerateState`
-    (`input.state`) is not aborting, so `generate_fn` continues the turn in place; the buffer sees no aborted group."""
+@attrs.define
+class MilesCutRun:
+    reference: Any
+    server: SGLangTestServer
+    args: Any
+    rollout_fn: Any
+    trained: list[Any]
+
+
+async def miles_run_with_a_cut_turn(tokenizer: Any, loop_thread: Any, held: str | None) -> MilesCutRun:
+    """Task 1 (3 turns) under Miles' fully-async rollout; a weight update to "2" in mode "abort" cuts its second
+    turn after 6 tokens (`held`: the request the paused server must hold, if any); runs until task 1 is trained."""
     lengths = {1: 3}
     reference = await uninterrupted(loop_thread, tokenizer, lengths, task=1)
     journal_env.reset()
@@ -288,11 +298,19 @@ async def test_miles_fully_async_abort_continues_the_cut_turn_in_place(config_fi
     trained: list[Any] = []
     try:
         trained += [g[0] for g in await asyncio.to_thread(loop_thread.run, rollout_fn(0, 1))]
-        await weight_update(server, "2", cut="_t1", held="_t1_p1")
+        await weight_update(server, "2", cut="_t1", held=held)
         trained += await miles_steps(loop_thread, rollout_fn, task=1)
     finally:
         await asyncio.to_thread(loop_thread.run, rollout_fn.stop())
         await server.close()
+    return MilesCutRun(reference, server, args, rollout_fn, trained)
+
+
+async def test_miles_fully_async_abort_continues_the_cut_turn_in_place(config_file, tokenizer, loop_thread) -> None:
+    """A pause in mode "abort" cuts task 1's second turn under Miles' fully-async rollout: its `GenerateState`
+    (`input.state`) is not aborting, so `generate_fn` continues the turn in place; the buffer sees no aborted group."""
+    run = await miles_run_with_a_cut_turn(tokenizer, loop_thread, held="_t1_p1")
+    reference, args, rollout_fn, trained = run.reference, run.args, run.rollout_fn, run.trained
     assert rollout_fn.output.aborted_groups == 0
     (sample,) = [s for s in trained if s.metadata["index"] == 1]
     miles_double.check_trainable(sample, args)
@@ -311,22 +329,8 @@ async def test_miles_fully_async_without_continuations_retries_the_prompt(config
     rejects the group and, under `--async-unused-samples-handler retry`, resets its prompt (`reset_for_retry`) back
     into the data source; the retried episode is trained, all on the new weights, in a fresh session."""
     config_file.write_text(config_file.read_text() + "max_turn_continuations: 0\n")
-    lengths = {1: 3}
-    reference = await uninterrupted(loop_thread, tokenizer, lengths, task=1)
-    journal_env.reset()
-    model = JournalModel(tokenizer, lengths)
-    model.interrupt[(1, 1)] = 6
-    server = await SGLangTestServer(tokenizer, model, weight_version="1").start()
-    args = miles_fully_async_args(server)
-    rollout_fn = miles_rollout.FullyAsyncRolloutFn(args, slime_rollout.RolloutDataSourceWithBuffer(args, lambda i: miles_sample(i)))
-    trained: list[Any] = []
-    try:
-        trained += [g[0] for g in await asyncio.to_thread(loop_thread.run, rollout_fn(0, 1))]
-        await weight_update(server, "2", cut="_t1", held=None)
-        trained += await miles_steps(loop_thread, rollout_fn, task=1)
-    finally:
-        await asyncio.to_thread(loop_thread.run, rollout_fn.stop())
-        await server.close()
+    run = await miles_run_with_a_cut_turn(tokenizer, loop_thread, held=None)
+    reference, server, args, rollout_fn, trained = run.reference, run.server, run.args, run.rollout_fn, run.trained
     assert rollout_fn.output.aborted_groups == 1
     assert all(s.status is not miles_double.Sample.Status.ABORTED for s in trained)
     assert not any("_p" in rid for rid in task_rids(server, 1))
