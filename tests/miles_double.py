@@ -18,6 +18,24 @@ from typing import Any
 import slime_double
 
 
+# miles/rollout/base_types.py: what a new-form generate function takes and returns.
+@dataclass
+class GenerateFnInput:
+    state: Any
+    sample: Any
+    sampling_params: dict[str, Any]
+    evaluation: bool = False
+
+    @property
+    def args(self) -> Any:
+        return self.state.args
+
+
+@dataclass
+class GenerateFnOutput:
+    samples: Any
+
+
 @dataclass
 class Sample:
     group_index: int | None = None

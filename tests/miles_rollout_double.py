@@ -49,30 +49,12 @@ import importlib
 import inspect
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
-from miles_double import Sample
-from slime_rollout_double import SingletonMeta
+from miles_double import GenerateFnInput, GenerateFnOutput, Sample
+from slime_rollout_double import SingletonMeta, reward_unless_aborted
 
 LEGACY_MODULE_NAME = "miles.rollout.sglang_rollout"
-
-
-@dataclass
-class GenerateFnInput:
-    state: Any
-    sample: Any
-    sampling_params: dict[str, Any]
-    evaluation: bool = False
-
-    @property
-    def args(self) -> Any:
-        return self.state.args
-
-
-@dataclass
-class GenerateFnOutput:
-    samples: Any
 
 
 def load_function(path: str | None) -> Any:
@@ -145,14 +127,7 @@ async def generate_and_rm(state: GenerateState, sample: Sample, sampling_params:
         sample = output.samples
     if args.group_rm:
         return sample
-    samples = sample if isinstance(sample, list) else [sample]
-    if any(s.status is Sample.Status.ABORTED for s in samples):
-        return sample
-    rm = load_function(args.custom_rm_path)
-    for s in samples:
-        if s.reward is None:
-            s.reward = await rm(args, s)
-    return sample
+    return await reward_unless_aborted(args, sample)
 
 
 async def generate_and_rm_group(state: GenerateState, group: list[Sample], sampling_params: dict[str, Any], evaluation: bool = False) -> list[Any]:

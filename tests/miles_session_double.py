@@ -49,6 +49,7 @@ import aiohttp
 from aiohttp import web
 
 import miles_double
+from miles_double import GenerateFnInput, GenerateFnOutput
 
 _TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
 # A subset of SGLang's ChatCompletionRequest fields: what build_chat_request_kwargs lets through.
@@ -235,23 +236,6 @@ def build_chat_request_kwargs(sampling_params: dict[str, Any]) -> dict[str, Any]
             kwargs.setdefault(dst, kwargs[src])
             kwargs.pop(src)
     return {k: v for k, v in kwargs.items() if k in _CHAT_REQUEST_FIELDS and v is not None}
-
-
-@dataclass
-class GenerateFnInput:
-    state: Any
-    sample: Any
-    sampling_params: dict[str, Any]
-    evaluation: bool = False
-
-    @property
-    def args(self) -> Any:
-        return self.state.args
-
-
-@dataclass
-class GenerateFnOutput:
-    samples: Any
 
 
 def _load(path: str) -> Any:

@@ -98,8 +98,14 @@ async def generate_and_rm(args: Any, sample: Sample, sampling_params: dict[str, 
             return sample
         generate = load_function(args.custom_generate_function_path)
         sample = await slime_double.call_generate(generate, args, sample, sampling_params, evaluation=evaluation)
+    return await reward_unless_aborted(args, sample)
+
+
+async def reward_unless_aborted(args: Any, sample: Any) -> Any:
+    """The end of `generate_and_rm` (Slime's, kept by Miles): nothing for a sample (or list) with an aborted member,
+    else the custom RM for each sample still without a reward."""
     samples = sample if isinstance(sample, list) else [sample]
-    if any(s.status is Sample.Status.ABORTED for s in samples):
+    if any(s.status is type(s).Status.ABORTED for s in samples):
         return sample
     rm = load_function(args.custom_rm_path)
     for s in samples:
