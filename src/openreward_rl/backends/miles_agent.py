@@ -52,7 +52,7 @@ from openreward_rl.backends.episode_record import EpisodeRecord
 from openreward_rl.backends.group_reward import flatten
 from openreward_rl.config import ConfigError, TrainConfig, config_path, load_config
 from openreward_rl.engines.base import EngineError, FinishReason, Generation, GenerationRequest
-from openreward_rl.engines.openai_chat import OpenAIChatEngine, _Transient, _wire_message, parse_chat_completion
+from openreward_rl.engines.openai_chat import OpenAIChatEngine, _Transient, parse_chat_completion
 from openreward_rl.preflight import check_ready
 from openreward_rl.redaction import install_log_redaction
 from openreward_rl.rollout import Rollouts
@@ -97,17 +97,8 @@ class SessionChatEngine(OpenAIChatEngine):
 
     calls: int = attrs.field(default=0, init=False)
 
-    def payload(self, request: GenerationRequest) -> dict[str, Any]:
-        if request.messages is None:
-            raise ValueError("SessionChatEngine needs request.messages (the episode's chat history)")
-        body: dict[str, Any] = {"model": self.model, "messages": [_wire_message(m, self.send_reasoning) for m in request.messages]}
-        if request.tools:
-            body["tools"] = list(request.tools)
-        for key, value in request.sampling_params.items():
-            if value is not None and key != "custom_params":
-                body[_TO_CHAT.get(key, key)] = value
-        body.update(self.extra_body)
-        return body
+    def sampling_body(self, sampling_params: Mapping[str, Any]) -> dict[str, Any]:
+        return {_TO_CHAT.get(key, key): value for key, value in sampling_params.items() if value is not None and key != "custom_params"}
 
     async def generate(self, request: GenerationRequest) -> Generation:
         body = self.payload(request)

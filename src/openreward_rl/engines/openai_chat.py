@@ -134,11 +134,18 @@ class OpenAIChatEngine:
     def payload(self, request: GenerationRequest) -> dict[str, Any]:
         """The JSON body for one request; unsupported sampling keys raise `ValueError`."""
         if request.messages is None:
-            raise ValueError("OpenAIChatEngine needs request.messages (the episode's chat history)")
+            raise ValueError(f"{type(self).__name__} needs request.messages (the episode's chat history)")
         body: dict[str, Any] = {"model": self.model, "messages": [_wire_message(m, self.send_reasoning) for m in request.messages]}
         if request.tools:
             body["tools"] = list(request.tools)
-        for key, value in request.sampling_params.items():
+        body.update(self.sampling_body(request.sampling_params))
+        body.update(self.extra_body)
+        return body
+
+    def sampling_body(self, sampling_params: Mapping[str, Any]) -> dict[str, Any]:
+        """The SGLang-style sampling params under their Chat Completions names."""
+        body: dict[str, Any] = {}
+        for key, value in sampling_params.items():
             if value is None or key in _TEXT_ONLY_KEYS:
                 continue
             if key == "max_new_tokens":
@@ -152,7 +159,6 @@ class OpenAIChatEngine:
                     f"OpenAIChatEngine cannot send the sampling parameter {key!r} "
                     f"(supported: max_new_tokens, {', '.join(sorted(_SAMPLING_FIELDS))}; put others in extra_body)"
                 )
-        body.update(self.extra_body)
         return body
 
     async def generate(self, request: GenerationRequest) -> Generation:
