@@ -75,11 +75,7 @@ async def generate_samples(
         trajectory = await rollouts.run(task, sampling_params=sampling_params, routing_key=routing_key, engine=continuing)
         if continuing is None or not continuing.continuations:
             return _fill(args, state, sample, task, trajectory, sampling_params, preset_reward=preset_reward, evaluation=evaluation)
-        trajectory.metrics["continuations"] = float(continuing.continuations)
-        samples = _fill(args, state, sample, task, trajectory, sampling_params, preset_reward=preset_reward, evaluation=evaluation, weight_versions=_versions(continuing))
-        for filled in samples:
-            filled.metadata["weight_version_spans"] = list(continuing.spans)
-        return samples
+        return _fill_per_call(args, state, sample, task, trajectory, sampling_params, continuing, preset_reward=preset_reward, evaluation=evaluation)
 
     store = store_for(state.config.suspended_episode_ttl, state.config.max_suspended_episodes)
     await store.sweep()
@@ -111,8 +107,6 @@ async def generate_samples(
         return [filled]
 
     trajectory = outcome.trajectory
-    if engine.continuations:
-        trajectory.metrics["continuations"] = float(engine.continuations)
     if engine.suspensions:
         if getattr(args, "mask_offpolicy_in_partial_rollout", False) and engine.offpolicy_boundary is not None:
             mask_before(trajectory, engine.offpolicy_boundary)
@@ -122,10 +116,7 @@ async def generate_samples(
         for key in ("episode_seconds", "model_seconds"):  # all parking happens inside model calls
             if key in metrics:
                 metrics[key] = max(0.0, metrics[key] - engine.parked_seconds)
-    samples = _fill(args, state, sample, task, trajectory, sampling_params, preset_reward=preset_reward, evaluation=evaluation, weight_versions=_versions(engine))
-    for filled in samples:
-        filled.metadata["weight_version_spans"] = list(engine.spans)
-    return samples
+    return _fill_per_call(args, state, sample, task, trajectory, sampling_params, engine, preset_reward=preset_reward, evaluation=evaluation)
 
 
 async def _resume(live: LiveEpisode, abort_signal: AbortSignal | None) -> Outcome | None:
@@ -140,6 +131,28 @@ async def _resume(live: LiveEpisode, abort_signal: AbortSignal | None) -> Outcom
 def _versions(engine: ContinuingEngine) -> list[str]:
     """One weight version per engine call, as the trainer appends them (Slime: from each call's meta_info)."""
     return [span["weight_version"] for span in engine.spans if span["weight_version"] is not None]
+
+
+def _fill_per_call(
+    args: Any,
+    state: BackendState,
+    sample: Any,
+    task: TaskRef,
+    trajectory: Trajectory,
+    sampling_params: Mapping[str, Any],
+    engine: ContinuingEngine,
+    *,
+    preset_reward: bool,
+    evaluation: bool,
+) -> list[Any]:
+    """`_fill` for an episode whose model calls `engine` recorded: one weight version per call, the calls'
+    spans in metadata, and how many cut calls it continued."""
+    if engine.continuations:
+        trajectory.metrics["continuations"] = float(engine.continuations)
+    samples = _fill(args, state, sample, task, trajectory, sampling_params, preset_reward=preset_reward, evaluation=evaluation, weight_versions=_versions(engine))
+    for filled in samples:
+        filled.metadata["weight_version_spans"] = list(engine.spans)
+    return samples
 
 
 def _fill(
