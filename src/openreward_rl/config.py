@@ -309,7 +309,11 @@ def parse_config(raw: Any, *, source: str = "<config>") -> TrainConfig:
     for key in ("thinking", "train_thinking", "upload"):
         if key in raw:
             values[key] = _check(raw[key], (bool,), f"{source}: {key}", "true or false")
-    for key, options in (("tool_execution", ("sequential", "parallel")), ("on_no_tool_call", ("nudge", "end"))):
+    for key, options in (
+        ("tool_execution", ("sequential", "parallel")),
+        ("on_no_tool_call", ("nudge", "end")),
+        ("rollout_worker_backend", ("auto", "process", "ray")),
+    ):
         if key in raw:
             if raw[key] not in options:
                 raise ConfigError(f"{source}: {key}: must be one of {', '.join(options)}, got {raw[key]!r}")
@@ -327,10 +331,6 @@ def parse_config(raw: Any, *, source: str = "<config>") -> TrainConfig:
         values["rollout_workers"] = _check(raw["rollout_workers"], (int,), f"{source}: rollout_workers", "a number of worker processes (0: none)")
         if values["rollout_workers"] < 0:
             raise ConfigError(f"{source}: rollout_workers: must be 0 (episodes in the hook's process) or a positive number of workers, got {raw['rollout_workers']!r}")
-    if "rollout_worker_backend" in raw:
-        if raw["rollout_worker_backend"] not in ("auto", "process", "ray"):
-            raise ConfigError(f"{source}: rollout_worker_backend: must be one of auto, process, ray, got {raw['rollout_worker_backend']!r}")
-        values["rollout_worker_backend"] = raw["rollout_worker_backend"]
     if "suspended_episode_ttl" in raw:
         value = _check(raw["suspended_episode_ttl"], (int, float), f"{source}: suspended_episode_ttl", "a positive number of seconds")
         if value <= 0:
