@@ -43,10 +43,12 @@ def resolve_task(config: TrainConfig, task: TaskRef) -> TaskRef:
     return task
 
 
-def choose_parser(config: TrainConfig, model: str | None, tokenizer: Any) -> ToolParser:
-    """The configured parser, else the one the model name or chat template implies."""
+def choose_parser(config: TrainConfig, model: str | None, tokenizer: Any, family: ModelFamily | None = None) -> ToolParser:
+    """The configured parser, else `family`'s, else the one the model name or chat template implies."""
     if config.parser:
         return get_parser(config.parser)
+    if family is not None:
+        return get_parser(family.parser)
     from openreward_rl.parsers.selection import parser_for_model
 
     try:
@@ -83,10 +85,8 @@ def episode_stack(config: TrainConfig, tokenizer: Any, model: str | None = None)
     """
     family = choose_family(config, model, tokenizer)
     template_kwargs = {"enable_thinking": config.thinking, **config.chat_template_kwargs}
-    if family is None:
-        return ChatRenderer(tokenizer, template_kwargs), choose_parser(config, model, tokenizer)
-    parser = get_parser(config.parser) if config.parser else get_parser(family.parser)
-    return family.renderer(tokenizer, template_kwargs), parser
+    renderer = ChatRenderer(tokenizer, template_kwargs) if family is None else family.renderer(tokenizer, template_kwargs)
+    return renderer, choose_parser(config, model, tokenizer, family)
 
 
 @attrs.define
