@@ -73,6 +73,7 @@ def task_row(task: TaskRef) -> dict[str, Any]:
     `metadata` is a dict (Slime calls `.get()` on it); `prompt` is a readable placeholder because the
     generate hook builds the real prompt from the environment.
     """
+    identity = task.identity
     metadata = {
         "environment": task.environment,
         "split": task.split,
@@ -83,9 +84,9 @@ def task_row(task: TaskRef) -> dict[str, Any]:
         "server_name": task.server_name,
         "environment_name": task.environment_name,
         "namespace": task.namespace,
-        "task_hash": task_hash(task.task_spec) if task.task_spec is not None else None,
+        "task_hash": identity if task.task_spec is not None else None,
     }
-    return {"prompt": f"[{task.environment}:{task.split}:{task.identity}]", "label": "", "metadata": metadata}
+    return {"prompt": f"[{task.environment}:{task.split}:{identity}]", "label": "", "metadata": metadata}
 
 
 def task_from_metadata(metadata: Mapping[str, Any] | str) -> TaskRef:
