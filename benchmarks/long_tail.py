@@ -102,22 +102,6 @@ def slime_args(port: int, batch: int, partial: bool) -> SimpleNamespace:
     )
 
 
-def aborter(server: Any) -> Any:
-    """Slime's `abort_servers_until_idle`: POST abort_all until nothing is in flight."""
-    import aiohttp
-
-    async def abort_servers() -> None:
-        async with aiohttp.ClientSession() as http:
-            while True:
-                async with http.post(server.url + "/abort_request", json={"abort_all": True}) as response:
-                    response.raise_for_status()
-                if not server.in_flight:
-                    return
-                await asyncio.sleep(0.01)
-
-    return abort_servers
-
-
 def run_mode(name: str, loop_thread: Any, server: Any, lengths: list[int], env_url: str, steps: int, batch: int) -> dict[str, Any]:
     import slime_double
     import slime_rollout_double as slime_rollout
@@ -132,7 +116,7 @@ def run_mode(name: str, loop_thread: Any, server: Any, lengths: list[int], env_u
     args = slime_args(server.port, batch, partial=name == "partial")
     slime_rollout.GenerateState.clear_instances()
     source = slime_rollout.RolloutDataSourceWithBuffer(args, prompt)
-    abort_servers = aborter(server)
+    abort_servers = slime_rollout.aborter(server)
     rows = []
     for rollout_id in range(steps):
         started = time.perf_counter()

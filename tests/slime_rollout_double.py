@@ -44,6 +44,8 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import aiohttp
+
 import slime_double
 from slime_double import Sample
 
@@ -83,6 +85,24 @@ class GenerateState(metaclass=SingletonMeta):
 def load_function(path: str) -> Any:
     module, _, name = path.rpartition(".")
     return getattr(importlib.import_module(module), name)
+
+
+def aborter(server: Any, then: Callable[[], Any] | None = None) -> Callable[[], Awaitable[None]]:
+    """Slime's `abort_servers_until_idle`: POST abort_all until the server (an `SGLangTestServer`) has nothing
+    in flight; `then` runs after each abort (a test's hook to release what the episode waits on)."""
+
+    async def abort_servers() -> None:
+        async with aiohttp.ClientSession() as http:
+            while True:
+                async with http.post(server.url + "/abort_request", json={"abort_all": True}) as response:
+                    assert response.status == 200
+                if then is not None:
+                    then()
+                if not server.in_flight:
+                    return
+                await asyncio.sleep(0.01)
+
+    return abort_servers
 
 
 async def generate_and_rm(args: Any, sample: Sample, sampling_params: dict[str, Any], evaluation: bool = False) -> Any:

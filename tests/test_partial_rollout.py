@@ -17,12 +17,12 @@ import time
 from types import SimpleNamespace
 from typing import Any
 
-import aiohttp
 import pytest
 
 import journal_env
 import slime_double
 import slime_rollout_double as slime_rollout
+from slime_rollout_double import aborter
 from openreward_rl.assets import load_tokenizer
 from openreward_rl.backends import _state, _suspended
 from openreward_rl.backends import slime as slime_hooks
@@ -162,21 +162,6 @@ def prompt_sample(index: int) -> Sample:
     return Sample(prompt=row["prompt"], label=row["label"], metadata=row["metadata"])
 
 
-def aborter(server: SGLangTestServer, then: Any = None) -> Any:
-    """Slime's `abort_servers_until_idle`: POST abort_all until the server has nothing in flight."""
-
-    async def abort_servers() -> None:
-        async with aiohttp.ClientSession() as http:
-            while True:
-                async with http.post(server.url + "/abort_request", json={"abort_all": True}) as response:
-                    assert response.status == 200
-                if then is not None:
-                    then()
-                if not server.in_flight:
-                    return
-                await asyncio.sleep(0.01)
-
-    return abort_servers
 
 
 async def step(loop_thread: Any, args: Any, rollout_id: int, source: Any, abort_servers: Any) -> list[list[Sample]]:
