@@ -145,16 +145,29 @@ class ContinuingEngine:
         pieces: list[Generation] = []
         current, continued = request, 0
         while True:
+            if await self._hold_before_call(request, pieces):
+                current = _continuation(request, pieces)
             generation = await self.engine.generate(current)
             self._record(current, generation)
             pieces.append(generation)
-            if generation.finish_reason is not FinishReason.ABORT or not self._continues_in_place(continued):
+            if generation.finish_reason is not FinishReason.ABORT:
                 return _merge(pieces)
-            continued += 1
-            self.continuations += 1
+            if self._continues_in_place(continued):
+                continued += 1
+                self.continuations += 1
+            elif not await self._hold_after_abort(request, pieces, generation):
+                return _merge(pieces)  # the turn ends aborted
             current = _continuation(request, pieces)
             if current.sampling_params.get("max_new_tokens") == 0:
                 return _merge(pieces, finish=FinishReason.LENGTH)
+
+    async def _hold_before_call(self, request: GenerationRequest, pieces: Sequence[Generation]) -> bool:
+        """Wait before sending the next call; True when it waited (the call is then rebuilt from `pieces`)."""
+        return False
+
+    async def _hold_after_abort(self, request: GenerationRequest, pieces: Sequence[Generation], generation: Generation) -> bool:
+        """What a cut call that is not continued in place does instead; False ends the turn aborted."""
+        return False
 
     def _record(self, request: GenerationRequest, generation: Generation) -> None:
         self.spans.append({"request": request.request_id, "tokens": len(generation.output_ids), "weight_version": generation.weight_version})
@@ -192,30 +205,19 @@ class ParkingEngine(ContinuingEngine):
     def parked(self) -> Parked | None:
         return self._parked
 
-    async def generate(self, request: GenerationRequest) -> Generation:
-        pieces: list[Generation] = []
-        current, continued = request, 0
-        while True:
-            if self._snapshot is not None and self._aborting():
-                await self._park(request, pieces, "the trainer aborted the rollout step before this call")
-                current = _continuation(request, pieces)
-            generation = await self.engine.generate(current)
-            self._record(current, generation)
-            pieces.append(generation)
-            if generation.finish_reason is not FinishReason.ABORT:
-                return _merge(pieces)
-            if self.abort_signal is not None and not self._aborting():  # not the trainer's abort
-                if not self._continues_in_place(continued):
-                    return _merge(pieces)  # past the bound: the turn ends aborted, as without partial rollout
-                continued += 1
-                self.continuations += 1
-            elif self._snapshot is None:
-                return _merge(pieces)
-            else:
-                await self._park(request, pieces, generation.abort_message or "aborted")
-            current = _continuation(request, pieces)
-            if current.sampling_params.get("max_new_tokens") == 0:
-                return _merge(pieces, finish=FinishReason.LENGTH)
+    async def _hold_before_call(self, request: GenerationRequest, pieces: Sequence[Generation]) -> bool:
+        if self._snapshot is None or not self._aborting():
+            return False
+        await self._park(request, pieces, "the trainer aborted the rollout step before this call")
+        return True
+
+    async def _hold_after_abort(self, request: GenerationRequest, pieces: Sequence[Generation], generation: Generation) -> bool:
+        """Parks on the trainer's abort (or any abort when there is no signal); past the bound of in-place
+        continuations, or with no episode attached, the turn ends aborted, as without partial rollout."""
+        if (self.abort_signal is not None and not self._aborting()) or self._snapshot is None:
+            return False
+        await self._park(request, pieces, generation.abort_message or "aborted")
+        return True
 
     async def _park(self, request: GenerationRequest, pieces: Sequence[Generation], reason: str) -> None:
         ids = tuple(i for p in pieces for i in p.output_ids)
