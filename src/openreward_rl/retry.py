@@ -155,23 +155,25 @@ async def call_with_retries(
     *,
     what: str,
     retry_on: Callable[[BaseException], bool] = is_transient,
-    first_error: BaseException | None = None,
 ) -> T:
     """Run `operation()` under `policy`. A 429 that outlasts every attempt becomes `AtCapacityError`.
 
-    `first_error`: attempt 1 already ran outside (the cheap common path) and failed with it, so
-    the policy waits and goes on with attempt 2.
+    Attempt 1 runs without the retry machinery (the common case, on hot paths); only its failure,
+    when worth retrying, enters the policy, which then waits and goes on with attempt 2.
     """
-    attempts = 0
+    attempts = 1
     try:
-        if policy.attempts == 1 and first_error is None:  # nothing to retry: no retry machinery
-            attempts = 1
+        try:
             return await operation()
+        except Exception as error:
+            if policy.attempts == 1 or not retry_on(error):
+                raise
+            first_error = error
         async for attempt in retrying(policy, retry_on=retry_on):
             with attempt:
-                attempts += 1
-                if attempts == 1 and first_error is not None:
+                if attempt.retry_state.attempt_number == 1:
                     raise first_error
+                attempts += 1
                 return await operation()
     except Exception as error:
         if is_at_capacity(error):

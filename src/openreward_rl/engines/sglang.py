@@ -118,10 +118,7 @@ class SGLangEngine:
         headers = {ROUTING_HEADER: request.routing_key} if request.routing_key is not None else None
         if request.request_id is not None:
             payload["rid"] = request.request_id
-        try:  # the common case, without the retry machinery
-            body = await self._post_generate(payload, ids_json, headers)
-        except _TransientError as error:
-            body = await self._retry_generate(payload, ids_json, headers, request.request_id, error)
+        body = await self._generate_with_retries(payload, ids_json, headers, request.request_id)
         return parse_generate_response(body, url=self._generate_url)
 
     async def abort(self, request_id: str) -> None:
@@ -145,28 +142,21 @@ class SGLangEngine:
 
     # ------------------------------------------------------------------ internals
 
-    async def _retry_generate(
-        self,
-        payload: dict[str, Any],
-        ids_json: str,
-        headers: Mapping[str, str] | None,
-        rid: str | None,
-        first_error: _TransientError,
-    ) -> Any:
-        """Attempts 2..max_attempts after a transient failure of attempt 1, under the engine's `RetryPolicy`."""
-        attempts = 1
+    async def _generate_with_retries(self, payload: dict[str, Any], ids_json: str, headers: Mapping[str, str] | None, rid: str | None) -> Any:
+        """POST /generate under the engine's `RetryPolicy`; retries get the rid `<rid>_r<n>`."""
+        attempts = 0
 
-        async def again() -> Any:
+        async def attempt() -> Any:
             nonlocal attempts
             attempts += 1
-            if rid is not None:
+            if rid is not None and attempts > 1:
                 payload["rid"] = f"{rid}_r{attempts - 1}"
             return await self._post_generate(payload, ids_json, headers)
 
         try:
             return await call_with_retries(
-                again, self.retry_policy, what=f"SGLang {self._generate_url}",
-                retry_on=lambda error: isinstance(error, _TransientError), first_error=first_error,
+                attempt, self.retry_policy, what=f"SGLang {self._generate_url}",
+                retry_on=lambda error: isinstance(error, _TransientError),
             )
         except _TransientError as error:
             raise EngineError(
