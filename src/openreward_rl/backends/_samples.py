@@ -64,6 +64,11 @@ def status_for(sample: Any, stop_reason: StopReason) -> Any:
     return getattr(type(sample).Status, STATUS_FOR_STOP[stop_reason])
 
 
+def non_generation_seconds(metrics: Mapping[str, float]) -> float:
+    """The episode's time outside model calls (tools, environment, the loop's own work)."""
+    return max(0.0, metrics.get("episode_seconds", 0.0) - metrics.get("model_seconds", 0.0))
+
+
 def episode_metadata(
     base: Any, trajectory: Trajectory, *, segment: int = 0, segments: int = 1, evaluation: bool = False, **extra: Any
 ) -> dict[str, Any]:
@@ -147,7 +152,7 @@ def samples_from_trajectory(
     if not preset_reward:
         reward = None
     metrics = trajectory.metrics
-    non_generation_time = max(0.0, metrics.get("episode_seconds", 0.0) - metrics.get("model_seconds", 0.0))
+    non_generation_time = non_generation_seconds(metrics)
     common = {"status": status, "weight_versions": weight_versions, "non_generation_time": non_generation_time}
 
     segments = _trainable_segments(trajectory)

@@ -47,12 +47,13 @@ from typing import Any
 import attrs
 
 from openreward_rl.assets import load_tokenizer
-from openreward_rl.backends._samples import STATUS_FOR_STOP, episode_metadata, sample_fields
+from openreward_rl.backends._samples import episode_metadata, non_generation_seconds, sample_fields, status_for
 from openreward_rl.backends.episode_record import EpisodeRecord
 from openreward_rl.backends.group_reward import flatten
 from openreward_rl.config import ConfigError, TrainConfig, config_path, load_config
 from openreward_rl.engines.base import EngineError, FinishReason, Generation, GenerationRequest
-from openreward_rl.engines.openai_chat import OpenAIChatEngine, _Transient, parse_chat_completion
+from openreward_rl.engines.openai_chat import CHAT_FINISH_REASONS, OpenAIChatEngine, parse_chat_completion
+from openreward_rl.retry import RetryPolicy
 from openreward_rl.preflight import check_ready
 from openreward_rl.redaction import install_log_redaction
 from openreward_rl.rollout import Rollouts
@@ -71,7 +72,7 @@ AGENTIC_GENERATE_MODULE = "miles.rollout.generate_hub.agentic_tool_call"
 # speaks SGLang's names (it clamps `max_new_tokens` per turn), so `run` maps them back.
 _FROM_CHAT = {"max_tokens": "max_new_tokens", "min_tokens": "min_new_tokens", "seed": "sampling_seed"}
 _TO_CHAT = {value: key for key, value in _FROM_CHAT.items()}
-_FINISH = {"stop": FinishReason.STOP, "tool_calls": FinishReason.STOP, "length": FinishReason.LENGTH, "abort": FinishReason.ABORT}
+_FINISH = {**CHAT_FINISH_REASONS, "abort": FinishReason.ABORT}
 
 _ARGS: contextvars.ContextVar[Any] = contextvars.ContextVar("openreward_rl_miles_args", default=None)
 
@@ -97,27 +98,26 @@ class SessionChatEngine(OpenAIChatEngine):
 
     calls: int = attrs.field(default=0, init=False)
 
+    @property
+    def retry_policy(self) -> RetryPolicy:
+        """`max_attempts` tries, at once: the session server is local to the rollout."""
+        return RetryPolicy(attempts=self.max_attempts, initial_s=0.0, max_s=0.0, jitter_s=0.0)
+
     def sampling_body(self, sampling_params: Mapping[str, Any]) -> dict[str, Any]:
         return {_TO_CHAT.get(key, key): value for key, value in sampling_params.items() if value is not None and key != "custom_params"}
 
     async def generate(self, request: GenerationRequest) -> Generation:
         body = self.payload(request)
         self.calls += 1
-        for attempt in range(1, self.max_attempts + 1):
-            try:
-                reply = await self._post(body)
-                break
-            except _Transient as error:
-                if attempt == self.max_attempts:
-                    raise EngineError(f"{self.base_url}/chat/completions failed {self.max_attempts} times: {error}") from error
+        reply = await self.post_with_retries(body)
         parsed, content, _, _ = parse_chat_completion(reply)
         choice = reply["choices"][0]
         meta = choice.get("meta_info")
         if not isinstance(meta, Mapping) or "output_token_logprobs" not in meta:
             raise EngineError(f"{self.base_url}: the reply has no choices[0].meta_info.output_token_logprobs; is this a Miles session server?")
         entries = meta["output_token_logprobs"]
-        finish_type = (meta.get("finish_reason") or {}).get("type") if isinstance(meta.get("finish_reason"), Mapping) else None
-        finish = _FINISH.get(finish_type or choice.get("finish_reason") or "stop", FinishReason.STOP)
+        finish_info = meta.get("finish_reason") if isinstance(meta.get("finish_reason"), Mapping) else {}
+        finish = _FINISH.get(finish_info.get("type") or choice.get("finish_reason") or "stop", FinishReason.STOP)
         return Generation(
             tuple(int(entry[1]) for entry in entries),
             tuple(float(entry[0]) for entry in entries),
@@ -125,7 +125,7 @@ class SessionChatEngine(OpenAIChatEngine):
             weight_version=None if meta.get("weight_version") is None else str(meta["weight_version"]),
             text=content,
             parsed=parsed,
-            abort_message=(meta.get("finish_reason") or {}).get("message") if finish is FinishReason.ABORT else None,
+            abort_message=finish_info.get("message") if finish is FinishReason.ABORT else None,
             meta={"id": reply.get("id"), "usage": reply.get("usage")},
         )
 
@@ -202,7 +202,7 @@ async def run(base_url: str, prompt: Any, request_kwargs: Mapping[str, Any] | No
     if trajectory.messages:
         state.uploader.submit(trajectory, sampling_params=sampling)
     metrics = trajectory.metrics
-    tool_time = max(0.0, metrics.get("episode_seconds", 0.0) - metrics.get("model_seconds", 0.0))
+    tool_time = non_generation_seconds(metrics)
     out = episode_metadata(metadata, trajectory)
     out["agent_metrics"] = {"total_tool_time": tool_time, "model_calls": float(engine.calls)}
     return out
@@ -243,7 +243,7 @@ def apply_episode_status(sample: Any) -> None:
         if "remove_sample" in sample_fields(sample):
             sample.remove_sample = True
         return
-    sample.status = getattr(status_enum, STATUS_FOR_STOP[record.stop_reason])
+    sample.status = status_for(sample, record.stop_reason)
 
 
 async def generate(input: Any) -> Any:  # noqa: A002  (Miles detects the new form by this name)

@@ -28,7 +28,7 @@ from openreward_rl.retry import RetryPolicy, call_with_retries
 
 __all__ = ["OpenAIChatEngine", "parse_chat_completion"]
 
-_FINISH = {"stop": FinishReason.STOP, "tool_calls": FinishReason.STOP, "function_call": FinishReason.STOP, "length": FinishReason.LENGTH}
+CHAT_FINISH_REASONS = {"stop": FinishReason.STOP, "tool_calls": FinishReason.STOP, "function_call": FinishReason.STOP, "length": FinishReason.LENGTH}
 _CONTEXT_MARKERS = ("context length", "context_length", "context window", "maximum context", "too many tokens")
 # SGLang-style sampling key -> Chat Completions field. `top_k` is an extension most open servers accept.
 _SAMPLING_FIELDS = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "stop": "stop", "seed": "seed", "sampling_seed": "seed"}
@@ -79,7 +79,7 @@ def parse_chat_completion(body: Any) -> tuple[ParsedTurn, str, FinishReason, Any
             errors.append(ParseError(ParseErrorKind.INVALID_ARGUMENTS, f"arguments of {name} must be a JSON object", json.dumps(arguments), name, call_id))
             continue
         calls.append(ToolCall(name, arguments, call_id))
-    finish = _FINISH.get(choice.get("finish_reason") or "stop", FinishReason.STOP)
+    finish = CHAT_FINISH_REASONS.get(choice.get("finish_reason") or "stop", FinishReason.STOP)
     logprobs = (choice.get("logprobs") or {}).get("content") if isinstance(choice.get("logprobs"), Mapping) else None
     return ParsedTurn(content=content, reasoning=reasoning, tool_calls=tuple(calls), errors=tuple(errors)), content, finish, logprobs
 
@@ -162,15 +162,7 @@ class OpenAIChatEngine:
         return body
 
     async def generate(self, request: GenerationRequest) -> Generation:
-        body = self.payload(request)
-        policy = RetryPolicy(attempts=self.max_attempts, initial_s=0.5, max_s=10.0, jitter_s=1.0)
-        try:
-            reply = await call_with_retries(
-                lambda: self._post(body), policy, what=f"{self.base_url}/chat/completions",
-                retry_on=lambda error: isinstance(error, _Transient),
-            )
-        except _Transient as error:
-            raise EngineError(f"{self.base_url}/chat/completions failed {self.max_attempts} times: {error}") from error
+        reply = await self.post_with_retries(self.payload(request))
         parsed, content, finish, api_logprobs = parse_chat_completion(reply)
         output_ids = self._retokenize(request, parsed, finish)
         logprobs = (0.0,) * len(output_ids)
@@ -178,6 +170,21 @@ class OpenAIChatEngine:
             logprobs = tuple(float(item.get("logprob", 0.0)) for item in api_logprobs)
         meta = {"id": reply.get("id"), "usage": reply.get("usage"), "api_logprobs": len(api_logprobs or ())}
         return Generation(output_ids, logprobs, finish, text=content, token_exact=False, parsed=parsed, meta=meta)
+
+    @property
+    def retry_policy(self) -> RetryPolicy:
+        """`max_attempts` tries with backoff (0.5 s doubling up to 10 s, up to 1 s of jitter)."""
+        return RetryPolicy(attempts=self.max_attempts, initial_s=0.5, max_s=10.0, jitter_s=1.0)
+
+    async def post_with_retries(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """POST `body` to /chat/completions under `retry_policy`; transient failures past it raise `EngineError`."""
+        try:
+            return await call_with_retries(
+                lambda: self._post(body), self.retry_policy, what=f"{self.base_url}/chat/completions",
+                retry_on=lambda error: isinstance(error, _Transient),
+            )
+        except _Transient as error:
+            raise EngineError(f"{self.base_url}/chat/completions failed {self.max_attempts} times: {error}") from error
 
     def _retokenize(self, request: GenerationRequest, parsed: ParsedTurn, finish: FinishReason) -> tuple[int, ...]:
         """The assistant turn as the tokenizer's chat template renders it, cut after its end-of-turn token."""
