@@ -406,10 +406,6 @@ class WorkerRollouts:
     def engine(self) -> Any:
         return self.local.engine
 
-    @property
-    def config(self) -> Any:
-        return self.local.config
-
     async def run(self, task: TaskRef, *, sampling_params: Mapping[str, Any] | None = None, routing_key: str | None = None, engine: Any = None) -> Trajectory:
         if engine is not None:
             return await self.local.run(task, sampling_params=sampling_params, routing_key=routing_key, engine=engine)

@@ -20,7 +20,7 @@ from openreward_rl.preflight import check_ready
 from openreward_rl.redaction import install_log_redaction
 from openreward_rl.rollout import Rollouts
 from openreward_rl.upload import TrajectoryUploader
-from openreward_rl.workers import spread_over_workers
+from openreward_rl.workers import IN_WORKER_ENV, spread_over_workers
 
 __all__ = ["BackendState", "state_for", "clear_states", "close_states", "router_url"]
 
@@ -98,9 +98,16 @@ class BackendState:
             client=client,
             rollouts=rollouts,
             eval_rollouts=eval_rollouts,
-            uploader=TrajectoryUploader.from_config(client, config),
+            uploader=_uploader(client, config),
             loop=_running_loop(),
         )
+
+
+def _uploader(client: Any, config: TrainConfig) -> TrajectoryUploader:
+    """The config's uploader; off in an episode worker, whose trajectories the hook's process uploads."""
+    if os.environ.get(IN_WORKER_ENV):
+        return TrajectoryUploader(client, config.run_name(), enabled=False)
+    return TrajectoryUploader.from_config(client, config)
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:
