@@ -344,11 +344,15 @@ class SGLangTestServer:
         self.aborts.append(body)
         rid = body.get("rid") or ""
         abort_all = bool(body.get("abort_all"))
+        self._abort_flights(lambda flight: abort_all or bool(rid and flight.rid.startswith(rid)))
+        return web.Response(status=200)
+
+    def _abort_flights(self, matches: Callable[[Any], bool]) -> None:
+        """End the matching requests in flight with finish "abort" and what they sampled so far."""
         for flight in list(self._in_flight.values()):
-            if abort_all or (rid and flight.rid.startswith(rid)):
+            if matches(flight):
                 flight.abort_message = "Aborted"
                 flight.aborted.set()
-        return web.Response(status=200)
 
     async def _handle_pause(self, request: web.Request) -> web.Response:
         try:
@@ -366,9 +370,7 @@ class SGLangTestServer:
         async with self._pause_changed:
             self._paused = True
         while self._admitted:  # SGLang repeats abort_all until no request holds the model-update lock
-            for flight in list(self._in_flight.values()):
-                flight.abort_message = "Aborted"
-                flight.aborted.set()
+            self._abort_flights(lambda flight: True)
             await asyncio.sleep(0.01)
         return web.Response(status=200)
 
