@@ -70,19 +70,13 @@ class BackendState:
     def from_args(cls, args: Any) -> BackendState:
         """Build from Slime/Miles args: `sglang_router_ip/port`, `hf_checkpoint`,
         `rollout_max_context_len`, `eval_max_context_len`, `rollout_max_response_len`."""
-        from openreward import AsyncOpenReward
-
         from openreward_rl.engines.sglang import SGLangEngine
 
         checkpoint = getattr(args, "hf_checkpoint", None)
         if not checkpoint:
             raise ConfigError("the trainer's args have no hf_checkpoint; the hooks load the tokenizer from it (--hf-checkpoint)")
-        install_log_redaction()
-        config = load_config()
-        check_ready(config)  # an API key for remote environments; registers the secrets for redaction
-        tokenizer = load_tokenizer(str(checkpoint))
+        config, tokenizer, client, uploader = load_process_parts(str(checkpoint))
         engine = SGLangEngine(router_url(args))
-        client = AsyncOpenReward()
         train_context = _positive_or_none(args, "rollout_max_context_len")
         eval_context = _positive_or_none(args, "eval_max_context_len") or train_context
         max_new_tokens = getattr(args, "rollout_max_response_len", None) or 4096
@@ -98,9 +92,23 @@ class BackendState:
             client=client,
             rollouts=rollouts,
             eval_rollouts=eval_rollouts,
-            uploader=_uploader(client, config),
+            uploader=uploader,
             loop=_running_loop(),
         )
+
+
+def load_process_parts(checkpoint: str) -> tuple[TrainConfig, Any, Any, TrajectoryUploader]:
+    """What a hook process loads once, whatever the hook: log redaction installed, the config (checked
+    ready: an API key for remote environments; its secrets registered for redaction), the checkpoint's
+    tokenizer, an SDK client and the config's uploader."""
+    from openreward import AsyncOpenReward
+
+    install_log_redaction()
+    config = load_config()
+    check_ready(config)
+    tokenizer = load_tokenizer(checkpoint)
+    client = AsyncOpenReward()
+    return config, tokenizer, client, _uploader(client, config)
 
 
 def _uploader(client: Any, config: TrainConfig) -> TrajectoryUploader:

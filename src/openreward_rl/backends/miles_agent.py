@@ -46,16 +46,14 @@ from typing import Any
 
 import attrs
 
-from openreward_rl.assets import load_tokenizer
+from openreward_rl.backends._state import load_process_parts
 from openreward_rl.backends._samples import episode_metadata, non_generation_seconds, sample_fields, status_for
 from openreward_rl.backends.episode_record import EpisodeRecord
 from openreward_rl.backends.group_reward import flatten
-from openreward_rl.config import ConfigError, TrainConfig, config_path, load_config
+from openreward_rl.config import ConfigError, TrainConfig, config_path
 from openreward_rl.engines.base import EngineError, FinishReason, Generation, GenerationRequest
 from openreward_rl.engines.openai_chat import CHAT_FINISH_REASONS, OpenAIChatEngine, parse_chat_completion
 from openreward_rl.retry import RetryPolicy
-from openreward_rl.preflight import check_ready
-from openreward_rl.redaction import install_log_redaction
 from openreward_rl.rollout import Rollouts
 from openreward_rl.tasks import task_from_metadata
 from openreward_rl.trajectory import StopReason, Trajectory
@@ -157,13 +155,8 @@ def _state(args: Any) -> _AgentState:
     key = (os.getpid(), id(asyncio.get_running_loop()), checkpoint, str(config_path().resolve()))
     state = _STATES.get(key)
     if state is None:
-        from openreward import AsyncOpenReward
-
-        install_log_redaction()
-        config = load_config()
-        check_ready(config)
-        client = AsyncOpenReward()
-        state = _AgentState(config, load_tokenizer(checkpoint), checkpoint, client, TrajectoryUploader.from_config(client, config))
+        config, tokenizer, client, uploader = load_process_parts(checkpoint)
+        state = _AgentState(config, tokenizer, checkpoint, client, uploader)
         _STATES[key] = state
     return state
 
