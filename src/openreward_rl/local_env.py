@@ -245,45 +245,6 @@ def _uvicorn_config(app: Any, port: int, log_level: str) -> uvicorn.Config:
     )
 
 
-class _PerLoopExitEvent:
-    """Stands in for sse_starlette's process-wide shutdown event, one asyncio event per serving loop.
-
-    sse_starlette (pinned to 2.3.6 by the SDK) creates ``AppStatus.should_exit_event`` on the first
-    SSE response and binds it to that response's event loop; every in-process server started later
-    in another thread then fails each tool call with "bound to a different event loop".
-    """
-
-    def __init__(self) -> None:
-        self._events: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Event] = weakref.WeakKeyDictionary()
-        self._lock = threading.Lock()
-        self._set = False
-
-    def is_set(self) -> bool:
-        return self._set
-
-    async def wait(self) -> None:
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            event = self._events.setdefault(loop, asyncio.Event())
-        if not self._set:
-            await event.wait()
-
-    def set(self) -> None:
-        self._set = True
-        with self._lock:
-            waiting = list(self._events.items())
-        for loop, event in waiting:
-            if not loop.is_closed():
-                loop.call_soon_threadsafe(event.set)
-
-
-def _serve_sse_from_any_loop() -> None:
-    from sse_starlette.sse import AppStatus
-
-    if not isinstance(AppStatus.should_exit_event, _PerLoopExitEvent):
-        AppStatus.should_exit_event = _PerLoopExitEvent()  # type: ignore[assignment]
-
-
 @attrs.define(eq=False)
 class LocalEnvServer:
     """A running (or runnable) local environment server; use :func:`serve_environments` to make one.
@@ -413,7 +374,6 @@ class LocalEnvServer:
         await anyio.to_thread.run_sync(self.stop)
 
     def _start_thread(self) -> None:
-        _serve_sse_from_any_loop()
         sock = _free_loopback_socket()
         self.port = sock.getsockname()[1]
         app = Server(list(self.classes)).app
