@@ -72,17 +72,17 @@ class PlainTextEncoder:
     def for_tokenizer(cls, tokenizer: Any) -> PlainTextEncoder | None:
         """The encoder for a transformers fast tokenizer, or None when its pipeline is not one this module knows."""
         backend = getattr(tokenizer, "backend_tokenizer", None) or getattr(tokenizer, "_tokenizer", None)
-        if backend is None or not hasattr(backend, "to_str"):
+        if backend is None or not hasattr(backend, "pre_tokenizer"):
             return None
-        try:
-            setup = json.loads(backend.to_str())
-        except (TypeError, ValueError):
+        try:  # the two steps' own settings: serialising the whole tokenizer (vocab, merges) would take ~0.5 s
+            pre_tokenizer, normalizer = (_settings(backend.pre_tokenizer), _settings(backend.normalizer))
+        except (AttributeError, TypeError, ValueError):
             return None
-        split = _known_split(setup)
+        split = _known_split(pre_tokenizer)
         model = backend.model
         if split is None or type(model).__name__ != "BPE" or getattr(model, "dropout", None) is not None:
             return None
-        if setup.get("normalizer") not in (None, {"type": "NFC"}):
+        if normalizer not in (None, {"type": "NFC"}):
             return None
         contents = [token.content for token in backend.get_added_tokens_decoder().values()]
         added = re.compile("|".join(re.escape(content) for content in contents)) if contents else None
@@ -110,10 +110,15 @@ class PlainTextEncoder:
         return ids
 
 
-def _known_split(setup: dict[str, Any]) -> str | None:
+def _settings(step: Any) -> Any:
+    """A pipeline step's settings as `tokenizer.json` writes them (None for an absent step)."""
+    return None if step is None else json.loads(step.__getstate__())
+
+
+def _known_split(pre_tokenizer: dict[str, Any] | None) -> str | None:
     """The ASCII pattern for a tokenizer whose pre-tokenizer is exactly Split(known pattern, Isolated) then ByteLevel
     without a prefix space or its own regex; None for any other pre-tokenizer."""
-    pre = setup.get("pre_tokenizer") or {}
+    pre = pre_tokenizer or {}
     steps = pre.get("pretokenizers") if pre.get("type") == "Sequence" else None
     if not steps or len(steps) != 2:
         return None
