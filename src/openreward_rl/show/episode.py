@@ -21,7 +21,8 @@ import attrs
 
 from openreward_rl.conversation import conversation_steps
 from openreward_rl.show.style import CSS, LEGEND, badge, terminal_reward_style
-from openreward_rl.show.tokens import decode, mask_spans, token_view_html
+from openreward_rl.show.tokens import mask_spans, token_view_html
+from openreward_rl.token_text import decode_ids
 from openreward_rl.trajectory import Trajectory
 
 __all__ = ["Entry", "conversation", "summary_rows", "render_terminal", "episode_html", "render_html"]
@@ -153,7 +154,7 @@ def render_terminal(trajectory: Trajectory, console: Any, tokenizer: Any = None)
     text = Text()
     ids = segment.context()
     for span in mask_spans(segment):
-        text.append(decode(tokenizer, ids[span.start : span.end]), style=_SPAN_STYLE[span.kind])
+        text.append(decode_ids(tokenizer, ids[span.start : span.end]), style=_SPAN_STYLE[span.kind])
     console.print(text)
     console.print(Text("legend: ", style="bold") + Text("prompt ", style="dim") + Text("trained (sampled)", style=_SPAN_STYLE["trained"]) + Text(" context (not trained)", style=_SPAN_STYLE["context"]))
 

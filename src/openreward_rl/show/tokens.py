@@ -20,6 +20,7 @@ from typing import Any
 import attrs
 
 from openreward_rl.show.style import confidence_colour
+from openreward_rl.token_text import decode_ids
 from openreward_rl.trajectory import TokenSegment
 
 __all__ = ["Span", "Piece", "mask_spans", "pieces", "decode", "token_view_html"]
@@ -50,10 +51,6 @@ def mask_spans(segment: TokenSegment) -> list[Span]:
     return spans
 
 
-def decode(tokenizer: Any, ids: Sequence[int]) -> str:
-    return tokenizer.decode(list(ids), skip_special_tokens=False)
-
-
 @attrs.frozen
 class Piece:
     """Tokens `start`–`end` (positions in the sequence) and their text."""
@@ -81,11 +78,11 @@ def pieces(tokenizer: Any, ids: Sequence[int], offset: int = 0, *, left: int | N
     out: list[Piece] = []
     start = 0
     for end in range(1, len(ids) + 1):
-        text = decode(tokenizer, ids[start:end])
+        text = decode_ids(tokenizer, ids[start:end])
         previous = ids[start - 1] if start > 0 else left
         if previous is not None:
-            before = decode(tokenizer, [previous])
-            joined = decode(tokenizer, [previous, *ids[start:end]])
+            before = decode_ids(tokenizer, [previous])
+            joined = decode_ids(tokenizer, [previous, *ids[start:end]])
             if joined.startswith(before):
                 text = joined[len(before) :]
         if text.endswith("\ufffd") and end < len(ids):
@@ -117,7 +114,7 @@ def token_view_html(segment: TokenSegment, tokenizer: Any = None) -> str:
             parts.append(f'<span class="span-{span.kind}" title="{esc(label)}">{esc(body)}</span>')
             continue
         if span.kind != "trained":
-            parts.append(f'<span class="span-{span.kind}" title="{esc(label)}">{esc(decode(tokenizer, ids[span.start : span.end]))}</span>')
+            parts.append(f'<span class="span-{span.kind}" title="{esc(label)}">{esc(decode_ids(tokenizer, ids[span.start : span.end]))}</span>')
             continue
         inner = []
         for piece in pieces(tokenizer, ids[span.start : span.end], span.start, left=ids[span.start - 1] if span.start else None):
