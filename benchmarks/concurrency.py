@@ -76,7 +76,7 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=5)
     parser.add_argument("--reply-words", type=int, default=40)
     args = parser.parse_args()
-    from openreward_rl.local_env import serve_environments
+    from openreward_rl.env.local_server import serve_environments
 
     print(f"machine: {machine()}")
     with SGLangDoubleProcess() as double, serve_environments([CORRIDOR_SPEC], subprocess=True) as env_server:

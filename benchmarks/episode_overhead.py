@@ -48,7 +48,7 @@ from common import (  # noqa: E402
 
 from openreward_rl import ChatRenderer, EpisodeSettings, StopReason, ToolEpisode, Trajectory  # noqa: E402
 from openreward_rl.assets import load_tokenizer  # noqa: E402
-from openreward_rl.environment import EnvSession  # noqa: E402
+from openreward_rl.env.environment import EnvSession  # noqa: E402
 from openreward_rl.parsers import get_parser  # noqa: E402
 
 SAMPLING = {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 512}
@@ -127,7 +127,7 @@ async def wire_runs(repeats: int, workloads: list[tuple[str, int, int]]) -> dict
 
     from openreward_rl import run_episode
     from openreward_rl.engines.sglang import SGLangEngine
-    from openreward_rl.local_env import serve_environments
+    from openreward_rl.env.local_server import serve_environments
 
     tokenizer = load_tokenizer(TOKENIZER)
     renderer, parser = ChatRenderer(tokenizer), get_parser("hermes")

@@ -83,7 +83,7 @@ def slime_args(sglang_url: str) -> SimpleNamespace:
 def new_sample(turns: int, number: int) -> Any:
     import slime_double
 
-    from openreward_rl.tasks import task_row
+    from openreward_rl.env.tasks import task_row
 
     row = task_row(corridor_task(turns, REPLY_WORDS))
     return slime_double.Sample(index=number, group_index=0, prompt=row["prompt"], label=row["label"],
@@ -109,7 +109,7 @@ class HookBench:
     """The two child servers, the config file and the Slime-like args, for one benchmark run."""
 
     def __enter__(self) -> HookBench:
-        from openreward_rl.local_env import serve_environments
+        from openreward_rl.env.local_server import serve_environments
 
         self.directory = tempfile.TemporaryDirectory()
         self.double = SGLangDoubleProcess(context_len=CONTEXT_LEN)

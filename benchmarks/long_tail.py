@@ -107,7 +107,7 @@ def run_mode(name: str, loop_thread: Any, server: Any, lengths: list[int], env_u
     import slime_rollout_double as slime_rollout
 
     from openreward_rl.backends import _suspended
-    from openreward_rl.tasks import task_row
+    from openreward_rl.env.tasks import task_row
 
     def prompt(index: int) -> Any:
         row = task_row(corridor_task(lengths[index], REPLY_WORDS, base_url=env_url))
@@ -151,7 +151,7 @@ def main() -> None:
 
     from openreward_rl.assets import load_tokenizer
     from openreward_rl.backends import _state
-    from openreward_rl.local_env import serve_environments
+    from openreward_rl.env.local_server import serve_environments
     from openreward_rl.testing import SGLangTestServer
 
     lengths = episode_lengths(options.steps * options.batch * 3, options.alpha, options.min_turns, options.max_turns, options.seed)

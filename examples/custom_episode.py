@@ -32,7 +32,7 @@ import attrs
 from openreward_rl import ChatRenderer, EnvSession, EpisodeSettings, StopReason, TokenLedger, Trajectory
 from openreward_rl.engines import Engine, FinishReason, GenerationRequest
 from openreward_rl.parsers import ToolParser
-from openreward_rl.trajectory import ToolResult, Turn
+from openreward_rl.loop.trajectory import ToolResult, Turn
 
 
 @attrs.define
@@ -127,7 +127,7 @@ async def main() -> None:
     from openreward_rl.assets import load_tokenizer
     from openreward_rl.config import parse_config
     from openreward_rl.engines.sglang import SGLangEngine
-    from openreward_rl.local_env import serve_environments
+    from openreward_rl.env.local_server import serve_environments
     from openreward_rl.testing import ScriptedCompletion, SGLangTestServer
 
     tokenizer = load_tokenizer("offline:qwen3")

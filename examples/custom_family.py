@@ -62,8 +62,8 @@ async def main() -> dict[str, Any]:
     from openreward_rl.assets import load_tokenizer
     from openreward_rl.config import parse_config
     from openreward_rl.engines.sglang import SGLangEngine
-    from openreward_rl.local_env import load_environment_class, serve_environments
-    from openreward_rl.rollout import episode_stack
+    from openreward_rl.env.local_server import load_environment_class, serve_environments
+    from openreward_rl.loop.rollout import episode_stack
     from openreward_rl.testing import ScriptedCompletion, SGLangTestServer
 
     model = "acme/Orca-Calc-7B"

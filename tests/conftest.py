@@ -32,7 +32,7 @@ from openreward import AsyncOpenReward  # noqa: E402
 from openreward.api.environments.client import AsyncEnvironment  # noqa: E402
 
 from openreward_rl.assets import load_tokenizer  # noqa: E402
-from openreward_rl.local_env import LocalEnvServer, serve_environments  # noqa: E402
+from openreward_rl.env.local_server import LocalEnvServer, serve_environments  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE_ENVIRONMENTS = REPO_ROOT / "examples" / "environments"

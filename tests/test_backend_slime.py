@@ -19,10 +19,10 @@ from openreward_rl.backends import _state, filters, slime
 from openreward_rl.backends._samples import samples_from_trajectory
 from openreward_rl.backends.episode_record import EpisodeRecord
 from openreward_rl.config import ConfigError
-from openreward_rl.environment import TaskRef
-from openreward_rl.tasks import task_row
+from openreward_rl.env.tasks import TaskRef
+from openreward_rl.env.tasks import task_row
 from openreward_rl.testing import ScriptedCompletion, SGLangTestServer
-from openreward_rl.trajectory import StopReason, TokenSegment, Trajectory
+from openreward_rl.loop.trajectory import StopReason, TokenSegment, Trajectory
 
 pytestmark = pytest.mark.anyio
 

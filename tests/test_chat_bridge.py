@@ -14,7 +14,7 @@ import json
 import pytest
 
 from openreward_rl.assets import load_tokenizer, offline_tokenizer_dir
-from openreward_rl.chat import ChatRenderer
+from openreward_rl.families.chat import ChatRenderer
 
 TOOLS = [
     {

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from observe_fixtures import real_trajectory
 
-from openreward_rl.conversation import conversation_steps, turns_by_message
+from openreward_rl.observe.conversation import conversation_steps, turns_by_message
 from openreward_rl.show.episode import conversation
-from openreward_rl.trajectory import Trajectory
-from openreward_rl.upload import trajectory_events
+from openreward_rl.loop.trajectory import Trajectory
+from openreward_rl.observe.upload import trajectory_events
 
 
 def test_turns_record_the_assistant_message_they_produced():

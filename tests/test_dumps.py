@@ -8,7 +8,7 @@ import re
 import pytest
 from observe_fixtures import SECRET_VALUE, real_trajectory
 
-from openreward_rl.dumps import DumpError, TrajectoryWriter, read_records, read_trajectories
+from openreward_rl.observe.dumps import DumpError, TrajectoryWriter, read_records, read_trajectories
 
 
 def test_round_trip_keeps_every_field_and_extra_keys(tmp_path):
@@ -88,8 +88,8 @@ def test_resume_drops_only_an_unfinished_last_line(tmp_path):
 
 def test_eval_results_are_dumps(tmp_path):
     """`openreward-rl eval` writes the dump format: show's reader and eval's resume read the same lines."""
-    from openreward_rl.environment import TaskRef
-    from openreward_rl.evaluation import EvalJob, ResultsFile, read_results
+    from openreward_rl.env.tasks import TaskRef
+    from openreward_rl.cli.evaluation import EvalJob, ResultsFile, read_results
 
     trajectory = real_trajectory()
     job = EvalJob(TaskRef("addenv", "train", index=0), 1)

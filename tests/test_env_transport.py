@@ -15,9 +15,10 @@ import pytest
 from aiohttp import web
 from openreward import AsyncOpenReward
 
-from openreward_rl.env_transport import DrainingResponse, PooledEnvironmentsAPI, use_pooled_transport
-from openreward_rl.environment import TaskRef, open_session
-from openreward_rl.local_env import LocalEnvServer, serve_environments
+from openreward_rl.env.transport import DrainingResponse, PooledEnvironmentsAPI, use_pooled_transport
+from openreward_rl.env.environment import open_session
+from openreward_rl.env.tasks import TaskRef
+from openreward_rl.env.local_server import LocalEnvServer, serve_environments
 
 pytestmark = pytest.mark.anyio
 SLEPT = ["slept 0 s", "slept 0.01 s", "slept 0 s", "slept 0.02 s", "slept 0 s"]

@@ -10,7 +10,7 @@ import pytest
 from observe_fixtures import real_trajectory
 
 from openreward_rl.backends.episode_record import EpisodeRecord
-from openreward_rl.trajectory import StopReason
+from openreward_rl.loop.trajectory import StopReason
 
 
 def test_a_real_trajectory_round_trips_through_json_metadata() -> None:

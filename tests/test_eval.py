@@ -17,7 +17,7 @@ from openreward_rl.cli import main
 from openreward_rl.cli.eval import EvalOptions, prepare_config, run_eval, summary_table
 from openreward_rl.config import parse_config
 from openreward_rl.engines import FinishReason, Generation, GenerationRequest
-from openreward_rl.local_env import load_environment_class
+from openreward_rl.env.local_server import load_environment_class
 
 pytestmark = pytest.mark.anyio
 

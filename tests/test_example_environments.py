@@ -10,7 +10,7 @@ import pytest
 from openreward.api.environments import SessionTerminatedError, ToolCallError, ToolFailed
 from openreward.api.environments.types import Task
 
-from openreward_rl.local_env import load_environment_class
+from openreward_rl.env.local_server import load_environment_class
 
 pytestmark = [
     pytest.mark.anyio,

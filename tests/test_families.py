@@ -15,8 +15,8 @@ from openreward_rl import EpisodeSettings
 from openreward_rl.assets import load_tokenizer, trl_template
 from openreward_rl.config import ConfigError, parse_config
 from openreward_rl.families import ModelFamily, UnsupportedModelError, family_for, find_family, get_family, known_families, register_family
-from openreward_rl.local_env import LocalEnvServer
-from openreward_rl.rollout import episode_stack
+from openreward_rl.env.local_server import LocalEnvServer
+from openreward_rl.loop.rollout import episode_stack
 
 NAMES = {
     "Qwen/Qwen3-8B": "qwen3",
@@ -328,7 +328,7 @@ def test_eval_refuses_a_refused_family_before_any_episode(capsys: Any, monkeypat
 
 def test_deepseek_v4_needs_its_encoder_beside_the_tokenizer(tmp_path: Any) -> None:
     """DeepSeek-V4 renders with encoding_dsv4.py from the checkpoint; without it the renderer says where it looked."""
-    from openreward_rl.chat import ChatRenderer
+    from openreward_rl.families.chat import ChatRenderer
 
     tokenizer = load_tokenizer("offline:deepseek-v4")
     renderer = ChatRenderer(tokenizer, {"enable_thinking": True}, family=get_family("deepseek-v4"))

@@ -11,7 +11,7 @@ import pytest
 from family_episodes import FamilyCase, check_family_run, run_family_episode
 
 from openreward_rl import EpisodeSettings
-from openreward_rl.local_env import LocalEnvServer
+from openreward_rl.env.local_server import LocalEnvServer
 
 pytestmark = pytest.mark.anyio
 

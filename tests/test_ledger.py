@@ -2,7 +2,7 @@
 
 import pytest
 
-from openreward_rl.trajectory import TokenLedger
+from openreward_rl.loop.trajectory import TokenLedger
 
 
 def test_turns_merge_when_each_prompt_extends_the_sequence() -> None:

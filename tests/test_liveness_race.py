@@ -14,7 +14,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from openreward_rl.environment import LivenessProbe, ServerUnreachable, _race_liveness
+from openreward_rl.env.environment import LivenessProbe, ServerUnreachable, _race_liveness
 
 pytestmark = pytest.mark.anyio
 

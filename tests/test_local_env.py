@@ -1,4 +1,4 @@
-"""openreward_rl.local_env: loading environment classes and serving them on 127.0.0.1 (in a thread or a child)."""
+"""openreward_rl.env.local_server: loading environment classes and serving them on 127.0.0.1 (in a thread or a child)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from openreward import AsyncOpenReward
 from openreward.api.environments import TransportError
 from openreward.environments import Environment, TextBlock, ToolOutput, tool
 
-from openreward_rl.local_env import (
+from openreward_rl.env.local_server import (
     LocalEnvServer,
     class_spec,
     load_environment_class,

@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from openreward_rl.metrics import EpisodeStats, aggregate, flat_metrics, pass_at_k, summarize, task_identity
-from openreward_rl.trajectory import StopReason, Trajectory
+from openreward_rl.env.tasks import TaskRef
+from openreward_rl.observe.metrics import EpisodeStats, aggregate, flat_metrics, pass_at_k, summarize
+from openreward_rl.loop.trajectory import StopReason, Trajectory
 
 
 def episode(env: str, index: int, reward: float | None, stop: StopReason = StopReason.COMPLETED, **metrics: float) -> Trajectory:
@@ -109,9 +110,9 @@ def test_an_infrastructure_failure_reward_is_never_counted() -> None:
 
 def test_aggregate_adds_all_and_keeps_tasks_of_different_environments_apart() -> None:
     records = [
-        EpisodeStats("A", 1.0, "completed", task=task_identity("test", 0)),
-        EpisodeStats("A", 0.0, "completed", task=task_identity("test", 0)),
-        EpisodeStats("B", 0.0, "completed", task=task_identity("test", 0)),
+        EpisodeStats("A", 1.0, "completed", task=TaskRef("A", "test", index=0).label),
+        EpisodeStats("A", 0.0, "completed", task=TaskRef("A", "test", index=0).label),
+        EpisodeStats("B", 0.0, "completed", task=TaskRef("A", "test", index=0).label),
         EpisodeStats("B", 0.0, "completed"),  # no task identity: counted, but not in pass@k
     ]
     flat = aggregate(records, "p")
@@ -128,3 +129,18 @@ def test_an_environment_with_only_failures_logs_no_success_rate() -> None:
     assert "openreward/A/success_rate" not in flat and "openreward/A/reward_mean" not in flat
     assert flat["openreward/A/infra_failure_rate"] == 1.0 and flat["openreward/A/stop/env_error"] == 1.0
     assert summarize([EpisodeStats("A", None, "env_error", stop_detail="gone")])["A"].failures == {"env_error": (1, "gone")}
+
+
+def test_tasks_named_by_spec_are_told_apart_in_pass_at_k() -> None:
+    """Two tasks given by their spec (no index), two samples each: one task always solved, one never.
+    Grouping by (split, index, variant) alone read them as one task of 4 samples (tasks=1, pass@4=1.0)."""
+
+    def episode(spec: dict, reward: float) -> Trajectory:
+        return Trajectory(task={"environment": "SpecEnv", "split": "test", "index": None, "task_spec": spec},
+                          segments=[], turns=[], messages=[], step_rewards=[reward], reward=reward,
+                          stop_reason=StopReason.COMPLETED, finished=True)
+
+    episodes = [episode({"q": "a"}, 1.0), episode({"q": "a"}, 1.0), episode({"q": "b"}, 0.0), episode({"q": "b"}, 0.0)]
+    summary = summarize(episodes)["SpecEnv"]
+    assert summary.tasks == 2
+    assert summary.pass_at_k == {1: 0.5, 2: 0.5}

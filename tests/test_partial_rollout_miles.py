@@ -28,8 +28,8 @@ import miles_double
 import miles_rollout_double as miles_rollout
 import slime_rollout_double as slime_rollout
 from openreward_rl.backends import miles as miles_hooks
-from openreward_rl.environment import TaskRef
-from openreward_rl.tasks import task_row
+from openreward_rl.env.tasks import TaskRef
+from openreward_rl.env.tasks import task_row
 from test_backend_slime import record_of
 from test_partial_rollout import SAMPLING, JournalModel, aborter, close_loop_thread, config_file, journal_server, make_args, make_server, tokenizer  # noqa: F401
 

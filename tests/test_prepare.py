@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from openreward_rl.cli import main
-from openreward_rl.tasks import task_from_metadata
+from openreward_rl.env.tasks import task_from_metadata
 
 
 @pytest.fixture

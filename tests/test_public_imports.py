@@ -53,7 +53,7 @@ def test_lazy_names_are_declared_for_type_checkers() -> None:
 
 
 def test_engines_do_not_import_the_trajectory_layer() -> None:
-    """Engines sit below trajectories: nothing under openreward_rl.engines imports openreward_rl.trajectory."""
+    """Engines sit below trajectories: nothing under openreward_rl.engines imports openreward_rl.loop.trajectory."""
     import ast
     from pathlib import Path
 
@@ -61,7 +61,7 @@ def test_engines_do_not_import_the_trajectory_layer() -> None:
 
     for path in Path(engines.__file__).parent.glob("*.py"):
         imported = {n.module for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.ImportFrom)}
-        assert not any(m and m.startswith(("openreward_rl.trajectory", "openreward_rl.episode", "openreward_rl.tool_episode")) for m in imported), path.name
+        assert not any(m and m.startswith(("openreward_rl.loop.trajectory", "openreward_rl.loop.episode", "openreward_rl.loop.tool_episode")) for m in imported), path.name
 
 
 def test_engines_load_without_the_openreward_sdk() -> None:

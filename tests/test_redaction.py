@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from openreward_rl.environment import EnvironmentFault
+from openreward_rl.env.environment import EnvironmentFault
 from openreward_rl.redaction import MASK, RedactingFilter, SecretRegistry, install_log_redaction, redact, register_secrets
 
 SECRET = "sk-test-redaction-0123456789"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from openreward_rl.assets import load_tokenizer
-from openreward_rl.chat import ChatRenderer
+from openreward_rl.families.chat import ChatRenderer
 from openreward_rl.families.renderers_bridge import _TokenizerView
 
 SCAFFOLDING = ["\n", "user", "assistant\n", "<|im_start|>assistant\n", "<think>\n\n</think>\n\n", "a", " héllo wörld", "\n<tool_response>\n"]

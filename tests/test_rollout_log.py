@@ -19,8 +19,8 @@ from observe_fixtures import read_offline_run, real_trajectory
 from openreward_rl.backends import rollout_log
 from openreward_rl.backends.episode_record import EpisodeRecord
 from openreward_rl.backends.rollout_log import episode_of_sample, log_eval_rollout, log_rollout
-from openreward_rl.metrics import EpisodeStats, aggregate, summarize
-from openreward_rl.trajectory import StopReason, Trajectory
+from openreward_rl.observe.metrics import EpisodeStats, aggregate, summarize
+from openreward_rl.loop.trajectory import StopReason, Trajectory
 
 
 @attrs.define
@@ -146,5 +146,5 @@ def test_a_group_of_samples_of_one_prompt_gives_pass_at_k():
     assert metrics["openreward/addenv/infra_failures"] == 1.0 and metrics["openreward/all/pass@1"] == 0.5
     failures = summarize(rollout_log._episodes_of(samples))["addenv"].failures
     assert failures == {"env_error": (1, "session died")}
-    anonymous = [sample_of(good, index=None), sample_of(wrong, index=None)]
+    anonymous = [sample_of(good, index=None, task_label=None), sample_of(wrong, index=None, task_label=None)]
     assert not any("pass@" in key or "/tasks" in key for key in aggregate(rollout_log._episodes_of(anonymous)))

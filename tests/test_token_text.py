@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from openreward_rl.assets import load_tokenizer
-from openreward_rl.token_text import _plain_backend, decode_ids
+from openreward_rl.families.token_text import _plain_backend, decode_ids
 
 TEXT = "<|im_start|>user\nCafé: it's 3 o'clock  \t\n\n<think>ok</think> 😀 <tool_call>{\"a\": 1}</tool_call><|im_end|>\n"
 

@@ -18,7 +18,7 @@ from openreward import AsyncOpenReward
 from openreward_rl import ChatRenderer, EpisodeSettings, StopReason, TaskRef, ToolEpisode, Trajectory, run_episode
 from openreward_rl.assets import load_tokenizer
 from openreward_rl.engines.sglang import SGLangEngine
-from openreward_rl.local_env import LocalEnvServer, load_environment_class
+from openreward_rl.env.local_server import LocalEnvServer, load_environment_class
 from openreward_rl.parsers import get_parser
 from openreward_rl.reducers import RewardPolicy, get_reducer
 from openreward_rl.testing import ScriptedCompletion, SGLangTestServer
@@ -257,7 +257,7 @@ async def test_the_configured_episode_timeout_keeps_what_was_produced(harness: H
     """`episode_timeout` from train_config.yaml, through `Rollouts`: Faulty's `hang` tool outlasts it;
     the episode ends as `timeout` with its sampled turn on record, not as an empty failure."""
     from openreward_rl.config import parse_config
-    from openreward_rl.rollout import Rollouts
+    from openreward_rl.loop.rollout import Rollouts
 
     config = parse_config(
         {"environments": {"Faulty": {"variant": "faulty", "base_url": env_server.base_url}}, "parser": "hermes", "attempts": 1, "episode_timeout": 1, "tool_timeout": 60}

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from openreward_rl.cli import main
-from openreward_rl.launcher import LaunchSpec, plan_launch
+from openreward_rl.cli.launcher import LaunchSpec, plan_launch
 
 
 @pytest.fixture
@@ -160,14 +160,14 @@ def test_dry_run_fully_async_uses_train_async_and_disjoint_gpus(framework: str, 
     ],
 )
 def test_rollout_mode_errors_name_the_flag(changes: dict, message: str, tmp_path: Path) -> None:
-    from openreward_rl.launcher import LaunchError, train_arguments
+    from openreward_rl.cli.launcher import LaunchError, train_arguments
 
     with pytest.raises(LaunchError, match=message):
         train_arguments(LaunchSpec("slime", str(tmp_path), **changes))
 
 
 def test_sync_mode_passes_no_rollout_mode_flags(tmp_path: Path) -> None:
-    from openreward_rl.launcher import train_arguments
+    from openreward_rl.cli.launcher import train_arguments
 
     args = train_arguments(LaunchSpec("slime", str(tmp_path)))
     assert not {"--partial-rollout", "--over-sampling-batch-size", "--fully-async", "--rollout-function-path"} & set(args)

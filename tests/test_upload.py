@@ -18,8 +18,8 @@ import pytest
 from aiohttp import web
 from observe_fixtures import real_trajectory
 
-from openreward_rl.trajectory import StopReason, Trajectory
-from openreward_rl.upload import TrajectoryUploader, trajectory_events
+from openreward_rl.loop.trajectory import StopReason, Trajectory
+from openreward_rl.observe.upload import TrajectoryUploader, trajectory_events
 
 
 class UploadSink:

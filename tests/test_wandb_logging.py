@@ -9,8 +9,8 @@ import pytest
 import wandb
 from observe_fixtures import SECRET_VALUE, read_offline_run, real_trajectory
 
-from openreward_rl.metrics import EpisodeStats, aggregate
-from openreward_rl.wandb_logging import REDACTED, WandbLogger, redact_config
+from openreward_rl.observe.metrics import EpisodeStats, aggregate
+from openreward_rl.observe.wandb_logging import REDACTED, WandbLogger, redact_config
 
 
 @pytest.fixture

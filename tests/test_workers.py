@@ -22,9 +22,9 @@ from openreward_rl.backends import _state, slime
 from openreward_rl.backends.episode_record import EpisodeRecord
 from openreward_rl.config import ConfigError, parse_config
 from openreward_rl.testing import ScriptedCompletion, SGLangTestServer
-from openreward_rl.environment import TaskRef
-from openreward_rl.trajectory import StopReason
-from openreward_rl.workers import ProcessWorkers, WorkerRollouts, make_workers
+from openreward_rl.env.tasks import TaskRef
+from openreward_rl.loop.trajectory import StopReason
+from openreward_rl.backends.workers import ProcessWorkers, WorkerRollouts, make_workers
 from test_backend_slime import SAMPLING, make_args, make_sample
 
 pytestmark = pytest.mark.anyio

@@ -2,56 +2,63 @@
 
 The core is framework-agnostic: an `Episode` (default `ToolEpisode`) runs one task against an
 `Engine`, parsing model text with a `ToolParser` and reducing step rewards with a `RewardReducer`.
-Thin adapters in `openreward_rl.backends` expose it as Slime and Miles hooks.
+Thin adapters in `openreward_rl.backends` expose it as Slime, Miles and TRL hooks.
+
+The packages, by concern:
+
+| package | what it holds |
+|---|---|
+| `loop` | the episode loop: `Episode`, `ToolEpisode`, `Trajectory`, `Rollouts` |
+| `env` | the OpenReward side: tasks (`TaskRef`), sessions, transport, local servers, tool output |
+| `families` | one object per model family, the chat renderer and token text |
+| `parsers`, `reducers`, `engines` | the ToolParser and RewardReducer protocols and their formats; sampling engines |
+| `observe` | metrics, dumps, conversations, trajectory upload, WandB |
+| `backends` | Slime/Miles/TRL hooks, worker processes, resumable episodes |
+| `cli`, `show` | the `openreward-rl` command; the rollout viewer |
 
 Names are imported lazily, so `import openreward_rl.engines` (e.g. on a GPU host running only the
 embedded engine) does not import the OpenReward SDK.
+
+>>> from openreward_rl import TaskRef
+>>> TaskRef("MathEnv", "test", index=3).key
+('MathEnv', 'test', None, 3)
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from openreward_rl._lazy import lazy_exports
 
 if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and editors
-    from openreward_rl.chat import ChatRenderer
-    from openreward_rl.environment import EnvSession, TaskRef, open_session
-    from openreward_rl.episode import Episode, EpisodeSettings, run_episode
-    from openreward_rl.rollout import EpisodeBuilder, Rollouts
-    from openreward_rl.tool_episode import ToolEpisode
-    from openreward_rl.trajectory import StopReason, TokenLedger, Trajectory, Turn
+    from openreward_rl.env.environment import EnvSession, open_session
+    from openreward_rl.env.tasks import TaskRef
+    from openreward_rl.errors import OpenRewardRLError
+    from openreward_rl.families.chat import ChatRenderer
+    from openreward_rl.loop.episode import Episode, EpisodeSettings, run_episode
+    from openreward_rl.loop.rollout import EpisodeBuilder, Rollouts
+    from openreward_rl.loop.tool_episode import ToolEpisode
+    from openreward_rl.loop.trajectory import StopReason, TokenLedger, Trajectory, Turn
 
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "ChatRenderer": "openreward_rl.chat",
-    "EnvSession": "openreward_rl.environment",
-    "TaskRef": "openreward_rl.environment",
-    "open_session": "openreward_rl.environment",
-    "Episode": "openreward_rl.episode",
-    "EpisodeSettings": "openreward_rl.episode",
-    "run_episode": "openreward_rl.episode",
-    "EpisodeBuilder": "openreward_rl.rollout",
-    "Rollouts": "openreward_rl.rollout",
-    "ToolEpisode": "openreward_rl.tool_episode",
-    "StopReason": "openreward_rl.trajectory",
-    "TokenLedger": "openreward_rl.trajectory",
-    "Trajectory": "openreward_rl.trajectory",
-    "Turn": "openreward_rl.trajectory",
+    "ChatRenderer": "openreward_rl.families.chat",
+    "EnvSession": "openreward_rl.env.environment",
+    "open_session": "openreward_rl.env.environment",
+    "TaskRef": "openreward_rl.env.tasks",
+    "OpenRewardRLError": "openreward_rl.errors",
+    "Episode": "openreward_rl.loop.episode",
+    "EpisodeSettings": "openreward_rl.loop.episode",
+    "run_episode": "openreward_rl.loop.episode",
+    "EpisodeBuilder": "openreward_rl.loop.rollout",
+    "Rollouts": "openreward_rl.loop.rollout",
+    "ToolEpisode": "openreward_rl.loop.tool_episode",
+    "StopReason": "openreward_rl.loop.trajectory",
+    "TokenLedger": "openreward_rl.loop.trajectory",
+    "Trajectory": "openreward_rl.loop.trajectory",
+    "Turn": "openreward_rl.loop.trajectory",
 }
 
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    try:
-        module = _EXPORTS[name]
-    except KeyError:
-        raise AttributeError(f"module 'openreward_rl' has no attribute {name!r}") from None
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

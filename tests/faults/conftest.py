@@ -13,7 +13,7 @@ from pathlib import Path
 import attrs
 import pytest
 
-from openreward_rl.trajectory import Trajectory
+from openreward_rl.loop.trajectory import Trajectory
 
 HERE = Path(__file__).resolve().parent
 

@@ -11,7 +11,7 @@ from openreward import AsyncOpenReward
 
 from openreward_rl import StopReason
 from openreward_rl.config import ConfigError, parse_config
-from openreward_rl.local_env import LocalEnvServer
+from openreward_rl.env.local_server import LocalEnvServer
 from openreward_rl.preflight import check_environments, check_ready
 from openreward_rl.testing import ScriptedCompletion
 

@@ -11,7 +11,7 @@ from fault_harness import SAMPLING, EpisodeRun, assert_sample, call
 from openreward import AsyncOpenReward
 
 from openreward_rl import EpisodeSettings, StopReason
-from openreward_rl.local_env import LocalEnvServer
+from openreward_rl.env.local_server import LocalEnvServer
 from openreward_rl.reducers import RewardPolicy, get_reducer
 from openreward_rl.testing import ScriptedCompletion
 

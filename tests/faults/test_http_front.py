@@ -11,7 +11,7 @@ from http_front import HttpFront
 from openreward import AsyncOpenReward
 
 from openreward_rl import StopReason
-from openreward_rl.local_env import LocalEnvServer
+from openreward_rl.env.local_server import LocalEnvServer
 from openreward_rl.testing import ScriptedCompletion
 
 pytestmark = pytest.mark.anyio

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from openreward import AsyncOpenReward
 
 from openreward_rl import EpisodeSettings
-from openreward_rl.local_env import LocalEnvServer
+from openreward_rl.env.local_server import LocalEnvServer
 from openreward_rl.testing import ScriptedCompletion
 
 pytestmark = pytest.mark.anyio

@@ -25,11 +25,11 @@ from openreward import AsyncOpenReward
 
 from openreward_rl import StopReason
 from openreward_rl.config import parse_config
-from openreward_rl.dumps import TrajectoryWriter
-from openreward_rl.local_env import LocalEnvServer, serve_environments
+from openreward_rl.observe.dumps import TrajectoryWriter
+from openreward_rl.env.local_server import LocalEnvServer, serve_environments
 from openreward_rl.redaction import MASK, install_log_redaction
 from openreward_rl.testing import ScriptedCompletion
-from openreward_rl.upload import TrajectoryUploader
+from openreward_rl.observe.upload import TrajectoryUploader
 
 pytestmark = pytest.mark.anyio
 JUDGE_KEY = "sk-judge-7f3a9c1e5b2d"  # environment-specific, written in the config (openai_api_key)

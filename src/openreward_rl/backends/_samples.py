@@ -32,8 +32,8 @@ from typing import Any
 import attrs
 
 from openreward_rl.backends.episode_record import EpisodeRecord, metadata_dict
-from openreward_rl.token_text import decode_ids
-from openreward_rl.trajectory import StopReason, TokenSegment, Trajectory
+from openreward_rl.families.token_text import decode_ids
+from openreward_rl.loop.trajectory import StopReason, TokenSegment, Trajectory
 
 __all__ = ["STATUS_FOR_STOP", "sample_fields", "status_for", "episode_metadata", "samples_from_trajectory", "placeholder_ids"]
 

@@ -18,9 +18,9 @@ from openreward_rl.assets import load_tokenizer
 from openreward_rl.config import ConfigError, TrainConfig, config_path, load_config
 from openreward_rl.preflight import check_ready
 from openreward_rl.redaction import install_log_redaction
-from openreward_rl.rollout import Rollouts
-from openreward_rl.upload import TrajectoryUploader
-from openreward_rl.workers import IN_WORKER_ENV, spread_over_workers
+from openreward_rl.loop.rollout import Rollouts
+from openreward_rl.observe.upload import TrajectoryUploader
+from openreward_rl.backends.workers import IN_WORKER_ENV, spread_over_workers
 
 __all__ = ["BackendState", "state_for", "clear_states", "close_states", "router_url"]
 

@@ -43,8 +43,8 @@ from typing import Any
 
 import attrs
 
-from openreward_rl.metrics import task_identity
-from openreward_rl.trajectory import StopReason, Trajectory
+from openreward_rl.env.tasks import TaskRef
+from openreward_rl.loop.trajectory import StopReason, Trajectory
 
 __all__ = ["EpisodeRecord", "NOT_OUR_SAMPLE", "metadata_dict"]
 
@@ -93,6 +93,7 @@ class EpisodeRecord:
     split: str | None = None
     index: int | None = None
     variant: str | None = None
+    task_label: str | None = None
     episode_reward: float | None = None
     reward_observed: bool = False
     step_rewards: list[float] = attrs.Factory(list)
@@ -116,11 +117,14 @@ class EpisodeRecord:
     def of_trajectory(cls, trajectory: Trajectory, row: Mapping[str, Any], *, segment: int = 0, segments: int = 1, evaluation: bool = False) -> EpisodeRecord:
         """The record of `trajectory`; task keys the trajectory lacks come from the row's metadata."""
         task = trajectory.task
+        variant = row.get("variant", task.get("variant"))  # the row's own (prepare's) value is kept
+        named = TaskRef.from_description({**row, **task, "variant": variant})
         return cls(
             environment=task.get("environment", row.get("environment")),
             split=task.get("split", row.get("split")),
             index=task.get("index", row.get("index")),
-            variant=row.get("variant", task.get("variant")),  # the row's own (prepare's) value is kept
+            variant=variant,
+            task_label=None if named is None else named.label,
             stop_reason=trajectory.stop_reason,
             stop_detail=trajectory.stop_detail,
             episode_reward=trajectory.reward,
@@ -152,6 +156,7 @@ class EpisodeRecord:
             split=get("split"),
             index=get("index"),
             variant=get("variant"),
+            task_label=get("task_label"),
             episode_reward=episode_reward,
             reward_observed=bool(get("reward_observed", episode_reward is not None)),
             step_rewards=[float(r) for r in get("step_rewards") or () if _number(r) is not None],
@@ -220,8 +225,13 @@ class EpisodeRecord:
 
     @property
     def task_key(self) -> str | None:
-        """The task's identity within its environment (pass@k groups by it); None without an index."""
-        return None if self.index is None else task_identity(self.split, self.index, self.variant)
+        """The task's identity within its environment (`TaskRef.label`: pass@k groups by it); None when
+        the record names no task (metadata written before `task_label` falls back to the index)."""
+        if self.task_label is not None:
+            return self.task_label
+        if self.index is None:
+            return None
+        return TaskRef(self.environment, str(self.split), index=self.index, variant=self.variant).label
 
     @property
     def counted(self) -> bool:

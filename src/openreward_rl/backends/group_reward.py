@@ -26,9 +26,10 @@ import attrs
 
 from openreward_rl.backends.episode_record import EpisodeRecord
 from openreward_rl.config import TrainConfig
-from openreward_rl.environment import EnvironmentFault, TaskRef, open_session
-from openreward_rl.rollout import resolve_task
-from openreward_rl.tasks import task_from_metadata
+from openreward_rl.env.environment import EnvironmentFault, open_session
+from openreward_rl.env.tasks import TaskRef
+from openreward_rl.loop.rollout import resolve_task
+from openreward_rl.env.tasks import task_from_metadata
 
 __all__ = ["episode_reward", "flatten", "group_rewards", "rollout_key"]
 

@@ -54,10 +54,10 @@ from openreward_rl.config import ConfigError, TrainConfig, config_path
 from openreward_rl.engines.base import EngineError, FinishReason, Generation, GenerationRequest
 from openreward_rl.engines.openai_chat import CHAT_FINISH_REASONS, OpenAIChatEngine, parse_chat_completion
 from openreward_rl.retry import RetryPolicy
-from openreward_rl.rollout import Rollouts
-from openreward_rl.tasks import task_from_metadata
-from openreward_rl.trajectory import StopReason, Trajectory
-from openreward_rl.upload import TrajectoryUploader
+from openreward_rl.loop.rollout import Rollouts
+from openreward_rl.env.tasks import task_from_metadata
+from openreward_rl.loop.trajectory import StopReason, Trajectory
+from openreward_rl.observe.upload import TrajectoryUploader
 
 __all__ = ["run", "generate", "SessionChatEngine", "chat_sampling_params"]
 

@@ -14,7 +14,7 @@ The adapters store an `EpisodeRecord` on each `sample.metadata` (see
 split at prefix breaks gives one sample per segment; only segment 0 is counted. The record's
 `episode_reward` (None when none was observed) is preferred over `sample.reward`, which Slime needs
 as a number. Split, index and variant name the task, so a group of samples of one prompt gives pass@k. The aggregation itself is
-`openreward_rl.metrics.aggregate`, shared with `openreward-rl eval`.
+`openreward_rl.observe.metrics.aggregate`, shared with `openreward-rl eval`.
 
 >>> from types import SimpleNamespace
 >>> sample = SimpleNamespace(reward=0.0, metadata={"environment": "Org/Env", "split": "train", "index": 3,
@@ -31,8 +31,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from openreward_rl.backends.episode_record import EpisodeRecord
-from openreward_rl.metrics import EpisodeStats, aggregate
-from openreward_rl.wandb_logging import WandbLogger
+from openreward_rl.observe.metrics import EpisodeStats, aggregate
+from openreward_rl.observe.wandb_logging import WandbLogger
 
 __all__ = ["episode_of_sample", "log_rollout", "log_eval_rollout", "rollout_step"]
 

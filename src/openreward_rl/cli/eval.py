@@ -232,11 +232,11 @@ async def run_eval(options: EvalOptions, config: TrainConfig, *, engine: Any, to
     """List tasks, run the missing (task, sample) pairs, write them, and return the per-environment summary."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from openreward_rl.evaluation import EvalJob, ResultsFile, evaluate, eval_key, plan, read_results
-    from openreward_rl.metrics import summarize
-    from openreward_rl.rollout import Rollouts
-    from openreward_rl.tasks import list_tasks
-    from openreward_rl.upload import TrajectoryUploader
+    from openreward_rl.cli.evaluation import EvalJob, ResultsFile, evaluate, eval_key, plan, read_results
+    from openreward_rl.observe.metrics import summarize
+    from openreward_rl.loop.rollout import Rollouts
+    from openreward_rl.env.tasks import list_tasks
+    from openreward_rl.observe.upload import TrajectoryUploader
 
     check = getattr(engine, "check_sampling_params", None)
     if check is not None:
@@ -282,8 +282,8 @@ async def run_eval(options: EvalOptions, config: TrainConfig, *, engine: Any, to
 
 def log_to_wandb(options: EvalOptions, summary: Mapping[str, Any], config: TrainConfig) -> None:
     """The summary's flat metrics as one WandB row on the `eval/step` axis, under `openreward_eval/`."""
-    from openreward_rl.metrics import flat_metrics
-    from openreward_rl.wandb_logging import WandbLogger
+    from openreward_rl.observe.metrics import flat_metrics
+    from openreward_rl.observe.wandb_logging import WandbLogger
 
     run_config = {"engine": options.engine, "model": options.model, "n": options.n, "temperature": options.temperature, "top_p": options.top_p, "config": config.source}
     logger = WandbLogger(project=options.wandb_project, name=options.wandb_run, config=run_config)
@@ -317,7 +317,7 @@ def run(args: Any) -> int:
         return fail(f"--engine openai against api.openai.com needs ${options.api_key_env} (or pass --base-url for a local server)")
     classes = []
     if options.serve:
-        from openreward_rl.local_env import load_environment_class
+        from openreward_rl.env.local_server import load_environment_class
 
         try:
             classes = [load_environment_class(spec) for spec in options.serve]
@@ -339,7 +339,7 @@ def run(args: Any) -> int:
 def _run_with_engine(options: EvalOptions, config: TrainConfig, engine: Any, tokenizer: Any, classes: Sequence[Any], console: Any, out: Any) -> int:
     from openreward import AsyncOpenReward
 
-    from openreward_rl.local_env import loopback_environ, serve_environments, variant_name
+    from openreward_rl.env.local_server import loopback_environ, serve_environments, variant_name
 
     async def main(base_url: str | None, served: Mapping[str, str]) -> dict[str, Any]:
         prepared = prepare_config(config, split=options.split, served=served, base_url=base_url, family=options.family)

@@ -2,7 +2,7 @@
 
     openreward-rl prepare --config train_config.yaml --output tasks.jsonl [--max-tasks N] [--seed 42]
 
-Each line is `{"prompt", "label", "metadata"}` (`openreward_rl.tasks.task_row`); train with
+Each line is `{"prompt", "label", "metadata"}` (`openreward_rl.env.tasks.task_row`); train with
 `--input-key prompt --label-key label --metadata-key metadata`. The order and the per-split
 selection (`num_samples`, else `--max-tasks`) depend only on the seed. Environments with a
 `base_url` (or the config's `env_base_url`) are listed from that server, e.g. a local one.
@@ -20,7 +20,7 @@ from typing import Any
 from openreward_rl.config import ConfigError, TrainConfig, load_config
 from openreward_rl.preflight import check_ready
 from openreward_rl.redaction import install_log_redaction
-from openreward_rl.tasks import list_tasks, task_row
+from openreward_rl.env.tasks import list_tasks, task_row
 
 __all__ = ["add_arguments", "run", "prepare"]
 

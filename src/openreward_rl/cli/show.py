@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from openreward_rl.dumps import DumpError, read_records, record_to_trajectory
+from openreward_rl.observe.dumps import DumpError, read_records, record_to_trajectory
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

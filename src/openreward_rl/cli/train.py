@@ -17,7 +17,7 @@ from typing import Any
 from openreward_rl.config import ConfigError, load_config
 from openreward_rl.preflight import check_environments, check_ready, remote_environments
 from openreward_rl.redaction import install_log_redaction
-from openreward_rl.launcher import LaunchError, LaunchSpec, plan_launch, ray_is_running, run_plan
+from openreward_rl.cli.launcher import LaunchError, LaunchSpec, plan_launch, ray_is_running, run_plan
 
 __all__ = ["add_arguments", "run", "spec_from_args"]
 
@@ -125,7 +125,7 @@ def _check_family(config: Any, model: str) -> None:
     """The hooks pick the model family from `model_family`, else from --model (the hf_checkpoint): a family
     that is refused fails here, before Ray starts, with its reason."""
     from openreward_rl.families import UnsupportedModelError
-    from openreward_rl.rollout import choose_family
+    from openreward_rl.loop.rollout import choose_family
 
     try:
         choose_family(config, model, None)

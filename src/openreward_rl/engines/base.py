@@ -32,7 +32,7 @@ class FinishReason(str, enum.Enum):
 class EncodedIds(list):  # type: ignore[type-arg]
     """Token ids together with their JSON array text (`json_text`), for engines that send ids as JSON.
 
-    `TokenLedger.encoded_context` (openreward_rl.trajectory) builds the text incrementally, so sending an 8k-token context does
+    `TokenLedger.encoded_context` (openreward_rl.loop.trajectory) builds the text incrementally, so sending an 8k-token context does
     not re-encode every id on every turn. The text describes the list as created: do not mutate it.
 
     >>> ids = EncodedIds([1, 2, 3], json_text="[1,2,3]")

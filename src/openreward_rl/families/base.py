@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import attrs
 
 if TYPE_CHECKING:
-    from openreward_rl.chat import ChatRenderer
+    from openreward_rl.families.chat import ChatRenderer
 
 __all__ = ["ModelFamily", "ThinkingMarkers", "TurnBridge", "UnsupportedModelError"]
 
@@ -116,7 +116,7 @@ class ModelFamily:
 
     def renderer(self, tokenizer: Any, template_kwargs: Mapping[str, Any] | None = None) -> ChatRenderer:
         """A `ChatRenderer` for this family over `tokenizer` (its chat template renders the first prompt)."""
-        from openreward_rl.chat import ChatRenderer
+        from openreward_rl.families.chat import ChatRenderer
 
         self.check_supported()
         return ChatRenderer(tokenizer, dict(template_kwargs or {}), family=self)

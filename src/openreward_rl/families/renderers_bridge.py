@@ -14,7 +14,7 @@ from typing import Any
 import attrs
 
 from openreward_rl.families.plain_text_encoder import PlainTextEncoder
-from openreward_rl.token_text import decode_ids
+from openreward_rl.families.token_text import decode_ids
 
 __all__ = ["RenderersBridge", "renderers_bridge"]
 

@@ -3,7 +3,7 @@
 Shows the task, how it ended, the reward, each turn (reasoning, text, tool calls), the tool results
 with their rewards, and the token view (`openreward_rl.show.tokens`).
 
->>> from openreward_rl.trajectory import StopReason, Trajectory
+>>> from openreward_rl.loop.trajectory import StopReason, Trajectory
 >>> failed = Trajectory(task={"environment": "e", "split": "train", "index": 0}, segments=[], turns=[],
 ...     messages=[], step_rewards=[], reward=None, stop_reason=StopReason.ENV_ERROR, stop_detail="session died")
 >>> dict(summary_rows(failed))["stop"]
@@ -19,11 +19,11 @@ from typing import Any
 
 import attrs
 
-from openreward_rl.conversation import conversation_steps
+from openreward_rl.observe.conversation import conversation_steps
 from openreward_rl.show.style import CSS, LEGEND, badge, terminal_reward_style
 from openreward_rl.show.tokens import mask_spans, token_view_html
-from openreward_rl.token_text import decode_ids
-from openreward_rl.trajectory import Trajectory
+from openreward_rl.families.token_text import decode_ids
+from openreward_rl.loop.trajectory import Trajectory
 
 __all__ = ["Entry", "conversation", "summary_rows", "render_terminal", "episode_html", "render_html"]
 

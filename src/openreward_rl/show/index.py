@@ -16,14 +16,15 @@ every member advantage 0: it carries no learning signal. So does a group with on
 
 from __future__ import annotations
 
+import json
 import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
 
-from openreward_rl.tasks import task_hash
-from openreward_rl.trajectory import Trajectory
+from openreward_rl.env.tasks import TaskRef, task_hash
+from openreward_rl.loop.trajectory import Trajectory
 
 __all__ = ["EpisodeRow", "Group", "advantages", "episode_rows", "groups", "STD_EPSILON"]
 
@@ -84,11 +85,10 @@ class EpisodeRow:
         return 0.0 if self.reward is None else self.reward
 
 
-def _group_key(record: Mapping[str, Any], task: Mapping[str, Any]) -> str:
-    key = record.get("eval_key")
-    if isinstance(key, str) and key.count("|") >= 4:
-        return key.rsplit("|", 1)[0]
-    return f"{task.get('environment')}|{task.get('split')}|{task.get('variant') or '-'}|{_task_label(task)}"
+def _group_key(task: Mapping[str, Any]) -> str:
+    """The GRPO group of an episode: its environment and task (`TaskRef.label`)."""
+    named = TaskRef.from_description(task)
+    return json.dumps([task.get("environment"), None if named is None else named.label])
 
 
 def _count(metrics: Mapping[str, float], name: str) -> int:
@@ -103,7 +103,7 @@ def episode_rows(records: Sequence[Mapping[str, Any]], trajectories: Sequence[Tr
     seen_in_group: dict[str, int] = {}
     for number, (record, trajectory) in enumerate(zip(records, trajectories, strict=True)):
         task = trajectory.task
-        group = _group_key(record, task)
+        group = _group_key(task)
         position = seen_in_group.get(group, 0)
         seen_in_group[group] = position + 1
         sample = record.get("sample")

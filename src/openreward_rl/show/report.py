@@ -8,7 +8,7 @@ the other):
   (`openreward_rl.show.index`);
 - `#episode-N`: one episode (`openreward_rl.show.episode`), N being its record number in the file.
 
->>> from openreward_rl.trajectory import StopReason, Trajectory
+>>> from openreward_rl.loop.trajectory import StopReason, Trajectory
 >>> def episode(reward, stop=StopReason.COMPLETED):
 ...     return Trajectory({"environment": "E", "split": "test", "index": 0}, [], [], [], [], reward, stop)
 >>> trajectories = [episode(1.0), episode(0.0), episode(None, StopReason.ENV_ERROR)]
@@ -23,11 +23,11 @@ import html
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from openreward_rl.metrics import summarize
+from openreward_rl.observe.metrics import summarize
 from openreward_rl.show.episode import episode_html
 from openreward_rl.show.index import EpisodeRow, Group, episode_rows, groups
 from openreward_rl.show.style import CSS, LEGEND, advantage_badge, badge
-from openreward_rl.trajectory import Trajectory
+from openreward_rl.loop.trajectory import Trajectory
 
 __all__ = ["render_report", "run_metadata", "final_answer"]
 

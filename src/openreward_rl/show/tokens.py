@@ -1,6 +1,6 @@
 """The token view: a training sequence split by loss mask, sampled tokens coloured by rollout log-prob.
 
->>> from openreward_rl.trajectory import TokenSegment
+>>> from openreward_rl.loop.trajectory import TokenSegment
 >>> segment = TokenSegment([1, 2], [3, 4, 5], [1, 1, 0], [-0.1, -0.2, 0.0])
 >>> [(s.kind, s.start, s.end) for s in mask_spans(segment)]
 [('prompt', 0, 2), ('trained', 2, 4), ('context', 4, 5)]
@@ -20,8 +20,8 @@ from typing import Any
 import attrs
 
 from openreward_rl.show.style import confidence_colour
-from openreward_rl.token_text import decode_ids
-from openreward_rl.trajectory import TokenSegment
+from openreward_rl.families.token_text import decode_ids
+from openreward_rl.loop.trajectory import TokenSegment
 
 __all__ = ["Span", "Piece", "mask_spans", "pieces", "decode", "token_view_html"]
 

@@ -11,13 +11,13 @@ from typing import Any
 
 import attrs
 
-from openreward_rl.chat import ChatRenderer, TemplateBridgeError
+from openreward_rl.families.chat import ChatRenderer, TemplateBridgeError
 from openreward_rl.engines.base import ContextLengthError, Engine, EngineError, FinishReason, Generation, GenerationRequest
-from openreward_rl.environment import EnvironmentFault, EnvSession, ToolOutcome
-from openreward_rl.episode import EpisodeSettings, format_system_prompt
+from openreward_rl.env.environment import EnvironmentFault, EnvSession, ToolOutcome
+from openreward_rl.loop.episode import EpisodeSettings, format_system_prompt
 from openreward_rl.parsers.base import ParsedTurn, ToolCall, ToolParser
-from openreward_rl.tool_output import clean_tool_text
-from openreward_rl.trajectory import StopReason, TokenLedger, ToolResult, Trajectory, Turn
+from openreward_rl.env.tool_output import clean_tool_text
+from openreward_rl.loop.trajectory import StopReason, TokenLedger, ToolResult, Trajectory, Turn
 
 __all__ = ["ToolEpisode"]
 

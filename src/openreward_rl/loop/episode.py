@@ -10,19 +10,12 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 import attrs
 
-from openreward_rl.environment import (
-    DEFAULT_CLOSE_TIMEOUT_S,
-    DEFAULT_OPEN_RETRY,
-    DEFAULT_READ_RETRY,
-    EnvironmentFault,
-    EnvSession,
-    TaskRef,
-    open_session,
-)
+from openreward_rl.env.environment import DEFAULT_CLOSE_TIMEOUT_S, DEFAULT_OPEN_RETRY, DEFAULT_READ_RETRY, EnvironmentFault, EnvSession, open_session
+from openreward_rl.env.tasks import TaskRef
 from openreward_rl.redaction import redact
 from openreward_rl.retry import RetryPolicy
 from openreward_rl.reducers.base import RewardPolicy, get_reducer
-from openreward_rl.trajectory import StopReason, Trajectory
+from openreward_rl.loop.trajectory import StopReason, Trajectory
 
 __all__ = ["Episode", "EpisodeSettings", "run_episode", "episode_reward", "failed_trajectory", "format_system_prompt", "DEFAULT_NUDGE"]
 
@@ -121,7 +114,7 @@ def failed_trajectory(task: TaskRef, stop_reason: StopReason, detail: str) -> Tr
 def episode_reward(trajectory: Trajectory, policy: RewardPolicy) -> float | None:
     """The reward `policy` gives the trajectory's step rewards; None for an infrastructure failure.
 
-    >>> from openreward_rl.trajectory import StopReason, Trajectory
+    >>> from openreward_rl.loop.trajectory import StopReason, Trajectory
     >>> done = Trajectory(task={}, segments=[], turns=[], messages=[], step_rewards=[0.5, 1.0], reward=None, stop_reason=StopReason.COMPLETED, finished=True)
     >>> episode_reward(done, RewardPolicy(get_reducer("mean")))
     0.75

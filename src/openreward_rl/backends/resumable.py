@@ -71,7 +71,7 @@ from typing import Any
 import attrs
 
 from openreward_rl.engines.base import Engine, FinishReason, Generation, GenerationRequest
-from openreward_rl.trajectory import StopReason, TokenSegment, Trajectory
+from openreward_rl.loop.trajectory import StopReason, TokenSegment, Trajectory
 
 __all__ = ["AbortSignal", "ContinuingEngine", "ParkingEngine", "Parked", "LiveEpisode", "Suspended", "Finished", "mask_before"]
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
@@ -13,11 +12,12 @@ from typing import Any
 import aiohttp
 import attrs
 from openreward.api.environments import OpenRewardError, ToolCallError
-from openreward.api.environments.types import AuthenticationError, Task
+from openreward.api.environments.types import AuthenticationError
 
-from openreward_rl.env_transport import use_pooled_transport
+from openreward_rl.env.tasks import TaskRef, task_hash
+from openreward_rl.env.transport import use_pooled_transport
 from openreward_rl.redaction import redact, register_secrets
-from openreward_rl.tool_output import has_lone_surrogate
+from openreward_rl.env.tool_output import has_lone_surrogate
 from openreward_rl.retry import (
     NO_RETRY,
     AtCapacityError,
@@ -29,8 +29,6 @@ from openreward_rl.retry import (
 )
 
 __all__ = [
-    "TaskRef",
-    "task_hash",
     "ToolOutcome",
     "EnvironmentFault",
     "EnvSession",
@@ -40,74 +38,6 @@ __all__ = [
     "nested_tool_specs",
     "blocks_to_text",
 ]
-
-
-def task_hash(task_spec: Mapping[str, Any] | None) -> str:
-    """A short stable digest of a task spec (key order does not matter).
-
-    >>> task_hash({"q": 1, "a": 2}) == task_hash({"a": 2, "q": 1})
-    True
-    """
-    return hashlib.sha256(json.dumps(task_spec, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-@attrs.frozen
-class TaskRef:
-    """Which task of which environment an episode runs. Holds no secrets.
-
-    Either `index` (the server resolves the task) or `task_spec` (with the deployment fields that
-    `list_tasks` returned) identifies the task.
-    """
-
-    environment: str
-    split: str
-    index: int | None = None
-    task_spec: Mapping[str, Any] | None = None
-    variant: str | None = None
-    base_url: str | None = None
-    server_name: str | None = None
-    environment_name: str | None = None
-    namespace: str | None = None
-
-    def __attrs_post_init__(self) -> None:
-        if self.index is None and self.task_spec is None:
-            raise ValueError(f"task of {self.environment!r} needs an index or a task_spec")
-
-    def sdk_task(self) -> Task | None:
-        if self.task_spec is None:
-            return None
-        return Task(
-            server_name=self.server_name or self.environment.split("/")[-1],
-            environment_name=self.environment_name or self.environment.split("/")[-1],
-            task_spec=dict(self.task_spec),
-            namespace=self.namespace if self.namespace is not None else (
-                self.environment.split("/")[0] if "/" in self.environment else None
-            ),
-        )
-
-    @property
-    def identity(self) -> int | str:
-        """The task within its split: the index, or the task spec's hash when a spec names it."""
-        return self.index if self.task_spec is None else task_hash(self.task_spec)  # type: ignore[return-value]
-
-    @property
-    def key(self) -> tuple[str, str, str | None, int | str]:
-        """The task's one identity: (environment, split, variant, `identity`); equal keys, same task.
-
-        >>> TaskRef("MathEnv", "test", index=3).key
-        ('MathEnv', 'test', None, 3)
-        """
-        return (self.environment, self.split, self.variant, self.identity)
-
-    def describe(self) -> dict[str, Any]:
-        """What a trajectory records of its task (`Trajectory.task`): all that names it, no deployment details."""
-        return {
-            "environment": self.environment,
-            "split": self.split,
-            "index": self.index,
-            "variant": self.variant,
-            "task_spec": dict(self.task_spec) if self.task_spec is not None else None,
-        }
 
 
 @attrs.frozen

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from openreward_rl.token_text import decode_ids
+from openreward_rl.families.token_text import decode_ids
 
 if TYPE_CHECKING:
     from openreward_rl.families.base import ModelFamily

@@ -7,15 +7,15 @@ from typing import Any, Protocol
 
 import attrs
 
-from openreward_rl.chat import ChatRenderer
+from openreward_rl.families.chat import ChatRenderer
 from openreward_rl.config import TrainConfig
 from openreward_rl.engines.base import Engine
-from openreward_rl.environment import TaskRef
+from openreward_rl.env.tasks import TaskRef
 from openreward_rl.families.base import ModelFamily
-from openreward_rl.episode import DEFAULT_NUDGE, Episode, EpisodeSettings, run_episode
+from openreward_rl.loop.episode import DEFAULT_NUDGE, Episode, EpisodeSettings, run_episode
 from openreward_rl.parsers.base import ToolParser, get_parser
-from openreward_rl.tool_episode import ToolEpisode
-from openreward_rl.trajectory import Trajectory
+from openreward_rl.loop.tool_episode import ToolEpisode
+from openreward_rl.loop.trajectory import Trajectory
 
 __all__ = ["EpisodeBuilder", "Rollouts", "choose_family", "choose_parser", "episode_stack", "resolve_task"]
 

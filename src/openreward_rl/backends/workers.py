@@ -39,9 +39,9 @@ from typing import Any
 
 import attrs
 
-from openreward_rl.environment import TaskRef
-from openreward_rl.episode import failed_trajectory
-from openreward_rl.trajectory import StopReason, Trajectory
+from openreward_rl.env.tasks import TaskRef
+from openreward_rl.loop.episode import failed_trajectory
+from openreward_rl.loop.trajectory import StopReason, Trajectory
 
 __all__ = [
     "EpisodeWorkers",

@@ -17,10 +17,10 @@ from typing import Any
 
 import attrs
 
-from openreward_rl.dumps import DumpError, TrajectoryWriter, iter_records, record_to_trajectory
-from openreward_rl.environment import TaskRef
-from openreward_rl.episode import failed_trajectory
-from openreward_rl.trajectory import StopReason, Trajectory
+from openreward_rl.observe.dumps import DumpError, TrajectoryWriter, iter_records, record_to_trajectory
+from openreward_rl.env.tasks import TaskRef
+from openreward_rl.loop.episode import failed_trajectory
+from openreward_rl.loop.trajectory import StopReason, Trajectory
 
 __all__ = ["EvalJob", "eval_key", "read_results", "evaluate", "ResultsFile"]
 
@@ -47,7 +47,7 @@ class EvalJob:
 
 
 def read_results(path: str | os.PathLike[str]) -> dict[str, Trajectory]:
-    """Trajectories already written to `path` (a results file, see `openreward_rl.dumps`), by `eval_key`.
+    """Trajectories already written to `path` (a results file, see `openreward_rl.observe.dumps`), by `eval_key`.
 
     A missing file is an empty run; a last line that is not valid JSON (an interrupted write) is
     dropped from the file; a bad line elsewhere is an error naming it.

@@ -7,7 +7,7 @@ keeps them, `read_trajectories` drops them. A run that resumes a file reads it w
 secrets by construction (sessions get them, trajectories record only task identity and text).
 
 >>> import tempfile, pathlib
->>> from openreward_rl.trajectory import StopReason, Trajectory
+>>> from openreward_rl.loop.trajectory import StopReason, Trajectory
 >>> path = pathlib.Path(tempfile.mkdtemp()) / "dump.jsonl"
 >>> empty = Trajectory(task={"environment": "e", "split": "train", "index": 0}, segments=[], turns=[],
 ...                    messages=[], step_rewards=[], reward=None, stop_reason=StopReason.ENV_ERROR)
@@ -29,7 +29,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
-from openreward_rl.trajectory import Trajectory
+from openreward_rl.loop.trajectory import Trajectory
 
 __all__ = ["TrajectoryWriter", "iter_records", "read_records", "read_trajectories", "record_to_trajectory", "DumpError"]
 

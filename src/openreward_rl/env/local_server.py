@@ -8,7 +8,7 @@ a local server ignores the environment name, and without a variant every call on
 server silently goes to the first class.
 
 In-process mode runs uvicorn in a daemon thread (cheap; for test fixtures). Subprocess mode runs
-``python -m openreward_rl.local_env SPEC... --port N`` (for fault tests: :meth:`LocalEnvServer.kill`
+``python -m openreward_rl.env.local_server SPEC... --port N`` (for fault tests: :meth:`LocalEnvServer.kill`
 hard-kills it).
 
 >>> with serve_environments(["examples/environments/math_env.py:MathEnv"]) as server:
@@ -402,7 +402,7 @@ class LocalEnvServer:
     def _start_subprocess(self) -> None:
         with contextlib.closing(_free_loopback_socket()) as sock:
             self.port = sock.getsockname()[1]
-        command = [sys.executable, "-m", "openreward_rl.local_env", *self.specs, "--port", str(self.port),
+        command = [sys.executable, "-m", "openreward_rl.env.local_server", *self.specs, "--port", str(self.port),
                    "--log-level", self.log_level]
         env = loopback_environ()
         env["PYTHONPATH"] = os.pathsep.join(_child_import_path(env.get("PYTHONPATH", "")))
@@ -458,12 +458,12 @@ def serve_environments(
 def main(argv: Sequence[str] | None = None) -> None:
     """Command line: serve environment classes on 127.0.0.1 until interrupted."""
     parser = argparse.ArgumentParser(
-        prog="python -m openreward_rl.local_env",
+        prog="python -m openreward_rl.env.local_server",
         description=(
             "Serve OpenReward environment classes on 127.0.0.1. The first class is the default route; "
             "reach the others with variant=<lowercased class name>."
         ),
-        epilog="example: python -m openreward_rl.local_env examples/environments/whodunit.py:WhoDunIt "
+        epilog="example: python -m openreward_rl.env.local_server examples/environments/whodunit.py:WhoDunIt "
                "examples/environments/math_env.py:MathEnv --port 8080",
     )
     parser.add_argument("specs", nargs="+", metavar="SPEC",

@@ -8,7 +8,7 @@ become `EpisodeStats` records (from a `Trajectory`, or from a trainer's sample b
 Infrastructure failures (`StopReason.is_infrastructure_failure`: aborted, env_error, timeout) are
 counted separately and never enter reward, success or pass@k: they say nothing about the model.
 
->>> from openreward_rl.trajectory import StopReason, Trajectory
+>>> from openreward_rl.loop.trajectory import StopReason, Trajectory
 >>> def episode(index, reward, stop=StopReason.COMPLETED):
 ...     task = {"environment": "MathEnv", "split": "test", "index": index, "variant": None}
 ...     return Trajectory(task, [], [], [], [], reward, stop, metrics={"turns": 2.0})
@@ -32,7 +32,8 @@ from typing import Any
 
 import attrs
 
-from openreward_rl.trajectory import StopReason, Trajectory
+from openreward_rl.env.tasks import TaskRef
+from openreward_rl.loop.trajectory import StopReason, Trajectory
 
 __all__ = [
     "EpisodeStats",
@@ -43,7 +44,6 @@ __all__ = [
     "aggregate",
     "is_success",
     "default_task_key",
-    "task_identity",
     "ALL",
 ]
 
@@ -68,19 +68,10 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
-def task_identity(split: Any, index: Any, variant: Any = None) -> str:
-    """The `EpisodeStats.task` of a task given by split, index and variant within its environment.
-
-    >>> task_identity("train", 3)
-    '["train", 3, null]'
-    """
-    return json.dumps([split, index, variant], default=str)
-
-
-def default_task_key(trajectory: Trajectory) -> str:
-    """Identifies the task of an episode within its environment (split, index, variant)."""
-    task = trajectory.task
-    return task_identity(task.get("split"), task.get("index"), task.get("variant"))
+def default_task_key(trajectory: Trajectory) -> str | None:
+    """The task of an episode within its environment (`TaskRef.label`); None when the trajectory names none."""
+    task = TaskRef.from_description(trajectory.task)
+    return None if task is None else task.label
 
 
 @attrs.frozen
@@ -115,7 +106,7 @@ class EpisodeStats:
         return not self.infrastructure_failure and self.reward is not None and self.reward > threshold
 
     @classmethod
-    def from_trajectory(cls, trajectory: Trajectory, task_key: Callable[[Trajectory], str] = default_task_key) -> EpisodeStats:
+    def from_trajectory(cls, trajectory: Trajectory, task_key: Callable[[Trajectory], str | None] = default_task_key) -> EpisodeStats:
         """A scored trajectory without "turns" / "sampled_tokens" metrics gets them counted from its
         turns, and "context_tokens" is its training sequence's length."""
         metrics = dict(trajectory.metrics)
@@ -273,7 +264,7 @@ def _summarize_one(environment: str, episodes: Sequence[EpisodeStats], threshold
 
 
 def _records(
-    episodes: Iterable[Trajectory | EpisodeStats], task_key: Callable[[Trajectory], str]
+    episodes: Iterable[Trajectory | EpisodeStats], task_key: Callable[[Trajectory], str | None]
 ) -> list[EpisodeStats]:
     return [e if isinstance(e, EpisodeStats) else EpisodeStats.from_trajectory(e, task_key) for e in episodes]
 
@@ -281,7 +272,7 @@ def _records(
 def summarize(
     episodes: Iterable[Trajectory | EpisodeStats],
     *,
-    task_key: Callable[[Trajectory], str] = default_task_key,
+    task_key: Callable[[Trajectory], str | None] = default_task_key,
     success_threshold: float = 0.0,
 ) -> dict[str, EnvironmentSummary]:
     """One `EnvironmentSummary` per environment, in first-seen order. Trajectories are converted

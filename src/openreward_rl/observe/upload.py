@@ -8,7 +8,7 @@ once; it also runs at process exit, before the SDK's own exit handler.
 
 The conversation becomes OpenReward message types (`trajectory_events`):
 
->>> from openreward_rl.trajectory import StopReason, Trajectory
+>>> from openreward_rl.loop.trajectory import StopReason, Trajectory
 >>> trajectory = Trajectory(task={"environment": "e", "split": "train", "index": 0}, segments=[], turns=[],
 ...     messages=[{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}],
 ...     step_rewards=[], reward=None, stop_reason=StopReason.NO_TOOL_CALL)
@@ -33,8 +33,8 @@ import attrs
 from openreward import AssistantMessage, ReasoningItem, SystemMessage, ToolCall, ToolResult, UserMessage
 from openreward.models import RolloutInfo
 
-from openreward_rl.conversation import conversation_steps
-from openreward_rl.trajectory import Trajectory
+from openreward_rl.observe.conversation import conversation_steps
+from openreward_rl.loop.trajectory import Trajectory
 
 __all__ = ["UploadEvent", "trajectory_events", "rollout_name_for", "TrajectoryUploader", "DEFAULT_RUN_NAME"]
 

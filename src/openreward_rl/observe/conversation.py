@@ -4,7 +4,7 @@ Each model turn records the position of the assistant message it produced (`Turn
 a tool message carries the `ToolResult` its call got. A result with no tool message (a `@terminal`
 environment taking a plain answer) is yielded on its own, right after its turn's messages.
 
->>> from openreward_rl.trajectory import StopReason, Trajectory
+>>> from openreward_rl.loop.trajectory import StopReason, Trajectory
 >>> trajectory = Trajectory(task={}, segments=[], turns=[], step_rewards=[], reward=None, stop_reason=StopReason.NO_TOOL_CALL,
 ...     messages=[{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}])
 >>> [(step.message["content"], step.turn) for step in conversation_steps(trajectory)]
@@ -18,7 +18,7 @@ from typing import Any
 
 import attrs
 
-from openreward_rl.trajectory import ToolResult, Trajectory, Turn
+from openreward_rl.loop.trajectory import ToolResult, Trajectory, Turn
 
 __all__ = ["ConversationStep", "conversation_steps", "turns_by_message"]
 

@@ -116,7 +116,7 @@ def check_batch_sizes(spec: LaunchSpec) -> None:
     >>> check_batch_sizes(LaunchSpec("slime", "/s", rollout_batch_size=16, n_samples=8, global_batch_size=48))
     Traceback (most recent call last):
     ...
-    openreward_rl.launcher.LaunchError: --rollout-batch-size 16 x --n-samples 8 = 128 samples per rollout is not a multiple of --global-batch-size 48; choose a divisor of 128 (e.g. 128 or 64)
+    openreward_rl.cli.launcher.LaunchError: --rollout-batch-size 16 x --n-samples 8 = 128 samples per rollout is not a multiple of --global-batch-size 48; choose a divisor of 128 (e.g. 128 or 64)
     """
     for name, value in (("--rollout-batch-size", spec.rollout_batch_size), ("--n-samples", spec.n_samples), ("--num-gpus", spec.num_gpus), ("--tp", spec.tp)):
         if value < 1:
