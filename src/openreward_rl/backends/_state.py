@@ -9,8 +9,10 @@ fresh state instead of a dead connection pool.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -20,9 +22,13 @@ from openreward_rl.preflight import check_ready
 from openreward_rl.redaction import install_log_redaction
 from openreward_rl.loop.rollout import Rollouts
 from openreward_rl.observe.upload import TrajectoryUploader
-from openreward_rl.backends.workers import IN_WORKER_ENV, spread_over_workers
+from openreward_rl.backends.workers import IN_WORKER_ENV, WorkerRollouts, make_workers
 
-__all__ = ["BackendState", "state_for", "clear_states", "close_states", "router_url"]
+if TYPE_CHECKING:
+    from openreward_rl.env.tasks import TaskRef
+    from openreward_rl.loop.trajectory import Trajectory
+
+__all__ = ["BackendState", "HookRunner", "state_for", "close_states", "router_url", "spread_over_workers"]
 
 
 def router_url(args: Any) -> str:
@@ -155,12 +161,6 @@ def state_for(args: Any) -> BackendState:
     return state
 
 
-def clear_states() -> None:
-    """Forget every cached state (tests; a trainer never needs this)."""
-    _STATES.clear()
-
-
-
 async def close_states() -> None:
     """Close the HTTP sessions of every cached state built on the running loop, and forget them all."""
     loop = _running_loop()
@@ -169,3 +169,28 @@ async def close_states() -> None:
     for state in states:
         if state.loop is loop:
             await state.aclose()
+
+
+@attrs.frozen
+class HookRunner:
+    """The runner of the Slime/Miles hooks in a worker: the same `BackendState` the hook would build
+    from `args` (engine, tokenizer, SDK client, config) on the worker's loop."""
+
+    args: Any
+
+    async def run(self, task: TaskRef, *, sampling_params: Mapping[str, Any] | None, routing_key: str | None, evaluation: bool) -> Trajectory:
+        rollouts = state_for(self.args).rollouts_for(evaluation)
+        return await rollouts.run(task, sampling_params=sampling_params, routing_key=routing_key)
+
+    async def aclose(self) -> None:
+        await close_states()
+
+
+def spread_over_workers(config: Any, args: Any, rollouts: Any, eval_rollouts: Any) -> tuple[Any, Any]:
+    """The hooks' two runners, sent to `config.rollout_workers` workers when that is set (and this
+    process is not itself a worker); unchanged otherwise."""
+    count = getattr(config, "rollout_workers", 0)
+    if not count or os.environ.get(IN_WORKER_ENV):
+        return rollouts, eval_rollouts
+    workers = make_workers(functools.partial(HookRunner, args), count, getattr(config, "rollout_worker_backend", "auto"))
+    return WorkerRollouts(rollouts, workers, evaluation=False), WorkerRollouts(eval_rollouts, workers, evaluation=True)

@@ -21,7 +21,7 @@ Two kinds of workers:
 
 A runner is made in each worker by `factory()`, a picklable zero-argument callable, and must have
 `async run(task, *, sampling_params, routing_key, evaluation) -> Trajectory`; the Slime/Miles hooks
-use `functools.partial(HookRunner, args)`.
+use `functools.partial(HookRunner, args)` (`openreward_rl.backends._state`).
 """
 
 from __future__ import annotations
@@ -48,7 +48,6 @@ __all__ = [
     "ProcessWorkers",
     "RayWorkers",
     "WorkerRollouts",
-    "HookRunner",
     "make_workers",
     "IN_WORKER_ENV",
 ]
@@ -65,25 +64,6 @@ class EpisodeWorkers:
 
     async def aclose(self) -> None:
         raise NotImplementedError
-
-
-@attrs.frozen
-class HookRunner:
-    """The runner of the Slime/Miles hooks in a worker: the same `BackendState` the hook would build
-    from `args` (engine, tokenizer, SDK client, config) on the worker's loop."""
-
-    args: Any
-
-    async def run(self, task: TaskRef, *, sampling_params: Mapping[str, Any] | None, routing_key: str | None, evaluation: bool) -> Trajectory:
-        from openreward_rl.backends._state import state_for
-
-        rollouts = state_for(self.args).rollouts_for(evaluation)
-        return await rollouts.run(task, sampling_params=sampling_params, routing_key=routing_key)
-
-    async def aclose(self) -> None:
-        from openreward_rl.backends._state import close_states
-
-        await close_states()
 
 
 def _aborted(task: TaskRef, detail: str) -> Trajectory:
@@ -413,13 +393,3 @@ class WorkerRollouts:
 
     async def aclose(self) -> None:
         await self.workers.aclose()
-
-
-def spread_over_workers(config: Any, args: Any, rollouts: Any, eval_rollouts: Any) -> tuple[Any, Any]:
-    """The hooks' two runners, sent to `config.rollout_workers` workers when that is set (and this
-    process is not itself a worker); unchanged otherwise."""
-    count = getattr(config, "rollout_workers", 0)
-    if not count or os.environ.get(IN_WORKER_ENV):
-        return rollouts, eval_rollouts
-    workers = make_workers(functools.partial(HookRunner, args), count, getattr(config, "rollout_worker_backend", "auto"))
-    return WorkerRollouts(rollouts, workers, evaluation=False), WorkerRollouts(eval_rollouts, workers, evaluation=True)

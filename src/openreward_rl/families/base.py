@@ -19,10 +19,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
+from openreward_rl.families.thinking import THINK_TAGS, ThinkingMarkers
+
 if TYPE_CHECKING:
     from openreward_rl.families.chat import ChatRenderer
 
-__all__ = ["ModelFamily", "ThinkingMarkers", "TurnBridge", "UnsupportedModelError"]
+__all__ = ["ModelFamily", "THINK_TAGS", "ThinkingMarkers", "TurnBridge", "UnsupportedModelError"]
 
 
 class UnsupportedModelError(ValueError):
@@ -40,28 +42,6 @@ class TurnBridge(Protocol):
         new_messages: Sequence[Mapping[str, Any]],
         tools: Sequence[Mapping[str, Any]] | None,
     ) -> list[int] | None: ...
-
-
-@attrs.frozen
-class ThinkingMarkers:
-    """Token strings that open and close the model's reasoning, e.g. `<think>` … `</think>`, or
-    gpt-oss's `<|channel|>analysis<|message|>` … `<|end|>`. Each is a sequence of tokenizer tokens."""
-
-    opener: tuple[str, ...]
-    closer: tuple[str, ...]
-
-    def ids(self, tokenizer: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        """(opener ids, closer ids); ValueError when a marker is not in the tokenizer's vocabulary."""
-        found = []
-        for marker in (self.opener, self.closer):
-            ids = tokenizer.convert_tokens_to_ids(list(marker))
-            if any(not isinstance(i, int) or i == tokenizer.unk_token_id for i in ids):
-                raise ValueError(f"the tokenizer has no token(s) {list(marker)} for the reasoning markers")
-            found.append(tuple(ids))
-        return found[0], found[1]
-
-
-THINK_TAGS = ThinkingMarkers(("<think>",), ("</think>",))
 
 
 @attrs.frozen

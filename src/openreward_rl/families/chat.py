@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from openreward_rl.families.thinking import THINK_TAGS
 from openreward_rl.families.token_text import decode_ids
 
 if TYPE_CHECKING:
@@ -123,8 +124,6 @@ class ChatRenderer:
 
     @functools.cached_property
     def _thinking_markers(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        from openreward_rl.families.base import THINK_TAGS
-
         markers = self.family.thinking if self.family else THINK_TAGS
         if markers is None:
             raise ValueError(f"the {self.family.name if self.family else 'generic'} model family has no reasoning markers to mask")

@@ -16,6 +16,7 @@ from openreward_rl.parsers.base import (
     get_parser,
     register_parser,
 )
+from openreward_rl.parsers import _builtin  # noqa: F401  (the built-in formats register themselves)
 from openreward_rl.parsers.selection import KNOWN_PARSERS, parser_for_model, parser_for_template
 
 __all__ = [

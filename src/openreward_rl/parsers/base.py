@@ -139,7 +139,6 @@ def register_parser(name: str) -> Callable[[_ParserT], _ParserT]:
 
 def get_parser(name: str) -> ToolParser:
     """A new instance of the parser registered under `name`."""
-    _load_builtin_parsers()
     try:
         factory = _REGISTRY[name]
     except KeyError:
@@ -149,12 +148,7 @@ def get_parser(name: str) -> ToolParser:
 
 
 def available_parsers() -> list[str]:
-    _load_builtin_parsers()
     return sorted(_REGISTRY)
-
-
-def _load_builtin_parsers() -> None:
-    from openreward_rl.parsers import _builtin  # noqa: F401  (registers on import)
 
 
 def _function_spec(tool: Mapping[str, Any]) -> Mapping[str, Any]:

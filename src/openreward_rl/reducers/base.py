@@ -41,8 +41,6 @@ def get_reducer(name: str, **options: float) -> RewardReducer:
     >>> get_reducer("mean").reduce([]) is None
     True
     """
-    from openreward_rl.reducers import builtin  # noqa: F401  (registers on import)
-
     try:
         factory = _REGISTRY[name]
     except KeyError:
@@ -55,8 +53,6 @@ def get_reducer(name: str, **options: float) -> RewardReducer:
 
 
 def available_reducers() -> list[str]:
-    from openreward_rl.reducers import builtin  # noqa: F401
-
     return sorted(_REGISTRY)
 
 
