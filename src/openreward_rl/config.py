@@ -42,14 +42,11 @@ from typing import Any
 import attrs
 import yaml
 
+from openreward_rl.errors import ConfigError
 from openreward_rl.redaction import register_secrets
 from openreward_rl.reducers.base import RewardPolicy, available_reducers, get_reducer
 
 __all__ = ["ConfigError", "EnvironmentConfig", "TrainConfig", "load_config", "config_path", "parse_config"]
-
-
-class ConfigError(ValueError):
-    """A bad configuration value; the message names the key and the fix."""
 
 
 @attrs.frozen

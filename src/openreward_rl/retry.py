@@ -25,6 +25,7 @@ from typing import TypeVar
 import aiohttp
 import attrs
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
+from openreward_rl.errors import EnvError
 
 __all__ = [
     "RetryPolicy",
@@ -50,7 +51,7 @@ CAPACITY_HINT = (
 )
 
 
-class AtCapacityError(RuntimeError):
+class AtCapacityError(EnvError, RuntimeError):
     """The environment answered 429 ("at capacity") through every retry."""
 
 

@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import attrs
+from openreward_rl.errors import TrainerError
 
 __all__ = ["LaunchError", "LaunchSpec", "LaunchPlan", "train_arguments", "runtime_env", "plan_launch", "check_batch_sizes", "ray_is_running"]
 
@@ -41,7 +42,7 @@ FORWARDED_ENV = ("OPENREWARD_API_KEY", "WANDB_API_KEY", "OPENAI_API_KEY", "OPENR
 SECRET_ENV = ("OPENREWARD_API_KEY", "WANDB_API_KEY", "OPENAI_API_KEY", "HF_TOKEN")
 
 
-class LaunchError(ValueError):
+class LaunchError(TrainerError, ValueError):
     """The launch cannot go ahead; the message says what to change."""
 
 

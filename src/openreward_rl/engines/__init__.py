@@ -11,7 +11,7 @@ from openreward_rl.engines.base import (
     FinishReason,
     Generation,
     GenerationRequest,
-    SupportsAbort,
+    AttachesEpisode,
 )
 
 if TYPE_CHECKING:  # the lazily loaded engines, for type checkers and editors
@@ -30,7 +30,7 @@ __all__ = [
     "GenerationRequest",
     "OpenAIChatEngine",
     "SGLangEngine",
-    "SupportsAbort",
+    "AttachesEpisode",
     "TransformersEngine",
 ]
 

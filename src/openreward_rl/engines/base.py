@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
 from openreward_rl.parsers.base import ParsedTurn
+from openreward_rl.errors import EngineError
 
 __all__ = [
     "FinishReason",
@@ -19,7 +20,7 @@ __all__ = [
     "EngineError",
     "ContextLengthError",
     "EngineRequestError",
-    "SupportsAbort",
+    "AttachesEpisode",
 ]
 
 
@@ -84,10 +85,6 @@ class Generation:
             raise ValueError(f"{len(self.logprobs)} log-probs for {len(self.output_ids)} output ids")
 
 
-class EngineError(RuntimeError):
-    """The engine failed (connection, HTTP 5xx, timeout, malformed answer): an infrastructure fault."""
-
-
 class ContextLengthError(EngineError):
     """The engine refused the request because prompt + max_new_tokens exceed its context length."""
 
@@ -105,7 +102,9 @@ class Engine(Protocol):
 
 
 @runtime_checkable
-class SupportsAbort(Protocol):
-    """An engine that can abort in-flight requests by id (the aborted call returns finish ABORT)."""
+class AttachesEpisode(Protocol):
+    """An engine that follows the episode it samples for (the partial-rollout engines): the episode
+    attaches itself as each attempt starts, with its deadline (the engine stops the clock while a
+    turn is parked) and a snapshot of the trajectory so far (taken while parked)."""
 
-    async def abort(self, request_id: str) -> None: ...
+    def attach_episode(self, deadline: Any, snapshot: Callable[[], Any]) -> None: ...

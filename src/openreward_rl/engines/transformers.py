@@ -49,6 +49,7 @@ from typing import Any
 import attrs
 
 from openreward_rl.engines.base import ContextLengthError, EngineError, FinishReason, Generation, GenerationRequest
+from openreward_rl.errors import ConfigError
 
 __all__ = ["SamplingConfig", "TransformersEngine", "UnsupportedSamplingError", "load_model"]
 
@@ -64,7 +65,7 @@ _CPU_CB_DEFAULTS = {"num_blocks": 16, "max_batch_tokens": 1024}
 _DEFAULT_PAGE_SIZE = 256
 
 
-class UnsupportedSamplingError(ValueError):
+class UnsupportedSamplingError(ConfigError):
     """A sampling parameter this engine cannot honour (unknown, or per-request where it is per-engine)."""
 
 

@@ -14,6 +14,7 @@ import attrs
 from openreward.api.environments import OpenRewardError, ToolCallError
 from openreward.api.environments.types import AuthenticationError
 
+from openreward_rl.errors import EnvError
 from openreward_rl.env.tasks import TaskRef, task_hash
 from openreward_rl.env.transport import use_pooled_transport
 from openreward_rl.redaction import redact, register_secrets
@@ -51,7 +52,7 @@ class ToolOutcome:
     metadata: Mapping[str, Any] | None = None
 
 
-class EnvironmentFault(RuntimeError):
+class EnvironmentFault(EnvError, RuntimeError):
     """The environment failed (session died, tool raised, transport gave up, 5xx): not the model's fault.
 
     `kind` names the cause (`ToolFailed`, `Timeout`, `ServerUnreachable`, `AtCapacity`, `NotFound`,
@@ -91,7 +92,7 @@ class _Timeout(Exception):
         self.seconds = seconds
 
 
-class ServerUnreachable(ConnectionError):
+class ServerUnreachable(EnvError, ConnectionError):
     """The liveness probe could not connect to the environment server: it is down."""
 
 

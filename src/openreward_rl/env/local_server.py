@@ -45,6 +45,7 @@ import anyio
 import attrs
 import uvicorn
 from openreward.environments import Environment, Server
+from openreward_rl.errors import EnvError
 
 if TYPE_CHECKING:
     from openreward import AsyncOpenReward
@@ -71,7 +72,7 @@ _FILE_MODULE_PREFIX = "_openreward_rl_env_"
 EnvSpec = str | type[Environment]
 
 
-class EnvServerStartError(RuntimeError):
+class EnvServerStartError(EnvError, RuntimeError):
     """The local environment server did not come up (bad spec, crashed child, or no /health in time)."""
 
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
+from openreward_rl.errors import ModelFamilyError
 from openreward_rl.families.thinking import THINK_TAGS, ThinkingMarkers
 
 if TYPE_CHECKING:
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 __all__ = ["ModelFamily", "THINK_TAGS", "ThinkingMarkers", "TurnBridge", "UnsupportedModelError"]
 
 
-class UnsupportedModelError(ValueError):
+class UnsupportedModelError(ModelFamilyError):
     """The model's family is unknown, or known and refused (it cannot be made token-exact)."""
 
 

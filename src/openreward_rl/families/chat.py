@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from openreward_rl.errors import ModelFamilyError
 from openreward_rl.families.thinking import THINK_TAGS
 from openreward_rl.families.token_text import decode_ids
 
@@ -36,7 +37,7 @@ _REASONING_MARK = "ORRL_REASONING_7f3a"
 _PLACEHOLDER_CALL = {"id": "orrl_call_7f3a", "type": "function", "function": {"name": "orrl_tool_7f3a", "arguments": {}}}
 
 
-class TemplateBridgeError(ValueError):
+class TemplateBridgeError(ModelFamilyError):
     """The chat template renders the stand-in conversation in a way the bridge cannot be cut from."""
 
 

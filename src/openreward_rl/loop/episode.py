@@ -10,14 +10,15 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 import attrs
 
-from openreward_rl.env.environment import DEFAULT_CLOSE_TIMEOUT_S, DEFAULT_OPEN_RETRY, DEFAULT_READ_RETRY, EnvironmentFault, EnvSession, open_session
+from openreward_rl.env.environment import DEFAULT_CLOSE_TIMEOUT_S, DEFAULT_OPEN_RETRY, DEFAULT_READ_RETRY, EnvSession, open_session
 from openreward_rl.env.tasks import TaskRef
+from openreward_rl.errors import EnvError, ModelFamilyError
 from openreward_rl.redaction import redact
 from openreward_rl.retry import RetryPolicy
 from openreward_rl.reducers.base import RewardPolicy, get_reducer
 from openreward_rl.loop.trajectory import StopReason, Trajectory
 
-__all__ = ["Episode", "EpisodeSettings", "run_episode", "episode_reward", "failed_trajectory", "format_system_prompt", "DEFAULT_NUDGE"]
+__all__ = ["Episode", "EpisodeSettings", "run_episode", "episode_reward", "failed_trajectory", "fault_stop", "format_system_prompt", "DEFAULT_NUDGE"]
 
 logger = logging.getLogger(__name__)
 
@@ -95,6 +96,28 @@ def format_system_prompt(template: str | None, tools: Sequence[Mapping[str, Any]
         return template.format(tools=lines)
     except (KeyError, IndexError, ValueError) as error:
         raise ValueError(f"system prompt template: only {{tools}} may be a placeholder; write literal braces as {{{{ }}}} ({error})") from None
+
+
+def fault_stop(error: BaseException, *, timeout_detail: Callable[[], str]) -> tuple[StopReason, str] | None:
+    """How an episode ends on `error`: the one mapping from faults to stop reasons, or None for an
+    error that is no fault (a bug in the episode code, which the caller logs and aborts).
+    `timeout_detail` says what ran out, for a timeout.
+
+    >>> from openreward_rl.env.environment import EnvironmentFault
+    >>> fault_stop(EnvironmentFault("session died", kind="ToolFailed"), timeout_detail=str)
+    (<StopReason.ENV_ERROR: 'env_error'>, 'session died')
+    >>> fault_stop(TimeoutError(), timeout_detail=lambda: "ran past 60s")
+    (<StopReason.TIMEOUT: 'timeout'>, 'ran past 60s')
+    >>> fault_stop(KeyError("x"), timeout_detail=str) is None
+    True
+    """
+    if isinstance(error, EnvError):
+        return StopReason.ENV_ERROR, str(error)
+    if isinstance(error, TimeoutError):
+        return StopReason.TIMEOUT, timeout_detail()
+    if isinstance(error, ModelFamilyError):
+        return StopReason.ABORTED, f"chat template: {error}"
+    return None
 
 
 def failed_trajectory(task: TaskRef, stop_reason: StopReason, detail: str) -> Trajectory:
@@ -208,12 +231,14 @@ async def _run_once(
                 read_retry=limits.read_retry,
             ) as session:
                 return await episode_factory().run(session)
-    except EnvironmentFault as fault:
-        return failed_trajectory(task, StopReason.ENV_ERROR, str(fault))
-    except TimeoutError as error:
-        if deadline.expired():
-            return failed_trajectory(task, StopReason.TIMEOUT, f"the episode attempt ran past attempt_timeout={limits.attempt_timeout:g}s")
-        return failed_trajectory(task, StopReason.TIMEOUT, f"the episode timed out: {type(error).__name__}: {error}")
-    except Exception as error:  # a bug in the episode code: one aborted sample, not a crashed run
-        logger.exception("episode on %s raised %s; the sample is aborted", task.environment, type(error).__name__)
-        return failed_trajectory(task, StopReason.ABORTED, f"the episode raised {type(error).__name__}: {error}")
+    except Exception as error:
+        def timeout_detail() -> str:
+            if deadline.expired():
+                return f"the episode attempt ran past attempt_timeout={limits.attempt_timeout:g}s"
+            return f"the episode timed out: {type(error).__name__}: {error}"
+
+        stop = fault_stop(error, timeout_detail=timeout_detail)
+        if stop is None:  # a bug in the episode code: one aborted sample, not a crashed run
+            logger.exception("episode on %s raised %s; the sample is aborted", task.environment, type(error).__name__)
+            stop = (StopReason.ABORTED, f"the episode raised {type(error).__name__}: {error}")
+        return failed_trajectory(task, *stop)

@@ -11,10 +11,11 @@ from typing import Any
 
 import attrs
 
-from openreward_rl.families.chat import ChatRenderer, TemplateBridgeError
-from openreward_rl.engines.base import ContextLengthError, Engine, EngineError, FinishReason, Generation, GenerationRequest
-from openreward_rl.env.environment import EnvironmentFault, EnvSession, ToolOutcome
-from openreward_rl.loop.episode import EpisodeSettings, format_system_prompt
+from openreward_rl.errors import EnvError, ModelFamilyError
+from openreward_rl.families.chat import ChatRenderer
+from openreward_rl.engines.base import AttachesEpisode, ContextLengthError, Engine, EngineError, FinishReason, Generation, GenerationRequest
+from openreward_rl.env.environment import EnvSession, ToolOutcome
+from openreward_rl.loop.episode import EpisodeSettings, fault_stop, format_system_prompt
 from openreward_rl.parsers.base import ParsedTurn, ToolCall, ToolParser
 from openreward_rl.env.tool_output import clean_tool_text
 from openreward_rl.loop.trajectory import StopReason, TokenLedger, ToolResult, Trajectory, Turn
@@ -83,16 +84,11 @@ class ToolEpisode:
         started = time.perf_counter()
         try:
             async with asyncio.timeout(self.settings.episode_timeout) as deadline:
-                attach = getattr(self.engine, "attach_episode", None)
-                if attach is not None:  # a resumable engine (partial rollout) snapshots the run while parked and stops its clock
-                    attach(deadline, lambda: self._trajectory(state, time.perf_counter() - started) if state.ledger else None)
+                if isinstance(self.engine, AttachesEpisode):
+                    self.engine.attach_episode(deadline, lambda: self._trajectory(state, time.perf_counter() - started) if state.ledger else None)
                 await self._loop(state)
-        except TimeoutError:
-            state.stop(StopReason.TIMEOUT, f"the episode ran past {self.settings.episode_timeout:g}s")
-        except EnvironmentFault as fault:
-            state.stop(StopReason.ENV_ERROR, str(fault))
-        except TemplateBridgeError as error:
-            state.stop(StopReason.ABORTED, f"chat template: {error}")
+        except (TimeoutError, EnvError, ModelFamilyError) as error:
+            state.stop(*fault_stop(error, timeout_detail=lambda: f"the episode ran past {self.settings.episode_timeout:g}s"))
         return self._trajectory(state, time.perf_counter() - started)
 
     async def _loop(self, state: _Run) -> None:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from openreward_rl.loop.trajectory import Trajectory
+from openreward_rl.errors import ConfigError
 
 __all__ = ["TrajectoryWriter", "iter_records", "read_records", "read_trajectories", "record_to_trajectory", "DumpError"]
 
@@ -37,7 +38,7 @@ __all__ = ["TrajectoryWriter", "iter_records", "read_records", "read_trajectorie
 logger = logging.getLogger(__name__)
 
 
-class DumpError(ValueError):
+class DumpError(ConfigError):
     """A dump line is not a trajectory record; the message names the file and line."""
 
 
