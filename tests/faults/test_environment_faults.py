@@ -65,13 +65,6 @@ async def test_a_hanging_tool_hits_the_attempt_timeout_and_nothing_is_kept(fault
     assert not trajectory.prompt_ids and not trajectory.turns
 
 
-async def test_the_old_runner_timeout_name_is_refused_with_the_new_one(faulty: EpisodeRun) -> None:
-    from openreward_rl import run_episode
-
-    with pytest.raises(TypeError, match="attempt_timeout=.*EpisodeSettings.episode_timeout"):
-        await run_episode(lambda: None, faulty.client, None, episode_timeout=1.0)  # type: ignore[arg-type]
-
-
 async def test_megabytes_of_tool_output_are_cut_to_the_token_budget(faulty: EpisodeRun, fault_report) -> None:
     budget = 256
     settings = EpisodeSettings(sampling_params=SAMPLING, max_tool_output_tokens=budget)

@@ -60,7 +60,7 @@ def _tokenizer(args: argparse.Namespace, records: Sequence[Mapping[str, Any]]) -
 
 
 def run(args: argparse.Namespace) -> int:
-    from openreward_rl import show
+    import openreward_rl.show as show
 
     if args.serve and (args.html or args.index is not None):
         return _fail("--serve serves the whole report; drop --html and --index")

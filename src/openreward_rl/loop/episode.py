@@ -161,7 +161,6 @@ async def run_episode(
     open_retry: RetryPolicy = DEFAULT_OPEN_RETRY,
     read_retry: RetryPolicy = DEFAULT_READ_RETRY,
     reward_policy: RewardPolicy | None = None,
-    episode_timeout: None = None,
 ) -> Trajectory:
     """Run one episode in a fresh session; retry infrastructure failures with a fresh session.
 
@@ -178,11 +177,6 @@ async def run_episode(
     included) and a run past it is a TIMEOUT failure with nothing kept; `EpisodeSettings.episode_timeout`
     (the config's `episode_timeout`) bounds the Episode's own loop, which then keeps what it produced.
     """
-    if episode_timeout is not None:
-        raise TypeError(
-            "run_episode(episode_timeout=) is now attempt_timeout= (it bounds one whole attempt, session "
-            "opening included, and keeps nothing); to keep the partial episode, set EpisodeSettings.episode_timeout"
-        )
     if attempts < 1:
         raise ValueError(f"attempts must be at least 1, got {attempts}")
     policy = reward_policy or RewardPolicy(get_reducer("sum"))

@@ -42,7 +42,6 @@ __all__ = [
     "summarize",
     "flat_metrics",
     "aggregate",
-    "is_success",
     "default_task_key",
     "ALL",
 ]
@@ -124,13 +123,6 @@ class EpisodeStats:
             stop_detail=trajectory.stop_detail,
             trainable=trajectory.trainable,
         )
-
-
-def is_success(episode: Trajectory | EpisodeStats, threshold: float = 0.0) -> bool:
-    """An episode succeeded when it was scored and its reward is above `threshold` (default: reward > 0)."""
-    if isinstance(episode, Trajectory):
-        return not episode.stop_reason.is_infrastructure_failure and episode.reward is not None and episode.reward > threshold
-    return episode.succeeded(threshold)
 
 
 @attrs.frozen

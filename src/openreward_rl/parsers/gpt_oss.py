@@ -49,7 +49,6 @@ __all__ = ["GptOssParser"]
 START = "<|start|>"
 MESSAGE = "<|message|>"
 CHANNEL = "<|channel|>"
-CONSTRAIN = "<|constrain|>"
 _TERMINATORS = ("<|end|>", "<|call|>", "<|return|>")
 _RECIPIENT = re.compile(r"to=([^\s<]+)")
 _CHANNEL_NAME = re.compile(re.escape(CHANNEL) + r"\s*([A-Za-z_]*)")

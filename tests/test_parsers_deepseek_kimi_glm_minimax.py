@@ -1,11 +1,11 @@
 """Tool-call parsers, group B: DeepSeek V3/V3.1/V3.2/V4/V4.1, Kimi K2/K3, GLM-4.5/4.7, MiniMax-M2.
 
 Each format has a writer below that produces the exact text the model emits (special tokens
-written literally, the final stop token removed), following /work/shared/reference/tool-call-formats.md.
+written literally, the final stop token removed), following each format's grammar as docs/parsers.md gives it (the model's own template or encoder).
 The same behaviours are then checked for every format: single and several calls, content around
 calls, reasoning, truncation (stop versus length), end tags inside string values, non-ASCII,
 schema coercion, unknown tools. Format-specific tests follow. Round trips through real chat
-templates live in test_parser_roundtrip_b.py.
+templates live in test_parser_roundtrip_deepseek_kimi_glm_minimax.py.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Group A parsers (qwen3_coder, llama3_json, pythonic, mistral, gemma4, gpt_oss) on hand-written
-model output in each format, covering the pitfalls in shared/reference/tool-call-formats.md §15."""
+"""The qwen3_coder, llama3_json, pythonic, mistral, gemma4 and gpt_oss parsers on hand-written model
+output in each format, covering the pitfalls docs/parsers.md lists per format."""
 
 from __future__ import annotations
 

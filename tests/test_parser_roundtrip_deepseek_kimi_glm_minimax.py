@@ -17,7 +17,7 @@ Pinned sources (sha256 checked below, so a changed template fails loudly rather 
 - GLM-4.5: TRL `glm4moe.jinja`; GLM-4.7 and 5.x: `data/glm-4.7-flash`, `glm-5`, `glm-5.1`, `glm-5.2`.
 - MiniMax-M2: `data/minimax/chat_template.jinja` (`<minimax:tool_call>`; `minimax-m3` is a different format).
 Kimi K2/K3 and DeepSeek V4.1 have no template or encoder offline; they are covered by
-test_parsers_group_b.py only.
+test_parsers_deepseek_kimi_glm_minimax.py only.
 """
 
 from __future__ import annotations

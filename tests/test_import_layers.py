@@ -1,0 +1,121 @@
+"""The package's import graph: no circle between modules (imports inside functions included), and every
+import between packages points down the layers below, never back up."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SOURCE = Path(__file__).resolve().parents[1] / "src" / "openreward_rl"
+
+# Lowest first. A module may import its own package's modules and any package of a lower layer.
+LAYERS: list[set[str]] = [
+    {"_lazy", "errors"},
+    {"redaction", "retry", "assets"},
+    {"parsers", "reducers", "families"},
+    {"config", "engines"},
+    {"env"},
+    {"loop"},
+    {"observe", "preflight"},
+    {"show", "backends"},
+    {"cli", "testing"},
+    {""},  # the root package's lazy exports
+]
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(SOURCE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def unit(module: str) -> str:
+    """The layer unit of `module`: its first component below `openreward_rl` ("" for the root)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def imports_of(path: Path, known: set[str]) -> set[str]:
+    found: set[str] = set()
+
+    def visit(nodes: list[ast.stmt]) -> None:
+        for node in nodes:
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                continue  # annotations only: never imported at run time
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("openreward_rl"):
+                found.add(node.module)
+                found.update(f"{node.module}.{alias.name}" for alias in node.names if f"{node.module}.{alias.name}" in known)
+            elif isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names if alias.name.startswith("openreward_rl"))
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, ast.stmt):
+                    visit([child])
+
+    visit(ast.parse(path.read_text()).body)
+    return {name for name in found if name in known}
+
+
+@pytest.fixture(scope="module")
+def graph() -> dict[str, set[str]]:
+    paths = {module_name(p): p for p in SOURCE.rglob("*.py")}
+    known = set(paths)
+    return {name: imports_of(path, known) - {name} for name, path in paths.items()}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def strong(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for target in graph[node]:
+            if target not in index:
+                strong(target)
+                low[node] = min(low[node], low[target])
+            elif target in stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in graph:
+        if node not in index:
+            strong(node)
+    return found
+
+
+def test_no_import_circle(graph: dict[str, set[str]]) -> None:
+    assert cycles(graph) == []
+
+
+def test_every_package_has_a_layer(graph: dict[str, set[str]]) -> None:
+    placed = set().union(*LAYERS)
+    assert {unit(name) for name in graph} <= placed
+
+
+def test_imports_point_down_the_layers(graph: dict[str, set[str]]) -> None:
+    rank = {name: level for level, names in enumerate(LAYERS) for name in names}
+    upward = [
+        f"{source} -> {target}"
+        for source, targets in sorted(graph.items())
+        for target in sorted(targets)
+        if unit(source) != unit(target) and rank[unit(target)] >= rank[unit(source)]
+    ]
+    assert upward == []
+
+
+def test_the_cycle_finder_finds_a_circle() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
