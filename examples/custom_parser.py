@@ -45,14 +45,7 @@ class AtCallParser:
 
     name = "at_call"
 
-    def parse(
-        self,
-        text: str,
-        *,
-        tools: Sequence[Mapping[str, Any]] | None = None,
-        generation_prompt: str = "",
-        finish_reason: str | None = None,
-    ) -> ParsedTurn:
+    def parse(self, text: str, *, tools: Sequence[Mapping[str, Any]] | None = None, generation_prompt: str = "", finish_reason: str | None = None) -> ParsedTurn:
         split = split_reasoning(text, generation_prompt=generation_prompt)
         calls: list[ToolCall] = []
         errors = calls_in_reasoning(split.reasoning, (OPEN,))

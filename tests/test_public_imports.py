@@ -39,7 +39,8 @@ def test_lazy_names_are_declared_for_type_checkers() -> None:
     import openreward_rl
     import openreward_rl.engines as engines
 
-    for package, lazy in ((openreward_rl, openreward_rl._EXPORTS), (engines, engines._LAZY)):
+    root_names = {name: module for module, names in openreward_rl._EXPORTS.items() for name in names}
+    for package, lazy in ((openreward_rl, root_names), (engines, engines._LAZY)):
         tree = ast.parse(Path(package.__file__).read_text())
         declared = {
             alias.name: node.module

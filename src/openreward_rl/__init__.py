@@ -43,22 +43,14 @@ if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "ChatRenderer": "openreward_rl.families.chat",
-    "EnvSession": "openreward_rl.env.environment",
-    "open_session": "openreward_rl.env.environment",
-    "TaskRef": "openreward_rl.env.tasks",
-    "OpenRewardRLError": "openreward_rl.errors",
-    "Episode": "openreward_rl.loop.episode",
-    "EpisodeSettings": "openreward_rl.loop.episode",
-    "run_episode": "openreward_rl.loop.episode",
-    "EpisodeBuilder": "openreward_rl.loop.rollout",
-    "Rollouts": "openreward_rl.loop.rollout",
-    "ToolEpisode": "openreward_rl.loop.tool_episode",
-    "StopReason": "openreward_rl.loop.trajectory",
-    "TokenLedger": "openreward_rl.loop.trajectory",
-    "Trajectory": "openreward_rl.loop.trajectory",
-    "Turn": "openreward_rl.loop.trajectory",
+    "openreward_rl.families.chat": ["ChatRenderer"],
+    "openreward_rl.env.environment": ["EnvSession", "open_session"],
+    "openreward_rl.env.tasks": ["TaskRef"],
+    "openreward_rl.errors": ["OpenRewardRLError"],
+    "openreward_rl.loop.episode": ["Episode", "EpisodeSettings", "run_episode"],
+    "openreward_rl.loop.rollout": ["EpisodeBuilder", "Rollouts"],
+    "openreward_rl.loop.tool_episode": ["ToolEpisode"],
+    "openreward_rl.loop.trajectory": ["StopReason", "TokenLedger", "Trajectory", "Turn"],
 }
 
-__all__ = sorted(_EXPORTS)
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
+__all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

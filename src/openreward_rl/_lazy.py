@@ -4,18 +4,24 @@ package does not import what only some of its modules need (the OpenReward SDK, 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 __all__ = ["lazy_exports"]
 
 
-def lazy_exports(package: str, exports: Mapping[str, str], namespace: dict[str, Any]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
-    """The `__getattr__` and `__dir__` of `package`, whose names come from `exports` (name -> module).
+def lazy_exports(package: str, names_by_module: Mapping[str, Iterable[str]], namespace: dict[str, Any]) -> tuple[list[str], Callable[[str], Any], Callable[[], list[str]]]:
+    """The `__all__`, `__getattr__` and `__dir__` of `package`, whose names come from the modules of
+    `names_by_module` (module -> the names it gives the package).
 
     A name is imported once and then kept in `namespace` (the package's globals), so later lookups are
     plain attribute reads.
+
+    >>> names, getattr_, _ = lazy_exports("demo", {"json": ["dumps"]}, {})
+    >>> names, getattr_("dumps")([1])
+    (['dumps'], '[1]')
     """
+    exports = {name: module for module, names in names_by_module.items() for name in names}
 
     def __getattr__(name: str) -> Any:
         try:
@@ -29,4 +35,4 @@ def lazy_exports(package: str, exports: Mapping[str, str], namespace: dict[str, 
     def __dir__() -> list[str]:
         return sorted([*namespace, *exports])
 
-    return __getattr__, __dir__
+    return sorted(exports), __getattr__, __dir__

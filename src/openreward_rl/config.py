@@ -368,7 +368,7 @@ def load_config(path: str | os.PathLike[str] | None = None) -> TrainConfig:
     >>> load_config(file)
     Traceback (most recent call last):
     ...
-    openreward_rl.config.ConfigError: ...environments.GeneralReasoning/WhoDunIt.reward_reduction: unknown reduction 'avg'; choose one of: discounted, last, max, mean, min, sum
+    openreward_rl.errors.ConfigError: ...environments.GeneralReasoning/WhoDunIt.reward_reduction: unknown reduction 'avg'; choose one of: discounted, last, max, mean, min, sum
     """
     file = config_path(path)
     if not file.exists():

@@ -11,7 +11,7 @@ cannot be reached, is reported before the first episode.
 >>> check_ready(config, environ={})
 Traceback (most recent call last):
 ...
-openreward_rl.config.ConfigError: train_config.yaml: environment 'GeneralReasoning/WhoDunIt' is served by OpenReward (no base_url or env_base_url is set), which needs an API key: set OPENREWARD_API_KEY
+openreward_rl.errors.ConfigError: train_config.yaml: environment 'GeneralReasoning/WhoDunIt' is served by OpenReward (no base_url or env_base_url is set), which needs an API key: set OPENREWARD_API_KEY
 >>> check_ready(config, environ={"OPENREWARD_API_KEY": "or-key-123"})
 """
 

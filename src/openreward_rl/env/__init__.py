@@ -12,21 +12,10 @@ from __future__ import annotations
 from openreward_rl._lazy import lazy_exports
 
 _EXPORTS = {
-    "TaskRef": "openreward_rl.env.tasks",
-    "task_hash": "openreward_rl.env.tasks",
-    "list_tasks": "openreward_rl.env.tasks",
-    "task_row": "openreward_rl.env.tasks",
-    "task_from_metadata": "openreward_rl.env.tasks",
-    "EnvSession": "openreward_rl.env.environment",
-    "EnvironmentFault": "openreward_rl.env.environment",
-    "ToolOutcome": "openreward_rl.env.environment",
-    "ServerUnreachable": "openreward_rl.env.environment",
-    "open_session": "openreward_rl.env.environment",
-    "LocalEnvServer": "openreward_rl.env.local_server",
-    "serve_environments": "openreward_rl.env.local_server",
-    "load_environment_class": "openreward_rl.env.local_server",
-    "clean_tool_text": "openreward_rl.env.tool_output",
+    "openreward_rl.env.tasks": ["TaskRef", "task_hash", "list_tasks", "task_row", "task_from_metadata"],
+    "openreward_rl.env.environment": ["EnvSession", "EnvironmentFault", "ToolOutcome", "ServerUnreachable", "open_session"],
+    "openreward_rl.env.local_server": ["LocalEnvServer", "serve_environments", "load_environment_class"],
+    "openreward_rl.env.tool_output": ["clean_tool_text"],
 }
 
-__all__ = sorted(_EXPORTS)
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
+__all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

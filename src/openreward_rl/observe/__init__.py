@@ -11,18 +11,11 @@ from __future__ import annotations
 from openreward_rl._lazy import lazy_exports
 
 _EXPORTS = {
-    "EpisodeStats": "openreward_rl.observe.metrics",
-    "EnvironmentSummary": "openreward_rl.observe.metrics",
-    "pass_at_k": "openreward_rl.observe.metrics",
-    "summarize": "openreward_rl.observe.metrics",
-    "flat_metrics": "openreward_rl.observe.metrics",
-    "TrajectoryWriter": "openreward_rl.observe.dumps",
-    "read_records": "openreward_rl.observe.dumps",
-    "read_trajectories": "openreward_rl.observe.dumps",
-    "conversation_steps": "openreward_rl.observe.conversation",
-    "TrajectoryUploader": "openreward_rl.observe.upload",
-    "WandbLogger": "openreward_rl.observe.wandb_logging",
+    "openreward_rl.observe.metrics": ["EpisodeStats", "EnvironmentSummary", "pass_at_k", "summarize", "flat_metrics"],
+    "openreward_rl.observe.dumps": ["TrajectoryWriter", "read_records", "read_trajectories"],
+    "openreward_rl.observe.conversation": ["conversation_steps"],
+    "openreward_rl.observe.upload": ["TrajectoryUploader"],
+    "openreward_rl.observe.wandb_logging": ["WandbLogger"],
 }
 
-__all__ = sorted(_EXPORTS)
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
+__all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

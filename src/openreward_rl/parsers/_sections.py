@@ -75,14 +75,7 @@ class SectionedParser:
     opener_ends_reasoning: ClassVar[bool] = False
     interleaved_reasoning: ClassVar[bool] = False
 
-    def parse(
-        self,
-        text: str,
-        *,
-        tools: Sequence[Mapping[str, Any]] | None = None,
-        generation_prompt: str = "",
-        finish_reason: str | None = None,
-    ) -> ParsedTurn:
+    def parse(self, text: str, *, tools: Sequence[Mapping[str, Any]] | None = None, generation_prompt: str = "", finish_reason: str | None = None) -> ParsedTurn:
         grammar = self.grammar
         return parse_sectioned_turn(
             text,

@@ -102,14 +102,7 @@ class ToolParser(Protocol):
 
     name: str
 
-    def parse(
-        self,
-        text: str,
-        *,
-        tools: Sequence[Mapping[str, Any]] | None = None,
-        generation_prompt: str = "",
-        finish_reason: str | None = None,
-    ) -> ParsedTurn: ...
+    def parse(self, text: str, *, tools: Sequence[Mapping[str, Any]] | None = None, generation_prompt: str = "", finish_reason: str | None = None) -> ParsedTurn: ...
 
 
 _ParserT = TypeVar("_ParserT", bound=type)

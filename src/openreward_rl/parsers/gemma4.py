@@ -198,14 +198,7 @@ def parse_gemma_object(text: str, start: int = 0, *, quote: str = GEMMA4.quote) 
 class Gemma4Parser:
     name = "gemma4"
 
-    def parse(
-        self,
-        text: str,
-        *,
-        tools: Sequence[Mapping[str, Any]] | None = None,
-        generation_prompt: str = "",
-        finish_reason: str | None = None,
-    ) -> ParsedTurn:
+    def parse(self, text: str, *, tools: Sequence[Mapping[str, Any]] | None = None, generation_prompt: str = "", finish_reason: str | None = None) -> ParsedTurn:
         split = split_reasoning(
             text,
             generation_prompt=generation_prompt,

@@ -91,14 +91,7 @@ def _open_header(generation_prompt: str) -> str:
 class GptOssParser:
     name = "gpt_oss"
 
-    def parse(
-        self,
-        text: str,
-        *,
-        tools: Sequence[Mapping[str, Any]] | None = None,
-        generation_prompt: str = "",
-        finish_reason: str | None = None,
-    ) -> ParsedTurn:
+    def parse(self, text: str, *, tools: Sequence[Mapping[str, Any]] | None = None, generation_prompt: str = "", finish_reason: str | None = None) -> ParsedTurn:
         opened = _open_header(generation_prompt)
         full = (opened if opened.strip() not in ("", "assistant") else "") + text
         content: list[str] = []

@@ -55,14 +55,7 @@ class HermesParser:
         Qwen3 reasoning parser and llama.cpp do; False reports it CALL_IN_REASONING instead."""
         self.tool_call_ends_reasoning = tool_call_ends_reasoning
 
-    def parse(
-        self,
-        text: str,
-        *,
-        tools: Sequence[Mapping[str, Any]] | None = None,
-        generation_prompt: str = "",
-        finish_reason: str | None = None,
-    ) -> ParsedTurn:
+    def parse(self, text: str, *, tools: Sequence[Mapping[str, Any]] | None = None, generation_prompt: str = "", finish_reason: str | None = None) -> ParsedTurn:
         errors: list[ParseError] = []
         split = split_turn_reasoning(
             text,

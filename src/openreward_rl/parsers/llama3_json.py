@@ -75,14 +75,7 @@ def _is_call_shape(payload: Any) -> bool:
 class LlamaJsonParser:
     name = "llama3_json"
 
-    def parse(
-        self,
-        text: str,
-        *,
-        tools: Sequence[Mapping[str, Any]] | None = None,
-        generation_prompt: str = "",
-        finish_reason: str | None = None,
-    ) -> ParsedTurn:
+    def parse(self, text: str, *, tools: Sequence[Mapping[str, Any]] | None = None, generation_prompt: str = "", finish_reason: str | None = None) -> ParsedTurn:
         split = split_reasoning(text, generation_prompt=generation_prompt, call_openers=(PYTHON_TAG, "{"))
         errors = calls_in_reasoning(split.reasoning, (PYTHON_TAG,))
         calls: list[ToolCall] = []

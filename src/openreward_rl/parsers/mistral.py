@@ -68,14 +68,7 @@ def _decode_arguments(value: Any) -> Any:
 class MistralParser:
     name = "mistral"
 
-    def parse(
-        self,
-        text: str,
-        *,
-        tools: Sequence[Mapping[str, Any]] | None = None,
-        generation_prompt: str = "",
-        finish_reason: str | None = None,
-    ) -> ParsedTurn:
+    def parse(self, text: str, *, tools: Sequence[Mapping[str, Any]] | None = None, generation_prompt: str = "", finish_reason: str | None = None) -> ParsedTurn:
         if "[THINK]" in text or "[/THINK]" in text or "[THINK]" in generation_prompt:
             split = split_reasoning(
                 text, generation_prompt=generation_prompt, open_tag="[THINK]", close_tag="[/THINK]", call_openers=(TOOL_CALLS,)

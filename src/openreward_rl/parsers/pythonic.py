@@ -206,14 +206,7 @@ def _json_calls(source: str) -> list[tuple[Any, Any]] | None:
 class PythonicParser:
     name = "pythonic"
 
-    def parse(
-        self,
-        text: str,
-        *,
-        tools: Sequence[Mapping[str, Any]] | None = None,
-        generation_prompt: str = "",
-        finish_reason: str | None = None,
-    ) -> ParsedTurn:
+    def parse(self, text: str, *, tools: Sequence[Mapping[str, Any]] | None = None, generation_prompt: str = "", finish_reason: str | None = None) -> ParsedTurn:
         split = split_reasoning(text, generation_prompt=generation_prompt, call_openers=(*_WRAPPERS, "["))
         errors: list[ParseError] = []
         calls: list[ToolCall] = []

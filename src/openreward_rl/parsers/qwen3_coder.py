@@ -93,19 +93,10 @@ class Qwen3CoderParser:
     name = "qwen3_coder"
 
     def __init__(self, *, tool_call_ends_reasoning: bool = True) -> None:
-        """`tool_call_ends_reasoning`: in a reasoning block that is never closed (the generation
-        prompt pre-fills `<think>`), a tool call ends the reasoning and is executed, as vLLM's
-        Qwen3 reasoning parser and llama.cpp do; False reports it CALL_IN_REASONING instead."""
+        """`tool_call_ends_reasoning`: a call inside never-closed reasoning, as `HermesParser` takes it."""
         self.tool_call_ends_reasoning = tool_call_ends_reasoning
 
-    def parse(
-        self,
-        text: str,
-        *,
-        tools: Sequence[Mapping[str, Any]] | None = None,
-        generation_prompt: str = "",
-        finish_reason: str | None = None,
-    ) -> ParsedTurn:
+    def parse(self, text: str, *, tools: Sequence[Mapping[str, Any]] | None = None, generation_prompt: str = "", finish_reason: str | None = None) -> ParsedTurn:
         # A call opens with `<tool_call>`; a bare `<function=` (wrapper forgotten) is accepted too.
         openers = (_TOOL_OPEN, _FUNCTION_OPEN)
         errors: list[ParseError] = []
