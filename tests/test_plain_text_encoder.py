@@ -75,7 +75,7 @@ def test_real_text_gets_the_tokenizers_ids(name: str) -> None:
                 continue
             assert ids == reference(tokenizer, chunk), (path.name, chunk[:80])
             checked += 1
-    whole = (SOURCES / "tool_episode.py").read_text()
+    whole = (SOURCES / "loop" / "tool_episode.py").read_text()
     assert encoder.encode(whole) == reference(tokenizer, whole)
     reply = "Room 7: it's dark.\r\n  You see 3 doors ('north', 'EAST') and 1,024 coins;\tnothing else.\n\n\n   \n" * 20
     assert encoder.encode(reply) == reference(tokenizer, reply)
