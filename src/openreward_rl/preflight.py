@@ -2,7 +2,8 @@
 
 `check_ready(config)` needs no network: it finds environments that need an OpenReward API key
 (remote ones: no `base_url` and no `env_base_url`) when none is set, and registers every resolved
-secret for redaction before anything can log it. `check_environments(client, config)` asks each
+secret and every known credential (`redaction.KNOWN_SECRET_VARIABLES`) for redaction before
+anything can log it. `check_environments(client, config)` asks each
 environment server for its splits: an unknown environment, variant or split, or a server that
 cannot be reached, is reported before the first episode.
 
@@ -24,7 +25,7 @@ from typing import Any
 import aiohttp
 
 from openreward_rl.config import ConfigError, TrainConfig
-from openreward_rl.redaction import register_secrets
+from openreward_rl.redaction import register_known_secrets, register_secrets
 from openreward_rl.retry import RetryPolicy, call_with_retries, describe_error, is_transient
 
 __all__ = ["check_ready", "check_environments", "remote_environments"]
@@ -43,6 +44,7 @@ def check_ready(config: TrainConfig, *, environ: Mapping[str, str] | None = None
     `api_key` is a key given on the command line; otherwise `OPENREWARD_API_KEY` is read from `environ`.
     """
     environ = os.environ if environ is None else environ
+    register_known_secrets(environ)
     for name in config.environments:
         config.resolve_secrets(name, environ)  # resolving registers them for redaction
     key = api_key or environ.get(API_KEY_VARIABLE, "")
