@@ -17,11 +17,13 @@ from openreward import AsyncOpenReward
 
 from chunk_boundary_env import CHUNK_SIZE, KINDS, boundary_text, streamed_result
 from openreward_rl import ChatRenderer, EpisodeSettings, ToolEpisode, run_episode
+from openreward_rl.config import parse_config
 from openreward_rl.engines.sglang import SGLangEngine
 from openreward_rl.env_transport import DrainingResponse, PooledEnvironmentsAPI, parse_sse_events, use_pooled_transport
 from openreward_rl.environment import TaskRef, open_session
 from openreward_rl.local_env import LocalEnvServer, serve_environments
 from openreward_rl.parsers import get_parser
+from openreward_rl.tasks import list_tasks
 from openreward_rl.testing import ScriptedCompletion, SGLangTestServer
 
 pytestmark = pytest.mark.anyio
@@ -147,10 +149,13 @@ def chunk_server() -> Any:
         yield server
 
 
-@pytest.mark.parametrize("kind", KINDS)
-async def test_whitespace_on_a_stream_chunk_boundary_reaches_the_model(chunk_server: LocalEnvServer, qwen3_tokenizer: Any, kind: str) -> None:
+@pytest.mark.parametrize(("kind", "listed_first"), [*((kind, False) for kind in KINDS), ("space", True)])
+async def test_whitespace_on_a_stream_chunk_boundary_reaches_the_model(
+    chunk_server: LocalEnvServer, qwen3_tokenizer: Any, kind: str, listed_first: bool
+) -> None:
     """The SDK's server streams a tool result in chunks of `CHUNK_SIZE` characters; whitespace opening
-    a chunk (constructed there, checked below) must survive, in the trajectory and in what the model reads next."""
+    a chunk (constructed there, checked below) must survive, in the trajectory and in what the model reads next.
+    `listed_first`: the client lists the tasks before the episode, as `openreward-rl eval` does."""
     expected = boundary_text(kind)
     streamed = streamed_result(expected)
     assert all(streamed[k * CHUNK_SIZE].isspace() for k in range(1, 4))  # the construction puts it there
@@ -159,6 +164,9 @@ async def test_whitespace_on_a_stream_chunk_boundary_reaches_the_model(chunk_ser
     client = AsyncOpenReward(api_key="local")
     task = TaskRef("ChunkBoundary", "train", index=0, base_url=chunk_server.base_url, variant=chunk_server.variant_for("ChunkBoundary"))
     try:
+        if listed_first:
+            config = parse_config({"env_base_url": chunk_server.base_url, "environments": {"ChunkBoundary": {"variant": task.variant, "splits": ["train"]}}})
+            assert [t.index for t in await list_tasks(client, config)] == [0]
         async with SGLangTestServer(qwen3_tokenizer, script=script) as model:
             engine = SGLangEngine(model.url)
             try:

@@ -25,6 +25,7 @@ from typing import Any
 import aiohttp
 
 from openreward_rl.config import ConfigError, TrainConfig
+from openreward_rl.env_transport import use_pooled_transport
 from openreward_rl.redaction import register_known_secrets, register_secrets
 from openreward_rl.retry import RetryPolicy, call_with_retries, describe_error, is_transient
 
@@ -67,6 +68,7 @@ def check_ready(config: TrainConfig, *, environ: Mapping[str, str] | None = None
 async def check_environments(client: Any, config: TrainConfig, *, retry: RetryPolicy | None = None) -> None:
     """Ask every configured environment for its splits; `ConfigError` if one is unknown or unreachable."""
     policy = retry or RetryPolicy(attempts=2, initial_s=1.0, max_s=5.0)
+    use_pooled_transport(client)  # before the first session: every later episode of `client` uses it too
     for name, env_config in config.environments.items():
         url = config.base_url_for(name)
         where = url or "OpenReward"
