@@ -35,7 +35,7 @@ from pathlib import Path
 
 import attrs
 
-from openreward_rl.redaction import KNOWN_SECRET_VARIABLES
+from openreward_rl.redaction import KNOWN_SECRET_VARIABLES, MIN_SECRET_LENGTH
 
 __all__ = ["LaunchError", "LaunchSpec", "LaunchPlan", "train_arguments", "runtime_env", "plan_launch", "check_batch_sizes", "ray_is_running"]
 
@@ -332,8 +332,8 @@ def _submit_host(dashboard_host: str) -> str:
 
 def _refuse_secrets_in_commands(plan: LaunchPlan, environ: Mapping[str, str]) -> None:
     for key in SECRET_ENV:
-        value = environ.get(key)
-        if value and any(value in argument for command in plan.commands() for argument in command):
+        value = environ.get(key) or ""
+        if len(value) >= MIN_SECRET_LENGTH and any(value in argument for command in plan.commands() for argument in command):
             raise LaunchError(
                 f"the value of ${key} is in the launch command, where any user of this machine sees it (`ps`); "
                 f"drop it from the arguments: the job reads {key} from the environment of the Ray head"

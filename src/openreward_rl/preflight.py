@@ -3,9 +3,9 @@
 `check_ready(config)` needs no network: it finds environments that need an OpenReward API key
 (remote ones: no `base_url` and no `env_base_url`) when none is set, and registers every resolved
 secret and every known credential (`redaction.KNOWN_SECRET_VARIABLES`) for redaction before
-anything can log it. `check_environments(client, config)` asks each
-environment server for its splits: an unknown environment, variant or split, or a server that
-cannot be reached, is reported before the first episode.
+anything can log it. `check_environments(client, config)` asks each environment server for its
+splits: an unknown environment, variant or split, or a server that cannot be reached, is reported
+before the first episode.
 
 >>> from openreward_rl.config import parse_config
 >>> config = parse_config({"environments": {"GeneralReasoning/WhoDunIt": {}}}, source="train_config.yaml")

@@ -3,10 +3,11 @@
 Secret values resolved from the config (`TrainConfig.resolve_secrets`) and the values of the
 credentials the library knows of (`KNOWN_SECRET_VARIABLES`: the OpenReward, WandB, OpenAI and
 Hugging Face keys, registered by `register_known_secrets` at every entry point's preflight) are
-registered once per process in `SECRETS`, the one owned registry; `redact` replaces every registered value with
-``***`` in strings and, recursively, in dicts, lists and tuples. `install_log_redaction` makes
-every log record of the process pass through `redact` (message, arguments and traceback), whatever
-handler later prints it, and masks the lines the OpenReward SDK prints through structlog; `RedactingFilter` does the same for one handler.
+registered once per process in `SECRETS`, the one owned registry; `redact` replaces every
+registered value with ``***`` in strings and, recursively, in dicts, lists and tuples.
+`install_log_redaction` makes every log record of the process pass through `redact` (message,
+arguments and traceback), whatever handler later prints it, and masks the lines the OpenReward SDK
+prints through structlog; `RedactingFilter` does the same for one handler.
 
 What the environment itself shows the model (a tool that prints its own key) is the model's
 context and is kept token-exact; this module guarantees that *our* logs, errors and metadata never
