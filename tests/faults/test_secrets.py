@@ -153,11 +153,12 @@ def written_text(root: Path) -> dict[str, str]:
     return {str(path.relative_to(root)): path.read_bytes().decode("utf-8", "replace") for path in sorted(root.rglob("*")) if path.is_file()}
 
 
-async def test_no_known_secret_in_any_file_an_eval_run_writes(tmp_path: Path) -> None:
-    """`eval --serve` (its own process, as a user runs it) with every known secret set, against an
-    environment whose tool fails quoting all of them; then `show` and `show --html` of its results.
-    Every file the run wrote (results, its own stdout/stderr, the WandB offline run, the HTML report,
-    `show`'s output) and every uploaded event is scanned for every secret."""
+async def test_no_known_secret_in_any_file_the_commands_write(secret_server: LocalEnvServer, tmp_path: Path) -> None:
+    """The commands as a user runs them (each its own process) with every known secret set:
+    `eval --serve` against an environment whose tool fails quoting all of them; `show`, `show --index`
+    and `show --html` of its results; `prepare` and `train --dry-run` against the same environment
+    served apart. Every file they wrote (results, tasks, each command's stdout/stderr, the WandB offline
+    run, the HTML report) and every uploaded event is scanned for every secret."""
     import asyncio
     import os
     import sys
@@ -170,6 +171,8 @@ async def test_no_known_secret_in_any_file_an_eval_run_writes(tmp_path: Path) ->
     (out / "wandb").mkdir(parents=True)
     config = tmp_path / "secret_config.yaml"
     config.write_text(SECRET_CONFIG)
+    served = tmp_path / "served_config.yaml"
+    served.write_text(f"{SECRET_CONFIG}env_base_url: {secret_server.base_url}\n")
     src = Path(__file__).resolve().parents[2] / "src"
     tokenizer = load_tokenizer("offline:qwen3")
     with UploadSink() as sink:
@@ -199,6 +202,11 @@ async def test_no_known_secret_in_any_file_an_eval_run_writes(tmp_path: Path) ->
         assert await cli("show", str(out / "results.jsonl"), "--no-color", name="show") == 0
         assert await cli("show", str(out / "results.jsonl"), "--html", str(out / "report.html"), name="show-html") == 0
         assert await cli("show", str(out / "results.jsonl"), "--index", "0", "--no-color", name="show-episode") == 0
+        assert await cli("prepare", "--config", str(served), "--output", str(out / "tasks.jsonl"), name="prepare") == 0
+        assert await cli(
+            "train", "--framework", "slime", "--slime-path", str(tmp_path / "slime"), "--config", str(served),
+            "--task-data", str(out / "tasks.jsonl"), "--dry-run", name="train-dry-run",
+        ) == 0  # fmt: skip
         uploads = json.dumps(sink.events)
 
     record = json.loads((out / "results.jsonl").read_text())
@@ -206,6 +214,7 @@ async def test_no_known_secret_in_any_file_an_eval_run_writes(tmp_path: Path) ->
     assert MASK in record["stop_detail"]  # the error was written, masked
     files = written_text(out)
     assert any(name.startswith("wandb/") for name in files) and "report.html" in files and sink.events
+    assert "secret-0" in files["tasks.jsonl"] and "ray job submit" in files["train-dry-run.stdout"]
     for name, text in {**files, "uploaded events": uploads}.items():
         for secret in secrets:
             assert secret not in text, f"a secret ({secret[:6]}...) was written to {name}"
