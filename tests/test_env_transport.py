@@ -6,9 +6,9 @@ connection-per-call behaviour) and the SDK's `AsyncOpenReward`."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import asyncio
+from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -19,6 +19,17 @@ from openreward_rl.env.transport import DrainingResponse, PooledEnvironmentsAPI,
 from openreward_rl.env.environment import open_session
 from openreward_rl.env.tasks import TaskRef
 from openreward_rl.env.local_server import LocalEnvServer, serve_environments
+from chunk_boundary_env import CHUNK_SIZE, KINDS, boundary_text, streamed_result
+from openreward_rl import ChatRenderer, EpisodeSettings, ToolEpisode, run_episode
+from openreward_rl.config import parse_config
+from openreward_rl.engines.sglang import SGLangEngine
+from openreward_rl.env.transport import DrainingResponse, PooledEnvironmentsAPI, parse_sse_events, use_pooled_transport
+from openreward_rl.env.environment import open_session
+from openreward_rl.env.tasks import TaskRef
+from openreward_rl.env.local_server import LocalEnvServer, serve_environments
+from openreward_rl.parsers import get_parser
+from openreward_rl.env.tasks import list_tasks
+from openreward_rl.testing import ScriptedCompletion, SGLangTestServer
 
 pytestmark = pytest.mark.anyio
 SLEPT = ["slept 0 s", "slept 0.01 s", "slept 0 s", "slept 0.02 s", "slept 0 s"]
@@ -135,3 +146,86 @@ async def test_proxy_from_the_environment_is_kept(monkeypatch: pytest.MonkeyPatc
 def test_other_clients_are_left_alone() -> None:
     fake = object()
     assert use_pooled_transport(fake) is fake
+
+
+@pytest.fixture(scope="module")
+def chunk_server() -> Any:
+    with serve_environments([f"{Path(__file__).parent / 'chunk_boundary_env.py'}:ChunkBoundary"]) as server:
+        yield server
+
+
+@pytest.mark.parametrize(("kind", "listed_first"), [*((kind, False) for kind in KINDS), ("space", True)])
+async def test_whitespace_on_a_stream_chunk_boundary_reaches_the_model(
+    chunk_server: LocalEnvServer, qwen3_tokenizer: Any, kind: str, listed_first: bool
+) -> None:
+    """The SDK's server streams a tool result in chunks of `CHUNK_SIZE` characters; whitespace opening
+    a chunk (constructed there, checked below) must survive, in the trajectory and in what the model reads next.
+    `listed_first`: the client lists the tasks before the episode, as `openreward-rl eval` does."""
+    expected = boundary_text(kind)
+    streamed = streamed_result(expected)
+    assert all(streamed[k * CHUNK_SIZE].isspace() for k in range(1, 4))  # the construction puts it there
+    script = [ScriptedCompletion(text='<tool_call>\n{"name": "emit", "arguments": {"kind": "%s"}}\n</tool_call>' % kind), ScriptedCompletion(text="done")]
+    settings = EpisodeSettings(sampling_params={"max_new_tokens": 64}, max_tool_output_tokens=None)
+    client = AsyncOpenReward(api_key="local")
+    task = TaskRef("ChunkBoundary", "train", index=0, base_url=chunk_server.base_url, variant=chunk_server.variant_for("ChunkBoundary"))
+    try:
+        if listed_first:
+            config = parse_config({"env_base_url": chunk_server.base_url, "environments": {"ChunkBoundary": {"variant": task.variant, "splits": ["train"]}}})
+            assert [t.index for t in await list_tasks(client, config)] == [0]
+        async with SGLangTestServer(qwen3_tokenizer, script=script) as model:
+            engine = SGLangEngine(model.url)
+            try:
+                trajectory = await run_episode(
+                    lambda: ToolEpisode(engine, ChatRenderer(qwen3_tokenizer), get_parser("hermes"), settings), client, task, attempts=1
+                )
+            finally:
+                await engine.aclose()
+    finally:
+        await client.environments.aclose()
+    assert trajectory.stop_reason.value == "no_tool_call" and len(model.requests) == 2, trajectory.stop_detail  # the plain "done"
+    seen = trajectory.turns[0].tool_results[0].text
+    assert len(seen) == len(expected) and seen == expected
+    assert expected in qwen3_tokenizer.decode(model.requests[1].input_ids)  # the next prompt holds it exactly
+
+
+SSE_BLOCKS = [
+    b"\xef\xbb\xbf: ping\r\n\r\nevent: task_id\r\ndata: t1\r\n\r",  # a BOM; a comment; CRLF split between writes
+    b"\nevent: chunk\ndata:   three spaces, one removed\n\n",
+    b"event: chunk\rdata:no space\r\r",  # lone CRs end lines
+    b"event: end\ndata: first\ndata:\ndata:  last\n\n",  # data lines join with newlines
+    b"event: ignored-without-data\n\ndata: plain message\n\nevent: unfinished\ndata: cut",  # no blank line: not dispatched
+]
+
+
+async def test_events_are_parsed_as_the_sse_specification_says() -> None:
+    """Over a real HTTP stream written in the blocks above."""
+
+    async def stream(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        for block in SSE_BLOCKS:
+            await response.write(block)
+            await asyncio.sleep(0.01)
+        await response.write_eof()
+        return response
+
+    app = web.Application()
+    app.router.add_get("/events", stream)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        async with aiohttp.ClientSession(f"http://127.0.0.1:{port}", response_class=DrainingResponse) as http:
+            async with http.get("/events") as response:
+                events = [event async for event in parse_sse_events(response)]
+    finally:
+        await runner.cleanup()
+    assert events == [
+        ("task_id", "t1"),
+        ("chunk", "  three spaces, one removed"),
+        ("chunk", "no space"),
+        ("end", "first\n\n last"),
+        ("message", "plain message"),
+    ]

@@ -73,3 +73,32 @@ def test_environment_faults_never_carry_a_registered_secret() -> None:
     register_secrets([SECRET])
     fault = EnvironmentFault(f"upstream said {SECRET}", kind="ToolFailed")
     assert SECRET not in str(fault) and MASK in str(fault)
+
+
+def test_known_credentials_in_the_environment_are_registered() -> None:
+    from openreward_rl.redaction import KNOWN_SECRET_VARIABLES, register_known_secrets
+
+    values = {name: f"{name.lower()}-value-test-0042" for name in KNOWN_SECRET_VARIABLES}
+    register_known_secrets({**values, "CUSTOM_KEY_ENV": "custom-value-test-0042", "UNRELATED": "unrelated-value-0042"}, ["CUSTOM_KEY_ENV"])
+    text = " ".join([*values.values(), "custom-value-test-0042", "unrelated-value-0042"])
+    assert redact(text) == " ".join([MASK] * (len(values) + 1) + ["unrelated-value-0042"])
+
+
+def test_lines_the_sdk_prints_through_structlog_are_masked() -> None:
+    """The SDK's own loggers (structlog print loggers, not `logging`): message and traceback."""
+    import io
+
+    import structlog
+
+    install_log_redaction()
+    register_secrets([SECRET])
+    out = io.StringIO()
+    logger = structlog.wrap_logger(
+        structlog.PrintLogger(out), processors=[structlog.processors.format_exc_info, structlog.dev.ConsoleRenderer(colors=False)]
+    )
+    try:
+        raise RuntimeError(f"upstream rejected {SECRET}")
+    except RuntimeError:
+        logger.error("tool_call_failed", key=SECRET, exc_info=True)
+    logger.info("plain %s", SECRET)
+    assert SECRET not in out.getvalue() and f"upstream rejected {MASK}" in out.getvalue() and out.getvalue().count(MASK) >= 3

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import stat
+import sys
 from pathlib import Path
 
 import pytest
 
 from openreward_rl.cli import main
 from openreward_rl.cli.launcher import LaunchSpec, plan_launch
+from openreward_rl.cli.launcher import LaunchError, LaunchSpec, plan_launch
+from openreward_rl.redaction import KNOWN_SECRET_VARIABLES
 
 
 @pytest.fixture
@@ -49,7 +54,7 @@ def test_dry_run_prints_ray_start_and_submit(framework: str, config_file: Path, 
     assert train[-3:] == ["--use-kl-loss", "--kl-loss-coef", "0.01"]  # passthrough last
     assert ("--train-backend" in train) == (framework == "miles")
     runtime = json.loads(submit[4].split("=", 1)[1])["env_vars"]
-    assert runtime["TRAIN_CONFIG"] == str(config_file) and runtime["OPENREWARD_API_KEY"] == "<OPENREWARD_API_KEY>"
+    assert runtime["TRAIN_CONFIG"] == str(config_file) and "OPENREWARD_API_KEY" not in runtime
     assert str(tmp_path / framework) in runtime["PYTHONPATH"].split(":")
 
 
@@ -186,3 +191,66 @@ def test_train_refuses_a_refused_model_family_before_ray(config_file: Path, tmp_
     overridden.write_text(config_file.read_text() + "model_family: generic\n")
     assert main([*argv[:-2], str(overridden), "--dry-run", "--model", "google/gemma-4-31B-it"]) == 0
     assert main([*argv, "--model", "Qwen/Qwen3-8B"]) == 0
+
+
+KEYS = {name: f"{name.lower()}-launch-secret-7391" for name in KNOWN_SECRET_VARIABLES}
+
+
+@pytest.mark.parametrize("ray_running", [False, True])
+def test_no_api_key_in_the_commands_or_the_runtime_env(tmp_path: Path, ray_running: bool) -> None:
+    plan = plan_launch(LaunchSpec("slime", str(tmp_path)), {**KEYS, "OPENREWARD_RUN_NAME": "run-1"}, ray_running=ray_running)
+    arguments = " ".join(argument for command in plan.commands() for argument in command)
+    assert not [name for name, value in KEYS.items() if value in arguments or name in arguments]
+    runtime = json.loads(plan.submit[4].split("=", 1)[1])["env_vars"]
+    assert runtime["OPENREWARD_RUN_NAME"] == "run-1"  # settings still travel in the runtime env
+    if not ray_running:
+        assert "--dashboard-host=127.0.0.1" in plan.start_ray
+
+
+def test_the_dashboard_is_exposed_only_when_asked(config_file: Path, tmp_path: Path, capsys) -> None:
+    start, submit = dry_run(capsys, "--framework", "slime", "--slime-path", str(tmp_path), "--config", str(config_file), "--dashboard-host", "0.0.0.0")
+    assert "--dashboard-host=0.0.0.0" in start and submit[3] == "--address=http://127.0.0.1:8265"
+    start, submit = dry_run(capsys, "--framework", "slime", "--slime-path", str(tmp_path), "--config", str(config_file), "--dashboard-host", "10.1.2.3")
+    assert "--dashboard-host=10.1.2.3" in start and submit[3] == "--address=http://10.1.2.3:8265"
+
+
+def test_a_key_given_to_train_py_is_refused(tmp_path: Path) -> None:
+    spec = LaunchSpec("slime", str(tmp_path), extra=("--wandb-key", KEYS["WANDB_API_KEY"]))
+    with pytest.raises(LaunchError, match=r"value of \$WANDB_API_KEY is in the launch command.*environment of the Ray head"):
+        plan_launch(spec, KEYS, ray_running=False)
+
+
+FAKE_RAY = """#!{python}
+import json, os, sys
+with open({log!r}, "a") as log:
+    log.write(json.dumps({{"argv": sys.argv[1:], "pid": os.getpid(), "keys": {{k: os.environ.get(k) for k in {names!r}}}}}) + "\\n")
+sys.exit(1 if sys.argv[1:2] == ["status"] else 0)  # no cluster running; start and submit succeed
+"""
+
+
+def test_a_real_launch_gives_ray_the_keys_through_its_environment_only(env_server, tmp_path: Path, capsys, monkeypatch) -> None:
+    """`train` without --dry-run, against an environment on the SDK's server (127.0.0.1), with `ray` an
+    executable on PATH that records how it was called: its argv never holds a key, its environment does."""
+    bin_dir, log = tmp_path / "bin", tmp_path / "ray-calls.jsonl"
+    bin_dir.mkdir()
+    ray = bin_dir / "ray"
+    ray.write_text(FAKE_RAY.format(python=sys.executable, log=str(log), names=list(KNOWN_SECRET_VARIABLES)))
+    ray.chmod(ray.stat().st_mode | stat.S_IXUSR)
+    checkout = tmp_path / "slime"
+    checkout.mkdir()
+    (checkout / "train.py").write_text("")
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("")
+    config = tmp_path / "train_config.yaml"
+    config.write_text(f"env_base_url: {env_server.base_url}\nenvironments:\n  MathEnv:\n    variant: mathenv\n    splits: [train]\n")
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    for name, value in KEYS.items():
+        monkeypatch.setenv(name, value)
+    argv = ["train", "--framework", "slime", "--slime-path", str(checkout), "--config", str(config), "--task-data", str(tasks)]
+    assert main(argv) == 0, capsys.readouterr().err
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [call["argv"][:2] for call in calls] == [["status"], ["start", "--head"], ["job", "submit"]]
+    assert all(call["keys"] == KEYS for call in calls)  # the Ray head (and so the job) inherits them
+    assert "--dashboard-host=127.0.0.1" in calls[1]["argv"]
+    shown = json.dumps([call["argv"] for call in calls]) + capsys.readouterr().err
+    assert not [name for name, value in KEYS.items() if value in shown]

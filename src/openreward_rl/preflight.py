@@ -2,9 +2,10 @@
 
 `check_ready(config)` needs no network: it finds environments that need an OpenReward API key
 (remote ones: no `base_url` and no `env_base_url`) when none is set, and registers every resolved
-secret for redaction before anything can log it. `check_environments(client, config)` asks each
-environment server for its splits: an unknown environment, variant or split, or a server that
-cannot be reached, is reported before the first episode.
+secret and every known credential (`redaction.KNOWN_SECRET_VARIABLES`) for redaction before
+anything can log it. `check_environments(client, config)` asks each environment server for its
+splits: an unknown environment, variant or split, or a server that cannot be reached, is reported
+before the first episode.
 
 >>> from openreward_rl.config import parse_config
 >>> config = parse_config({"environments": {"GeneralReasoning/WhoDunIt": {}}}, source="train_config.yaml")
@@ -24,7 +25,8 @@ from typing import Any
 import aiohttp
 
 from openreward_rl.config import ConfigError, TrainConfig
-from openreward_rl.redaction import register_secrets
+from openreward_rl.env.transport import use_pooled_transport
+from openreward_rl.redaction import register_known_secrets, register_secrets
 from openreward_rl.retry import RetryPolicy, call_with_retries, describe_error, is_transient
 
 __all__ = ["check_ready", "check_environments", "remote_environments"]
@@ -43,6 +45,7 @@ def check_ready(config: TrainConfig, *, environ: Mapping[str, str] | None = None
     `api_key` is a key given on the command line; otherwise `OPENREWARD_API_KEY` is read from `environ`.
     """
     environ = os.environ if environ is None else environ
+    register_known_secrets(environ)
     for name in config.environments:
         config.resolve_secrets(name, environ)  # resolving registers them for redaction
     key = api_key or environ.get(API_KEY_VARIABLE, "")
@@ -65,6 +68,7 @@ def check_ready(config: TrainConfig, *, environ: Mapping[str, str] | None = None
 async def check_environments(client: Any, config: TrainConfig, *, retry: RetryPolicy | None = None) -> None:
     """Ask every configured environment for its splits; `ConfigError` if one is unknown or unreachable."""
     policy = retry or RetryPolicy(attempts=2, initial_s=1.0, max_s=5.0)
+    use_pooled_transport(client)  # before the first session: every later episode of `client` uses it too
     for name, env_config in config.environments.items():
         url = config.base_url_for(name)
         where = url or "OpenReward"

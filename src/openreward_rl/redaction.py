@@ -1,10 +1,13 @@
 """Keeping secret values out of logs, errors, dumps, uploads, sample metadata and run configs.
 
-Secret values resolved from the config (`TrainConfig.resolve_secrets`) are registered once per
-process in `SECRETS`, the one owned registry; `redact` replaces every registered value with
-``***`` in strings and, recursively, in dicts, lists and tuples. `install_log_redaction` makes
-every log record of the process pass through `redact` (message, arguments and traceback), whatever
-handler later prints it; `RedactingFilter` does the same for one handler.
+Secret values resolved from the config (`TrainConfig.resolve_secrets`) and the values of the
+credentials the library knows of (`KNOWN_SECRET_VARIABLES`: the OpenReward, WandB, OpenAI and
+Hugging Face keys, registered by `register_known_secrets` at every entry point's preflight) are
+registered once per process in `SECRETS`, the one owned registry; `redact` replaces every
+registered value with ``***`` in strings and, recursively, in dicts, lists and tuples.
+`install_log_redaction` makes every log record of the process pass through `redact` (message,
+arguments and traceback), whatever handler later prints it, and masks the lines the OpenReward SDK
+prints through structlog; `RedactingFilter` does the same for one handler.
 
 What the environment itself shows the model (a tool that prints its own key) is the model's
 context and is kept token-exact; this module guarantees that *our* logs, errors and metadata never
@@ -21,6 +24,7 @@ add a secret.
 from __future__ import annotations
 
 import logging
+import os
 import re
 import threading
 from collections.abc import Iterable, Mapping
@@ -32,6 +36,8 @@ __all__ = [
     "SecretRegistry",
     "SECRETS",
     "register_secrets",
+    "KNOWN_SECRET_VARIABLES",
+    "register_known_secrets",
     "redact",
     "RedactingFilter",
     "install_log_redaction",
@@ -108,6 +114,22 @@ def register_secrets(values: Iterable[Any] | Mapping[str, Any]) -> None:
     SECRETS.register(v[0] if isinstance(v, tuple) and v else v for v in items)
 
 
+# Credentials a run's process may hold whatever the config says: the SDK's, WandB's, the OpenAI
+# engine's and the Hugging Face hub's. A tool error, a traceback or a log line may quote any of them.
+KNOWN_SECRET_VARIABLES = ("OPENREWARD_API_KEY", "WANDB_API_KEY", "OPENAI_API_KEY", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
+
+
+def register_known_secrets(environ: Mapping[str, str] | None = None, variables: Iterable[str] = ()) -> None:
+    """Register the values of `KNOWN_SECRET_VARIABLES` and of `variables` set in `environ` (default: os.environ).
+
+    >>> register_known_secrets({"WANDB_API_KEY": "wandb-doctest-key-0123", "MY_KEY": "mine-doctest-456"}, ["MY_KEY"])
+    >>> redact("wandb-doctest-key-0123 / mine-doctest-456")
+    '*** / ***'
+    """
+    environ = os.environ if environ is None else environ
+    register_secrets(environ.get(name) for name in (*KNOWN_SECRET_VARIABLES, *variables))
+
+
 def redact(value: Any) -> Any:
     """`value` with every registered secret replaced by ``***``."""
     return SECRETS.redact(value)
@@ -146,7 +168,8 @@ _installed = False
 
 
 def install_log_redaction() -> None:
-    """Redact every log record of this process as it is created (idempotent).
+    """Redact every log record of this process as it is created, and every line the SDK's structlog
+    loggers print (idempotent).
 
     Wraps the log-record factory, so handlers added later (pytest's caplog, WandB's, a user's)
     only ever see redacted records.
@@ -163,4 +186,29 @@ def install_log_redaction() -> None:
             return record
 
         logging.setLogRecordFactory(factory)
+        _redact_structlog_prints()
         _installed = True
+
+
+# structlog.PrintLogger's output methods (all aliases of `msg`); the bound logger calls them by level name.
+_PRINT_LOGGER_METHODS = ("msg", "log", "debug", "info", "warn", "warning", "fatal", "failure", "err", "error", "critical", "exception")
+
+
+def _redact_structlog_prints() -> None:
+    """Mask registered secrets in every line a structlog `PrintLogger` prints.
+
+    The OpenReward SDK logs through structlog print loggers straight to stdout, bypassing `logging`;
+    its environment server's `tool_call_failed` line carries the tool's traceback (in this process
+    under `eval --serve`). The rendered line is masked as a whole, traceback included.
+    """
+    try:
+        from structlog import PrintLogger
+    except ImportError:  # the SDK requires structlog; nothing prints through it otherwise
+        return
+    print_line = PrintLogger.msg
+
+    def msg(self: PrintLogger, message: str) -> None:
+        print_line(self, SECRETS.redact(message))
+
+    for name in _PRINT_LOGGER_METHODS:
+        setattr(PrintLogger, name, msg)

@@ -123,3 +123,98 @@ async def test_no_secret_in_logs_errors_dumps_or_uploads(
     assert_no_secret("trajectory dumps", dumps.read_text())
     assert_no_secret("uploads", uploads)
     assert_no_secret("sample metadata", metadata)
+
+
+# Every secret the library knows of, set in the environment of one `openreward-rl eval --serve` run
+# (the config's global secret reads TAVILY_API_KEY; its environment-specific one is written in it).
+KNOWN_SECRETS = {
+    "OPENREWARD_API_KEY": "or-live-5c2e9a7b1d3f8e6a",
+    "WANDB_API_KEY": "wandbSECRET" + "0123456789abcdef0123456789abcdef0",  # WandB's 40 characters
+    "OPENAI_API_KEY": "sk-proj-openai-9d8c7b6a5f4e",
+    "HF_TOKEN": "hf_tokenAbCdEfGhIjKlMnOpQr",
+    "HUGGING_FACE_HUB_TOKEN": "hf_hubtokenZyXwVuTsRqPoNm",
+    "TAVILY_API_KEY": GLOBAL_KEY,
+}
+SECRET_CONFIG = f"""\
+environments:
+  SecretKeeper:
+    splits: [train]
+    max_turns: 2
+    secrets: {{openai_api_key: {JUDGE_KEY}}}
+secrets: {{tavily_api_key: null}}
+parser: hermes
+attempts: 1
+upload: true
+"""
+
+
+def written_text(root: Path) -> dict[str, str]:
+    """Every file under `root`, as text (binary files decoded leniently: a secret is ASCII)."""
+    return {str(path.relative_to(root)): path.read_bytes().decode("utf-8", "replace") for path in sorted(root.rglob("*")) if path.is_file()}
+
+
+async def test_no_known_secret_in_any_file_the_commands_write(secret_server: LocalEnvServer, tmp_path: Path) -> None:
+    """The commands as a user runs them (each its own process) with every known secret set:
+    `eval --serve` against an environment whose tool fails quoting all of them; `show`, `show --index`
+    and `show --html` of its results; `prepare` and `train --dry-run` against the same environment
+    served apart. Every file they wrote (results, tasks, each command's stdout/stderr, the WandB offline
+    run, the HTML report) and every uploaded event is scanned for every secret."""
+    import asyncio
+    import os
+    import sys
+
+    from openreward_rl.assets import load_tokenizer
+    from openreward_rl.testing import SGLangTestServer
+
+    secrets = [*KNOWN_SECRETS.values(), JUDGE_KEY]
+    out = tmp_path / "out"
+    (out / "wandb").mkdir(parents=True)
+    config = tmp_path / "secret_config.yaml"
+    config.write_text(SECRET_CONFIG)
+    served = tmp_path / "served_config.yaml"
+    served.write_text(f"{SECRET_CONFIG}env_base_url: {secret_server.base_url}\n")
+    src = Path(__file__).resolve().parents[2] / "src"
+    tokenizer = load_tokenizer("offline:qwen3")
+    with UploadSink() as sink:
+        environ = {
+            **os.environ,
+            **KNOWN_SECRETS,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(src), os.environ.get("PYTHONPATH")])),
+            "OPENREWARD_API_URL": sink.url,
+            "WANDB_MODE": "offline",
+            "WANDB_DIR": str(out / "wandb"),
+        }
+
+        async def cli(*argv: str, name: str) -> int:
+            with (out / f"{name}.stdout").open("wb") as stdout, (out / f"{name}.stderr").open("wb") as stderr:
+                process = await asyncio.create_subprocess_exec(
+                    sys.executable, "-m", "openreward_rl.cli", *argv, env=environ, stdout=stdout, stderr=stderr, cwd=tmp_path
+                )
+                return await asyncio.wait_for(process.wait(), 300)
+
+        async with SGLangTestServer(tokenizer, script=[ScriptedCompletion(text=call("fail_all"))]) as model:
+            code = await cli(
+                "eval", "--config", str(config), "--engine", "sglang", "--base-url", model.url, "--model", "scripted",
+                "--tokenizer", "offline:qwen3", "--serve", f"{Path(__file__).parent / 'secret_env.py'}:SecretKeeper",
+                "--output", str(out / "results.jsonl"), "--wandb-project", "secrets", name="eval",
+            )  # fmt: skip
+        assert code == 0, (out / "eval.stderr").read_text()[-3000:]
+        assert await cli("show", str(out / "results.jsonl"), "--no-color", name="show") == 0
+        assert await cli("show", str(out / "results.jsonl"), "--html", str(out / "report.html"), name="show-html") == 0
+        assert await cli("show", str(out / "results.jsonl"), "--index", "0", "--no-color", name="show-episode") == 0
+        assert await cli("prepare", "--config", str(served), "--output", str(out / "tasks.jsonl"), name="prepare") == 0
+        assert await cli(
+            "train", "--framework", "slime", "--slime-path", str(tmp_path / "slime"), "--config", str(served),
+            "--task-data", str(out / "tasks.jsonl"), "--dry-run", name="train-dry-run",
+        ) == 0  # fmt: skip
+        uploads = json.dumps(sink.events)
+
+    record = json.loads((out / "results.jsonl").read_text())
+    assert record["stop_reason"] == "env_error" and "upstream rejected keys" in record["stop_detail"]
+    assert MASK in record["stop_detail"]  # the error was written, masked
+    files = written_text(out)
+    assert any(name.startswith("wandb/") for name in files) and "report.html" in files and sink.events
+    assert "secret-0" in files["tasks.jsonl"] and "ray job submit" in files["train-dry-run.stdout"]
+    for name, text in {**files, "uploaded events": uploads}.items():
+        for secret in secrets:
+            assert secret not in text, f"a secret ({secret[:6]}...) was written to {name}"

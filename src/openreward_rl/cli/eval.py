@@ -21,7 +21,7 @@ import attrs
 
 from openreward_rl.config import ConfigError, TrainConfig, load_config
 from openreward_rl.preflight import check_ready
-from openreward_rl.redaction import install_log_redaction
+from openreward_rl.redaction import install_log_redaction, register_known_secrets
 
 __all__ = ["add_arguments", "run", "EvalOptions", "prepare_config", "summary_table"]
 
@@ -304,6 +304,7 @@ def run(args: Any) -> int:
         return code
 
     install_log_redaction()
+    register_known_secrets(variables=[args.api_key_env])  # before anything can log; --serve defers check_ready
     try:
         options = EvalOptions.from_args(args)
         config = load_config(args.config)

@@ -2,8 +2,15 @@
 
 What `openreward-rl train` runs, in order:
 
-1. `ray start --head ...` when `ray status` finds no running cluster (an existing one is reused);
+1. `ray start --head ... --dashboard-host=127.0.0.1` when `ray status` finds no running cluster (an
+   existing one is reused);
 2. `ray job submit --address=http://127.0.0.1:8265 --runtime-env-json=... -- python3 <framework>/train.py ...`.
+
+API keys (`redaction.KNOWN_SECRET_VARIABLES`) are never in these commands (any user sees them in
+`ps`) nor in the job's runtime env (Ray stores it in the job table, and the dashboard's job API
+returns it to anyone who reaches the port). Ray starts every worker, the job's driver included, with
+the environment of the raylet, which `ray start` passes on from the shell that ran it: the keys
+reach the job that way. The dashboard listens on 127.0.0.1 unless `dashboard_host` says otherwise.
 
 The job's arguments follow the cookbook's run.sh plus what it forgot: `--custom-rm-path`,
 `--rollout-max-context-len` and `--metadata-key metadata`; arguments after `--` go to train.py last,
@@ -29,6 +36,8 @@ from pathlib import Path
 import attrs
 from openreward_rl.errors import TrainerError
 
+from openreward_rl.redaction import KNOWN_SECRET_VARIABLES, MIN_SECRET_LENGTH
+
 __all__ = ["LaunchError", "LaunchSpec", "LaunchPlan", "train_arguments", "runtime_env", "plan_launch", "check_batch_sizes", "ray_is_running"]
 
 FRAMEWORKS = ("slime", "miles")
@@ -37,9 +46,11 @@ ROLLOUT_MODES = ("sync", "partial", "fully-async")
 # Slime selects it by path; Miles by its own --fully-async flag (miles/utils/arguments.py).
 SLIME_FULLY_ASYNC_ROLLOUT = "slime.rollout.fully_async_rollout.generate_rollout_fully_async"
 DASHBOARD_PORT = 8265
-# Passed to the job when set in the launching shell (the API keys are checked before launch).
-FORWARDED_ENV = ("OPENREWARD_API_KEY", "WANDB_API_KEY", "OPENAI_API_KEY", "OPENREWARD_RUN_NAME", "OPENREWARD_SESSION_URL", "OPENREWARD_API_URL", "HF_TOKEN", "HF_HOME")
-SECRET_ENV = ("OPENREWARD_API_KEY", "WANDB_API_KEY", "OPENAI_API_KEY", "HF_TOKEN")
+DASHBOARD_HOST = "127.0.0.1"  # Ray's job API has no authentication: reachable from this machine only
+# Settings (no secrets) passed to the job in its runtime env when set in the launching shell.
+FORWARDED_ENV = ("OPENREWARD_RUN_NAME", "OPENREWARD_SESSION_URL", "OPENREWARD_API_URL", "HF_HOME")
+# Reach the job only through the environment of `ray start` (see the module docstring).
+SECRET_ENV = KNOWN_SECRET_VARIABLES
 
 
 class LaunchError(TrainerError, ValueError):
@@ -77,6 +88,7 @@ class LaunchSpec:
     over_sampling_batch_size: int | None = None  # default under partial: 2 x rollout_batch_size
     mask_offpolicy: bool = False  # --mask-offpolicy-in-partial-rollout
     rollout_gpus: int | None = None  # fully-async: GPUs for SGLang (the rest train); default num_gpus // 2
+    dashboard_host: str = DASHBOARD_HOST  # `ray start --dashboard-host`; 0.0.0.0 exposes the job API to the network
     extra: tuple[str, ...] = ()
 
     @property
@@ -238,7 +250,8 @@ def rollout_mode_arguments(spec: LaunchSpec) -> list[str]:
 
 
 def runtime_env(spec: LaunchSpec, environ: Mapping[str, str]) -> dict[str, dict[str, str]]:
-    """Ray's runtime env: PYTHONPATH with the framework checkout and this library, config and keys."""
+    """Ray's runtime env: PYTHONPATH with the framework checkout and this library, the config, and the
+    `FORWARDED_ENV` settings; never an API key (the job inherits those from the Ray head)."""
     library_root = str(Path(__file__).resolve().parents[1])
     inherited = [str(Path(p).resolve()) for p in environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     paths = [str(Path(spec.framework_path).resolve()), library_root, *inherited]
@@ -261,6 +274,10 @@ class LaunchPlan:
 
     start_ray: tuple[str, ...] | None
     submit: tuple[str, ...]
+
+    @property
+    def reuses_cluster(self) -> bool:
+        return self.start_ray is None
 
     def commands(self) -> list[tuple[str, ...]]:
         return [c for c in (self.start_ray, self.submit) if c is not None]
@@ -287,26 +304,51 @@ def ray_is_running() -> bool:
 
 
 def plan_launch(spec: LaunchSpec, environ: Mapping[str, str], *, ray_running: bool) -> LaunchPlan:
-    """The commands for `spec`; `ray_running` says whether to reuse a cluster."""
+    """The commands for `spec`; `ray_running` says whether to reuse a cluster.
+
+    `LaunchError` when an API key's value from `environ` would be in a command (an argument after
+    `--` such as `--wandb-key`): the job reads the keys from its environment.
+    """
     train_py = Path(spec.framework_path).resolve() / spec.train_script
     start = None
     if not ray_running:
         start = (
             "ray", "start", "--head", "--node-ip-address", "127.0.0.1", "--num-gpus", str(spec.num_gpus),
-            "--disable-usage-stats", "--dashboard-host=0.0.0.0", f"--dashboard-port={DASHBOARD_PORT}",
+            "--disable-usage-stats", f"--dashboard-host={spec.dashboard_host}", f"--dashboard-port={DASHBOARD_PORT}",
         )  # fmt: skip
     submit = (
-        "ray", "job", "submit", f"--address=http://127.0.0.1:{DASHBOARD_PORT}",
+        "ray", "job", "submit", f"--address=http://{_submit_host(spec.dashboard_host)}:{DASHBOARD_PORT}",
         f"--runtime-env-json={json.dumps(runtime_env(spec, environ), sort_keys=True)}",
         "--", "python3", str(train_py), *train_arguments(spec),
     )  # fmt: skip
-    return LaunchPlan(start_ray=start, submit=submit)
+    plan = LaunchPlan(start_ray=start, submit=submit)
+    _refuse_secrets_in_commands(plan, environ)
+    return plan
 
 
-def run_plan(plan: LaunchPlan) -> int:
-    """Run the commands in order; the first failure's exit status is returned."""
+def _submit_host(dashboard_host: str) -> str:
+    """Where this machine reaches the dashboard: loopback when it listens there or on every interface."""
+    return "127.0.0.1" if dashboard_host in ("0.0.0.0", "::", "localhost", "") else dashboard_host
+
+
+def _refuse_secrets_in_commands(plan: LaunchPlan, environ: Mapping[str, str]) -> None:
+    for key in SECRET_ENV:
+        value = environ.get(key) or ""
+        if len(value) >= MIN_SECRET_LENGTH and any(value in argument for command in plan.commands() for argument in command):
+            raise LaunchError(
+                f"the value of ${key} is in the launch command, where any user of this machine sees it (`ps`); "
+                f"drop it from the arguments: the job reads {key} from the environment of the Ray head"
+            )
+
+
+def run_plan(plan: LaunchPlan, environ: Mapping[str, str] | None = None) -> int:
+    """Run the commands in order with `environ` (default: this process's); the first failure's exit status is returned.
+
+    `ray start` hands `environ`, API keys included, to the Ray head, whose workers run the job.
+    """
+    env = dict(os.environ if environ is None else environ)
     for command in plan.commands():
-        result = subprocess.run(list(command))
+        result = subprocess.run(list(command), env=env)
         if result.returncode:
             return result.returncode
     return 0

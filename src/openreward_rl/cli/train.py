@@ -56,6 +56,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--over-sampling-batch-size", type=int, default=None, help="groups fetched per refill (default under partial: 2 x --rollout-batch-size)")
     parser.add_argument("--mask-offpolicy", action="store_true", help="partial: zero the loss mask of tokens sampled in earlier rollout steps (--mask-offpolicy-in-partial-rollout)")
     parser.add_argument("--rollout-gpus", type=int, default=None, help="fully-async: GPUs for SGLang, the rest of --num-gpus train (default half)")
+    parser.add_argument(
+        "--dashboard-host", default=defaults.dashboard_host,
+        help=f"interface the Ray dashboard (and its unauthenticated job API) listens on when this command starts Ray "
+        f"(default {defaults.dashboard_host}: this machine only; 0.0.0.0 exposes it to the network)",
+    )  # fmt: skip
     parser.add_argument("--dry-run", action="store_true", help="print the commands without running anything")
     parser.add_argument("extra", nargs=argparse.REMAINDER, help="-- then arguments for train.py")
 
@@ -96,6 +101,7 @@ def spec_from_args(args: Any) -> LaunchSpec:
         over_sampling_batch_size=args.over_sampling_batch_size,
         mask_offpolicy=args.mask_offpolicy,
         rollout_gpus=args.rollout_gpus,
+        dashboard_host=args.dashboard_host,
         extra=tuple(extra),
     )
 
@@ -161,5 +167,11 @@ def run(args: Any) -> int:
     except (LaunchError, ConfigError) as error:
         print(f"openreward-rl train: {error}", file=sys.stderr)
         return 2
+    if plan.reuses_cluster:
+        print(
+            "openreward-rl train: reusing the running Ray cluster; the job gets its API keys from the environment that "
+            "cluster's `ray start` ran in, not from this shell (`ray stop` and rerun to start one with this shell's)",
+            file=sys.stderr,
+        )
     print(plan.shell(environ), file=sys.stderr)
-    return run_plan(plan)
+    return run_plan(plan, environ)

@@ -13,6 +13,7 @@ import aiohttp
 import attrs
 
 from openreward_rl.config import TrainConfig
+from openreward_rl.env.transport import use_pooled_transport
 from openreward_rl.retry import RetryPolicy, call_with_retries
 
 _LISTING_RETRY = RetryPolicy(attempts=4, initial_s=1.0, max_s=10.0)
@@ -155,6 +156,7 @@ async def list_tasks(client: Any, config: TrainConfig, *, max_tasks: int | None 
     The cap per split is the environment's `num_samples`, else `max_tasks` (the cookbook's rule).
     `progress`, if given, is called with each (environment, split, count) as it is listed.
     """
+    use_pooled_transport(client)  # before the first session: every later episode of `client` uses it too
     rng = random.Random(seed)
     refs: list[TaskRef] = []
     for name, env_config in config.environments.items():

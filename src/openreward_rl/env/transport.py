@@ -6,7 +6,14 @@ lookup), and every tool call is a server-sent-event stream the SDK leaves as soo
 the `end` event, before the stream's last chunk: aiohttp then closes the connection instead of
 pooling it, so every tool call opens a new TCP connection.
 
-`PooledEnvironmentsAPI` is the SDK's API with only those two things changed. It places its own
+The SDK's SSE parser also alters long tool output. Its server cuts a tool's result (JSON text) into
+events of 4,096 characters (`openreward.environments.reconnect.CHUNK_SIZE`), and its client
+(`openreward.api._session.http._parse_sse_events`) strips *all* leading whitespace of every data
+value (`value.lstrip()`), where the SSE specification removes one space, the one after the colon.
+Whitespace that opens a chunk (a space between two words, an indent, a chunk of only spaces, a
+no-break space) is lost from what the model reads.
+
+`PooledEnvironmentsAPI` is the SDK's API with only those three things changed. It places its own
 sessions in the SDK's per-URL table before the SDK would make one, and the SDK does everything
 else (requests, retries, the session protocol):
 
@@ -14,7 +21,11 @@ else (requests, retries, the session protocol):
   resolves them per request, and the session is made with `trust_env=False`;
 - a response left cleanly (no exception) before its end is read to its end first, within
   `DRAIN_TIMEOUT_S` and `DRAIN_LIMIT_BYTES`, so its connection returns to the pool; otherwise it is
-  closed as before.
+  closed as before;
+- server-sent events on its responses are parsed as the specification says (`parse_sse_events`):
+  the SDK's stream reader (`resumable_sse`, behind every tool call, session open and group score)
+  looks its parser up by name at each call, and the replacement installed there hands our
+  responses to `parse_sse_events` and every other response to the SDK's own parser.
 
 `use_pooled_transport(client)` installs it on an `AsyncOpenReward` whose environments API has not
 opened any connection yet; `open_session` calls it, so every episode gets it.
@@ -24,16 +35,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
+from collections.abc import AsyncIterator
 from types import TracebackType
 from typing import Any
 
 import aiohttp
+import openreward.api._session.http as sdk_http
 from aiohttp.helpers import basicauth_from_netrc, get_env_proxy_for_url, netrc_from_env
 from openreward.api._session.http import set_retry_policy
 from openreward.api.environments.client import AsyncEnvironmentsAPI
 from yarl import URL
 
-__all__ = ["PooledEnvironmentsAPI", "DrainingResponse", "use_pooled_transport", "DRAIN_TIMEOUT_S", "DRAIN_LIMIT_BYTES"]
+__all__ = ["PooledEnvironmentsAPI", "DrainingResponse", "parse_sse_events", "use_pooled_transport", "DRAIN_TIMEOUT_S", "DRAIN_LIMIT_BYTES"]
 
 # How long, and how many bytes, a response left early may take to reach its end before its
 # connection is closed instead of pooled (an SSE stream's tail is a few bytes, milliseconds away).
@@ -69,6 +83,61 @@ class DrainingResponse(aiohttp.ClientResponse):
                     read += len(chunk)
 
 
+_LINE_END = re.compile(rb"\r\n|\r|\n")
+
+
+async def _stream_lines(content: aiohttp.StreamReader) -> AsyncIterator[str]:
+    """The lines of an event stream, whatever their length; CRLF, LF and a lone CR each end one."""
+    pending = b""
+    async for block in content.iter_any():
+        pending += block
+        held_cr = pending.endswith(b"\r")  # perhaps the first half of a CRLF split between blocks
+        *complete, pending = _LINE_END.split(pending[:-1] if held_cr else pending)
+        if held_cr:
+            pending += b"\r"
+        for line in complete:
+            yield line.decode("utf-8", "replace")
+    # An unterminated last line ends no event: the specification discards it.
+
+
+async def parse_sse_events(response: aiohttp.ClientResponse) -> AsyncIterator[tuple[str, str]]:
+    """(event type, data) of each event `response` streams, parsed as the SSE specification says
+    (WHATWG HTML, "Parsing an event stream"): one space after a field's colon is removed, no more;
+    data lines join with a newline; an event without data is not dispatched; the type defaults to
+    "message". The same pairs as the SDK's `_parse_sse_events`, without its whitespace loss.
+    """
+    event_type, data, first = "", [], True
+    async for line in _stream_lines(response.content):
+        if first:
+            line, first = line.removeprefix("\ufeff"), False
+        if not line:
+            if data:
+                yield event_type or "message", "\n".join(data)
+            event_type, data = "", []
+        elif not line.startswith(":"):  # a comment (the server's keep-alive pings) otherwise
+            field, colon, value = line.partition(":")
+            if colon and value.startswith(" "):
+                value = value[1:]
+            if field == "event":
+                event_type = value
+            elif field == "data":
+                data.append(value)  # `id` and `retry` are not used by the session protocol
+
+
+_sdk_parse_sse_events = sdk_http._parse_sse_events
+
+
+def _parse_sse_events(response: aiohttp.ClientResponse) -> AsyncIterator[tuple[str, str]]:
+    """The SDK's parser, replaced: our pooled sessions' responses parsed by `parse_sse_events`."""
+    if isinstance(response, DrainingResponse):
+        return parse_sse_events(response)
+    return _sdk_parse_sse_events(response)
+
+
+def _install_sse_parser() -> None:
+    sdk_http._parse_sse_events = _parse_sse_events  # type: ignore[assignment]
+
+
 def _env_settings(url: str) -> dict[str, Any]:
     """What `trust_env=True` would find for `url`: a proxy (with its credentials) and netrc auth."""
     settings: dict[str, Any] = {}
@@ -85,6 +154,7 @@ class PooledEnvironmentsAPI(AsyncEnvironmentsAPI):
     """`AsyncEnvironmentsAPI` whose per-URL HTTP sessions pool their connections (see the module)."""
 
     def _pooled_session(self, url: str) -> aiohttp.ClientSession:
+        _install_sse_parser()
         return aiohttp.ClientSession(
             base_url=url,
             timeout=self.timeout,
