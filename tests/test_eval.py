@@ -187,3 +187,33 @@ async def test_eval_metrics_reach_wandb_offline_and_trajectories_reach_the_uploa
     (row,) = rows
     assert row["openreward_eval/MathEnv/reward_mean"] == 1.0 and row["eval/step"] == 0
     assert run_config["model"] == "scripted"
+
+
+@pytest.mark.parametrize(
+    "model, tokenizer_name",
+    [("Qwen/Qwen3-8B", "offline:qwen3"), ("meta-llama/Llama-3.1-8B-Instruct", "offline:llama3.1"), ("zai-org/GLM-4.5", "offline:glm-4.5")],
+)
+async def test_openai_engine_evaluates_families_whose_turns_end_on_stop_ids(env_server, openreward_client, math_answers, tmp_path, model, tokenizer_name) -> None:
+    """A family's end-of-turn stop ids are the chat endpoint's business (it renders the template and ends
+    the turn itself): `eval --engine openai` completes its episodes instead of refusing the ids."""
+    from test_openai_engine import completion, serve_chat
+
+    from openreward_rl.engines.openai_chat import OpenAIChatEngine
+
+    def answer(body: dict) -> tuple[int, dict]:
+        prompt = " ".join(str(m.get("content")) for m in body["messages"] if m["role"] == "user")
+        return 200, completion({"content": f"The answer is {next(a for q, a in math_answers.items() if q in prompt)}."})
+
+    tokenizer = load_tokenizer(tokenizer_name)
+    cfg = prepare_config(parse_config({"environments": {"MathEnv": {"splits": ["test"], "variant": "mathenv"}}}), base_url=env_server.base_url)
+    async with serve_chat() as chat:
+        chat.answer = answer
+        engine = OpenAIChatEngine(chat.url, model, tokenizer, api_key_env="UNSET_KEY_FOR_TEST")
+        try:
+            summary = await run_eval(options(tmp_path, engine="openai", model=model, n=1, max_tasks=2), cfg, engine=engine, tokenizer=tokenizer,
+                                     client=openreward_client, console=Console(file=io.StringIO()))
+        finally:
+            await engine.aclose()
+    math = summary["MathEnv"]
+    assert (math.episodes, math.scored, math.reward_mean, math.infrastructure_failures) == (2, 2, 1.0, 0)
+    assert len(chat.requests) == 2 and not any("stop_token_ids" in body or "stop" in body for body in chat.requests)
