@@ -140,6 +140,31 @@ def test_bad_cli_input_is_reported_before_any_work(capsys, monkeypatch, argv, me
     assert code == 2 and message in " ".join(err.split())
 
 
+@pytest.mark.parametrize(
+    "config_text, argv, message",
+    [
+        ("env_base_url: http://127.0.0.1:9\nenvironments:\n  GradedGuess:\n    splits: [test]\n", [],
+         r"cannot reach the environment server at http://127\.0\.0\.1:9 \(for 'GradedGuess'\)"),
+        ("environments:\n  GradedGuess:\n    splits: [test]\n", ["--serve", "examples/environments/closest_guess.py:GradedGuess", "--split", "nosplit"],
+         r"--split 'nosplit': environment 'GradedGuess' has no such split; it has: train, test$"),
+        ("environments:\n  NoSuchEnv:\n    splits: [test]\n", ["--serve", "examples/environments/closest_guess.py:GradedGuess"],
+         r"environment 'NoSuchEnv' is not served at http://127\.0\.0\.1:\d+; it serves: gradedguess "),
+    ],
+    ids=["unreachable", "unknown split", "name not served"],
+)
+def test_environments_that_cannot_be_evaluated_are_one_line_before_any_episode(capsys, monkeypatch, tmp_path, config_text, argv, message) -> None:
+    """An unreachable env_base_url, a --split the environment lacks and a configured name the served class
+    does not have: one line and exit 2 (not a traceback, nor episodes of another environment)."""
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    config_file = tmp_path / "c.yaml"
+    config_file.write_text(config_text)
+    code, err = cli(capsys, "--config", str(config_file), "--engine", "openai", "--model", "Qwen/Qwen3-8B", "--tokenizer", "offline:qwen3",
+                    "--base-url", "http://127.0.0.1:1/v1", "--output", str(tmp_path / "results.jsonl"), *argv)
+    [line] = [line for line in err.splitlines() if "openreward-rl eval" in line or "Traceback" in line]
+    assert code == 2 and re.search(message, line), err
+    assert not (tmp_path / "results.jsonl").exists()
+
+
 def test_unknown_engine_is_an_argparse_error(capsys) -> None:
     with pytest.raises(SystemExit) as exit_info:
         main(["eval", "--engine", "vllm", "--model", "m"])

@@ -20,7 +20,7 @@ from typing import Any
 import attrs
 
 from openreward_rl.config import ConfigError, TrainConfig, load_config
-from openreward_rl.preflight import check_ready
+from openreward_rl.preflight import check_environments, check_ready
 from openreward_rl.redaction import install_log_redaction
 
 __all__ = ["add_arguments", "run", "EvalOptions", "prepare_config", "summary_table"]
@@ -300,7 +300,7 @@ def run(args: Any) -> int:
     out = Console() if Console().is_terminal else Console(width=150)
 
     def fail(message: str, code: int = 2) -> int:
-        console.print(f"openreward-rl eval: {message}", markup=False)
+        console.print(f"openreward-rl eval: {message}", markup=False, soft_wrap=True)
         return code
 
     install_log_redaction()
@@ -346,6 +346,8 @@ def _run_with_engine(options: EvalOptions, config: TrainConfig, engine: Any, tok
         check_ready(prepared)
         client = AsyncOpenReward()  # the key from OPENREWARD_API_KEY; local servers need none
         try:
+            # an unreachable server, an environment it does not serve, a split it lacks: one line, before any episode
+            await check_environments(client, prepared, split_option="--split" if options.split else None)
             return await run_eval(options, prepared, engine=engine, tokenizer=tokenizer, client=client, console=console)
         finally:
             await client.environments.aclose()
@@ -364,7 +366,7 @@ def _run_with_engine(options: EvalOptions, config: TrainConfig, engine: Any, tok
             console.print("interrupted; rerun the same command to resume" if options.output else "interrupted", markup=False)
             return 130
         except (ValueError, ConfigError) as error:
-            console.print(f"openreward-rl eval: {error}", markup=False)
+            console.print(f"openreward-rl eval: {error}", markup=False, soft_wrap=True)
             return 2
     out.print(summary_table(summary, title=f"{options.model} ({options.engine}, n={options.n}, temperature={options.temperature:g})"))
     if options.wandb_project:
