@@ -132,6 +132,14 @@ def cli(capsys, *argv: str) -> tuple[int, str]:
         (["--engine", "transformers", "--model", "m", "--config", "examples/quickstart_config.yaml", "--serve", "nowhere.py:Env"], "does not exist"),
         (["--engine", "transformers", "--model", "offline:nothing", "--config", "examples/quickstart_config.yaml", "--serve", "examples/environments/math_env.py:MathEnv"], "unknown offline model 'offline:nothing'"),
         (["--engine", "transformers", "--model", "offline:nothing", "--config", "examples/quickstart_config.yaml"], "needs an API key: set OPENREWARD_API_KEY"),
+        (["--engine", "transformers", "--model", "/no/such/path", "--config", "examples/quickstart_config.yaml", "--serve", "examples/environments/closest_guess.py:GradedGuess"],
+         "--model '/no/such/path': no such file or directory"),
+        (["--engine", "transformers", "--model", "~/no/such/model", "--config", "examples/quickstart_config.yaml", "--serve", "examples/environments/closest_guess.py:GradedGuess"],
+         "--model '~/no/such/model': no such file or directory"),
+        (["--engine", "openai", "--model", "./no/such/model", "--base-url", "http://127.0.0.1:1/v1", "--config", "examples/quickstart_config.yaml", "--serve", "examples/environments/closest_guess.py:GradedGuess"],
+         "--model './no/such/model': no such file or directory (the tokenizer is loaded from it; pass --tokenizer"),
+        (["--engine", "openai", "--model", "m", "--tokenizer", "no/such/tokenizer/dir", "--base-url", "http://127.0.0.1:1/v1", "--config", "examples/quickstart_config.yaml", "--serve", "examples/environments/closest_guess.py:GradedGuess"],
+         "--tokenizer 'no/such/tokenizer/dir': no such file or directory"),
     ],
 )
 def test_bad_cli_input_is_reported_before_any_work(capsys, monkeypatch, argv, message) -> None:

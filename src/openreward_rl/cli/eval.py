@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -114,6 +115,7 @@ class EvalOptions:
         for spec in args.serve:
             if ":" not in spec:
                 raise ValueError(f"--serve {spec!r} must look like path/to/file.py:ClassName")
+        _check_local_path(args)
         return cls(
             engine=args.engine,
             model=args.model.strip(),
@@ -142,6 +144,31 @@ class EvalOptions:
     @property
     def sampling_params(self) -> dict[str, Any]:
         return {"temperature": self.temperature, "top_p": self.top_p}
+
+
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")  # owner/name
+
+
+def looks_like_path(name: str) -> bool:
+    """`name` can only mean a local path: absolute, ./ ../ ~, or a separator without the hub's owner/name shape.
+
+    >>> [looks_like_path(n) for n in ("/no/such", "./m", "~/m", "a/b/c", "Qwen/Qwen3-8B", "offline:qwen3", "gpt-4o")]
+    [True, True, True, True, False, False, False]
+    """
+    if name.startswith(("/", "./", "../", "~")) or name in (".", ".."):
+        return True
+    separators = {os.sep, os.altsep} - {None}
+    return any(sep in name for sep in separators) and not _HUB_ID.fullmatch(name)
+
+
+def _check_local_path(args: Any) -> None:
+    """A model (transformers) or tokenizer source that is a path must exist: otherwise Hugging Face
+    answers that it is not a valid repo id, which hides the real problem."""
+    tokenizer = getattr(args, "tokenizer", None)
+    option, name = ("--tokenizer", tokenizer) if tokenizer and args.engine != "transformers" else ("--model", args.model.strip())
+    if looks_like_path(name) and not os.path.exists(os.path.expanduser(name)):
+        used_for = "" if args.engine == "transformers" or option == "--tokenizer" else " (the tokenizer is loaded from it; pass --tokenizer to load it from elsewhere)"
+        raise ValueError(f"{option} {name!r}: no such file or directory{used_for}")
 
 
 def prepare_config(
