@@ -132,12 +132,45 @@ def cli(capsys, *argv: str) -> tuple[int, str]:
         (["--engine", "transformers", "--model", "m", "--config", "examples/quickstart_config.yaml", "--serve", "nowhere.py:Env"], "does not exist"),
         (["--engine", "transformers", "--model", "offline:nothing", "--config", "examples/quickstart_config.yaml", "--serve", "examples/environments/math_env.py:MathEnv"], "unknown offline model 'offline:nothing'"),
         (["--engine", "transformers", "--model", "offline:nothing", "--config", "examples/quickstart_config.yaml"], "needs an API key: set OPENREWARD_API_KEY"),
+        (["--engine", "transformers", "--model", "/no/such/path", "--config", "examples/quickstart_config.yaml", "--serve", "examples/environments/closest_guess.py:GradedGuess"],
+         "--model '/no/such/path': no such file or directory"),
+        (["--engine", "transformers", "--model", "~/no/such/model", "--config", "examples/quickstart_config.yaml", "--serve", "examples/environments/closest_guess.py:GradedGuess"],
+         "--model '~/no/such/model': no such file or directory"),
+        (["--engine", "openai", "--model", "./no/such/model", "--base-url", "http://127.0.0.1:1/v1", "--config", "examples/quickstart_config.yaml", "--serve", "examples/environments/closest_guess.py:GradedGuess"],
+         "--model './no/such/model': no such file or directory (the tokenizer is loaded from it; pass --tokenizer"),
+        (["--engine", "openai", "--model", "m", "--tokenizer", "no/such/tokenizer/dir", "--base-url", "http://127.0.0.1:1/v1", "--config", "examples/quickstart_config.yaml", "--serve", "examples/environments/closest_guess.py:GradedGuess"],
+         "--tokenizer 'no/such/tokenizer/dir': no such file or directory"),
     ],
 )
 def test_bad_cli_input_is_reported_before_any_work(capsys, monkeypatch, argv, message) -> None:
     monkeypatch.chdir(Path(__file__).resolve().parents[1])
     code, err = cli(capsys, *argv)
     assert code == 2 and message in " ".join(err.split())
+
+
+@pytest.mark.parametrize(
+    "config_text, argv, message",
+    [
+        ("env_base_url: http://127.0.0.1:9\nenvironments:\n  GradedGuess:\n    splits: [test]\n", [],
+         r"cannot reach the environment server at http://127\.0\.0\.1:9 \(for 'GradedGuess'\)"),
+        ("environments:\n  GradedGuess:\n    splits: [test]\n", ["--serve", "examples/environments/closest_guess.py:GradedGuess", "--split", "nosplit"],
+         r"--split 'nosplit': environment 'GradedGuess' has no such split; it has: train, test$"),
+        ("environments:\n  NoSuchEnv:\n    splits: [test]\n", ["--serve", "examples/environments/closest_guess.py:GradedGuess"],
+         r"environment 'NoSuchEnv' is not served at http://127\.0\.0\.1:\d+; it serves: gradedguess "),
+    ],
+    ids=["unreachable", "unknown split", "name not served"],
+)
+def test_environments_that_cannot_be_evaluated_are_one_line_before_any_episode(capsys, monkeypatch, tmp_path, config_text, argv, message) -> None:
+    """An unreachable env_base_url, a --split the environment lacks and a configured name the served class
+    does not have: one line and exit 2 (not a traceback, nor episodes of another environment)."""
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    config_file = tmp_path / "c.yaml"
+    config_file.write_text(config_text)
+    code, err = cli(capsys, "--config", str(config_file), "--engine", "openai", "--model", "Qwen/Qwen3-8B", "--tokenizer", "offline:qwen3",
+                    "--base-url", "http://127.0.0.1:1/v1", "--output", str(tmp_path / "results.jsonl"), *argv)
+    [line] = [line for line in err.splitlines() if "openreward-rl eval" in line or "Traceback" in line]
+    assert code == 2 and re.search(message, line), err
+    assert not (tmp_path / "results.jsonl").exists()
 
 
 def test_unknown_engine_is_an_argparse_error(capsys) -> None:
@@ -187,3 +220,33 @@ async def test_eval_metrics_reach_wandb_offline_and_trajectories_reach_the_uploa
     (row,) = rows
     assert row["openreward_eval/MathEnv/reward_mean"] == 1.0 and row["eval/step"] == 0
     assert run_config["model"] == "scripted"
+
+
+@pytest.mark.parametrize(
+    "model, tokenizer_name",
+    [("Qwen/Qwen3-8B", "offline:qwen3"), ("meta-llama/Llama-3.1-8B-Instruct", "offline:llama3.1"), ("zai-org/GLM-4.5", "offline:glm-4.5")],
+)
+async def test_openai_engine_evaluates_families_whose_turns_end_on_stop_ids(env_server, openreward_client, math_answers, tmp_path, model, tokenizer_name) -> None:
+    """A family's end-of-turn stop ids are the chat endpoint's business (it renders the template and ends
+    the turn itself): `eval --engine openai` completes its episodes instead of refusing the ids."""
+    from test_openai_engine import completion, serve_chat
+
+    from openreward_rl.engines.openai_chat import OpenAIChatEngine
+
+    def answer(body: dict) -> tuple[int, dict]:
+        prompt = " ".join(str(m.get("content")) for m in body["messages"] if m["role"] == "user")
+        return 200, completion({"content": f"The answer is {next(a for q, a in math_answers.items() if q in prompt)}."})
+
+    tokenizer = load_tokenizer(tokenizer_name)
+    cfg = prepare_config(parse_config({"environments": {"MathEnv": {"splits": ["test"], "variant": "mathenv"}}}), base_url=env_server.base_url)
+    async with serve_chat() as chat:
+        chat.answer = answer
+        engine = OpenAIChatEngine(chat.url, model, tokenizer, api_key_env="UNSET_KEY_FOR_TEST")
+        try:
+            summary = await run_eval(options(tmp_path, engine="openai", model=model, n=1, max_tasks=2), cfg, engine=engine, tokenizer=tokenizer,
+                                     client=openreward_client, console=Console(file=io.StringIO()))
+        finally:
+            await engine.aclose()
+    math = summary["MathEnv"]
+    assert (math.episodes, math.scored, math.reward_mean, math.infrastructure_failures) == (2, 2, 1.0, 0)
+    assert len(chat.requests) == 2 and not any("stop_token_ids" in body or "stop" in body for body in chat.requests)

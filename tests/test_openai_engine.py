@@ -4,8 +4,9 @@ request body and answers from a script, so the tests see exactly what the engine
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
@@ -22,10 +23,12 @@ TOOLS = [{"type": "function", "function": {"name": "calculator", "description": 
 
 
 class ChatServer:
-    """Answers POST /v1/chat/completions with scripted (status, body) pairs; records requests."""
+    """Answers POST /v1/chat/completions with scripted (status, body) pairs, else from `answer(body)`
+    when set; records requests."""
 
     def __init__(self) -> None:
         self.script: list[tuple[int, Any]] = []
+        self.answer: Callable[[dict[str, Any]], tuple[int, Any]] | None = None
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self.url = ""
@@ -33,7 +36,7 @@ class ChatServer:
     async def handle(self, request: web.Request) -> web.Response:
         self.requests.append(await request.json())
         self.headers.append(dict(request.headers))
-        status, body = self.script.pop(0)
+        status, body = self.script.pop(0) if self.script or self.answer is None else self.answer(self.requests[-1])
         return web.json_response(body, status=status)
 
 
@@ -44,6 +47,13 @@ def completion(message: dict[str, Any], finish: str = "stop", logprobs: Any = No
 
 @pytest.fixture
 async def server() -> AsyncIterator[ChatServer]:
+    async with serve_chat() as chat:
+        yield chat
+
+
+@contextlib.asynccontextmanager
+async def serve_chat() -> AsyncIterator[ChatServer]:
+    """A `ChatServer` on 127.0.0.1 (an ephemeral port) for the duration of the block."""
     chat = ChatServer()
     app = web.Application()
     app.router.add_post("/v1/chat/completions", chat.handle)
@@ -53,8 +63,10 @@ async def server() -> AsyncIterator[ChatServer]:
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     chat.url = f"http://127.0.0.1:{port}/v1"
-    yield chat
-    await runner.cleanup()
+    try:
+        yield chat
+    finally:
+        await runner.cleanup()
 
 
 @pytest.fixture
@@ -163,3 +175,17 @@ def test_unknown_sampling_params_and_missing_messages_are_refused(tokenizer) -> 
     with pytest.raises(ValueError, match="needs request.messages"):
         engine.payload(GenerationRequest(input_ids=[1], sampling_params={}))
     assert json.dumps(engine.payload(request(top_k=-1, max_new_tokens=3))).count("top_k") == 0
+
+
+def test_stop_ids_leave_end_of_turn_to_the_endpoint_and_send_the_rest_as_stop_strings(tokenizer) -> None:
+    """Chat Completions has no stop ids: special tokens (the family's end-of-turn closers) are the
+    endpoint's own business, other ids go out as their text next to the given `stop` strings."""
+    engine = OpenAIChatEngine("http://127.0.0.1:1/v1", "m", tokenizer)
+    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    [word] = tokenizer.encode("END", add_special_tokens=False)
+    assert "stop" not in engine.payload(request(max_new_tokens=8, stop_token_ids=[im_end]))
+    body = engine.payload(request(max_new_tokens=8, stop_token_ids=[im_end, word], stop=["###", "END"]))
+    assert body["stop"] == ["###", "END"] and "stop_token_ids" not in body
+    assert engine.payload(request(stop="###", stop_token_ids=[word]))["stop"] == ["###", "END"]
+    with pytest.raises(ValueError, match="stop_token_ids must be a list of token ids"):
+        engine.payload(request(stop_token_ids="<|im_end|>"))

@@ -3,9 +3,11 @@
 `check_ready(config)` needs no network: it finds environments that need an OpenReward API key
 (remote ones: no `base_url` and no `env_base_url`) when none is set, and registers every resolved
 secret and every known credential (`redaction.KNOWN_SECRET_VARIABLES`) for redaction before
-anything can log it. `check_environments(client, config)` asks each environment server for its
-splits: an unknown environment, variant or split, or a server that cannot be reached, is reported
-before the first episode.
+anything can log it. `check_environments(client, config)` asks each
+environment server which environments it hosts and for their splits: a server that cannot be
+reached (under a short retry policy, `PREFLIGHT_RETRY`: a refused connection at start-up is not
+worth the long back-off of work already under way), an environment name or variant a local server
+does not serve, or an unknown split is reported before the first episode.
 
 >>> from openreward_rl.config import parse_config
 >>> config = parse_config({"environments": {"GeneralReasoning/WhoDunIt": {}}}, source="train_config.yaml")
@@ -18,6 +20,7 @@ openreward_rl.errors.ConfigError: train_config.yaml: environment 'GeneralReasoni
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -29,9 +32,13 @@ from openreward_rl.env.transport import use_pooled_transport
 from openreward_rl.redaction import register_known_secrets, register_secrets
 from openreward_rl.retry import RetryPolicy, call_with_retries, describe_error, is_transient
 
-__all__ = ["check_ready", "check_environments", "remote_environments"]
+__all__ = ["check_ready", "check_environments", "remote_environments", "served_environments", "PREFLIGHT_RETRY"]
 
 API_KEY_VARIABLE = "OPENREWARD_API_KEY"
+# Start-up checks: two tries half a second apart; a server that is down is reported in about a second.
+PREFLIGHT_RETRY = RetryPolicy(attempts=2, initial_s=0.5, max_s=1.0, jitter_s=0.0)
+# Seconds one start-up request may take (a host that drops packets instead of refusing).
+PROBE_TIMEOUT_S = 5.0
 
 
 def remote_environments(config: TrainConfig) -> list[str]:
@@ -65,16 +72,85 @@ def check_ready(config: TrainConfig, *, environ: Mapping[str, str] | None = None
             raise ConfigError(f"{config.source}: environments.{name}: base URL {url!r} must start with http:// or https://")
 
 
-async def check_environments(client: Any, config: TrainConfig, *, retry: RetryPolicy | None = None) -> None:
-    """Ask every configured environment for its splits; `ConfigError` if one is unknown or unreachable."""
-    policy = retry or RetryPolicy(attempts=2, initial_s=1.0, max_s=5.0)
+def _cannot_connect(error: BaseException) -> bool:
+    return isinstance(error, (aiohttp.ClientConnectionError, asyncio.TimeoutError))
+
+
+async def served_environments(url: str, *, retry: RetryPolicy = PREFLIGHT_RETRY, timeout_s: float = PROBE_TIMEOUT_S) -> list[str] | None:
+    """The environments the server at `url` hosts (the SDK server's `GET /list_environments`: lowercased
+    class names, the default one first), or None when it answers without that list (not an SDK server,
+    e.g. a proxy). Failures to connect are retried under `retry`, then raised."""
+
+    async def ask(http: aiohttp.ClientSession) -> list[str] | None:
+        async with http.get(f"{url.rstrip('/')}/list_environments") as response:
+            if response.status != 200:
+                return None
+            try:
+                names = await response.json(content_type=None)
+            except ValueError:
+                return None
+        return names if isinstance(names, list) and names and all(isinstance(n, str) for n in names) else None
+
+    async with aiohttp.ClientSession(trust_env=True, timeout=aiohttp.ClientTimeout(total=timeout_s)) as http:
+        return await call_with_retries(lambda: ask(http), retry, what=f"reaching {url}", retry_on=_cannot_connect)
+
+
+async def _servers(config: TrainConfig, retry: RetryPolicy) -> dict[str, list[str] | None]:
+    """Each local server's environments (`served_environments`); `ConfigError` naming one that cannot be reached."""
+    users: dict[str, list[str]] = {}
+    for name in config.environments:
+        url = config.base_url_for(name)
+        if url:
+            users.setdefault(url, []).append(name)
+    served: dict[str, list[str] | None] = {}
+    for url, names in users.items():
+        try:
+            served[url] = await served_environments(url, retry=retry)
+        except Exception as error:  # refused, unknown host, timed out, not a URL
+            raise ConfigError(
+                f"{config.source}: cannot reach the environment server at {url} (for {', '.join(map(repr, names))}): "
+                f"{describe_error(error)}; is it running? check env_base_url / base_url"
+            ) from None
+    return served
+
+
+def _check_served(config: TrainConfig, name: str, url: str, served: list[str]) -> None:
+    """`ConfigError` unless the requests for `name` reach the environment of that name (or variant) on `url`.
+
+    A local server ignores the environment name: without a variant every request goes to its default
+    (first) environment, whatever the name says."""
+    variant = config.environments[name].variant
+    hosts = ", ".join(served)
+    if variant is not None:
+        if variant.lower() not in served:
+            raise ConfigError(f"{config.source}: environment {name!r} with variant {variant!r} is not served at {url}; it serves: {hosts}")
+        return
+    wanted = name.split("/")[-1].lower()
+    if wanted == served[0]:
+        return
+    if wanted in served:
+        raise ConfigError(
+            f"{config.source}: environment {name!r} has no variant, so its requests would go to the default environment "
+            f"{served[0]!r} at {url}; set environments.{name}.variant: {wanted}"
+        )
+    raise ConfigError(f"{config.source}: environment {name!r} is not served at {url}; it serves: {hosts} (name one of them, or set its variant)")
+
+
+async def check_environments(client: Any, config: TrainConfig, *, retry: RetryPolicy = PREFLIGHT_RETRY, split_option: str | None = None) -> None:
+    """`ConfigError` for the first configured environment that cannot be used: its server is unreachable,
+    does not serve it, or does not offer one of its splits. `split_option` names the command-line option
+    that set every environment's splits (eval's `--split`), for the message."""
     use_pooled_transport(client)  # before the first session: every later episode of `client` uses it too
+    servers = await _servers(config, retry)
     for name, env_config in config.environments.items():
         url = config.base_url_for(name)
         where = url or "OpenReward"
+        served = servers.get(url) if url else None
+        if served is not None:
+            _check_served(config, name, url, served)
         environment = client.environments.get(name, variant=env_config.variant, base_url=url)
         try:
-            splits = await call_with_retries(environment.list_splits, policy, what=f"listing the splits of {name}", retry_on=is_transient)
+            splits = await call_with_retries(environment.list_splits, retry, what=f"listing the splits of {name}", retry_on=is_transient)
         except aiohttp.ClientResponseError as error:
             if error.status == 404:
                 variant = f" with variant {env_config.variant!r}" if env_config.variant else ""
@@ -88,7 +164,10 @@ async def check_environments(client: Any, config: TrainConfig, *, retry: RetryPo
         available = [getattr(s, "name", s) for s in splits]
         missing = [s for s in env_config.splits if s not in available]
         if missing:
+            offered = ", ".join(map(str, available))
+            if split_option:
+                raise ConfigError(f"{split_option} {missing[0]!r}: environment {name!r} has no such split; it has: {offered}")
             raise ConfigError(
                 f"{config.source}: environments.{name}.splits: {', '.join(repr(s) for s in missing)} not offered by the "
-                f"environment; it has: {', '.join(map(str, available))}"
+                f"environment; it has: {offered}"
             )

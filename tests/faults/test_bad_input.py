@@ -69,7 +69,7 @@ async def test_check_environments_accepts_what_the_server_offers(env_server: Loc
 
 async def test_an_unknown_environment_is_named_before_any_episode(env_server: LocalEnvServer, openreward_client: AsyncOpenReward) -> None:
     unknown = config({"WhoDunnit": {"variant": "whodunnit"}}, env_base_url=env_server.base_url)
-    with pytest.raises(ConfigError, match=r"environment 'WhoDunnit' with variant 'whodunnit' was not found at http://127\.0\.0\.1:\d+ .*HTTP 404"):
+    with pytest.raises(ConfigError, match=r"environment 'WhoDunnit' with variant 'whodunnit' is not served at http://127\.0\.0\.1:\d+; it serves: whodunit, "):
         await check_environments(openreward_client, unknown)
 
 
@@ -83,7 +83,7 @@ async def test_an_unreachable_server_is_named(openreward_client: AsyncOpenReward
     from openreward_rl.retry import RetryPolicy
 
     gone = config({"WhoDunIt": {}}, env_base_url="http://127.0.0.1:9")
-    with pytest.raises(ConfigError, match=r"environment 'WhoDunIt' at http://127\.0\.0\.1:9 cannot be used: .*(Connect|connect)"):
+    with pytest.raises(ConfigError, match=r"cannot reach the environment server at http://127\.0\.0\.1:9 \(for 'WhoDunIt'\): .*(Connect|connect)"):
         await check_environments(openreward_client, gone, retry=RetryPolicy(attempts=1))
 
 

@@ -91,3 +91,26 @@ async def test_busy_reads_inside_a_session_are_retried(front: HttpFront, run: Ep
     assert_sample(trajectory, infrastructure=False)
     assert trajectory.stop_reason is StopReason.COMPLETED and trajectory.reward == 1.0
     assert front.statuses(503) == 4
+
+
+async def test_prepare_rides_out_busy_listings_under_the_retry_policy_it_is_given(front: HttpFront, env_server: LocalEnvServer, tmp_path) -> None:
+    """`prepare(retry=...)` repeats a listing that stayed busy through the SDK's own 3 tries: with 3
+    attempts of no back-off, 6 busy answers are ridden out at once (production waits 1 + 2 s)."""
+    from openreward_rl.cli.prepare import prepare
+    from openreward_rl.config import parse_config
+    from openreward_rl.retry import RetryPolicy
+
+    config = parse_config({"environments": {"Faulty": {"variant": env_server.variant_for("Faulty")}}, "env_base_url": front.url})
+    output = tmp_path / "tasks.jsonl"
+    instant = RetryPolicy(attempts=3, initial_s=0.0, max_s=0.0, jitter_s=0.0)
+    front.fail_next(6, status=503, retry_after="0", paths=["/tasks"])
+    client = AsyncOpenReward(api_key="local")
+    try:
+        count = await prepare(config, output, max_tasks=2, seed=0, client=client, retry=instant, check_retry=instant)
+        front.fail_next(6, status=503, retry_after="0", paths=["/tasks"])
+        with pytest.raises(Exception, match="503"):
+            await prepare(config, output, max_tasks=2, seed=0, client=client, retry=RetryPolicy(attempts=1), check_retry=instant)
+    finally:
+        await client.environments.aclose()
+    assert count == 2 and len(output.read_text().splitlines()) == 2
+    assert sum(1 for path, status in front.seen if path.endswith("/tasks") and status == 503) == 6 + 3  # one attempt: the SDK's 3 tries

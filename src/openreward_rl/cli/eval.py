@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,8 @@ import attrs
 from openreward_rl.config import ConfigError, TrainConfig, load_config
 from openreward_rl.preflight import check_ready
 from openreward_rl.redaction import install_log_redaction, register_known_secrets
+from openreward_rl.preflight import check_environments, check_ready
+from openreward_rl.redaction import install_log_redaction
 
 __all__ = ["add_arguments", "run", "EvalOptions", "prepare_config", "summary_table"]
 
@@ -114,6 +117,7 @@ class EvalOptions:
         for spec in args.serve:
             if ":" not in spec:
                 raise ValueError(f"--serve {spec!r} must look like path/to/file.py:ClassName")
+        _check_local_path(args)
         return cls(
             engine=args.engine,
             model=args.model.strip(),
@@ -142,6 +146,31 @@ class EvalOptions:
     @property
     def sampling_params(self) -> dict[str, Any]:
         return {"temperature": self.temperature, "top_p": self.top_p}
+
+
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")  # owner/name
+
+
+def looks_like_path(name: str) -> bool:
+    """`name` can only mean a local path: absolute, ./ ../ ~, or a separator without the hub's owner/name shape.
+
+    >>> [looks_like_path(n) for n in ("/no/such", "./m", "~/m", "a/b/c", "Qwen/Qwen3-8B", "offline:qwen3", "gpt-4o")]
+    [True, True, True, True, False, False, False]
+    """
+    if name.startswith(("/", "./", "../", "~")) or name in (".", ".."):
+        return True
+    separators = {os.sep, os.altsep} - {None}
+    return any(sep in name for sep in separators) and not _HUB_ID.fullmatch(name)
+
+
+def _check_local_path(args: Any) -> None:
+    """A model (transformers) or tokenizer source that is a path must exist: otherwise Hugging Face
+    answers that it is not a valid repo id, which hides the real problem."""
+    tokenizer = getattr(args, "tokenizer", None)
+    option, name = ("--tokenizer", tokenizer) if tokenizer and args.engine != "transformers" else ("--model", args.model.strip())
+    if looks_like_path(name) and not os.path.exists(os.path.expanduser(name)):
+        used_for = "" if args.engine == "transformers" or option == "--tokenizer" else " (the tokenizer is loaded from it; pass --tokenizer to load it from elsewhere)"
+        raise ValueError(f"{option} {name!r}: no such file or directory{used_for}")
 
 
 def prepare_config(
@@ -300,7 +329,7 @@ def run(args: Any) -> int:
     out = Console() if Console().is_terminal else Console(width=150)
 
     def fail(message: str, code: int = 2) -> int:
-        console.print(f"openreward-rl eval: {message}", markup=False)
+        console.print(f"openreward-rl eval: {message}", markup=False, soft_wrap=True)
         return code
 
     install_log_redaction()
@@ -347,6 +376,8 @@ def _run_with_engine(options: EvalOptions, config: TrainConfig, engine: Any, tok
         check_ready(prepared)
         client = AsyncOpenReward()  # the key from OPENREWARD_API_KEY; local servers need none
         try:
+            # an unreachable server, an environment it does not serve, a split it lacks: one line, before any episode
+            await check_environments(client, prepared, split_option="--split" if options.split else None)
             return await run_eval(options, prepared, engine=engine, tokenizer=tokenizer, client=client, console=console)
         finally:
             await client.environments.aclose()
@@ -365,7 +396,7 @@ def _run_with_engine(options: EvalOptions, config: TrainConfig, engine: Any, tok
             console.print("interrupted; rerun the same command to resume" if options.output else "interrupted", markup=False)
             return 130
         except (ValueError, ConfigError) as error:
-            console.print(f"openreward-rl eval: {error}", markup=False)
+            console.print(f"openreward-rl eval: {error}", markup=False, soft_wrap=True)
             return 2
     out.print(summary_table(summary, title=f"{options.model} ({options.engine}, n={options.n}, temperature={options.temperature:g})"))
     if options.wandb_project:

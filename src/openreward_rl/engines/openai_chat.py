@@ -7,6 +7,13 @@ episode's tokenizer (the assistant turn as its chat template renders it, through
 token), log-probs are 0.0 unless the reply's `logprobs` line up one-to-one with those ids, and every
 `Generation` says `token_exact=False`. Trajectories from this engine are therefore never trainable.
 
+Stop ids (`stop_token_ids`, which every episode of a known model family sends: the family's
+end-of-turn tokens) are not a Chat Completions parameter. A chat endpoint renders the chat template
+itself and ends the assistant turn on the model's end-of-turn tokens; the reply's `content` never
+holds special tokens. So ids that are special tokens (they decode to nothing with
+`skip_special_tokens=True`) are left to the endpoint, and any other id goes out as a `stop` string
+(its decoded text), next to any `stop` strings given.
+
 Errors: HTTP 400 mentioning the context length -> `ContextLengthError`; other 4xx -> `EngineRequestError`
 (not retried); connection errors, timeouts, 429 and 5xx are retried with backoff, then -> `EngineError`.
 """
@@ -31,7 +38,7 @@ __all__ = ["OpenAIChatEngine", "parse_chat_completion"]
 CHAT_FINISH_REASONS = {"stop": FinishReason.STOP, "tool_calls": FinishReason.STOP, "function_call": FinishReason.STOP, "length": FinishReason.LENGTH}
 _CONTEXT_MARKERS = ("context length", "context_length", "context window", "maximum context", "too many tokens")
 # SGLang-style sampling key -> Chat Completions field. `top_k` is an extension most open servers accept.
-_SAMPLING_FIELDS = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "stop": "stop", "seed": "seed", "sampling_seed": "seed"}
+_SAMPLING_FIELDS = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "seed": "seed", "sampling_seed": "seed"}
 _TEXT_ONLY_KEYS = frozenset({"skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim"})
 
 
@@ -145,10 +152,16 @@ class OpenAIChatEngine:
     def sampling_body(self, sampling_params: Mapping[str, Any]) -> dict[str, Any]:
         """The SGLang-style sampling params under their Chat Completions names."""
         body: dict[str, Any] = {}
+        stops: list[str] = []  # the given `stop` strings, then those of `stop_token_ids`
+        from_ids: list[str] = []
         for key, value in sampling_params.items():
             if value is None or key in _TEXT_ONLY_KEYS:
                 continue
-            if key == "max_new_tokens":
+            if key == "stop":
+                stops.extend([value] if isinstance(value, str) else value)
+            elif key == "stop_token_ids":
+                from_ids.extend(self.stop_strings(value))
+            elif key == "max_new_tokens":
                 body[self.max_tokens_field] = int(value)
             elif key == "top_k" and value == -1:
                 continue
@@ -157,9 +170,19 @@ class OpenAIChatEngine:
             else:
                 raise ValueError(
                     f"OpenAIChatEngine cannot send the sampling parameter {key!r} "
-                    f"(supported: max_new_tokens, {', '.join(sorted(_SAMPLING_FIELDS))}; put others in extra_body)"
+                    f"(supported: max_new_tokens, stop, stop_token_ids, {', '.join(sorted(_SAMPLING_FIELDS))}; put others in extra_body)"
                 )
+        if stops or from_ids:
+            body["stop"] = list(dict.fromkeys([*stops, *from_ids]))
         return body
+
+    def stop_strings(self, stop_token_ids: Any) -> list[str]:
+        """`stop_token_ids` as Chat Completions `stop` strings: special tokens (end of turn: the endpoint's
+        own business, never in a reply's text) are dropped, other ids become their decoded text."""
+        if isinstance(stop_token_ids, (str, bytes)) or not all(isinstance(i, int) for i in stop_token_ids):
+            raise ValueError(f"stop_token_ids must be a list of token ids, got {stop_token_ids!r}")
+        texts = (self.tokenizer.decode([token_id], skip_special_tokens=True) for token_id in stop_token_ids)
+        return [text for text in texts if text]
 
     async def generate(self, request: GenerationRequest) -> Generation:
         reply = await self.post_with_retries(self.payload(request))

@@ -16,9 +16,10 @@ from openreward_rl.config import TrainConfig
 from openreward_rl.env.transport import use_pooled_transport
 from openreward_rl.retry import RetryPolicy, call_with_retries
 
-_LISTING_RETRY = RetryPolicy(attempts=4, initial_s=1.0, max_s=10.0)
+# Listing is repeated on transient errors (busy answers, the SDK giving up its own retries): 1 + 2 + 4 s of back-off.
+LISTING_RETRY = RetryPolicy(attempts=4, initial_s=1.0, max_s=10.0)
 
-__all__ = ["TaskRef", "task_hash", "list_tasks", "task_row", "task_from_metadata"]
+__all__ = ["TaskRef", "task_hash", "list_tasks", "task_row", "task_from_metadata", "LISTING_RETRY"]
 
 
 def task_hash(task_spec: Mapping[str, Any] | None) -> str:
@@ -120,15 +121,17 @@ class TaskRef:
         }
 
 
-async def _tasks_of_split(environment: Any, name: str, split: str, cap: int | None, rng: random.Random, base_url: str | None, variant: str | None) -> list[TaskRef]:
+async def _tasks_of_split(
+    environment: Any, name: str, split: str, cap: int | None, rng: random.Random, base_url: str | None, variant: str | None, retry: RetryPolicy
+) -> list[TaskRef]:
     """All tasks of one split through the list API, or through the index API where listing is unsupported."""
     listing = f"listing the tasks of {name}:{split}"
     try:
-        tasks = await call_with_retries(lambda: environment.list_tasks(split), _LISTING_RETRY, what=listing)
+        tasks = await call_with_retries(lambda: environment.list_tasks(split), retry, what=listing)
     except aiohttp.ClientResponseError as error:
         if error.status not in (404, 405, 501):
             raise
-        count = await call_with_retries(lambda: environment.num_tasks(split), _LISTING_RETRY, what=listing)
+        count = await call_with_retries(lambda: environment.num_tasks(split), retry, what=listing)
         indices = list(range(count))
         rng.shuffle(indices)
         return [TaskRef(name, split, index=i, base_url=base_url, variant=variant) for i in indices[: cap or count]]
@@ -150,11 +153,14 @@ async def _tasks_of_split(environment: Any, name: str, split: str, cap: int | No
     return refs[: cap or len(refs)]
 
 
-async def list_tasks(client: Any, config: TrainConfig, *, max_tasks: int | None = None, seed: int = 0, progress: Any = None) -> list[TaskRef]:
+async def list_tasks(
+    client: Any, config: TrainConfig, *, max_tasks: int | None = None, seed: int = 0, progress: Any = None, retry: RetryPolicy = LISTING_RETRY
+) -> list[TaskRef]:
     """Tasks of every configured environment and split, shuffled deterministically by `seed`.
 
     The cap per split is the environment's `num_samples`, else `max_tasks` (the cookbook's rule).
-    `progress`, if given, is called with each (environment, split, count) as it is listed.
+    `progress`, if given, is called with each (environment, split, count) as it is listed. `retry`
+    repeats a listing that failed transiently.
     """
     use_pooled_transport(client)  # before the first session: every later episode of `client` uses it too
     rng = random.Random(seed)
@@ -163,7 +169,7 @@ async def list_tasks(client: Any, config: TrainConfig, *, max_tasks: int | None 
         base_url = config.base_url_for(name)
         environment = client.environments.get(name, variant=env_config.variant, base_url=base_url)
         for split in env_config.splits:
-            split_refs = await _tasks_of_split(environment, name, split, env_config.num_samples or max_tasks, rng, base_url, env_config.variant)
+            split_refs = await _tasks_of_split(environment, name, split, env_config.num_samples or max_tasks, rng, base_url, env_config.variant, retry)
             refs.extend(split_refs)
             if progress is not None:
                 progress(name, split, len(split_refs))
