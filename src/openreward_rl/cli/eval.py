@@ -173,11 +173,15 @@ def _fmt(value: float | None, digits: int = 3) -> str:
 
 
 def summary_table(summary: Mapping[str, Any], title: str = "evaluation") -> Any:
-    """A rich Table with one row per environment."""
+    """A rich Table with one row per environment.
+
+    "scored": episodes that were not infrastructure failures; "no reward": those of them that observed
+    none, which "reward" counts 0.0, as the trainer does (`openreward_rl.metrics`).
+    """
     from rich.table import Table
 
     table = Table(title=title)
-    for column in ("environment", "episodes", "scored", "reward", "success", "pass@k", "stop reasons", "turns", "tokens", "infra failures"):
+    for column in ("environment", "episodes", "scored", "no reward", "reward", "success", "pass@k", "stop reasons", "turns", "tokens", "infra failures"):
         table.add_column(column, overflow="fold")
     for env, item in summary.items():
         reward = "-" if item.reward_mean is None else f"{item.reward_mean:.3f} ± {item.reward_std:.3f}"
@@ -188,6 +192,7 @@ def summary_table(summary: Mapping[str, Any], title: str = "evaluation") -> Any:
             env,
             str(item.episodes),
             str(item.scored),
+            str(item.unrewarded),
             reward,
             _fmt(item.success_rate, 2),
             pass_k,

@@ -214,13 +214,14 @@ def _plural(count: int, noun: str) -> str:
 
 def _environments(trajectories: Sequence[Trajectory]) -> str:
     esc = html.escape
-    parts = ['<table class="episodes"><thead><tr><th>environment</th><th>episodes</th><th>scored</th><th>reward mean ± std</th>'
+    parts = ['<table class="episodes"><thead><tr><th>environment</th><th>episodes</th><th>scored</th>'
+             '<th title="scored episodes that observed no reward: counted 0, as the trainer does">no reward</th><th>reward mean ± std</th>'
              "<th>success (reward &gt; 0)</th><th>infrastructure failures</th></tr></thead><tbody>"]
     for name, item in summarize(trajectories).items():
         reward = "–" if item.reward_mean is None else f"{item.reward_mean:.3f} ± {item.reward_std:.3f}"
         success = "–" if item.success_rate is None else f"{item.success_rate:.2f}"
-        parts.append(f"<tr><td>{esc(name)}</td><td>{item.episodes}</td><td>{item.scored}</td><td>{reward}</td><td>{success}</td>"
-                     f"<td>{item.infrastructure_failures}</td></tr>")
+        parts.append(f"<tr><td>{esc(name)}</td><td>{item.episodes}</td><td>{item.scored}</td><td>{item.unrewarded}</td><td>{reward}</td>"
+                     f"<td>{success}</td><td>{item.infrastructure_failures}</td></tr>")
     parts.append("</tbody></table>")
     return "".join(parts)
 
