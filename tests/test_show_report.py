@@ -14,6 +14,7 @@ import io
 import json
 import math
 import re
+from html import escape as html_escape
 from pathlib import Path
 
 import pytest
@@ -325,3 +326,27 @@ def test_serve_answers_the_report_on_loopback(results, records):
     finally:
         process.send_signal(signal.SIGINT)
         assert process.wait(timeout=30) == 0
+
+
+def _question(record: dict) -> str:
+    content = next(m["content"] for m in record["messages"] if m["role"] == "user")
+    return " ".join(content.split())[:40]
+
+
+def _expected(record: dict) -> str:
+    spec = record["task"]["task_spec"]
+    return spec.get("answer") or spec["expected"]
+
+
+def test_index_and_groups_name_each_task_by_its_question_and_expected_answer(report, records):
+    """Not just "task 2": the first user message, shortened, and the task spec's expected answer."""
+    text = report.read_text()
+    rows = dict(re.findall(r'<tr data-number="(\d+)"(.*?)</tr>', text, flags=re.S))
+    for number, record in enumerate(records):
+        row = rows[str(number)]
+        assert html_escape(_question(record)) in row, number
+        assert f"expected {html_escape(_expected(record))}" in row, number
+    heads = dict(re.findall(r'<div class="group" id="group-\d+" data-group="([^"]*)">(.*?)<div class="members">', text, flags=re.S))
+    for record in records:
+        head = heads[html_escape(_group(record))]
+        assert html_escape(_question(record)) in head and f"expected {html_escape(_expected(record))}" in head
