@@ -177,3 +177,25 @@ def test_mostly_infrastructure_failures_exit_1_and_run_again_next_time(run_eval_
     assert model.generate_calls == calls + 4 and len(lines(tmp_path / "results.jsonl")) == 4
     code, _, err = run_eval_cli("--keep-failures", environments=("Faulty",))
     assert model.generate_calls == calls + 4 and "4 of 4 episodes already done (4 of them infrastructure failures, kept: --keep-failures), 0 to run" in err
+
+
+def test_the_lock_follows_the_file_through_its_rewrite(tmp_path) -> None:
+    """Opening a file with two lines of one episode rewrites it (a new file renamed over the old):
+    the lock must hold on the new file, or a second writer would get in."""
+    from observe_fixtures import real_trajectory
+
+    from openreward_rl.environment import TaskRef
+    from openreward_rl.evaluation import EvalJob, ResultsError, ResultsFile
+
+    path = tmp_path / "results.jsonl"
+    job = EvalJob(TaskRef("addenv", "train", index=0), 0)
+    with ResultsFile(path, {"eval": {"model": "m"}}) as first:
+        first.write(job, real_trajectory())
+    line = path.read_text()
+    path.write_text(line + line)  # left by a run killed before its closing rewrite
+    first = ResultsFile(path, {"eval": {"model": "m"}}).open()
+    assert path.read_text() == line and list(first.done) == [job.key]
+    with pytest.raises(ResultsError, match="is being written by another"):
+        ResultsFile(path, {"eval": {"model": "m"}}).open()
+    first.close()
+    ResultsFile(path, {"eval": {"model": "m"}}).open().close()

@@ -62,9 +62,10 @@ class EvalJob:
 
 @attrs.frozen
 class ResultsScan:
-    """What a results file holds: the latest record of each `eval_key`, in file order."""
+    """What a results file holds: the latest record of each `eval_key`, in file order (its trajectory
+    and the `eval` settings it was written with)."""
 
-    records: dict[str, dict[str, Any]]
+    settings: dict[str, Any]
     trajectories: dict[str, Trajectory]
     latest_lines: frozenset[int]  # 1-based numbers of the lines kept
     bad_lines: tuple[tuple[int, str], ...]  # (number, why)
@@ -95,7 +96,7 @@ def scan_results(path: str | os.PathLike[str]) -> ResultsScan:
     """Read a results file; a missing file is an empty run. A line that is not a record is listed in
     `bad_lines`, never fatal, unless no line is a record: then it is not a results file (`ResultsError`)."""
     file = Path(path)
-    records: dict[str, tuple[int, dict[str, Any], Trajectory]] = {}
+    records: dict[str, tuple[int, Any, Trajectory]] = {}  # eval_key -> (line number, its `eval`, trajectory)
     bad: list[tuple[int, str]] = []
     count = 0
     if file.exists():
@@ -114,13 +115,13 @@ def scan_results(path: str | os.PathLike[str]) -> ResultsScan:
                     continue
                 count += 1
                 records.pop(record["eval_key"], None)  # the latest line of a key takes its place in file order
-                records[record["eval_key"]] = (number, record, trajectory)
+                records[record["eval_key"]] = (number, record.get("eval"), trajectory)
     if bad and not records:
         number, why = bad[0]
         raise ResultsError(f"{file}:{number}: {why}: not an evaluation results file; use another --output")
     ordered = sorted(records.items(), key=lambda item: item[1][0])
     return ResultsScan(
-        records={key: record for key, (_, record, _) in ordered},
+        settings={key: settings for key, (_, settings, _) in ordered},
         trajectories={key: trajectory for key, (_, _, trajectory) in ordered},
         latest_lines=frozenset(number for number, _, _ in records.values()),
         bad_lines=tuple(bad),
@@ -278,8 +279,7 @@ class ResultsFile:
         wanted = self.metadata.get("eval")
         if not isinstance(wanted, Mapping):
             return
-        for record in scan.records.values():
-            written = record.get("eval")
+        for written in scan.settings.values():
             differences = settings_differences(written, wanted) if isinstance(written, Mapping) else []
             if differences:
                 raise ResultsError(
