@@ -187,11 +187,11 @@ def open_results(options: EvalOptions, config: TrainConfig, console: Any) -> Any
     from openreward_rl.evaluation import ResultsFile
 
     def warn(message: str) -> None:
-        console.print(f"openreward-rl eval: {message}", markup=False)
+        console.print(f"openreward-rl eval: {message}", markup=False, soft_wrap=True)
 
     results = ResultsFile(options.output, {"eval": eval_settings(options, config)}, warn=warn, overwrite=options.overwrite).open()
     if results.moved_to is not None:
-        console.print(f"moved the earlier results to {results.moved_to} (--overwrite)", markup=False)
+        console.print(f"moved the earlier results to {results.moved_to} (--overwrite)", markup=False, soft_wrap=True)
     return results
 
 
@@ -325,7 +325,7 @@ async def _run_eval(options: EvalOptions, config: TrainConfig, *, engine: Any, t
         rerun = f", {failed} of them infrastructure failures to run again" if failed and not options.keep_failures else ""
         kept_failed = f" ({failed} of them infrastructure failures, kept: --keep-failures)" if failed and options.keep_failures else ""
         console.print(f"resuming {options.output}: {len(wanted) - len(jobs)} of {len(wanted)} episodes already done{kept_failed}, "
-                      f"{len(jobs)} to run{rerun}", markup=False)
+                      f"{len(jobs)} to run{rerun}", markup=False, soft_wrap=True)
     results_by_key = dict(kept)
 
     uploader = TrajectoryUploader.from_config(client, config)
@@ -371,7 +371,7 @@ def run(args: Any) -> int:
     out = Console() if Console().is_terminal else Console(width=150)
 
     def fail(message: str, code: int = 2) -> int:
-        console.print(f"openreward-rl eval: {message}", markup=False)
+        console.print(f"openreward-rl eval: {message}", markup=False, soft_wrap=True)
         return code
 
     install_log_redaction()
@@ -449,7 +449,7 @@ def _run_with_engine(
             console.print("interrupted; rerun the same command to resume" if options.output else "interrupted", markup=False)
             return 130
         except (ValueError, ConfigError) as error:
-            console.print(f"openreward-rl eval: {error}", markup=False)
+            console.print(f"openreward-rl eval: {error}", markup=False, soft_wrap=True)
             return 2
     out.print(summary_table(summary, title=f"{options.model} ({options.engine}, n={options.n}, temperature={options.temperature:g})"))
     if options.wandb_project:
@@ -473,5 +473,5 @@ def _infrastructure_verdict(summary: Mapping[str, Any], console: Any, *, rerun: 
     detail = next((detail for item in summary.values() for _, detail in item.failures.values() if detail), "")
     again = "; fix the cause and rerun the same command: failed episodes run again" if rerun else ""
     console.print(f"openreward-rl eval: {failed} of {episodes} episodes were infrastructure failures "
-                  f"({', '.join(f'{reason} ×{count}' for reason, count in kinds.most_common())}; e.g. {detail[:200]}){again}", markup=False)
+                  f"({', '.join(f'{reason} ×{count}' for reason, count in kinds.most_common())}; e.g. {detail[:200]}){again}", markup=False, soft_wrap=True)
     return 1
