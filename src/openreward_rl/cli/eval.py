@@ -18,7 +18,7 @@ import hashlib
 import json
 import os
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -285,20 +285,42 @@ def _build_engine(options: EvalOptions) -> tuple[Any, Any]:
 
 
 async def run_eval(
-    options: EvalOptions, config: TrainConfig, *, engine: Any, tokenizer: Any, client: Any, console: Any, results: Any = None
+    options: EvalOptions,
+    config: TrainConfig,
+    *,
+    engine: Any,
+    tokenizer: Any,
+    client: Any,
+    console: Any,
+    results: Any = None,
+    model_check: Callable[[], Awaitable[None]] | None = None,
 ) -> dict[str, Any]:
     """List tasks, run the missing (task, sample) pairs, write them, and return the per-environment summary.
 
     `results`: the `--output` file already opened (`open_results`), else it is opened here; either way
-    it is closed (rewritten with one line per episode, unlocked) on return.
+    it is closed (rewritten with one line per episode, unlocked) on return. `model_check` is awaited
+    once the prompt renderer has accepted the model, before the first episode (`check_model`).
     """
     if results is None and options.output:
         results = open_results(options, config, console)
     with results if results is not None else contextlib.nullcontext():
-        return await _run_eval(options, config, engine=engine, tokenizer=tokenizer, client=client, console=console, results=results)
+        return await _run_eval(options, config, engine=engine, tokenizer=tokenizer, client=client, console=console, results=results, model_check=model_check)
 
 
-async def _run_eval(options: EvalOptions, config: TrainConfig, *, engine: Any, tokenizer: Any, client: Any, console: Any, results: Any) -> dict[str, Any]:
+def check_model(options: EvalOptions) -> Callable[[], Awaitable[None]] | None:
+    """For a model server (sglang, openai): one cheap request to it (`openreward_rl.model_endpoint`)."""
+    if options.engine == "transformers":
+        return None
+    from openreward_rl.model_endpoint import check_model_endpoint
+
+    base_url = options.base_url or "https://api.openai.com/v1"
+    api_key = os.environ.get(options.api_key_env) if options.engine == "openai" else None
+    return lambda: asyncio.to_thread(check_model_endpoint, options.engine, base_url, api_key=api_key, key_name=f"${options.api_key_env}")
+
+
+async def _run_eval(
+    options: EvalOptions, config: TrainConfig, *, engine: Any, tokenizer: Any, client: Any, console: Any, results: Any, model_check: Any
+) -> dict[str, Any]:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from openreward_rl.evaluation import EvalJob, evaluate, eval_key, plan
@@ -313,6 +335,8 @@ async def _run_eval(options: EvalOptions, config: TrainConfig, *, engine: Any, t
     rollouts = Rollouts.from_config(
         config, engine=engine, tokenizer=tokenizer, client=client, model=options.model, max_context_len=options.max_context_len, max_new_tokens=options.max_new_tokens
     )  # the same constructor as the training hooks: one config renders one prompt
+    if model_check is not None:
+        await model_check()
     tasks = await list_tasks(client, config, max_tasks=options.max_tasks, seed=options.seed)
     if not tasks:
         raise ValueError("the configured environments and splits have no tasks")
@@ -397,10 +421,6 @@ def run(args: Any) -> int:
     os.environ.setdefault("OPENREWARD_DISABLE_UPDATE_CHECK", "1")
     os.environ.setdefault("OPENREWARD_LOG_LEVEL", "WARNING")  # an in-process env server logs every request at INFO
     try:
-        if options.engine != "transformers":
-            from openreward_rl.model_endpoint import check_model_endpoint
-
-            check_model_endpoint(options.engine, options.base_url or "https://api.openai.com/v1", api_key=os.environ.get(options.api_key_env), key_name=f"${options.api_key_env}")
         results = open_results(options, config, console) if options.output else None
     except ValueError as error:
         return fail(str(error))
@@ -431,7 +451,9 @@ def _run_with_engine(
         check_ready(prepared)
         client = AsyncOpenReward()  # the key from OPENREWARD_API_KEY; local servers need none
         try:
-            return await run_eval(options, prepared, engine=engine, tokenizer=tokenizer, client=client, console=console, results=results)
+            return await run_eval(
+                options, prepared, engine=engine, tokenizer=tokenizer, client=client, console=console, results=results, model_check=check_model(options)
+            )
         finally:
             await client.environments.aclose()
 
