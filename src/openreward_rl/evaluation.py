@@ -107,9 +107,9 @@ def scan_results(path: str | os.PathLike[str]) -> ResultsScan:
                 record, why = _parse_line(raw)
                 if record is not None:
                     try:
-                        trajectory = record_to_trajectory(record, f"{file}:{number}")
+                        trajectory = record_to_trajectory(record)
                     except DumpError as error:
-                        record, why = None, str(error).split(": ", 1)[-1]
+                        record, why = None, str(error).removeprefix("record: ")
                 if record is None:
                     bad.append((number, why))
                     continue
@@ -119,10 +119,9 @@ def scan_results(path: str | os.PathLike[str]) -> ResultsScan:
     if bad and not records:
         number, why = bad[0]
         raise ResultsError(f"{file}:{number}: {why}: not an evaluation results file; use another --output")
-    ordered = sorted(records.items(), key=lambda item: item[1][0])
     return ResultsScan(
-        settings={key: settings for key, (_, settings, _) in ordered},
-        trajectories={key: trajectory for key, (_, _, trajectory) in ordered},
+        settings={key: settings for key, (_, settings, _) in records.items()},
+        trajectories={key: trajectory for key, (_, _, trajectory) in records.items()},
         latest_lines=frozenset(number for number, _, _ in records.values()),
         bad_lines=tuple(bad),
         record_lines=count,
