@@ -100,5 +100,5 @@ def test_eval_results_are_dumps(tmp_path):
     assert read_trajectories(tmp_path / "results.jsonl")[0].to_dict() == trajectory.to_dict()
     assert read_results(tmp_path / "results.jsonl")[job.key].to_dict() == trajectory.to_dict()
     (tmp_path / "other.jsonl").write_text(json.dumps(trajectory.to_dict()) + "\n")  # a dump, but not eval's
-    with pytest.raises(ValueError, match="record 0: no eval_key: not an evaluation results file; use another --output"):
+    with pytest.raises(ValueError, match="other.jsonl:1: no eval_key: not an evaluation results file; use another --output"):
         read_results(tmp_path / "other.jsonl")

@@ -86,9 +86,10 @@ async def test_eval_runs_writes_summarizes_and_resumes(env_server, openreward_cl
     Console(file=table, width=250).print(summary_table(summary))
     assert re.search(r"Faulty .* env_error ×6", table.getvalue())
 
-    # Resume with n=3 and a model that is now always wrong: only the third sample of each task runs.
+    # Resume with n=3, keeping the recorded infrastructure failures, and a model that is now always
+    # wrong: only the third sample of each task runs.
     wrong = ScriptedEngine(tokenizer, math_answers, wrong=True)
-    summary = await run_eval(options(tmp_path, n=3), config(env_server), engine=wrong, tokenizer=tokenizer, client=openreward_client, console=console)
+    summary = await run_eval(options(tmp_path, n=3, keep_failures=True), config(env_server), engine=wrong, tokenizer=tokenizer, client=openreward_client, console=console)
     assert wrong.calls == 3 + 3  # one turn per new sample: MathEnv answers, Faulty's explode ends the episode
     math = summary["MathEnv"]
     assert math.episodes == 9 and math.success_rate == pytest.approx(6 / 9)
@@ -96,10 +97,12 @@ async def test_eval_runs_writes_summarizes_and_resumes(env_server, openreward_cl
     assert "resuming" in console.file.getvalue()
     assert len((tmp_path / "results.jsonl").read_text().splitlines()) == 18
 
-    # Recorded infrastructure failures are kept on resume unless asked to run them again.
+    # By default recorded infrastructure failures are not done: they run again, and the file keeps one line per episode.
     wrong.calls = 0
-    summary = await run_eval(options(tmp_path, n=3, retry_failures=True), config(env_server), engine=wrong, tokenizer=tokenizer, client=openreward_client, console=console)
+    summary = await run_eval(options(tmp_path, n=3), config(env_server), engine=wrong, tokenizer=tokenizer, client=openreward_client, console=console)
     assert wrong.calls == 9 and summary["Faulty"].episodes == 9 and summary["MathEnv"].episodes == 9
+    assert "9 of 18 episodes already done, 9 to run, 9 of them infrastructure failures to run again" in console.file.getvalue()
+    assert len((tmp_path / "results.jsonl").read_text().splitlines()) == 18
 
 
 async def test_a_half_written_last_line_is_dropped_and_rerun(env_server, openreward_client, math_answers, tmp_path) -> None:
@@ -182,7 +185,7 @@ def test_unknown_engine_is_an_argparse_error(capsys) -> None:
 def test_options_from_args_names_the_bad_option() -> None:
     args = SimpleNamespace(engine="openai", model="gpt", n=1, concurrency=1, max_new_tokens=8, max_tasks=None, max_context_len=None,
                            temperature=1.0, top_p=1.0, base_url=None, device="cuda", dtype=None, serve=[], seed=0, output=None,
-                           split=None, tokenizer=None, api_key_env="K", retry_failures=False)
+                           split=None, tokenizer=None, api_key_env="K")
     with pytest.raises(ValueError, match="--device and --dtype apply to --engine transformers only"):
         EvalOptions.from_args(args)
 

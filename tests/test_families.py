@@ -317,7 +317,7 @@ def test_eval_refuses_a_refused_family_before_any_episode(capsys: Any, monkeypat
 
     monkeypatch.chdir(Path(__file__).resolve().parents[1])
     argv = ["eval", "--engine", "sglang", "--base-url", "http://127.0.0.1:1", "--tokenizer", "offline:qwen3", "--config", "examples/quickstart_config.yaml",
-            "--serve", "examples/environments/math_env.py:MathEnv"]
+            "--serve", "examples/environments/closest_guess.py:GradedGuess"]
     assert main([*argv, "--model", "google/gemma-4-31B-it"]) == 2
     captured = capsys.readouterr()
     assert "the gemma-4 model family is not supported: no Gemma 4 tokenizer" in " ".join((captured.out + captured.err).split())

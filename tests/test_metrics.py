@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import statistics
 
 import pytest
 from hypothesis import given
@@ -46,14 +47,26 @@ def test_infrastructure_failures_are_counted_apart_and_never_scored() -> None:
     summary = summarize(trajectories)
     a = summary["A"]
     assert (a.episodes, a.scored, a.infrastructure_failures, a.unrewarded, a.tasks) == (5, 4, 1, 1, 3)
-    assert a.reward_mean == pytest.approx(1 / 3)  # the unrewarded truncated episode is not a 0
-    assert a.success_rate == pytest.approx(1 / 4)  # ... but it is not a success either
+    assert a.reward_mean == pytest.approx(1 / 4)  # the unrewarded truncated episode counts 0, as the trainer sees it
+    assert a.success_rate == pytest.approx(1 / 4)  # ... and it is not a success
     assert a.failures == {"env_error": (1, "env_error detail")}
     assert a.stop_reasons == {"completed": 0.6, "env_error": 0.2, "truncated": 0.2}
     assert a.turns_mean == pytest.approx(2.0) and a.sampled_tokens_mean == pytest.approx(23.75)
     # pass@1 over the three tasks: 1/2, 0/1, 0/1; pass@2 only over task 0 (the others have one scored sample)
     assert a.pass_at_k == {1: pytest.approx(1 / 6), 2: pytest.approx(1.0)}
     assert summary["B"].success_rate == 1.0 and summary["B"].pass_at_k == {1: 1.0}
+
+
+def test_reward_figures_are_what_the_trainer_optimises() -> None:
+    """A scored episode without a reward (truncated before any) is 0.0 for the trainer's reward hook
+    (`EpisodeRecord.trained_reward`); the summary's reward figures count it so, and count it apart."""
+    trajectories = [episode("A", i, 0.5) for i in range(3)] + [episode("A", 3, None, StopReason.TRUNCATED), episode("A", 4, None, StopReason.ABORTED)]
+    a = summarize(trajectories)["A"]
+    assert (a.scored, a.unrewarded, a.infrastructure_failures) == (4, 1, 1)
+    assert a.reward_mean == pytest.approx(1.5 / 4) and a.reward_min == 0.0 and a.reward_max == 0.5
+    assert a.reward_std == pytest.approx(statistics.pstdev([0.5, 0.5, 0.5, 0.0]))
+    flat = flat_metrics({"A": a})
+    assert flat["A/reward_mean"] == pytest.approx(0.375) and flat["A/unrewarded"] == 1.0
 
 
 def test_success_threshold_is_configurable() -> None:

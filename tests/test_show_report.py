@@ -14,6 +14,7 @@ import io
 import json
 import math
 import re
+from html import escape as html_escape
 from pathlib import Path
 
 import pytest
@@ -326,3 +327,28 @@ def test_serve_answers_the_report_on_loopback(results, records):
     finally:
         process.send_signal(signal.SIGINT)
         assert process.wait(timeout=30) == 0
+
+
+def _question(record: dict) -> str:
+    content = next(m["content"] for m in record["messages"] if m["role"] == "user")
+    return " ".join(content.split())[:40]
+
+
+def _expected(record: dict) -> str:
+    spec = record["task"]["task_spec"]
+    return spec.get("answer") or spec["expected"]
+
+
+def test_index_and_groups_name_each_task_by_its_question_and_expected_answer(report, records):
+    """Not just "task 2": the first user message, shortened, and the task spec's expected answer."""
+    text = report.read_text()
+    rows = dict(re.findall(r'<tr data-number="(\d+)"(.*?)</tr>', text, flags=re.S))
+    for number, record in enumerate(records):
+        row = rows[str(number)]
+        assert html_escape(_question(record)) in row, number
+        assert f"expected {html_escape(_expected(record))}" in row, number
+    groups = re.findall(r'<div class="group" id="group-\d+" data-group="[^"]*">(.*?)<div class="members">(.*?)(?=<div class="group"|$)', text, flags=re.S)
+    head_of = {int(n): head for head, members in groups for n in re.findall(r'data-episode="(\d+)"', members)}
+    for number, record in enumerate(records):
+        head = head_of[number]
+        assert html_escape(_question(record)) in head and f"expected {html_escape(_expected(record))}" in head

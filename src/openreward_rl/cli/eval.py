@@ -4,7 +4,9 @@
         --serve examples/environments/math_env.py:MathEnv --n 2 --max-tasks 4 --output results.jsonl
 
 Every bad argument, config error or missing requirement is reported before any model is loaded or
-any episode runs. Results are appended as episodes finish; rerunning the same command resumes.
+any episode runs. Results are appended as episodes finish; rerunning the same command resumes
+(with the same settings; `--overwrite` starts afresh), running again the episodes that were
+infrastructure failures (`--keep-failures` keeps them).
 """
 
 from __future__ import annotations
@@ -12,9 +14,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import hashlib
+import json
 import os
 import re
 from collections.abc import Mapping, Sequence
+from collections import Counter
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +59,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--api-key-env", default="OPENAI_API_KEY", help="openai: environment variable holding the API key")
     parser.add_argument("--device", default=None, help="transformers: cpu or cuda (default: cuda when available)")
     parser.add_argument("--dtype", default=None, help="transformers: float32, bfloat16, ... (default float32 on CPU, bfloat16 on CUDA)")
-    parser.add_argument("--retry-failures", action="store_true", help="on resume, rerun episodes recorded as infrastructure failures")
+    parser.add_argument("--keep-failures", action="store_true",
+                        help="on resume, keep episodes recorded as infrastructure failures (default: run them again)")
+    parser.add_argument("--retry-failures", action="store_true", help=argparse.SUPPRESS)  # the default now; accepted for old scripts
+    parser.add_argument("--overwrite", action="store_true",
+                        help="--output holds results of other settings: move it aside (results.old-N.jsonl) and start a new file")
     parser.add_argument("--wandb-project", default=None, help="log the per-environment metrics to this WandB project (WANDB_MODE=offline works)")
     parser.add_argument("--wandb-run", default=None, help="WandB run name (default: WandB's)")
 
@@ -81,7 +91,8 @@ class EvalOptions:
     api_key_env: str = "OPENAI_API_KEY"
     device: str | None = None
     dtype: str | None = None
-    retry_failures: bool = False
+    keep_failures: bool = False
+    overwrite: bool = False
     wandb_project: str | None = None
     wandb_run: str | None = None
 
@@ -107,6 +118,8 @@ class EvalOptions:
             raise ValueError("--engine sglang needs --base-url (the SGLang server or router, e.g. http://127.0.0.1:30000)")
         if args.engine != "transformers" and (args.device or args.dtype):
             raise ValueError("--device and --dtype apply to --engine transformers only")
+        if getattr(args, "keep_failures", False) and getattr(args, "retry_failures", False):
+            raise ValueError("--keep-failures and --retry-failures contradict each other (rerunning failures is the default)")
         if getattr(args, "family", None):
             from openreward_rl.config import check_family_name
 
@@ -138,7 +151,8 @@ class EvalOptions:
             api_key_env=args.api_key_env,
             device=args.device,
             dtype=args.dtype,
-            retry_failures=args.retry_failures,
+            keep_failures=getattr(args, "keep_failures", False),
+            overwrite=getattr(args, "overwrite", False),
             wandb_project=getattr(args, "wandb_project", None),
             wandb_run=getattr(args, "wandb_run", None),
         )
@@ -173,6 +187,44 @@ def _check_local_path(args: Any) -> None:
         raise ValueError(f"{option} {name!r}: no such file or directory{used_for}")
 
 
+# Config keys that change what an episode is (prompt, parsing, tools, rewards, limits); a results file
+# written under other values is not resumed. Task selection (splits, num_samples) is the eval keys'.
+_EPISODE_KEYS = ("system_prompt_template", "thinking", "parser", "tool_execution", "on_no_tool_call", "nudge_message",
+                 "train_thinking", "max_tool_output_tokens", "chat_template_kwargs")
+_ENVIRONMENT_EPISODE_KEYS = ("nonterminal_reward", "reward_reduction", "discount", "min_reward", "max_reward", "max_turns")
+
+
+def eval_settings(options: EvalOptions, config: TrainConfig) -> dict[str, Any]:
+    """The settings a results file records in every line (`eval`) and a resumed run must share."""
+    episode = {key: getattr(config, key) for key in _EPISODE_KEYS}
+    episode["environments"] = {name: {key: getattr(env, key) for key in _ENVIRONMENT_EPISODE_KEYS} for name, env in sorted(config.environments.items())}
+    digest = hashlib.sha256(json.dumps(episode, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return {
+        "engine": options.engine,
+        "model": options.model,
+        "tokenizer": options.tokenizer or options.model,
+        "family": options.family or config.model_family,
+        "temperature": options.temperature,
+        "top_p": options.top_p,
+        "max_new_tokens": options.max_new_tokens,
+        "max_context_len": options.max_context_len,
+        "config": digest,
+    }
+
+
+def open_results(options: EvalOptions, config: TrainConfig, console: Any) -> Any:
+    """The `--output` file, locked and checked against this run's settings (`ResultsError` names the problem)."""
+    from openreward_rl.cli.evaluation import ResultsFile
+
+    def warn(message: str) -> None:
+        console.print(f"openreward-rl eval: {message}", markup=False, soft_wrap=True)
+
+    results = ResultsFile(options.output, {"eval": eval_settings(options, config)}, warn=warn, overwrite=options.overwrite).open()
+    if results.moved_to is not None:
+        console.print(f"moved the earlier results to {results.moved_to} (--overwrite)", markup=False, soft_wrap=True)
+    return results
+
+
 def prepare_config(
     config: TrainConfig, *, split: str | None = None, served: Mapping[str, str] | None = None, base_url: str | None = None, family: str | None = None
 ) -> TrainConfig:
@@ -202,11 +254,15 @@ def _fmt(value: float | None, digits: int = 3) -> str:
 
 
 def summary_table(summary: Mapping[str, Any], title: str = "evaluation") -> Any:
-    """A rich Table with one row per environment."""
+    """A rich Table with one row per environment.
+
+    "scored": episodes that were not infrastructure failures; "no reward": those of them that observed
+    none, which "reward" counts 0.0, as the trainer does (`openreward_rl.observe.metrics`).
+    """
     from rich.table import Table
 
     table = Table(title=title)
-    for column in ("environment", "episodes", "scored", "reward", "success", "pass@k", "stop reasons", "turns", "tokens", "infra failures"):
+    for column in ("environment", "episodes", "scored", "no reward", "reward", "success", "pass@k", "stop reasons", "turns", "tokens", "infra failures"):
         table.add_column(column, overflow="fold")
     for env, item in summary.items():
         reward = "-" if item.reward_mean is None else f"{item.reward_mean:.3f} ± {item.reward_std:.3f}"
@@ -217,6 +273,7 @@ def summary_table(summary: Mapping[str, Any], title: str = "evaluation") -> Any:
             env,
             str(item.episodes),
             str(item.scored),
+            str(item.unrewarded),
             reward,
             _fmt(item.success_rate, 2),
             pass_k,
@@ -257,11 +314,46 @@ def _build_engine(options: EvalOptions) -> tuple[Any, Any]:
     return OpenAIChatEngine(options.base_url or "https://api.openai.com/v1", options.model, tokenizer, api_key_env=options.api_key_env), tokenizer
 
 
-async def run_eval(options: EvalOptions, config: TrainConfig, *, engine: Any, tokenizer: Any, client: Any, console: Any) -> dict[str, Any]:
-    """List tasks, run the missing (task, sample) pairs, write them, and return the per-environment summary."""
+async def run_eval(
+    options: EvalOptions,
+    config: TrainConfig,
+    *,
+    engine: Any,
+    tokenizer: Any,
+    client: Any,
+    console: Any,
+    results: Any = None,
+    model_check: Callable[[], Awaitable[None]] | None = None,
+) -> dict[str, Any]:
+    """List tasks, run the missing (task, sample) pairs, write them, and return the per-environment summary.
+
+    `results`: the `--output` file already opened (`open_results`), else it is opened here; either way
+    it is closed (rewritten with one line per episode, unlocked) on return. `model_check` is awaited
+    once the prompt renderer has accepted the model, before the first episode (`check_model`).
+    """
+    if results is None and options.output:
+        results = open_results(options, config, console)
+    with results if results is not None else contextlib.nullcontext():
+        return await _run_eval(options, config, engine=engine, tokenizer=tokenizer, client=client, console=console, results=results, model_check=model_check)
+
+
+def check_model(options: EvalOptions) -> Callable[[], Awaitable[None]] | None:
+    """For a model server (sglang, openai): one cheap request to it (`openreward_rl.cli.model_endpoint`)."""
+    if options.engine == "transformers":
+        return None
+    from openreward_rl.cli.model_endpoint import check_model_endpoint
+
+    base_url = options.base_url or "https://api.openai.com/v1"
+    api_key = os.environ.get(options.api_key_env) if options.engine == "openai" else None
+    return lambda: asyncio.to_thread(check_model_endpoint, options.engine, base_url, api_key=api_key, key_name=f"${options.api_key_env}")
+
+
+async def _run_eval(
+    options: EvalOptions, config: TrainConfig, *, engine: Any, tokenizer: Any, client: Any, console: Any, results: Any, model_check: Any
+) -> dict[str, Any]:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from openreward_rl.cli.evaluation import EvalJob, ResultsFile, evaluate, eval_key, plan, read_results
+    from openreward_rl.cli.evaluation import EvalJob, evaluate, eval_key, plan
     from openreward_rl.observe.metrics import summarize
     from openreward_rl.loop.rollout import Rollouts
     from openreward_rl.env.tasks import list_tasks
@@ -273,15 +365,21 @@ async def run_eval(options: EvalOptions, config: TrainConfig, *, engine: Any, to
     rollouts = Rollouts.from_config(
         config, engine=engine, tokenizer=tokenizer, client=client, model=options.model, max_context_len=options.max_context_len, max_new_tokens=options.max_new_tokens
     )  # the same constructor as the training hooks: one config renders one prompt
+    if model_check is not None:
+        await model_check()
     tasks = await list_tasks(client, config, max_tasks=options.max_tasks, seed=options.seed)
     if not tasks:
         raise ValueError("the configured environments and splits have no tasks")
     wanted = {eval_key(task, sample) for task in tasks for sample in range(options.n)}
-    done = read_results(options.output) if options.output else {}
+    done = results.done if results is not None else {}
     kept = {key: trajectory for key, trajectory in done.items() if key in wanted}
-    jobs = plan(tasks, options.n, kept, retry_failures=options.retry_failures)
+    jobs = plan(tasks, options.n, kept, keep_failures=options.keep_failures)
     if kept:
-        console.print(f"resuming {options.output}: {len(kept)} of {len(wanted)} episodes already done, {len(jobs)} to run", markup=False)
+        failed = sum(trajectory.stop_reason.is_infrastructure_failure for trajectory in kept.values())
+        rerun = f", {failed} of them infrastructure failures to run again" if failed and not options.keep_failures else ""
+        kept_failed = f" ({failed} of them infrastructure failures, kept: --keep-failures)" if failed and options.keep_failures else ""
+        console.print(f"resuming {options.output}: {len(wanted) - len(jobs)} of {len(wanted)} episodes already done{kept_failed}, "
+                      f"{len(jobs)} to run{rerun}", markup=False, soft_wrap=True)
     results_by_key = dict(kept)
 
     uploader = TrajectoryUploader.from_config(client, config)
@@ -292,7 +390,6 @@ async def run_eval(options: EvalOptions, config: TrainConfig, *, engine: Any, to
             uploader.submit(trajectory, sampling_params=options.sampling_params)
         return trajectory
 
-    metadata = {"eval": {"engine": options.engine, "model": options.model, "tokenizer": options.tokenizer or options.model, "temperature": options.temperature, "top_p": options.top_p}}
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console) as bar:
         progress = bar.add_task("episodes", total=len(jobs))
 
@@ -302,8 +399,7 @@ async def run_eval(options: EvalOptions, config: TrainConfig, *, engine: Any, to
             bar.update(progress, advance=1, description=f"{job.task.environment} reward {reward} ({trajectory.stop_reason.value})")
 
         try:
-            with ResultsFile(options.output, metadata) if options.output else contextlib.nullcontext() as results:
-                await evaluate(jobs, run_one, concurrency=options.concurrency, results=results, on_done=on_done)
+            await evaluate(jobs, run_one, concurrency=options.concurrency, results=results, on_done=on_done)
         finally:
             await uploader.aclose()
     return summarize(results_by_key.values())
@@ -356,17 +452,27 @@ def run(args: Any) -> int:
     os.environ.setdefault("OPENREWARD_DISABLE_UPDATE_CHECK", "1")
     os.environ.setdefault("OPENREWARD_LOG_LEVEL", "WARNING")  # an in-process env server logs every request at INFO
     try:
-        with console.status(f"loading {options.model} ({options.engine})"):
-            engine, tokenizer = _build_engine(options)
-    except (ValueError, FileNotFoundError, OSError) as error:
-        return fail(f"cannot load the model: {error}")
+        results = open_results(options, config, console) if options.output else None
+    except ValueError as error:
+        return fail(str(error))
     try:
-        return _run_with_engine(options, config, engine, tokenizer, classes, console, out)
+        try:
+            with console.status(f"loading {options.model} ({options.engine})"):
+                engine, tokenizer = _build_engine(options)
+        except (ValueError, FileNotFoundError, OSError) as error:
+            return fail(f"cannot load the model: {error}")
+        try:
+            return _run_with_engine(options, config, engine, tokenizer, classes, console, out, results)
+        finally:
+            asyncio.run(engine.aclose())
     finally:
-        asyncio.run(engine.aclose())
+        if results is not None:
+            results.close()
 
 
-def _run_with_engine(options: EvalOptions, config: TrainConfig, engine: Any, tokenizer: Any, classes: Sequence[Any], console: Any, out: Any) -> int:
+def _run_with_engine(
+    options: EvalOptions, config: TrainConfig, engine: Any, tokenizer: Any, classes: Sequence[Any], console: Any, out: Any, results: Any = None
+) -> int:
     from openreward import AsyncOpenReward
 
     from openreward_rl.env.local_server import loopback_environ, serve_environments, variant_name
@@ -378,7 +484,9 @@ def _run_with_engine(options: EvalOptions, config: TrainConfig, engine: Any, tok
         try:
             # an unreachable server, an environment it does not serve, a split it lacks: one line, before any episode
             await check_environments(client, prepared, split_option="--split" if options.split else None)
-            return await run_eval(options, prepared, engine=engine, tokenizer=tokenizer, client=client, console=console)
+            return await run_eval(
+                options, prepared, engine=engine, tokenizer=tokenizer, client=client, console=console, results=results, model_check=check_model(options)
+            )
         finally:
             await client.environments.aclose()
 
@@ -403,4 +511,22 @@ def _run_with_engine(options: EvalOptions, config: TrainConfig, engine: Any, tok
         log_to_wandb(options, summary, config)
     if options.output:
         out.print(f"trajectories: {options.output}  (view one with: openreward-rl show {options.output})", markup=False)
-    return 0
+    return _infrastructure_verdict(summary, console, rerun=bool(options.output))
+
+
+def _infrastructure_verdict(summary: Mapping[str, Any], console: Any, *, rerun: bool) -> int:
+    """1, with one line saying so, when most episodes were infrastructure failures: the figures then
+    say little about the model. Else 0."""
+    episodes = sum(item.episodes for item in summary.values())
+    failed = sum(item.infrastructure_failures for item in summary.values())
+    if failed * 2 <= episodes:
+        return 0
+    kinds = Counter()
+    for item in summary.values():
+        for reason, (count, _) in item.failures.items():
+            kinds[reason] += count
+    detail = next((detail for item in summary.values() for _, detail in item.failures.values() if detail), "")
+    again = "; fix the cause and rerun the same command: failed episodes run again" if rerun else ""
+    console.print(f"openreward-rl eval: {failed} of {episodes} episodes were infrastructure failures "
+                  f"({', '.join(f'{reason} ×{count}' for reason, count in kinds.most_common())}; e.g. {detail[:200]}){again}", markup=False, soft_wrap=True)
+    return 1

@@ -59,21 +59,39 @@ def _tokenizer(args: argparse.Namespace, records: Sequence[Mapping[str, Any]]) -
         return None, f"the recorded tokenizer {name!r} could not be loaded ({type(error).__name__}); token spans are shown as counts (pass --tokenizer)"
 
 
+def _skipped(message: str) -> None:
+    print(f"openreward-rl show: {message}: skipped", file=sys.stderr)
+
+
+def _episodes(file: str) -> tuple[list[Mapping[str, Any]], list[Any]]:
+    """(records, their trajectories): every good record, the latest of each `eval_key` (an `eval`
+    rerun appends before it rewrites); a line that is not a trajectory is skipped with a warning."""
+    from openreward_rl.cli.evaluation import latest_records
+
+    records, trajectories = [], []
+    for record in latest_records(read_records(file, on_bad_line=_skipped)):
+        try:
+            trajectories.append(record_to_trajectory(record, f"{file} record {len(records)}"))
+        except DumpError as error:
+            _skipped(str(error))
+            continue
+        records.append(record)
+    return records, trajectories
+
+
 def run(args: argparse.Namespace) -> int:
     import openreward_rl.show as show
 
     if args.serve and (args.html or args.index is not None):
         return _fail("--serve serves the whole report; drop --html and --index")
     try:
-        records = read_records(args.file)
+        records, trajectories = _episodes(args.file)
         if not records:
             raise DumpError(f"{args.file}: no records")
         if args.index is not None and not -len(records) <= args.index < len(records):
             raise DumpError(f"{args.file}: --index {args.index} is out of range; the file has {len(records)} records (0–{len(records) - 1})")
         if args.index is not None:
-            trajectories = [record_to_trajectory(records[args.index], f"{args.file} record {args.index % len(records)}")]
-        else:
-            trajectories = [record_to_trajectory(record, f"{args.file} record {number}") for number, record in enumerate(records)]
+            trajectories = [trajectories[args.index]]
     except DumpError as error:
         return _fail(str(error))
     listing_only = args.index is None and not args.html and not args.serve

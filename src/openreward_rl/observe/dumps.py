@@ -25,7 +25,7 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -83,11 +83,15 @@ class TrajectoryWriter:
         self.close()
 
 
-def iter_records(path: str | os.PathLike[str], *, resume: bool = False) -> Iterator[dict[str, Any]]:
+def iter_records(
+    path: str | os.PathLike[str], *, resume: bool = False, on_bad_line: Callable[[str], None] | None = None
+) -> Iterator[dict[str, Any]]:
     """The JSON objects of a dump, in order; blank lines are skipped.
 
     `resume`: the file is one this process goes on appending to; a missing file has no records,
     and a last line that a killed writer left unfinished (no newline, not JSON) is cut off the file.
+    A line that is not a JSON object is a `DumpError` naming file:line, or, with `on_bad_line`,
+    skipped after passing that message to it.
     """
     file = Path(path)
     if not file.exists():
@@ -102,11 +106,18 @@ def iter_records(path: str | os.PathLike[str], *, resume: bool = False) -> Itera
                 continue
             try:
                 record = json.loads(line)
+                if not isinstance(record, dict):
+                    raise DumpError(f"{file}:{number}: expected a JSON object, got {type(record).__name__}")
             except json.JSONDecodeError as error:
-                raise DumpError(f"{file}:{number}: not JSON ({error.msg} at column {error.colno})") from None
-            if not isinstance(record, dict):
-                raise DumpError(f"{file}:{number}: expected a JSON object, got {type(record).__name__}")
-            yield record
+                problem = DumpError(f"{file}:{number}: not JSON ({error.msg} at column {error.colno})")
+            except DumpError as error:
+                problem = error
+            else:
+                yield record
+                continue
+            if on_bad_line is None:
+                raise problem
+            on_bad_line(str(problem))
 
 
 def _drop_unfinished_last_line(file: Path) -> None:
@@ -136,8 +147,10 @@ def _drop_unfinished_last_line(file: Path) -> None:
         handle.truncate(cut)
 
 
-def read_records(path: str | os.PathLike[str], *, resume: bool = False) -> list[dict[str, Any]]:
-    return list(iter_records(path, resume=resume))
+def read_records(
+    path: str | os.PathLike[str], *, resume: bool = False, on_bad_line: Callable[[str], None] | None = None
+) -> list[dict[str, Any]]:
+    return list(iter_records(path, resume=resume, on_bad_line=on_bad_line))
 
 
 def read_trajectories(path: str | os.PathLike[str]) -> list[Trajectory]:

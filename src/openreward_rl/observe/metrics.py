@@ -7,6 +7,10 @@ become `EpisodeStats` records (from a `Trajectory`, or from a trainer's sample b
 
 Infrastructure failures (`StopReason.is_infrastructure_failure`: aborted, env_error, timeout) are
 counted separately and never enter reward, success or pass@k: they say nothing about the model.
+The reward figures are those of the reward the trainer optimises: a scored episode that observed no
+reward (truncated before the environment gave one, and no `nonterminal_reward` configured) counts
+0.0, as the Slime/Miles reward hooks hand it to the trainer (`EpisodeRecord.trained_reward`), and is
+counted apart as `unrewarded`.
 
 >>> from openreward_rl.loop.trajectory import StopReason, Trajectory
 >>> def episode(index, reward, stop=StopReason.COMPLETED):
@@ -42,6 +46,7 @@ __all__ = [
     "summarize",
     "flat_metrics",
     "aggregate",
+    "trained_reward",
     "default_task_key",
     "ALL",
 ]
@@ -125,13 +130,18 @@ class EpisodeStats:
         )
 
 
+def trained_reward(episode: EpisodeStats) -> float:
+    """The reward of a scored episode as the trainer gets it: 0.0 where none was observed."""
+    return 0.0 if episode.reward is None else episode.reward
+
+
 @attrs.frozen
 class EnvironmentSummary:
     """What the episodes of one environment add up to.
 
     - `scored`: episodes that were not infrastructure failures; rewards, success and pass@k use only these.
-    - `unrewarded`: scored episodes whose reward is None (the environment never gave one); they count
-      as unsuccessful and are left out of the reward figures.
+    - `unrewarded`: scored episodes whose reward is None (the environment never gave one); the reward
+      figures count them 0.0, as the trainer does, and they are not successes.
     - `tasks`: distinct tasks among the episodes that say which task they ran (None: none says).
     - `pass_at_k[k]`: mean over tasks of the unbiased estimator from each task's scored samples; a
       task with fewer than k scored samples (infrastructure failures) is left out of that k.
@@ -218,7 +228,8 @@ def _metric_means(episodes: Sequence[EpisodeStats]) -> dict[str, float]:
 def _summarize_one(environment: str, episodes: Sequence[EpisodeStats], threshold: float) -> EnvironmentSummary:
     count = len(episodes)
     scored = [e for e in episodes if not e.infrastructure_failure]
-    rewards = [e.reward for e in scored if e.reward is not None]
+    rewards = [trained_reward(e) for e in scored]
+    unrewarded = sum(e.reward is None for e in scored)
     stops = Counter(e.stop_reason for e in episodes)
     failures: dict[str, tuple[int, str]] = {}
     for episode in episodes:
@@ -233,7 +244,7 @@ def _summarize_one(environment: str, episodes: Sequence[EpisodeStats], threshold
         environment=environment,
         episodes=count,
         scored=len(scored),
-        unrewarded=len(scored) - len(rewards),
+        unrewarded=unrewarded,
         tasks=len(tasks) if tasks else None,
         reward_mean=_mean(rewards),
         reward_std=statistics.pstdev(rewards) if rewards else None,

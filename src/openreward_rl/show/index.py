@@ -26,9 +26,11 @@ import attrs
 from openreward_rl.env.tasks import TaskRef, task_hash
 from openreward_rl.loop.trajectory import Trajectory
 
-__all__ = ["EpisodeRow", "Group", "advantages", "episode_rows", "groups", "STD_EPSILON"]
+__all__ = ["EpisodeRow", "Group", "advantages", "episode_rows", "groups", "task_question", "expected_answer", "STD_EPSILON"]
 
 STD_EPSILON = 1e-6  # Slime's: rewards / (std + 1e-6)
+# Task spec keys that hold the expected answer, in order of preference.
+ANSWER_KEYS = ("answer", "expected_answer", "expected", "ground_truth", "solution", "target", "label")
 
 
 def advantages(rewards: Sequence[float | None]) -> list[float | None]:
@@ -41,6 +43,55 @@ def advantages(rewards: Sequence[float | None]) -> list[float | None]:
     if std == 0:
         return [None if r is None else 0.0 for r in rewards]
     return [None if r is None else round((r - mean) / (std + STD_EPSILON), 6) for r in rewards]
+
+
+def _shorten(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, Sequence):
+        return " ".join(part.get("text", "") for part in content if isinstance(part, Mapping))
+    return ""
+
+
+def task_question(trajectory: Trajectory, limit: int = 160) -> str:
+    """The task as the model saw it: the first user message, on one line, shortened to `limit`;
+    without one (the episode failed before its prompt), the task spec's "question" or "prompt".
+
+    >>> t = Trajectory({"environment": "E", "split": "test", "index": 0}, [], [], [{"role": "user", "content": "What is\\n2 + 3?"}], [], None, "completed")
+    >>> task_question(t)
+    'What is 2 + 3?'
+    """
+    for message in trajectory.messages:
+        if message.get("role") == "user":
+            text = _text(message.get("content"))
+            if text.strip():
+                return _shorten(text, limit)
+    spec = trajectory.task.get("task_spec") or {}
+    for key in ("question", "prompt"):
+        if isinstance(spec.get(key), str):
+            return _shorten(spec[key], limit)
+    return ""
+
+
+def expected_answer(task: Mapping[str, Any], limit: int = 80) -> str | None:
+    """The expected answer the task spec states (`answer`, `expected`, ... see ANSWER_KEYS), if any.
+
+    >>> expected_answer({"task_spec": {"question": "2 + 3?", "answer": 5}}), expected_answer({"index": 3})
+    ('5', None)
+    """
+    spec = task.get("task_spec")
+    if not isinstance(spec, Mapping):
+        return None
+    for key in ANSWER_KEYS:
+        value = spec.get(key)
+        if value is not None and value != "":
+            return _shorten(value if isinstance(value, str) else json.dumps(value, ensure_ascii=False), limit)
+    return None
 
 
 def _task_label(task: Mapping[str, Any]) -> str:
@@ -77,6 +128,8 @@ class EpisodeRow:
     tool_errors: int
     trainable: bool
     advantage: float | None = None
+    question: str = ""  # `task_question`
+    expected: str | None = None  # `expected_answer`
 
     @property
     def trained_reward(self) -> float | None:
@@ -126,6 +179,8 @@ def episode_rows(records: Sequence[Mapping[str, Any]], trajectories: Sequence[Tr
                 parse_errors=_count(trajectory.metrics, "parse_errors") or sum(len(t.parsed.errors) for t in trajectory.turns),
                 tool_errors=_count(trajectory.metrics, "tool_errors") or sum(1 for t in trajectory.turns for r in t.tool_results if r.error),
                 trainable=trajectory.trainable,
+                question=task_question(trajectory),
+                expected=expected_answer(task),
             )
         )
     by_group: dict[str, list[int]] = {}

@@ -130,7 +130,7 @@ def _value(row: EpisodeRow, key: str) -> tuple[str, str]:
         return row.environment, esc(row.environment)
     if key == "task":
         label = f"{row.split} {row.task}" + (f" ({row.variant})" if row.variant else "")
-        return label, esc(label)
+        return label, esc(label) + _task_text(row)
     if key == "sample":
         return str(row.sample), str(row.sample)
     if key == "reward":
@@ -144,6 +144,14 @@ def _value(row: EpisodeRow, key: str) -> tuple[str, str]:
     number = {"turns": row.turns, "sampled": row.sampled_tokens, "context": row.context_tokens,
               "parse_errors": row.parse_errors, "tool_errors": row.tool_errors}[key]
     return str(number), str(number)
+
+
+def _task_text(row: EpisodeRow) -> str:
+    """The task's question and expected answer, as the index and the group view show them."""
+    esc = html.escape
+    question = f'<div class="question">{esc(row.question)}</div>' if row.question else ""
+    expected = f'<div class="expected">expected {esc(row.expected)}</div>' if row.expected is not None else ""
+    return question + expected
 
 
 def _index(rows: Sequence[EpisodeRow]) -> str:
@@ -190,7 +198,7 @@ def _groups(all_groups: Sequence[Group], trajectories: Sequence[Trajectory]) -> 
             stats += f" · std {group.std:.3f}"
         note = f' · <span class="group-note">{esc(group.note)}</span>' if group.note else ""
         parts.append(
-            f'<div class="group" id="group-{number}" data-group="{esc(group.key)}"><h3>{esc(group.title)}</h3>'
+            f'<div class="group" id="group-{number}" data-group="{esc(group.key)}"><h3>{esc(group.title)}</h3>{_task_text(group.members[0])}'
             f'<div class="stats">{esc(stats)}{note}</div><div class="members">'
         )
         for member in group.members:
@@ -214,13 +222,14 @@ def _plural(count: int, noun: str) -> str:
 
 def _environments(trajectories: Sequence[Trajectory]) -> str:
     esc = html.escape
-    parts = ['<table class="episodes"><thead><tr><th>environment</th><th>episodes</th><th>scored</th><th>reward mean ± std</th>'
+    parts = ['<table class="episodes"><thead><tr><th>environment</th><th>episodes</th><th>scored</th>'
+             '<th title="scored episodes that observed no reward: counted 0, as the trainer does">no reward</th><th>reward mean ± std</th>'
              "<th>success (reward &gt; 0)</th><th>infrastructure failures</th></tr></thead><tbody>"]
     for name, item in summarize(trajectories).items():
         reward = "–" if item.reward_mean is None else f"{item.reward_mean:.3f} ± {item.reward_std:.3f}"
         success = "–" if item.success_rate is None else f"{item.success_rate:.2f}"
-        parts.append(f"<tr><td>{esc(name)}</td><td>{item.episodes}</td><td>{item.scored}</td><td>{reward}</td><td>{success}</td>"
-                     f"<td>{item.infrastructure_failures}</td></tr>")
+        parts.append(f"<tr><td>{esc(name)}</td><td>{item.episodes}</td><td>{item.scored}</td><td>{item.unrewarded}</td><td>{reward}</td>"
+                     f"<td>{success}</td><td>{item.infrastructure_failures}</td></tr>")
     parts.append("</tbody></table>")
     return "".join(parts)
 

@@ -91,6 +91,8 @@ table.episodes th, table.episodes td { padding: 0.2rem 0.5rem; border-bottom: 1p
 table.episodes th { cursor: pointer; user-select: none; background: #f6f6f6; position: sticky; top: 0; }
 table.episodes th[data-dir="asc"]::after { content: " ▲"; } table.episodes th[data-dir="desc"]::after { content: " ▼"; }
 table.episodes td.num { text-align: right; font-variant-numeric: tabular-nums; }
+table.episodes td .question, table.episodes td .expected { white-space: normal; min-width: 14rem; max-width: 26rem; font-size: 12px; }
+.question { color: #333; } .expected { color: #2e7d32; font-size: 12px; }
 table.episodes tr.infra td { color: #5b3b7a; }
 .filters { margin: 0.6rem 0; display: flex; gap: 0.6rem; flex-wrap: wrap; align-items: center; }
 .filters input, .filters select { font: inherit; padding: 0.15rem 0.3rem; }
