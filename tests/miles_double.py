@@ -139,6 +139,23 @@ def check_trainable(sample: Sample, args: Any = None) -> None:
         assert sample.remove_sample and not any(sample.loss_mask)
 
 
+# miles/rollout/filter_hub/base_types.py (31f1ca9): Miles' own class (no keep_when_insufficient) and reader.
+@dataclass
+class DynamicFilterOutput:
+    keep: bool
+    reason: str | None = None
+
+
+def call_dynamic_filter(fn: Any, *args: Any, **kwargs: Any) -> DynamicFilterOutput:
+    """Miles: no filter keeps; any answer that is not Miles' own `DynamicFilterOutput` becomes `keep=<answer>`."""
+    if fn is None:
+        return DynamicFilterOutput(keep=True)
+    output = fn(*args, **kwargs)
+    if not isinstance(output, DynamicFilterOutput):
+        output = DynamicFilterOutput(keep=output)
+    return output
+
+
 # miles/ray/rollout/train_data_conversion.py (31f1ca9), the parts a removed sample meets: the loss mask
 # length assert, `remove_sample` zeroing the mask, and `_post_process_rewards` building a float tensor
 # from every sample's reward (GRPO normalization per rollout), where a None is torch's TypeError.
