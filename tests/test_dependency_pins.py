@@ -3,12 +3,14 @@
 pip's own resolver (`pip install --dry-run --ignore-installed --report`) resolves pyproject.toml's
 dependencies with each trainer environment's pins as constraints files (tests/data/pins/, each with a
 header naming its source repository, commit and path, and what was left out). Asks PyPI: marked
-`network` and never skipped, so a run without the index fails instead of passing.
+`network` and never skipped, so a run without the index fails instead of passing. The last test proves
+the transformers floor: the trainers' tests run on the transformers Miles pins.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tomllib
@@ -40,6 +42,10 @@ def resolve(requirements: list[str], pin_files: tuple[str, ...], report: Path) -
     return subprocess.run(command, capture_output=True, text=True, timeout=300)
 
 
+def canonical(name: str) -> str:
+    return name.lower().replace("_", "-").replace(".", "-")
+
+
 def pinned(pin_files: tuple[str, ...], name: str) -> str | None:
     for file in pin_files:
         for line in (PINS / file).read_text().splitlines():
@@ -54,7 +60,7 @@ def test_requirements_resolve_with_the_trainers_pins(environment: str, tmp_path:
     result = resolve(dependencies(), pin_files, tmp_path / "report.json")
     errors = [line for line in result.stderr.splitlines() if line.startswith("ERROR")]
     assert result.returncode == 0 and not errors, f"{environment}: pip could not resolve our requirements with its pins:\n" + "\n".join(errors or result.stderr.splitlines()[-10:])
-    resolved = {item["metadata"]["name"].lower(): item["metadata"]["version"] for item in json.loads((tmp_path / "report.json").read_text())["install"]}
+    resolved = {canonical(item["metadata"]["name"]): item["metadata"]["version"] for item in json.loads((tmp_path / "report.json").read_text())["install"]}
     assert {"openreward", "renderers", "transformers", "tokenizers"} <= set(resolved)
     for name in ("transformers", "tokenizers", "openai"):  # the constraints were applied, not ignored
         if (version := pinned(pin_files, name)) is not None:
@@ -66,3 +72,35 @@ def test_the_check_fails_on_a_requirement_that_excludes_a_pin(tmp_path: Path) ->
     requirements = [r for r in dependencies() if not r.startswith("transformers")] + ["transformers>=5.17"]
     result = resolve(requirements, ENVIRONMENTS["miles-31f1ca9"], tmp_path / "report.json")
     assert "ResolutionImpossible" in result.stderr and "transformers" in result.stderr
+
+
+# The tests that exercise transformers on the trainers' path: tokenizers, chat templates, model families,
+# the chat bridge, the Slime/Miles hooks and Miles' agent path. Left out: the embedded engine (the `model`
+# extra, which needs transformers >= 5.18) and one test that pins down how transformers renders
+# DeepSeek-V3's own template with a None content (a transformers behaviour, not ours: 5.12.1 differs).
+FLOOR_TESTS = ["tests/test_token_text.py", "tests/test_plain_text_encoder.py", "tests/test_renderers_tokenizer_view.py", "tests/test_families.py",
+               "tests/test_chat_bridge.py", "tests/test_encoded_context.py", "tests/test_backend_miles.py", "tests/test_miles_agent.py"]  # fmt: skip
+FLOOR_EXCLUDED = "not deepseek_v3_refusal_holds_for_its_official_template"
+
+
+@pytest.mark.timeout(1200)  # a nested pytest run of ~200 tests (about 1.5 min here)
+def test_the_trainers_path_passes_on_miles_transformers(tmp_path: Path) -> None:
+    """The transformers floor is Miles' pin: the transformers, tokenizers and huggingface-hub pip resolves
+    under Miles' and SGLang 0.5.16's pins go first on PYTHONPATH, and the trainers' tests run on them."""
+    pin_files = ENVIRONMENTS["miles-31f1ca9"]
+    result = resolve(dependencies(), pin_files, tmp_path / "report.json")
+    assert result.returncode == 0, result.stderr[-2000:]
+    resolved = {canonical(item["metadata"]["name"]): item["metadata"]["version"] for item in json.loads((tmp_path / "report.json").read_text())["install"]}
+    floor = [f"{name}=={resolved[name]}" for name in ("transformers", "tokenizers", "huggingface-hub")]
+    assert floor[0] == "transformers==5.12.1"
+    target = Path.home() / ".cache" / "openreward_rl" / ("floor-" + "-".join(r.split("==")[1] for r in floor))
+    if not (target / "transformers").is_dir():
+        install = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps", "--target", str(target), *floor]
+        done = subprocess.run(install, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(target), str(REPO / "src")])}
+    probe = subprocess.run([sys.executable, "-c", "import transformers; print(transformers.__version__)"], capture_output=True, text=True, env=env, timeout=120)
+    assert probe.stdout.strip() == "5.12.1", probe.stderr[-2000:]
+    run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-x", "-k", FLOOR_EXCLUDED, *FLOOR_TESTS],
+                         cwd=REPO, capture_output=True, text=True, env=env, timeout=900)  # fmt: skip
+    assert run.returncode == 0, run.stdout[-4000:]
