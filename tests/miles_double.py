@@ -137,3 +137,40 @@ def check_trainable(sample: Sample, args: Any = None) -> None:
     assert not hasattr(sample, "session_id"), "Miles' Sample has no session_id; setting one does nothing"
     if sample.status is Sample.Status.ABORTED:
         assert sample.remove_sample and not any(sample.loss_mask)
+
+
+# miles/rollout/filter_hub/base_types.py (31f1ca9): Miles' own class (no keep_when_insufficient) and reader.
+@dataclass
+class DynamicFilterOutput:
+    keep: bool
+    reason: str | None = None
+
+
+def call_dynamic_filter(fn: Any, *args: Any, **kwargs: Any) -> DynamicFilterOutput:
+    """Miles: no filter keeps; any answer that is not Miles' own `DynamicFilterOutput` becomes `keep=<answer>`."""
+    if fn is None:
+        return DynamicFilterOutput(keep=True)
+    output = fn(*args, **kwargs)
+    if not isinstance(output, DynamicFilterOutput):
+        output = DynamicFilterOutput(keep=output)
+    return output
+
+
+# miles/ray/rollout/train_data_conversion.py (31f1ca9), the parts a removed sample meets: the loss mask
+# length assert, `remove_sample` zeroing the mask, and `_post_process_rewards` building a float tensor
+# from every sample's reward (GRPO normalization per rollout), where a None is torch's TypeError.
+def convert_samples_to_train_data(args: Any, samples: list[Sample]) -> dict[str, Any]:
+    raw_rewards = [sample.get_reward_value(args) for sample in samples]
+    for reward in raw_rewards:
+        if not isinstance(reward, (int, float)):
+            raise TypeError(f"must be real number, not {type(reward).__name__}")  # torch.tensor(..., dtype=torch.float)
+    check_sibling_rewards(samples)
+    loss_masks = []
+    for sample in samples:
+        if sample.loss_mask is None:
+            sample.loss_mask = [1] * sample.response_length
+        assert len(sample.loss_mask) == sample.response_length, f"loss mask length {len(sample.loss_mask)} != response length {sample.response_length}"
+        if sample.remove_sample:
+            sample.loss_mask = [0] * sample.response_length
+        loss_masks.append(sample.loss_mask)
+    return {"tokens": [s.tokens for s in samples], "rewards": raw_rewards, "loss_masks": loss_masks}

@@ -115,3 +115,21 @@ def check_output(output: Sample | list[Sample], args: Any = None) -> list[Sample
     if len(samples) > 1:
         assert len({s.reward for s in samples}) == 1, "fan-out siblings share the rollout's reward"
     return samples
+
+
+# slime/rollout/filter_hub/base_types.py (624b824): the dynamic filter's answer and how Slime reads it.
+@dataclass
+class DynamicFilterOutput:
+    keep: bool
+    reason: str | None = None
+    keep_when_insufficient: bool = False
+
+
+def call_dynamic_filter(fn: Any, *args: Any, **kwargs: Any) -> DynamicFilterOutput:
+    """Slime: no filter keeps; any answer that is not Slime's own `DynamicFilterOutput` becomes `keep=<answer>`."""
+    if fn is None:
+        return DynamicFilterOutput(keep=True)
+    output = fn(*args, **kwargs)
+    if not isinstance(output, DynamicFilterOutput):
+        output = DynamicFilterOutput(keep=output)
+    return output

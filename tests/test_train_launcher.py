@@ -24,6 +24,53 @@ def config_file(tmp_path: Path) -> Path:
     return file
 
 
+# The shape of a slime `scripts/models/*.sh` file at THUDM/slime 624b824 (a bash array MODEL_ARGS, comments
+# inside it, a `${MODEL_ARGS_ROTARY_BASE:-...}` default, a value computed by a loop); written here, numbers
+# from Qwen3-4B's config.json.
+MODEL_SCRIPT = """\
+NLAYERS=36
+arr=()
+for ((i=0; i<NLAYERS; i++)); do arr+=(1); done
+printf -v LAYER_FREQ "[%s]" "$(IFS=', '; echo "${arr[*]}")"
+MODEL_ARGS=(
+   --swiglu
+   --num-layers ${NLAYERS}
+   --hidden-size 2560
+   # attention
+   --num-attention-heads 32
+   --group-query-attention
+   --num-query-groups 8
+   --normalization "RMSNorm"
+   --norm-epsilon 1e-6
+   --rotary-base "${MODEL_ARGS_ROTARY_BASE:-1000000}"
+   --vocab-size 151936
+)
+"""
+
+
+def slime_checkout(root: Path, *models: str) -> Path:
+    """A slime checkout with scripts/models/<name>.sh for each model name (as slime spells them)."""
+    (root / "scripts" / "models").mkdir(parents=True, exist_ok=True)
+    for name in models or ("qwen3-30B-A3B", "qwen3-4B", "qwen3-8B"):
+        (root / "scripts" / "models" / f"{name}.sh").write_text(MODEL_SCRIPT)
+    return root
+
+
+@pytest.fixture
+def megatron(tmp_path: Path) -> list[str]:
+    """The flags a Megatron-backend launch needs besides a slime checkout with the model's scripts/models file."""
+    return ["--megatron-path", str(tmp_path / "Megatron-LM"), "--ref-load", str(tmp_path / "Qwen3_torch_dist")]
+
+
+@pytest.fixture
+def slime_path(tmp_path: Path) -> Path:
+    return slime_checkout(tmp_path / "slime")
+
+
+def megatron_spec(tmp_path: Path, **changes) -> LaunchSpec:
+    return LaunchSpec("slime", str(slime_checkout(tmp_path / "slime")), megatron_path=str(tmp_path / "Megatron-LM"), ref_load=str(tmp_path / "ckpt"), **changes)
+
+
 def dry_run(capsys, *argv: str) -> list[list[str]]:
     assert main(["train", "--dry-run", *argv]) == 0  # flags after `--` belong to train.py
     lines = [line for line in capsys.readouterr().out.splitlines() if line and not line.startswith("#")]
@@ -35,10 +82,12 @@ def value(command: list[str], flag: str) -> str:
 
 
 @pytest.mark.parametrize("framework", ["slime", "miles"])
-def test_dry_run_prints_ray_start_and_submit(framework: str, config_file: Path, tmp_path: Path, capsys, monkeypatch) -> None:
+def test_dry_run_prints_ray_start_and_submit(framework: str, config_file: Path, tmp_path: Path, capsys, monkeypatch, megatron) -> None:
     monkeypatch.setenv("OPENREWARD_API_KEY", "sk-secret-123")
+    slime_checkout(tmp_path / "slime")
     start, submit = dry_run(
         capsys, "--framework", framework, f"--{framework}-path", str(tmp_path / framework), "--config", str(config_file),
+        *(megatron if framework == "slime" else ()),
         "--model", "Qwen/Qwen3-4B", "--n-samples", "8", "--rollout-batch-size", "16", "--", "--use-kl-loss", "--kl-loss-coef", "0.01",
     )  # fmt: skip
     assert start[:3] == ["ray", "start", "--head"] and value(start, "--num-gpus") == "4"
@@ -72,8 +121,8 @@ def test_reused_ray_cluster_is_not_restarted(tmp_path: Path) -> None:
         (["--max-context-len", "1000"], "must exceed --max-response-len"),
     ],
 )
-def test_bad_launch_settings(argv: list[str], message: str, config_file: Path, capsys) -> None:
-    assert main(["train", "--framework", "slime", "--slime-path", "/opt/slime", "--config", str(config_file), *argv, "--dry-run"]) == 2
+def test_bad_launch_settings(argv: list[str], message: str, config_file: Path, capsys, slime_path: Path, megatron: list[str]) -> None:
+    assert main(["train", "--framework", "slime", "--slime-path", str(slime_path), *megatron, "--config", str(config_file), *argv, "--dry-run"]) == 2
     assert message in capsys.readouterr().err
 
 
@@ -83,11 +132,11 @@ def test_missing_framework_path(config_file: Path, capsys, monkeypatch) -> None:
     assert "--miles-path" in capsys.readouterr().err
 
 
-def test_real_launch_checks_keys_and_files(config_file: Path, tmp_path: Path, capsys, monkeypatch) -> None:
-    checkout = tmp_path / "slime"
-    checkout.mkdir()
+def test_real_launch_checks_keys_and_files(config_file: Path, tmp_path: Path, capsys, monkeypatch, megatron) -> None:
+    checkout = slime_checkout(tmp_path / "slime")
+    (tmp_path / "Megatron-LM" / "megatron").mkdir(parents=True)
     tasks = tmp_path / "tasks.jsonl"
-    common = ["train", "--framework", "slime", "--slime-path", str(checkout), "--config", str(config_file), "--task-data", str(tasks)]
+    common = ["train", "--framework", "slime", "--slime-path", str(checkout), *megatron, "--config", str(config_file), "--task-data", str(tasks)]
     monkeypatch.delenv("OPENREWARD_API_KEY", raising=False)
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     assert main(common) == 2 and "has no train.py" in capsys.readouterr().err
@@ -99,32 +148,32 @@ def test_real_launch_checks_keys_and_files(config_file: Path, tmp_path: Path, ca
     assert main(common) == 2 and "WANDB_API_KEY is not set" in capsys.readouterr().err
 
 
-def test_dry_run_refuses_a_broken_config(tmp_path: Path, capsys) -> None:
+def test_dry_run_refuses_a_broken_config(tmp_path: Path, capsys, slime_path: Path, megatron: list[str]) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("environment: {}\n")
-    assert main(["train", "--framework", "slime", "--slime-path", "/opt/slime", "--config", str(bad), "--dry-run"]) == 2
+    assert main(["train", "--framework", "slime", "--slime-path", str(slime_path), *megatron, "--config", str(bad), "--dry-run"]) == 2
     assert "did you mean 'environments'" in capsys.readouterr().err
 
 
-def test_real_launch_refuses_an_unreachable_environment_before_ray(config_file: Path, tmp_path: Path, capsys, monkeypatch) -> None:
+def test_real_launch_refuses_an_unreachable_environment_before_ray(config_file: Path, tmp_path: Path, capsys, monkeypatch, megatron) -> None:
     """The preflight asks each environment for its splits; the suite's OpenReward URL is a closed loopback port."""
-    checkout = tmp_path / "slime"
-    checkout.mkdir()
+    checkout = slime_checkout(tmp_path / "slime")
     (checkout / "train.py").write_text("")
+    (tmp_path / "Megatron-LM" / "megatron").mkdir(parents=True)
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text("")
     monkeypatch.setenv("OPENREWARD_API_KEY", "k")
     monkeypatch.setenv("WANDB_API_KEY", "w")
     monkeypatch.setattr("openreward_rl.cli.train.ray_is_running", lambda: pytest.fail("Ray was consulted before the environments were checked"))
-    common = ["train", "--framework", "slime", "--slime-path", str(checkout), "--config", str(config_file), "--task-data", str(tasks)]
+    common = ["train", "--framework", "slime", "--slime-path", str(checkout), *megatron, "--config", str(config_file), "--task-data", str(tasks)]
     assert main(common) == 2
     assert "cannot be used" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("framework", ["slime", "miles"])
-def test_dry_run_partial_rollout_passes_partial_and_over_sampling(framework: str, config_file: Path, tmp_path: Path, capsys) -> None:
+def test_dry_run_partial_rollout_passes_partial_and_over_sampling(framework: str, config_file: Path, tmp_path: Path, capsys, megatron) -> None:
     _, submit = dry_run(
-        capsys, "--framework", framework, f"--{framework}-path", str(tmp_path), "--config", str(config_file),
+        capsys, "--framework", framework, f"--{framework}-path", str(slime_checkout(tmp_path)), *megatron, "--config", str(config_file),
         "--rollout-mode", "partial", "--rollout-batch-size", "16", "--mask-offpolicy",
     )  # fmt: skip
     train = submit[submit.index("--") + 1 :]
@@ -137,9 +186,9 @@ def test_dry_run_partial_rollout_passes_partial_and_over_sampling(framework: str
 
 
 @pytest.mark.parametrize("framework", ["slime", "miles"])
-def test_dry_run_fully_async_uses_train_async_and_disjoint_gpus(framework: str, config_file: Path, tmp_path: Path, capsys) -> None:
+def test_dry_run_fully_async_uses_train_async_and_disjoint_gpus(framework: str, config_file: Path, tmp_path: Path, capsys, megatron) -> None:
     _, submit = dry_run(
-        capsys, "--framework", framework, f"--{framework}-path", str(tmp_path), "--config", str(config_file),
+        capsys, "--framework", framework, f"--{framework}-path", str(slime_checkout(tmp_path)), *megatron, "--config", str(config_file),
         "--rollout-mode", "fully-async", "--num-gpus", "8", "--tp", "2", "--rollout-gpus", "2",
     )  # fmt: skip
     train = submit[submit.index("--") + 1 :]
@@ -168,22 +217,23 @@ def test_rollout_mode_errors_name_the_flag(changes: dict, message: str, tmp_path
     from openreward_rl.cli.launcher import LaunchError, train_arguments
 
     with pytest.raises(LaunchError, match=message):
-        train_arguments(LaunchSpec("slime", str(tmp_path), **changes))
+        train_arguments(megatron_spec(tmp_path, **changes))
 
 
 def test_sync_mode_passes_no_rollout_mode_flags(tmp_path: Path) -> None:
     from openreward_rl.cli.launcher import train_arguments
 
-    args = train_arguments(LaunchSpec("slime", str(tmp_path)))
+    args = train_arguments(megatron_spec(tmp_path))
     assert not {"--partial-rollout", "--over-sampling-batch-size", "--fully-async", "--rollout-function-path"} & set(args)
-    explicit = train_arguments(LaunchSpec("slime", str(tmp_path), over_sampling_batch_size=64))
+    explicit = train_arguments(megatron_spec(tmp_path, over_sampling_batch_size=64))
     assert explicit[explicit.index("--over-sampling-batch-size") + 1] == "64" and "--partial-rollout" not in explicit
 
 
-def test_train_refuses_a_refused_model_family_before_ray(config_file: Path, tmp_path: Path, capsys) -> None:
+def test_train_refuses_a_refused_model_family_before_ray(config_file: Path, tmp_path: Path, capsys, megatron) -> None:
     """The hooks would pick the family from --model (their hf_checkpoint); a refused one fails the launch up
     front, naming the family and why; `model_family` in the config overrides it."""
-    argv = ["train", "--framework", "slime", "--slime-path", "/opt/slime", "--config", str(config_file), "--dry-run"]
+    checkout = slime_checkout(tmp_path / "slime", "qwen3-8B", "gemma-4-31B-it")
+    argv = ["train", "--framework", "slime", "--slime-path", str(checkout), *megatron, "--config", str(config_file), "--dry-run"]
     assert main([*argv, "--model", "google/gemma-4-31B-it"]) == 2
     err = capsys.readouterr().err
     assert "the gemma-4 model family is not supported: no Gemma 4 tokenizer" in err and "set model_family in" in err
@@ -198,7 +248,7 @@ KEYS = {name: f"{name.lower()}-launch-secret-7391" for name in KNOWN_SECRET_VARI
 
 @pytest.mark.parametrize("ray_running", [False, True])
 def test_no_api_key_in_the_commands_or_the_runtime_env(tmp_path: Path, ray_running: bool) -> None:
-    plan = plan_launch(LaunchSpec("slime", str(tmp_path)), {**KEYS, "OPENREWARD_RUN_NAME": "run-1"}, ray_running=ray_running)
+    plan = plan_launch(megatron_spec(tmp_path), {**KEYS, "OPENREWARD_RUN_NAME": "run-1"}, ray_running=ray_running)
     arguments = " ".join(argument for command in plan.commands() for argument in command)
     assert not [name for name, value in KEYS.items() if value in arguments or name in arguments]
     runtime = json.loads(plan.submit[4].split("=", 1)[1])["env_vars"]
@@ -207,15 +257,15 @@ def test_no_api_key_in_the_commands_or_the_runtime_env(tmp_path: Path, ray_runni
         assert "--dashboard-host=127.0.0.1" in plan.start_ray
 
 
-def test_the_dashboard_is_exposed_only_when_asked(config_file: Path, tmp_path: Path, capsys) -> None:
-    start, submit = dry_run(capsys, "--framework", "slime", "--slime-path", str(tmp_path), "--config", str(config_file), "--dashboard-host", "0.0.0.0")
+def test_the_dashboard_is_exposed_only_when_asked(config_file: Path, slime_path: Path, megatron: list[str], capsys) -> None:
+    start, submit = dry_run(capsys, "--framework", "slime", "--slime-path", str(slime_path), *megatron, "--config", str(config_file), "--dashboard-host", "0.0.0.0")
     assert "--dashboard-host=0.0.0.0" in start and submit[3] == "--address=http://127.0.0.1:8265"
-    start, submit = dry_run(capsys, "--framework", "slime", "--slime-path", str(tmp_path), "--config", str(config_file), "--dashboard-host", "10.1.2.3")
+    start, submit = dry_run(capsys, "--framework", "slime", "--slime-path", str(slime_path), *megatron, "--config", str(config_file), "--dashboard-host", "10.1.2.3")
     assert "--dashboard-host=10.1.2.3" in start and submit[3] == "--address=http://10.1.2.3:8265"
 
 
 def test_a_key_given_to_train_py_is_refused(tmp_path: Path) -> None:
-    spec = LaunchSpec("slime", str(tmp_path), extra=("--wandb-key", KEYS["WANDB_API_KEY"]))
+    spec = megatron_spec(tmp_path, extra=("--wandb-key", KEYS["WANDB_API_KEY"]))
     with pytest.raises(LaunchError, match=r"value of \$WANDB_API_KEY is in the launch command.*environment of the Ray head"):
         plan_launch(spec, KEYS, ray_running=False)
 
@@ -228,7 +278,7 @@ sys.exit(1 if sys.argv[1:2] == ["status"] else 0)  # no cluster running; start a
 """
 
 
-def test_a_real_launch_gives_ray_the_keys_through_its_environment_only(env_server, tmp_path: Path, capsys, monkeypatch) -> None:
+def test_a_real_launch_gives_ray_the_keys_through_its_environment_only(env_server, tmp_path: Path, capsys, monkeypatch, megatron) -> None:
     """`train` without --dry-run, against an environment on the SDK's server (127.0.0.1), with `ray` an
     executable on PATH that records how it was called: its argv never holds a key, its environment does."""
     bin_dir, log = tmp_path / "bin", tmp_path / "ray-calls.jsonl"
@@ -236,9 +286,9 @@ def test_a_real_launch_gives_ray_the_keys_through_its_environment_only(env_serve
     ray = bin_dir / "ray"
     ray.write_text(FAKE_RAY.format(python=sys.executable, log=str(log), names=list(KNOWN_SECRET_VARIABLES)))
     ray.chmod(ray.stat().st_mode | stat.S_IXUSR)
-    checkout = tmp_path / "slime"
-    checkout.mkdir()
+    checkout = slime_checkout(tmp_path / "slime")
     (checkout / "train.py").write_text("")
+    (tmp_path / "Megatron-LM" / "megatron").mkdir(parents=True)
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text("")
     config = tmp_path / "train_config.yaml"
@@ -246,7 +296,7 @@ def test_a_real_launch_gives_ray_the_keys_through_its_environment_only(env_serve
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     for name, value in KEYS.items():
         monkeypatch.setenv(name, value)
-    argv = ["train", "--framework", "slime", "--slime-path", str(checkout), "--config", str(config), "--task-data", str(tasks)]
+    argv = ["train", "--framework", "slime", "--slime-path", str(checkout), *megatron, "--config", str(config), "--task-data", str(tasks)]
     assert main(argv) == 0, capsys.readouterr().err
     calls = [json.loads(line) for line in log.read_text().splitlines()]
     assert [call["argv"][:2] for call in calls] == [["status"], ["start", "--head"], ["job", "submit"]]
@@ -254,3 +304,102 @@ def test_a_real_launch_gives_ray_the_keys_through_its_environment_only(env_serve
     assert "--dashboard-host=127.0.0.1" in calls[1]["argv"]
     shown = json.dumps([call["argv"] for call in calls]) + capsys.readouterr().err
     assert not [name for name, value in KEYS.items() if value in shown]
+
+
+def train_command(submit: list[str]) -> list[str]:
+    return submit[submit.index("--") + 1 :]
+
+
+def test_slime_command_parses_through_slime_argument_contract(config_file: Path, tmp_path: Path, capsys, monkeypatch, megatron) -> None:
+    """The printed Slime command, parsed by a double of slime's parser and its Megatron checks (built from
+    THUDM/slime 624b824, tests/slime_arguments_double.py): every flag is one they define, the model's
+    architecture flags come from slime's scripts/models file, and training starts from --ref-load."""
+    from slime_arguments_double import parse_train_args
+
+    monkeypatch.setenv("MODEL_ARGS_ROTARY_BASE", "5000000")  # the model files' own override, read when sourced
+    checkout = slime_checkout(tmp_path / "slime", "qwen3-4B")
+    _, submit = dry_run(capsys, "--framework", "slime", "--slime-path", str(checkout), *megatron, "--config", str(config_file),
+                        "--model", "Qwen/Qwen3-4B", "--save", str(tmp_path / "out"))  # fmt: skip
+    train = train_command(submit)
+    args, unknown = parse_train_args(train[2:])
+    assert unknown == []  # Megatron's parser would drop these silently
+    assert (args.num_layers, args.hidden_size, args.num_attention_heads, args.rotary_base) == (36, 2560, 32, 5000000)
+    assert args.normalization == "RMSNorm" and args.swiglu and args.norm_epsilon == 1e-6
+    assert args.load == args.ref_load == str(tmp_path / "Qwen3_torch_dist") and args.hf_checkpoint == "Qwen/Qwen3-4B"
+    assert args.save == str(tmp_path / "out") and args.save_interval == 10
+    runtime = json.loads(submit[4].split("=", 1)[1])["env_vars"]
+    assert str(tmp_path / "Megatron-LM") in runtime["PYTHONPATH"].split(":")
+
+
+def test_slime_double_refuses_a_command_without_megatron_model_args(tmp_path: Path) -> None:
+    """The double is not a rubber stamp: without the architecture flags or a checkpoint, Megatron would stop."""
+    from slime_arguments_double import SlimeArgumentError, parse_train_args
+    from openreward_rl.cli.launcher import train_arguments
+
+    argv = train_arguments(megatron_spec(tmp_path))
+    start = argv.index("--num-layers")
+    without_model = argv[:start] + argv[argv.index("--ref-load") :]
+    with pytest.raises(SlimeArgumentError, match="num_layers argument is None"):
+        parse_train_args([a for a in without_model if a not in ("--swiglu", "--group-query-attention")])
+    without_checkpoint = argv[: argv.index("--ref-load")] + argv[argv.index("--ref-load") + 2 :]
+    with pytest.raises(SlimeArgumentError, match="args.load is not None"):
+        parse_train_args(without_checkpoint)
+
+
+@pytest.mark.parametrize(
+    ("drop", "message"),
+    [
+        ("--megatron-path", "the Megatron backend needs Megatron-LM on PYTHONPATH: pass --megatron-path"),
+        ("--ref-load", "the Megatron backend needs a Megatron checkpoint of Qwen/Qwen3-4B: pass --ref-load DIR"),
+        ("scripts/models", "no Megatron model arguments for Qwen/Qwen3-4B:"),
+    ],
+)
+def test_megatron_launch_refuses_what_is_missing_in_one_line(drop: str, message: str, config_file: Path, tmp_path: Path, capsys, monkeypatch, megatron) -> None:
+    monkeypatch.delenv("MEGATRON_PATH", raising=False)
+    checkout = slime_checkout(tmp_path / "slime", *(() if drop != "scripts/models" else ("qwen3-8B",)))
+    flags = list(megatron)
+    if drop.startswith("--"):
+        del flags[flags.index(drop) : flags.index(drop) + 2]
+    code = main(["train", "--framework", "slime", "--slime-path", str(checkout), *flags, "--config", str(config_file), "--model", "Qwen/Qwen3-4B", "--dry-run"])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+    if drop == "scripts/models":
+        assert "qwen3-4b.sh" in err and "--model-args-script" in err
+
+
+def test_model_args_found_by_model_path_any_case_or_given_by_flag(tmp_path: Path, monkeypatch) -> None:
+    from openreward_rl.cli.launcher import LaunchError, train_arguments
+
+    monkeypatch.delenv("MODEL_ARGS_ROTARY_BASE", raising=False)
+    local = train_arguments(megatron_spec(tmp_path, model="/models/QWEN3-4B/"))  # a local HF directory's name
+    assert local[local.index("--rotary-base") + 1] == "1000000" and local[local.index("--num-layers") + 1] == "36"
+    own = tmp_path / "mine.sh"
+    own.write_text("MODEL_ARGS=(--num-layers 2 --hidden-size 64 --num-attention-heads 4)\n")
+    given = train_arguments(megatron_spec(tmp_path, model="org/unknown-model", model_args_script=str(own)))
+    assert given[given.index("--num-layers") + 1] == "2" and given.index("--num-layers") > given.index("--hf-checkpoint")
+    (tmp_path / "empty.sh").write_text("X=1\n")
+    with pytest.raises(LaunchError, match="sets no model arguments"):
+        train_arguments(megatron_spec(tmp_path, model_args_script=str(tmp_path / "empty.sh")))
+    with pytest.raises(LaunchError, match="--model-args-script .*nope.sh does not exist"):
+        train_arguments(megatron_spec(tmp_path, model_args_script=str(tmp_path / "nope.sh")))
+
+
+def test_miles_fsdp_needs_no_megatron_and_miles_megatron_reads_its_python_model_file(tmp_path: Path) -> None:
+    """FSDP reads the architecture from the HF checkpoint: no Megatron flags, no Megatron on PYTHONPATH. Miles'
+    scripts/models files are Python (`model_args()` returning the flags as one string, radixark/miles 31f1ca9)."""
+    from openreward_rl.cli.launcher import LaunchError, runtime_env, train_arguments
+
+    fsdp = LaunchSpec("miles", str(tmp_path), megatron_path=str(tmp_path / "Megatron-LM"))
+    args = train_arguments(fsdp)
+    assert "--num-layers" not in args and "--ref-load" not in args and args[args.index("--train-backend") + 1] == "fsdp"
+    assert str(tmp_path / "Megatron-LM") not in runtime_env(fsdp, {})["env_vars"]["PYTHONPATH"]
+    with pytest.raises(LaunchError, match="--model-args-script applies to the Megatron backend only"):
+        train_arguments(LaunchSpec("miles", str(tmp_path), model_args_script="x.sh"))
+    (tmp_path / "scripts" / "models").mkdir(parents=True)
+    (tmp_path / "scripts" / "models" / "qwen3-4B.py").write_text(
+        "import os\n\ndef model_args(rotary_base=None):\n    return '--num-layers 36 --hidden-size 2560 --normalization RMSNorm '\n"
+    )
+    spec = LaunchSpec("miles", str(tmp_path), model="Qwen/Qwen3-4B", train_backend="megatron", megatron_path="/m", ref_load="/ckpt")
+    args = train_arguments(spec)
+    assert args[args.index("--num-layers") + 1] == "36" and args[args.index("--ref-load") + 1] == "/ckpt"
+    assert args[args.index("--train-backend") + 1] == "megatron" and "/m" in runtime_env(spec, {})["env_vars"]["PYTHONPATH"]

@@ -198,13 +198,13 @@ async def test_no_known_secret_in_any_file_the_commands_write(secret_server: Loc
                 "--tokenizer", "offline:qwen3", "--serve", f"{Path(__file__).parent / 'secret_env.py'}:SecretKeeper",
                 "--output", str(out / "results.jsonl"), "--wandb-project", "secrets", name="eval",
             )  # fmt: skip
-        assert code == 0, (out / "eval.stderr").read_text()[-3000:]
+        assert code == 1, (out / "eval.stderr").read_text()[-3000:]  # its one episode is an infrastructure failure (by design)
         assert await cli("show", str(out / "results.jsonl"), "--no-color", name="show") == 0
         assert await cli("show", str(out / "results.jsonl"), "--html", str(out / "report.html"), name="show-html") == 0
         assert await cli("show", str(out / "results.jsonl"), "--index", "0", "--no-color", name="show-episode") == 0
         assert await cli("prepare", "--config", str(served), "--output", str(out / "tasks.jsonl"), name="prepare") == 0
         assert await cli(
-            "train", "--framework", "slime", "--slime-path", str(tmp_path / "slime"), "--config", str(served),
+            "train", "--framework", "miles", "--miles-path", str(tmp_path / "miles"), "--config", str(served),  # FSDP: no Megatron checkout needed
             "--task-data", str(out / "tasks.jsonl"), "--dry-run", name="train-dry-run",
         ) == 0  # fmt: skip
         uploads = json.dumps(sink.events)

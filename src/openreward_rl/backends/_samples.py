@@ -35,7 +35,7 @@ from openreward_rl.backends.episode_record import EpisodeRecord, metadata_dict
 from openreward_rl.families.token_text import decode_ids
 from openreward_rl.loop.trajectory import StopReason, TokenSegment, Trajectory
 
-__all__ = ["STATUS_FOR_STOP", "sample_fields", "status_for", "episode_metadata", "samples_from_trajectory", "placeholder_ids"]
+__all__ = ["STATUS_FOR_STOP", "sample_fields", "status_for", "episode_metadata", "samples_from_trajectory", "placeholder_ids", "fill_placeholder"]
 
 logger = logging.getLogger(__name__)
 
@@ -84,6 +84,16 @@ def placeholder_ids(tokenizer: Any) -> tuple[int, int]:
     if token is None:
         token = 0
     return int(token), int(token)
+
+
+def fill_placeholder(sample: Any, tokenizer: Any, metadata: dict[str, Any], *, reward: float | None) -> None:
+    """Make `sample` the masked one-token ABORTED placeholder with `remove_sample=True` (never an empty sample)."""
+    prompt_id, response_id = placeholder_ids(tokenizer)
+    fields = sample_fields(sample)
+    _fill(
+        sample, fields, prompt_ids=[prompt_id], response_ids=[response_id], loss_mask=[0], logprobs=[0.0], text="",
+        reward=reward, status=type(sample).Status.ABORTED, metadata=metadata, remove=True, weight_versions=(), non_generation_time=0.0,
+    )  # fmt: skip
 
 
 def _trainable_segments(trajectory: Trajectory) -> list[TokenSegment]:

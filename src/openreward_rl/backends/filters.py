@@ -9,35 +9,44 @@ its 0.0 is a placeholder that would bias the group baseline), when fewer than tw
 a reward, or when every rollout got the same reward (zero advantage under GRPO). Fan-out groups
 (`list[list[Sample]]`) count each rollout once (siblings share `rollout_id` and reward).
 
-The trainer wraps any return value that is not its own `DynamicFilterOutput` as `keep=<value>`,
-so the verdict is returned as Slime's or Miles' `DynamicFilterOutput` (with a drop reason for
-its metrics) when one can be imported, else as a plain bool.
+The trainer wraps any return value that is not its own `DynamicFilterOutput` as `keep=<value>`
+(`call_dynamic_filter` in `{slime,miles}/rollout/filter_hub/base_types.py`), so another trainer's
+`DynamicFilterOutput` would read as a truthy keep. The verdict is therefore returned as the *caller's*
+`DynamicFilterOutput` (with a drop reason for its metrics): the trainer is the package the group's
+`Sample` class comes from (`slime.utils.types` or `miles.utils.types`), whatever else is importable.
+When that cannot be told, or its class cannot be imported, the answer is a plain bool, which both
+trainers wrap correctly.
 """
 
 from __future__ import annotations
 
-import functools
 import importlib
 from typing import Any
 
 from openreward_rl.backends.group_reward import flatten, rollout_key
 
-__all__ = ["keep_informative_groups", "group_verdict"]
+__all__ = ["keep_informative_groups", "group_verdict", "caller_trainer"]
 
-_OUTPUT_CLASSES = (
-    "slime.rollout.filter_hub.base_types",
-    "miles.rollout.filter_hub.base_types",
-)
+TRAINERS = ("slime", "miles")
+_OUTPUT_MODULE = "{trainer}.rollout.filter_hub.base_types"
 
 
-@functools.cache
-def _output_class() -> Any:
-    for module_name in _OUTPUT_CLASSES:
-        try:
-            return importlib.import_module(module_name).DynamicFilterOutput
-        except (ImportError, AttributeError):
-            continue
-    return None
+def caller_trainer(samples: list[Any]) -> str | None:
+    """"slime" or "miles": the package of the group's `Sample` class; None when it is neither."""
+    leaves = flatten(samples)
+    if not leaves:
+        return None
+    package = type(leaves[0]).__module__.partition(".")[0]
+    return package if package in TRAINERS else None
+
+
+def _output_class(trainer: str | None) -> Any:
+    if trainer is None:
+        return None
+    try:
+        return importlib.import_module(_OUTPUT_MODULE.format(trainer=trainer)).DynamicFilterOutput
+    except (ImportError, AttributeError):
+        return None
 
 
 def _reward_value(args: Any, sample: Any) -> float | None:
@@ -75,7 +84,7 @@ def group_verdict(args: Any, samples: list[Any], *, tolerance: float = 1e-6) -> 
 def keep_informative_groups(args: Any, samples: list[Any], **kwargs: Any) -> Any:
     """Slime/Miles `--dynamic-sampling-filter-path` hook (sync, called once per finished group)."""
     keep, reason = group_verdict(args, samples)
-    output_class = _output_class()
+    output_class = _output_class(caller_trainer(samples))
     if output_class is None:
         return keep
     return output_class(keep=keep, reason=reason)

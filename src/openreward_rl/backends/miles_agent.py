@@ -29,9 +29,18 @@ turns into `non_generation_time`; `openreward_rl.backends.miles.reward` reads th
 pass them to an agent function; the tokenizer comes from `--hf-checkpoint`) and applies the episode's
 status, since Miles sets it from the last model call alone. An infrastructure failure (environment
 error, timeout, abort) becomes ABORTED with `remove_sample=True` and its loss mask and log-probs
-zeroed, never a trained 0; max_turns/context limits become TRUNCATED. With Miles' generate used
-directly, set `$OPENREWARD_RL_TOKENIZER` to the checkpoint and keep the dynamic filter, which drops
-groups whose member's record says the run failed.
+zeroed, never a trained 0; max_turns/context limits become TRUNCATED.
+
+Miles skips the reward model for an ABORTED sample, and its train-data conversion zeroes the loss mask
+of a `remove_sample` one but still puts its reward into the group normalization (`torch.tensor`, which
+a None breaks). So a removed sample carries the placeholder value 0.0 as its reward (None under
+`--group-rm`, where the reward hook fills it) and a record saying it failed; the dynamic filter drops
+its group. When no model call reached the session (the environment failed first, the agent raised, or
+the samples could not be collected) Miles returns a copy of the input sample, ABORTED, without the
+record `run` returned: `generate` makes it the masked one-token placeholder with that record (or one
+saying why none exists). With Miles' generate used directly, set `$OPENREWARD_RL_TOKENIZER` to the
+checkpoint and keep the dynamic filter, which drops groups whose member's record says the run failed;
+Miles' own aborted samples then keep reward None, which only the filter keeps out of training.
 """
 
 from __future__ import annotations
@@ -47,7 +56,7 @@ from typing import Any
 import attrs
 
 from openreward_rl.backends._state import load_process_parts
-from openreward_rl.backends._samples import episode_metadata, non_generation_seconds, sample_fields, status_for
+from openreward_rl.backends._samples import episode_metadata, fill_placeholder, non_generation_seconds, sample_fields, status_for
 from openreward_rl.backends.episode_record import EpisodeRecord
 from openreward_rl.backends.group_reward import flatten
 from openreward_rl.config import ConfigError, TrainConfig, config_path
@@ -73,6 +82,9 @@ _TO_CHAT = {value: key for key, value in _FROM_CHAT.items()}
 _FINISH = {**CHAT_FINISH_REASONS, "abort": FinishReason.ABORT}
 
 _ARGS: contextvars.ContextVar[Any] = contextvars.ContextVar("openreward_rl_miles_args", default=None)
+# Where `run` leaves its record for `generate`: Miles drops it when the session recorded no model call.
+_RECORD: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("openreward_rl_miles_record", default=None)
+NO_RECORD_DETAIL = "Miles returned the sample without the agent's record (the agent function raised, or the session's samples could not be collected)"
 
 
 def chat_sampling_params(request_kwargs: Mapping[str, Any]) -> dict[str, Any]:
@@ -198,6 +210,9 @@ async def run(base_url: str, prompt: Any, request_kwargs: Mapping[str, Any] | No
     tool_time = non_generation_seconds(metrics)
     out = episode_metadata(metadata, trajectory)
     out["agent_metrics"] = {"total_tool_time": tool_time, "model_calls": float(engine.calls)}
+    holder = _RECORD.get()
+    if holder is not None:
+        holder.update(out)
     return out
 
 
@@ -217,11 +232,12 @@ async def _play(rollouts: Rollouts, engine: SessionChatEngine, task: Any, sampli
     return trajectory
 
 
-def apply_episode_status(sample: Any) -> None:
+def apply_episode_status(sample: Any, *, preset_reward: bool = True) -> None:
     """Set a Miles-assembled sample's status from the episode record `run` left in its metadata.
 
-    ABORTED from Miles (a model call was aborted, or nothing was recorded) stays ABORTED. An
-    infrastructure failure is ABORTED with `remove_sample` and a zero loss mask and log-probs.
+    ABORTED from Miles (a model call was aborted) stays ABORTED. An infrastructure failure is ABORTED
+    with `remove_sample`, a zero loss mask and log-probs, and the placeholder reward 0.0 (Miles runs no
+    reward model for it; None when `preset_reward` is off, for a group RM that refuses preset rewards).
     """
     record = EpisodeRecord.of_sample(sample)
     if record is None:
@@ -235,8 +251,22 @@ def apply_episode_status(sample: Any) -> None:
             sample.rollout_log_probs = [0.0] * length
         if "remove_sample" in sample_fields(sample):
             sample.remove_sample = True
+        sample.reward = 0.0 if preset_reward else None
         return
     sample.status = status_for(sample, record.stop_reason)
+
+
+def remove_unrecorded(sample: Any, agent_record: Mapping[str, Any], tokenizer: Any, *, preset_reward: bool = True) -> None:
+    """A sample Miles returned without the agent's record (no model call reached the session): the masked
+    placeholder, ABORTED and removed, with the episode's record (or one saying why there is none)."""
+    row = dict(sample.metadata or {})
+    try:
+        record = EpisodeRecord.from_metadata({**row, **agent_record})
+    except ValueError:
+        record = EpisodeRecord(environment=str(row.get("environment", "")), stop_reason=StopReason.ABORTED, stop_detail=NO_RECORD_DETAIL,
+                               split=row.get("split"), index=row.get("index"), variant=row.get("variant"))  # fmt: skip
+    metadata = attrs.evolve(record, placeholder=True).to_metadata({**row, **agent_record})
+    fill_placeholder(sample, tokenizer, metadata, reward=0.0 if preset_reward else None)
 
 
 async def generate(input: Any) -> Any:  # noqa: A002  (Miles detects the new form by this name)
@@ -245,15 +275,39 @@ async def generate(input: Any) -> Any:  # noqa: A002  (Miles detects the new for
 
     agentic = importlib.import_module(AGENTIC_GENERATE_MODULE)
     args = getattr(input, "args", None) or input.state.args
-    token = _ARGS.set(args)
+    agent_record: dict[str, Any] = {}
+    token, record_token = _ARGS.set(args), _RECORD.set(agent_record)
     try:
         output = await agentic.generate(input)
     finally:
         _ARGS.reset(token)
+        _RECORD.reset(record_token)
     samples = output.samples
+    preset_reward = not getattr(args, "group_rm", False)
     for sample in flatten(samples) if isinstance(samples, list) else [samples]:
-        apply_episode_status(sample)
+        if EpisodeRecord.of_sample(sample) is None:
+            remove_unrecorded(sample, agent_record, _placeholder_tokenizer(args), preset_reward=preset_reward)
+        else:
+            apply_episode_status(sample, preset_reward=preset_reward)
     return output
+
+
+def _placeholder_tokenizer(args: Any) -> Any:
+    """The tokenizer for a placeholder's ids; without one (no checkpoint could load) id 0 is used."""
+    try:
+        return _state(args).tokenizer
+    except Exception as error:  # the sample is removed either way; its ids only need to be valid
+        logger.warning("no tokenizer for the removed sample's placeholder ids (%s); using id 0", error)
+        return _NO_TOKENIZER
+
+
+@attrs.frozen
+class _NoTokenizer:
+    pad_token_id: int = 0
+    eos_token_id: int = 0
+
+
+_NO_TOKENIZER = _NoTokenizer()
 
 
 def _add_arguments(parser: Any) -> None:

@@ -30,6 +30,7 @@ import json
 import os
 import shlex
 import subprocess
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -38,7 +39,7 @@ from openreward_rl.errors import TrainerError
 
 from openreward_rl.redaction import KNOWN_SECRET_VARIABLES, MIN_SECRET_LENGTH
 
-__all__ = ["LaunchError", "LaunchSpec", "LaunchPlan", "train_arguments", "runtime_env", "plan_launch", "check_batch_sizes", "ray_is_running"]
+__all__ = ["LaunchError", "LaunchSpec", "LaunchPlan", "train_arguments", "megatron_arguments", "read_model_args", "runtime_env", "plan_launch", "check_batch_sizes", "ray_is_running"]
 
 FRAMEWORKS = ("slime", "miles")
 ROLLOUT_MODES = ("sync", "partial", "fully-async")
@@ -89,6 +90,12 @@ class LaunchSpec:
     mask_offpolicy: bool = False  # --mask-offpolicy-in-partial-rollout
     rollout_gpus: int | None = None  # fully-async: GPUs for SGLang (the rest train); default num_gpus // 2
     dashboard_host: str = DASHBOARD_HOST  # `ray start --dashboard-host`; 0.0.0.0 exposes the job API to the network
+    # Megatron backend (what the cookbook's run.sh asks for): Megatron-LM's checkout (put on PYTHONPATH), the
+    # reference checkpoint (torch_dist, also where training starts without --load), and the model's Megatron
+    # arguments: a framework scripts/models file, found from --model when not given.
+    megatron_path: str | None = None
+    ref_load: str | None = None
+    model_args_script: str | None = None
     extra: tuple[str, ...] = ()
 
     @property
@@ -182,6 +189,22 @@ def _check_spec(spec: LaunchSpec) -> None:
     if spec.framework == "slime" and spec.backend == "fsdp":
         raise LaunchError("Slime removed its FSDP backend (THUDM/slime #1664); use --train-backend megatron, or --framework miles for FSDP")
     check_batch_sizes(spec)
+    _check_megatron(spec)
+
+
+def _check_megatron(spec: LaunchSpec) -> None:
+    """The Megatron backend cannot start without Megatron-LM, a checkpoint and the model's architecture flags."""
+    if spec.backend != "megatron":
+        if spec.model_args_script:
+            raise LaunchError("--model-args-script applies to the Megatron backend only (FSDP reads the architecture from --model)")
+        return
+    if not spec.megatron_path:
+        raise LaunchError("the Megatron backend needs Megatron-LM on PYTHONPATH: pass --megatron-path /path/to/Megatron-LM or set $MEGATRON_PATH")
+    if not spec.ref_load:
+        raise LaunchError(
+            f"the Megatron backend needs a Megatron checkpoint of {spec.model}: pass --ref-load DIR "
+            f"(write it with {spec.framework}'s tools/convert_hf_to_torch_dist.py)"
+        )
 
 
 def train_arguments(spec: LaunchSpec) -> list[str]:
@@ -196,6 +219,7 @@ def train_arguments(spec: LaunchSpec) -> list[str]:
         *(() if spec.fully_async else ("--colocate",)),
         "--rollout-num-gpus-per-engine", str(spec.tp),
         "--hf-checkpoint", spec.model,
+        *megatron_arguments(spec),
         "--prompt-data", str(Path(spec.task_data).resolve()),
         "--input-key", "prompt",
         "--label-key", "label",
@@ -233,6 +257,50 @@ def train_arguments(spec: LaunchSpec) -> list[str]:
     return args + list(spec.extra)
 
 
+def megatron_arguments(spec: LaunchSpec) -> list[str]:
+    """The model's Megatron architecture flags and its reference checkpoint; none on FSDP."""
+    if spec.backend != "megatron":
+        return ["--ref-load", spec.ref_load] if spec.ref_load else []
+    script = model_args_script(spec)
+    return [*read_model_args(script), "--ref-load", str(spec.ref_load)]
+
+
+def model_args_script(spec: LaunchSpec) -> Path:
+    """--model-args-script, else `<framework>/scripts/models/<model name>.sh` (Slime) or `.py` (Miles), any case."""
+    if spec.model_args_script:
+        script = Path(spec.model_args_script)
+        if not script.is_file():
+            raise LaunchError(f"--model-args-script {script} does not exist")
+        return script
+    models = Path(spec.framework_path) / "scripts" / "models"
+    suffix = ".sh" if spec.framework == "slime" else ".py"
+    wanted = f"{Path(spec.model.rstrip('/')).name}{suffix}".lower()
+    found = sorted(p for p in models.glob(f"*{suffix}") if p.name.lower() == wanted) if models.is_dir() else []
+    if not found:
+        raise LaunchError(f"no Megatron model arguments for {spec.model}: {models} has no {wanted}; pass --model-args-script PATH")
+    return found[0]
+
+
+def read_model_args(script: Path) -> list[str]:
+    """MODEL_ARGS of a Slime-style bash file (sourced, as run.sh does) or `model_args()` of a Miles-style .py file."""
+    if script.suffix == ".py":
+        code = "import runpy,sys; print(runpy.run_path(sys.argv[1])['model_args']())"
+        command = [sys.executable, "-c", code, str(script)]
+    else:
+        command = ["bash", "-c", 'source "$1"; printf "%s\\0" "${MODEL_ARGS[@]}"', "model-args", str(script)]
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise LaunchError(f"cannot read the model arguments in {script}: {error}") from None
+    if result.returncode:
+        last = (result.stderr.strip().splitlines() or ["no output"])[-1]
+        raise LaunchError(f"reading the model arguments in {script} failed: {last}")
+    args = shlex.split(result.stdout) if script.suffix == ".py" else [a for a in result.stdout.split("\0") if a]
+    if not args:
+        raise LaunchError(f"{script} sets no model arguments (MODEL_ARGS for a .sh file, model_args() for a .py file)")
+    return args
+
+
 def rollout_mode_arguments(spec: LaunchSpec) -> list[str]:
     """The trainer flags of the rollout mode (the hooks themselves are the same in every mode).
 
@@ -254,7 +322,8 @@ def runtime_env(spec: LaunchSpec, environ: Mapping[str, str]) -> dict[str, dict[
     `FORWARDED_ENV` settings; never an API key (the job inherits those from the Ray head)."""
     library_root = str(Path(__file__).resolve().parents[1])
     inherited = [str(Path(p).resolve()) for p in environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    paths = [str(Path(spec.framework_path).resolve()), library_root, *inherited]
+    megatron = [str(Path(spec.megatron_path).resolve())] if spec.backend == "megatron" and spec.megatron_path else []
+    paths = [str(Path(spec.framework_path).resolve()), *megatron, library_root, *inherited]
     env_vars = {
         "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)),
         "CUDA_DEVICE_MAX_CONNECTIONS": "1",

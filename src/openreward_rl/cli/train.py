@@ -18,6 +18,7 @@ from openreward_rl.config import ConfigError, load_config
 from openreward_rl.preflight import check_environments, check_ready, remote_environments
 from openreward_rl.redaction import install_log_redaction
 from openreward_rl.cli.launcher import LaunchError, LaunchSpec, plan_launch, ray_is_running, run_plan
+from openreward_rl.cli.launcher import LaunchError, LaunchSpec, plan_launch, ray_is_running, run_plan, train_arguments
 
 __all__ = ["add_arguments", "run", "spec_from_args"]
 
@@ -42,6 +43,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--temperature", type=float, default=defaults.temperature, help=f"rollout sampling temperature, > 0 (default {defaults.temperature:g})")
     parser.add_argument("--num-rollout", type=int, default=defaults.num_rollout, help=f"rollout/train iterations (default {defaults.num_rollout})")
     parser.add_argument("--train-backend", choices=("fsdp", "megatron"), default=None, help="default: megatron on Slime, fsdp on Miles")
+    parser.add_argument("--megatron-path", default=os.environ.get("MEGATRON_PATH"), help="Megatron backend: Megatron-LM checkout, put on the job's PYTHONPATH (default $MEGATRON_PATH)")
+    parser.add_argument("--ref-load", default=None, help="Megatron backend: the model's Megatron (torch_dist) checkpoint: the reference model, and the start when --load has none")
+    parser.add_argument(
+        "--model-args-script", default=None,
+        help="Megatron backend: file with the model's Megatron flags (Slime: a scripts/models/*.sh setting MODEL_ARGS; Miles: a scripts/models/*.py with model_args()); "
+        "default: <framework>/scripts/models/<--model's name>.sh|.py",
+    )  # fmt: skip
     parser.add_argument("--save", default=None, help="checkpoint directory to save to")
     parser.add_argument("--save-interval", type=int, default=defaults.save_interval, help=f"rollouts between checkpoints (default {defaults.save_interval})")
     parser.add_argument("--load", default=None, help="checkpoint directory to resume from (the trainer picks the latest)")
@@ -102,6 +110,9 @@ def spec_from_args(args: Any) -> LaunchSpec:
         mask_offpolicy=args.mask_offpolicy,
         rollout_gpus=args.rollout_gpus,
         dashboard_host=args.dashboard_host,
+        megatron_path=args.megatron_path,
+        ref_load=args.ref_load,
+        model_args_script=args.model_args_script,
         extra=tuple(extra),
     )
 
@@ -116,6 +127,8 @@ def _check_ready(spec: LaunchSpec, environ: dict[str, str]) -> None:
     """Things a real launch needs that a dry run does not."""
     if not os.path.isfile(os.path.join(spec.framework_path, spec.train_script)):
         raise LaunchError(f"{spec.framework_path} has no {spec.train_script}; point --{spec.framework}-path at a {spec.framework} checkout")
+    if spec.megatron_path and spec.backend == "megatron" and not os.path.isdir(os.path.join(str(spec.megatron_path), "megatron")):
+        raise LaunchError(f"--megatron-path {spec.megatron_path} has no megatron package; point it at a Megatron-LM checkout")
     if not os.path.isfile(spec.task_data):
         raise LaunchError(f"task data {spec.task_data} does not exist; write it with `openreward-rl prepare --config {spec.config} --output {spec.task_data}`")
     config = load_config(spec.config)
@@ -155,6 +168,7 @@ def run(args: Any) -> int:
     environ = dict(os.environ)
     try:
         spec = spec_from_args(args)
+        train_arguments(spec)  # refuses bad settings (and a Megatron run without what it needs) before anything else
         if args.dry_run:
             _check_family(load_config(spec.config), spec.model)  # a dry run still refuses a broken config or a refused model family
             plan = plan_launch(spec, environ, ray_running=False)
