@@ -1,0 +1,240 @@
+"""One GRPO training run with TRL on one machine: environments, model, `GRPOTrainer`, evaluations.
+
+`openreward-rl train --framework trl` and `benchmarks/learning_curve.py` both use it:
+
+    options = TrlOptions(model="offline:smollm2", device="cpu", max_steps=8, output_dir="runs/q")
+    with TrlSession.open(config, options, serve=["examples/environments/guess_number.py:GuessNumber"]) as session:
+        before = session.evaluate("test", n=4)
+        session.trainer().train()
+        after = session.evaluate("test", n=4)
+
+Everything runs in this process: the environment classes given with `serve` on an SDK `Server` on
+127.0.0.1 (a thread), the model through transformers, the episodes on the adapter's event loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from openreward_rl.backends.trl import TrlAdapter, task_dataset
+from openreward_rl.config import TrainConfig
+from openreward_rl.engines.transformers import SamplingConfig
+from openreward_rl.environment import TaskRef
+
+__all__ = ["TrlOptions", "TrlSession", "grpo_config", "last_checkpoint", "lora_config"]
+
+
+@attrs.frozen
+class TrlOptions:
+    """What a TRL run is made of. Defaults fit a small model on a CPU.
+
+    - `prompts_per_step` tasks per optimizer step, each run `n_samples` times (one GRPO group each);
+      the step trains on `prompts_per_step * n_samples` episodes.
+    - `max_new_tokens` per model call, `max_context_len` per episode (None: the model's).
+    - `save_interval`: steps between checkpoints in `output_dir` (TRL's `checkpoint-N` folders).
+    """
+
+    model: str
+    output_dir: str = "trl_output"
+    device: str | None = None
+    dtype: str | None = None
+    bf16: bool = False
+    max_steps: int = 20
+    prompts_per_step: int = 2
+    n_samples: int = 4
+    lr: float = 1e-5
+    beta: float = 0.0
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 256
+    max_context_len: int | None = None
+    save_interval: int = 10
+    lora: bool = False
+    lora_rank: int = 16
+    seed: int = 0
+    max_tasks: int | None = None
+    group_rm: bool = False
+    concurrency: int = 32
+    report_to: str = "none"
+    run_name: str | None = None
+    logging_steps: int = 1
+    family: str | None = None
+
+    def __attrs_post_init__(self) -> None:
+        for name in ("max_steps", "prompts_per_step", "max_new_tokens", "save_interval", "concurrency", "logging_steps"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        if self.n_samples < 2:
+            raise ValueError(f"n-samples must be at least 2 (GRPO compares the samples of a group), got {self.n_samples}")
+        if not self.temperature > 0:
+            raise ValueError(f"temperature must be > 0 for GRPO sampling, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top-p must be in (0, 1], got {self.top_p}")
+        if self.device not in (None, "cpu", "cuda") and not str(self.device).startswith("cuda:"):
+            raise ValueError(f"device must be cpu or cuda, got {self.device!r}")
+
+    @property
+    def sampling(self) -> SamplingConfig:
+        return SamplingConfig(temperature=self.temperature, top_p=self.top_p)
+
+    @property
+    def resolved_device(self) -> str:
+        if self.device:
+            return self.device
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def grpo_config(options: TrlOptions) -> Any:
+    """TRL's `GRPOConfig` for these options: one generation per optimizer step, every episode in one batch."""
+    from trl import GRPOConfig
+
+    batch = options.prompts_per_step * options.n_samples
+    cpu = options.resolved_device == "cpu"
+    return GRPOConfig(
+        output_dir=options.output_dir,
+        max_steps=options.max_steps,
+        learning_rate=options.lr,
+        per_device_train_batch_size=batch,
+        gradient_accumulation_steps=1,
+        num_generations=options.n_samples,
+        temperature=options.temperature,
+        top_p=options.top_p,
+        max_completion_length=options.max_new_tokens,
+        beta=options.beta,
+        save_strategy="steps",
+        save_steps=options.save_interval,
+        logging_steps=options.logging_steps,
+        report_to=options.report_to,
+        run_name=options.run_name,
+        seed=options.seed,
+        bf16=options.bf16,
+        use_cpu=cpu,
+        dataloader_num_workers=0,
+        log_completions=False,
+        disable_tqdm=False,
+    )
+
+
+def lora_config(options: TrlOptions) -> Any:
+    """peft's `LoraConfig` on every linear projection of the model (rank `lora_rank`, alpha 2x rank)."""
+    from peft import LoraConfig
+
+    return LoraConfig(r=options.lora_rank, lora_alpha=2 * options.lora_rank, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM")
+
+
+def trainable_gguf(model: Any) -> Any:
+    """A model loaded from a GGUF file, made trainable: transformers dequantizes GGUF weights into ordinary
+    full-precision parameters on load but still marks the model quantized, which the Trainer refuses.
+    The marks are dropped only for GGUF (nothing stays quantized); other models are left as they are."""
+    method = getattr(model, "quantization_method", None)
+    if getattr(model, "is_quantized", False) and str(getattr(method, "value", method)).lower() == "gguf":
+        model.is_quantized = False
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+    return model
+
+
+def last_checkpoint(output_dir: str | os.PathLike[str]) -> str | None:
+    """The newest `checkpoint-N` folder in `output_dir`, or None."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    return get_last_checkpoint(str(output_dir)) if Path(output_dir).is_dir() else None
+
+
+@attrs.define(eq=False)
+class TrlSession:
+    """The parts of one run: config (as served), model, tokenizer, adapter, training tasks."""
+
+    config: TrainConfig
+    options: TrlOptions
+    model: Any
+    tokenizer: Any
+    adapter: TrlAdapter
+    train_tasks: list[TaskRef]
+    _trainer: Any = None
+
+    @classmethod
+    @contextlib.contextmanager
+    def open(cls, config: TrainConfig, options: TrlOptions, *, serve: Sequence[str | type] = (), model: Any = None, tokenizer: Any = None, episode: Any = None) -> Iterator[TrlSession]:
+        """Serve `serve` (specs `file.py:Class` or classes), load the model (or use `model`/`tokenizer`), list the training tasks."""
+        from openreward import AsyncOpenReward
+
+        from openreward_rl.cli.eval import prepare_config
+        from openreward_rl.engines.transformers import load_model
+        from openreward_rl.local_env import serve_environments, variant_name
+        from openreward_rl.preflight import check_ready
+        from openreward_rl.tasks import list_tasks
+        from openreward_rl.tool_episode import ToolEpisode
+
+        with contextlib.ExitStack() as stack:
+            base_url, served = None, {}
+            if serve:
+                server = stack.enter_context(serve_environments(list(serve)))
+                base_url = server.base_url
+                served = {variant_name(cls_): variant_name(cls_) for cls_ in server.classes}
+            prepared = prepare_config(config, served=served, base_url=base_url, family=options.family)
+            check_ready(prepared)
+            if model is None:
+                model, tokenizer = load_model(options.model, device=options.resolved_device, dtype=options.dtype)
+            trainable_gguf(model)
+            adapter = TrlAdapter.build(
+                prepared, tokenizer, None, model=options.model, sampling=options.sampling, max_new_tokens=options.max_new_tokens,
+                max_context_len=options.max_context_len, episode=episode or ToolEpisode, concurrency=options.concurrency, group_rm=options.group_rm,
+            )  # fmt: skip
+
+            async def make_client() -> Any:
+                return AsyncOpenReward()  # the key from OPENREWARD_API_KEY; local servers need none
+
+            adapter.rollouts.client = adapter.run(make_client())
+            stack.callback(adapter.close)
+            tasks = adapter.run(list_tasks(adapter.rollouts.client, prepared, max_tasks=options.max_tasks, seed=options.seed))
+            if not tasks:
+                raise ValueError("the configured environments and splits have no tasks to train on")
+            yield cls(prepared, options, model, tokenizer, adapter, tasks)
+
+    def tasks_of(self, split: str, max_tasks: int | None = None) -> list[TaskRef]:
+        """The tasks of `split` in every configured environment (first `max_tasks` of each, in order)."""
+        from openreward_rl.cli.eval import prepare_config
+        from openreward_rl.tasks import list_tasks
+
+        config = prepare_config(self.config, split=split)
+        tasks = self.adapter.run(list_tasks(self.adapter.rollouts.client, config, max_tasks=max_tasks, seed=self.options.seed))
+        return sorted(tasks, key=lambda t: (t.environment, t.split, t.index if t.index is not None else -1))
+
+    def evaluate(self, tasks: Sequence[TaskRef], n: int) -> list[Any]:
+        """`n` episodes of each task sampled from the current model (the training sampler); trajectories in task order."""
+        model = self._trainer.model if self._trainer is not None else self.model
+        return self.adapter.run_episodes(model, [task for task in tasks for _ in range(n)])
+
+    def trainer(self, callbacks: Sequence[Any] = ()) -> Any:
+        """The `GRPOTrainer` (built once): the adapter as `rollout_func`, its `episode_reward` as the reward, LoRA if asked."""
+        if self._trainer is None:
+            from trl import GRPOTrainer
+
+            self._trainer = GRPOTrainer(
+                model=self.model,
+                processing_class=self.tokenizer,
+                reward_funcs=[self.adapter.episode_reward],
+                args=grpo_config(self.options),
+                train_dataset=task_dataset(self.train_tasks),
+                rollout_func=self.adapter,
+                peft_config=lora_config(self.options) if self.options.lora else None,
+                callbacks=list(callbacks),
+            )
+        return self._trainer
+
+
+def summary_line(trajectories: Sequence[Any]) -> Mapping[str, Any]:
+    """Reward mean ± std, success rate and n over scored episodes, per environment (for printing)."""
+    from openreward_rl.metrics import summarize
+
+    return summarize(trajectories)
