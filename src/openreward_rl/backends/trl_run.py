@@ -65,6 +65,7 @@ class TrlOptions:
     run_name: str | None = None
     logging_steps: int = 1
     family: str | None = None
+    gradient_checkpointing: bool = False
 
     def __attrs_post_init__(self) -> None:
         for name in ("max_steps", "prompts_per_step", "max_new_tokens", "save_interval", "concurrency", "logging_steps"):
@@ -116,6 +117,7 @@ def grpo_config(options: TrlOptions) -> Any:
         run_name=options.run_name,
         seed=options.seed,
         bf16=options.bf16,
+        gradient_checkpointing=options.gradient_checkpointing,
         use_cpu=cpu,
         dataloader_num_workers=0,
         log_completions=False,
@@ -215,9 +217,10 @@ class TrlSession:
         model = self._trainer.model if self._trainer is not None else self.model
         return self.adapter.run_episodes(model, [task for task in tasks for _ in range(n)])
 
-    def trainer(self, callbacks: Sequence[Any] = ()) -> Any:
-        """The `GRPOTrainer` (built once): the adapter as `rollout_func`, its `episode_reward` as the reward, LoRA if asked."""
-        if self._trainer is None:
+    def trainer(self, callbacks: Sequence[Any] = (), *, fresh: bool = False) -> Any:
+        """The `GRPOTrainer` (built once; `fresh` builds a new one, e.g. to resume): the adapter as `rollout_func`,
+        its `episode_reward` as the reward, LoRA if asked."""
+        if self._trainer is None or fresh:
             from trl import GRPOTrainer
 
             self._trainer = GRPOTrainer(
