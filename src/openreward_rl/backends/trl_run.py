@@ -37,7 +37,8 @@ class TrlOptions:
     - `prompts_per_step` tasks per optimizer step, each run `n_samples` times (one GRPO group each);
       the step trains on `prompts_per_step * n_samples` episodes.
     - `max_new_tokens` per model call, `max_context_len` per episode (None: the model's).
-    - `save_interval`: steps between checkpoints in `output_dir` (TRL's `checkpoint-N` folders).
+    - `save_interval`: steps between checkpoints in `output_dir` (TRL's `checkpoint-N` folders, each
+      with the optimizer state to resume from; the last step is always saved); 0: no checkpoints.
     """
 
     model: str
@@ -68,7 +69,9 @@ class TrlOptions:
     gradient_checkpointing: bool = False
 
     def __attrs_post_init__(self) -> None:
-        for name in ("max_steps", "prompts_per_step", "max_new_tokens", "save_interval", "concurrency", "logging_steps"):
+        if self.save_interval < 0:
+            raise ValueError(f"save-interval must be >= 0 (0: no checkpoints), got {self.save_interval}")
+        for name in ("max_steps", "prompts_per_step", "max_new_tokens", "concurrency", "logging_steps"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         if self.n_samples < 2:
@@ -110,8 +113,8 @@ def grpo_config(options: TrlOptions) -> Any:
         top_p=options.top_p,
         max_completion_length=options.max_new_tokens,
         beta=options.beta,
-        save_strategy="steps",
-        save_steps=options.save_interval,
+        save_strategy="steps" if options.save_interval else "no",
+        save_steps=options.save_interval or 500,
         logging_steps=options.logging_steps,
         report_to=options.report_to,
         run_name=options.run_name,
@@ -236,8 +239,62 @@ class TrlSession:
         return self._trainer
 
 
-def summary_line(trajectories: Sequence[Any]) -> Mapping[str, Any]:
-    """Reward mean ± std, success rate and n over scored episodes, per environment (for printing)."""
-    from openreward_rl.metrics import summarize
+@attrs.frozen
+class EvalStats:
+    """An evaluation of one environment as training counts it.
 
-    return summarize(trajectories)
+    `reward_mean`/`reward_std` are over the scored episodes (infrastructure failures left out) with an
+    episode that ended without a reward (e.g. truncated) counted as 0.0, exactly as it is trained;
+    `success` is the share with reward > 0; `pass_at_k[k]` the unbiased pass@k over tasks.
+    """
+
+    environment: str
+    n: int
+    scored: int
+    reward_mean: float
+    reward_std: float
+    success: float
+    truncated: float
+    infra_failures: int
+    pass_at_k: Mapping[int, float]
+
+    def line(self) -> str:
+        pass_k = ", ".join(f"pass@{k} {v:.2f}" for k, v in self.pass_at_k.items())
+        return (
+            f"{self.environment}: reward {self.reward_mean:.3f} ± {self.reward_std:.3f}  success {self.success:.2f}  n {self.n}  "
+            f"truncated {self.truncated:.2f}  {pass_k}  infra failures {self.infra_failures}"
+        )
+
+
+def eval_stats(trajectories: Sequence[Any]) -> dict[str, EvalStats]:
+    """`EvalStats` per environment (first-seen order) of evaluation trajectories."""
+    import statistics
+
+    from openreward_rl.backends.trl import trained_reward
+    from openreward_rl.metrics import default_task_key, pass_at_k
+    from openreward_rl.trajectory import StopReason
+
+    by_env: dict[str, list[Any]] = {}
+    for trajectory in trajectories:
+        by_env.setdefault(str(trajectory.task.get("environment")), []).append(trajectory)
+    out = {}
+    for env, items in by_env.items():
+        scored = [(t, r) for t in items if (r := trained_reward(t)) is not None]
+        rewards = [r for _, r in scored]
+        per_task: dict[str, list[bool]] = {}
+        for trajectory, reward in scored:
+            per_task.setdefault(default_task_key(trajectory), []).append(reward > 0)
+        most = min((len(v) for v in per_task.values()), default=0)
+        ks = sorted({k for k in (1, 2, 4, 8, 16, most) if 1 <= k <= most})
+        out[env] = EvalStats(
+            environment=env,
+            n=len(items),
+            scored=len(scored),
+            reward_mean=statistics.fmean(rewards) if rewards else float("nan"),
+            reward_std=statistics.pstdev(rewards) if rewards else float("nan"),
+            success=sum(r > 0 for r in rewards) / len(rewards) if rewards else float("nan"),
+            truncated=sum(t.stop_reason is StopReason.TRUNCATED for t in items) / len(items),
+            infra_failures=len(items) - len(scored),
+            pass_at_k={k: statistics.fmean(pass_at_k(len(v), sum(v), k) for v in per_task.values()) for k in ks},
+        )
+    return out

@@ -7,7 +7,7 @@
 The policy is the model being trained: each step samples `--rollout-batch-size` tasks x
 `--n-samples` episodes from it (`openreward_rl.backends.trl`), scores them with the environments'
 rewards and takes one GRPO step. Checkpoints go to `--output-dir/checkpoint-N` every
-`--save-interval` steps and at the end; `--resume` continues from the newest one (the step count,
+`--save-interval` steps and at the end (0: none); `--resume` continues from the newest one (the step count,
 optimizer and scheduler included). `--eval-split` evaluates that split before and after training.
 """
 
@@ -53,6 +53,8 @@ def add_trl_arguments(parser: Any) -> None:
     group.add_argument("--eval-split", default=None, help="evaluate this split before and after training (e.g. test)")
     group.add_argument("--eval-n", type=int, default=4, help="episodes per evaluation task (default 4)")
     group.add_argument("--eval-max-tasks", type=int, default=None, help="cap on evaluation tasks per environment")
+    group.add_argument("--eval-output", default=None, metavar="FILE.jsonl", help="write the evaluation episodes: after training to FILE.jsonl, before to FILE.before.jsonl (for `openreward-rl show`)")
+    group.add_argument("--no-save-model", action="store_true", help="do not write the final model to --output-dir")
     group.add_argument("--group-rm", action="store_true", help="score each group with the environment's score_group where it has one")
     group.add_argument("--family", default=None, help="model family, overriding the config's model_family (docs/families.md)")
     group.add_argument("--seed", type=int, default=0, help="training seed and task shuffle seed (default 0)")
@@ -105,23 +107,10 @@ def options_from_args(args: Any) -> Any:
     )
 
 
-def _summary_rows(trajectories: Sequence[Any]) -> dict[str, Any]:
-    from openreward_rl.metrics import summarize
-
-    return summarize(trajectories)
-
-
-def print_summary(label: str, summary: Mapping[str, Any], out: Any = None) -> None:
-    """One line per environment: reward mean ± std over scored episodes, success rate, n, truncation, failures."""
-    out = out or sys.stdout
-    for env, item in summary.items():
-        reward = "-" if item.reward_mean is None else f"{item.reward_mean:.3f} ± {item.reward_std:.3f}"
-        success = "-" if item.success_rate is None else f"{item.success_rate:.2f}"
-        print(
-            f"{label:<7} {env}: reward {reward}  success {success}  n {item.episodes}  "
-            f"truncated {item.stop_reasons.get('truncated', 0.0):.2f}  infra failures {item.infrastructure_failures}",
-            file=out, flush=True,
-        )  # fmt: skip
+def print_summary(label: str, stats: Mapping[str, Any], out: Any = None) -> None:
+    """One line per environment (`EvalStats.line`: reward mean ± std with unrewarded episodes as 0, success, n, ...)."""
+    for item in stats.values():
+        print(f"{label:<7} {item.line()}", file=out or sys.stdout, flush=True)
 
 
 class _Progress:
@@ -204,8 +193,34 @@ def run(args: Any) -> int:
         return fail(str(error))
 
 
+def _quiet(trainer: Any) -> None:
+    """Our one line per step instead of the Trainer's raw log dicts (the metrics still reach WandB and `state.log_history`)."""
+    import warnings
+
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    trainer.remove_callback(PrinterCallback)
+    trainer.remove_callback(ProgressCallback)
+    warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")
+
+
+def _write(path: str | None, phase: str, episodes: Sequence[Any], model: str) -> None:
+    """Evaluation episodes as a trajectory dump (`openreward-rl show` reads it): `path` after training, `*.before.jsonl` before."""
+    if not path:
+        return
+    from pathlib import Path
+
+    from openreward_rl.dumps import TrajectoryWriter
+
+    target = Path(path) if phase == "after" else Path(path).with_suffix(".before.jsonl")
+    target.unlink(missing_ok=True)
+    with TrajectoryWriter(target) as writer:
+        for episode in episodes:
+            writer.write(episode, model=model, phase=phase)
+
+
 def _train(args: Any, options: Any, config: Any) -> int:
-    from openreward_rl.backends.trl_run import TrlSession, last_checkpoint
+    from openreward_rl.backends.trl_run import TrlSession, eval_stats, last_checkpoint
     from openreward_rl.local_env import load_environment_class
 
     out = sys.stdout
@@ -221,16 +236,22 @@ def _train(args: Any, options: Any, config: Any) -> int:
         before = None
         if eval_tasks and resume is None:
             print(f"evaluating {args.eval_split}: {len(eval_tasks)} tasks x {args.eval_n} episodes", file=out, flush=True)
-            before = _summary_rows(session.evaluate(eval_tasks, args.eval_n))
+            episodes = session.evaluate(eval_tasks, args.eval_n)
+            _write(args.eval_output, "before", episodes, options.model)
+            before = eval_stats(episodes)
             print_summary("before", before, out)
         trainer = session.trainer(callbacks=[_Progress(out).callback()])
+        _quiet(trainer)
         if resume:
             print(f"resuming from {resume}", file=out, flush=True)
         trainer.train(resume_from_checkpoint=resume)
-        trainer.save_model(options.output_dir)
-        print(f"model saved to {options.output_dir} (checkpoints: {options.output_dir}/checkpoint-N)", file=out, flush=True)
+        if not args.no_save_model:
+            trainer.save_model(options.output_dir)
+            print(f"model saved to {options.output_dir}", file=out, flush=True)
         if eval_tasks:
-            after = _summary_rows(session.evaluate(eval_tasks, args.eval_n))
+            episodes = session.evaluate(eval_tasks, args.eval_n)
+            _write(args.eval_output, "after", episodes, options.model)
+            after = eval_stats(episodes)
             if before is not None:
                 print_summary("before", before, out)
             print_summary("after", after, out)
