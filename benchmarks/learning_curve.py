@@ -83,7 +83,7 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     """One training run: the curve of evaluation points and the training steps' own rewards."""
     from transformers import TrainerCallback, set_seed
 
-    from openreward_rl.backends.trl_run import TrlOptions, TrlSession, eval_stats
+    from openreward_rl.backends.trl_run import TrlOptions, TrlSession, eval_stats, quiet_trainer
     from openreward_rl.config import load_config
 
     set_seed(seed)
@@ -112,9 +112,11 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
             def on_log(self, train_args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **_: Any) -> None:
                 if logs and "reward" in logs:
                     train_rewards.append({"step": state.global_step, "reward": logs["reward"], "reward_std": logs.get("reward_std", 0.0)})
+                    print(f"seed {seed} step {state.global_step:>3}  training reward {logs['reward']:.3f} ± {logs.get('reward_std', 0.0):.3f}  "
+                          f"({time.monotonic() - started:.0f}s)", flush=True)
 
         evaluate(0)
-        session.trainer(callbacks=[EvaluateEvery()]).train()
+        quiet_trainer(session.trainer(callbacks=[EvaluateEvery()])).train()
     return {"seed": seed, "curve": curve, "train": train_rewards, "seconds": round(time.monotonic() - started, 1)}
 
 

@@ -258,3 +258,52 @@ def test_a_run_interrupted_after_its_first_checkpoint_resumes_at_step_one(tmp_pa
         resumed.train(resume_from_checkpoint=checkpoint)
     assert resumed.state.global_step == 2 and calls == [2]  # one more step, not two
     assert last_checkpoint(tmp_path / "run").endswith("checkpoint-2")
+
+
+@pytest.mark.slow
+def test_with_lora_the_sampler_is_the_adapted_model(smollm2: tuple[Any, Any]) -> None:
+    """`--lora`: episodes are sampled from the model with its LoRA layers on (log-probs equal the peft
+    model's forward pass, and differ from the base model's), so training stays on-policy."""
+    import asyncio
+
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    from openreward_rl.backends.trl import _generation_model, sampling_mode
+    from openreward_rl.engines import GenerationRequest
+    from openreward_rl.engines.transformers import SamplingConfig, TransformersEngine
+
+    model, tokenizer = smollm2
+    peft = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", task_type="CAUSAL_LM"))
+    try:
+        generator = torch.Generator().manual_seed(0)
+        with torch.no_grad():
+            for name, parameter in peft.named_parameters():
+                if "lora_B" in name:
+                    parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.02)
+        prompt = tokenizer.apply_chat_template([{"role": "user", "content": "Paint the wall red."}], add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
+
+        async def sample() -> Any:
+            engine = TransformersEngine(_generation_model(peft), tokenizer, sampling=SamplingConfig(temperature=1.0))
+            try:
+                return await engine.generate(GenerationRequest(list(prompt), {"max_new_tokens": 8}))
+            finally:
+                await engine.aclose()
+
+        with sampling_mode(peft):
+            generation = asyncio.run(sample())
+        ids = torch.tensor([list(prompt) + list(generation.output_ids)])
+        sampled = torch.tensor(generation.output_ids)[:, None]
+
+        def logprobs() -> torch.Tensor:
+            with torch.no_grad():
+                return torch.log_softmax(peft(ids).logits[0, len(prompt) - 1 : -1].float(), -1).gather(1, sampled)[:, 0]
+
+        adapted = logprobs()
+        with peft.disable_adapter():
+            base = logprobs()
+        engine_logprobs = torch.tensor(generation.logprobs)
+        assert torch.allclose(engine_logprobs, adapted, atol=1e-3)
+        assert (engine_logprobs - base).abs().max() > 1e-2
+    finally:
+        peft.unload()  # the module's model goes back without LoRA layers

@@ -172,7 +172,6 @@ class TrlAdapter:
     last_trajectories: list[Trajectory] = attrs.field(factory=list)
     _pending_metrics: dict[str, float] = attrs.field(factory=dict)
     _loop: asyncio.AbstractEventLoop | None = attrs.field(default=None)
-    __name__: str = "openreward_rollout"
 
     @classmethod
     def build(

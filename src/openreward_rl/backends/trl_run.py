@@ -27,7 +27,7 @@ from openreward_rl.config import TrainConfig
 from openreward_rl.engines.transformers import SamplingConfig
 from openreward_rl.environment import TaskRef
 
-__all__ = ["TrlOptions", "TrlSession", "grpo_config", "last_checkpoint", "lora_config"]
+__all__ = ["EvalStats", "TrlOptions", "TrlSession", "eval_stats", "grpo_config", "last_checkpoint", "lora_config", "quiet_trainer", "trainable_gguf"]
 
 
 @attrs.frozen
@@ -146,6 +146,19 @@ def trainable_gguf(model: Any) -> Any:
         if hasattr(model.config, "quantization_config"):
             del model.config.quantization_config
     return model
+
+
+def quiet_trainer(trainer: Any) -> Any:
+    """Drop the Trainer's printing of raw log dicts and its progress bar (a caller prints its own line per
+    step); the metrics still reach `state.log_history` and WandB."""
+    import warnings
+
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    trainer.remove_callback(PrinterCallback)
+    trainer.remove_callback(ProgressCallback)
+    warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")
+    return trainer
 
 
 def last_checkpoint(output_dir: str | os.PathLike[str]) -> str | None:

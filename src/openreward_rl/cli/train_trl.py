@@ -193,17 +193,6 @@ def run(args: Any) -> int:
         return fail(str(error))
 
 
-def _quiet(trainer: Any) -> None:
-    """Our one line per step instead of the Trainer's raw log dicts (the metrics still reach WandB and `state.log_history`)."""
-    import warnings
-
-    from transformers.trainer_callback import PrinterCallback, ProgressCallback
-
-    trainer.remove_callback(PrinterCallback)
-    trainer.remove_callback(ProgressCallback)
-    warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")
-
-
 def _write(path: str | None, phase: str, episodes: Sequence[Any], model: str) -> None:
     """Evaluation episodes as a trajectory dump (`openreward-rl show` reads it): `path` after training, `*.before.jsonl` before."""
     if not path:
@@ -220,7 +209,7 @@ def _write(path: str | None, phase: str, episodes: Sequence[Any], model: str) ->
 
 
 def _train(args: Any, options: Any, config: Any) -> int:
-    from openreward_rl.backends.trl_run import TrlSession, eval_stats, last_checkpoint
+    from openreward_rl.backends.trl_run import TrlSession, eval_stats, last_checkpoint, quiet_trainer
     from openreward_rl.local_env import load_environment_class
 
     out = sys.stdout
@@ -241,7 +230,7 @@ def _train(args: Any, options: Any, config: Any) -> int:
             before = eval_stats(episodes)
             print_summary("before", before, out)
         trainer = session.trainer(callbacks=[_Progress(out).callback()])
-        _quiet(trainer)
+        quiet_trainer(trainer)
         if resume:
             print(f"resuming from {resume}", file=out, flush=True)
         trainer.train(resume_from_checkpoint=resume)
