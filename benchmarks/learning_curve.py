@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     device = TrlOptions(model=args.model, device=args.device).resolved_device
     results: dict[str, Any] = {
         "environment": args.serve.rsplit(":", 1)[1], "model": args.model, "device": device, "eval_split": args.eval_split,
-        "settings": {k: v for k, v in vars(args).items() if k not in ("seed", "out")},
+        "settings": {k: v.replace(f"{REPO}/", "") if isinstance(v, str) else v for k, v in vars(args).items() if k not in ("seed", "out")},
         "constant_baseline": constant_baseline(args.serve, args.eval_split), "runs": [],
     }  # fmt: skip
     out = Path(args.out)

@@ -108,6 +108,35 @@ def test_trl_needs_a_model(capsys: pytest.CaptureFixture[str], tmp_path: Path) -
     assert "needs --model" in capsys.readouterr().err
 
 
+def test_group_rm_scores_each_group_with_score_group_and_keeps_faults_unscored(env_server: Any, qwen3_tokenizer: Any) -> None:
+    """`--group-rm`: a group's rewards are ClosestGuess's `score_group` ranks; a failed member stays None."""
+    from openreward import AsyncOpenReward
+
+    from examples.environments.closest_guess import make_question
+    from openreward_rl.backends.trl import TrlAdapter
+
+    _, target = make_question("closest/train/0")
+    config = parse_config({"environments": {"ClosestGuess": {"variant": "closestguess", "base_url": env_server.base_url}}, "upload": False})
+    adapter = TrlAdapter.build(config, qwen3_tokenizer, None, model="Qwen/Qwen3-8B", group_rm=True)
+
+    async def client() -> Any:
+        return AsyncOpenReward(api_key="local")
+
+    adapter.rollouts.client = adapter.run(client())
+    try:
+        task = TaskRef("ClosestGuess", "train", index=0)
+
+        def episode(text: str, stop: StopReason = StopReason.COMPLETED) -> Trajectory:
+            messages = [{"role": "user", "content": "Estimate"}, {"role": "assistant", "content": text}]
+            return Trajectory(task.describe(), [], [], messages, [0.0], None if stop.is_infrastructure_failure else 0.0, stop)
+
+        group = [episode(f"{target}"), episode(f"{round(target * 1.1)}"), episode("no idea"), episode(f"{target}", StopReason.ENV_ERROR)]
+        rewards = adapter.run(adapter._group_scores([task] * 4, group, [trained_reward(t) for t in group], group_size=4))
+    finally:
+        adapter.close()
+    assert rewards == [1.0, 0.5, 0.0, None]  # ranks among the three live members; the fault is not scored
+
+
 # -- real training -----------------------------------------------------------------------------
 
 BROKEN_COLOUR = "grey"  # FlakyPaint fails for tasks of this colour: an environment fault

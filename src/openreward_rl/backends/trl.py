@@ -216,6 +216,7 @@ class TrlAdapter:
                 return self.run(self._episodes(engine, tasks))
             finally:
                 engine.stop()  # restores the attention implementation continuous batching switched
+                _release_cache(model)
 
     async def _episodes(self, engine: TransformersEngine, tasks: Sequence[TaskRef]) -> list[Trajectory]:
         gate = asyncio.Semaphore(self.concurrency)
@@ -293,6 +294,14 @@ class TrlAdapter:
         if closer is not None:
             self._loop.run_until_complete(closer())
         self._loop.close()
+
+
+def _release_cache(model: Any) -> None:
+    """On CUDA, hand the sampler's KV cache back to the allocator before the optimizer step needs the memory."""
+    import torch
+
+    if getattr(getattr(model, "device", None), "type", None) == "cuda":
+        torch.cuda.empty_cache()
 
 
 def _group_size(trainer: Any) -> int:

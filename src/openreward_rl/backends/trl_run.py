@@ -202,11 +202,13 @@ class TrlSession:
             prepared = prepare_config(config, served=served, base_url=base_url, family=options.family)
             check_ready(prepared)
             if model is None:
-                model, tokenizer = load_model(options.model, device=options.resolved_device, dtype=options.dtype)
+                # float32 weights unless told otherwise (on CUDA too: `bf16` trains under autocast over them)
+                model, tokenizer = load_model(options.model, device=options.resolved_device, dtype=options.dtype or "float32")
             trainable_gguf(model)
             adapter = TrlAdapter.build(
                 prepared, tokenizer, None, model=options.model, sampling=options.sampling, max_new_tokens=options.max_new_tokens,
                 max_context_len=options.max_context_len, episode=episode or ToolEpisode, concurrency=options.concurrency, group_rm=options.group_rm,
+                continuous_batching={} if options.resolved_device == "cpu" else {"max_memory_percent": 0.5},  # GPU: leave the trainer room
             )  # fmt: skip
 
             async def make_client() -> Any:

@@ -38,7 +38,7 @@ def add_trl_arguments(parser: Any) -> None:
         "--wandb-project/--wandb-run (TRL logs to WandB), --dry-run (print the trainer config, load nothing).",
     )
     group.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
-    group.add_argument("--dtype", default=None, help="model weights: float32 (default), bfloat16, ...")
+    group.add_argument("--dtype", default=None, help="model weights: float32 (default, also on CUDA; add --bf16 for autocast), bfloat16, ...")
     group.add_argument("--bf16", action="store_true", help="train under bf16 autocast (GPU)")
     group.add_argument("--gradient-checkpointing", action="store_true", help="recompute activations in the backward pass (less memory, slower)")
     group.add_argument("--max-steps", type=int, default=20, help="optimizer steps (default 20)")
