@@ -175,6 +175,7 @@ def run(args: Any) -> int:
     install_log_redaction()
     os.environ.setdefault("OPENREWARD_DISABLE_UPDATE_CHECK", "1")
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    _quiet_libraries()
     try:
         options = options_from_args(args)
         config = load_config(args.config)
@@ -191,6 +192,19 @@ def run(args: Any) -> int:
         return _train(args, options, config)
     except (ValueError, ConfigError) as error:
         return fail(str(error))
+
+
+def _quiet_libraries() -> None:
+    """No loading/saving progress bars or deprecation notices from transformers/TRL internals: the command prints its own progress."""
+    import warnings
+
+    warnings.filterwarnings("ignore", category=FutureWarning, module=r"(transformers|trl|peft)(\.|$)")
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    except ImportError:  # transformers is a core dependency; this only guards odd installs
+        pass
 
 
 def _write(path: str | None, phase: str, episodes: Sequence[Any], model: str) -> None:
