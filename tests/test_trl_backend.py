@@ -77,6 +77,15 @@ def test_after_prefix_breaks_only_the_last_segment_is_trained_and_the_rest_count
     assert completion.prompt_ids == [1, 12] and completion.completion_ids == [13, 2] and completion.env_mask == [1, 1]
 
 
+def test_paint_colour_grades_and_baseline() -> None:
+    import doctest
+
+    import paint
+
+    assert doctest.testmod(paint).failed == 0
+    assert paint.grade("red", "RED!") == 1.0 and paint.grade("red", "Paint the wall red.") == 0.6 and paint.grade("red", "bored") == 0.0
+
+
 def test_a_dataset_prompt_names_its_task() -> None:
     task = TaskRef("PaintColour", "train", index=3, variant="paintcolour", base_url="http://127.0.0.1:1")
     assert task_from_metadata(task_prompt(task)) == task
