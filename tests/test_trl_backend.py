@@ -28,7 +28,9 @@ from openreward_rl.trajectory import StopReason, TokenLedger, Trajectory, Turn
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "examples" / "environments"))
 
-from paint import PaintColour  # noqa: E402
+from paint import PaintArgs, PaintColour  # noqa: E402
+
+from openreward.environments import ToolOutput, tool  # noqa: E402
 
 
 
@@ -152,8 +154,10 @@ BROKEN_COLOUR = "grey"  # FlakyPaint fails for tasks of this colour: an environm
 
 
 class FlakyPaint(PaintColour):
-    """PaintColour whose server fails (an exception in the environment) to give the prompt of grey walls.
+    """PaintColour made multi-turn, whose server fails (an exception in the environment) for grey walls.
 
+    `paint` is an ordinary tool here (not `@terminal`), so a plain reply gets the config's nudge
+    (environment tokens, mask 0) and a second turn: completions then hold tokens TRL must not train.
     The fault is injected before the first model call so that it happens on every run: a fault after
     sampling depends on the model finishing its reply (the completion mapping of such an episode is
     checked without a model above)."""
@@ -163,12 +167,17 @@ class FlakyPaint(PaintColour):
             raise RuntimeError("injected environment fault")
         return super().get_prompt()
 
+    @tool
+    def paint(self, args: PaintArgs) -> ToolOutput:
+        """Grade the reply: 1.0 for exactly the colour, less for more words, 0.0 without it."""
+        return PaintColour.paint(self, args)
+
 
 CONFIG = {
-    "environments": {"FlakyPaint": {"splits": ["train"], "max_turns": 1}},
+    "environments": {"FlakyPaint": {"splits": ["train"], "max_turns": 2}},
     "system_prompt_template": "You are a painter. Reply with the colour only, one word.",
     "parser": "hermes",
-    "on_no_tool_call": "end",
+    "on_no_tool_call": "nudge",
     "attempts": 1,
     "upload": False,
 }
@@ -223,7 +232,7 @@ def _rows(batch: dict[str, Any]) -> list[dict[str, Any]]:
 
 @pytest.mark.slow
 def test_two_grpo_steps_train_exactly_the_sampled_tokens_and_exclude_environment_faults(tmp_path: Path, smollm2: tuple[Any, Any]) -> None:
-    with _session(tmp_path, smollm2) as session:
+    with _session(tmp_path, smollm2, max_new_tokens=48) as session:
         grey = [t for t in session.train_tasks if t.task_spec["colour"] == BROKEN_COLOUR]
         other = [t for t in session.train_tasks if t.task_spec["colour"] != BROKEN_COLOUR]
         session.train_tasks = [grey[0], other[0]]  # each step: one faulty task, one sound one (x2 samples)
@@ -262,6 +271,8 @@ def test_two_grpo_steps_train_exactly_the_sampled_tokens_and_exclude_environment
             assert row["mask"] == trajectory.loss_mask
             assert row["logprobs"] == pytest.approx(trajectory.rollout_logprobs, abs=1e-6)
     assert rows == []
+    nudged = [t for t in seen if len(t.turns) == 2]  # a finished plain reply, the nudge, a second reply
+    assert nudged and all(0 in t.loss_mask and 1 in t.loss_mask[t.loss_mask.index(0) :] for t in nudged)
     assert [r is None for r in rewards] == [t in faulty for t in seen]  # None (TRL: NaN, excluded), never 0.0
     logged = list(trainer._logs["rewards"]["episode_reward"])  # what TRL kept of the reward function's output
     assert [math.isnan(r) for r in logged] == [t in faulty for t in seen[-len(logged) :]]
