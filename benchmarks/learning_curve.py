@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -90,7 +91,7 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     options = TrlOptions(
         model=args.model, device=args.device, bf16=args.bf16, max_steps=args.steps, prompts_per_step=args.rollout_batch_size,
         n_samples=args.n_samples, lr=args.lr, temperature=args.temperature, max_new_tokens=args.max_response_len,
-        save_interval=10**9, lora=args.lora, seed=seed, output_dir=f"{args.out}_seed{seed}_checkpoints",
+        save_interval=0, lora=args.lora, seed=seed, output_dir=tempfile.mkdtemp(prefix=f"learning_curve_seed{seed}_"),  # no checkpoints
     )  # fmt: skip
     started = time.monotonic()
     curve: list[dict[str, Any]] = []

@@ -3,9 +3,10 @@ the real SDK Server on 127.0.0.1 and the real TRL trainer.
 
 - the fast tests check the trajectory -> completion mapping and the CLI's dry run;
 - the slow ones train: two GRPO steps whose batch, as TRL hands it to `compute_loss`, holds exactly
-  the sampled tokens, masks and log-probs of the episodes, with an injected environment fault
-  excluded (reward None -> NaN, advantage 0, mask 0) instead of trained as 0; and a run interrupted
-  after its first checkpoint that resumes at step 1 and ends at step 2.
+  the sampled tokens, masks and log-probs of the episodes (two-turn ones included, with the
+  environment's tokens masked inside the completion), with an injected environment fault excluded
+  (reward None -> NaN, advantage 0, mask 0) instead of trained as 0; a run interrupted after its
+  first checkpoint that resumes at step 1 and ends at step 2; and LoRA sampling from the adapted model.
 """
 
 from __future__ import annotations
