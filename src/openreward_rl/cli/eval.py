@@ -26,13 +26,13 @@ from typing import Any
 
 import attrs
 
-from openreward_rl.config import ConfigError, TrainConfig, load_config
+from openreward_rl.config import ConfigError, TrainConfig, load_config, prepare_config
 from openreward_rl.preflight import check_ready
 from openreward_rl.redaction import install_log_redaction, register_known_secrets
 from openreward_rl.preflight import check_environments, check_ready
 from openreward_rl.redaction import install_log_redaction
 
-__all__ = ["add_arguments", "run", "EvalOptions", "prepare_config", "summary_table"]
+__all__ = ["add_arguments", "run", "EvalOptions", "summary_table"]
 
 ENGINES = ("transformers", "sglang", "openai")
 
@@ -223,30 +223,6 @@ def open_results(options: EvalOptions, config: TrainConfig, console: Any) -> Any
     if results.moved_to is not None:
         console.print(f"moved the earlier results to {results.moved_to} (--overwrite)", markup=False, soft_wrap=True)
     return results
-
-
-def prepare_config(
-    config: TrainConfig, *, split: str | None = None, served: Mapping[str, str] | None = None, base_url: str | None = None, family: str | None = None
-) -> TrainConfig:
-    """The config as this run uses it: `--split` replaces every environment's splits; with `--serve`,
-    `env_base_url` points at the local server and an environment whose name matches a served class
-    (by its variant, the lowercased class name) gets that variant; `--family` replaces `model_family`.
-    """
-    environments = {}
-    for name, env in config.environments.items():
-        if split:
-            env = attrs.evolve(env, splits=(split,))
-        if served and env.variant is None:
-            variant = served.get(name.split("/")[-1].lower())
-            if variant is not None:
-                env = attrs.evolve(env, variant=variant)
-        environments[name] = env
-    changes: dict[str, Any] = {"environments": environments}
-    if base_url:
-        changes["env_base_url"] = base_url
-    if family:
-        changes["model_family"] = family
-    return attrs.evolve(config, **changes)
 
 
 def _fmt(value: float | None, digits: int = 3) -> str:

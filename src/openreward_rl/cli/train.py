@@ -1,9 +1,10 @@
-"""`openreward-rl train --framework slime|miles`: the cookbook's run.sh, with this library's hooks.
+"""`openreward-rl train --framework slime|miles|trl`: the cookbook's run.sh with this library's hooks, or TRL in-process.
 
     openreward-rl train --framework slime --slime-path /opt/slime --task-data tasks.jsonl --dry-run
     openreward-rl train --framework miles --model Qwen/Qwen3-4B --n-samples 8 -- --gradient-checkpointing
+    openreward-rl train --framework trl --model offline:smollm2 --device cpu --max-steps 8   # cli/train_trl.py
 
-Everything after `--` is passed to the framework's train.py unchanged.
+Everything after `--` is passed to the framework's train.py unchanged (Slime/Miles).
 """
 
 from __future__ import annotations
@@ -25,22 +26,22 @@ __all__ = ["add_arguments", "run", "spec_from_args"]
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     defaults = LaunchSpec(framework="slime", framework_path="")
-    parser.add_argument("--framework", choices=("slime", "miles"), required=True, help="which trainer to launch")
+    parser.add_argument("--framework", choices=("slime", "miles", "trl"), required=True, help="which trainer: slime/miles (Ray job) or trl (GRPO in this process)")
     parser.add_argument("--slime-path", default=os.environ.get("SLIME_PATH"), help="Slime checkout (default $SLIME_PATH)")
     parser.add_argument("--miles-path", default=os.environ.get("MILES_PATH"), help="Miles checkout (default $MILES_PATH)")
     parser.add_argument("--config", default=None, help="train_config.yaml (default $OPENREWARD_RL_CONFIG, $TRAIN_CONFIG, ./train_config.yaml)")
     parser.add_argument("--task-data", default=defaults.task_data, help="JSONL from `openreward-rl prepare`")
-    parser.add_argument("--model", default=defaults.model, help="HF checkpoint (also the tokenizer)")
-    parser.add_argument("--lr", type=float, default=defaults.lr, help=f"learning rate (default {defaults.lr:g})")
+    parser.add_argument("--model", default=None, help=f"HF checkpoint (also the tokenizer; slime/miles default {defaults.model}, required for trl)")
+    parser.add_argument("--lr", type=float, default=None, help=f"learning rate (default {defaults.lr:g})")
     parser.add_argument("--num-gpus", type=int, default=defaults.num_gpus, help="GPUs for the colocated actor and rollout")
     parser.add_argument("--tp", type=int, default=defaults.tp, help="GPUs per SGLang engine")
-    parser.add_argument("--rollout-batch-size", type=int, default=defaults.rollout_batch_size, help="prompts per rollout")
-    parser.add_argument("--n-samples", type=int, default=defaults.n_samples, help="rollouts per prompt (GRPO group)")
+    parser.add_argument("--rollout-batch-size", type=int, default=None, help=f"prompts per rollout (slime/miles default {defaults.rollout_batch_size})")
+    parser.add_argument("--n-samples", type=int, default=None, help=f"rollouts per prompt, the GRPO group (slime/miles default {defaults.n_samples})")
     parser.add_argument("--global-batch-size", type=int, default=None, help="samples per optimizer step (default: rollout batch x n samples)")
-    parser.add_argument("--max-response-len", type=int, default=defaults.max_response_len, help="tokens per model call")
-    parser.add_argument("--max-context-len", type=int, default=defaults.max_context_len, help="tokens per episode (prompt + all turns)")
+    parser.add_argument("--max-response-len", type=int, default=None, help=f"tokens per model call (slime/miles default {defaults.max_response_len})")
+    parser.add_argument("--max-context-len", type=int, default=None, help=f"tokens per episode, prompt + all turns (slime/miles default {defaults.max_context_len})")
     parser.add_argument("--max-tokens-per-gpu", type=int, default=defaults.max_tokens_per_gpu, help=f"training token cap per GPU with dynamic batching (default {defaults.max_tokens_per_gpu})")
-    parser.add_argument("--temperature", type=float, default=defaults.temperature, help=f"rollout sampling temperature, > 0 (default {defaults.temperature:g})")
+    parser.add_argument("--temperature", type=float, default=None, help=f"rollout sampling temperature, > 0 (default {defaults.temperature:g})")
     parser.add_argument("--num-rollout", type=int, default=defaults.num_rollout, help=f"rollout/train iterations (default {defaults.num_rollout})")
     parser.add_argument("--train-backend", choices=("fsdp", "megatron"), default=None, help="default: megatron on Slime, fsdp on Miles")
     parser.add_argument("--megatron-path", default=os.environ.get("MEGATRON_PATH"), help="Megatron backend: Megatron-LM checkout, put on the job's PYTHONPATH (default $MEGATRON_PATH)")
@@ -51,9 +52,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "default: <framework>/scripts/models/<--model's name>.sh|.py",
     )  # fmt: skip
     parser.add_argument("--save", default=None, help="checkpoint directory to save to")
-    parser.add_argument("--save-interval", type=int, default=defaults.save_interval, help=f"rollouts between checkpoints (default {defaults.save_interval})")
+    parser.add_argument("--save-interval", type=int, default=None, help=f"rollouts between checkpoints (default {defaults.save_interval})")
     parser.add_argument("--load", default=None, help="checkpoint directory to resume from (the trainer picks the latest)")
-    parser.add_argument("--wandb-project", default=defaults.wandb_project, help=f"W&B project (default {defaults.wandb_project})")
+    parser.add_argument("--wandb-project", default=None, help=f"W&B project (slime/miles default {defaults.wandb_project}; trl logs to W&B only when given)")
     parser.add_argument("--wandb-run", default=None, help="W&B group of this run")
     parser.add_argument("--no-dynamic-filter", action="store_true", help="keep groups with aborted members or zero reward spread")
     parser.add_argument(
@@ -71,9 +72,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument("--dry-run", action="store_true", help="print the commands without running anything")
     parser.add_argument("extra", nargs=argparse.REMAINDER, help="-- then arguments for train.py")
+    from openreward_rl.cli.train_trl import add_trl_arguments
+
+    add_trl_arguments(parser)
+
+
+def _default(args: Any, name: str, defaults: LaunchSpec) -> Any:
+    """A shared flag's value, or the cookbook's default for Slime/Miles (`--framework trl` has its own)."""
+    value = getattr(args, name)
+    return getattr(defaults, name) if value is None else value
 
 
 def spec_from_args(args: Any) -> LaunchSpec:
+    defaults = LaunchSpec(framework="slime", framework_path="")
     path = args.slime_path if args.framework == "slime" else args.miles_path
     if not path:
         variable = "SLIME_PATH" if args.framework == "slime" else "MILES_PATH"
@@ -86,23 +97,23 @@ def spec_from_args(args: Any) -> LaunchSpec:
         framework_path=path,
         task_data=args.task_data,
         config=args.config or str(_config_file(args)),
-        model=args.model,
-        lr=args.lr,
+        model=_default(args, "model", defaults),
+        lr=_default(args, "lr", defaults),
         num_gpus=args.num_gpus,
         tp=args.tp,
-        rollout_batch_size=args.rollout_batch_size,
-        n_samples=args.n_samples,
+        rollout_batch_size=_default(args, "rollout_batch_size", defaults),
+        n_samples=_default(args, "n_samples", defaults),
         global_batch_size=args.global_batch_size,
-        max_response_len=args.max_response_len,
-        max_context_len=args.max_context_len,
+        max_response_len=_default(args, "max_response_len", defaults),
+        max_context_len=_default(args, "max_context_len", defaults),
         max_tokens_per_gpu=args.max_tokens_per_gpu,
-        temperature=args.temperature,
+        temperature=_default(args, "temperature", defaults),
         num_rollout=args.num_rollout,
         train_backend=args.train_backend,
         save=args.save,
-        save_interval=args.save_interval,
+        save_interval=_default(args, "save_interval", defaults),
         load=args.load,
-        wandb_project=args.wandb_project,
+        wandb_project=_default(args, "wandb_project", defaults),
         wandb_run=args.wandb_run,
         dynamic_filter=not args.no_dynamic_filter,
         rollout_mode=args.rollout_mode,
@@ -164,6 +175,10 @@ async def _check_environments(config_file: str) -> None:
 
 
 def run(args: Any) -> int:
+    if args.framework == "trl":
+        from openreward_rl.cli import train_trl
+
+        return train_trl.run(args)
     install_log_redaction()
     environ = dict(os.environ)
     try:

@@ -1,0 +1,316 @@
+"""One GRPO training run with TRL on one machine: environments, model, `GRPOTrainer`, evaluations.
+
+`openreward-rl train --framework trl` and `benchmarks/learning_curve.py` both use it:
+
+    options = TrlOptions(model="offline:smollm2", device="cpu", max_steps=8, output_dir="runs/q")
+    with TrlSession.open(config, options, serve=["examples/environments/guess_number.py:GuessNumber"]) as session:
+        before = session.evaluate("test", n=4)
+        session.trainer().train()
+        after = session.evaluate("test", n=4)
+
+Everything runs in this process: the environment classes given with `serve` on an SDK `Server` on
+127.0.0.1 (a thread), the model through transformers, the episodes on the adapter's event loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from openreward_rl.backends.trl import TrlAdapter, task_dataset
+from openreward_rl.config import TrainConfig
+from openreward_rl.engines.transformers import SamplingConfig
+from openreward_rl.env.tasks import TaskRef
+
+__all__ = ["EvalStats", "TrlOptions", "TrlSession", "eval_stats", "grpo_config", "last_checkpoint", "lora_config", "quiet_trainer", "trainable_gguf"]
+
+
+@attrs.frozen
+class TrlOptions:
+    """What a TRL run is made of. Defaults fit a small model on a CPU.
+
+    - `prompts_per_step` tasks per optimizer step, each run `n_samples` times (one GRPO group each);
+      the step trains on `prompts_per_step * n_samples` episodes.
+    - `max_new_tokens` per model call, `max_context_len` per episode (None: the model's).
+    - `save_interval`: steps between checkpoints in `output_dir` (TRL's `checkpoint-N` folders, each
+      with the optimizer state to resume from; the last step is always saved); 0: no checkpoints.
+    """
+
+    model: str
+    output_dir: str = "trl_output"
+    device: str | None = None
+    dtype: str | None = None
+    bf16: bool = False
+    max_steps: int = 20
+    prompts_per_step: int = 2
+    n_samples: int = 4
+    lr: float = 1e-5
+    beta: float = 0.0
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 256
+    max_context_len: int | None = None
+    save_interval: int = 10
+    lora: bool = False
+    lora_rank: int = 16
+    seed: int = 0
+    max_tasks: int | None = None
+    group_rm: bool = False
+    concurrency: int = 32
+    report_to: str = "none"
+    run_name: str | None = None
+    logging_steps: int = 1
+    family: str | None = None
+    gradient_checkpointing: bool = False
+
+    def __attrs_post_init__(self) -> None:
+        if self.save_interval < 0:
+            raise ValueError(f"save-interval must be >= 0 (0: no checkpoints), got {self.save_interval}")
+        for name in ("max_steps", "prompts_per_step", "max_new_tokens", "concurrency", "logging_steps"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        if self.n_samples < 2:
+            raise ValueError(f"n-samples must be at least 2 (GRPO compares the samples of a group), got {self.n_samples}")
+        if not self.temperature > 0:
+            raise ValueError(f"temperature must be > 0 for GRPO sampling, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top-p must be in (0, 1], got {self.top_p}")
+        if self.device not in (None, "cpu", "cuda") and not str(self.device).startswith("cuda:"):
+            raise ValueError(f"device must be cpu or cuda, got {self.device!r}")
+
+    @property
+    def sampling(self) -> SamplingConfig:
+        return SamplingConfig(temperature=self.temperature, top_p=self.top_p)
+
+    @property
+    def resolved_device(self) -> str:
+        if self.device:
+            return self.device
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def grpo_config(options: TrlOptions) -> Any:
+    """TRL's `GRPOConfig` for these options: one generation per optimizer step, every episode in one batch."""
+    from trl import GRPOConfig
+
+    batch = options.prompts_per_step * options.n_samples
+    cpu = options.resolved_device == "cpu"
+    return GRPOConfig(
+        output_dir=options.output_dir,
+        max_steps=options.max_steps,
+        learning_rate=options.lr,
+        per_device_train_batch_size=batch,
+        gradient_accumulation_steps=1,
+        num_generations=options.n_samples,
+        temperature=options.temperature,
+        top_p=options.top_p,
+        max_completion_length=options.max_new_tokens,
+        beta=options.beta,
+        save_strategy="steps" if options.save_interval else "no",
+        save_steps=options.save_interval or 500,
+        logging_steps=options.logging_steps,
+        report_to=options.report_to,
+        run_name=options.run_name,
+        seed=options.seed,
+        bf16=options.bf16,
+        gradient_checkpointing=options.gradient_checkpointing,
+        use_cpu=cpu,
+        dataloader_num_workers=0,
+        log_completions=False,
+        disable_tqdm=False,
+    )
+
+
+def lora_config(options: TrlOptions) -> Any:
+    """peft's `LoraConfig` on every linear projection of the model (rank `lora_rank`, alpha 2x rank)."""
+    from peft import LoraConfig
+
+    return LoraConfig(r=options.lora_rank, lora_alpha=2 * options.lora_rank, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM")
+
+
+def trainable_gguf(model: Any) -> Any:
+    """A model loaded from a GGUF file, made trainable: transformers dequantizes GGUF weights into ordinary
+    full-precision parameters on load but still marks the model quantized, which the Trainer refuses.
+    The marks are dropped only for GGUF (nothing stays quantized); other models are left as they are."""
+    method = getattr(model, "quantization_method", None)
+    if getattr(model, "is_quantized", False) and str(getattr(method, "value", method)).lower() == "gguf":
+        model.is_quantized = False
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+    return model
+
+
+def quiet_trainer(trainer: Any) -> Any:
+    """Drop the Trainer's printing of raw log dicts and its progress bar (a caller prints its own line per
+    step); the metrics still reach `state.log_history` and WandB."""
+    import warnings
+
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    trainer.remove_callback(PrinterCallback)
+    trainer.remove_callback(ProgressCallback)
+    warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")
+    return trainer
+
+
+def last_checkpoint(output_dir: str | os.PathLike[str]) -> str | None:
+    """The newest `checkpoint-N` folder in `output_dir`, or None."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    return get_last_checkpoint(str(output_dir)) if Path(output_dir).is_dir() else None
+
+
+@attrs.define(eq=False)
+class TrlSession:
+    """The parts of one run: config (as served), model, tokenizer, adapter, training tasks."""
+
+    config: TrainConfig
+    options: TrlOptions
+    model: Any
+    tokenizer: Any
+    adapter: TrlAdapter
+    train_tasks: list[TaskRef]
+    _trainer: Any = None
+
+    @classmethod
+    @contextlib.contextmanager
+    def open(cls, config: TrainConfig, options: TrlOptions, *, serve: Sequence[str | type] = (), model: Any = None, tokenizer: Any = None, episode: Any = None) -> Iterator[TrlSession]:
+        """Serve `serve` (specs `file.py:Class` or classes), load the model (or use `model`/`tokenizer`), list the training tasks."""
+        from openreward import AsyncOpenReward
+
+        from openreward_rl.config import prepare_config
+        from openreward_rl.engines.transformers import load_model
+        from openreward_rl.env.local_server import serve_environments, variant_name
+        from openreward_rl.preflight import check_environments, check_ready
+        from openreward_rl.env.tasks import list_tasks
+        from openreward_rl.loop.tool_episode import ToolEpisode
+
+        with contextlib.ExitStack() as stack:
+            base_url, served = None, {}
+            if serve:
+                server = stack.enter_context(serve_environments(list(serve)))
+                base_url = server.base_url
+                served = {variant_name(cls_): variant_name(cls_) for cls_ in server.classes}
+            prepared = prepare_config(config, served=served, base_url=base_url, family=options.family)
+            check_ready(prepared)
+            if model is None:
+                # float32 weights unless told otherwise (on CUDA too: `bf16` trains under autocast over them)
+                model, tokenizer = load_model(options.model, device=options.resolved_device, dtype=options.dtype or "float32")
+            trainable_gguf(model)
+            adapter = TrlAdapter.build(
+                prepared, tokenizer, None, model=options.model, sampling=options.sampling, max_new_tokens=options.max_new_tokens,
+                max_context_len=options.max_context_len, episode=episode or ToolEpisode, concurrency=options.concurrency, group_rm=options.group_rm,
+                continuous_batching={} if options.resolved_device == "cpu" else {"max_memory_percent": 0.5},  # GPU: leave the trainer room
+            )  # fmt: skip
+
+            async def make_client() -> Any:
+                return AsyncOpenReward()  # the key from OPENREWARD_API_KEY; local servers need none
+
+            adapter.rollouts.client = adapter.run(make_client())
+            adapter.run(check_environments(adapter.rollouts.client, prepared))  # unreachable, unserved or split-less: one line, before training
+            stack.callback(adapter.close)
+            tasks = adapter.run(list_tasks(adapter.rollouts.client, prepared, max_tasks=options.max_tasks, seed=options.seed))
+            if not tasks:
+                raise ValueError("the configured environments and splits have no tasks to train on")
+            yield cls(prepared, options, model, tokenizer, adapter, tasks)
+
+    def tasks_of(self, split: str, max_tasks: int | None = None) -> list[TaskRef]:
+        """The tasks of `split` in every configured environment (first `max_tasks` of each, in order)."""
+        from openreward_rl.config import prepare_config
+        from openreward_rl.env.tasks import list_tasks
+
+        config = prepare_config(self.config, split=split)
+        tasks = self.adapter.run(list_tasks(self.adapter.rollouts.client, config, max_tasks=max_tasks, seed=self.options.seed))
+        return sorted(tasks, key=lambda t: (t.environment, t.split, t.index if t.index is not None else -1))
+
+    def evaluate(self, tasks: Sequence[TaskRef], n: int) -> list[Any]:
+        """`n` episodes of each task sampled from the current model (the training sampler); trajectories in task order."""
+        model = self._trainer.model if self._trainer is not None else self.model
+        return self.adapter.run_episodes(model, [task for task in tasks for _ in range(n)])
+
+    def trainer(self, callbacks: Sequence[Any] = (), *, fresh: bool = False) -> Any:
+        """The `GRPOTrainer` (built once; `fresh` builds a new one, e.g. to resume): the adapter as `rollout_func`,
+        its `episode_reward` as the reward, LoRA if asked."""
+        if self._trainer is None or fresh:
+            from trl import GRPOTrainer
+
+            self._trainer = GRPOTrainer(
+                model=self.model,
+                processing_class=self.tokenizer,
+                reward_funcs=[self.adapter.episode_reward],
+                args=grpo_config(self.options),
+                train_dataset=task_dataset(self.train_tasks),
+                rollout_func=self.adapter,
+                peft_config=lora_config(self.options) if self.options.lora else None,
+                callbacks=list(callbacks),
+            )
+        return self._trainer
+
+
+@attrs.frozen
+class EvalStats:
+    """An evaluation of one environment as training counts it.
+
+    `reward_mean`/`reward_std` are over the scored episodes (infrastructure failures left out) with an
+    episode that ended without a reward (e.g. truncated) counted as 0.0, exactly as it is trained;
+    `success` is the share with reward > 0; `pass_at_k[k]` the unbiased pass@k over tasks.
+    """
+
+    environment: str
+    n: int
+    scored: int
+    reward_mean: float
+    reward_std: float
+    success: float
+    truncated: float
+    infra_failures: int
+    pass_at_k: Mapping[int, float]
+
+    def line(self) -> str:
+        pass_k = ", ".join(f"pass@{k} {v:.2f}" for k, v in self.pass_at_k.items())
+        return (
+            f"{self.environment}: reward {self.reward_mean:.3f} ± {self.reward_std:.3f}  success {self.success:.2f}  n {self.n}  "
+            f"truncated {self.truncated:.2f}  {pass_k}  infra failures {self.infra_failures}"
+        )
+
+
+def eval_stats(trajectories: Sequence[Any]) -> dict[str, EvalStats]:
+    """`EvalStats` per environment (first-seen order) of evaluation trajectories."""
+    import statistics
+
+    from openreward_rl.backends.trl import trained_reward
+    from openreward_rl.observe.metrics import default_task_key, pass_at_k
+    from openreward_rl.loop.trajectory import StopReason
+
+    by_env: dict[str, list[Any]] = {}
+    for trajectory in trajectories:
+        by_env.setdefault(str(trajectory.task.get("environment")), []).append(trajectory)
+    out = {}
+    for env, items in by_env.items():
+        scored = [(t, r) for t in items if (r := trained_reward(t)) is not None]
+        rewards = [r for _, r in scored]
+        per_task: dict[str, list[bool]] = {}
+        for trajectory, reward in scored:
+            per_task.setdefault(default_task_key(trajectory), []).append(reward > 0)
+        most = min((len(v) for v in per_task.values()), default=0)
+        ks = sorted({k for k in (1, 2, 4, 8, 16, most) if 1 <= k <= most})
+        out[env] = EvalStats(
+            environment=env,
+            n=len(items),
+            scored=len(scored),
+            reward_mean=statistics.fmean(rewards) if rewards else float("nan"),
+            reward_std=statistics.pstdev(rewards) if rewards else float("nan"),
+            success=sum(r > 0 for r in rewards) / len(rewards) if rewards else float("nan"),
+            truncated=sum(t.stop_reason is StopReason.TRUNCATED for t in items) / len(items),
+            infra_failures=len(items) - len(scored),
+            pass_at_k={k: statistics.fmean(pass_at_k(len(v), sum(v), k) for v in per_task.values()) for k in ks},
+        )
+    return out

@@ -1,0 +1,359 @@
+"""TRL's GRPOTrainer on our episodes (`openreward_rl.backends.trl`), with the real SmolLM2-135M on the CPU,
+the real SDK Server on 127.0.0.1 and the real TRL trainer.
+
+- the fast tests check the trajectory -> completion mapping and the CLI's dry run;
+- the slow ones train: two GRPO steps whose batch, as TRL hands it to `compute_loss`, holds exactly
+  the sampled tokens, masks and log-probs of the episodes (two-turn ones included, with the
+  environment's tokens masked inside the completion), with an injected environment fault excluded
+  (reward None -> NaN, advantage 0, mask 0) instead of trained as 0; a run interrupted after its
+  first checkpoint that resumes at step 1 and ends at step 2; and LoRA sampling from the adapted model.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from openreward_rl.backends.trl import completion_of, task_prompt, trained_reward
+from openreward_rl.config import parse_config
+from openreward_rl.engines.base import FinishReason
+from openreward_rl.env.tasks import TaskRef
+from openreward_rl.parsers.base import ParsedTurn
+from openreward_rl.env.tasks import task_from_metadata
+from openreward_rl.loop.trajectory import StopReason, TokenLedger, Trajectory, Turn
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "examples" / "environments"))
+
+from paint import PaintArgs, PaintColour  # noqa: E402
+
+from openreward.environments import ToolOutput, tool  # noqa: E402
+
+
+
+class _Tokenizer:
+    pad_token_id = 2
+    eos_token_id = 2
+
+
+def _trajectory(stop: StopReason, reward: float | None, *, breaks: int = 0) -> Trajectory:
+    ledger = TokenLedger.start([1, 5, 6])
+    ledger.append_sampled([7, 8, 2], [-0.5, -0.25, -0.125])
+    ledger.add_turn_prompt([1, 5, 6, 7, 8, 2, 9, 10])  # tool result + next generation prompt: mask 0
+    ledger.append_sampled([11, 2], [-1.0, -2.0])
+    for _ in range(breaks):
+        ledger.add_turn_prompt([1, 12])
+        ledger.append_sampled([13, 2], [-0.75, -0.5])
+    turn = Turn(3, (11, 2), (-1.0, -2.0), FinishReason.STOP, ParsedTurn("x"))
+    return Trajectory({"environment": "E", "split": "train", "index": 0}, ledger.segments, [turn], [], [], reward, stop, prefix_breaks=ledger.prefix_breaks)
+
+
+def test_a_completion_is_the_trajectory_segment_token_for_token() -> None:
+    trajectory = _trajectory(StopReason.COMPLETED, 0.5)
+    completion = completion_of(trajectory, _Tokenizer())
+    assert completion.prompt_ids == [1, 5, 6]
+    assert completion.completion_ids == [7, 8, 2, 9, 10, 11, 2] == trajectory.response_ids
+    assert completion.env_mask == [1, 1, 1, 0, 0, 1, 1] == trajectory.loss_mask
+    assert completion.logprobs == [-0.5, -0.25, -0.125, 0.0, 0.0, -1.0, -2.0] == trajectory.rollout_logprobs
+    assert trained_reward(trajectory) == 0.5
+
+
+def test_infrastructure_failures_are_masked_and_unrewarded_and_unobserved_rewards_train_as_zero() -> None:
+    failed = _trajectory(StopReason.ENV_ERROR, None)
+    completion = completion_of(failed, _Tokenizer())
+    assert completion.completion_ids == failed.response_ids and set(completion.env_mask) == {0} and set(completion.logprobs) == {0.0}
+    assert trained_reward(failed) is None
+    assert trained_reward(_trajectory(StopReason.TRUNCATED, None)) == 0.0
+    empty = Trajectory({"environment": "E"}, [], [], [], [], None, StopReason.ENV_ERROR)
+    placeholder = completion_of(empty, _Tokenizer())
+    assert placeholder.placeholder and placeholder.env_mask == [0] and trained_reward(empty) is None
+
+
+def test_after_prefix_breaks_only_the_last_segment_is_trained_and_the_rest_counted() -> None:
+    trajectory = _trajectory(StopReason.COMPLETED, 1.0, breaks=1)
+    completion = completion_of(trajectory, _Tokenizer())
+    assert completion.dropped_segments == 1
+    assert completion.prompt_ids == [1, 12] and completion.completion_ids == [13, 2] and completion.env_mask == [1, 1]
+
+
+def test_paint_colour_grades_and_baseline() -> None:
+    import doctest
+
+    import paint
+
+    assert doctest.testmod(paint).failed == 0
+    assert paint.grade("red", "RED!") == 1.0 and paint.grade("red", "Paint the wall red.") == 0.6 and paint.grade("red", "bored") == 0.0
+
+
+def test_a_dataset_prompt_names_its_task() -> None:
+    task = TaskRef("PaintColour", "train", index=3, variant="paintcolour", base_url="http://127.0.0.1:1")
+    assert task_from_metadata(task_prompt(task)) == task
+
+
+def test_dry_run_prints_the_trainer_config_without_loading_anything(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    import json
+
+    from openreward_rl.cli import main
+
+    config = tmp_path / "c.yaml"
+    config.write_text("environments:\n  PaintColour:\n    splits: [train]\n")
+    code = main(["train", "--framework", "trl", "--config", str(config), "--model", "offline:smollm2", "--device", "cpu",
+                 "--max-steps", "3", "--n-samples", "2", "--rollout-batch-size", "3", "--lora", "--dry-run"])  # fmt: skip
+    assert code == 0
+    out = capsys.readouterr().out
+    plan = json.loads(out[out.index("{\n") :])  # after any line an import printed (wandb's offline notice)
+    grpo = plan["GRPOConfig"]
+    assert grpo["max_steps"] == 3 and grpo["num_generations"] == 2 and grpo["per_device_train_batch_size"] == 6
+    assert plan["LoraConfig"]["r"] == 16 and plan["options"]["model"] == "offline:smollm2"
+
+
+def test_trl_needs_a_model(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    from openreward_rl.cli import main
+
+    config = tmp_path / "c.yaml"
+    config.write_text("environments:\n  PaintColour: {}\n")
+    assert main(["train", "--framework", "trl", "--config", str(config), "--dry-run"]) == 2
+    assert "needs --model" in capsys.readouterr().err
+
+
+def test_group_rm_scores_each_group_with_score_group_and_keeps_faults_unscored(env_server: Any, qwen3_tokenizer: Any) -> None:
+    """`--group-rm`: a group's rewards are ClosestGuess's `score_group` ranks; a failed member stays None."""
+    from openreward import AsyncOpenReward
+
+    from examples.environments.closest_guess import make_question
+    from openreward_rl.backends.trl import TrlAdapter
+
+    _, target = make_question("closest/train/0")
+    config = parse_config({"environments": {"ClosestGuess": {"variant": "closestguess", "base_url": env_server.base_url}}, "upload": False})
+    adapter = TrlAdapter.build(config, qwen3_tokenizer, None, model="Qwen/Qwen3-8B", group_rm=True)
+
+    async def client() -> Any:
+        return AsyncOpenReward(api_key="local")
+
+    adapter.rollouts.client = adapter.run(client())
+    try:
+        task = TaskRef("ClosestGuess", "train", index=0)
+
+        def episode(text: str, stop: StopReason = StopReason.COMPLETED) -> Trajectory:
+            messages = [{"role": "user", "content": "Estimate"}, {"role": "assistant", "content": text}]
+            return Trajectory(task.describe(), [], [], messages, [0.0], None if stop.is_infrastructure_failure else 0.0, stop)
+
+        group = [episode(f"{target}"), episode(f"{round(target * 1.1)}"), episode("no idea"), episode(f"{target}", StopReason.ENV_ERROR)]
+        rewards = adapter.run(adapter._group_scores([task] * 4, group, [trained_reward(t) for t in group], group_size=4))
+    finally:
+        adapter.close()
+    assert rewards == [1.0, 0.5, 0.0, None]  # ranks among the three live members; the fault is not scored
+
+
+# -- real training -----------------------------------------------------------------------------
+
+BROKEN_COLOUR = "grey"  # FlakyPaint fails for tasks of this colour: an environment fault
+
+
+class FlakyPaint(PaintColour):
+    """PaintColour made multi-turn, whose server fails (an exception in the environment) for grey walls.
+
+    `paint` is an ordinary tool here (not `@terminal`), so a plain reply gets the config's nudge
+    (environment tokens, mask 0) and a second turn: completions then hold tokens TRL must not train.
+    The fault is injected before the first model call so that it happens on every run: a fault after
+    sampling depends on the model finishing its reply (the completion mapping of such an episode is
+    checked without a model above)."""
+
+    def get_prompt(self) -> Any:
+        if self.task_spec["colour"] == BROKEN_COLOUR:
+            raise RuntimeError("injected environment fault")
+        return super().get_prompt()
+
+    @tool
+    def paint(self, args: PaintArgs) -> ToolOutput:
+        """Grade the reply: 1.0 for exactly the colour, less for more words, 0.0 without it."""
+        return PaintColour.paint(self, args)
+
+
+CONFIG = {
+    "environments": {"FlakyPaint": {"splits": ["train"], "max_turns": 2}},
+    "system_prompt_template": "You are a painter. Reply with the colour only, one word.",
+    "parser": "hermes",
+    "on_no_tool_call": "nudge",
+    "attempts": 1,
+    "upload": False,
+}
+
+
+@pytest.fixture(scope="module")
+def smollm2() -> tuple[Any, Any]:
+    from openreward_rl.backends.trl_run import trainable_gguf
+    from openreward_rl.engines.transformers import load_model
+
+    model, tokenizer = load_model("offline:smollm2", device="cpu")
+    return trainable_gguf(model), tokenizer
+
+
+def _session(tmp_path: Path, smollm2: tuple[Any, Any], **options: Any) -> Any:
+    from openreward_rl.backends.trl_run import TrlOptions, TrlSession
+
+    model, tokenizer = smollm2
+    settings = {"model": "offline:smollm2", "device": "cpu", "output_dir": str(tmp_path / "run"), "max_steps": 2, "prompts_per_step": 2,
+                "n_samples": 2, "max_new_tokens": 12, "temperature": 1.0, "lr": 1e-5, "save_interval": 1, **options}  # fmt: skip
+    return TrlSession.open(parse_config(CONFIG), TrlOptions(**settings), serve=[FlakyPaint], model=model, tokenizer=tokenizer)
+
+
+class _Capture:
+    """Wraps `trainer.compute_loss` to keep every batch TRL trains on."""
+
+    def __init__(self, trainer: Any) -> None:
+        self.batches: list[dict[str, Any]] = []
+        original = trainer.compute_loss
+
+        def compute_loss(model: Any, inputs: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+            self.batches.append({k: v.detach().clone() if hasattr(v, "detach") else v for k, v in inputs.items()})
+            return original(model, inputs, *args, **kwargs)
+
+        trainer.compute_loss = compute_loss
+
+
+def _rows(batch: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for i in range(batch["completion_ids"].shape[0]):
+        prompt = batch["prompt_ids"][i][batch["prompt_mask"][i].bool()].tolist()
+        keep = batch["completion_mask"][i].bool()
+        rows.append({
+            "prompt": prompt,
+            "completion": batch["completion_ids"][i][keep].tolist(),
+            "mask": batch["tool_mask"][i][keep].tolist(),
+            "logprobs": batch["sampling_per_token_logps"][i][keep].tolist(),
+            "advantage": float(batch["advantages"][i]),
+        })  # fmt: skip
+    return rows
+
+
+@pytest.mark.slow
+def test_two_grpo_steps_train_exactly_the_sampled_tokens_and_exclude_environment_faults(tmp_path: Path, smollm2: tuple[Any, Any]) -> None:
+    with _session(tmp_path, smollm2, max_new_tokens=48) as session:
+        grey = [t for t in session.train_tasks if t.task_spec["colour"] == BROKEN_COLOUR]
+        other = [t for t in session.train_tasks if t.task_spec["colour"] != BROKEN_COLOUR]
+        session.train_tasks = [grey[0], other[0]]  # each step: one faulty task, one sound one (x2 samples)
+        trainer = session.trainer()
+        seen: list[Trajectory] = []
+        rewards: list[float | None] = []
+        rollout = trainer.rollout_func
+
+        def recording(prompts: Any, trainer_: Any) -> Any:
+            out = rollout(prompts, trainer_)
+            seen.extend(session.adapter.last_trajectories)
+            rewards.extend(out["episode_reward"])
+            return out
+
+        trainer.rollout_func = recording
+        capture = _Capture(trainer)
+        trainer.train()
+
+    assert trainer.state.global_step == 2 and len(capture.batches) == 2 and len(seen) == 8
+    rows = [row for batch in capture.batches for row in _rows(batch)]
+    faulty = [t for t in seen if t.stop_reason is StopReason.ENV_ERROR]
+    assert len(faulty) == 4 and all(t.task["task_spec"]["colour"] == BROKEN_COLOUR for t in faulty)
+    placeholder = completion_of(faulty[0], session.tokenizer)  # no tokens: a one-token masked stand-in
+    for trajectory in seen:  # TRL's rows (shuffled within a batch) are the episodes' own tokens
+        if trajectory in faulty:
+            prompt, completion = placeholder.prompt_ids, placeholder.completion_ids
+        else:
+            prompt, completion = trajectory.prompt_ids, trajectory.response_ids
+        matches = [r for r in rows if r["prompt"] == prompt and r["completion"] == completion]
+        assert matches, "an episode is missing from the trained batch"
+        row = matches[0]
+        rows.remove(row)
+        if trajectory in faulty:
+            assert row["mask"] == [0] and row["advantage"] == 0.0  # excluded, not trained as 0
+        else:
+            assert row["mask"] == trajectory.loss_mask
+            assert row["logprobs"] == pytest.approx(trajectory.rollout_logprobs, abs=1e-6)
+    assert rows == []
+    nudged = [t for t in seen if len(t.turns) == 2]  # a finished plain reply, the nudge, a second reply
+    assert nudged and all(0 in t.loss_mask and 1 in t.loss_mask[t.loss_mask.index(0) :] for t in nudged)
+    assert [r is None for r in rewards] == [t in faulty for t in seen]  # None (TRL: NaN, excluded), never 0.0
+    logged = list(trainer._logs["rewards"]["episode_reward"])  # what TRL kept of the reward function's output
+    assert [math.isnan(r) for r in logged] == [t in faulty for t in seen[-len(logged) :]]
+    history = [h for h in trainer.state.log_history if "openreward/FlakyPaint/infra_failures" in h]
+    assert [h["openreward/FlakyPaint/infra_failures"] for h in history] == [2.0, 2.0]
+
+
+class _Interrupted(Exception):
+    pass
+
+
+@pytest.mark.slow
+def test_a_run_interrupted_after_its_first_checkpoint_resumes_at_step_one(tmp_path: Path, smollm2: tuple[Any, Any]) -> None:
+    from transformers import TrainerCallback
+
+    from openreward_rl.backends.trl_run import last_checkpoint
+
+    class CrashAfterFirstSave(TrainerCallback):
+        def on_save(self, args: Any, state: Any, control: Any, **_: Any) -> None:
+            raise _Interrupted(state.global_step)
+
+    with _session(tmp_path, smollm2, prompts_per_step=1) as session:
+        session.train_tasks = [t for t in session.train_tasks if t.task_spec["colour"] != BROKEN_COLOUR]
+        with pytest.raises(_Interrupted):
+            session.trainer(callbacks=[CrashAfterFirstSave()]).train()
+        checkpoint = last_checkpoint(tmp_path / "run")
+        assert checkpoint is not None and checkpoint.endswith("checkpoint-1")
+        resumed = session.trainer(fresh=True)
+        calls = []
+        rollout = resumed.rollout_func
+        resumed.rollout_func = lambda prompts, trainer: calls.append(len(prompts)) or rollout(prompts, trainer)
+        resumed.train(resume_from_checkpoint=checkpoint)
+    assert resumed.state.global_step == 2 and calls == [2]  # one more step, not two
+    assert last_checkpoint(tmp_path / "run").endswith("checkpoint-2")
+
+
+@pytest.mark.slow
+def test_with_lora_the_sampler_is_the_adapted_model(smollm2: tuple[Any, Any]) -> None:
+    """`--lora`: episodes are sampled from the model with its LoRA layers on (log-probs equal the peft
+    model's forward pass, and differ from the base model's), so training stays on-policy."""
+    import asyncio
+
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    from openreward_rl.backends.trl import _generation_model, sampling_mode
+    from openreward_rl.engines import GenerationRequest
+    from openreward_rl.engines.transformers import SamplingConfig, TransformersEngine
+
+    model, tokenizer = smollm2
+    peft = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", task_type="CAUSAL_LM"))
+    try:
+        generator = torch.Generator().manual_seed(0)
+        with torch.no_grad():
+            for name, parameter in peft.named_parameters():
+                if "lora_B" in name:
+                    parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.02)
+        prompt = tokenizer.apply_chat_template([{"role": "user", "content": "Paint the wall red."}], add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
+
+        async def sample() -> Any:
+            engine = TransformersEngine(_generation_model(peft), tokenizer, sampling=SamplingConfig(temperature=1.0))
+            try:
+                return await engine.generate(GenerationRequest(list(prompt), {"max_new_tokens": 8}))
+            finally:
+                await engine.aclose()
+
+        with sampling_mode(peft):
+            generation = asyncio.run(sample())
+        ids = torch.tensor([list(prompt) + list(generation.output_ids)])
+        sampled = torch.tensor(generation.output_ids)[:, None]
+
+        def logprobs() -> torch.Tensor:
+            with torch.no_grad():
+                return torch.log_softmax(peft(ids).logits[0, len(prompt) - 1 : -1].float(), -1).gather(1, sampled)[:, 0]
+
+        adapted = logprobs()
+        with peft.disable_adapter():
+            base = logprobs()
+        engine_logprobs = torch.tensor(generation.logprobs)
+        assert torch.allclose(engine_logprobs, adapted, atol=1e-3)
+        assert (engine_logprobs - base).abs().max() > 1e-2
+    finally:
+        peft.unload()  # the module's model goes back without LoRA layers
