@@ -14,7 +14,17 @@ from family_episodes import SAMPLING, FamilyCase, check_family_run, run_family_e
 from openreward_rl import EpisodeSettings
 from openreward_rl.assets import load_tokenizer, trl_template
 from openreward_rl.config import ConfigError, parse_config
-from openreward_rl.families import ModelFamily, UnsupportedModelError, family_for, find_family, get_family, known_families, register_family
+from openreward_rl.families import (
+    ModelFamily,
+    UnsupportedModelError,
+    family_for,
+    find_family,
+    get_family,
+    known_families,
+    match_family,
+    parser_for_model,
+    register_family,
+)
 from openreward_rl.env.local_server import LocalEnvServer
 from openreward_rl.loop.rollout import episode_stack
 
@@ -28,12 +38,28 @@ NAMES = {
     "openai/gpt-oss-120b": "gpt-oss",
     "zai-org/GLM-4.5-Air": "glm-4.5",
     "zai-org/GLM-4.6": "glm-4.5",
+    "NousResearch/Hermes-3-Llama-3.1-8B": "hermes",
+    "NousResearch/Hermes-2-Pro-Llama-3-8B": "hermes",
 }
 
 
 @pytest.mark.parametrize(("model", "family"), sorted(NAMES.items()))
 def test_family_from_model_name(model: str, family: str) -> None:
     assert family_for(model).name == family
+
+
+def test_hermes_3_is_the_hermes_family_not_llama3() -> None:
+    """Hermes 3 is a Llama 3.1 fine-tune with its own ChatML template and <tool_call> JSON calls: the family
+    (and so its parser and stops) is hermes, never llama3's <|eot_id|> and bare-JSON parser."""
+    family = family_for("NousResearch/Hermes-3-Llama-3.1-8B")
+    assert (family.name, family.parser, family.stops) == ("hermes", "hermes", ("<|im_end|>",))
+    assert parser_for_model("NousResearch/Hermes-3-Llama-3.1-8B") == "hermes"
+    assert not family.proven_here  # no Hermes tokenizer ships offline: the start-up probe proves it
+
+
+@pytest.mark.parametrize("model", [*NAMES, "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B", "ibm-granite/granite-4.0-h-small", "moonshotai/Kimi-K2.5"])
+def test_one_table_decides_family_and_parser(model: str) -> None:
+    assert parser_for_model(model) == match_family(model).parser
 
 
 @attrs.frozen
@@ -88,7 +114,7 @@ def test_config_and_cli_override_the_family() -> None:
     assert renderer.family is not None and renderer.family.name == "gpt-oss" and parser.name == "gpt_oss"
     generic, parser = episode_stack(parse_config({"environments": {"e": {}}, "model_family": "generic"}), llama, "meta-llama/Llama-3.1-8B-Instruct")
     assert generic.family is None and generic.engine_stop_token_ids == () and parser.name == "llama3_json"
-    with pytest.raises(ConfigError, match="unknown model family 'llama-3'; known: qwen3.5, qwen3, qwen, llama3, gpt-oss, glm-4.5, glm-4.7, deepseek-v3.1, deepseek-v3.2, deepseek-v4, minimax-m2"):
+    with pytest.raises(ConfigError, match="unknown model family 'llama-3'; known: qwen3.5, qwen3, qwen, gpt-oss, glm-4.5, glm-4.7, hermes, granite-4, nemotron, qwen-xml, llama3, deepseek-v3.1, deepseek-v4, deepseek-v3.2, minimax-m2"):
         parse_config({"environments": {"e": {}}, "model_family": "llama-3"})
 
     from openreward_rl.cli.eval import EvalOptions, add_arguments, prepare_config
@@ -235,6 +261,7 @@ def test_every_parser_belongs_to_a_proven_or_refused_family() -> None:
         ("mistralai/Devstral-Small-2507", "mistral", "last user message only"),
         ("LiquidAI/LFM2-1.2B", "pythonic", "LFM2"),
         ("meta-llama/Llama-4-Scout-17B-16E-Instruct", "pythonic", "Llama 4"),
+        ("deepseek-ai/DeepSeek-R1-Distill-Qwen-7B", "deepseek-v3", "first tool-call message"),
     ],
 )
 def test_unproven_families_are_refused_before_any_episode(model: str, family: str, why: str) -> None:
@@ -255,7 +282,7 @@ def test_unproven_families_are_refused_before_any_episode(model: str, family: st
         ("deepseek-ai/DeepSeek-V4-Flash", "deepseek-v4"),
         ("deepseek-ai/DeepSeek-V3.2-Exp", "deepseek-v3.2"),
         ("MiniMaxAI/MiniMax-M2", "minimax-m2"),
-        ("deepseek-ai/DeepSeek-R1-Distill-Qwen-7B", None),
+        ("XiaomiMiMo/MiMo-V2-Flash", "qwen-xml"),
     ],
 )
 def test_more_families_from_model_names(model: str, family: str | None) -> None:

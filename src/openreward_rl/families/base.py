@@ -55,7 +55,7 @@ class ModelFamily:
     samples to the one the template writes when it renders that turn as history (gpt-oss writes a
     sampled `<|return|>` back as `<|end|>`, Llama 3.1 a sampled `<|eom_id|>` as `<|eot_id|>`): the
     bridge continues after the sampled one. `refused` holds the reason when the family is known but
-    cannot be token-exact; selecting it raises.
+    cannot be token-exact; selecting it raises. Empty stops: the tokenizer's eos ends every turn.
     """
 
     name: str
@@ -75,6 +75,14 @@ class ModelFamily:
     encoder_factory: Callable[[Any], Any] | None = None
     template_source: str = ""
     refused: str | None = None
+    # True where tests/test_families_episode.py proves an episode token-exact against the official
+    # template named in `template_source`; every family is also proven on the user's own tokenizer at
+    # start-up (`families.probe`), and for a family with False that probe is the only proof
+    proven_here: bool = False
+    # how the template reads an assistant message: the reasoning key (gpt-oss: `thinking`), and
+    # whether call arguments must be JSON strings (DeepSeek). The start-up probe writes its messages so
+    reasoning_key: str = "reasoning_content"
+    string_arguments: bool = False
 
     @property
     def stops(self) -> tuple[str, ...]:

@@ -49,7 +49,7 @@ def choose_parser(config: TrainConfig, model: str | None, tokenizer: Any, family
         return get_parser(config.parser)
     if family is not None:
         return get_parser(family.parser)
-    from openreward_rl.parsers.selection import parser_for_model
+    from openreward_rl.families import parser_for_model
 
     try:
         return get_parser(parser_for_model(model or tokenizer))
