@@ -9,7 +9,7 @@ from typing import Any
 
 import attrs
 import pytest
-from family_episodes import SAMPLING, FamilyCase, check_family_run, run_family_episode
+from family_episodes import SAMPLING, FamilyCase, case_tokenizer, check_family_run, run_family_episode
 
 from openreward_rl import EpisodeSettings
 from openreward_rl.assets import load_tokenizer, trl_template
@@ -237,7 +237,7 @@ def test_every_parser_belongs_to_a_proven_or_refused_family() -> None:
     modules = {name: base._REGISTRY[name].__module__ for name in available_parsers()}
     builtin = [name for name, module in modules.items() if module.startswith("openreward_rl.parsers.") and module != base.__name__]
     assert len(builtin) >= 16, builtin
-    proven = {family_for(load_tokenizer(case.tokenizer)).name for case in CASES.values()}
+    proven = {family_for(case_tokenizer(case)).name for case in CASES.values()}
     by_parser: dict[str, list[ModelFamily]] = {}
     for family in catalog._FAMILIES.values():
         by_parser.setdefault(family.parser, []).append(family)
@@ -246,6 +246,8 @@ def test_every_parser_belongs_to_a_proven_or_refused_family() -> None:
         assert any(f.name in proven or f.refused for f in families), f"parser {parser} has no proven or refused family"
     assert {"qwen3", "qwen", "qwen3.5", "llama3", "gpt-oss", "glm-4.5", "glm-4.7", "deepseek-v3.1", "deepseek-v3.2", "deepseek-v4", "minimax-m2"} <= proven
     assert not any(catalog._FAMILIES[name].refused for name in proven)
+    # a family claims `proven_here` exactly when an episode test here proves it
+    assert {name for name, family in catalog._FAMILIES.items() if family.proven_here} == proven
 
 
 @pytest.mark.parametrize(

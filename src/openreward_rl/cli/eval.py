@@ -46,6 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="serve this environment class on 127.0.0.1 for the run (repeatable); sets env_base_url")
     parser.add_argument("--base-url", default=None, help="sglang: http://host:port; openai: .../v1 (default https://api.openai.com/v1)")
     parser.add_argument("--family", default=None, help="model family (docs/families.md), overriding the config's model_family and the one --model implies; 'generic' for the template-derived bridge")
+    parser.add_argument("--skip-check-model", action="store_true", help="do not prove the model family token-exact on the tokenizer before the first episode (config: check_model: false)")
     parser.add_argument("--tokenizer", default=None, help="sglang/openai: tokenizer for the chat template (default: --model)")
     parser.add_argument("--api-key-env", default="OPENAI_API_KEY", help="openai: environment variable holding the API key")
     parser.add_argument("--device", default=None, help="transformers: cpu or cuda (default: cuda when available)")
@@ -75,6 +76,7 @@ class EvalOptions:
     base_url: str | None = None
     tokenizer: str | None = None
     family: str | None = None
+    skip_check_model: bool = False
     api_key_env: str = "OPENAI_API_KEY"
     device: str | None = None
     dtype: str | None = None
@@ -131,6 +133,7 @@ class EvalOptions:
             base_url=args.base_url,
             tokenizer=args.tokenizer,
             family=getattr(args, "family", None),
+            skip_check_model=bool(getattr(args, "skip_check_model", False)),
             api_key_env=args.api_key_env,
             device=args.device,
             dtype=args.dtype,
@@ -145,11 +148,18 @@ class EvalOptions:
 
 
 def prepare_config(
-    config: TrainConfig, *, split: str | None = None, served: Mapping[str, str] | None = None, base_url: str | None = None, family: str | None = None
+    config: TrainConfig,
+    *,
+    split: str | None = None,
+    served: Mapping[str, str] | None = None,
+    base_url: str | None = None,
+    family: str | None = None,
+    skip_check_model: bool = False,
 ) -> TrainConfig:
     """The config as this run uses it: `--split` replaces every environment's splits; with `--serve`,
     `env_base_url` points at the local server and an environment whose name matches a served class
-    (by its variant, the lowercased class name) gets that variant; `--family` replaces `model_family`.
+    (by its variant, the lowercased class name) gets that variant; `--family` replaces `model_family`;
+    `--skip-check-model` sets `check_model: false`.
     """
     environments = {}
     for name, env in config.environments.items():
@@ -165,6 +175,8 @@ def prepare_config(
         changes["env_base_url"] = base_url
     if family:
         changes["model_family"] = family
+    if skip_check_model:
+        changes["check_model"] = False
     return attrs.evolve(config, **changes)
 
 
@@ -342,7 +354,7 @@ def _run_with_engine(options: EvalOptions, config: TrainConfig, engine: Any, tok
     from openreward_rl.env.local_server import loopback_environ, serve_environments, variant_name
 
     async def main(base_url: str | None, served: Mapping[str, str]) -> dict[str, Any]:
-        prepared = prepare_config(config, split=options.split, served=served, base_url=base_url, family=options.family)
+        prepared = prepare_config(config, split=options.split, served=served, base_url=base_url, family=options.family, skip_check_model=options.skip_check_model)
         check_ready(prepared)
         client = AsyncOpenReward()  # the key from OPENREWARD_API_KEY; local servers need none
         try:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import attrs
 
 from openreward_rl.errors import ModelFamilyError
+from openreward_rl.families.history import HistoryRule
 from openreward_rl.families.thinking import THINK_TAGS, ThinkingMarkers
 
 if TYPE_CHECKING:
@@ -83,6 +84,9 @@ class ModelFamily:
     # whether call arguments must be JSON strings (DeepSeek). The start-up probe writes its messages so
     reasoning_key: str = "reasoning_content"
     string_arguments: bool = False
+    # how the template rewrites history the episode keeps as sampled (`families.history`): the start-up
+    # check compares the episode's ids mapped by it with the template's
+    history_rule: HistoryRule | None = None
 
     @property
     def stops(self) -> tuple[str, ...]:

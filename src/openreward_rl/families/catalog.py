@@ -16,6 +16,7 @@ from typing import Any
 
 from openreward_rl.families.base import THINK_TAGS, ModelFamily, ThinkingMarkers, UnsupportedModelError
 from openreward_rl.families.encoders import dsv4_encoder, dsv32_encoder
+from openreward_rl.families.history import DroppedBlock
 from openreward_rl.families.renderers_bridge import renderers_bridge
 
 __all__ = ["family_for", "find_family", "get_family", "known_families", "match_family", "parser_for_model", "parser_for_template", "register_family"]
@@ -179,6 +180,12 @@ register_family(
         parallel_calls=True,
         thinking=THINK_TAGS,
         reasoning_in_history="kept as sampled; the template drops reasoning before the last user message",
+        history_rule=DroppedBlock(
+            "<|im_start|>assistant\n",
+            "<think>\n\n</think>\n\n",
+            "with enable_thinking false the generation prompt ends in an empty <think>\\n\\n</think>\\n\\n block, which the "
+            "template leaves out of every assistant turn but the last; the episode keeps it, as the model saw it",
+        ),
         name_patterns=(r"qwen-?3(?![0-9.])(?!.*2507)",),
         template_markers=(("<|im_start|>", "<tool_call>", "reasoning_content"),),
         bridge_factory=renderers_bridge("Qwen3RendererConfig"),
