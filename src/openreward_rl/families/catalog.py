@@ -111,7 +111,7 @@ def family_for(model: Any) -> ModelFamily:
     >>> family_for("acme/mystery-7b")
     Traceback (most recent call last):
     ...
-    openreward_rl.families.base.UnsupportedModelError: cannot tell which model family 'acme/mystery-7b' belongs to; set model_family (config) or --family to one of: qwen3.5, qwen3, qwen, gpt-oss, glm-4.5, glm-4.7, hermes, granite-4, nemotron, qwen-xml, llama3, deepseek-v3.1, deepseek-v4, deepseek-v3.2, minimax-m2
+    openreward_rl.families.base.UnsupportedModelError: cannot tell which model family 'acme/mystery-7b' belongs to; set model_family (config) or --family to one of: qwen3.5, qwen3, qwen, gpt-oss, glm-4.5, glm-4.7, hermes, granite-4, nemotron, qwen-xml, llama3, deepseek-v3.1, deepseek-v4, deepseek-v3.2, minimax-m2, kimi-k2.5, kimi-k2, gemma-4
     """
     family = find_family(model)
     if family is not None:
@@ -394,14 +394,51 @@ register_family(
 
 
 _refuse("kimi-k3", "kimi_k3", (r"kimi-?k3",), (), _NO_ASSETS.format(what="Kimi K3 tokenizer or chat template"))
-_refuse(
-    "kimi-k2", "kimi_k2", (r"kimi-?k2",), (("<|tool_calls_section_begin|>",),), _NO_ASSETS.format(what="Kimi K2 tokenizer or chat template")
+# Proven at start-up only: no Kimi tokenizer or chat template ships offline. renderers' Kimi renderers
+# bridge them; the stops are the templates' <|im_end|>.
+register_family(
+    ModelFamily(
+        name="kimi-k2.5",
+        parser="kimi_k2",
+        tool_turn_stops=("<|im_end|>",),
+        final_turn_stops=("<|im_end|>",),
+        parallel_calls=True,
+        thinking=THINK_TAGS,
+        name_patterns=(r"kimi-?k2\.5",),
+        bridge_factory=renderers_bridge("KimiK25RendererConfig"),
+        template_source="none here: Kimi K2.5; bridge: renderers 0.1.12 KimiK25Renderer (template kwarg `thinking`); proven at start-up",
+    )
 )
-_refuse(
-    "gemma-4", "gemma4", (r"gemma-?4",), (("<|tool_call>",),),
-    _NO_ASSETS.format(what="Gemma 4 tokenizer (its <|turn>, <|tool_call>, <|\"|> tokens)")
-    + "; its template also continues a tool call inside the same model turn (<|tool_response>), which the "
-    "template-derived bridge cannot cut",
+register_family(
+    ModelFamily(
+        name="kimi-k2",
+        parser="kimi_k2",
+        tool_turn_stops=("<|im_end|>",),
+        final_turn_stops=("<|im_end|>",),
+        parallel_calls=True,
+        name_patterns=(r"kimi-?k2",),
+        template_markers=(("<|tool_calls_section_begin|>",),),
+        bridge_factory=renderers_bridge("KimiK2RendererConfig"),
+        template_source="none here: Kimi K2; bridge: renderers 0.1.12 KimiK2Renderer; proven at start-up",
+    )
+)
+# Proven at start-up only: no Gemma 4 tokenizer ships offline (tests/test_model_check.py runs the
+# official template on a tokenizer assembled for the test, which proves nothing about the real one).
+# The template continues the model turn after a call: the model stops on <|tool_response>, the runtime
+# writes the responses inside the same turn; renderers' Gemma4Renderer bridges that.
+register_family(
+    ModelFamily(
+        name="gemma-4",
+        parser="gemma4",
+        tool_turn_stops=("<|tool_response>",),
+        final_turn_stops=("<turn|>",),
+        parallel_calls=True,
+        thinking=ThinkingMarkers(("<|channel>",), ("<channel|>",)),
+        name_patterns=(r"gemma-?4",),
+        template_markers=(("<|tool_call>",),),
+        bridge_factory=renderers_bridge("Gemma4RendererConfig"),
+        template_source="none here: Gemma 4 (trl 1.16.0 gemma4*.jinja); bridge: renderers 0.1.12 Gemma4Renderer; proven at start-up",
+    )
 )
 _refuse(
     "mistral", "mistral", (r"mistral|magistral|devstral|ministral|mixtral|codestral|pixtral",), (("[TOOL_CALLS]",),),

@@ -78,7 +78,7 @@ class ModelCheck:
     exact: bool
     turns: int = 0
     tokens: int = 0
-    reasoning: str = "none"  # "none", "one turn", "every turn": how the probe's turns reasoned
+    reasoning: str = "none"  # how many of the probe's turns reasoned ("1 of 4 turns"), or "none"
     bridge: str = "template-derived"
     difference: str = ""
     rule: str = ""  # the family's history rule, where the comparison needed it
@@ -197,6 +197,7 @@ def probe_family(tokenizer: Any, family: ModelFamily, template_kwargs: Mapping[s
     turns = _plan(family, reasoning)
     messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": QUESTION}]
     ruled = False
+    reasoned = 0
     try:
         context = renderer.render_prompt(messages, TOOLS)
         for index, turn in enumerate(turns):
@@ -206,6 +207,9 @@ def probe_family(tokenizer: Any, family: ModelFamily, template_kwargs: Mapping[s
                 rule = f" (after the family's rule: {family.history_rule})" if family.history_rule is not None and ours != context else ""
                 return fail(describe_difference(renderer, ours, expected, f"the prompt of turn {index}{rule}"))
             ruled = ruled or ours != context
+            if family.thinking is not None and turn.reasoning is None and _opens_reasoning(renderer, family, messages):
+                turn = attrs.evolve(turn, reasoning=REASONING)  # this prompt opens reasoning (Gemma 4 after tool replies)
+            reasoned += bool(turn.reasoning)
             message = _assistant(turn, index, family)
             sampled = renderer.encode(template_turn(renderer, messages, message, closers_tool if turn.calls else closers_final))
             problem = _parse_problem(renderer, parser, sampled, turn)
@@ -232,7 +236,8 @@ def probe_family(tokenizer: Any, family: ModelFamily, template_kwargs: Mapping[s
     except ModelFamilyError as error:
         return fail(str(error))
     return ModelCheck(
-        family.name, True, turns=len(turns), tokens=len(context) + len(sampled), reasoning=reasoning, bridge=bridge_kind, key=key,
+        family.name, True, turns=len(turns), tokens=len(context) + len(sampled), key=key, bridge=bridge_kind,
+        reasoning=f"{reasoned} of {len(turns)} turns" if reasoned else "none",
         rule=str(family.history_rule) if ruled else "",
     )
 
@@ -264,6 +269,16 @@ def _reasoning_mode(renderer: ChatRenderer, family: ModelFamily) -> str:
     except ModelFamilyError:
         return "none"
     return "one turn" if mark in text else "none"
+
+
+def _opens_reasoning(renderer: ChatRenderer, family: ModelFamily, messages: list[dict[str, Any]]) -> bool:
+    """Whether the generation prompt after `messages` leaves the family's reasoning open."""
+    assert family.thinking is not None
+    with_prompt = renderer.render_text(messages, TOOLS, add_generation_prompt=True)
+    without = renderer.render_text(messages, TOOLS, add_generation_prompt=False)
+    tail = with_prompt[len(without) :] if with_prompt.startswith(without) else ""
+    opener, closer = "".join(family.thinking.opener), "".join(family.thinking.closer)
+    return opener in tail and tail.rfind(opener) > tail.rfind(closer)
 
 
 def _plan(family: ModelFamily, reasoning: str) -> list[_Turn]:
