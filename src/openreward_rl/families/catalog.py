@@ -111,7 +111,7 @@ def family_for(model: Any) -> ModelFamily:
     >>> family_for("acme/mystery-7b")
     Traceback (most recent call last):
     ...
-    openreward_rl.families.base.UnsupportedModelError: cannot tell which model family 'acme/mystery-7b' belongs to; set model_family (config) or --family to one of: qwen3.5, qwen3, qwen, gpt-oss, glm-4.5, glm-4.7, hermes, granite-4, nemotron, qwen-xml, llama3, deepseek-v3.1, deepseek-v4, deepseek-v3.2, minimax-m2, kimi-k2.5, kimi-k2, gemma-4
+    openreward_rl.families.base.UnsupportedModelError: cannot tell which model family 'acme/mystery-7b' belongs to; set model_family (config) or --family to one of: nemotron-3, qwen3.5, qwen3, qwen, gpt-oss, glm-4.5, glm-4.7, hermes, granite-4, nemotron, qwen-xml, llama3, deepseek-v3.1, deepseek-v4, deepseek-v3.2, minimax-m2, kimi-k2.5, kimi-k2, gemma-4
     """
     family = find_family(model)
     if family is not None:
@@ -147,6 +147,22 @@ def _refuse(name: str, parser: str, patterns: tuple[str, ...], markers: tuple[tu
     )
 
 
+# Proven at start-up only (no Nemotron 3 tokenizer ships offline; tests/test_model_check.py runs trl's
+# Nano/Super/Ultra/3.5 templates on a tokenizer assembled for the test). Qwen3.5's call format, its own
+# template: before qwen3.5, whose markers its template also writes.
+register_family(
+    ModelFamily(
+        name="nemotron-3",
+        parser="qwen3_coder",
+        tool_turn_stops=("<|im_end|>",),
+        final_turn_stops=("<|im_end|>",),
+        parallel_calls=True,
+        thinking=THINK_TAGS,
+        name_patterns=(r"nemotron-?3",),
+        template_markers=(("<function=", "truncate_history_thinking"),),
+        template_source="none here: NVIDIA Nemotron 3 (trl 1.16.0 nemotron_3_*.jinja; template-derived bridge); proven at start-up",
+    )
+)
 _NO_ASSETS = "no {what} ships in a package reachable here (PyPI/npm), so no episode can be proven token-exact against it"
 # Order matters: more specific names and markers first.
 _refuse(

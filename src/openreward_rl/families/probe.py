@@ -197,7 +197,7 @@ def probe_family(tokenizer: Any, family: ModelFamily, template_kwargs: Mapping[s
     turns = _plan(family, reasoning)
     messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": QUESTION}]
     ruled = False
-    reasoned = 0
+    reasoned = declined = 0
     try:
         context = renderer.render_prompt(messages, TOOLS)
         for index, turn in enumerate(turns):
@@ -223,6 +223,10 @@ def probe_family(tokenizer: Any, family: ModelFamily, template_kwargs: Mapping[s
                 for call in parsed.tool_calls
             ]
             hand_written = renderer.bridge_needs_ids
+            if hand_written and renderer._family_bridge.bridge(
+                context_ids=context, sampled_ids=sampled, new_messages=replies, tools=TOOLS
+            ) is None:
+                declined += 1  # the hand-written bridge declined: ChatRenderer.bridge falls back to the template-derived one
             bridge = renderer.bridge(
                 sampled_tail=renderer.decode(sampled[-1:]),
                 assistant_tool_calls=[c.to_openai() for c in parsed.tool_calls],
@@ -236,8 +240,9 @@ def probe_family(tokenizer: Any, family: ModelFamily, template_kwargs: Mapping[s
     except ModelFamilyError as error:
         return fail(str(error))
     return ModelCheck(
-        family.name, True, turns=len(turns), tokens=len(context) + len(sampled), key=key, bridge=bridge_kind,
+        family.name, True, turns=len(turns), tokens=len(context) + len(sampled), key=key,
         reasoning=f"{reasoned} of {len(turns)} turns" if reasoned else "none",
+        bridge=f"hand-written, declined {declined} of {len(turns) - 1} (template-derived then)" if declined else bridge_kind,
         rule=str(family.history_rule) if ruled else "",
     )
 
