@@ -149,7 +149,8 @@ CASES = {
     "qwen3.5": FamilyCase("offline:qwen3.5", history_rule=QWEN35_RULE),
     "qwen3.6": FamilyCase("offline:qwen3.6", history_rule=QWEN35_RULE),
     "qwen3.8": FamilyCase("offline:qwen3.8", history_rule=empty_reasoning_newlines),
-    "qwen3-2507": FamilyCase("offline:qwen3-2507", thinks=False),
+    # named as on the hub: the cache directory's name would select qwen3 (the check refuses that with thinking off)
+    "qwen3-2507": FamilyCase("offline:qwen3-2507", thinks=False, renamed="Qwen/Qwen3-4B-Instruct-2507"),
     # the error turn is a call the environment answers with an error: V3.2's encoder closes <function_results>
     # only after as many results as the turn had calls, and an unknown tool gets no tool result (see docs)
     "deepseek-v3.2": FamilyCase("offline:deepseek-v3.2", arguments_as_strings=True, thinks=False, error_call=LLAMA_ERROR),
