@@ -131,7 +131,8 @@ def test_config_and_cli_override_the_family() -> None:
 @pytest.mark.anyio
 async def test_training_hooks_pick_the_family_from_hf_checkpoint(tmp_path: Any, monkeypatch: Any) -> None:
     """BackendState.from_args (the Slime and Miles hooks) builds the episode stack of the hf_checkpoint's
-    family, with its stop ids; the config's model_family overrides it; a refused family fails right there."""
+    family, with its stop ids; the config's model_family overrides it; a refused family, or one the
+    start-up check finds not token-exact on the tokenizer, fails right there."""
     from types import SimpleNamespace
 
     from openreward_rl.backends._state import BackendState
@@ -160,6 +161,13 @@ async def test_training_hooks_pick_the_family_from_hf_checkpoint(tmp_path: Any, 
         await state.aclose()
     with pytest.raises(UnsupportedModelError, match="the mistral model family is not supported"):
         build("offline:mistral-nemo")
+    # the start-up check runs in the hooks too: the qwen3 family is not token-exact on Qwen3-2507's template
+    from openreward_rl.families.probe import ModelCheckError
+
+    with pytest.raises(ModelCheckError, match="the qwen3 model family is not token-exact"):
+        build("offline:qwen3-2507", "model_family: qwen3\n")
+    state = build("offline:qwen3-2507", "model_family: qwen3\ncheck_model: false\n")
+    await state.aclose()
 
 
 pytestmark_anyio = pytest.mark.anyio

@@ -129,7 +129,8 @@ def cache_key(tokenizer: Any, family: ModelFamily, template_kwargs: Mapping[str,
     encoder = ""
     if family.encoder_factory is not None:
         directory = Path(str(getattr(tokenizer, "name_or_path", "") or ""))
-        encoder = ";".join(p.read_text() for p in sorted(directory.glob("**/encoding_*.py")) if p.is_file())
+        files = sorted([*directory.glob("encoding_*.py"), *directory.glob("encoding/encoding_*.py")])  # where encoders.py looks
+        encoder = ";".join(p.read_text() for p in files if p.is_file())
     template = getattr(tokenizer, "chat_template", None)
     parts = {
         "probe": PROBE_VERSION,
