@@ -181,8 +181,9 @@ def _write_disk(key: str, verdict: ModelCheck) -> None:
 
 
 def probe_family(tokenizer: Any, family: ModelFamily, template_kwargs: Mapping[str, Any] | None = None) -> ModelCheck:
-    """Run the probe conversation (module docstring) and compare; never raises for a difference, only for a
-    refused family or a template that cannot render the probe at all (reported as a difference)."""
+    """Run the probe conversation (module docstring) and compare. A difference, a template that cannot
+    render the probe, or a bridge or parser that fails on it is a verdict that is not exact; only a
+    refused family raises (UnsupportedModelError)."""
     from openreward_rl.parsers import get_parser
 
     renderer = family.renderer(tokenizer, template_kwargs)
@@ -240,6 +241,8 @@ def probe_family(tokenizer: Any, family: ModelFamily, template_kwargs: Mapping[s
             messages = [*messages, message, *replies]
     except ModelFamilyError as error:
         return fail(str(error))
+    except Exception as error:  # a bridge or parser that fails on this tokenizer cannot be proven on it
+        return fail(f"{type(error).__name__} while probing: {error}")
     return ModelCheck(
         family.name, True, turns=len(turns), tokens=len(context) + len(sampled), key=key,
         reasoning=f"{reasoned} of {len(turns)} turns" if reasoned else "none",
