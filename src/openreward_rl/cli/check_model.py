@@ -66,7 +66,8 @@ def run(args: argparse.Namespace) -> int:
             how = "by the chat template's markers"
         else:
             raise ModelFamilyError(
-                f"no family knows {args.model!r} by name, nor its chat template by markers; pass --family (docs/families.md)"
+                f"no family knows {args.model!r} by name, nor its chat template by markers: eval and the hooks would run it "
+                "with the template-derived bridge (generic, unchecked); pass --family to check a family on it (docs/families.md)"
             )
     except ModelFamilyError as error:
         return _fail(str(error))
