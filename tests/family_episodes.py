@@ -17,6 +17,7 @@ exactly these ids. The episode runs through `ToolEpisode` against the real MathE
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -30,6 +31,7 @@ from openreward_rl.assets import load_tokenizer
 from openreward_rl.families.chat import ChatRenderer
 from openreward_rl.engines.sglang import SGLangEngine
 from openreward_rl.families import ModelFamily, family_for
+from openreward_rl.families.probe import describe_difference, template_turn
 from openreward_rl.env.local_server import LocalEnvServer, load_environment_class
 from openreward_rl.parsers import get_parser
 from openreward_rl.testing import ScriptedCompletion, SGLangTestServer
@@ -71,6 +73,19 @@ class FamilyCase:
     # our ids -> the template's, by a rule the family states (applied before each per-turn comparison)
     history_rule: Callable[[Any, list[int]], list[int]] | None = None
     always_reasons: bool = False  # the template opens reasoning in every generation prompt (MiniMax M2)
+    # the tokenizer under another name (a fine-tune whose name no family knows: its chat template decides)
+    renamed: str | None = None
+
+
+def case_tokenizer(case: FamilyCase) -> Any:
+    """The case's real tokenizer; with `renamed`, a shallow copy whose name_or_path is that name (the
+    files, vocabulary and chat template are the packaged ones, unchanged)."""
+    tokenizer = load_tokenizer(case.tokenizer)
+    if case.renamed is None:
+        return tokenizer
+    renamed = copy.copy(tokenizer)
+    renamed.name_or_path = case.renamed
+    return renamed
 
 
 def plan(family: ModelFamily, answer: str, case: FamilyCase) -> list[PlannedTurn]:
@@ -116,27 +131,15 @@ def render(tokenizer: Any, messages: Sequence[dict[str, Any]], tools: Any, case:
 
 
 def sampled_text(tokenizer: Any, family: ModelFamily, case: FamilyCase, before: list[dict[str, Any]], turn: PlannedTurn, index: int, tools: Any) -> str:
-    """What the template writes for `turn` after the generation prompt, up to and including its closer."""
-    message = assistant_message(turn, index, case)
-    prompt = render(tokenizer, before, tools, case, generation_prompt=True)
-    after: list[dict[str, Any]] = []
-    if turn.calls:  # a tool reply follows a call: the template then writes the call turn's closer
-        after = [{"role": "tool", "tool_call_id": c["id"], "name": c["function"]["name"], "content": "0"} for c in message["tool_calls"]]
-    full = render(tokenizer, [*before, message, *after], tools, case, generation_prompt=False)
-    if full.startswith(prompt):
-        text = full[len(prompt) :]
-    else:  # the template rewrote earlier turns once this one came (gpt-oss drops analysis before a final answer)
-        opener = prompt[len(render(tokenizer, before, tools, case, generation_prompt=False)) :]
-        assert opener and opener in full, "the template's generation prompt must open the assistant turn"
-        text = full[full.rfind(opener) + len(opener) :]
+    """What the template writes for `turn` after the generation prompt, up to and including its closer
+    (the library's `template_turn`, which the start-up check scripts its turns with too)."""
     closers = family.tool_turn_stops if turn.calls else family.final_turn_stops
-    ends = [(text.find(c), c) for c in closers if c in text]
-    if not ends:  # the template leaves the final closer to the next message (GLM's <|user|>)
-        return text + closers[0]
-    at, closer = min(ends)
+    renderer = ChatRenderer(tokenizer, dict(case.template_kwargs), family=family)
+    text = template_turn(renderer, before, assistant_message(turn, index, case), closers, tools)
     if turn.calls and case.sampled_tool_closer:
-        return text[:at] + case.sampled_tool_closer
-    return text[: at + len(closer)]
+        closer = next(c for c in closers if text.endswith(c))
+        return text[: -len(closer)] + case.sampled_tool_closer
+    return text
 
 
 @attrs.define
@@ -189,7 +192,7 @@ class FamilyRun:
 async def run_family_episode(
     env_server: LocalEnvServer, client: AsyncOpenReward, case: FamilyCase, *, settings: EpisodeSettings | None = None
 ) -> FamilyRun:
-    tokenizer = load_tokenizer(case.tokenizer)
+    tokenizer = case_tokenizer(case)
     family = family_for(tokenizer)
     cls = load_environment_class(next(s for s in env_server.specs if s.endswith(":MathEnv")))
     answer = cls.list_tasks("train")[3]["answer"]
@@ -328,5 +331,4 @@ def _messages_before_turn(messages: list[dict[str, Any]], index: int) -> list[di
 
 
 def _first_difference(tokenizer: Any, ours: list[int], theirs: list[int], label: str) -> str:
-    at = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
-    return f"{label}: ours {tokenizer.decode(ours[at - 8 : at + 24])!r} != template {tokenizer.decode(theirs[at - 8 : at + 24])!r}"
+    return describe_difference(ChatRenderer(tokenizer), ours, theirs, label)

@@ -9,12 +9,22 @@ from typing import Any
 
 import attrs
 import pytest
-from family_episodes import SAMPLING, FamilyCase, check_family_run, run_family_episode
+from family_episodes import SAMPLING, FamilyCase, case_tokenizer, check_family_run, run_family_episode
 
 from openreward_rl import EpisodeSettings
 from openreward_rl.assets import load_tokenizer, trl_template
 from openreward_rl.config import ConfigError, parse_config
-from openreward_rl.families import ModelFamily, UnsupportedModelError, family_for, find_family, get_family, known_families, register_family
+from openreward_rl.families import (
+    ModelFamily,
+    UnsupportedModelError,
+    family_for,
+    find_family,
+    get_family,
+    known_families,
+    match_family,
+    parser_for_model,
+    register_family,
+)
 from openreward_rl.env.local_server import LocalEnvServer
 from openreward_rl.loop.rollout import episode_stack
 
@@ -28,12 +38,28 @@ NAMES = {
     "openai/gpt-oss-120b": "gpt-oss",
     "zai-org/GLM-4.5-Air": "glm-4.5",
     "zai-org/GLM-4.6": "glm-4.5",
+    "NousResearch/Hermes-3-Llama-3.1-8B": "hermes",
+    "NousResearch/Hermes-2-Pro-Llama-3-8B": "hermes",
 }
 
 
 @pytest.mark.parametrize(("model", "family"), sorted(NAMES.items()))
 def test_family_from_model_name(model: str, family: str) -> None:
     assert family_for(model).name == family
+
+
+def test_hermes_3_is_the_hermes_family_not_llama3() -> None:
+    """Hermes 3 is a Llama 3.1 fine-tune with its own ChatML template and <tool_call> JSON calls: the family
+    (and so its parser and stops) is hermes, never llama3's <|eot_id|> and bare-JSON parser."""
+    family = family_for("NousResearch/Hermes-3-Llama-3.1-8B")
+    assert (family.name, family.parser, family.stops) == ("hermes", "hermes", ("<|im_end|>",))
+    assert parser_for_model("NousResearch/Hermes-3-Llama-3.1-8B") == "hermes"
+    assert not family.proven_here  # no Hermes tokenizer ships offline: the start-up probe proves it
+
+
+@pytest.mark.parametrize("model", [*NAMES, "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B", "ibm-granite/granite-4.0-h-small", "moonshotai/Kimi-K2.5"])
+def test_one_table_decides_family_and_parser(model: str) -> None:
+    assert parser_for_model(model) == match_family(model).parser
 
 
 @attrs.frozen
@@ -88,10 +114,11 @@ def test_config_and_cli_override_the_family() -> None:
     assert renderer.family is not None and renderer.family.name == "gpt-oss" and parser.name == "gpt_oss"
     generic, parser = episode_stack(parse_config({"environments": {"e": {}}, "model_family": "generic"}), llama, "meta-llama/Llama-3.1-8B-Instruct")
     assert generic.family is None and generic.engine_stop_token_ids == () and parser.name == "llama3_json"
-    with pytest.raises(ConfigError, match="unknown model family 'llama-3'; known: qwen3.5, qwen3, qwen, llama3, gpt-oss, glm-4.5, glm-4.7, deepseek-v3.1, deepseek-v3.2, deepseek-v4, minimax-m2"):
+    with pytest.raises(ConfigError, match="unknown model family 'llama-3'; known: nemotron-3, qwen3.5, qwen3, qwen, gpt-oss, glm-4.5, glm-4.7, hermes, granite-4, nemotron, qwen-xml, llama3, deepseek-v3.1, deepseek-v4, deepseek-v3.2, minimax-m2, kimi-k2.5, kimi-k2, gemma-4"):
         parse_config({"environments": {"e": {}}, "model_family": "llama-3"})
 
-    from openreward_rl.cli.eval import EvalOptions, add_arguments, prepare_config
+    from openreward_rl.cli.eval import EvalOptions, add_arguments
+    from openreward_rl.config import prepare_config
 
     cli = argparse.ArgumentParser()
     add_arguments(cli)
@@ -105,7 +132,8 @@ def test_config_and_cli_override_the_family() -> None:
 @pytest.mark.anyio
 async def test_training_hooks_pick_the_family_from_hf_checkpoint(tmp_path: Any, monkeypatch: Any) -> None:
     """BackendState.from_args (the Slime and Miles hooks) builds the episode stack of the hf_checkpoint's
-    family, with its stop ids; the config's model_family overrides it; a refused family fails right there."""
+    family, with its stop ids; the config's model_family overrides it; a refused family, or one the
+    start-up check finds not token-exact on the tokenizer, fails right there."""
     from types import SimpleNamespace
 
     from openreward_rl.backends._state import BackendState
@@ -134,6 +162,13 @@ async def test_training_hooks_pick_the_family_from_hf_checkpoint(tmp_path: Any, 
         await state.aclose()
     with pytest.raises(UnsupportedModelError, match="the mistral model family is not supported"):
         build("offline:mistral-nemo")
+    # the start-up check runs in the hooks too: the qwen3 family is not token-exact on Qwen3-2507's template
+    from openreward_rl.families.probe import ModelCheckError
+
+    with pytest.raises(ModelCheckError, match="the qwen3 model family is not token-exact"):
+        build("offline:qwen3-2507", "model_family: qwen3\n")
+    state = build("offline:qwen3-2507", "model_family: qwen3\ncheck_model: false\n")
+    await state.aclose()
 
 
 pytestmark_anyio = pytest.mark.anyio
@@ -198,9 +233,10 @@ async def test_llama_tool_turn_ending_in_eom_is_a_finished_tool_turn(tokenizer: 
     assert sum(1 for t in run.trajectory.tokens if t == eom) == len(tool_turns)
 
 
-def test_every_parser_belongs_to_a_proven_or_refused_family() -> None:
-    """Each of the 16 parsers is the parser of a family whose episode test_families_episode.py proves
-    token-exact, or of a family refused up front (with its reason) — never one left to abort turn by turn."""
+def test_every_parser_belongs_to_a_family_and_proven_here_is_honest() -> None:
+    """Each of the 16 parsers is the parser of a family: one whose episode test_families_episode.py proves
+    token-exact, one refused up front (with its reason), or one the start-up check proves on the user's
+    tokenizer — never one left to abort turn by turn. `proven_here` is claimed exactly by the proven ones."""
     from test_families_episode import CASES
 
     from openreward_rl.families import catalog
@@ -211,15 +247,18 @@ def test_every_parser_belongs_to_a_proven_or_refused_family() -> None:
     modules = {name: base._REGISTRY[name].__module__ for name in available_parsers()}
     builtin = [name for name, module in modules.items() if module.startswith("openreward_rl.parsers.") and module != base.__name__]
     assert len(builtin) >= 16, builtin
-    proven = {family_for(load_tokenizer(case.tokenizer)).name for case in CASES.values()}
+    proven = {family_for(case_tokenizer(case)).name for case in CASES.values()}
     by_parser: dict[str, list[ModelFamily]] = {}
     for family in catalog._FAMILIES.values():
         by_parser.setdefault(family.parser, []).append(family)
     for parser in builtin:
         families = by_parser.get(parser, [])
-        assert any(f.name in proven or f.refused for f in families), f"parser {parser} has no proven or refused family"
+        # proven here, refused, or (no tokenizer of theirs ships offline) proven at start-up by the check
+        assert families, f"parser {parser} has no family"
     assert {"qwen3", "qwen", "qwen3.5", "llama3", "gpt-oss", "glm-4.5", "glm-4.7", "deepseek-v3.1", "deepseek-v3.2", "deepseek-v4", "minimax-m2"} <= proven
     assert not any(catalog._FAMILIES[name].refused for name in proven)
+    # a family claims `proven_here` exactly when an episode test here proves it
+    assert {name for name, family in catalog._FAMILIES.items() if family.proven_here} == proven
 
 
 @pytest.mark.parametrize(
@@ -227,14 +266,13 @@ def test_every_parser_belongs_to_a_proven_or_refused_family() -> None:
     [
         ("deepseek-ai/DeepSeek-V3-0324", "deepseek-v3", "ns.is_first is never reset"),
         ("deepseek-ai/DeepSeek-R1-0528", "deepseek-v3", "first tool-call message"),
-        ("moonshotai/Kimi-K2-Instruct-0905", "kimi-k2", "no Kimi K2 tokenizer"),
         ("moonshotai/Kimi-K3", "kimi-k3", "no Kimi K3 tokenizer"),
-        ("google/gemma-4-31B-it", "gemma-4", "no Gemma 4 tokenizer"),
         ("Qwen/Qwen3-Coder-30B-A3B-Instruct", "qwen3-coder", "not Qwen3.5's"),
         ("mistralai/Mistral-Small-3.2-24B-Instruct-2506", "mistral", "rewrites earlier turns"),
         ("mistralai/Devstral-Small-2507", "mistral", "last user message only"),
         ("LiquidAI/LFM2-1.2B", "pythonic", "LFM2"),
         ("meta-llama/Llama-4-Scout-17B-16E-Instruct", "pythonic", "Llama 4"),
+        ("deepseek-ai/DeepSeek-R1-Distill-Qwen-7B", "deepseek-v3", "first tool-call message"),
     ],
 )
 def test_unproven_families_are_refused_before_any_episode(model: str, family: str, why: str) -> None:
@@ -249,13 +287,16 @@ def test_unproven_families_are_refused_before_any_episode(model: str, family: st
 @pytest.mark.parametrize(
     ("model", "family"),
     [
+        ("moonshotai/Kimi-K2-Instruct-0905", "kimi-k2"),
+        ("moonshotai/Kimi-K2.5", "kimi-k2.5"),
+        ("google/gemma-4-31B-it", "gemma-4"),
         ("zai-org/GLM-4.7", "glm-4.7"),
         ("zai-org/GLM-5", "glm-4.7"),
         ("deepseek-ai/DeepSeek-V3.1-Terminus", "deepseek-v3.1"),
         ("deepseek-ai/DeepSeek-V4-Flash", "deepseek-v4"),
         ("deepseek-ai/DeepSeek-V3.2-Exp", "deepseek-v3.2"),
         ("MiniMaxAI/MiniMax-M2", "minimax-m2"),
-        ("deepseek-ai/DeepSeek-R1-Distill-Qwen-7B", None),
+        ("XiaomiMiMo/MiMo-V2-Flash", "qwen-xml"),
     ],
 )
 def test_more_families_from_model_names(model: str, family: str | None) -> None:
@@ -318,12 +359,17 @@ def test_eval_refuses_a_refused_family_before_any_episode(capsys: Any, monkeypat
     monkeypatch.chdir(Path(__file__).resolve().parents[1])
     argv = ["eval", "--engine", "sglang", "--base-url", "http://127.0.0.1:1", "--tokenizer", "offline:qwen3", "--config", "examples/quickstart_config.yaml",
             "--serve", "examples/environments/closest_guess.py:GradedGuess"]
+    assert main([*argv, "--model", "moonshotai/Kimi-K3"]) == 2
+    captured = capsys.readouterr()
+    assert "the kimi-k3 model family is not supported: no Kimi K3 tokenizer" in " ".join((captured.out + captured.err).split())
+    assert main([*argv, "--model", "acme/model", "--family", "kimi-k3"]) == 2
+    captured = capsys.readouterr()
+    assert "--family: the kimi-k3 model family is not supported" in " ".join((captured.out + captured.err).split())
+    # a family proven only at start-up, on a tokenizer that is not its own: the start-up check stops the run
     assert main([*argv, "--model", "google/gemma-4-31B-it"]) == 2
     captured = capsys.readouterr()
-    assert "the gemma-4 model family is not supported: no Gemma 4 tokenizer" in " ".join((captured.out + captured.err).split())
-    assert main([*argv, "--model", "acme/model", "--family", "gemma-4"]) == 2
-    captured = capsys.readouterr()
-    assert "--family: the gemma-4 model family is not supported" in " ".join((captured.out + captured.err).split())
+    captured = " ".join((captured.out + captured.err).split())
+    assert "the gemma-4 model family is not token-exact on" in captured and "'<|tool_response>', which this tokenizer does not have" in captured
 
 
 def test_deepseek_v4_needs_its_encoder_beside_the_tokenizer(tmp_path: Any) -> None:

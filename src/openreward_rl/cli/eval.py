@@ -55,6 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="serve this environment class on 127.0.0.1 for the run (repeatable); sets env_base_url")
     parser.add_argument("--base-url", default=None, help="sglang: http://host:port; openai: .../v1 (default https://api.openai.com/v1)")
     parser.add_argument("--family", default=None, help="model family (docs/families.md), overriding the config's model_family and the one --model implies; 'generic' for the template-derived bridge")
+    parser.add_argument("--skip-check-model", action="store_true", help="do not prove the model family token-exact on the tokenizer before the first episode (config: check_model: false)")
     parser.add_argument("--tokenizer", default=None, help="sglang/openai: tokenizer for the chat template (default: --model)")
     parser.add_argument("--api-key-env", default="OPENAI_API_KEY", help="openai: environment variable holding the API key")
     parser.add_argument("--device", default=None, help="transformers: cpu or cuda (default: cuda when available)")
@@ -88,6 +89,7 @@ class EvalOptions:
     base_url: str | None = None
     tokenizer: str | None = None
     family: str | None = None
+    skip_check_model: bool = False
     api_key_env: str = "OPENAI_API_KEY"
     device: str | None = None
     dtype: str | None = None
@@ -148,6 +150,7 @@ class EvalOptions:
             base_url=args.base_url,
             tokenizer=args.tokenizer,
             family=getattr(args, "family", None),
+            skip_check_model=bool(getattr(args, "skip_check_model", False)),
             api_key_env=args.api_key_env,
             device=args.device,
             dtype=args.dtype,
@@ -454,7 +457,7 @@ def _run_with_engine(
     from openreward_rl.env.local_server import loopback_environ, serve_environments, variant_name
 
     async def main(base_url: str | None, served: Mapping[str, str]) -> dict[str, Any]:
-        prepared = prepare_config(config, split=options.split, served=served, base_url=base_url, family=options.family)
+        prepared = prepare_config(config, split=options.split, served=served, base_url=base_url, family=options.family, skip_check_model=options.skip_check_model)
         check_ready(prepared)
         client = AsyncOpenReward()  # the key from OPENREWARD_API_KEY; local servers need none
         try:

@@ -7,7 +7,16 @@
 """
 
 from openreward_rl.families.base import ModelFamily, ThinkingMarkers, TurnBridge, UnsupportedModelError
-from openreward_rl.families.catalog import family_for, find_family, get_family, known_families, register_family
+from openreward_rl.families.catalog import (
+    family_for,
+    find_family,
+    get_family,
+    known_families,
+    match_family,
+    parser_for_model,
+    parser_for_template,
+    register_family,
+)
 
 __all__ = [
     "ModelFamily",
@@ -18,5 +27,8 @@ __all__ = [
     "find_family",
     "get_family",
     "known_families",
+    "match_family",
+    "parser_for_model",
+    "parser_for_template",
     "register_family",
 ]

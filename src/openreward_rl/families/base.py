@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import attrs
 
 from openreward_rl.errors import ModelFamilyError
+from openreward_rl.families.history import HistoryRule
 from openreward_rl.families.thinking import THINK_TAGS, ThinkingMarkers
 
 if TYPE_CHECKING:
@@ -55,7 +56,7 @@ class ModelFamily:
     samples to the one the template writes when it renders that turn as history (gpt-oss writes a
     sampled `<|return|>` back as `<|end|>`, Llama 3.1 a sampled `<|eom_id|>` as `<|eot_id|>`): the
     bridge continues after the sampled one. `refused` holds the reason when the family is known but
-    cannot be token-exact; selecting it raises.
+    cannot be token-exact; selecting it raises. Empty stops: the tokenizer's eos ends every turn.
     """
 
     name: str
@@ -75,6 +76,17 @@ class ModelFamily:
     encoder_factory: Callable[[Any], Any] | None = None
     template_source: str = ""
     refused: str | None = None
+    # True where tests/test_families_episode.py proves an episode token-exact against the official
+    # template named in `template_source`; every family is also proven on the user's own tokenizer at
+    # start-up (`families.probe`), and for a family with False that probe is the only proof
+    proven_here: bool = False
+    # how the template reads an assistant message: the reasoning key (gpt-oss: `thinking`), and
+    # whether call arguments must be JSON strings (DeepSeek). The start-up probe writes its messages so
+    reasoning_key: str = "reasoning_content"
+    string_arguments: bool = False
+    # how the template rewrites history the episode keeps as sampled (`families.history`): the start-up
+    # check compares the episode's ids mapped by it with the template's
+    history_rule: HistoryRule | None = None
 
     @property
     def stops(self) -> tuple[str, ...]:

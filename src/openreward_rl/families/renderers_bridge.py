@@ -113,15 +113,18 @@ class RenderersBridge:
 def renderers_bridge(config_class: str, **config: Any) -> Callable[[Any, Mapping[str, Any]], RenderersBridge]:
     """A `ModelFamily.bridge_factory` building the renderer of `renderers.<config_class>` (e.g. "Llama3RendererConfig").
 
-    A template kwarg the config also has (`enable_thinking`) is passed on, so both agree."""
+    A template kwarg the config declares as one (its `_template_fields`: `enable_thinking`, Kimi K2.5's
+    `thinking`, Gemma 4's `preserve_thinking`, ...) is passed on, so both agree."""
 
     def build(tokenizer: Any, template_kwargs: Mapping[str, Any]) -> RenderersBridge:
         import renderers
 
         config_type = getattr(renderers, config_class)
         settings = dict(config)
-        if "enable_thinking" in template_kwargs and "enable_thinking" in config_type.model_fields:
-            settings["enable_thinking"] = bool(template_kwargs["enable_thinking"])
+        template_fields = getattr(config_type, "_template_fields", frozenset({"enable_thinking"}))  # the config's chat-template kwargs
+        for key, value in template_kwargs.items():
+            if key in template_fields:
+                settings[key] = value
         return RenderersBridge(renderers.create_renderer(_TokenizerView(tokenizer), config_type(**settings)))
 
     return build

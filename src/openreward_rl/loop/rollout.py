@@ -49,7 +49,7 @@ def choose_parser(config: TrainConfig, model: str | None, tokenizer: Any, family
         return get_parser(config.parser)
     if family is not None:
         return get_parser(family.parser)
-    from openreward_rl.parsers.selection import parser_for_model
+    from openreward_rl.families import parser_for_model
 
     try:
         return get_parser(parser_for_model(model or tokenizer))
@@ -75,7 +75,9 @@ def episode_stack(config: TrainConfig, tokenizer: Any, model: str | None = None)
     The renderer belongs to the model's family (`choose_family`: its stop tokens, reasoning markers and
     bridge) and gets the config's `thinking` setting as `enable_thinking`, then `chat_template_kwargs`
     (which win). The parser is the configured one, else the family's, else the one the model name or
-    chat template implies.
+    chat template implies. With a family and `check_model` (the default), the family is proven
+    token-exact on this tokenizer first (`families.probe.check_model`, cached per tokenizer and
+    template): `ModelCheckError` (a ModelFamilyError) names the first differing token otherwise.
 
     >>> from openreward_rl.assets import load_tokenizer
     >>> from openreward_rl.config import parse_config
@@ -86,6 +88,10 @@ def episode_stack(config: TrainConfig, tokenizer: Any, model: str | None = None)
     family = choose_family(config, model, tokenizer)
     template_kwargs = {"enable_thinking": config.thinking, **config.chat_template_kwargs}
     renderer = ChatRenderer(tokenizer, template_kwargs) if family is None else family.renderer(tokenizer, template_kwargs)
+    if family is not None and config.check_model:
+        from openreward_rl.families.probe import check_model
+
+        check_model(tokenizer, family, template_kwargs)
     return renderer, choose_parser(config, model, tokenizer, family)
 
 

@@ -17,10 +17,8 @@ from openreward_rl.parsers.base import (
     register_parser,
 )
 from openreward_rl.parsers import _builtin  # noqa: F401  (the built-in formats register themselves)
-from openreward_rl.parsers.selection import KNOWN_PARSERS, parser_for_model, parser_for_template
 
 __all__ = [
-    "KNOWN_PARSERS",
     "ParsedTurn",
     "ParseError",
     "ParseErrorKind",
@@ -28,7 +26,5 @@ __all__ = [
     "ToolParser",
     "available_parsers",
     "get_parser",
-    "parser_for_model",
-    "parser_for_template",
     "register_parser",
 ]

@@ -8,7 +8,7 @@ import importlib
 import pkgutil
 from pathlib import Path
 
-_NOT_FORMATS = {"base", "common", "schema", "selection"}
+_NOT_FORMATS = {"base", "common", "schema"}
 _PACKAGE = __name__.rpartition(".")[0]
 
 for _module in pkgutil.iter_modules([str(Path(__file__).parent)]):
