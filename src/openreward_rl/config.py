@@ -28,6 +28,10 @@ train_thinking: true
 max_tool_output_tokens: 8192
 upload: true
 env_base_url: null                    # e.g. http://127.0.0.1:8080 for local environments
+advantage:                            # how rewards become per-token advantages (docs/training.md, "Credit")
+  estimator: episode                  # episode (one reward per episode) | turn (per-turn returns) | mix
+  gamma: 1.0                          # discount of the per-turn returns (reward-to-go)
+  mix_weight: 0.5                     # mix: weight of the turn estimator (the rest: episode)
 ```
 """
 
@@ -46,7 +50,30 @@ from openreward_rl.errors import ConfigError
 from openreward_rl.redaction import register_secrets
 from openreward_rl.reducers.base import RewardPolicy, available_reducers, get_reducer
 
-__all__ = ["ConfigError", "EnvironmentConfig", "TrainConfig", "load_config", "config_path", "parse_config"]
+__all__ = ["ConfigError", "AdvantageSettings", "ADVANTAGE_ESTIMATORS", "EnvironmentConfig", "TrainConfig", "load_config", "config_path", "parse_config"]
+
+
+ADVANTAGE_ESTIMATORS = ("episode", "turn", "mix")
+
+
+@attrs.frozen
+class AdvantageSettings:
+    """The run's advantage estimator (`advantage:` in the config).
+
+    - `episode`: one reward per episode, group-normalised by the trainer (GRPO; the default);
+    - `turn`: each turn's tokens get that turn's return (reward-to-go, discounted by `gamma`),
+      normalised against the group's episode-level statistics (docs/training.md, "Credit");
+    - `mix`: `mix_weight` × turn + (1 − `mix_weight`) × episode.
+    """
+
+    estimator: str = "episode"
+    gamma: float = 1.0
+    mix_weight: float = 0.5
+
+    @property
+    def per_token(self) -> bool:
+        """Whether the trainer needs our advantage hooks (anything but `episode`)."""
+        return self.estimator != "episode"
 
 
 @attrs.frozen
@@ -105,6 +132,7 @@ class TrainConfig:
     # Episodes in worker processes (or Ray actors) instead of the hook's process; 0: in process.
     rollout_workers: int = 0
     rollout_worker_backend: str = "auto"
+    advantage: AdvantageSettings = attrs.field(factory=AdvantageSettings)
     source: str = "<config>"
 
     def environment(self, name: str) -> EnvironmentConfig:
@@ -350,7 +378,40 @@ def parse_config(raw: Any, *, source: str = "<config>") -> TrainConfig:
             values[key] = None if value is None else float(value)
     if "chat_template_kwargs" in raw:
         values["chat_template_kwargs"] = _check(raw["chat_template_kwargs"] or {}, (dict,), f"{source}: chat_template_kwargs", "a mapping")
+    if "advantage" in raw:
+        values["advantage"] = _advantage(raw["advantage"], f"{source}: advantage")
     return TrainConfig(**values)
+
+
+def _advantage(raw: Any, where: str) -> AdvantageSettings:
+    """`advantage:` validated; every problem is a ConfigError naming the key.
+
+    >>> _advantage({"estimator": "mix", "mix_weight": 0.25}, "advantage")
+    AdvantageSettings(estimator='mix', gamma=1.0, mix_weight=0.25)
+    >>> _advantage({"estimator": "td"}, "advantage")
+    Traceback (most recent call last):
+    ...
+    openreward_rl.errors.ConfigError: advantage.estimator: must be one of episode, turn, mix, got 'td'
+    """
+    if raw is None:
+        return AdvantageSettings()
+    raw = _check(raw, (dict,), where, "a mapping with estimator, gamma, mix_weight")
+    known = {f.name for f in attrs.fields(AdvantageSettings)}
+    for key in raw:
+        if key not in known:
+            raise _unknown(key, known, where)
+    estimator = raw.get("estimator", "episode")
+    if estimator not in ADVANTAGE_ESTIMATORS:
+        raise ConfigError(f"{where}.estimator: must be one of {', '.join(ADVANTAGE_ESTIMATORS)}, got {estimator!r}")
+    gamma = _check(raw.get("gamma", 1.0), (int, float), f"{where}.gamma", "a number in [0, 1]")
+    if isinstance(gamma, bool) or not 0.0 <= gamma <= 1.0:
+        raise ConfigError(f"{where}.gamma: must be a number in [0, 1], got {gamma!r}")
+    weight = _check(raw.get("mix_weight", 0.5), (int, float), f"{where}.mix_weight", "a number in [0, 1]")
+    if isinstance(weight, bool) or not 0.0 <= weight <= 1.0:
+        raise ConfigError(f"{where}.mix_weight: must be a number in [0, 1], got {weight!r}")
+    if "mix_weight" in raw and estimator != "mix":
+        raise ConfigError(f"{where}.mix_weight: only the mix estimator has a weight (estimator is {estimator!r})")
+    return AdvantageSettings(estimator=estimator, gamma=float(gamma), mix_weight=float(weight))
 
 
 def config_path(path: str | os.PathLike[str] | None = None) -> Path:
