@@ -186,3 +186,20 @@ def test_train_refuses_a_refused_model_family_before_ray(config_file: Path, tmp_
     overridden.write_text(config_file.read_text() + "model_family: generic\n")
     assert main([*argv[:-2], str(overridden), "--dry-run", "--model", "google/gemma-4-31B-it"]) == 0
     assert main([*argv, "--model", "Qwen/Qwen3-8B"]) == 0
+
+
+@pytest.mark.parametrize(("framework", "estimator"), [("slime", "turn"), ("slime", "mix"), ("miles", "turn"), ("slime", "episode"), ("miles", "episode")])
+def test_dry_run_passes_the_advantage_hooks_the_config_asks_for(framework: str, estimator: str, tmp_path: Path, capsys) -> None:
+    config = tmp_path / "train_config.yaml"
+    config.write_text(f"environments:\n  GeneralReasoning/WhoDunIt: {{}}\nadvantage: {{estimator: {estimator}}}\n")
+    _, submit = dry_run(capsys, "--framework", framework, f"--{framework}-path", str(tmp_path), "--config", str(config))
+    train = submit[submit.index("--") + 1 :]
+    assert value(train, "--advantage-estimator") == "grpo"
+    if estimator == "episode":
+        assert "--custom-reward-post-process-path" not in train and "--custom-advantage-function-path" not in train and "--use-opd" not in train
+    elif framework == "slime":
+        assert value(train, "--custom-reward-post-process-path") == "openreward_rl.backends.advantages.slime_reward_post_process"
+        assert value(train, "--custom-advantage-function-path") == "openreward_rl.backends.advantages.slime_advantages"
+    else:
+        assert value(train, "--custom-reward-post-process-path") == "openreward_rl.backends.advantages.miles_reward_post_process"
+        assert "--use-opd" in train and value(train, "--opd-type") == "sglang" and value(train, "--opd-kl-coef") == "1.0"

@@ -9,6 +9,9 @@
 | Miles (agentic) | `--custom-generate-function-path` | `openreward_rl.backends.miles_agent.generate` |
 | Miles (agentic) | `--custom-agent-function-path` | `openreward_rl.backends.miles_agent.run` |
 | both | `--dynamic-sampling-filter-path` | `openreward_rl.backends.filters.keep_informative_groups` |
+| Slime (advantage `turn`/`mix`) | `--custom-reward-post-process-path` | `openreward_rl.backends.advantages.slime_reward_post_process` |
+| Slime (advantage `turn`/`mix`) | `--custom-advantage-function-path` | `openreward_rl.backends.advantages.slime_advantages` |
+| Miles (advantage `turn`/`mix`) | `--custom-reward-post-process-path` | `openreward_rl.backends.advantages.miles_reward_post_process` (with `--use-opd --opd-type sglang --opd-kl-coef 1.0`) |
 
 Importing this package imports neither Slime nor Miles: the hooks read the trainer's `Sample`
 through its attributes and detect optional fields at run time.

@@ -77,6 +77,7 @@ class LaunchSpec:
     over_sampling_batch_size: int | None = None  # default under partial: 2 x rollout_batch_size
     mask_offpolicy: bool = False  # --mask-offpolicy-in-partial-rollout
     rollout_gpus: int | None = None  # fully-async: GPUs for SGLang (the rest train); default num_gpus // 2
+    advantage_estimator: str = "episode"  # the config's advantage.estimator: turn / mix add the advantage hooks
     extra: tuple[str, ...] = ()
 
     @property
@@ -210,6 +211,7 @@ def train_arguments(spec: LaunchSpec) -> list[str]:
     if spec.framework == "miles":
         args += ["--train-backend", spec.backend]
     args += rollout_mode_arguments(spec)
+    args += advantage_arguments(spec)
     if spec.dynamic_filter:
         args += ["--dynamic-sampling-filter-path", "openreward_rl.backends.filters.keep_informative_groups"]
     if spec.wandb_run:
@@ -219,6 +221,24 @@ def train_arguments(spec: LaunchSpec) -> list[str]:
     if spec.load:
         args += ["--load", spec.load]
     return args + list(spec.extra)
+
+
+def advantage_arguments(spec: LaunchSpec) -> list[str]:
+    """The trainer flags of the config's advantage estimator: none for `episode` (the trainer's GRPO).
+
+    >>> advantage_arguments(LaunchSpec("slime", "/s", advantage_estimator="turn"))[::2]
+    ['--custom-reward-post-process-path', '--custom-advantage-function-path']
+    >>> advantage_arguments(LaunchSpec("miles", "/m", advantage_estimator="mix"))
+    ['--custom-reward-post-process-path', 'openreward_rl.backends.advantages.miles_reward_post_process', '--use-opd', '--opd-type', 'sglang', '--opd-kl-coef', '1.0']
+    """
+    if spec.advantage_estimator == "episode":
+        return []
+    if spec.framework == "slime":
+        return [
+            "--custom-reward-post-process-path", "openreward_rl.backends.advantages.slime_reward_post_process",
+            "--custom-advantage-function-path", "openreward_rl.backends.advantages.slime_advantages",
+        ]  # fmt: skip
+    return ["--custom-reward-post-process-path", "openreward_rl.backends.advantages.miles_reward_post_process", "--use-opd", "--opd-type", "sglang", "--opd-kl-coef", "1.0"]
 
 
 def rollout_mode_arguments(spec: LaunchSpec) -> list[str]:

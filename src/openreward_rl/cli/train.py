@@ -68,11 +68,12 @@ def spec_from_args(args: Any) -> LaunchSpec:
     extra = list(args.extra or [])
     if extra and extra[0] == "--":
         extra = extra[1:]
+    config = args.config or str(_config_file(args))
     return LaunchSpec(
         framework=args.framework,
         framework_path=path,
         task_data=args.task_data,
-        config=args.config or str(_config_file(args)),
+        config=config,
         model=args.model,
         lr=args.lr,
         num_gpus=args.num_gpus,
@@ -96,8 +97,16 @@ def spec_from_args(args: Any) -> LaunchSpec:
         over_sampling_batch_size=args.over_sampling_batch_size,
         mask_offpolicy=args.mask_offpolicy,
         rollout_gpus=args.rollout_gpus,
+        advantage_estimator=_advantage_estimator(config),
         extra=tuple(extra),
     )
+
+
+def _advantage_estimator(config_file: str) -> str:
+    """The config's advantage.estimator ("episode" where the file does not exist yet: the launch checks refuse it later)."""
+    if not os.path.isfile(config_file):
+        return "episode"
+    return load_config(config_file).advantage.estimator
 
 
 def _config_file(args: Any) -> str:
