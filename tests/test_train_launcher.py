@@ -203,3 +203,23 @@ def test_dry_run_passes_the_advantage_hooks_the_config_asks_for(framework: str, 
     else:
         assert value(train, "--custom-reward-post-process-path") == "openreward_rl.backends.advantages.miles_reward_post_process"
         assert "--use-opd" in train and value(train, "--opd-type") == "sglang" and value(train, "--opd-kl-coef") == "1.0"
+
+
+@pytest.mark.parametrize("framework", ["slime", "miles"])
+def test_dry_run_passes_the_task_sampler_when_the_config_sets_it(framework: str, tmp_path: Path, capsys) -> None:
+    config = tmp_path / "train_config.yaml"
+    config.write_text("environments:\n  GeneralReasoning/WhoDunIt: {}\ntask_sampling: {floor: 0.2}\n")
+    _, submit = dry_run(capsys, "--framework", framework, f"--{framework}-path", str(tmp_path), "--config", str(config))
+    train = submit[submit.index("--") + 1 :]
+    assert value(train, "--data-source-path") == f"openreward_rl.backends.task_sampling.{framework.capitalize()}DataSource"
+    assert value(train, "--dynamic-sampling-filter-path") == "openreward_rl.backends.filters.keep_informative_groups"
+    config.write_text("environments:\n  GeneralReasoning/WhoDunIt: {}\n")
+    _, submit = dry_run(capsys, "--framework", framework, f"--{framework}-path", str(tmp_path), "--config", str(config))
+    assert "--data-source-path" not in submit
+
+
+def test_task_sampling_needs_the_dynamic_filter(tmp_path: Path, capsys) -> None:
+    config = tmp_path / "train_config.yaml"
+    config.write_text("environments:\n  GeneralReasoning/WhoDunIt: {}\ntask_sampling: {}\n")
+    assert main(["train", "--framework", "slime", "--slime-path", str(tmp_path), "--config", str(config), "--no-dynamic-filter", "--dry-run"]) == 2
+    assert "task_sampling" in capsys.readouterr().err

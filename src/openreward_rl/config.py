@@ -32,6 +32,7 @@ advantage:                            # how rewards become per-token advantages 
   estimator: episode                  # episode (one reward per episode) | turn (per-turn returns) | mix
   gamma: 1.0                          # discount of the per-turn returns (reward-to-go)
   mix_weight: 0.5                     # mix: weight of the turn estimator (the rest: episode)
+task_sampling: null                   # {window: 2, floor: 0.1}: skip tasks whose last `window` groups had no reward spread (docs/training.md)
 ```
 """
 
@@ -50,7 +51,7 @@ from openreward_rl.errors import ConfigError
 from openreward_rl.redaction import register_secrets
 from openreward_rl.reducers.base import RewardPolicy, available_reducers, get_reducer
 
-__all__ = ["ConfigError", "AdvantageSettings", "ADVANTAGE_ESTIMATORS", "EnvironmentConfig", "TrainConfig", "load_config", "config_path", "parse_config"]
+__all__ = ["ConfigError", "AdvantageSettings", "TaskSamplingSettings", "ADVANTAGE_ESTIMATORS", "EnvironmentConfig", "TrainConfig", "load_config", "config_path", "parse_config"]
 
 
 ADVANTAGE_ESTIMATORS = ("episode", "turn", "mix")
@@ -74,6 +75,15 @@ class AdvantageSettings:
     def per_token(self) -> bool:
         """Whether the trainer needs our advantage hooks (anything but `episode`)."""
         return self.estimator != "episode"
+
+
+@attrs.frozen
+class TaskSamplingSettings:
+    """The online sampler (`task_sampling:`): a task whose last `window` groups all had zero reward spread
+    is skipped with probability `1 - floor` (`openreward_rl.backends.task_sampling`)."""
+
+    window: int = 2
+    floor: float = 0.1
 
 
 @attrs.frozen
@@ -133,6 +143,7 @@ class TrainConfig:
     rollout_workers: int = 0
     rollout_worker_backend: str = "auto"
     advantage: AdvantageSettings = attrs.field(factory=AdvantageSettings)
+    task_sampling: TaskSamplingSettings | None = None
     source: str = "<config>"
 
     def environment(self, name: str) -> EnvironmentConfig:
@@ -380,7 +391,31 @@ def parse_config(raw: Any, *, source: str = "<config>") -> TrainConfig:
         values["chat_template_kwargs"] = _check(raw["chat_template_kwargs"] or {}, (dict,), f"{source}: chat_template_kwargs", "a mapping")
     if "advantage" in raw:
         values["advantage"] = _advantage(raw["advantage"], f"{source}: advantage")
+    if raw.get("task_sampling") is not None:
+        values["task_sampling"] = _task_sampling(raw["task_sampling"], f"{source}: task_sampling")
     return TrainConfig(**values)
+
+
+def _task_sampling(raw: Any, where: str) -> TaskSamplingSettings:
+    """`task_sampling:` validated (ConfigError naming the key).
+
+    >>> _task_sampling({"floor": 0.0}, "task_sampling")
+    Traceback (most recent call last):
+    ...
+    openreward_rl.errors.ConfigError: task_sampling.floor: must be in (0, 1] so that no task starves, got 0.0
+    """
+    raw = _check(raw, (dict,), where, "a mapping with window and floor")
+    known = {f.name for f in attrs.fields(TaskSamplingSettings)}
+    for key in raw:
+        if key not in known:
+            raise _unknown(key, known, where)
+    window = _check(raw.get("window", 2), (int,), f"{where}.window", "a positive integer")
+    if isinstance(window, bool) or window < 1:
+        raise ConfigError(f"{where}.window: must be a positive integer, got {window!r}")
+    floor = _check(raw.get("floor", 0.1), (int, float), f"{where}.floor", "a number in (0, 1]")
+    if isinstance(floor, bool) or not 0.0 < floor <= 1.0:
+        raise ConfigError(f"{where}.floor: must be in (0, 1] so that no task starves, got {floor!r}")
+    return TaskSamplingSettings(window=window, floor=float(floor))
 
 
 def _advantage(raw: Any, where: str) -> AdvantageSettings:

@@ -21,6 +21,7 @@ import importlib
 from typing import Any
 
 from openreward_rl.backends.group_reward import flatten, rollout_key
+from openreward_rl.backends.task_sampling import record_group
 
 __all__ = ["keep_informative_groups", "group_verdict"]
 
@@ -75,6 +76,7 @@ def group_verdict(args: Any, samples: list[Any], *, tolerance: float = 1e-6) -> 
 def keep_informative_groups(args: Any, samples: list[Any], **kwargs: Any) -> Any:
     """Slime/Miles `--dynamic-sampling-filter-path` hook (sync, called once per finished group)."""
     keep, reason = group_verdict(args, samples)
+    record_group(flatten(samples), reason)  # for the task sampler (backends.task_sampling), in this process
     output_class = _output_class()
     if output_class is None:
         return keep

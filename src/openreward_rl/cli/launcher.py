@@ -78,6 +78,7 @@ class LaunchSpec:
     mask_offpolicy: bool = False  # --mask-offpolicy-in-partial-rollout
     rollout_gpus: int | None = None  # fully-async: GPUs for SGLang (the rest train); default num_gpus // 2
     advantage_estimator: str = "episode"  # the config's advantage.estimator: turn / mix add the advantage hooks
+    task_sampling: bool = False  # the config sets task_sampling: our data source skips saturated tasks
     extra: tuple[str, ...] = ()
 
     @property
@@ -170,6 +171,8 @@ def _check_spec(spec: LaunchSpec) -> None:
         raise LaunchError(f"--train-backend must be fsdp or megatron, got {spec.backend!r}")
     if spec.framework == "slime" and spec.backend == "fsdp":
         raise LaunchError("Slime removed its FSDP backend (THUDM/slime #1664); use --train-backend megatron, or --framework miles for FSDP")
+    if spec.task_sampling and not spec.dynamic_filter:
+        raise LaunchError("the config's task_sampling learns from the dynamic filter's verdicts: drop --no-dynamic-filter, or task_sampling")
     check_batch_sizes(spec)
 
 
@@ -212,6 +215,8 @@ def train_arguments(spec: LaunchSpec) -> list[str]:
         args += ["--train-backend", spec.backend]
     args += rollout_mode_arguments(spec)
     args += advantage_arguments(spec)
+    if spec.task_sampling:
+        args += ["--data-source-path", f"openreward_rl.backends.task_sampling.{spec.framework.capitalize()}DataSource"]
     if spec.dynamic_filter:
         args += ["--dynamic-sampling-filter-path", "openreward_rl.backends.filters.keep_informative_groups"]
     if spec.wandb_run:

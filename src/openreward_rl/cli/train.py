@@ -98,6 +98,7 @@ def spec_from_args(args: Any) -> LaunchSpec:
         mask_offpolicy=args.mask_offpolicy,
         rollout_gpus=args.rollout_gpus,
         advantage_estimator=_advantage_estimator(config),
+        task_sampling=_task_sampling(config),
         extra=tuple(extra),
     )
 
@@ -107,6 +108,10 @@ def _advantage_estimator(config_file: str) -> str:
     if not os.path.isfile(config_file):
         return "episode"
     return load_config(config_file).advantage.estimator
+
+
+def _task_sampling(config_file: str) -> bool:
+    return os.path.isfile(config_file) and load_config(config_file).task_sampling is not None
 
 
 def _config_file(args: Any) -> str:
