@@ -115,8 +115,10 @@ class SkipPolicy:
         self.skipped += 1
         return True
 
-    def fill(self, draw: Any, count: int) -> list[Any]:
-        """`count` groups from `draw(n)` (the trainer's own get_samples), skipping saturated tasks."""
+    def fill(self, draw: Any, count: int, key: Any = None) -> list[Any]:
+        """`count` groups from `draw(n)` (the trainer's own get_samples), skipping saturated tasks;
+        `key(sample)` names a group's task (default `task_key_of`)."""
+        key = key or task_key_of
         out: list[Any] = []
         drawn = 0
         while len(out) < count:
@@ -126,7 +128,7 @@ class SkipPolicy:
             if drawn > self.max_draws * count:
                 out.extend(batch[:need])
                 break
-            out.extend(group for group in batch if not self.skip(task_key_of(group[0])))
+            out.extend(group for group in batch if not self.skip(key(group[0])))
         return out[:count]
 
 
