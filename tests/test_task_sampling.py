@@ -153,3 +153,19 @@ def test_task_sampling_settings_are_validated() -> None:
     assert parse_config({"environments": {"E": {}}}).task_sampling is None
     with pytest.raises(ValueError, match="no task starves"):
         task_sampling.SkipPolicy(task_sampling.TaskRecord(), floor=0.0)
+
+
+def test_the_trainer_entry_points_build_on_the_trainers_own_data_source(monkeypatch) -> None:
+    import sys
+    import types
+
+    for name in ("slime", "slime.rollout", "slime.rollout.data_source"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    sys.modules["slime.rollout.data_source"].RolloutDataSourceWithBuffer = RolloutDataSourceWithBuffer  # type: ignore[attr-defined]
+    task_sampling._built.cache_clear()
+    try:
+        built = task_sampling.SlimeDataSource(SimpleNamespace(tasks=2, n_samples_per_prompt=2, rollout_seed=3))
+        assert isinstance(built, RolloutDataSourceWithBuffer) and built.skip_policy.floor == 0.1
+        assert len(built.get_samples(3)) == 3
+    finally:
+        task_sampling._built.cache_clear()

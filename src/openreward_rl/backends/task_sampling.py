@@ -35,7 +35,7 @@ import attrs
 from openreward_rl.backends.episode_record import EpisodeRecord
 from openreward_rl.config import ConfigError, TaskSamplingSettings, load_config
 
-__all__ = ["SkipPolicy", "TaskRecord", "task_record", "record_group", "skipping_source", "task_key_of"]
+__all__ = ["SlimeDataSource", "MilesDataSource", "SkipPolicy", "TaskRecord", "task_record", "record_group", "skipping_source", "task_key_of"]
 
 
 def task_key_of(sample: Any) -> tuple[str, str] | None:
@@ -169,9 +169,11 @@ def _built(module: str) -> type:
     return skipping_source(importlib.import_module(module).RolloutDataSourceWithBuffer)
 
 
-def __getattr__(name: str) -> Any:
-    if name == "SlimeDataSource":
-        return _built("slime.rollout.data_source")
-    if name == "MilesDataSource":
-        return _built("miles.rollout.data_source")
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+def SlimeDataSource(args: Any) -> Any:  # noqa: N802  (named like the class it builds; Slime calls `cls(args)`)
+    """Slime's `RolloutDataSourceWithBuffer` (slime.rollout.data_source) skipping saturated tasks."""
+    return _built("slime.rollout.data_source")(args)
+
+
+def MilesDataSource(args: Any) -> Any:  # noqa: N802
+    """Miles' `RolloutDataSourceWithBuffer` (miles.rollout.data_source) skipping saturated tasks."""
+    return _built("miles.rollout.data_source")(args)
