@@ -17,7 +17,7 @@ import miles_double
 import miles_train_double
 import slime_double
 import slime_train_double
-from openreward_rl.backends import _state, advantages, miles, slime
+from openreward_rl.backends import _state, advantages, miles, slime, task_sampling
 from openreward_rl.backends.episode_record import EpisodeRecord
 from openreward_rl.credit.estimators import token_advantages
 from openreward_rl.env.tasks import TaskRef, task_row
@@ -111,6 +111,9 @@ async def test_slime_turn_estimator_gives_each_turn_its_normalised_return(tmp_pa
     for rank in ranks:
         assert all(isinstance(r, float) for r in rank["rewards"])  # Slime's metrics can sum them again
         assert rank["returns"] is rank["advantages"]
+    # the task sampler names a finished sample's task as it names the fresh row it came from
+    fresh = slime_double.Sample(metadata=task_row(TaskRef("CombinationLock", "train", index=0))["metadata"])
+    assert task_sampling.task_key_of(opened) == task_sampling.task_key_of(fresh) is not None
 
 
 async def test_slime_mix_weights_turn_and_episode(tmp_path, env_server, monkeypatch, sglang) -> None:

@@ -50,3 +50,26 @@ def test_token_advantages_fill_each_turns_span() -> None:
         token_advantages([1.0, -1.0], [(0, 3), (2, 4)], 5)
     with pytest.raises(ValueError, match="2 advantages for 1 spans"):
         token_advantages([1.0, -1.0], [(0, 3)], 5)
+
+
+def test_group_token_advantages_of_trajectories_leave_failures_out() -> None:
+    from openreward_rl.config import AdvantageSettings
+    from openreward_rl.credit.group import group_token_advantages
+    from openreward_rl.engines.base import FinishReason
+    from openreward_rl.loop.episode import failed_trajectory
+    from openreward_rl.env.tasks import TaskRef
+    from openreward_rl.loop.trajectory import StopReason, TokenSegment, Trajectory, Turn
+    from openreward_rl.parsers.base import ParsedTurn
+
+    def run(rewards: list[float]) -> Trajectory:
+        turns = [Turn(prompt_length=1 + 3 * t, sampled_ids=(7, 8), logprobs=(0.0, 0.0), finish_reason=FinishReason.STOP, parsed=ParsedTurn(content=""), rewards=(r,)) for t, r in enumerate(rewards)]
+        segment = TokenSegment(prompt_ids=[1], response_ids=[7, 8, 9] * len(rewards), loss_mask=[1, 1, 0] * len(rewards), rollout_logprobs=[0.0] * 3 * len(rewards))
+        return Trajectory(task={}, segments=[segment], turns=turns, messages=[], step_rewards=rewards, reward=sum(rewards), stop_reason=StopReason.MAX_TURNS)
+
+    failed = failed_trajectory(TaskRef("E", "train", index=0), StopReason.ENV_ERROR, "died")
+    settings = AdvantageSettings("mix", gamma=0.5, mix_weight=0.5)
+    with_failure = group_token_advantages([run([0.1, 1.0]), failed, run([0.0, 0.1, 0.0])], settings, nonterminal_reward=-1.0)
+    without = group_token_advantages([run([0.1, 1.0]), run([0.0, 0.1, 0.0])], settings, nonterminal_reward=-1.0)
+    assert with_failure[1] is None and [with_failure[0], with_failure[2]] == without
+    first = without[0]
+    assert first is not None and len(first) == 6 and first[0] == first[2] != first[3]  # one value per turn span
