@@ -34,6 +34,7 @@ ROWS = [
     row(2, 0.0, 0.0, 2),  # too few rollouts to judge: kept
     row(3, 0.0, 1.0, 8, p50=5000.0),  # too long: dropped with --max-response-chars 1000
     row(4, 0.0, 0.0, 6),  # never solved: dropped
+    {**row(5, 1.0, 1.0, 8), "variant": "other"},  # another variant's task 5: says nothing about ours
 ]
 
 
@@ -117,6 +118,8 @@ def test_kept_tasks_carry_their_statistics(api, config_file: Path, tmp_path: Pat
     assert main(["prepare", "--config", str(config_file), "--output", str(out), "--difficulty", "--min-rollouts", "9"]) == 0
     rows = {r["metadata"]["index"]: r["metadata"] for r in rows_of(out)}
     assert len(rows) == 32  # nothing has 9 rollouts: nothing judged, nothing dropped
+    assert main(["prepare", "--config", str(config_file), "--output", str(out), "--difficulty"]) == 0
+    assert 5 in {r["metadata"]["index"] for r in rows_of(out)} and 0 not in {r["metadata"]["index"] for r in rows_of(out)}
     assert rows[1]["difficulty"] == {"avg_reward": 0.5, "min_reward": 0.0, "max_reward": 1.0, "num_rollouts": 8, "response_chars_p50": 400.0}
     assert "difficulty" not in rows[5]
     assert main(["prepare", "--config", str(config_file), "--output", str(out), "--difficulty", "--min-rollouts", "1"]) == 2

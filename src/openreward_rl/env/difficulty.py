@@ -103,10 +103,10 @@ class DifficultySelection:
 
     async def __call__(self, environment: Any, name: str, split: str, refs: list[TaskRef]) -> list[TaskRef]:
         rows = await environment.get_task_difficulty(split=split, **self.query.arguments())
-        by_index: Mapping[int, Any] = {row.task_index: row for row in rows if row.split in (None, split)}
+        by_task: Mapping[tuple[int, str | None], Any] = {(row.task_index, row.variant): row for row in rows if row.split in (None, split)}
         kept = []
         for ref in refs:
-            stats = by_index.get(ref.index) if ref.index is not None else None
+            stats = None if ref.index is None else by_task.get((ref.index, ref.variant), by_task.get((ref.index, None)))
             reason = self.rule.verdict(stats)
             if reason is not None:
                 self.dropped[(name, split, reason)] += 1
