@@ -180,3 +180,31 @@ async def test_miles_trains_our_per_token_advantages_through_its_opd_term(tmp_pa
     group[0].teacher_log_probs = [0.0] * group[0].response_length
     with pytest.raises(TrainerError, match="on-policy distillation"):
         miles_train_double.train_step(miles_args(), group)
+
+
+def test_slime_advantage_hook_takes_the_context_parallel_slice_by_slimes_offsets(monkeypatch) -> None:
+    # Under context parallelism kl[i] holds this rank's two chunks only; the hook asks Slime's own
+    # get_logits_and_tokens_offset_with_cp (stubbed here with fixed offsets for a 4-token prompt and an
+    # 8-token response) and maps its token offsets, counted from the prompt's start, into the response.
+    import sys
+    import types
+
+    calls = []
+
+    def offsets(total_length: int, response_length: int) -> Any:
+        calls.append((total_length, response_length))
+        return None, None, None, ((5, 8), (10, 12))
+
+    module = types.ModuleType("slime.backends.megatron_utils.cp_utils")
+    module.get_logits_and_tokens_offset_with_cp = offsets  # type: ignore[attr-defined]
+    for name in ("slime", "slime.backends", "slime.backends.megatron_utils"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, "slime.backends.megatron_utils.cp_utils", module)
+    wire = advantages.SampleCredit(((0, 3, 1.0), (3, 8, -2.0)), 8, 0.5).to_wire()
+    rollout_data = {"rewards": [wire], "kl": [torch.zeros(5)], "total_lengths": [12], "response_lengths": [8]}
+    advantages.slime_advantages(SimpleNamespace(), rollout_data)
+    assert calls == [(12, 8)]
+    assert rollout_data["advantages"][0].tolist() == [1.0, 1.0, -2.0, -2.0, -2.0]  # response tokens 1-3, then 6-7
+    rollout_data = {"rewards": [wire], "kl": [torch.zeros(4)], "total_lengths": [12], "response_lengths": [8]}
+    with pytest.raises(TrainerError, match="context-parallel slice"):
+        advantages.slime_advantages(SimpleNamespace(), rollout_data)
