@@ -53,6 +53,7 @@ class Sample:
     rollout_routed_experts: Any = None
     remove_sample: bool = False
     teacher_log_probs: list[float] | None = None
+    opd_reverse_kl: list[float] | None = None  # miles 31f1ca9: precomputed per-token OPD term
     train_metadata: dict[str, Any] | None = None
     routing_key: str | None = None
     reward_spec: Any = None

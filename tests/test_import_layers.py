@@ -19,7 +19,7 @@ LAYERS: list[set[str]] = [
     {"config", "engines"},
     {"env"},
     {"loop"},
-    {"observe", "preflight"},
+    {"observe", "preflight", "credit"},
     {"show", "backends"},
     {"cli", "testing"},
     {""},  # the root package's lazy exports

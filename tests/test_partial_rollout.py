@@ -226,6 +226,11 @@ async def test_mid_turn_abort_resumes_token_exactly(config_file, tokenizer, loop
     assert [s["weight_version"] for s in spans] == ["w1", "w1", "w1", "w2", "w2", "w2"]  # turns 0-1, the cut piece, its rest, turns 3-4
     assert spans[2]["tokens"] == 7 and spans[3]["request"].endswith("_t2_p1")
     assert resumed.weight_versions == ["w1", "w1", "w1", "w2", "w2", "w2"]
+    # the cut turn is one turn: the per-turn credit of the resumed episode is the uninterrupted run's
+    assert {k: resumed.metadata[k] for k in ("turn_rewards", "turn_returns", "turn_spans", "turn_ends")} == {
+        k: reference.metadata[k] for k in ("turn_rewards", "turn_returns", "turn_spans", "turn_ends")
+    }
+    assert len(resumed.metadata["turn_spans"]) == 5
     if not mask_offpolicy:
         assert resumed.loss_mask == reference.loss_mask and resumed.rollout_log_probs == reference.rollout_log_probs
     else:

@@ -32,7 +32,7 @@ def test_terminal_shows_turns_calls_results_rewards_and_mask(dump, capsys):
     assert main(["show", str(dump), "--index", "0", "--no-color"]) == 0
     out = capsys.readouterr().out
     assert "\x1b[" not in out
-    for expected in ("addenv · train · index 0", "completed", "1.25", "step rewards 0.25, 1", "I should add first.",
+    for expected in ("addenv · train · index 0", "completed", "1.25", "step rewards 0.25, 1", "I should add first.", "turn reward 0.25 · return 1.25", "turn reward 1 · return 1",
                      "Let me add.", "add (call", '"answer": "5"', "reward 0.25", "reward 1", "finished the episode",
                      "226 prompt + 81 response, 67 trained"):
         assert expected in out, expected

@@ -67,6 +67,13 @@ def slime_path(tmp_path: Path) -> Path:
     return slime_checkout(tmp_path / "slime")
 
 
+def checkout_flags(framework: str, tmp_path: Path) -> list[str]:
+    """A framework checkout to launch with: Slime's with its model files and the Megatron flags, Miles' (FSDP) as is."""
+    if framework == "miles":
+        return ["--miles-path", str(tmp_path)]
+    return ["--slime-path", str(slime_checkout(tmp_path / "slime")), "--megatron-path", str(tmp_path / "Megatron-LM"), "--ref-load", str(tmp_path / "ckpt")]
+
+
 def megatron_spec(tmp_path: Path, **changes) -> LaunchSpec:
     return LaunchSpec("slime", str(slime_checkout(tmp_path / "slime")), megatron_path=str(tmp_path / "Megatron-LM"), ref_load=str(tmp_path / "ckpt"), **changes)
 
@@ -403,3 +410,40 @@ def test_miles_fsdp_needs_no_megatron_and_miles_megatron_reads_its_python_model_
     args = train_arguments(spec)
     assert args[args.index("--num-layers") + 1] == "36" and args[args.index("--ref-load") + 1] == "/ckpt"
     assert args[args.index("--train-backend") + 1] == "megatron" and "/m" in runtime_env(spec, {})["env_vars"]["PYTHONPATH"]
+
+
+@pytest.mark.parametrize(("framework", "estimator"), [("slime", "turn"), ("slime", "mix"), ("miles", "turn"), ("slime", "episode"), ("miles", "episode")])
+def test_dry_run_passes_the_advantage_hooks_the_config_asks_for(framework: str, estimator: str, tmp_path: Path, capsys) -> None:
+    config = tmp_path / "train_config.yaml"
+    config.write_text(f"environments:\n  GeneralReasoning/WhoDunIt: {{}}\nadvantage: {{estimator: {estimator}}}\n")
+    _, submit = dry_run(capsys, "--framework", framework, *checkout_flags(framework, tmp_path), "--config", str(config))
+    train = submit[submit.index("--") + 1 :]
+    assert value(train, "--advantage-estimator") == "grpo"
+    if estimator == "episode":
+        assert "--custom-reward-post-process-path" not in train and "--custom-advantage-function-path" not in train and "--use-opd" not in train
+    elif framework == "slime":
+        assert value(train, "--custom-reward-post-process-path") == "openreward_rl.backends.advantages.slime_reward_post_process"
+        assert value(train, "--custom-advantage-function-path") == "openreward_rl.backends.advantages.slime_advantages"
+    else:
+        assert value(train, "--custom-reward-post-process-path") == "openreward_rl.backends.advantages.miles_reward_post_process"
+        assert "--use-opd" in train and value(train, "--opd-type") == "sglang" and value(train, "--opd-kl-coef") == "1.0"
+
+
+@pytest.mark.parametrize("framework", ["slime", "miles"])
+def test_dry_run_passes_the_task_sampler_when_the_config_sets_it(framework: str, tmp_path: Path, capsys) -> None:
+    config = tmp_path / "train_config.yaml"
+    config.write_text("environments:\n  GeneralReasoning/WhoDunIt: {}\ntask_sampling: {floor: 0.2}\n")
+    _, submit = dry_run(capsys, "--framework", framework, *checkout_flags(framework, tmp_path), "--config", str(config))
+    train = submit[submit.index("--") + 1 :]
+    assert value(train, "--data-source-path") == f"openreward_rl.backends.task_sampling.{framework.capitalize()}DataSource"
+    assert value(train, "--dynamic-sampling-filter-path") == "openreward_rl.backends.filters.keep_informative_groups"
+    config.write_text("environments:\n  GeneralReasoning/WhoDunIt: {}\n")
+    _, submit = dry_run(capsys, "--framework", framework, *checkout_flags(framework, tmp_path), "--config", str(config))
+    assert "--data-source-path" not in submit
+
+
+def test_task_sampling_needs_the_dynamic_filter(tmp_path: Path, capsys) -> None:
+    config = tmp_path / "train_config.yaml"
+    config.write_text("environments:\n  GeneralReasoning/WhoDunIt: {}\ntask_sampling: {}\n")
+    assert main(["train", "--framework", "slime", *checkout_flags("slime", tmp_path), "--config", str(config), "--no-dynamic-filter", "--dry-run"]) == 2
+    assert "task_sampling" in capsys.readouterr().err

@@ -29,6 +29,11 @@ train_thinking: true
 max_tool_output_tokens: 8192
 upload: true
 env_base_url: null                    # e.g. http://127.0.0.1:8080 for local environments
+advantage:                            # how rewards become per-token advantages (docs/training.md, "Credit")
+  estimator: episode                  # episode (one reward per episode) | turn (per-turn returns) | mix
+  gamma: 1.0                          # discount of the per-turn returns (reward-to-go)
+  mix_weight: 0.5                     # mix: weight of the turn estimator (the rest: episode)
+task_sampling: null                   # {window: 2, floor: 0.1}: skip tasks whose last `window` groups had no reward spread (docs/training.md)
 ```
 """
 
@@ -47,7 +52,39 @@ from openreward_rl.errors import ConfigError
 from openreward_rl.redaction import register_secrets
 from openreward_rl.reducers.base import RewardPolicy, available_reducers, get_reducer
 
-__all__ = ["ConfigError", "prepare_config", "EnvironmentConfig", "TrainConfig", "load_config", "config_path", "parse_config"]
+__all__ = ["ConfigError", "prepare_config", "AdvantageSettings", "TaskSamplingSettings", "ADVANTAGE_ESTIMATORS", "EnvironmentConfig", "TrainConfig", "load_config", "config_path", "parse_config"]
+
+
+ADVANTAGE_ESTIMATORS = ("episode", "turn", "mix")
+
+
+@attrs.frozen
+class AdvantageSettings:
+    """The run's advantage estimator (`advantage:` in the config).
+
+    - `episode`: one reward per episode, group-normalised by the trainer (GRPO; the default);
+    - `turn`: each turn's tokens get that turn's return (reward-to-go, discounted by `gamma`),
+      normalised against the group's episode-level statistics (docs/training.md, "Credit");
+    - `mix`: `mix_weight` × turn + (1 − `mix_weight`) × episode.
+    """
+
+    estimator: str = "episode"
+    gamma: float = 1.0
+    mix_weight: float = 0.5
+
+    @property
+    def per_token(self) -> bool:
+        """Whether the trainer needs our advantage hooks (anything but `episode`)."""
+        return self.estimator != "episode"
+
+
+@attrs.frozen
+class TaskSamplingSettings:
+    """The online sampler (`task_sampling:`): a task whose last `window` groups all had zero reward spread
+    is skipped with probability `1 - floor` (`openreward_rl.backends.task_sampling`)."""
+
+    window: int = 2
+    floor: float = 0.1
 
 
 @attrs.frozen
@@ -107,6 +144,8 @@ class TrainConfig:
     # Episodes in worker processes (or Ray actors) instead of the hook's process; 0: in process.
     rollout_workers: int = 0
     rollout_worker_backend: str = "auto"
+    advantage: AdvantageSettings = attrs.field(factory=AdvantageSettings)
+    task_sampling: TaskSamplingSettings | None = None
     source: str = "<config>"
 
     def environment(self, name: str) -> EnvironmentConfig:
@@ -352,7 +391,64 @@ def parse_config(raw: Any, *, source: str = "<config>") -> TrainConfig:
             values[key] = None if value is None else float(value)
     if "chat_template_kwargs" in raw:
         values["chat_template_kwargs"] = _check(raw["chat_template_kwargs"] or {}, (dict,), f"{source}: chat_template_kwargs", "a mapping")
+    if "advantage" in raw:
+        values["advantage"] = _advantage(raw["advantage"], f"{source}: advantage")
+    if raw.get("task_sampling") is not None:
+        values["task_sampling"] = _task_sampling(raw["task_sampling"], f"{source}: task_sampling")
     return TrainConfig(**values)
+
+
+def _task_sampling(raw: Any, where: str) -> TaskSamplingSettings:
+    """`task_sampling:` validated (ConfigError naming the key).
+
+    >>> _task_sampling({"floor": 0.0}, "task_sampling")
+    Traceback (most recent call last):
+    ...
+    openreward_rl.errors.ConfigError: task_sampling.floor: must be in (0, 1] so that no task starves, got 0.0
+    """
+    raw = _check(raw, (dict,), where, "a mapping with window and floor")
+    known = {f.name for f in attrs.fields(TaskSamplingSettings)}
+    for key in raw:
+        if key not in known:
+            raise _unknown(key, known, where)
+    window = _check(raw.get("window", 2), (int,), f"{where}.window", "a positive integer")
+    if isinstance(window, bool) or window < 1:
+        raise ConfigError(f"{where}.window: must be a positive integer, got {window!r}")
+    floor = _check(raw.get("floor", 0.1), (int, float), f"{where}.floor", "a number in (0, 1]")
+    if isinstance(floor, bool) or not 0.0 < floor <= 1.0:
+        raise ConfigError(f"{where}.floor: must be in (0, 1] so that no task starves, got {floor!r}")
+    return TaskSamplingSettings(window=window, floor=float(floor))
+
+
+def _advantage(raw: Any, where: str) -> AdvantageSettings:
+    """`advantage:` validated; every problem is a ConfigError naming the key.
+
+    >>> _advantage({"estimator": "mix", "mix_weight": 0.25}, "advantage")
+    AdvantageSettings(estimator='mix', gamma=1.0, mix_weight=0.25)
+    >>> _advantage({"estimator": "td"}, "advantage")
+    Traceback (most recent call last):
+    ...
+    openreward_rl.errors.ConfigError: advantage.estimator: must be one of episode, turn, mix, got 'td'
+    """
+    if raw is None:
+        return AdvantageSettings()
+    raw = _check(raw, (dict,), where, "a mapping with estimator, gamma, mix_weight")
+    known = {f.name for f in attrs.fields(AdvantageSettings)}
+    for key in raw:
+        if key not in known:
+            raise _unknown(key, known, where)
+    estimator = raw.get("estimator", "episode")
+    if estimator not in ADVANTAGE_ESTIMATORS:
+        raise ConfigError(f"{where}.estimator: must be one of {', '.join(ADVANTAGE_ESTIMATORS)}, got {estimator!r}")
+    gamma = _check(raw.get("gamma", 1.0), (int, float), f"{where}.gamma", "a number in [0, 1]")
+    if isinstance(gamma, bool) or not 0.0 <= gamma <= 1.0:
+        raise ConfigError(f"{where}.gamma: must be a number in [0, 1], got {gamma!r}")
+    weight = _check(raw.get("mix_weight", 0.5), (int, float), f"{where}.mix_weight", "a number in [0, 1]")
+    if isinstance(weight, bool) or not 0.0 <= weight <= 1.0:
+        raise ConfigError(f"{where}.mix_weight: must be a number in [0, 1], got {weight!r}")
+    if "mix_weight" in raw and estimator != "mix":
+        raise ConfigError(f"{where}.mix_weight: only the mix estimator has a weight (estimator is {estimator!r})")
+    return AdvantageSettings(estimator=estimator, gamma=float(gamma), mix_weight=float(weight))
 
 
 def config_path(path: str | os.PathLike[str] | None = None) -> Path:

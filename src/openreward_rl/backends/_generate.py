@@ -15,6 +15,7 @@ Episodes sent to worker processes (`rollout_workers`) cannot read the trainer's 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -24,6 +25,7 @@ from openreward_rl.backends._samples import sample_fields, samples_from_trajecto
 from openreward_rl.backends._state import BackendState, state_for
 from openreward_rl.backends._suspended import RESUME_KEY, ResumeRecord, store_for
 from openreward_rl.config import ConfigError
+from openreward_rl.credit.returns import TurnCredit
 from openreward_rl.env.tasks import TaskRef
 from openreward_rl.loop.episode import failed_trajectory
 from openreward_rl.backends.resumable import AbortSignal, ContinuingEngine, Finished, LiveEpisode, Outcome, ParkingEngine, mask_before
@@ -31,7 +33,9 @@ from openreward_rl.env.tasks import task_from_metadata
 from openreward_rl.loop.trajectory import StopReason, Trajectory
 from openreward_rl.backends.workers import WorkerRollouts
 
-__all__ = ["generate_samples", "transcript"]
+__all__ = ["generate_samples", "transcript", "turn_credit"]
+
+logger = logging.getLogger(__name__)
 
 
 def transcript(trajectory: Trajectory) -> list[dict[str, str]]:
@@ -179,5 +183,19 @@ def _fill(
         preset_reward=preset_reward,
         evaluation=evaluation,
         transcript=transcript(trajectory) if getattr(args, "group_rm", False) else None,
+        credit=turn_credit(state, task, trajectory),
     )
     return samples
+
+
+def turn_credit(state: BackendState, task: TaskRef, trajectory: Trajectory) -> TurnCredit | None:
+    """The episode's per-turn rewards, returns (the config's `advantage.gamma`) and token spans; None for a failure."""
+    try:
+        nonterminal = state.config.environment(task.environment).nonterminal_reward
+    except ConfigError:
+        nonterminal = None
+    try:
+        return TurnCredit.of_trajectory(trajectory, gamma=state.config.advantage.gamma, nonterminal_reward=nonterminal)
+    except ValueError as error:  # the advantage hooks refuse a trained sample without credit, naming it
+        logger.error("episode on %s: no per-turn credit: %s", task.environment, error)
+        return None

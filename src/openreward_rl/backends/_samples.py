@@ -32,6 +32,7 @@ from typing import Any
 import attrs
 
 from openreward_rl.backends.episode_record import EpisodeRecord, metadata_dict
+from openreward_rl.credit.returns import TurnCredit
 from openreward_rl.families.token_text import decode_ids
 from openreward_rl.loop.trajectory import StopReason, TokenSegment, Trajectory
 
@@ -70,11 +71,11 @@ def non_generation_seconds(metrics: Mapping[str, float]) -> float:
 
 
 def episode_metadata(
-    base: Any, trajectory: Trajectory, *, segment: int = 0, segments: int = 1, evaluation: bool = False, **extra: Any
+    base: Any, trajectory: Trajectory, *, segment: int = 0, segments: int = 1, evaluation: bool = False, credit: TurnCredit | None = None, **extra: Any
 ) -> dict[str, Any]:
     """The sample's metadata: the row's keys plus the episode's `EpisodeRecord` (`extra` sets more of its fields)."""
     row = metadata_dict(base)
-    record = EpisodeRecord.of_trajectory(trajectory, row, segment=segment, segments=segments, evaluation=evaluation)
+    record = EpisodeRecord.of_trajectory(trajectory, row, segment=segment, segments=segments, evaluation=evaluation, credit=credit)
     return attrs.evolve(record, **extra).to_metadata(row)
 
 
@@ -98,6 +99,15 @@ def fill_placeholder(sample: Any, tokenizer: Any, metadata: dict[str, Any], *, r
 
 def _trainable_segments(trajectory: Trajectory) -> list[TokenSegment]:
     return [s for s in trajectory.segments if s.response_ids]
+
+
+def _credit_per_sample(credit: TurnCredit | None, trajectory: Trajectory, kept: list[TokenSegment]) -> TurnCredit | None:
+    """`credit` with each span's segment renumbered to the position of its sample (-1: a segment no sample holds)."""
+    if credit is None:
+        return None
+    position = {id(segment): index for index, segment in enumerate(kept)}
+    numbers = [position.get(id(segment), -1) for segment in trajectory.segments]
+    return attrs.evolve(credit, spans=tuple((numbers[s], a, b) for s, a, b in credit.spans))
 
 
 def _fill(
@@ -145,6 +155,7 @@ def samples_from_trajectory(
     preset_reward: bool = True,
     evaluation: bool = False,
     transcript: list[dict[str, str]] | None = None,
+    credit: TurnCredit | None = None,
 ) -> list[Any]:
     """Fill `sample` (and, after prefix breaks, siblings copied from it) from `trajectory`.
 
@@ -152,7 +163,8 @@ def samples_from_trajectory(
     (`sample.rollout_id`, else `sample.index`). Where the `Sample` class has no `rollout_id`
     field (Slime before 2026-05-25) only the last segment is returned and the rest are counted in
     `metadata["dropped_segments"]`. `preset_reward=False` leaves `reward` None for a group RM that
-    refuses preset rewards (Miles under `--group-rm`). `transcript` is stored for group scoring.
+    refuses preset rewards (Miles under `--group-rm`). `transcript` is stored for group scoring;
+    `credit` (the episode's per-turn rewards, returns and spans) in every sample's metadata.
     """
     fields = sample_fields(sample)
     stop = trajectory.stop_reason
@@ -179,6 +191,7 @@ def samples_from_trajectory(
     if len(segments) > 1 and "rollout_id" not in fields:
         dropped, segments = len(segments) - 1, segments[-1:]
         logger.warning("this Sample class has no rollout_id field, so a trajectory with %d prefix breaks keeps only its last segment", dropped)
+    credit = _credit_per_sample(None if infrastructure else credit, trajectory, segments)
     rollout_id = getattr(sample, "rollout_id", None)
     if rollout_id is None:
         rollout_id = sample.index
@@ -188,8 +201,9 @@ def samples_from_trajectory(
     for position, segment in enumerate(segments):
         target = sample if position == 0 else copy.copy(pristine)
         metadata = episode_metadata(
-            originals, trajectory, segment=position, segments=len(segments), evaluation=evaluation, dropped_segments=dropped, transcript=transcript
-        )
+            originals, trajectory, segment=position, segments=len(segments), evaluation=evaluation, dropped_segments=dropped, transcript=transcript,
+            credit=credit,
+        )  # fmt: skip
         _fill(
             target, fields, prompt_ids=segment.prompt_ids, response_ids=segment.response_ids, loss_mask=segment.loss_mask,
             logprobs=segment.rollout_logprobs, text=decode_ids(tokenizer, segment.response_ids),

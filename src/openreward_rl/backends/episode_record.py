@@ -21,6 +21,8 @@ Keys, one per field:
 | transcript | text-only messages, kept under `--group-rm` for `score_group` |
 | group_scored, pointwise_reward, group_score, group_score_metadata, group_score_error | group scoring (see `group_reward`) |
 | resume | state of a suspended, resumable episode (partial rollout); None when there is none |
+| turn_rewards, turn_returns | per turn: the reward (its tool calls' rewards summed) and the return (reward-to-go, discount `returns_gamma`); absent for an infrastructure failure, which has no returns |
+| turn_spans, turn_ends | per turn: `[segment, start, end]`, its tokens in that segment's response (sampled tokens, then the environment's reply), and where its sampled tokens end (its reward sits on token `turn_ends[t] - 1`) |
 
 `resume` is the one place for a resumable episode's keys: a JSON-serialisable mapping owned by the
 partial-rollout code; this record only carries it across the data buffer.
@@ -43,6 +45,7 @@ from typing import Any
 
 import attrs
 
+from openreward_rl.credit.returns import TurnCredit
 from openreward_rl.env.tasks import TaskRef
 from openreward_rl.loop.trajectory import StopReason, Trajectory
 
@@ -54,7 +57,10 @@ NOT_OUR_SAMPLE = (
 )
 
 # Keys written only when they hold something (older samples lack them; readers get the default).
-_OPTIONAL = ("dropped_segments", "transcript", "group_scored", "pointwise_reward", "group_score", "group_score_metadata", "group_score_error", "resume")
+_OPTIONAL = (
+    "dropped_segments", "transcript", "group_scored", "pointwise_reward", "group_score", "group_score_metadata", "group_score_error", "resume",
+    "turn_rewards", "turn_returns", "turn_spans", "turn_ends", "returns_gamma",
+)  # fmt: skip
 
 
 def metadata_dict(metadata: Any) -> dict[str, Any]:
@@ -75,6 +81,22 @@ def _number(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return None
     return float(value)
+
+
+def _numbers(value: Any) -> list[float] | None:
+    if not isinstance(value, (list, tuple)):
+        return None
+    return [float(v) for v in value]
+
+
+def _credit_fields(credit: TurnCredit) -> dict[str, Any]:
+    return {
+        "turn_rewards": list(credit.rewards),
+        "turn_returns": list(credit.returns),
+        "turn_spans": [list(span) for span in credit.spans],
+        "turn_ends": list(credit.sampled_ends),
+        "returns_gamma": credit.gamma,
+    }
 
 
 def _metrics(value: Any) -> dict[str, float]:
@@ -112,10 +134,18 @@ class EpisodeRecord:
     group_score_metadata: Any = None
     group_score_error: str | None = None
     resume: Mapping[str, Any] | None = None
+    turn_rewards: list[float] | None = None
+    turn_returns: list[float] | None = None
+    turn_spans: list[list[int]] | None = None
+    turn_ends: list[int] | None = None
+    returns_gamma: float | None = None
 
     @classmethod
-    def of_trajectory(cls, trajectory: Trajectory, row: Mapping[str, Any], *, segment: int = 0, segments: int = 1, evaluation: bool = False) -> EpisodeRecord:
-        """The record of `trajectory`; task keys the trajectory lacks come from the row's metadata."""
+    def of_trajectory(
+        cls, trajectory: Trajectory, row: Mapping[str, Any], *, segment: int = 0, segments: int = 1, evaluation: bool = False, credit: TurnCredit | None = None
+    ) -> EpisodeRecord:
+        """The record of `trajectory`; task keys the trajectory lacks come from the row's metadata.
+        `credit` (None for a failure) gives the per-turn rewards, returns and token spans."""
         task = trajectory.task
         variant = row.get("variant", task.get("variant"))  # the row's own (prepare's) value is kept
         named = TaskRef.from_description({**row, **task, "variant": variant})
@@ -136,7 +166,16 @@ class EpisodeRecord:
             segment=segment,
             segments=segments,
             evaluation=evaluation,
+            **({} if credit is None else _credit_fields(credit)),
         )
+
+    @property
+    def credit(self) -> TurnCredit | None:
+        """The episode's per-turn credit as stored; None when it has none (a failure, or a sample written before it existed)."""
+        if self.turn_returns is None or self.turn_spans is None or self.turn_ends is None or self.turn_rewards is None:
+            return None
+        spans = tuple((int(s), int(a), int(b)) for s, a, b in self.turn_spans)
+        return TurnCredit(tuple(self.turn_rewards), tuple(self.turn_returns), spans, tuple(self.turn_ends), self.returns_gamma or 1.0)
 
     @classmethod
     def from_metadata(cls, metadata: Any) -> EpisodeRecord:
@@ -175,6 +214,11 @@ class EpisodeRecord:
             group_score_metadata=get("group_score_metadata"),
             group_score_error=get("group_score_error"),
             resume=get("resume"),
+            turn_rewards=_numbers(get("turn_rewards")),
+            turn_returns=_numbers(get("turn_returns")),
+            turn_spans=get("turn_spans"),
+            turn_ends=get("turn_ends"),
+            returns_gamma=_number(get("returns_gamma")),
         )
 
     @classmethod

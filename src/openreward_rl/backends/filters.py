@@ -24,6 +24,7 @@ import importlib
 from typing import Any
 
 from openreward_rl.backends.group_reward import flatten, rollout_key
+from openreward_rl.backends.task_sampling import record_group
 
 __all__ = ["keep_informative_groups", "group_verdict", "caller_trainer"]
 
@@ -84,6 +85,7 @@ def group_verdict(args: Any, samples: list[Any], *, tolerance: float = 1e-6) -> 
 def keep_informative_groups(args: Any, samples: list[Any], **kwargs: Any) -> Any:
     """Slime/Miles `--dynamic-sampling-filter-path` hook (sync, called once per finished group)."""
     keep, reason = group_verdict(args, samples)
+    record_group(flatten(samples), reason)  # for the task sampler (backends.task_sampling), in this process
     output_class = _output_class(caller_trainer(samples))
     if output_class is None:
         return keep

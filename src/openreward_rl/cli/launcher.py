@@ -96,6 +96,8 @@ class LaunchSpec:
     megatron_path: str | None = None
     ref_load: str | None = None
     model_args_script: str | None = None
+    advantage_estimator: str = "episode"  # the config's advantage.estimator: turn / mix add the advantage hooks
+    task_sampling: bool = False  # the config sets task_sampling: our data source skips saturated tasks
     extra: tuple[str, ...] = ()
 
     @property
@@ -188,6 +190,8 @@ def _check_spec(spec: LaunchSpec) -> None:
         raise LaunchError(f"--train-backend must be fsdp or megatron, got {spec.backend!r}")
     if spec.framework == "slime" and spec.backend == "fsdp":
         raise LaunchError("Slime removed its FSDP backend (THUDM/slime #1664); use --train-backend megatron, or --framework miles for FSDP")
+    if spec.task_sampling and not spec.dynamic_filter:
+        raise LaunchError("the config's task_sampling learns from the dynamic filter's verdicts: drop --no-dynamic-filter, or task_sampling")
     check_batch_sizes(spec)
     _check_megatron(spec)
 
@@ -246,6 +250,9 @@ def train_arguments(spec: LaunchSpec) -> list[str]:
     if spec.framework == "miles":
         args += ["--train-backend", spec.backend]
     args += rollout_mode_arguments(spec)
+    args += advantage_arguments(spec)
+    if spec.task_sampling:
+        args += ["--data-source-path", f"openreward_rl.backends.task_sampling.{spec.framework.capitalize()}DataSource"]
     if spec.dynamic_filter:
         args += ["--dynamic-sampling-filter-path", "openreward_rl.backends.filters.keep_informative_groups"]
     if spec.wandb_run:
@@ -299,6 +306,24 @@ def read_model_args(script: Path) -> list[str]:
     if not args:
         raise LaunchError(f"{script} sets no model arguments (MODEL_ARGS for a .sh file, model_args() for a .py file)")
     return args
+
+
+def advantage_arguments(spec: LaunchSpec) -> list[str]:
+    """The trainer flags of the config's advantage estimator: none for `episode` (the trainer's GRPO).
+
+    >>> advantage_arguments(LaunchSpec("slime", "/s", advantage_estimator="turn"))[::2]
+    ['--custom-reward-post-process-path', '--custom-advantage-function-path']
+    >>> advantage_arguments(LaunchSpec("miles", "/m", advantage_estimator="mix"))
+    ['--custom-reward-post-process-path', 'openreward_rl.backends.advantages.miles_reward_post_process', '--use-opd', '--opd-type', 'sglang', '--opd-kl-coef', '1.0']
+    """
+    if spec.advantage_estimator == "episode":
+        return []
+    if spec.framework == "slime":
+        return [
+            "--custom-reward-post-process-path", "openreward_rl.backends.advantages.slime_reward_post_process",
+            "--custom-advantage-function-path", "openreward_rl.backends.advantages.slime_advantages",
+        ]  # fmt: skip
+    return ["--custom-reward-post-process-path", "openreward_rl.backends.advantages.miles_reward_post_process", "--use-opd", "--opd-type", "sglang", "--opd-kl-coef", "1.0"]
 
 
 def rollout_mode_arguments(spec: LaunchSpec) -> list[str]:

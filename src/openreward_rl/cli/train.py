@@ -92,11 +92,12 @@ def spec_from_args(args: Any) -> LaunchSpec:
     extra = list(args.extra or [])
     if extra and extra[0] == "--":
         extra = extra[1:]
+    config = args.config or str(_config_file(args))
     return LaunchSpec(
         framework=args.framework,
         framework_path=path,
         task_data=args.task_data,
-        config=args.config or str(_config_file(args)),
+        config=config,
         model=_default(args, "model", defaults),
         lr=_default(args, "lr", defaults),
         num_gpus=args.num_gpus,
@@ -124,8 +125,21 @@ def spec_from_args(args: Any) -> LaunchSpec:
         megatron_path=args.megatron_path,
         ref_load=args.ref_load,
         model_args_script=args.model_args_script,
+        advantage_estimator=_advantage_estimator(config),
+        task_sampling=_task_sampling(config),
         extra=tuple(extra),
     )
+
+
+def _advantage_estimator(config_file: str) -> str:
+    """The config's advantage.estimator ("episode" where the file does not exist yet: the launch checks refuse it later)."""
+    if not os.path.isfile(config_file):
+        return "episode"
+    return load_config(config_file).advantage.estimator
+
+
+def _task_sampling(config_file: str) -> bool:
+    return os.path.isfile(config_file) and load_config(config_file).task_sampling is not None
 
 
 def _config_file(args: Any) -> str:

@@ -154,13 +154,15 @@ async def _tasks_of_split(
 
 
 async def list_tasks(
-    client: Any, config: TrainConfig, *, max_tasks: int | None = None, seed: int = 0, progress: Any = None, retry: RetryPolicy = LISTING_RETRY
+    client: Any, config: TrainConfig, *, max_tasks: int | None = None, seed: int = 0, progress: Any = None, retry: RetryPolicy = LISTING_RETRY, select: Any = None
 ) -> list[TaskRef]:
     """Tasks of every configured environment and split, shuffled deterministically by `seed`.
 
     The cap per split is the environment's `num_samples`, else `max_tasks` (the cookbook's rule).
     `progress`, if given, is called with each (environment, split, count) as it is listed. `retry`
-    repeats a listing that failed transiently.
+    repeats a listing that failed transiently. `select`, if given, is awaited as
+    `select(environment, name, split, refs)` on each split's shuffled tasks before the cap, and returns
+    the ones to keep (e.g. `env.difficulty.DifficultySelection`).
     """
     use_pooled_transport(client)  # before the first session: every later episode of `client` uses it too
     rng = random.Random(seed)
@@ -169,7 +171,10 @@ async def list_tasks(
         base_url = config.base_url_for(name)
         environment = client.environments.get(name, variant=env_config.variant, base_url=base_url)
         for split in env_config.splits:
-            split_refs = await _tasks_of_split(environment, name, split, env_config.num_samples or max_tasks, rng, base_url, env_config.variant, retry)
+            split_refs = await _tasks_of_split(environment, name, split, None if select else env_config.num_samples or max_tasks, rng, base_url, env_config.variant, retry)
+            if select is not None:
+                cap = env_config.num_samples or max_tasks
+                split_refs = (await select(environment, name, split, split_refs))[: cap or None]
             refs.extend(split_refs)
             if progress is not None:
                 progress(name, split, len(split_refs))

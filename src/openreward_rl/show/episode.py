@@ -19,13 +19,14 @@ from typing import Any
 
 import attrs
 
+from openreward_rl.credit.returns import reward_to_go, turn_rewards
 from openreward_rl.observe.conversation import conversation_steps
 from openreward_rl.show.style import CSS, LEGEND, badge, terminal_reward_style
 from openreward_rl.show.tokens import mask_spans, token_view_html
 from openreward_rl.families.token_text import decode_ids
 from openreward_rl.loop.trajectory import Trajectory
 
-__all__ = ["Entry", "conversation", "summary_rows", "render_terminal", "episode_html", "render_html"]
+__all__ = ["Entry", "turn_returns", "conversation", "summary_rows", "render_terminal", "episode_html", "render_html"]
 
 
 @attrs.frozen
@@ -48,8 +49,19 @@ def _arguments(arguments: Any) -> str:
     return json.dumps(arguments, ensure_ascii=False, indent=2)
 
 
+def turn_returns(trajectory: Trajectory) -> list[tuple[float, float]] | None:
+    """(reward, return) per turn: the turn's tool-call rewards summed and its reward-to-go (undiscounted,
+    the environment's rewards as recorded: the config's nonterminal reward is not in a dump). None for an
+    infrastructure failure, which has no returns."""
+    if trajectory.stop_reason.is_infrastructure_failure:
+        return None
+    rewards = turn_rewards(trajectory)
+    return list(zip(rewards, reward_to_go(rewards)))
+
+
 def conversation(trajectory: Trajectory) -> Iterator[Entry]:
-    """The messages in order, assistant turns split into reasoning/text/calls, with rewards and errors."""
+    """The messages in order, assistant turns split into reasoning/text/calls, with rewards, returns and errors."""
+    returns = turn_returns(trajectory)
     for step in conversation_steps(trajectory):
         message, result = step.message, step.result
         if message is None:  # a result with no tool message: a @terminal environment's answer
@@ -66,6 +78,8 @@ def conversation(trajectory: Trajectory) -> Iterator[Entry]:
             title = f"turn {step.turn_number + 1}" if step.turn_number is not None else "assistant (prompt)"
             if turn is not None:
                 title += f" · {len(turn.sampled_ids)} tokens sampled · finish {turn.finish_reason.value}"
+                if step.turn_number is not None:
+                    title += " · no return (infrastructure failure)" if returns is None else " · turn reward {:g} · return {:g}".format(*returns[step.turn_number])
                 for error in turn.parsed.errors:
                     yield Entry("error", error.message, title=f"parse error: {error.kind.value}", note=error.raw)
             if message.get("reasoning_content"):

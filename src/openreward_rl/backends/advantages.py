@@ -1,0 +1,211 @@
+"""Per-token advantages in Slime and Miles: the config's `advantage.estimator` (`turn` or `mix`) applied
+to whole groups of episodes where the trainer sees them, then carried to the training step.
+
+Slime (`openreward-rl train` passes these when the config asks for `turn` or `mix`):
+
+```
+--custom-reward-post-process-path openreward_rl.backends.advantages.slime_reward_post_process
+--custom-advantage-function-path  openreward_rl.backends.advantages.slime_advantages
+```
+
+The rollout manager calls `slime_reward_post_process(args, samples)` with the whole flattened batch, where
+every group is complete: it computes each sample's advantages per turn and returns them, as
+`[start, end, value]` runs over the sample's response, in place of the normalised rewards. Slime ships
+`rewards` to each data-parallel rank untouched (it is not among the fields it turns into tensors), and
+on the training rank `slime_advantages(args, rollout_data)` expands the runs into one tensor per sample
+(the part this context-parallel rank holds), sets `advantages` and `returns` (the same tensor, as Slime's
+GRPO does), and puts each sample's scalar reward back in `rewards` for Slime's rollout metrics.
+
+Miles has no advantage hook; its `compute_advantages_and_returns` adds a precomputed per-token term,
+`advantages -= opd_kl_coef * opd_reverse_kl`, on every backend (on-policy distillation's channel). So:
+
+```
+--custom-reward-post-process-path openreward_rl.backends.advantages.miles_reward_post_process
+--use-opd --opd-type sglang --opd-kl-coef 1.0
+```
+
+`miles_reward_post_process` returns 0.0 as every sample's reward to normalise (GRPO's part is then zero)
+and sets `sample.opd_reverse_kl` to `-advantage / opd_kl_coef` per token, so the advantage Miles trains
+is ours. It cannot be combined with real on-policy distillation. Both need context-parallel size 1 on
+Miles (Miles checks the shapes and refuses otherwise).
+
+Faults are not rewards: a sample without returns (an infrastructure failure or a placeholder) is left out
+of its group's statistics and gets advantage 0.0 on tokens whose loss mask is 0 (the hooks mask every
+token of such a sample, and the trainers zero `remove_sample` masks); a sample without returns and a
+non-zero loss mask, or a sample these hooks did not write, is a `TrainerError`, never a silent 0.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+
+from openreward_rl.backends.episode_record import EpisodeRecord
+from openreward_rl.backends.group_reward import rollout_key
+from openreward_rl.config import AdvantageSettings, load_config
+from openreward_rl.credit.estimators import group_advantages
+from openreward_rl.errors import TrainerError
+
+__all__ = ["SampleCredit", "sample_credits", "slime_reward_post_process", "slime_advantages", "miles_reward_post_process", "expand_runs", "settings_for"]
+
+POST_PROCESS = "openreward_rl.backends.advantages.slime_reward_post_process"
+_NOT_OURS = "was not produced by openreward_rl's generate hook; the turn and mix estimators need its per-turn returns"
+
+
+@attrs.frozen
+class SampleCredit:
+    """One sample's advantages as runs over its response: `(start, end, value)`; `reward` is its trained reward."""
+
+    runs: tuple[tuple[int, int, float], ...]
+    length: int
+    reward: float
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"openreward_credit": [list(r) for r in self.runs], "length": self.length, "reward": self.reward}
+
+    def tokens(self) -> list[float]:
+        return expand_runs(self.runs, self.length)
+
+
+def expand_runs(runs: Sequence[Sequence[float]], length: int) -> list[float]:
+    """Per-token values from `(start, end, value)` runs; tokens in no run get 0.0.
+
+    >>> expand_runs([(0, 2, 0.5), (3, 4, -1.0)], 5)
+    [0.5, 0.5, 0.0, -1.0, 0.0]
+    """
+    out = [0.0] * length
+    for start, end, value in runs:
+        start, end = int(start), int(end)
+        if not 0 <= start <= end <= length:
+            raise TrainerError(f"advantage run ({start}, {end}) leaves the response of {length} tokens")
+        out[start:end] = [float(value)] * (end - start)
+    return out
+
+
+@functools.cache
+def _settings_from(path: str | None) -> AdvantageSettings:
+    return load_config(path).advantage
+
+
+def settings_for(args: Any) -> AdvantageSettings:
+    """The run's advantage settings, from the config the hooks read (`$OPENREWARD_RL_CONFIG` / `$TRAIN_CONFIG`)."""
+    del args
+    return _settings_from(os.environ.get("OPENREWARD_RL_CONFIG") or os.environ.get("TRAIN_CONFIG"))
+
+
+def _groups(args: Any, samples: Sequence[Any]) -> list[list[int]]:
+    """Indices of each prompt group: by `group_index`, else contiguous runs of `n_samples_per_prompt`."""
+    if all(getattr(s, "group_index", None) is not None for s in samples):
+        groups: dict[Any, list[int]] = {}
+        for position, sample in enumerate(samples):
+            groups.setdefault(sample.group_index, []).append(position)
+        return list(groups.values())
+    size = int(getattr(args, "n_samples_per_prompt", 0) or 0)
+    if size < 1 or len(samples) % size:
+        raise TrainerError(f"{len(samples)} samples without group_index cannot be split into groups of n_samples_per_prompt={size}")
+    return [list(range(start, start + size)) for start in range(0, len(samples), size)]
+
+
+def _masked(sample: Any) -> bool:
+    return bool(getattr(sample, "remove_sample", False)) or not any(sample.loss_mask or ())
+
+
+def sample_credits(args: Any, samples: Sequence[Any], settings: AdvantageSettings) -> list[SampleCredit]:
+    """Each sample's advantages under `settings`, computed per prompt group (fan-out siblings: one episode)."""
+    credits: list[SampleCredit | None] = [None] * len(samples)
+    for group in _groups(args, samples):
+        episodes: dict[Any, list[int]] = {}
+        for position in group:
+            episodes.setdefault(rollout_key(samples[position]), []).append(position)
+        records, returns, rewards = [], [], []
+        for positions in episodes.values():
+            first = samples[positions[0]]
+            record = EpisodeRecord.of_sample(first)
+            if record is None:
+                raise TrainerError(f"sample {first.index} {_NOT_OURS}")
+            credit = record.credit
+            if credit is None and not all(_masked(samples[p]) for p in positions):
+                raise TrainerError(f"sample {first.index} ({record.stop_reason.value}) has trained tokens but no per-turn returns")
+            records.append(record)
+            returns.append(None if credit is None else list(credit.returns))
+            rewards.append(None if credit is None else float(first.get_reward_value(args)))
+        per_turn = group_advantages(settings.estimator, returns, rewards, weight=settings.mix_weight)
+        for positions, record, advantages in zip(episodes.values(), records, per_turn):
+            credit = record.credit
+            for position in positions:
+                sample = samples[position]
+                reward = 0.0 if advantages is None else float(sample.get_reward_value(args))
+                if credit is None or advantages is None:
+                    credits[position] = SampleCredit((), sample.response_length, reward)
+                    continue
+                segment = EpisodeRecord.of_sample(sample).segment  # type: ignore[union-attr]
+                runs = tuple((start, end, value) for (s, start, end), value in zip(credit.spans, advantages) if s == segment and end > start)
+                credits[position] = SampleCredit(runs, sample.response_length, reward)
+    return [c for c in credits if c is not None]
+
+
+def slime_reward_post_process(args: Any, samples: list[Any]) -> tuple[list[float], list[dict[str, Any]]]:
+    """Slime's `--custom-reward-post-process-path`: (raw rewards, each sample's advantage runs)."""
+    settings = settings_for(args)
+    if not settings.per_token:
+        raise TrainerError("the config's advantage.estimator is 'episode': drop --custom-reward-post-process-path and --custom-advantage-function-path")
+    credits = sample_credits(args, samples, settings)
+    return [float(s.get_reward_value(args)) for s in samples], [c.to_wire() for c in credits]
+
+
+def _local_slice(values: Any, target: Any, total_length: int, response_length: int) -> Any:
+    """The part of a response-long tensor that this context-parallel rank holds (`target`'s length)."""
+    if values.numel() == target.numel():
+        return values
+    import torch
+    from slime.backends.megatron_utils.cp_utils import get_logits_and_tokens_offset_with_cp  # only under context parallelism
+
+    prompt_length = total_length - response_length
+    _, _, _, tokens = get_logits_and_tokens_offset_with_cp(total_length, response_length)
+    parts = [values[max(0, a - prompt_length) : max(0, b - prompt_length)] for a, b in tokens]
+    local = torch.cat(parts)
+    if local.numel() != target.numel():
+        raise TrainerError(f"advantages of {local.numel()} tokens for a context-parallel slice of {target.numel()}; with --allgather-cp use context-parallel size 1")
+    return local
+
+
+def slime_advantages(args: Any, rollout_data: dict[str, Any]) -> None:
+    """Slime's `--custom-advantage-function-path`: sets `advantages` and `returns` in place from the runs
+    `slime_reward_post_process` put in `rewards`, then restores `rewards` to one float per sample."""
+    import torch
+
+    wire = rollout_data["rewards"]
+    kl = rollout_data["kl"]
+    advantages = []
+    for index, entry in enumerate(wire):
+        if not isinstance(entry, dict) or "openreward_credit" not in entry:
+            raise TrainerError(f"rollout_data['rewards'][{index}] holds no advantages; set --custom-reward-post-process-path {POST_PROCESS}")
+        full = torch.tensor(expand_runs(entry["openreward_credit"], int(entry["length"])), dtype=torch.float32, device=kl[index].device)
+        advantages.append(_local_slice(full, kl[index], int(rollout_data["total_lengths"][index]), int(rollout_data["response_lengths"][index])))
+    rollout_data["advantages"] = advantages
+    rollout_data["returns"] = advantages
+    rollout_data["rewards"] = [float(entry["reward"]) for entry in wire]
+
+
+def miles_reward_post_process(args: Any, samples: list[Any]) -> tuple[list[float], list[float]]:
+    """Miles' `--custom-reward-post-process-path`: (raw rewards, 0.0 each) with each sample's advantages in
+    `sample.opd_reverse_kl` as `-advantage / opd_kl_coef` (Miles subtracts `opd_kl_coef * opd_reverse_kl`)."""
+    settings = settings_for(args)
+    if not settings.per_token:
+        raise TrainerError("the config's advantage.estimator is 'episode': drop --custom-reward-post-process-path and --use-opd")
+    if not getattr(args, "use_opd", False) or getattr(args, "opd_type", None) != "sglang" or getattr(args, "opd_log_prob_top_k", 0):
+        raise TrainerError("Miles adds per-token advantages through its precomputed OPD term: pass --use-opd --opd-type sglang --opd-kl-coef 1.0 (and no --opd-log-prob-top-k)")
+    coef = float(getattr(args, "opd_kl_coef", 1.0))
+    if coef <= 0:
+        raise TrainerError(f"--opd-kl-coef must be positive to carry advantages, got {coef}")
+    for sample in samples:
+        if getattr(sample, "teacher_log_probs", None) is not None or getattr(sample, "opd_reverse_kl", None) is not None:
+            raise TrainerError(f"sample {sample.index} already carries on-policy distillation data; the turn and mix estimators use that channel on Miles")
+    credits = sample_credits(args, samples, settings)
+    for sample, credit in zip(samples, credits):
+        sample.opd_reverse_kl = [-value / coef for value in credit.tokens()]
+    return [float(s.get_reward_value(args)) for s in samples], [0.0] * len(samples)

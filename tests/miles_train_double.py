@@ -1,0 +1,81 @@
+"""Test double of Miles' path from finished samples to advantages, written from radixark/miles 31f1ca9
+(read for this double, not copied): `convert_samples_to_train_data`, `_post_process_rewards` and
+`_package_shards` (miles/ray/rollout/train_data_conversion.py, with its `ROLLOUT_DATA_VALUE_SPEC`:
+`rewards` one float32 per sample, `opd_reverse_kl` a float32 list per sample), and
+`compute_advantages_and_returns` (miles/backends/training_utils/loss.py) with GRPO's returns and
+`apply_opd_kl_to_advantages`' precomputed branch (loss_hub/opd.py): `advantages[i] - opd_kl_coef *
+opd_reverse_kl[i]`, shapes checked. Context parallelism is not modelled (size 1).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import numpy as np
+import torch
+
+_SHARD_KEYS = (
+    "tokens", "multimodal_train_inputs", "response_lengths", "rewards", "truncated", "loss_masks", "round_number",
+    "sample_indices", "rollout_ids", "rollout_mask_sums", "rollout_log_probs", "rollout_routed_experts", "rollout_indexer_topk",
+    "prompt", "teacher_log_probs", "opd_reverse_kl", "seq_witness_ids", "weight_versions", "adapter_slots",
+)  # fmt: skip
+
+
+def load_function(path: str) -> Any:
+    module, _, name = path.rpartition(".")
+    return getattr(importlib.import_module(module), name)
+
+
+def convert_samples_to_train_data(args: Any, samples: list[Any]) -> dict[str, Any]:
+    raw, rewards = load_function(args.custom_reward_post_process_path)(args, samples)
+    assert len(raw) == len(samples) and len(rewards) == len(samples)
+    data: dict[str, Any] = {
+        "tokens": [s.tokens for s in samples],
+        "response_lengths": [s.response_length for s in samples],
+        "rewards": rewards,
+        "raw_reward": raw,
+        "rollout_ids": [s.rollout_id if s.rollout_id is not None else s.index for s in samples],
+    }
+    masks = []
+    for s in samples:
+        if s.remove_sample:
+            s.loss_mask = [0] * s.response_length
+        masks.append(s.loss_mask)
+    data["loss_masks"] = masks
+    data["rollout_log_probs"] = [s.rollout_log_probs for s in samples]
+    if samples[0].opd_reverse_kl is not None:
+        data["opd_reverse_kl"] = [s.opd_reverse_kl for s in samples]
+    return data
+
+
+def package_shard(data: dict[str, Any]) -> dict[str, Any]:
+    shard = {key: list(data[key]) for key in _SHARD_KEYS if key in data}
+    shard["rewards"] = np.asarray(shard["rewards"], dtype=np.float32)  # the value spec's ndarray codec
+    for key in ("tokens", "loss_masks", "rollout_log_probs", "opd_reverse_kl"):
+        if key in shard:
+            shard[key] = [torch.as_tensor(np.asarray(v, dtype=np.float32 if key in ("rollout_log_probs", "opd_reverse_kl") else np.int32)) for v in shard[key]]
+    return shard
+
+
+def compute_advantages_and_returns(args: Any, rollout_data: dict[str, Any]) -> None:
+    log_probs = rollout_data["rollout_log_probs"]
+    kl = [torch.zeros_like(x, dtype=torch.float32) for x in log_probs]
+    rewards = torch.tensor(rollout_data["rewards"], dtype=torch.float32)
+    returns = [torch.ones_like(kl[i]) * rewards[i] for i in range(len(rewards))]
+    advantages = list(returns)
+    if args.use_opd:
+        precomputed = rollout_data.get("opd_reverse_kl")
+        assert precomputed is not None, "the double models the precomputed branch only"
+        for i, adv in enumerate(advantages):
+            if adv.shape != precomputed[i].shape:
+                raise ValueError(f"OPD shape mismatch at sample {i}")
+            advantages[i] = adv - args.opd_kl_coef * precomputed[i]
+    rollout_data["advantages"] = advantages
+    rollout_data["returns"] = returns
+
+
+def train_step(args: Any, samples: list[Any]) -> dict[str, Any]:
+    rollout_data = package_shard(convert_samples_to_train_data(args, samples))
+    compute_advantages_and_returns(args, rollout_data)
+    return rollout_data
