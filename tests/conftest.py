@@ -43,6 +43,7 @@ EXAMPLE_ENV_SPECS = {
     "Faulty": f"{EXAMPLE_ENVIRONMENTS / 'faulty.py'}:Faulty",
     "ClosestGuess": f"{EXAMPLE_ENVIRONMENTS / 'closest_guess.py'}:ClosestGuess",  # implements score_group
     "GradedGuess": f"{EXAMPLE_ENVIRONMENTS / 'closest_guess.py'}:GradedGuess",  # the quickstart's: graded by closeness
+    "Corridor": f"{EXAMPLE_ENVIRONMENTS / 'corridor.py'}:Corridor",  # long episodes with bulky observations (context compaction)
 }
 
 

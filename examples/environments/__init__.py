@@ -5,6 +5,7 @@
 - `faulty.Faulty`: fault injection (raising, hanging, huge and garbled tool results).
 - `closest_guess.ClosestGuess`: estimate a product; `score_group` ranks a group's estimates (a group reward).
 - `closest_guess.GradedGuess`: easier products, each estimate graded by closeness (the quickstart's).
+- `corridor.Corridor`: a long walk with bulky observations that overflows the context without compaction.
 
 Each module runs its own server: `python examples/environments/whodunit.py PORT`.
 """
