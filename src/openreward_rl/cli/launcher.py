@@ -6,7 +6,9 @@ What `openreward-rl train` runs, in order:
 2. `ray job submit --address=http://127.0.0.1:8265 --runtime-env-json=... -- python3 <framework>/train.py ...`.
 
 The job's arguments follow the cookbook's run.sh plus what it forgot: `--custom-rm-path`,
-`--rollout-max-context-len` and `--metadata-key metadata`; arguments after `--` go to train.py last,
+`--rollout-max-context-len` and `--metadata-key metadata`; on Slime also
+`--custom-reward-post-process-path openreward_rl.backends.advantages.post_process_rewards` (GRPO groups
+that stay right when episodes fork into several samples, see backends/advantages.py); arguments after `--` go to train.py last,
 so they can override anything.
 
 >>> spec = LaunchSpec(framework="miles", framework_path="/opt/miles", task_data="tasks.jsonl", config="train_config.yaml")
@@ -191,6 +193,7 @@ def train_arguments(spec: LaunchSpec) -> list[str]:
         "--rollout-shuffle",
         "--custom-generate-function-path", f"{hooks}.generate",
         "--custom-rm-path", f"{hooks}.reward",
+        *(("--custom-reward-post-process-path", "openreward_rl.backends.advantages.post_process_rewards") if spec.framework == "slime" else ()),
         "--custom-rollout-log-function-path", "openreward_rl.backends.rollout_log.log_rollout",
         "--custom-eval-rollout-log-function-path", "openreward_rl.backends.rollout_log.log_eval_rollout",
         "--num-rollout", str(spec.num_rollout),
