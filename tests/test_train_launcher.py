@@ -186,3 +186,12 @@ def test_train_refuses_a_refused_model_family_before_ray(config_file: Path, tmp_
     overridden.write_text(config_file.read_text() + "model_family: generic\n")
     assert main([*argv[:-2], str(overridden), "--dry-run", "--model", "google/gemma-4-31B-it"]) == 0
     assert main([*argv, "--model", "Qwen/Qwen3-8B"]) == 0
+
+
+def test_partial_rollout_with_a_compacting_context_policy_is_refused_before_ray(tmp_path: Path, capsys) -> None:
+    compacting = tmp_path / "compacting.yaml"
+    compacting.write_text("environments:\n  Corridor:\n    context_policy: summarize\n")
+    argv = ["train", "--framework", "slime", "--slime-path", "/opt/slime", "--config", str(compacting), "--dry-run"]
+    assert main([*argv, "--rollout-mode", "partial"]) == 2
+    assert "cannot take the fan-out samples of a context policy (Corridor)" in capsys.readouterr().err
+    assert main([*argv, "--rollout-mode", "sync"]) == 0
