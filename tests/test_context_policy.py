@@ -281,3 +281,65 @@ async def test_a_custom_policy_from_examples(harness: Harness, monkeypatch) -> N
     assert {c.kind for c in trajectory.compactions} == {"keep_key_lines"}
     assert_segments_token_exact(run)
     sys.modules.pop("custom_context_policy", None)
+
+
+@attrs.define
+class SuspendedSummaryAgent(CorridorAgent):
+    """Starts the first summary, then keeps generating (held) until the request is aborted; the continuation
+    request (the context ends inside the assistant's turn) gets the rest of the summary."""
+
+    held: Any = None
+
+    def __call__(self, request: RecordedRequest) -> ScriptedCompletion:
+        context = self.tokenizer.decode(request.input_ids)
+        if context.endswith("The exit key is"):
+            key = KEY.findall(context)[-1]
+            return ScriptedCompletion(text=f" {key}. I have walked on.")
+        last_user = context.rpartition("<|im_start|>user\n")[2]
+        if last_user.startswith(DEFAULT_SUMMARY_REQUEST) and self.held is not None and not self.held.is_set():
+            self.summaries += 1
+            self.held.set()
+            return ScriptedCompletion(text="The exit key is", hold=True)
+        return super().__call__(request)
+
+
+async def test_a_suspended_summary_turn_resumes_and_keeps_every_context(harness: Harness) -> None:
+    """Partial rollout's machinery (backends/resumable.py) on a compacting episode: parked inside the summary
+    turn, resumed from its tokens; the finished episode keeps all its contexts."""
+    import asyncio
+
+    import aiohttp
+
+    from openreward_rl.backends.resumable import Finished, LiveEpisode, ParkingEngine, Suspended
+
+    tokenizer = load_tokenizer("offline:qwen3")
+    agent = SuspendedSummaryAgent(tokenizer)
+    agent.held = asyncio.Event()
+    policy = SummarizeContext(threshold=0.6, keep_recent_turns=1, summary_tokens=128)
+    settings = EpisodeSettings(sampling_params=SAMPLING, max_context_len=BUDGET, context_policy=policy)
+    task = TaskRef("Corridor", "train", index=0, base_url=harness.env_server.base_url, variant=harness.env_server.variant_for("Corridor"))
+    async with SGLangTestServer(tokenizer, script=agent) as server:
+        sglang = SGLangEngine(server.url, max_attempts=1)
+        engine = ParkingEngine(sglang)
+        live = LiveEpisode.start(engine, run_episode(lambda: ToolEpisode(engine, ChatRenderer(tokenizer), get_parser("hermes"), settings), harness.client, task, attempts=1))
+        await agent.held.wait()
+        await server.wait_in_flight()
+        async with aiohttp.ClientSession() as http:
+            await http.post(server.url + "/abort_request", json={"abort_all": True})
+        suspended = await live.next_outcome()
+        assert isinstance(suspended, Suspended)
+        snapshot = suspended.trajectory
+        assert snapshot.stop_reason is StopReason.ABORTED and len(snapshot.segments) == 1 and not snapshot.compactions
+        partial = tokenizer.encode("The exit key is")
+        assert snapshot.segments[0].response_ids[-len(partial) :] == partial  # the partly sampled summary is kept
+        finished = await live.resume(None)
+        await sglang.aclose()
+    assert isinstance(finished, Finished)
+    trajectory = finished.trajectory
+    assert trajectory.stop_reason is StopReason.COMPLETED and trajectory.reward == 1.0, trajectory.stop_detail
+    assert trajectory.compactions and len(trajectory.segments) == len(trajectory.compactions) + 1
+    first_summary = next(t for t in trajectory.turns if t.summary)
+    assert re.fullmatch(r"The exit key is [a-z]+-\d{4}\. I have walked on\.<\|im_end\|>", tokenizer.decode(first_summary.sampled_ids))
+    assert engine.suspensions == 1
+    first = trajectory.segments[0]
+    assert first.response_ids[-len(first_summary.sampled_ids) :] == list(first_summary.sampled_ids)  # one turn, sampled in two pieces
