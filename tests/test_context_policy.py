@@ -343,3 +343,19 @@ async def test_a_suspended_summary_turn_resumes_and_keeps_every_context(harness:
     assert engine.suspensions == 1
     first = trajectory.segments[0]
     assert first.response_ids[-len(first_summary.sampled_ids) :] == list(first_summary.sampled_ids)  # one turn, sampled in two pieces
+
+
+async def test_compaction_metrics_per_environment(harness: Harness) -> None:
+    from openreward_rl.observe.metrics import aggregate
+
+    compacted = (await harness.run(SummarizeContext(threshold=0.6, keep_recent_turns=1, summary_tokens=128))).trajectory
+    overflowed = (await harness.run(None)).trajectory
+    metrics = aggregate([compacted, overflowed])
+    n = len(compacted.compactions)
+    assert metrics["openreward/Corridor/compaction_rate"] == 0.5
+    assert metrics["openreward/Corridor/num_compactions_mean"] == n / 2
+    assert metrics["openreward/Corridor/summary_turns_mean"] == n / 2
+    saved = sum(c.tokens_saved for c in compacted.compactions)
+    assert metrics["openreward/Corridor/context_tokens_saved_mean"] == saved / 2 > 0
+    assert metrics["openreward/Corridor/turns_mean"] == (compacted.metrics["turns"] + overflowed.metrics["turns"]) / 2
+    assert compacted.metrics["turns"] == len([t for t in compacted.turns if not t.summary])  # summary turns apart
