@@ -359,3 +359,30 @@ async def test_compaction_metrics_per_environment(harness: Harness) -> None:
     assert metrics["openreward/Corridor/context_tokens_saved_mean"] == saved / 2 > 0
     assert metrics["openreward/Corridor/turns_mean"] == (compacted.metrics["turns"] + overflowed.metrics["turns"]) / 2
     assert compacted.metrics["turns"] == len([t for t in compacted.turns if not t.summary])  # summary turns apart
+
+
+async def test_the_viewer_marks_boundaries_and_summaries(harness: Harness, qwen3_tokenizer: Any) -> None:
+    import io
+
+    from rich.console import Console
+
+    from openreward_rl.show.episode import conversation, render_html, render_terminal, summary_rows
+
+    trajectory = (await harness.run(SummarizeContext(threshold=0.6, keep_recent_turns=1, summary_tokens=128))).trajectory
+    trajectory = Trajectory.from_dict(trajectory.to_dict())  # what `openreward-rl show` reads from a dump
+    assert trajectory.compactions and any(t.summary for t in trajectory.turns)
+    entries = list(conversation(trajectory))
+    roles = [e.role for e in entries]
+    contexts = len(trajectory.segments)
+    assert roles.count("boundary") == len(trajectory.compactions) and roles.count("summary") == len(trajectory.compactions)
+    for number, position in enumerate(i for i, role in enumerate(roles) if role == "boundary"):
+        assert roles[position - 1] == "summary"  # the boundary follows the summary it was built from
+        assert entries[position].title == f"context {number + 2} of {contexts} starts here (summarize)"
+    assert dict(summary_rows(trajectory))["contexts"].startswith(f"{contexts} ({len(trajectory.compactions)} compactions: summarize;")
+    page = render_html(trajectory, qwen3_tokenizer)
+    assert page.count("starts here (summarize)") == len(trajectory.compactions) and page.count("summary turn (turn") == len(trajectory.compactions)
+    assert all(f"context {i} of {contexts}</h3>" in page for i in range(1, contexts + 1))  # every context's tokens
+    out = io.StringIO()
+    render_terminal(trajectory, Console(file=out, width=200, color_system=None), qwen3_tokenizer)
+    text = out.getvalue()
+    assert text.count("boundary context") == len(trajectory.compactions) and f"context {contexts} of {contexts}" in text
