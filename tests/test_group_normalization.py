@@ -19,6 +19,7 @@ import train_data_double
 from openreward_rl.backends import _state, slime
 from openreward_rl.backends._samples import samples_from_trajectory
 from openreward_rl.backends.advantages import post_process_rewards
+from openreward_rl.backends.episode_record import EpisodeRecord
 from openreward_rl.cli.launcher import LaunchSpec, train_arguments
 from openreward_rl.config import ConfigError
 from openreward_rl.env.tasks import TaskRef, task_row
@@ -178,12 +179,19 @@ async def test_forked_episodes_through_the_slime_hook_keep_their_group_advantage
                     sample = slime_double.Sample(index=2 * group + member, group_index=group, prompt=row["prompt"], label=row["label"], metadata=row["metadata"], session_id=session)
                     outputs.append(await slime_double.call_generate(slime.generate, args, sample, copy.deepcopy(sampling)))
                 groups.append(outputs)
+            row = task_row(TaskRef("Corridor", "train", index=0))
+            evaluated = await slime_double.call_generate(
+                slime.generate, args, slime_double.Sample(index=7, metadata=row["metadata"], session_id="walk-eval"), copy.deepcopy(sampling), evaluation=True
+            )
             with pytest.raises(ConfigError, match="--partial-rollout cannot take the fan-out"):
                 row = task_row(TaskRef("Corridor", "train", index=0))
                 await slime_double.call_generate(slime.generate, slime_args(server, partial_rollout=True), slime_double.Sample(index=9, metadata=row["metadata"]), dict(sampling))
         finally:
             await _state.close_states()
     assert all(isinstance(output, list) for outputs in groups for output in outputs)  # one nesting for every rollout
+    # evaluation: one sample per episode (Slime's eval loop would count each context's reward)
+    assert isinstance(evaluated, slime_double.Sample) and evaluated.reward == 1.0
+    assert EpisodeRecord.from_metadata(evaluated.metadata).segment == 0 and EpisodeRecord.from_metadata(evaluated.metadata).segments >= 2
     walker = groups[0][0]
     assert len(walker) >= 2 and {s.reward for s in walker} == {1.0} and [len(q) for q in (groups[0][1], *groups[1])] == [1, 1, 1]
     for output in (o for outputs in groups for o in outputs):

@@ -129,7 +129,12 @@ def trainer_output(args: Any, samples: list[Any], *, evaluation: bool) -> Any:
     """What a legacy generate returns: one `Sample`, or the list of a fan-out. In training, where the config
     lets episodes fork (a context policy), always a list, so that every rollout of a batch has the same
     nesting: Slime and Miles flatten a batch by looking at its first element only
-    (`while isinstance(data[0], list)`), and a batch mixing `Sample` and `list[Sample]` members breaks there."""
+    (`while isinstance(data[0], list)`), and a batch mixing `Sample` and `list[Sample]` members breaks there.
+    In evaluation, one sample per episode (its first context, which carries the episode's record): the
+    trainers' eval loops extend their reward lists with every sample of a list, so a compacted episode
+    would count once per context in the eval reward mean."""
+    if evaluation:
+        return samples[0]
     if len(samples) > 1:
         return samples
     if not evaluation and state_for(args).config.compacts:
