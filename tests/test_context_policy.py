@@ -79,6 +79,8 @@ class Run:
     server: SGLangTestServer
     tools: list[dict[str, Any]]
     agent: CorridorAgent
+    tokenizer_name: str = "offline:qwen3"
+    renderer: Any = None
 
 
 @attrs.define
@@ -86,8 +88,16 @@ class Harness:
     env_server: LocalEnvServer
     client: AsyncOpenReward
 
-    async def run(self, policy: Any, *, max_compactions: int = 3, abort_summary: bool = False, index: int = 0) -> Run:
-        tokenizer = load_tokenizer("offline:qwen3")
+    async def run(
+        self, policy: Any, *, max_compactions: int = 3, abort_summary: bool = False, index: int = 0, tokenizer_name: str = "offline:qwen3", family: bool = False
+    ) -> Run:
+        """`family`: the model family's renderer (its stop tokens and hand-written bridge), else the template-derived one."""
+        tokenizer = load_tokenizer(tokenizer_name)
+        renderer = ChatRenderer(tokenizer)
+        if family:
+            from openreward_rl.families import find_family
+
+            renderer = find_family(tokenizer).renderer(tokenizer, {})
         agent = CorridorAgent(tokenizer, abort_summary=abort_summary)
         settings = EpisodeSettings(sampling_params=SAMPLING, max_context_len=BUDGET, context_policy=policy, max_compactions=max_compactions)
         task = TaskRef("Corridor", "train", index=index, base_url=self.env_server.base_url, variant=self.env_server.variant_for("Corridor"))
@@ -97,11 +107,11 @@ class Harness:
             engine = SGLangEngine(server.url, max_attempts=1)
             try:
                 trajectory = await run_episode(
-                    lambda: ToolEpisode(engine, ChatRenderer(tokenizer), get_parser("hermes"), settings), self.client, task, attempts=1
+                    lambda: ToolEpisode(engine, renderer, get_parser("hermes"), settings), self.client, task, attempts=1
                 )
             finally:
                 await engine.aclose()
-        return Run(trajectory, server, tools, agent)
+        return Run(trajectory, server, tools, agent, tokenizer_name, renderer)
 
 
 @pytest.fixture
@@ -116,7 +126,7 @@ async def harness(env_server: LocalEnvServer) -> AsyncIterator[Harness]:
 def assert_segments_token_exact(run: Run) -> None:
     """Each model call got exactly its segment's tokens so far; each segment's response is the bridges
     (mask 0) and the sampled ids verbatim (mask 1, the double's log-probs)."""
-    trajectory, tokenizer = run.trajectory, load_tokenizer("offline:qwen3")
+    trajectory, tokenizer = run.trajectory, load_tokenizer(run.tokenizer_name)
     requests = [r for r in run.server.requests if r.path == "/generate"]
     assert len(requests) == len(trajectory.turns)
     position = 0
@@ -146,9 +156,10 @@ async def test_without_compaction_the_corridor_overflows(harness: Harness) -> No
     assert not trajectory.finished
 
 
-async def test_summarize_finishes_the_corridor_in_token_exact_segments(harness: Harness) -> None:
+@pytest.mark.parametrize(("tokenizer_name", "family"), [("offline:qwen3", False), ("offline:qwen3", True), ("offline:qwen2.5", False)])
+async def test_summarize_finishes_the_corridor_in_token_exact_segments(harness: Harness, tokenizer_name: str, family: bool) -> None:
     policy = SummarizeContext(threshold=0.6, keep_recent_turns=1, summary_tokens=128)
-    run = await harness.run(policy)
+    run = await harness.run(policy, tokenizer_name=tokenizer_name, family=family)
     trajectory = run.trajectory
     assert trajectory.stop_reason is StopReason.COMPLETED, trajectory.stop_detail
     assert trajectory.reward == 1.0  # the key survived in the summary
@@ -161,7 +172,7 @@ async def test_summarize_finishes_the_corridor_in_token_exact_segments(harness: 
     assert trajectory.metrics["num_compactions"] == len(compactions) and trajectory.metrics["summary_turns"] == len(compactions)
     assert trajectory.metrics["context_tokens_saved"] == sum(c.tokens_before - c.tokens_after for c in compactions) > 0
     assert_segments_token_exact(run)
-    renderer = ChatRenderer(load_tokenizer("offline:qwen3"))
+    renderer = run.renderer
     messages = trajectory.messages
     assert renderer.render_prompt(messages[:1], run.tools) == trajectory.segments[0].prompt_ids
     for compaction in compactions:
