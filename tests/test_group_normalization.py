@@ -204,3 +204,35 @@ async def test_forked_episodes_through_the_slime_hook_keep_their_group_advantage
     assert by_episode(samples, ours) == {0: {0.707106}, 1: {-0.707106}, 2: {0.0}, 3: {0.0}}
     assert by_episode(samples, slime_default)[2] != {0.0}  # the quitters of prompt 1 pay for prompt 0's walker
     assert ours == pytest.approx(train_data_double.miles_post_process_rewards(rollouts, samples)[1])
+
+
+async def test_forked_episodes_through_the_miles_hook(corridor_config, qwen3_tokenizer) -> None:
+    """The same through the Miles hook and Miles' Sample: a list for every rollout, siblings sharing their
+    rollout's reward (Miles refuses otherwise), and Miles' own normalisation giving each episode its advantage."""
+    import miles_double
+
+    from openreward_rl.backends import miles
+
+    sampling = {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 256}
+    async with SGLangTestServer(qwen3_tokenizer, script=WalkerOrQuitter(qwen3_tokenizer)) as server:
+        try:
+            args = slime_args(server)
+            groups = []
+            for group, routes in enumerate([("walk-0", "quit-1"), ("quit-2", "quit-3")]):
+                outputs = []
+                for member, route in enumerate(routes):
+                    row = task_row(TaskRef("Corridor", "train", index=0))
+                    sample = miles_double.Sample(index=2 * group + member, group_index=group, prompt=row["prompt"], metadata=row["metadata"], routing_key=route)
+                    outputs.append(await miles_double.call_generate(miles.generate, args, sample, copy.deepcopy(sampling)))
+                groups.append(outputs)
+        finally:
+            await _state.close_states()
+    assert all(isinstance(output, list) for outputs in groups for output in outputs)
+    samples = train_data_double.flatten_step(groups)
+    assert len(samples) >= 5 and all(isinstance(s, miles_double.Sample) for s in samples)
+    for sample in samples:
+        miles_double.check_trainable(sample, args)
+    miles_double.check_sibling_rewards(samples)
+    _, miles_default = train_data_double.miles_post_process_rewards(trainer_args(), samples)
+    assert by_episode(samples, miles_default) == {0: {0.707106}, 1: {-0.707106}, 2: {0.0}, 3: {0.0}}
+    assert post_process_rewards(trainer_args(), samples)[1] == pytest.approx(miles_default)
