@@ -54,6 +54,7 @@ class CorridorAgent:
 
     tokenizer: Any
     abort_summary: bool = False
+    endless_summary: bool = False
     summaries: int = 0
 
     def __call__(self, request: RecordedRequest) -> ScriptedCompletion:
@@ -65,6 +66,8 @@ class CorridorAgent:
             self.summaries += 1
             if self.abort_summary:
                 return ScriptedCompletion(text="The exit key", finish="abort")
+            if self.endless_summary:
+                return ScriptedCompletion(text="and then I walked on and on", finish="length")
             rooms = re.findall(r"Room (\d+) of", context)
             return ScriptedCompletion(text=f"The exit key is {key}. I have walked to room {rooms[-1] if rooms else 0}.")
         if "This is the last room" in last_user or "no further room" in last_user:
@@ -89,8 +92,9 @@ class Harness:
     client: AsyncOpenReward
 
     async def run(
-        self, policy: Any, *, max_compactions: int = 3, abort_summary: bool = False, index: int = 0, tokenizer_name: str = "offline:qwen3", family: bool = False
-    ) -> Run:
+        self, policy: Any, *, max_compactions: int = 3, abort_summary: bool = False, endless_summary: bool = False, index: int = 0,
+        tokenizer_name: str = "offline:qwen3", family: bool = False,
+    ) -> Run:  # fmt: skip
         """`family`: the model family's renderer (its stop tokens and hand-written bridge), else the template-derived one."""
         tokenizer = load_tokenizer(tokenizer_name)
         renderer = ChatRenderer(tokenizer)
@@ -98,7 +102,7 @@ class Harness:
             from openreward_rl.families import find_family
 
             renderer = find_family(tokenizer).renderer(tokenizer, {})
-        agent = CorridorAgent(tokenizer, abort_summary=abort_summary)
+        agent = CorridorAgent(tokenizer, abort_summary=abort_summary, endless_summary=endless_summary)
         settings = EpisodeSettings(sampling_params=SAMPLING, max_context_len=BUDGET, context_policy=policy, max_compactions=max_compactions)
         task = TaskRef("Corridor", "train", index=index, base_url=self.env_server.base_url, variant=self.env_server.variant_for("Corridor"))
         async with open_session(self.client, task) as session:
@@ -397,3 +401,13 @@ async def test_the_viewer_marks_boundaries_and_summaries(harness: Harness, qwen3
     render_terminal(trajectory, Console(file=out, width=200, color_system=None), qwen3_tokenizer)
     text = out.getvalue()
     assert text.count("boundary context") == len(trajectory.compactions) and f"context {contexts} of {contexts}" in text
+
+
+async def test_a_summary_turn_is_capped_at_summary_tokens(harness: Harness) -> None:
+    run = await harness.run(SummarizeContext(threshold=0.6, summary_tokens=48), endless_summary=True)
+    trajectory = run.trajectory
+    requests = [r for r in run.server.requests if r.path == "/generate"]
+    assert run.agent.summaries == 1 and requests[-1].sampling_params["max_new_tokens"] == 48
+    assert all(r.sampling_params["max_new_tokens"] == 256 for r in requests[:-1])  # environment turns keep the per-call cap
+    assert trajectory.stop_reason is StopReason.TRUNCATED and trajectory.stop_detail == "the summary turn hit its cap of 48 tokens"
+    assert trajectory.turns[-1].summary and len(trajectory.turns[-1].sampled_ids) == 48 and not trajectory.compactions

@@ -131,7 +131,7 @@ class ToolEpisode:
         context_length = state.ledger.context_length
         budget = state.per_call_cap if summary_cap is None else min(state.per_call_cap, summary_cap)
         if settings.max_context_len is not None:
-            budget = min(state.per_call_cap, settings.max_context_len - context_length)
+            budget = min(budget, settings.max_context_len - context_length)
             if budget <= 0:
                 state.stop(StopReason.CONTEXT_OVERFLOW, f"{context_length} context tokens leave no room under {settings.max_context_len}")
                 return None
@@ -236,7 +236,7 @@ class ToolEpisode:
             if action is None and max_context_len is not None and before >= max_context_len:
                 action = policy.fallback(view)  # the reply overflows below the policy's threshold
             if isinstance(action, Summarize):
-                summarized = await self._summarize(state, draft, new_messages, action, before)
+                summarized = await self._summarize(state, draft, new_messages, action)
                 if summarized is not None:
                     return summarized
                 action = policy.fallback(view)
@@ -255,7 +255,7 @@ class ToolEpisode:
             compactions=len(state.compactions),
         )
 
-    async def _summarize(self, state: _Run, draft: _TurnDraft, new_messages: list[dict[str, Any]], action: Summarize, before: int) -> bool | None:
+    async def _summarize(self, state: _Run, draft: _TurnDraft, new_messages: list[dict[str, Any]], action: Summarize) -> bool | None:
         """The summary turn, then the policy's next context. None when it does not fit (the caller falls
         back); False when the run stopped (the usual rules: an abort is ABORTED, never a reward)."""
         assert state.ledger is not None and self.settings.context_policy is not None
