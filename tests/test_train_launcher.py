@@ -195,3 +195,6 @@ def test_partial_rollout_with_a_compacting_context_policy_is_refused_before_ray(
     assert main([*argv, "--rollout-mode", "partial"]) == 2
     assert "cannot take the fan-out samples of a context policy (Corridor)" in capsys.readouterr().err
     assert main([*argv, "--rollout-mode", "sync"]) == 0
+    compacting.write_text("environments:\n  Corridor:\n    context_policy: {name: summarize, threshold: 1.5}\n")
+    assert main(argv) == 2
+    assert "environments.Corridor.context_policy: context policy 'summarize': threshold must be in (0, 1]" in capsys.readouterr().err

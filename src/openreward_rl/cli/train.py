@@ -135,7 +135,11 @@ def _check_family(config: Any, model: str) -> None:
 
 
 def _check_compaction(config: Any, spec: LaunchSpec) -> None:
-    """Context policies fork episodes into several samples, which the trainers' partial-rollout abort cannot hold."""
+    """Every environment's context policy builds (ConfigError otherwise, before Ray starts); context
+    policies fork episodes into several samples, which the trainers' partial-rollout abort cannot hold."""
+    from openreward_rl.loop.rollout import context_policies
+
+    context_policies(config)
     if spec.rollout_mode == "partial" and config.compacts:
         names = ", ".join(name for name, env in config.environments.items() if env.compacts)
         raise LaunchError(
