@@ -184,16 +184,22 @@ def _serve_double(tokenizer_name: str, context_len: int) -> None:
 # ---------------------------------------------------------------------------------------------- in-process doubles
 
 
-def in_process_engine(tokenizer: Any) -> Any:
+SUMMARY_TEXT = "Summary: I have walked down the corridor with the step tool, noting each room; the walk goes on."
+
+
+def in_process_engine(tokenizer: Any, latency_s: float = 0.0) -> Any:
     """An `SGLangEngine` whose HTTP exchange answers in process: the request body is built by the library
     as usual (payload, JSON of `input_ids`), and the answer is a precomputed `/generate` body for the
-    scripted turn of that request's turn index (read from its `rid`), parsed by the library as usual."""
+    scripted turn of that request's turn index (read from its `rid`), parsed by the library as usual.
+    A summary turn's request (`<run>_s<n>`, a context policy's) gets `SUMMARY_TEXT`. `latency_s`: each
+    answer waits that long first (keeps many episodes alive at once)."""
     from openreward_rl.engines.sglang import SGLangEngine
     from openreward_rl.testing.sglang_server import scripted_logprob
 
     answers = []
-    for turn in range(SCRIPTED_TURNS):
-        ids = [*model_turn_ids(tokenizer, turn), tokenizer.eos_token_id]
+    for turn in range(SCRIPTED_TURNS + 1):
+        turn_ids = model_turn_ids(tokenizer, turn) if turn < SCRIPTED_TURNS else tokenizer.encode(SUMMARY_TEXT, add_special_tokens=False)
+        ids = [*turn_ids, tokenizer.eos_token_id]
         body = {
             "text": tokenizer.decode(ids[:-1], skip_special_tokens=True),
             "output_ids": ids,
@@ -211,7 +217,10 @@ def in_process_engine(tokenizer: Any) -> Any:
 
     class _Engine(SGLangEngine):
         async def _exchange(self, url: str, body: bytes, headers: Mapping[str, str] | None) -> tuple[int, bytes]:
-            return 200, answers[turn_of_rid(body[body.rindex(b'"rid"') :].decode())]
+            if latency_s:
+                await asyncio.sleep(latency_s)
+            rid = body[body.rindex(b'"rid"') :].decode().split('"')[3]
+            return 200, answers[SCRIPTED_TURNS if rid.rsplit("_", 1)[-1].startswith("s") else turn_of_rid(rid)]
 
     if not hasattr(SGLangEngine, "_exchange"):  # the engine before its JSON work moved (before/after runs)
 

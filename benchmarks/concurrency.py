@@ -11,6 +11,12 @@ Printed: wall time, episodes/s, turns/s, errors (episodes that did not complete,
 peak RSS of each process, CPU seconds of each process, and CPU ms per turn in the episode process.
 
     PYTHONPATH=src python benchmarks/concurrency.py [--episodes 1000] [--turns 5] [--reply-words 40]
+    PYTHONPATH=src python benchmarks/concurrency.py --in-process --episodes 10000 [--latency 1.0]
+
+`--in-process`: the memory of many live episodes in one rollout process, without the servers: the
+environment (`InProcessSdkSession`) and the engine (`in_process_engine`, each answer `--latency`
+seconds late so that every episode stays alive at once) answer in process. Printed: how many episodes
+were alive at once at most, RSS before the episodes and at its peak, and MiB per live episode.
 """
 
 from __future__ import annotations
@@ -70,12 +76,65 @@ async def run(episodes: int, turns: int, reply_words: int, env_url: str, sglang_
         await client.environments.aclose()
 
 
+async def run_in_process(episodes: int, turns: int, reply_words: int, latency: float) -> None:
+    from common import InProcessSdkSession, in_process_engine
+
+    from openreward_rl.env.environment import EnvSession
+
+    tokenizer = load_tokenizer(TOKENIZER)
+    renderer, parser = ChatRenderer(tokenizer), get_parser("hermes")
+    settings = EpisodeSettings(max_turns=turns, max_context_len=65536, sampling_params=SAMPLING)
+    engine = in_process_engine(tokenizer, latency_s=latency)
+    task = corridor_task(turns, reply_words)
+    live, most = 0, 0
+
+    async def one(i: int) -> Trajectory:
+        nonlocal live, most
+        live += 1
+        most = max(most, live)
+        try:
+            session = EnvSession(sdk_session=InProcessSdkSession(turns, reply_words), task=task)
+            return await ToolEpisode(engine, renderer, parser, settings, routing_key=f"ep{i}").run(session)
+        finally:
+            live -= 1
+
+    await one(-1)  # warm-up: template compile, caches
+    import gc
+
+    gc.collect()
+    before = current_rss_mib()
+    cpu_started, wall_started = time.process_time(), time.perf_counter()
+    results = await asyncio.gather(*(one(i) for i in range(episodes)))
+    wall, cpu = time.perf_counter() - wall_started, time.process_time() - cpu_started
+    peak = peak_rss_mib()
+    completed = sum(r.stop_reason is StopReason.COMPLETED for r in results)
+    turns_done = sum(len(r.turns) for r in results)
+    tokens = sum(len(r.tokens) for r in results) / len(results)
+    print(f"\n{episodes} episodes x {turns} turns in process (Corridor, {reply_words}-word replies, {latency:g} s per model call)")
+    print(f"alive at once at most: {most}   completed: {completed}   wall {wall:.1f} s   CPU {cpu:.1f} s ({cpu * 1000 / max(turns_done, 1):.2f} ms/turn)")
+    print(f"RSS before the episodes {before:.0f} MiB, peak {peak:.0f} MiB: {peak - before:.0f} MiB for {most} live episodes, "
+          f"{(peak - before) * 1024 / max(most, 1):.0f} KiB each (final context {tokens:.0f} tokens)")
+
+
+def current_rss_mib() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--episodes", type=int, default=1000)
     parser.add_argument("--turns", type=int, default=5)
     parser.add_argument("--reply-words", type=int, default=40)
+    parser.add_argument("--in-process", action="store_true", help="memory of live episodes, environment and engine in process")
+    parser.add_argument("--latency", type=float, default=1.0, help="--in-process: seconds each model call waits")
     args = parser.parse_args()
+    if args.in_process:
+        print(f"machine: {machine()}")
+        asyncio.run(run_in_process(args.episodes, args.turns, args.reply_words, args.latency))
+        return
     from openreward_rl.env.local_server import serve_environments
 
     print(f"machine: {machine()}")

@@ -20,6 +20,13 @@ every tool reply is 40 words. The extra `20 (8k)` row uses longer replies so tha
 
     PYTHONPATH=src python benchmarks/episode_overhead.py [--mode library|engine-wire|wire|all] [--repeats N]
     PYTHONPATH=src python benchmarks/episode_overhead.py --profile 50   # pyinstrument, library mode
+    PYTHONPATH=src python benchmarks/episode_overhead.py --compaction   # CPU per turn past the context window
+
+`--compaction`: library mode, episodes of 50 to 400 turns in a 4,096-token context window with the
+`summarize` context policy (threshold 0.75, the last turn kept, summaries of ~20 tokens from the
+scripted model), next to the same episodes without a policy in a window they never fill. CPU per
+environment turn should stay flat however long the episode runs: each context stays below the window,
+and a compaction costs one render of the new context.
 """
 
 from __future__ import annotations
@@ -61,7 +68,7 @@ def settings_for(turns: int) -> EpisodeSettings:
 
 
 def check(trajectory: Trajectory, turns: int) -> None:
-    if trajectory.stop_reason is not StopReason.COMPLETED or len(trajectory.turns) != turns:
+    if trajectory.stop_reason is not StopReason.COMPLETED or trajectory.metrics["turns"] != turns:
         raise RuntimeError(f"benchmark episode ended {trajectory.stop_reason.value} after {len(trajectory.turns)} turns: {trajectory.stop_detail}")
 
 
@@ -70,23 +77,27 @@ def _cpu() -> tuple[float, float]:
     return usage.ru_utime, usage.ru_stime
 
 
-def in_process_episode(engine: Any, renderer: ChatRenderer, parser: Any, turns: int, words: int) -> Callable[[], Awaitable[Trajectory]]:
+def in_process_episode(
+    engine: Any, renderer: ChatRenderer, parser: Any, turns: int, words: int, settings: EpisodeSettings | None = None
+) -> Callable[[], Awaitable[Trajectory]]:
     """One corridor episode of `turns` turns against the environment in process (no HTTP)."""
     task = corridor_task(turns, words)
+    settings = settings or settings_for(turns)
 
     async def run_one() -> Trajectory:
         session = EnvSession(sdk_session=InProcessSdkSession(turns, words), task=task)
-        return await ToolEpisode(engine, renderer, parser, settings_for(turns)).run(session)
+        return await ToolEpisode(engine, renderer, parser, settings).run(session)
 
     return run_one
 
 
-async def measure(run_one: Callable[[], Awaitable[Trajectory]], turns: int, repeats: int) -> tuple[float, float, int]:
+async def measure(run_one: Callable[[], Awaitable[Trajectory]], turns: int, repeats: int, last: list[Trajectory] | None = None) -> tuple[float, float, int]:
     """Least CPU seconds (user + system) of one episode over the repeats (the least disturbed by other
-    load on a shared machine), least system seconds, final context length."""
+    load on a shared machine), least system seconds, final context length. `last` gets the last trajectory."""
     check(await run_one(), turns)  # warm-up: template compile, caches, connections
     totals, system = [], []
     length = 0
+    trajectory = None
     for _ in range(repeats):
         gc.collect()
         user0, sys0 = _cpu()
@@ -96,6 +107,8 @@ async def measure(run_one: Callable[[], Awaitable[Trajectory]], turns: int, repe
         system.append(sys1 - sys0)
         check(trajectory, turns)
         length = len(trajectory.tokens)
+    if last is not None and trajectory is not None:
+        last.append(trajectory)
     return min(totals), min(system), length
 
 
@@ -162,6 +175,32 @@ def table(title: str, results: dict[str, tuple[float, float, int]]) -> None:
         print(f"cost(50 turns) / cost(10 turns) = {ratio:.2f}  (linear: 5.0; target <= 5.5)")
 
 
+COMPACTION_TURNS = (50, 100, 200, 400)
+COMPACTION_WINDOW = 4096
+
+
+async def compaction_runs(repeats: int) -> None:
+    """CPU per environment turn with and without compaction, library mode (see the module docstring)."""
+    from openreward_rl.loop.context import SummarizeContext
+
+    tokenizer = load_tokenizer(TOKENIZER)
+    renderer, parser, engine = ChatRenderer(tokenizer), get_parser("hermes"), in_process_engine(tokenizer)
+    policy = SummarizeContext(threshold=0.75, keep_recent_turns=1, summary_tokens=256)
+    print(f"\nlibrary mode, 40-word replies; summarize in a {COMPACTION_WINDOW}-token window vs no policy in a 65,536-token one")
+    print(f"{'turns':>6} {'policy':>10} {'contexts':>9} {'last context':>13} {'CPU ms/turn':>12} {'incl. summary turns':>20}")
+    for turns in COMPACTION_TURNS:
+        for name, settings in (
+            ("summarize", EpisodeSettings(max_turns=turns, max_context_len=COMPACTION_WINDOW, sampling_params=SAMPLING, context_policy=policy, max_compactions=10**6)),
+            ("none", settings_for(turns) if turns * 170 < 65536 else None),
+        ):
+            if settings is None:
+                continue
+            last: list[Trajectory] = []
+            seconds, _, length = await measure(in_process_episode(engine, renderer, parser, turns, 40, settings), turns, repeats, last)
+            trajectory = last[0]
+            print(f"{turns:>6} {name:>10} {len(trajectory.segments):>9} {length:>13} {seconds * 1000 / turns:>12.2f} {len(trajectory.turns):>20}")
+
+
 def profile(turns: int, repeats: int) -> None:
     """pyinstrument over `repeats` library-mode episodes of `turns` turns (after a warm-up episode)."""
     from pyinstrument import Profiler
@@ -187,7 +226,12 @@ def main() -> None:
     parser.add_argument("--mode", choices=["library", "engine-wire", "wire", "all"], default="all")
     parser.add_argument("--repeats", type=int, default=5, help="measured episodes per workload (the least CPU is reported)")
     parser.add_argument("--profile", type=int, metavar="TURNS", help="profile the library mode at this many turns and exit")
+    parser.add_argument("--compaction", action="store_true", help="CPU per turn past the context window (library mode) and exit")
     args = parser.parse_args()
+    if args.compaction:
+        print(f"machine: {machine()}")
+        asyncio.run(compaction_runs(args.repeats))
+        return
     if args.profile:
         profile(args.profile, args.repeats)
         return

@@ -44,6 +44,7 @@ EXAMPLE_ENV_SPECS = {
     "ClosestGuess": f"{EXAMPLE_ENVIRONMENTS / 'closest_guess.py'}:ClosestGuess",  # implements score_group
     "GradedGuess": f"{EXAMPLE_ENVIRONMENTS / 'closest_guess.py'}:GradedGuess",  # the quickstart's: graded by closeness
     "CombinationLock": f"{EXAMPLE_ENVIRONMENTS / 'combination_lock.py'}:CombinationLock",  # per-turn progress rewards
+    "Corridor": f"{EXAMPLE_ENVIRONMENTS / 'corridor.py'}:Corridor",  # long episodes with bulky observations (context compaction)
 }
 
 

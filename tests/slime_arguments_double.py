@@ -71,6 +71,8 @@ def _slime_flags(parser: argparse.ArgumentParser) -> None:
         ("--max-tokens-per-gpu", int, None), ("--wandb-project", str, None), ("--wandb-group", str, None),
         ("--dynamic-sampling-filter-path", str, None), ("--over-sampling-batch-size", int, None),
         ("--rollout-function-path", str, "slime.rollout.sglang_rollout.generate_rollout"),
+        ("--custom-reward-post-process-path", str, None), ("--custom-advantage-function-path", str, None),  # arguments.py:1371, :968
+        ("--data-source-path", str, "slime.rollout.data_source.RolloutDataSourceWithBuffer"),  # arguments.py:639
     ):  # fmt: skip
         parser.add_argument(flag, type=kind, default=default)
     parser.add_argument("--rollout-batch-size", type=int, required=True)

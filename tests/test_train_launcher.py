@@ -419,8 +419,10 @@ def test_dry_run_passes_the_advantage_hooks_the_config_asks_for(framework: str, 
     _, submit = dry_run(capsys, "--framework", framework, *checkout_flags(framework, tmp_path), "--config", str(config))
     train = submit[submit.index("--") + 1 :]
     assert value(train, "--advantage-estimator") == "grpo"
-    if estimator == "episode":
-        assert "--custom-reward-post-process-path" not in train and "--custom-advantage-function-path" not in train and "--use-opd" not in train
+    if estimator == "episode":  # Slime keeps only the fork-aware GRPO normalisation; Miles' own is right
+        fork_normalization = ["openreward_rl.backends.fork_normalization.post_process_rewards"] if framework == "slime" else []
+        assert [train[i + 1] for i, flag in enumerate(train) if flag == "--custom-reward-post-process-path"] == fork_normalization
+        assert "--custom-advantage-function-path" not in train and "--use-opd" not in train
     elif framework == "slime":
         assert value(train, "--custom-reward-post-process-path") == "openreward_rl.backends.advantages.slime_reward_post_process"
         assert value(train, "--custom-advantage-function-path") == "openreward_rl.backends.advantages.slime_advantages"
@@ -447,3 +449,15 @@ def test_task_sampling_needs_the_dynamic_filter(tmp_path: Path, capsys) -> None:
     config.write_text("environments:\n  GeneralReasoning/WhoDunIt: {}\ntask_sampling: {}\n")
     assert main(["train", "--framework", "slime", *checkout_flags("slime", tmp_path), "--config", str(config), "--no-dynamic-filter", "--dry-run"]) == 2
     assert "task_sampling" in capsys.readouterr().err
+
+
+def test_partial_rollout_with_a_compacting_context_policy_is_refused_before_ray(tmp_path: Path, capsys) -> None:
+    compacting = tmp_path / "compacting.yaml"
+    compacting.write_text("environments:\n  Corridor:\n    context_policy: summarize\n")
+    argv = ["train", "--framework", "slime", *checkout_flags("slime", tmp_path), "--config", str(compacting), "--dry-run"]
+    assert main([*argv, "--rollout-mode", "partial"]) == 2
+    assert "cannot take the fan-out samples of a context policy (Corridor)" in capsys.readouterr().err
+    assert main([*argv, "--rollout-mode", "sync"]) == 0
+    compacting.write_text("environments:\n  Corridor:\n    context_policy: {name: summarize, threshold: 1.5}\n")
+    assert main(argv) == 2
+    assert "environments.Corridor.context_policy: context policy 'summarize': threshold must be in (0, 1]" in capsys.readouterr().err

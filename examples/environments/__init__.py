@@ -6,6 +6,7 @@
 - `closest_guess.ClosestGuess`: estimate a product; `score_group` ranks a group's estimates (a group reward).
 - `closest_guess.GradedGuess`: easier products, each estimate graded by closeness (the evaluation-only quickstart's).
 - `paint.PaintColour`: name the colour the task asks for, nothing else (the training quickstart's: a 135M model learns it in minutes).
+- `corridor.Corridor`: a long walk with bulky observations that overflows the context without compaction.
 
 Each module runs its own server: `python examples/environments/whodunit.py PORT`.
 """

@@ -35,6 +35,7 @@ if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and
     from openreward_rl.env.tasks import TaskRef
     from openreward_rl.errors import OpenRewardRLError
     from openreward_rl.families.chat import ChatRenderer
+    from openreward_rl.loop.context import ContextPolicy
     from openreward_rl.loop.episode import Episode, EpisodeSettings, run_episode
     from openreward_rl.loop.rollout import EpisodeBuilder, Rollouts
     from openreward_rl.loop.tool_episode import ToolEpisode
@@ -47,6 +48,7 @@ _EXPORTS = {
     "openreward_rl.env.environment": ["EnvSession", "open_session"],
     "openreward_rl.env.tasks": ["TaskRef"],
     "openreward_rl.errors": ["OpenRewardRLError"],
+    "openreward_rl.loop.context": ["ContextPolicy"],
     "openreward_rl.loop.episode": ["Episode", "EpisodeSettings", "run_episode"],
     "openreward_rl.loop.rollout": ["EpisodeBuilder", "Rollouts"],
     "openreward_rl.loop.tool_episode": ["ToolEpisode"],

@@ -13,6 +13,9 @@ environments:
     secrets: {}
     variant: null                     # ours: environment class on a multi-environment server
     base_url: null                    # ours: this environment's server
+    context_policy: none              # ours: none | clear_tool_outputs | summarize | module:factory,
+                                      #   or {name: summarize, threshold: 0.75, keep_recent_turns: 1, summary_tokens: 1024}
+    max_compactions: 3                # ours: context boundaries per episode
 secrets:
   openai_api_key: null                # null: read OPENAI_API_KEY
   judge_key: {value: null, domains: [api.judge.example]}   # names the SDK does not know need their hosts
@@ -102,6 +105,14 @@ class EnvironmentConfig:
     secret_domains: Mapping[str, tuple[str, ...]] = attrs.field(factory=dict)
     variant: str | None = None
     base_url: str | None = None
+    context_policy: str = "none"
+    context_policy_options: Mapping[str, Any] = attrs.field(factory=dict)
+    max_compactions: int = 3
+
+    @property
+    def compacts(self) -> bool:
+        """Whether episodes of this environment may be cut into several contexts (several samples)."""
+        return self.context_policy != "none" and self.max_compactions > 0
 
     def reward_policy(self) -> RewardPolicy:
         options = {"gamma": self.discount} if self.reward_reduction == "discounted" else {}
@@ -154,6 +165,11 @@ class TrainConfig:
         except KeyError:
             raise ConfigError(f"{self.source}: environment {name!r} is not configured; configured: {', '.join(self.environments)}") from None
 
+    @property
+    def compacts(self) -> bool:
+        """Whether any environment's episodes may be cut into several contexts (fan-out samples)."""
+        return any(e.compacts for e in self.environments.values())
+
     def base_url_for(self, name: str) -> str | None:
         return self.environment(name).base_url or self.env_base_url
 
@@ -197,7 +213,7 @@ class TrainConfig:
         }
 
 
-_ENV_KEYS = {f.name for f in attrs.fields(EnvironmentConfig)} - {"name", "secret_domains"}
+_ENV_KEYS = {f.name for f in attrs.fields(EnvironmentConfig)} - {"name", "secret_domains", "context_policy_options"}
 GENERIC_FAMILY = "generic"  # model_family value: the template-derived bridge, no family's stop tokens
 _TOP_KEYS = {f.name for f in attrs.fields(TrainConfig)} - {"source", "secret_domains"}
 
@@ -272,6 +288,27 @@ def _secrets(raw: Any, where: str) -> tuple[dict[str, str | None], dict[str, tup
     return values, domains
 
 
+def _context_policy(raw: Any, where: str) -> tuple[str, dict[str, Any]]:
+    """A policy name, or a mapping with `name` and the policy's options. The policy itself is built (and
+    its options checked) where the loop is: `Rollouts.from_config` turns its errors into ConfigError."""
+    if raw is None:
+        return "none", {}
+    if isinstance(raw, str):
+        name, options = raw, {}
+    elif isinstance(raw, dict):
+        options = dict(raw)
+        name = options.pop("name", None)
+        if not isinstance(name, str):
+            raise ConfigError(f"{where}.name: a context policy mapping needs a 'name' (none, clear_tool_outputs, summarize or module:factory)")
+    else:
+        raise ConfigError(f"{where}: must be a policy name or a mapping with 'name' and its options, got {raw!r}")
+    if not name.strip():
+        raise ConfigError(f"{where}: the policy name is empty")
+    if name == "none" and options:
+        raise ConfigError(f"{where}: 'none' takes no options")
+    return name, options
+
+
 def _environment(name: str, raw: Any, source: str) -> EnvironmentConfig:
     where = f"{source}: environments.{name}"
     raw = {} if raw is None else raw
@@ -315,6 +352,12 @@ def _environment(name: str, raw: Any, source: str) -> EnvironmentConfig:
             values[key] = _check(raw[key], (str,), f"{where}.{key}", "a string or null", optional=True)
     if "secrets" in raw:
         values["secrets"], values["secret_domains"] = _secrets(raw["secrets"], f"{where}.secrets")
+    if "context_policy" in raw:
+        values["context_policy"], values["context_policy_options"] = _context_policy(raw["context_policy"], f"{where}.context_policy")
+    if "max_compactions" in raw:
+        values["max_compactions"] = _check(raw["max_compactions"], (int,), f"{where}.max_compactions", "a non-negative integer")
+        if values["max_compactions"] < 0:
+            raise ConfigError(f"{where}.max_compactions: must be a non-negative integer, got {raw['max_compactions']!r}")
     config = EnvironmentConfig(**values)
     if config.min_reward is not None and config.max_reward is not None and config.min_reward > config.max_reward:
         raise ConfigError(f"{where}: min_reward ({config.min_reward}) is greater than max_reward ({config.max_reward})")

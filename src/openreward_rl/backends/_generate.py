@@ -33,7 +33,7 @@ from openreward_rl.env.tasks import task_from_metadata
 from openreward_rl.loop.trajectory import StopReason, Trajectory
 from openreward_rl.backends.workers import WorkerRollouts
 
-__all__ = ["generate_samples", "transcript", "turn_credit"]
+__all__ = ["generate_samples", "trainer_output", "transcript", "turn_credit"]
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +66,12 @@ async def generate_samples(
     """
     check_args(args, sample)
     state = state_for(args)
+    if getattr(args, "partial_rollout", False) and not evaluation and state.config.compacts:
+        compacting = ", ".join(name for name, env in state.config.environments.items() if env.compacts)
+        raise ConfigError(
+            f"--partial-rollout cannot take the fan-out samples a context policy makes ({compacting}): Slime's and Miles' "
+            "abort() read each group member as one Sample; use --rollout-mode sync or fully-async, or context_policy: none"
+        )
     record = ResumeRecord.from_metadata(sample.metadata) if isinstance(sample.metadata, Mapping) else None
     if record is not None:
         sample.metadata = {k: v for k, v in sample.metadata.items() if k != RESUME_KEY}
@@ -121,6 +127,26 @@ async def generate_samples(
             if key in metrics:
                 metrics[key] = max(0.0, metrics[key] - engine.parked_seconds)
     return _fill_per_call(args, state, sample, task, trajectory, sampling_params, engine, preset_reward=preset_reward, evaluation=evaluation)
+
+
+def trainer_output(args: Any, samples: list[Any], *, evaluation: bool) -> Any:
+    """What a legacy generate returns: one `Sample`, or the list of a fan-out. In training, where the config
+    lets episodes fork (a context policy), always a list, so that every rollout of a batch has the same
+    nesting: Slime and Miles flatten a batch by looking at its first element only
+    (`while isinstance(data[0], list)`), and a batch mixing `Sample` and `list[Sample]` members breaks there.
+    In evaluation, one sample per episode (its first context, which carries the episode's record): the
+    trainers' eval loops extend their reward lists with every sample of a list, so a compacted episode
+    would count once per context in the eval reward mean."""
+    if evaluation:
+        return samples[0]
+    if len(samples) > 1:
+        return samples
+    if not evaluation and state_for(args).config.compacts:
+        (only,) = samples
+        if "rollout_id" in sample_fields(only) and only.rollout_id is None:
+            only.rollout_id = only.index  # a list names its rollout, as a fan-out's siblings do
+        return samples
+    return samples[0]
 
 
 async def _resume(live: LiveEpisode, abort_signal: AbortSignal | None) -> Outcome | None:

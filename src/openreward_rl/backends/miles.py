@@ -41,7 +41,7 @@ from typing import Any
 import attrs
 
 from openreward_rl.backends._abort import MILES_LEGACY_ROLLOUT_MODULE, singleton_abort_signal, state_abort_signal
-from openreward_rl.backends._generate import generate_samples
+from openreward_rl.backends._generate import generate_samples, trainer_output
 from openreward_rl.backends.slime import reward
 
 __all__ = ["generate", "generate_fn", "reward", "GenerateOutput"]
@@ -62,7 +62,7 @@ async def _generate(args: Any, sample: Any, sampling_params: Mapping[str, Any], 
         preset_reward=not getattr(args, "group_rm", False),
         abort_signal=abort_signal,
     )
-    return samples[0] if len(samples) == 1 else samples
+    return trainer_output(args, samples, evaluation=evaluation)
 
 
 @attrs.frozen

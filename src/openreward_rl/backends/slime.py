@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from openreward_rl.backends._abort import SLIME_ROLLOUT_MODULE, singleton_abort_signal
-from openreward_rl.backends._generate import generate_samples
+from openreward_rl.backends._generate import generate_samples, trainer_output
 from openreward_rl.backends._state import state_for
 from openreward_rl.backends.group_reward import group_rewards
 
@@ -55,7 +55,7 @@ async def generate(args: Any, sample: Any, sampling_params: Mapping[str, Any], e
         preset_reward=True,
         abort_signal=singleton_abort_signal(SLIME_ROLLOUT_MODULE),
     )
-    return samples[0] if len(samples) == 1 else samples
+    return trainer_output(args, samples, evaluation=evaluation)
 
 
 async def reward(args: Any, sample_or_samples: Any, **kwargs: Any) -> Any:

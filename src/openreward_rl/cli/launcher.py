@@ -13,7 +13,9 @@ the environment of the raylet, which `ray start` passes on from the shell that r
 reach the job that way. The dashboard listens on 127.0.0.1 unless `dashboard_host` says otherwise.
 
 The job's arguments follow the cookbook's run.sh plus what it forgot: `--custom-rm-path`,
-`--rollout-max-context-len` and `--metadata-key metadata`; arguments after `--` go to train.py last,
+`--rollout-max-context-len` and `--metadata-key metadata`; on Slime also
+`--custom-reward-post-process-path openreward_rl.backends.fork_normalization.post_process_rewards` (GRPO groups
+that stay right when episodes fork into several samples, see backends/advantages.py); arguments after `--` go to train.py last,
 so they can override anything.
 
 >>> spec = LaunchSpec(framework="miles", framework_path="/opt/miles", task_data="tasks.jsonl", config="train_config.yaml")
@@ -250,7 +252,7 @@ def train_arguments(spec: LaunchSpec) -> list[str]:
     if spec.framework == "miles":
         args += ["--train-backend", spec.backend]
     args += rollout_mode_arguments(spec)
-    args += advantage_arguments(spec)
+    args += advantage_arguments(spec) or fork_normalization_arguments(spec)
     if spec.task_sampling:
         args += ["--data-source-path", f"openreward_rl.backends.task_sampling.{spec.framework.capitalize()}DataSource"]
     if spec.dynamic_filter:
@@ -306,6 +308,14 @@ def read_model_args(script: Path) -> list[str]:
     if not args:
         raise LaunchError(f"{script} sets no model arguments (MODEL_ARGS for a .sh file, model_args() for a .py file)")
     return args
+
+
+def fork_normalization_arguments(spec: LaunchSpec) -> list[str]:
+    """Slime's GRPO groups made right under forks (`backends.fork_normalization`); Miles' own are right.
+    The `turn`/`mix` estimators' post-process (`advantage_arguments`) groups by episode itself."""
+    if spec.framework != "slime":
+        return []
+    return ["--custom-reward-post-process-path", "openreward_rl.backends.fork_normalization.post_process_rewards"]
 
 
 def advantage_arguments(spec: LaunchSpec) -> list[str]:

@@ -158,6 +158,7 @@ def _check_ready(spec: LaunchSpec, environ: dict[str, str]) -> None:
         raise LaunchError(f"task data {spec.task_data} does not exist; write it with `openreward-rl prepare --config {spec.config} --output {spec.task_data}`")
     config = load_config(spec.config)
     _check_family(config, spec.model)
+    _check_compaction(config, spec)
     check_ready(config, environ=environ)  # API key for remote environments, base URLs; registers secrets for redaction
     remote = remote_environments(config)
     offline = any(mode in " ".join(spec.extra) for mode in ("--wandb-mode offline", "--wandb-mode disabled", "--wandb-mode=offline", "--wandb-mode=disabled"))
@@ -175,6 +176,20 @@ def _check_family(config: Any, model: str) -> None:
         choose_family(config, model, None)
     except UnsupportedModelError as error:
         raise LaunchError(f"{error} (set model_family in {config.source} to override)") from None
+
+
+def _check_compaction(config: Any, spec: LaunchSpec) -> None:
+    """Every environment's context policy builds (ConfigError otherwise, before Ray starts); context
+    policies fork episodes into several samples, which the trainers' partial-rollout abort cannot hold."""
+    from openreward_rl.loop.rollout import context_policies
+
+    context_policies(config)
+    if spec.rollout_mode == "partial" and config.compacts:
+        names = ", ".join(name for name, env in config.environments.items() if env.compacts)
+        raise LaunchError(
+            f"--rollout-mode partial cannot take the fan-out samples of a context policy ({names}); "
+            "use --rollout-mode sync or fully-async, or context_policy: none"
+        )
 
 
 async def _check_environments(config_file: str) -> None:
@@ -199,7 +214,9 @@ def run(args: Any) -> int:
         spec = spec_from_args(args)
         train_arguments(spec)  # refuses bad settings (and a Megatron run without what it needs) before anything else
         if args.dry_run:
-            _check_family(load_config(spec.config), spec.model)  # a dry run still refuses a broken config or a refused model family
+            config = load_config(spec.config)  # a dry run still refuses a broken config, a refused model family or a bad mode
+            _check_family(config, spec.model)
+            _check_compaction(config, spec)
             plan = plan_launch(spec, environ, ray_running=False)
             print("# starts Ray only if `ray status` finds no running cluster")
             print(plan.shell(environ))

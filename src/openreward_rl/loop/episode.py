@@ -16,6 +16,7 @@ from openreward_rl.errors import EnvError, ModelFamilyError
 from openreward_rl.redaction import redact
 from openreward_rl.retry import RetryPolicy
 from openreward_rl.reducers.base import RewardPolicy, get_reducer
+from openreward_rl.loop.context import ContextPolicy
 from openreward_rl.loop.trajectory import StopReason, Trajectory
 
 __all__ = ["Episode", "EpisodeSettings", "run_episode", "episode_reward", "failed_trajectory", "fault_stop", "format_system_prompt", "DEFAULT_NUDGE"]
@@ -51,6 +52,8 @@ class EpisodeSettings:
       template renders the tools natively either way.
     - `train_thinking`: keep the model's reasoning tokens in the loss (they always stay in context).
     - `max_tool_output_tokens`: longer tool output is cut, with a marker saying so.
+    - `context_policy`: what to do as the context fills (`openreward_rl.loop.context`); None keeps
+      appending until `context_overflow`. At most `max_compactions` boundaries per episode.
 
     The reward policy is not a setting of the loop: the runner (`run_episode`) reduces every
     Episode's step rewards with it.
@@ -67,8 +70,12 @@ class EpisodeSettings:
     train_thinking: bool = True
     max_tool_output_tokens: int | None = 8192
     episode_timeout: float | None = None
+    context_policy: ContextPolicy | None = None
+    max_compactions: int = 3
 
     def __attrs_post_init__(self) -> None:
+        if self.max_compactions < 0:
+            raise ValueError(f"max_compactions must be non-negative, got {self.max_compactions}")
         if self.max_turns < 1:
             raise ValueError(f"max_turns must be at least 1, got {self.max_turns}")
         if self.max_new_tokens < 1:

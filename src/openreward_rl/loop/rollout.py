@@ -8,16 +8,17 @@ from typing import Any, Protocol
 import attrs
 
 from openreward_rl.families.chat import ChatRenderer
-from openreward_rl.config import TrainConfig
+from openreward_rl.config import ConfigError, TrainConfig
 from openreward_rl.engines.base import Engine
 from openreward_rl.env.tasks import TaskRef
 from openreward_rl.families.base import ModelFamily
+from openreward_rl.loop.context import ContextPolicy, context_policy
 from openreward_rl.loop.episode import DEFAULT_NUDGE, Episode, EpisodeSettings, run_episode
 from openreward_rl.parsers.base import ToolParser, get_parser
 from openreward_rl.loop.tool_episode import ToolEpisode
 from openreward_rl.loop.trajectory import Trajectory
 
-__all__ = ["EpisodeBuilder", "Rollouts", "choose_family", "choose_parser", "episode_stack", "resolve_task"]
+__all__ = ["EpisodeBuilder", "Rollouts", "choose_family", "choose_parser", "context_policies", "episode_stack", "resolve_task"]
 
 
 class EpisodeBuilder(Protocol):
@@ -95,6 +96,24 @@ def episode_stack(config: TrainConfig, tokenizer: Any, model: str | None = None)
     return renderer, choose_parser(config, model, tokenizer, family)
 
 
+def context_policies(config: TrainConfig) -> dict[str, ContextPolicy | None]:
+    """Each configured environment's `ContextPolicy` (None: none); ConfigError names a bad one.
+
+    >>> from openreward_rl.config import parse_config
+    >>> context_policies(parse_config({"environments": {"e": {"context_policy": {"name": "summarize", "threshold": 2}}}}))
+    Traceback (most recent call last):
+    ...
+    openreward_rl.errors.ConfigError: <config>: environments.e.context_policy: context policy 'summarize': threshold must be in (0, 1], got 2
+    """
+    policies = {}
+    for name, env_config in config.environments.items():
+        try:
+            policies[name] = context_policy(env_config.context_policy, env_config.context_policy_options)
+        except ValueError as error:
+            raise ConfigError(f"{config.source}: environments.{name}.context_policy: {error}") from None
+    return policies
+
+
 @attrs.define
 class Rollouts:
     """Runs episodes of the configured environments. One per process; cheap per episode.
@@ -111,6 +130,7 @@ class Rollouts:
     max_context_len: int | None = None
     max_new_tokens: int = 4096
     episode: EpisodeBuilder = ToolEpisode
+    policies: dict[str, ContextPolicy | None] | None = None  # built from the config on first use
 
     @classmethod
     def from_config(
@@ -127,10 +147,15 @@ class Rollouts:
     ) -> Rollouts:
         """The runner the training hooks and `openreward-rl eval` both use: one config, one prompt."""
         renderer, parser = episode_stack(config, tokenizer, model)
-        return cls(config, engine, renderer, parser, client, max_context_len=max_context_len, max_new_tokens=max_new_tokens, episode=episode)
+        return cls(
+            config, engine, renderer, parser, client, max_context_len=max_context_len, max_new_tokens=max_new_tokens, episode=episode,
+            policies=context_policies(config),
+        )  # fmt: skip
 
     def settings_for(self, environment: str, sampling_params: Mapping[str, Any] | None = None) -> EpisodeSettings:
         env_config = self.config.environment(environment)
+        if self.policies is None:
+            self.policies = context_policies(self.config)
         return EpisodeSettings(
             max_turns=env_config.max_turns,
             max_context_len=self.max_context_len,
@@ -143,6 +168,8 @@ class Rollouts:
             train_thinking=self.config.train_thinking,
             max_tool_output_tokens=self.config.max_tool_output_tokens,
             episode_timeout=self.config.episode_timeout,
+            context_policy=self.policies.get(environment),
+            max_compactions=env_config.max_compactions,
         )
 
     async def run(

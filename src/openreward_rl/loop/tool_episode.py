@@ -18,7 +18,8 @@ from openreward_rl.env.environment import EnvSession, ToolOutcome
 from openreward_rl.loop.episode import EpisodeSettings, fault_stop, format_system_prompt
 from openreward_rl.parsers.base import ParsedTurn, ToolCall, ToolParser
 from openreward_rl.env.tool_output import clean_tool_text
-from openreward_rl.loop.trajectory import StopReason, TokenLedger, ToolResult, Trajectory, Turn
+from openreward_rl.loop.context import ContextView, Rewrite, Summarize
+from openreward_rl.loop.trajectory import Compaction, StopReason, TokenLedger, ToolResult, Trajectory, Turn
 
 __all__ = ["ToolEpisode"]
 
@@ -28,7 +29,10 @@ class _Run:
     """The mutable state of one run; becomes a `Trajectory` however the run ends."""
 
     session: EnvSession
-    messages: list[dict[str, Any]] = attrs.Factory(list)
+    messages: list[dict[str, Any]] = attrs.Factory(list)  # the whole conversation, every context's
+    context: list[dict[str, Any]] = attrs.Factory(list)  # the conversation the model sees now
+    prompt_messages: int = 0  # leading messages of `context` that are the system prompt and the task's prompt
+    compactions: list[Compaction] = attrs.Factory(list)
     tools: list[dict[str, Any]] = attrs.Factory(list)
     ledger: TokenLedger | None = None
     turns: list[Turn] = attrs.Factory(list)
@@ -55,6 +59,7 @@ class _TurnDraft:
     budget: int
     model_seconds: float
     message_index: int  # where its assistant message sits in the conversation
+    summary: bool = False  # a summary turn a context policy asked for
 
 
 @attrs.define
@@ -94,13 +99,13 @@ class ToolEpisode:
     async def _loop(self, state: _Run) -> None:
         await self._start(state)
         for turn_index in range(self.settings.max_turns):
-            draft = await self._sample_turn(state, turn_index)
+            draft = await self._sample_turn(state, f"t{turn_index}")
             if draft is None:
                 return
             new_messages = await self._act_on_tools(state, draft)
             if new_messages is None or self._stops_after(state, draft, new_messages, turn_index):
                 return
-            if not self._bridge(state, draft, new_messages):
+            if not await self._continue(state, draft, new_messages):
                 return
 
     async def _start(self, state: _Run) -> None:
@@ -111,28 +116,31 @@ class ToolEpisode:
         if system_prompt:
             state.messages.append({"role": "system", "content": system_prompt})
         state.messages.extend(await session.prompt_messages())
+        state.context, state.prompt_messages = list(state.messages), len(state.messages)
         state.has_terminal_tool = await session.terminal_tool() is not None
         state.ledger = TokenLedger.start(self.renderer.render_prompt(state.messages, state.tools))
         state.run_id = uuid.uuid4().hex
         state.per_call_cap = int(self.settings.sampling_params.get("max_new_tokens") or self.settings.max_new_tokens)
 
-    async def _sample_turn(self, state: _Run, turn_index: int) -> _TurnDraft | None:
-        """One model call on the exact context; the sampled ids join the ledger verbatim. None when the run stopped."""
+    async def _sample_turn(self, state: _Run, label: str, summary_cap: int | None = None) -> _TurnDraft | None:
+        """One model call on the exact context; the sampled ids join the ledger verbatim. None when the run stopped.
+
+        `summary_cap`: this is a summary turn, capped at that many tokens."""
         settings = self.settings
         assert state.ledger is not None
         context_length = state.ledger.context_length
-        budget = state.per_call_cap
+        budget = state.per_call_cap if summary_cap is None else min(state.per_call_cap, summary_cap)
         if settings.max_context_len is not None:
-            budget = min(state.per_call_cap, settings.max_context_len - context_length)
+            budget = min(budget, settings.max_context_len - context_length)
             if budget <= 0:
                 state.stop(StopReason.CONTEXT_OVERFLOW, f"{context_length} context tokens leave no room under {settings.max_context_len}")
                 return None
         request = GenerationRequest(
             input_ids=state.ledger.encoded_context(),
             sampling_params={**settings.sampling_params, **self._stop_params(), "max_new_tokens": budget},
-            messages=state.messages,
+            messages=state.context,
             tools=state.tools,
-            request_id=f"{state.run_id}_t{turn_index}",
+            request_id=f"{state.run_id}_{label}",
             routing_key=self.routing_key,
         )
         model_started = time.perf_counter()
@@ -148,15 +156,19 @@ class ToolEpisode:
         state.token_exact &= generation.token_exact
         state.ledger.append_sampled(generation.output_ids, generation.logprobs, self._trained_mask(generation.output_ids))
         parsed = generation.parsed or self._parse(generation, state.tools)
-        state.messages.append(_assistant_message(parsed))
-        draft = _TurnDraft(generation, parsed, context_length, budget, model_seconds, len(state.messages) - 1)
+        message = _assistant_message(parsed)
+        state.messages.append(message)
+        state.context.append(message)
+        draft = _TurnDraft(generation, parsed, context_length, budget, model_seconds, len(state.messages) - 1, summary=summary_cap is not None)
         if generation.finish_reason is FinishReason.ABORT:
             self._record(state, draft)
             state.stop(StopReason.ABORTED, generation.abort_message or "the engine aborted the request")
             return None
         if generation.finish_reason is FinishReason.LENGTH:
             self._record(state, draft)
-            if budget < state.per_call_cap:
+            if summary_cap is not None and budget == summary_cap:
+                state.stop(StopReason.TRUNCATED, f"the summary turn hit its cap of {budget} tokens")
+            elif budget < state.per_call_cap:
                 state.stop(StopReason.CONTEXT_OVERFLOW, f"the turn used the last {budget} tokens of the context budget")
             else:
                 state.stop(StopReason.TRUNCATED, f"the turn hit max_new_tokens={budget}")
@@ -193,6 +205,7 @@ class ToolEpisode:
         state.step_rewards.extend(rewards)
         self._record(state, draft, results, rewards, env_seconds)
         state.messages.extend(new_messages)
+        state.context.extend(new_messages)
         if any(r.finished for r in results):
             state.finished = True
             state.stop(StopReason.COMPLETED)
@@ -209,13 +222,93 @@ class ToolEpisode:
             state.stop(StopReason.MAX_TURNS, f"{self.settings.max_turns} turns")
         return state.stop_reason is not None
 
-    def _bridge(self, state: _Run, draft: _TurnDraft, new_messages: list[dict[str, Any]]) -> bool:
-        """Append only the tokens the chat template puts after the sampled turn; False when they overflow the budget."""
+    async def _continue(self, state: _Run, draft: _TurnDraft, new_messages: list[dict[str, Any]]) -> bool:
+        """Go on to the next turn: compact the context where the context policy says so, else append the
+        bridge. False when the run stopped."""
         assert state.ledger is not None
+        bridge = self._bridge_ids(state, draft, new_messages)
+        policy = self.settings.context_policy
+        if policy is not None and len(state.compactions) < self.settings.max_compactions:
+            before = state.ledger.context_length + len(bridge)
+            view = self._view(state, len(bridge))
+            action = policy.plan(view)
+            max_context_len = self.settings.max_context_len
+            if action is None and max_context_len is not None and before >= max_context_len:
+                action = policy.fallback(view)  # the reply overflows below the policy's threshold
+            if isinstance(action, Summarize):
+                summarized = await self._summarize(state, draft, new_messages, action)
+                if summarized is not None:
+                    return summarized
+                action = policy.fallback(view)
+            if isinstance(action, Rewrite) and self._rewrite(state, action, before):
+                return True
+        return self._bridge(state, bridge)
+
+    def _view(self, state: _Run, incoming: int) -> ContextView:
+        assert state.ledger is not None
+        return ContextView(
+            messages=tuple(state.context),
+            prompt_messages=state.prompt_messages,
+            context_length=state.ledger.context_length,
+            incoming=incoming,
+            max_context_len=self.settings.max_context_len,
+            compactions=len(state.compactions),
+        )
+
+    async def _summarize(self, state: _Run, draft: _TurnDraft, new_messages: list[dict[str, Any]], action: Summarize) -> bool | None:
+        """The summary turn, then the policy's next context. None when it does not fit (the caller falls
+        back); False when the run stopped (the usual rules: an abort is ABORTED, never a reward)."""
+        assert state.ledger is not None and self.settings.context_policy is not None
+        request = {"role": "user", "content": action.request}
+        ids = self._bridge_ids(state, draft, [*new_messages, request])
+        cap = min(action.max_tokens, state.per_call_cap)
         max_context_len = self.settings.max_context_len
+        if max_context_len is not None and state.ledger.context_length + len(ids) + cap > max_context_len:
+            return None
+        state.ledger.append_environment(ids)
+        state.messages.append(request)
+        state.context.append(request)
+        summary_turn = await self._sample_turn(state, f"s{len(state.compactions)}", summary_cap=cap)
+        if summary_turn is None:
+            return False
+        self._record(state, summary_turn)
+        parsed = summary_turn.parsed
+        text = parsed.content or self.renderer.decode(summary_turn.generation.output_ids)
+        rewrite = self.settings.context_policy.after_summary(self._view(state, 0), text)
+        if not self._rewrite(state, rewrite, state.ledger.context_length):
+            state.stop(StopReason.CONTEXT_OVERFLOW, f"the context after the summary ({rewrite.kind}) does not fit in {max_context_len} tokens or saves none")
+            return False
+        return True
+
+    def _rewrite(self, state: _Run, rewrite: Rewrite, before: int) -> bool:
+        """Start a new segment on the context `rewrite` gives, rendered by the template; False (nothing
+        changed) when it would save no tokens or leave no room."""
+        assert state.ledger is not None
+        messages = [dict(m) for m in rewrite.messages]
+        prompt = self.renderer.render_prompt(messages, state.tools)
+        max_context_len = self.settings.max_context_len
+        if len(prompt) >= before or (max_context_len is not None and len(prompt) >= max_context_len):
+            return False
+        state.compactions.append(
+            Compaction(
+                kind=rewrite.kind,
+                segment=len(state.ledger.segments),
+                turn=len(state.turns),
+                message_index=len(state.messages),
+                tokens_before=before,
+                tokens_after=len(prompt),
+            )
+        )
+        state.ledger.compact(prompt)
+        state.context = messages
+        return True
+
+    def _bridge_ids(self, state: _Run, draft: _TurnDraft, new_messages: list[dict[str, Any]]) -> list[int]:
+        """The tokens the chat template puts after the sampled turn, up to the next generation prompt."""
+        assert state.ledger is not None
         hand_written = self.renderer.bridge_needs_ids
         context = state.ledger.context()[: draft.context_length] if hand_written else None
-        bridge = self.renderer.bridge(
+        return self.renderer.bridge(
             sampled_tail=self._sampled_tail(draft.generation),
             assistant_tool_calls=[c.to_openai() for c in draft.parsed.tool_calls],
             new_messages=new_messages,
@@ -223,6 +316,11 @@ class ToolEpisode:
             context_ids=context,
             sampled_ids=draft.generation.output_ids if hand_written else None,
         )
+
+    def _bridge(self, state: _Run, bridge: list[int]) -> bool:
+        """Append the bridge; False when it overflows the budget."""
+        assert state.ledger is not None
+        max_context_len = self.settings.max_context_len
         if max_context_len is not None and state.ledger.context_length + len(bridge) >= max_context_len:
             state.stop(StopReason.CONTEXT_OVERFLOW, f"the environment's reply ({len(bridge)} tokens) leaves no room under {max_context_len}")
             return False
@@ -247,6 +345,7 @@ class ToolEpisode:
                 max_new_tokens=draft.budget,
                 weight_version=generation.weight_version,
                 message_index=draft.message_index,
+                summary=draft.summary,
             )
         )
 
@@ -315,6 +414,7 @@ class ToolEpisode:
             token_exact=state.token_exact,
             prefix_breaks=state.ledger.prefix_breaks if state.ledger else 0,
             metrics=_metrics(state, seconds),
+            compactions=list(state.compactions),
         )
 
 
@@ -345,9 +445,10 @@ def _metrics(state: _Run, seconds: float) -> dict[str, float]:
     parse_errors = Counter(e.kind.value for t in state.turns for e in t.parsed.errors)
     tool_errors = Counter(r.error for t in state.turns for r in t.tool_results if r.error)
     segment = state.ledger.current if state.ledger else None
+    actions = [t for t in state.turns if not t.summary]
     metrics = {
-        "turns": float(len(state.turns)),
-        "tool_calls": float(sum(len(t.parsed.tool_calls) for t in state.turns)),
+        "turns": float(len(actions)),
+        "tool_calls": float(sum(len(t.parsed.tool_calls) for t in actions)),
         "tool_errors": float(sum(1 for t in state.turns for r in t.tool_results if r.error)),
         "tool_outputs_truncated": float(sum(1 for t in state.turns for r in t.tool_results if r.truncated)),
         "parse_errors": float(sum(parse_errors.values())),
@@ -358,6 +459,10 @@ def _metrics(state: _Run, seconds: float) -> dict[str, float]:
         "model_seconds": sum(t.model_seconds for t in state.turns),
         "env_seconds": sum(t.env_seconds for t in state.turns),
         "episode_seconds": seconds,
+        "num_compactions": float(len(state.compactions)),
+        "summary_turns": float(len(state.turns) - len(actions)),
+        "context_tokens_saved": float(sum(c.tokens_saved for c in state.compactions)),
+        "segments": float(len(state.ledger.segments) if state.ledger else 0),
     }
     metrics.update({f"parse_errors/{kind}": float(n) for kind, n in parse_errors.items()})
     metrics.update({f"tool_errors/{kind}": float(n) for kind, n in tool_errors.items()})

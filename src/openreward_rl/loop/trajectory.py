@@ -19,7 +19,7 @@ import attrs
 from openreward_rl.engines.base import EncodedIds, FinishReason
 from openreward_rl.parsers.base import ParsedTurn, ParseError, ParseErrorKind, ToolCall
 
-__all__ = ["StopReason", "ToolResult", "Turn", "TokenSegment", "TokenLedger", "Trajectory"]
+__all__ = ["StopReason", "ToolResult", "Turn", "TokenSegment", "TokenLedger", "Trajectory", "Compaction"]
 
 
 class StopReason(str, enum.Enum):
@@ -68,6 +68,29 @@ class Turn:
     # reply (tool results, feedback, nudge) follows it up to the next turn's message. None: not recorded
     # (older dumps, Episodes that leave it out), and readers align turns with the last assistant messages.
     message_index: int | None = None
+    summary: bool = False  # a summary turn a context policy asked for (no tool ran); trained like any turn
+
+
+@attrs.frozen
+class Compaction:
+    """One context boundary a `ContextPolicy` took: `segment` starts there.
+
+    `turn`: model turns before it (summary turn included); `message_index`: where the new context's
+    own messages start in `Trajectory.messages` (the messages after it are what the model wrote and
+    was told in the new context); `tokens_before`: the context it replaced, the reply that triggered
+    it included; `tokens_after`: the new context's rendered prompt.
+    """
+
+    kind: str
+    segment: int
+    turn: int
+    message_index: int
+    tokens_before: int
+    tokens_after: int
+
+    @property
+    def tokens_saved(self) -> int:
+        return self.tokens_before - self.tokens_after
 
 
 @attrs.define
@@ -158,6 +181,12 @@ class TokenLedger:
             segment.loss_mask.extend(int(t) for t in trained)
             segment.rollout_logprobs.extend(lp if t else 0.0 for lp, t in zip(logprobs, trained))
 
+    def compact(self, prompt_ids: Sequence[int]) -> None:
+        """Start a new segment on a context a `ContextPolicy` rewrote: a boundary, not a prefix break."""
+        if not prompt_ids:
+            raise ValueError("a compacted context must have at least one token")
+        self.segments.append(TokenSegment(prompt_ids=list(prompt_ids)))
+
     def add_turn_prompt(self, prompt_ids: Sequence[int]) -> bool:
         """Record the full prompt of the next model call. Returns False on a prefix break."""
         context = self.context()
@@ -196,8 +225,10 @@ def _parsed_from_dict(data: Mapping[str, Any]) -> ParsedTurn:
 
 @attrs.define
 class Trajectory:
-    """One episode's record. `segments[-1]` is the training sequence; earlier segments exist only after
-    prefix breaks. `segments` is empty when the environment failed before the first prompt."""
+    """One episode's record. Each segment is one context the model sampled in (token-exact on its own);
+    there is one unless a `ContextPolicy` compacted the context (`compactions`) or a custom loop broke
+    the prefix. `prompt_ids`/`response_ids`/... read the last segment. `segments` is empty when the
+    environment failed before the first prompt."""
 
     task: dict[str, Any]
     segments: list[TokenSegment]
@@ -211,6 +242,7 @@ class Trajectory:
     token_exact: bool = True  # False: ids were re-tokenized from text (hosted chat engine); not trainable
     prefix_breaks: int = 0
     metrics: dict[str, float] = attrs.Factory(dict)
+    compactions: list[Compaction] = attrs.Factory(list)
 
     @property
     def prompt_ids(self) -> list[int]:
@@ -250,6 +282,7 @@ class Trajectory:
             "metrics": self.metrics,
             "messages": self.messages,
             "segments": [attrs.asdict(s) for s in self.segments],
+            "compactions": [attrs.asdict(c) for c in self.compactions],
             "turns": [
                 {
                     "prompt_length": t.prompt_length,
@@ -275,6 +308,7 @@ class Trajectory:
                     "max_new_tokens": t.max_new_tokens,
                     "weight_version": t.weight_version,
                     "message_index": t.message_index,
+                    "summary": t.summary,
                 }
                 for t in self.turns
             ],
@@ -310,6 +344,7 @@ class Trajectory:
                     max_new_tokens=t.get("max_new_tokens", 0),
                     weight_version=t.get("weight_version"),
                     message_index=t.get("message_index"),
+                    summary=t.get("summary", False),
                 )
             )
         return cls(
@@ -325,4 +360,5 @@ class Trajectory:
             token_exact=data.get("token_exact", True),
             prefix_breaks=data.get("prefix_breaks", 0),
             metrics=dict(data.get("metrics", {})),
+            compactions=[Compaction(**c) for c in data.get("compactions", ())],
         )

@@ -36,6 +36,7 @@ class ConversationStep:
     turn: Turn | None = None
     turn_number: int | None = None
     result: ToolResult | None = None
+    position: int | None = None  # the message's index in `Trajectory.messages`
 
 
 def turns_by_message(trajectory: Trajectory) -> dict[int, tuple[int, Turn]]:
@@ -70,9 +71,9 @@ def conversation_steps(trajectory: Trajectory) -> Iterator[ConversationStep]:
             number, turn = turn_at.get(position, (None, None))
             if turn is not None:
                 open_results.update({r.call.id: r for r in turn.tool_results})
-            yield ConversationStep(message, turn=turn, turn_number=number)
+            yield ConversationStep(message, turn=turn, turn_number=number, position=position)
         elif role == "tool":
-            yield ConversationStep(message, result=open_results.pop(str(message.get("tool_call_id", "")), None))
+            yield ConversationStep(message, result=open_results.pop(str(message.get("tool_call_id", "")), None), position=position)
         else:
-            yield ConversationStep(message)
+            yield ConversationStep(message, position=position)
     yield from unanswered()

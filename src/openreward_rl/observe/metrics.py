@@ -150,6 +150,9 @@ class EnvironmentSummary:
     - `metric_means[key]`: mean of a per-episode metric over the episodes that report it; counts by
       kind ("parse_errors/...", "tool_errors/...") are 0 for episodes without them.
     - `prefix_break_rate`: fraction of episodes with a prefix break (None: no episode reports breaks).
+    - `compaction_rate`: fraction of episodes a context policy compacted at least once (None: no
+      episode reports compactions); `num_compactions_mean` (compactions per episode),
+      `context_tokens_saved_mean` and `summary_turns_mean` are among `metric_means`.
     - `env_time_fraction`: environment seconds / (environment + model seconds), None without timings.
     """
 
@@ -171,6 +174,7 @@ class EnvironmentSummary:
     metric_means: Mapping[str, float]
     prefix_break_rate: float | None
     env_time_fraction: float | None
+    compaction_rate: float | None = None
 
     @property
     def infrastructure_failures(self) -> int:
@@ -263,6 +267,11 @@ def _summarize_one(environment: str, episodes: Sequence[EpisodeStats], threshold
             else None
         ),
         env_time_fraction=env_seconds / (env_seconds + model_seconds) if env_seconds + model_seconds > 0 else None,
+        compaction_rate=(
+            sum(1 for e in episodes if e.metrics.get("num_compactions", 0) > 0) / count
+            if any("num_compactions" in e.metrics for e in episodes)
+            else None
+        ),
     )
 
 
@@ -304,6 +313,7 @@ def _flat_one(item: EnvironmentSummary) -> dict[str, float]:
         "trainable_fraction": item.trainable_fraction,
         "prefix_break_rate": item.prefix_break_rate,
         "env_time_fraction": item.env_time_fraction,
+        "compaction_rate": item.compaction_rate,
     }
     values.update({f"pass@{k}": v for k, v in item.pass_at_k.items()})
     seen = sorted(set(item.stop_reasons) - set(_KNOWN_STOPS))
@@ -317,9 +327,10 @@ def flat_metrics(summary: Mapping[str, EnvironmentSummary], *, prefix: str = "")
 
     Keys: episodes, scored, infra_failures, infra_failure_rate, unrewarded, tasks, reward_mean,
     reward_std, reward_min, reward_max, reward_observed_rate, success_rate, finished_rate,
-    trainable_fraction, prefix_break_rate, env_time_fraction, pass@<k>, stop/<reason> (every
+    trainable_fraction, prefix_break_rate, env_time_fraction, compaction_rate, pass@<k>, stop/<reason> (every
     `StopReason`, 0 when unseen), and <key>_mean per episode metric (turns_mean, sampled_tokens_mean,
-    context_tokens_mean, tool_calls_mean, parse_errors/<kind>_mean, ...).
+    context_tokens_mean, tool_calls_mean, num_compactions_mean, context_tokens_saved_mean,
+    summary_turns_mean, parse_errors/<kind>_mean, ...).
     """
     return {f"{prefix}{env}/{key}": value for env, item in summary.items() for key, value in _flat_one(item).items()}
 

@@ -1,7 +1,9 @@
 """One trajectory for a person: in the terminal (rich) or as HTML (a page, or a section of the report).
 
 Shows the task, how it ended, the reward, each turn (reasoning, text, tool calls), the tool results
-with their rewards, and the token view (`openreward_rl.show.tokens`).
+with their rewards, and the token view (`openreward_rl.show.tokens`). Where a context policy
+compacted the context, each boundary is marked where the new context starts (its kind and the tokens
+before and after), summary turns are shown as such, and the token view shows every context.
 
 >>> from openreward_rl.loop.trajectory import StopReason, Trajectory
 >>> failed = Trajectory(task={"environment": "e", "split": "train", "index": 0}, segments=[], turns=[],
@@ -24,7 +26,7 @@ from openreward_rl.observe.conversation import conversation_steps
 from openreward_rl.show.style import CSS, LEGEND, badge, terminal_reward_style
 from openreward_rl.show.tokens import mask_spans, token_view_html
 from openreward_rl.families.token_text import decode_ids
-from openreward_rl.loop.trajectory import Trajectory
+from openreward_rl.loop.trajectory import Compaction, Trajectory
 
 __all__ = ["Entry", "turn_returns", "conversation", "summary_rows", "render_terminal", "episode_html", "render_html"]
 
@@ -33,7 +35,7 @@ __all__ = ["Entry", "turn_returns", "conversation", "summary_rows", "render_term
 class Entry:
     """One thing said in the conversation, ready to draw."""
 
-    role: str  # system | user | reasoning | assistant | tool_call | tool_result
+    role: str  # system | user | reasoning | assistant | summary | tool_call | tool_result | boundary | error
     text: str
     title: str = ""
     reward: float | None = None
@@ -59,11 +61,25 @@ def turn_returns(trajectory: Trajectory) -> list[tuple[float, float]] | None:
     return list(zip(rewards, reward_to_go(rewards)))
 
 
+def _boundary(compaction: Compaction, contexts: int) -> Entry:
+    return Entry(
+        "boundary",
+        "",
+        title=f"context {compaction.segment + 1} of {contexts} starts here ({compaction.kind})",
+        note=f"{compaction.tokens_before} → {compaction.tokens_after} tokens, {compaction.tokens_saved} saved; the model sees only what the policy kept",
+    )
+
+
 def conversation(trajectory: Trajectory) -> Iterator[Entry]:
-    """The messages in order, assistant turns split into reasoning/text/calls, with rewards, returns and errors."""
+    """The messages in order, assistant turns split into reasoning/text/calls, with rewards, returns and
+    errors; context boundaries marked where the next context's messages start."""
     returns = turn_returns(trajectory)
+    boundaries = {c.message_index: c for c in trajectory.compactions}
+    contexts = len(trajectory.segments)
     for step in conversation_steps(trajectory):
         message, result = step.message, step.result
+        if step.position is not None and step.position in boundaries:
+            yield _boundary(boundaries.pop(step.position), contexts)
         if message is None:  # a result with no tool message: a @terminal environment's answer
             assert result is not None
             yield Entry("tool_result", result.text, title=f"{result.call.name} (terminal)", reward=result.reward,
@@ -76,6 +92,8 @@ def conversation(trajectory: Trajectory) -> Iterator[Entry]:
         if role == "assistant":
             turn = step.turn
             title = f"turn {step.turn_number + 1}" if step.turn_number is not None else "assistant (prompt)"
+            if turn is not None and turn.summary:
+                title = f"summary turn (turn {step.turn_number + 1}, trained)"
             if turn is not None:
                 title += f" · {len(turn.sampled_ids)} tokens sampled · finish {turn.finish_reason.value}"
                 if step.turn_number is not None:
@@ -86,7 +104,7 @@ def conversation(trajectory: Trajectory) -> Iterator[Entry]:
                 yield Entry("reasoning", str(message["reasoning_content"]), title=title)
                 title = ""
             if content or not message.get("tool_calls"):
-                yield Entry("assistant", content, title=title)
+                yield Entry("summary" if turn is not None and turn.summary else "assistant", content, title=title)
             for call in message.get("tool_calls") or []:
                 function = call.get("function", call)
                 yield Entry("tool_call", _arguments(function.get("arguments", {})), title=f"{function.get('name', '?')} (call {call.get('id', '')})")
@@ -102,6 +120,8 @@ def conversation(trajectory: Trajectory) -> Iterator[Entry]:
                         reward=result.reward if result else None, note=", ".join(notes))
         else:
             yield Entry("system" if role == "system" else "user", content, title="" if role in ("system", "user") else role)
+    for compaction in boundaries.values():  # a boundary after the last message
+        yield _boundary(compaction, contexts)
 
 
 def summary_rows(trajectory: Trajectory) -> list[tuple[str, str]]:
@@ -121,13 +141,25 @@ def summary_rows(trajectory: Trajectory) -> list[tuple[str, str]]:
     ]
     if not trajectory.trainable:
         rows.append(("trainable", "no: " + ("ids re-tokenized from text" if not trajectory.token_exact else "infrastructure failure")))
+    if trajectory.compactions:
+        kinds = ", ".join(sorted({c.kind for c in trajectory.compactions}))
+        saved = sum(c.tokens_saved for c in trajectory.compactions)
+        rows.append(("contexts", f"{len(trajectory.segments)} ({len(trajectory.compactions)} compactions: {kinds}; {saved} tokens saved); each is a trained sample"))
     if trajectory.prefix_breaks:
-        rows.append(("prefix breaks", f"{trajectory.prefix_breaks} ({len(trajectory.segments)} segments; tokens below show the last)"))
+        rows.append(("prefix breaks", f"{trajectory.prefix_breaks} ({len(trajectory.segments)} segments)"))
     return rows
 
 
+def _shown_segments(trajectory: Trajectory) -> list[tuple[str, Any]]:
+    """(heading, segment) of each context shown in the token view: all of them, or the one there is."""
+    segments = trajectory.segments
+    if len(segments) == 1:
+        return [("", segments[0])]
+    return [(f"context {i + 1} of {len(segments)}", s) for i, s in enumerate(segments)]
+
+
 _ROLE_STYLE = {"system": "dim", "user": "cyan", "reasoning": "italic magenta", "assistant": "bold", "tool_call": "yellow",
-               "tool_result": "dark_cyan", "error": "bold red"}
+               "tool_result": "dark_cyan", "error": "bold red", "summary": "bold green", "boundary": "bold reverse"}
 _SPAN_STYLE = {"prompt": "dim", "trained": "underline blue", "context": "grey50"}
 
 
@@ -158,18 +190,22 @@ def render_terminal(trajectory: Trajectory, console: Any, tokenizer: Any = None)
     if not trajectory.segments:
         console.print("[dim]no tokens: the episode failed before its first prompt[/]")
         return
-    segment = trajectory.segments[-1]
     console.print(Text("tokens (loss mask)", style="bold underline"))
-    if tokenizer is None:
+    for heading, segment in _shown_segments(trajectory):
+        if heading:
+            console.print(Text(heading, style="bold"))
+        if tokenizer is None:
+            for span in mask_spans(segment):
+                console.print(Text(f"{span.kind:8} {span.start:>6}–{span.end:<6} {span.length} tokens", style=_SPAN_STYLE[span.kind]))
+            continue
+        text = Text()
+        ids = segment.context()
         for span in mask_spans(segment):
-            console.print(Text(f"{span.kind:8} {span.start:>6}–{span.end:<6} {span.length} tokens", style=_SPAN_STYLE[span.kind]))
+            text.append(decode_ids(tokenizer, ids[span.start : span.end]), style=_SPAN_STYLE[span.kind])
+        console.print(text)
+    if tokenizer is None:
         console.print(Text("(pass --tokenizer to see the text of each span)", style="dim"))
         return
-    text = Text()
-    ids = segment.context()
-    for span in mask_spans(segment):
-        text.append(decode_ids(tokenizer, ids[span.start : span.end]), style=_SPAN_STYLE[span.kind])
-    console.print(text)
     console.print(Text("legend: ", style="bold") + Text("prompt ", style="dim") + Text("trained (sampled)", style=_SPAN_STYLE["trained"]) + Text(" context (not trained)", style=_SPAN_STYLE["context"]))
 
 
@@ -194,7 +230,10 @@ def episode_html(trajectory: Trajectory, tokenizer: Any = None, *, heading: str 
     if not trajectory.segments:
         parts.append("<p>No tokens: the episode failed before its first prompt.</p>")
         return "".join(parts)
-    parts.append(token_view_html(trajectory.segments[-1], tokenizer))
+    for heading_text, segment in _shown_segments(trajectory):
+        if heading_text:
+            parts.append(f"<h3>{esc(heading_text)}</h3>")
+        parts.append(token_view_html(segment, tokenizer))
     if tokenizer is None:
         parts.append("<p>No tokenizer: spans are listed as counts. Pass <code>--tokenizer</code> to see their text.</p>")
     return "".join(parts)

@@ -1,0 +1,59 @@
+"""A context policy of your own: keep only the lines of old tool outputs that matter.
+
+`KeepKeyLines` is a `ContextPolicy` (openreward_rl.loop.context): past `threshold` of the context
+budget it rewrites every tool output but the newest `keep_last` to the lines matching `pattern`
+(here, the corridor's key and exit lines), so what the agent needs survives and the bulk goes. The
+loop renders the rewritten conversation with the chat template and starts a new token segment there,
+exactly as for the built-in policies; the new segment becomes its own trained sample.
+
+Use it from the config, with the examples directory importable:
+
+```yaml
+environments:
+  Corridor:
+    context_policy: {name: "custom_context_policy:KeepKeyLines", threshold: 0.6}
+```
+
+or register a name once at import time: `register_context_policy("keep_key_lines", KeepKeyLines)`.
+
+>>> from openreward_rl.loop.context import ContextView
+>>> view = ContextView(messages=({"role": "user", "content": "go"}, {"role": "tool", "content": "dust\\nTHE EXIT KEY IS jade-1\\nmore dust"},
+...                              {"role": "tool", "content": "new"}), prompt_messages=1, context_length=80, incoming=10, max_context_len=100, compactions=0)
+>>> [m["content"] for m in KeepKeyLines(threshold=0.5).plan(view).messages]
+['go', '[kept lines] THE EXIT KEY IS jade-1', 'new']
+"""
+
+from __future__ import annotations
+
+import re
+
+import attrs
+
+from openreward_rl.loop.context import ContextView, Rewrite
+
+
+@attrs.frozen
+class KeepKeyLines:
+    threshold: float = 0.75
+    keep_last: int = 1
+    pattern: str = r"KEY|last room"
+    name: str = "keep_key_lines"
+
+    def plan(self, view: ContextView) -> Rewrite | None:
+        return self.fallback(view) if view.fraction >= self.threshold else None
+
+    def after_summary(self, view: ContextView, summary: str) -> Rewrite:
+        raise NotImplementedError("this policy never asks for a summary")
+
+    def fallback(self, view: ContextView) -> Rewrite | None:
+        tools = [i for i, m in enumerate(view.messages) if m.get("role") == "tool" and i >= view.prompt_messages]
+        old = {i for i in tools[: max(0, len(tools) - self.keep_last)] if not str(view.messages[i].get("content", "")).startswith("[kept lines]")}
+        if not old:
+            return None
+        matcher = re.compile(self.pattern)
+
+        def kept(text: str) -> str:
+            return "[kept lines] " + "\n".join(line for line in text.splitlines() if matcher.search(line))
+
+        messages = tuple({**m, "content": kept(str(m.get("content", "")))} if i in old else m for i, m in enumerate(view.messages))
+        return Rewrite(messages, kind=self.name)
