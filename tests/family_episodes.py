@@ -31,6 +31,7 @@ from openreward_rl.assets import load_tokenizer
 from openreward_rl.families.chat import ChatRenderer
 from openreward_rl.engines.sglang import SGLangEngine
 from openreward_rl.families import ModelFamily, family_for
+from openreward_rl.families.probe import assistant_message as probe_assistant_message
 from openreward_rl.families.probe import describe_difference, template_turn
 from openreward_rl.env.local_server import LocalEnvServer, load_environment_class
 from openreward_rl.parsers import get_parser
@@ -106,19 +107,9 @@ def plan(family: ModelFamily, answer: str, case: FamilyCase) -> list[PlannedTurn
 
 
 def assistant_message(turn: PlannedTurn, index: int, case: FamilyCase) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": turn.content}
-    if turn.reasoning:
-        message[case.reasoning_key] = turn.reasoning
-    if turn.calls:
-        message["tool_calls"] = [
-            {
-                "id": f"call_{index}_{n}",
-                "type": "function",
-                "function": {"name": name, "arguments": json.dumps(arguments) if case.arguments_as_strings else arguments},
-            }
-            for n, (name, arguments) in enumerate(turn.calls)
-        ]
-    return message
+    return probe_assistant_message(
+        turn.content, reasoning=turn.reasoning, calls=turn.calls, index=index, reasoning_key=case.reasoning_key, string_arguments=case.arguments_as_strings
+    )
 
 
 def render(tokenizer: Any, messages: Sequence[dict[str, Any]], tools: Any, case: FamilyCase, *, generation_prompt: bool) -> str:

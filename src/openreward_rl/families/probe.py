@@ -42,7 +42,7 @@ from openreward_rl.errors import ModelFamilyError
 from openreward_rl.families.base import ModelFamily
 from openreward_rl.families.chat import ChatRenderer
 
-__all__ = ["ModelCheck", "ModelCheckError", "check_model", "describe_difference", "probe_family", "template_turn"]
+__all__ = ["ModelCheck", "ModelCheckError", "assistant_message", "check_model", "describe_difference", "probe_family", "template_turn"]
 
 PROBE_VERSION = 1  # part of the cache key: a changed probe proves again
 OVERRIDE = (
@@ -301,23 +301,40 @@ def _plan(family: ModelFamily, reasoning: str) -> list[_Turn]:
     ]
 
 
-def _assistant(turn: _Turn, index: int, family: ModelFamily) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": turn.content}
-    if turn.reasoning:
-        message[family.reasoning_key] = turn.reasoning
-    if turn.calls:
+def assistant_message(
+    content: str,
+    *,
+    reasoning: str | None = None,
+    calls: Sequence[tuple[str, Mapping[str, Any]]] = (),
+    index: int = 0,
+    reasoning_key: str = "reasoning_content",
+    string_arguments: bool = False,
+) -> dict[str, Any]:
+    """An assistant message in the chat-template shape: `content`, reasoning under `reasoning_key`, and
+    `calls` (name, arguments) as tool calls `call_<index>_<n>`, their arguments a JSON string where the
+    template concatenates them (`string_arguments`).
+
+    >>> assistant_message("", calls=[("calculator", {"expression": "1 + 1"})], index=2)["tool_calls"][0]["id"]
+    'call_2_0'
+    """
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if reasoning:
+        message[reasoning_key] = reasoning
+    if calls:
         message["tool_calls"] = [
             {
                 "id": f"call_{index}_{n}",
                 "type": "function",
-                "function": {
-                    "name": "calculator",
-                    "arguments": json.dumps({"expression": e}) if family.string_arguments else {"expression": e},
-                },
+                "function": {"name": name, "arguments": json.dumps(arguments) if string_arguments else arguments},
             }
-            for n, e in enumerate(turn.calls)
+            for n, (name, arguments) in enumerate(calls)
         ]
     return message
+
+
+def _assistant(turn: _Turn, index: int, family: ModelFamily) -> dict[str, Any]:
+    calls = [("calculator", {"expression": e}) for e in turn.calls]
+    return assistant_message(turn.content, reasoning=turn.reasoning, calls=calls, index=index, reasoning_key=family.reasoning_key, string_arguments=family.string_arguments)
 
 
 def template_turn(
