@@ -302,21 +302,21 @@ async def run_eval(
     client: Any,
     console: Any,
     results: Any = None,
-    model_check: Callable[[], Awaitable[None]] | None = None,
+    server_check: Callable[[], Awaitable[None]] | None = None,
 ) -> dict[str, Any]:
     """List tasks, run the missing (task, sample) pairs, write them, and return the per-environment summary.
 
     `results`: the `--output` file already opened (`open_results`), else it is opened here; either way
-    it is closed (rewritten with one line per episode, unlocked) on return. `model_check` is awaited
-    once the prompt renderer has accepted the model, before the first episode (`check_model`).
+    it is closed (rewritten with one line per episode, unlocked) on return. `server_check` is awaited
+    once the prompt renderer has accepted the model, before the first episode (`model_server_check`).
     """
     if results is None and options.output:
         results = open_results(options, config, console)
     with results if results is not None else contextlib.nullcontext():
-        return await _run_eval(options, config, engine=engine, tokenizer=tokenizer, client=client, console=console, results=results, model_check=model_check)
+        return await _run_eval(options, config, engine=engine, tokenizer=tokenizer, client=client, console=console, results=results, server_check=server_check)
 
 
-def check_model(options: EvalOptions) -> Callable[[], Awaitable[None]] | None:
+def model_server_check(options: EvalOptions) -> Callable[[], Awaitable[None]] | None:
     """For a model server (sglang, openai): one cheap request to it (`openreward_rl.cli.model_endpoint`)."""
     if options.engine == "transformers":
         return None
@@ -328,7 +328,7 @@ def check_model(options: EvalOptions) -> Callable[[], Awaitable[None]] | None:
 
 
 async def _run_eval(
-    options: EvalOptions, config: TrainConfig, *, engine: Any, tokenizer: Any, client: Any, console: Any, results: Any, model_check: Any
+    options: EvalOptions, config: TrainConfig, *, engine: Any, tokenizer: Any, client: Any, console: Any, results: Any, server_check: Any
 ) -> dict[str, Any]:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -344,8 +344,8 @@ async def _run_eval(
     rollouts = Rollouts.from_config(
         config, engine=engine, tokenizer=tokenizer, client=client, model=options.model, max_context_len=options.max_context_len, max_new_tokens=options.max_new_tokens
     )  # the same constructor as the training hooks: one config renders one prompt
-    if model_check is not None:
-        await model_check()
+    if server_check is not None:
+        await server_check()
     tasks = await list_tasks(client, config, max_tasks=options.max_tasks, seed=options.seed)
     if not tasks:
         raise ValueError("the configured environments and splits have no tasks")
@@ -464,7 +464,7 @@ def _run_with_engine(
             # an unreachable server, an environment it does not serve, a split it lacks: one line, before any episode
             await check_environments(client, prepared, split_option="--split" if options.split else None)
             return await run_eval(
-                options, prepared, engine=engine, tokenizer=tokenizer, client=client, console=console, results=results, model_check=check_model(options)
+                options, prepared, engine=engine, tokenizer=tokenizer, client=client, console=console, results=results, server_check=model_server_check(options)
             )
         finally:
             await client.environments.aclose()
