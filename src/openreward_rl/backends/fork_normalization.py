@@ -37,17 +37,16 @@ skipped when the spread is 0, as Miles does.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
 from openreward_rl.backends.group_reward import flatten
+from openreward_rl.credit.estimators import episode_advantages
 
-__all__ = ["NORMALIZED_ESTIMATORS", "STD_ESTIMATORS", "post_process_rewards", "group_advantages"]
+__all__ = ["NORMALIZED_ESTIMATORS", "STD_ESTIMATORS", "post_process_rewards"]
 
 NORMALIZED_ESTIMATORS = ("grpo", "gspo", "cispo", "reinforce_plus_plus_baseline")  # Slime's list at 624b824
 STD_ESTIMATORS = ("grpo", "gspo", "cispo")
-EPSILON = 1e-6
 
 
 def _reward_value(sample: Any, args: Any) -> float:
@@ -83,25 +82,6 @@ def _rollout_key(sample: Any, position: int) -> Any:
     return ("index", index) if index is not None else ("row", position)
 
 
-def group_advantages(rewards: Sequence[float], *, std_normalization: bool) -> list[float]:
-    """Group-normalised rewards of one group's episodes (one reward each).
-
-    >>> group_advantages([1.0, 0.0, 0.0, 1.0], std_normalization=True)
-    [0.866..., -0.866..., -0.866..., 0.866...]
-    >>> group_advantages([0.5], std_normalization=True), group_advantages([1.0, 1.0], std_normalization=True)
-    ([0.0], [0.0, 0.0])
-    """
-    if len(rewards) < 2:
-        return [0.0] * len(rewards)
-    mean = sum(rewards) / len(rewards)
-    centred = [r - mean for r in rewards]
-    if std_normalization:
-        std = math.sqrt(sum(c * c for c in centred) / (len(rewards) - 1))
-        if std > 0:
-            centred = [c / (std + EPSILON) for c in centred]
-    return centred
-
-
 def post_process_rewards(args: Any, samples: list[Any]) -> tuple[list[float], list[float]]:
     """Slime's `--custom-reward-post-process-path` contract: `(raw_rewards, rewards)`, one each per sample of
     the flat batch, in its order. See the module docstring for the rule."""
@@ -124,7 +104,7 @@ def post_process_rewards(args: Any, samples: list[Any]) -> tuple[list[float], li
             if any(getattr(samples[p], "remove_sample", False) for p in positions):
                 continue  # a failed episode: no reward, no part in the baseline, advantage 0.0
             scored.append((positions, raw[positions[0]]))
-        for (positions, _), advantage in zip(scored, group_advantages([r for _, r in scored], std_normalization=std_normalization)):
+        for (positions, _), advantage in zip(scored, episode_advantages([r for _, r in scored], std_normalization=std_normalization)):
             for p in positions:
                 out[p] = advantage
     return raw, out

@@ -37,17 +37,21 @@ def _scale(std: float, eps: float) -> float:
     return std + eps if std > eps else 1.0
 
 
-def episode_advantages(rewards: Sequence[float | None], *, eps: float = EPS) -> list[float | None]:
-    """GRPO's group-normalised episode rewards; None stays None (no reward, no advantage).
+def episode_advantages(rewards: Sequence[float | None], *, eps: float = EPS, std_normalization: bool = True) -> list[float | None]:
+    """GRPO's group-normalised episode rewards; None stays None (no reward, no advantage). The one
+    implementation of GRPO's group statistic: the trainer hooks, the fork normalisation and the viewer
+    use it. `std_normalization=False` only centres (Slime without `--grpo-std-normalization`).
 
     >>> episode_advantages([1.0, 0.0, None])
     [0.7071057811879616, -0.7071057811879616, None]
+    >>> episode_advantages([1.0, 0.0], std_normalization=False), episode_advantages([0.5])
+    ([0.5, -0.5], [0.0])
     """
     present = [r for r in rewards if r is not None]
     if len(present) < 2:
         return [None if r is None else 0.0 for r in rewards]
     mean, std = _mean_std(present)
-    scale = std + eps
+    scale = std + eps if std_normalization and std > 0 else 1.0
     return [None if r is None else (r - mean) / scale for r in rewards]
 
 

@@ -23,26 +23,19 @@ from typing import Any
 
 import attrs
 
+from openreward_rl.credit.estimators import episode_advantages
 from openreward_rl.env.tasks import TaskRef, task_hash
 from openreward_rl.loop.trajectory import Trajectory
 
-__all__ = ["EpisodeRow", "Group", "advantages", "episode_rows", "groups", "task_question", "expected_answer", "STD_EPSILON"]
+__all__ = ["EpisodeRow", "Group", "advantages", "episode_rows", "groups", "task_question", "expected_answer"]
 
-STD_EPSILON = 1e-6  # Slime's: rewards / (std + 1e-6)
 # Task spec keys that hold the expected answer, in order of preference.
 ANSWER_KEYS = ("answer", "expected_answer", "expected", "ground_truth", "solution", "target", "label")
 
 
 def advantages(rewards: Sequence[float | None]) -> list[float | None]:
     """GRPO advantages of one group; None marks a member that takes no part (an infrastructure failure)."""
-    taking_part = [r for r in rewards if r is not None]
-    if len(taking_part) < 2:
-        return [None if r is None else 0.0 for r in rewards]
-    mean = statistics.fmean(taking_part)
-    std = statistics.stdev(taking_part)
-    if std == 0:
-        return [None if r is None else 0.0 for r in rewards]
-    return [None if r is None else round((r - mean) / (std + STD_EPSILON), 6) for r in rewards]
+    return [None if a is None else round(a, 6) for a in episode_advantages(rewards)]
 
 
 def _shorten(text: str, limit: int) -> str:
