@@ -15,6 +15,7 @@ import itertools
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -54,6 +55,7 @@ class Browser:
              "--disable-background-networking", "--remote-debugging-port=0", f"--user-data-dir={self._profile.name}",
              f"--window-size={self.width},{self.height}", "about:blank"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True,  # its own process group: the helpers it forks end with it
         )
         port_file = Path(self._profile.name) / "DevToolsActivePort"
         deadline = time.monotonic() + 60
@@ -77,12 +79,37 @@ class Browser:
         self._reader.cancel()
         await self._socket.close()
         await self._http.close()
-        self._process.terminate()
-        try:
-            self._process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self._process.kill()
-        self._profile.cleanup()
+        await asyncio.to_thread(self._stop_process_group)
+        await self._remove_profile()
+
+    def _stop_process_group(self) -> None:
+        group = self._process.pid  # start_new_session: the group id is the leader's pid
+        for signal_number in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(group, signal_number)
+            except ProcessLookupError:
+                break
+            try:
+                self._process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                continue
+            if signal_number == signal.SIGTERM:
+                try:  # helpers (crashpad, utility processes) may outlive the browser by a moment
+                    os.killpg(group, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            break
+
+    async def _remove_profile(self) -> None:
+        # A helper still exiting can write into the profile while it is removed ("Directory not
+        # empty"); try again briefly, and leave a stray temp directory rather than fail the test.
+        for _ in range(20):
+            try:
+                self._profile.cleanup()
+                return
+            except OSError:
+                await asyncio.sleep(0.25)
+        shutil.rmtree(self._profile.name, ignore_errors=True)
 
     async def _read(self) -> None:
         async for message in self._socket:
