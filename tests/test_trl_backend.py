@@ -357,3 +357,111 @@ def test_with_lora_the_sampler_is_the_adapted_model(smollm2: tuple[Any, Any]) ->
         assert (engine_logprobs - base).abs().max() > 1e-2
     finally:
         peft.unload()  # the module's model goes back without LoRA layers
+
+
+# -- turn-level credit -------------------------------------------------------------------------
+
+ROOM_CONFIG = {
+    "environments": {"PaintRoom": {"splits": ["train"], "max_turns": 3}},
+    "system_prompt_template": "You are a painter. Reply with the colour only, one word.",
+    "parser": "reply_as_call",
+    "attempts": 1,
+    "upload": False,
+    "advantage": {"estimator": "turn", "gamma": 0.5},
+}
+
+
+def _sampled_runs(mask: list[int]) -> list[tuple[int, int]]:
+    """The (start, end) of each run of 1s: one per sampled turn."""
+    runs, start = [], None
+    for i, bit in enumerate([*mask, 0]):
+        if bit and start is None:
+            start = i
+        elif not bit and start is not None:
+            runs.append((start, i))
+            start = None
+    return runs
+
+
+def _expected_turn_advantages(group: list[Trajectory], gamma: float) -> list[list[float] | None]:
+    """Per-turn advantages computed here from the step rewards: returns G_t = r_t + gamma G_{t+1};
+    (G_t - mean G_0) / (sample std G_0 + 1e-6) over the group's episodes that are not failures."""
+    returns = []
+    for trajectory in group:
+        if not trajectory.trainable:
+            returns.append(None)
+            continue
+        g, out = 0.0, []
+        for turn in reversed(trajectory.turns):
+            g = sum(turn.rewards) + gamma * g
+            out.append(g)
+        returns.append(out[::-1])
+    starts = [r[0] for r in returns if r]
+    mean = sum(starts) / len(starts)
+    std = (sum((s - mean) ** 2 for s in starts) / (len(starts) - 1)) ** 0.5
+    scale = std + 1e-6 if std > 1e-6 else 1.0
+    return [None if r is None else [(g - mean) / scale for g in r] for r in returns]
+
+
+@pytest.mark.slow
+def test_turn_credit_trains_each_turn_with_its_own_return(tmp_path: Path, smollm2: tuple[Any, Any]) -> None:
+    """`advantage: {estimator: turn}`: the batch TRL trains on carries, on each turn's sampled tokens, that
+    turn's group-normalised return (computed here from PaintRoom's per-wall rewards), not one value per episode."""
+    import examples.reply_as_call  # noqa: F401  (registers the parser)
+    from paint_room import PaintRoom
+
+    from openreward_rl.backends.trl_credit import turn_credit_trainer_class
+    from openreward_rl.backends.trl_run import TrlOptions, TrlSession
+
+    model, tokenizer = smollm2
+    options = TrlOptions(model="offline:smollm2", device="cpu", output_dir=str(tmp_path / "run"), max_steps=1, prompts_per_step=2, n_samples=3,
+                         max_new_tokens=16, temperature=1.0, lr=1e-5, save_interval=0)  # fmt: skip
+    with TrlSession.open(parse_config(ROOM_CONFIG), options, serve=[PaintRoom], model=model, tokenizer=tokenizer) as session:
+        trainer = session.trainer()
+        assert isinstance(trainer, turn_credit_trainer_class())
+        seen: list[Trajectory] = []
+        rollout = trainer.rollout_func
+
+        def recording(prompts: Any, trainer_: Any) -> Any:
+            out = rollout(prompts, trainer_)
+            seen.extend(session.adapter.last_trajectories)
+            return out
+
+        trainer.rollout_func = recording
+        capture = _Capture(trainer)
+        trainer.train()
+
+    [batch] = capture.batches
+    rows = []
+    for i in range(batch["completion_ids"].shape[0]):
+        keep = batch["completion_mask"][i].bool()
+        rows.append((batch["prompt_ids"][i][batch["prompt_mask"][i].bool()].tolist(), batch["completion_ids"][i][keep].tolist(),
+                     batch["tool_mask"][i][keep].tolist(), batch["advantages"][i][keep].tolist()))  # fmt: skip
+    assert batch["advantages"].dim() == 2 and len(seen) == 6
+    several_turns = 0
+    for start in (0, 3):
+        group = seen[start : start + 3]
+        for trajectory, expected in zip(group, _expected_turn_advantages(group, gamma=0.5)):
+            [row] = [r for r in rows if r[0] == trajectory.prompt_ids and r[1] == trajectory.response_ids]
+            _, _, mask, advantages = row
+            assert mask == trajectory.loss_mask
+            runs = _sampled_runs(mask)
+            assert len(runs) == len(trajectory.turns) == len(expected)
+            for (begin, end), value in zip(runs, expected):
+                assert advantages[begin:end] == pytest.approx([value] * (end - begin), abs=1e-5)
+            several_turns += len(set(round(v, 6) for v in expected)) > 1
+    assert several_turns, "no episode had turns with different returns: the test would not tell turn from episode credit"
+
+
+def test_turn_credit_refuses_group_scores_and_needs_the_adapter() -> None:
+    from types import SimpleNamespace
+
+    from openreward_rl.backends.trl_credit import turn_credit_trainer_class
+    from openreward_rl.errors import TrainerError
+
+    config = parse_config(ROOM_CONFIG)
+    adapter = SimpleNamespace(last_trajectories=[], group_rm=True, rollouts=SimpleNamespace(config=config))
+    with pytest.raises(TrainerError, match="group_rm"):
+        turn_credit_trainer_class()(model=None, rollout_func=adapter)
+    with pytest.raises(TrainerError, match="TrlAdapter"):
+        turn_credit_trainer_class()(model=None, rollout_func=lambda prompts, trainer: {})

@@ -238,11 +238,15 @@ class TrlSession:
 
     def trainer(self, callbacks: Sequence[Any] = (), *, fresh: bool = False) -> Any:
         """The `GRPOTrainer` (built once; `fresh` builds a new one, e.g. to resume): the adapter as `rollout_func`,
-        its `episode_reward` as the reward, LoRA if asked."""
+        its `episode_reward` as the reward, LoRA if asked. With `advantage: {estimator: turn | mix}` in the
+        config, the subclass that trains per-token advantages from the turns' returns (`backends.trl_credit`)."""
         if self._trainer is None or fresh:
             from trl import GRPOTrainer
 
-            self._trainer = GRPOTrainer(
+            from openreward_rl.backends.trl_credit import turn_credit_trainer_class
+
+            trainer_class = turn_credit_trainer_class() if self.config.advantage.per_token else GRPOTrainer
+            self._trainer = trainer_class(
                 model=self.model,
                 processing_class=self.tokenizer,
                 reward_funcs=[self.adapter.episode_reward],
