@@ -64,6 +64,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-response-len", type=int, default=24, help="tokens per reply (default 24)")
     parser.add_argument("--temperature", type=float, default=0.7)
     parser.add_argument("--lora", action="store_true", help="train a LoRA adapter instead of all weights")
+    parser.add_argument("--sampler-memory", type=float, default=0.5, help="GPU: share of its memory for the sampler's KV cache (default 0.5)")
     parser.add_argument("--estimator", action="append", choices=("episode", "turn", "mix"),
                         help="advantage estimator; repeat to compare (default: the config's advantage.estimator)")
     parser.add_argument("--plugin", action="append", default=[], help="a Python file to import first (it may register a parser); repeatable")
@@ -124,7 +125,7 @@ def run_seed(args: argparse.Namespace, seed: int, estimator: str | None = None) 
     options = TrlOptions(
         model=args.model, device=args.device, bf16=args.bf16, max_steps=args.steps, prompts_per_step=args.rollout_batch_size,
         n_samples=args.n_samples, lr=args.lr, temperature=args.temperature, max_new_tokens=args.max_response_len,
-        save_interval=0, lora=args.lora, seed=seed, output_dir=tempfile.mkdtemp(prefix=f"learning_curve_seed{seed}_"),  # no checkpoints
+        save_interval=0, lora=args.lora, seed=seed, sampler_memory=args.sampler_memory, output_dir=tempfile.mkdtemp(prefix=f"learning_curve_seed{seed}_"),  # no checkpoints
     )  # fmt: skip
     started = time.monotonic()
     curve: list[dict[str, Any]] = []
@@ -193,6 +194,10 @@ def main(argv: list[str] | None = None) -> int:
     from openreward_rl.backends.trl_run import TrlOptions
 
     device = TrlOptions(model=args.model, device=args.device).resolved_device
+    if device.startswith("cuda"):
+        import torch
+
+        device = f"{device}: {torch.cuda.get_device_name()}"
     results: dict[str, Any] = {
         "environment": args.serve.rsplit(":", 1)[1], "model": args.model, "device": device, "eval_split": args.eval_split,
         "settings": {k: v.replace(f"{REPO}/", "") if isinstance(v, str) else v for k, v in vars(args).items() if k not in ("seed", "out")},

@@ -37,6 +37,8 @@ class TrlOptions:
     - `prompts_per_step` tasks per optimizer step, each run `n_samples` times (one GRPO group each);
       the step trains on `prompts_per_step * n_samples` episodes.
     - `max_new_tokens` per model call, `max_context_len` per episode (None: the model's).
+    - `sampler_memory`: on a GPU, the share of its memory (less what this process holds) the sampler's KV cache may take (the
+      trainer needs the rest; lower it to run several trainings on one GPU).
     - `save_interval`: steps between checkpoints in `output_dir` (TRL's `checkpoint-N` folders, each
       with the optimizer state to resume from; the last step is always saved); 0: no checkpoints.
     """
@@ -67,6 +69,7 @@ class TrlOptions:
     logging_steps: int = 1
     family: str | None = None
     gradient_checkpointing: bool = False
+    sampler_memory: float = 0.5
 
     def __attrs_post_init__(self) -> None:
         if self.save_interval < 0:
@@ -78,6 +81,8 @@ class TrlOptions:
             raise ValueError(f"n-samples must be at least 2 (GRPO compares the samples of a group), got {self.n_samples}")
         if not self.temperature > 0:
             raise ValueError(f"temperature must be > 0 for GRPO sampling, got {self.temperature}")
+        if not 0 < self.sampler_memory < 1:
+            raise ValueError(f"sampler-memory must be in (0, 1), got {self.sampler_memory}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top-p must be in (0, 1], got {self.top_p}")
         if self.device not in (None, "cpu", "cuda") and not str(self.device).startswith("cuda:"):
@@ -208,7 +213,7 @@ class TrlSession:
             adapter = TrlAdapter.build(
                 prepared, tokenizer, None, model=options.model, sampling=options.sampling, max_new_tokens=options.max_new_tokens,
                 max_context_len=options.max_context_len, episode=episode or ToolEpisode, concurrency=options.concurrency, group_rm=options.group_rm,
-                continuous_batching={} if options.resolved_device == "cpu" else {"max_memory_percent": 0.5},  # GPU: leave the trainer room
+                continuous_batching={} if options.resolved_device == "cpu" else {"max_memory_percent": options.sampler_memory},  # GPU: leave the trainer room
             )  # fmt: skip
 
             async def make_client() -> Any:

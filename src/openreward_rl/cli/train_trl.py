@@ -59,6 +59,7 @@ def add_trl_arguments(parser: Any) -> None:
     group.add_argument("--family", default=None, help="model family, overriding the config's model_family (docs/families.md)")
     group.add_argument("--seed", type=int, default=0, help="training seed and task shuffle seed (default 0)")
     group.add_argument("--concurrency", type=int, default=32, help="episodes in flight at once (default 32)")
+    group.add_argument("--sampler-memory", type=float, default=0.5, help="GPU: share of its memory for the sampler's KV cache (default 0.5)")
 
 
 def _shared(args: Any, name: str) -> Any:
@@ -104,6 +105,7 @@ def options_from_args(args: Any) -> Any:
         run_name=getattr(args, "wandb_run", None),
         family=args.family,
         gradient_checkpointing=args.gradient_checkpointing,
+        sampler_memory=args.sampler_memory,
     )
 
 
