@@ -76,6 +76,7 @@ class FamilyCase:
     always_reasons: bool = False  # the template opens reasoning in every generation prompt (MiniMax M2)
     # the tokenizer under another name (a fine-tune whose name no family knows: its chat template decides)
     renamed: str | None = None
+    call_id_format: str = "call_{index}_{n}"  # the call ids the scripted model writes (Mistral: 9 letters or digits)
 
 
 def case_tokenizer(case: FamilyCase) -> Any:
@@ -108,7 +109,8 @@ def plan(family: ModelFamily, answer: str, case: FamilyCase) -> list[PlannedTurn
 
 def assistant_message(turn: PlannedTurn, index: int, case: FamilyCase) -> dict[str, Any]:
     return probe_assistant_message(
-        turn.content, reasoning=turn.reasoning, calls=turn.calls, index=index, reasoning_key=case.reasoning_key, string_arguments=case.arguments_as_strings
+        turn.content, reasoning=turn.reasoning, calls=turn.calls, index=index, reasoning_key=case.reasoning_key,
+        string_arguments=case.arguments_as_strings, call_id_format=case.call_id_format,
     )
 
 

