@@ -274,8 +274,7 @@ def test_every_parser_belongs_to_a_family_and_proven_here_is_honest() -> None:
         ("deepseek-ai/DeepSeek-R1-0528", "deepseek-v3", "first tool-call message"),
         ("moonshotai/Kimi-K3", "kimi-k3", "no Kimi K3 tokenizer"),
         ("Qwen/Qwen3-Coder-30B-A3B-Instruct", "qwen3-coder", "not Qwen3.5's"),
-        ("LiquidAI/LFM2-1.2B", "pythonic", "LFM2"),
-        ("meta-llama/Llama-4-Scout-17B-16E-Instruct", "pythonic", "Llama 4"),
+        ("allenai/Olmo-3-7B-Instruct", "pythonic", "OLMo 3"),
         ("deepseek-ai/DeepSeek-R1-Distill-Qwen-7B", "deepseek-v3", "first tool-call message"),
     ],
 )
@@ -303,6 +302,8 @@ def test_unproven_families_are_refused_before_any_episode(model: str, family: st
         ("XiaomiMiMo/MiMo-V2-Flash", "qwen-xml"),
         ("mistralai/Mistral-Small-3.2-24B-Instruct-2506", "mistral"),
         ("mistralai/Devstral-Small-2507", "mistral"),
+        ("LiquidAI/LFM2-1.2B", "lfm2"),
+        ("meta-llama/Llama-4-Scout-17B-16E-Instruct", "llama4"),
     ],
 )
 def test_more_families_from_model_names(model: str, family: str | None) -> None:

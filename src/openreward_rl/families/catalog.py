@@ -478,7 +478,40 @@ register_family(
         "(tekken_240718); bridge: the family's training format (families/mistral.py)",
     )
 )
+# Pythonic calls (`[f(a=1)]`). Proven at start-up only: no tokenizer with its chat template ships offline.
+# tests/test_families_pythonic.py checks llama4 against Meta's official chat format (llama-models 0.3.0's
+# ChatFormat on the real Llama 4 vocabulary), and lfm2 against trl 1.16.0's LFM2 templates on a tokenizer
+# assembled for the test.
+register_family(
+    ModelFamily(
+        name="llama4",
+        parser="pythonic",
+        tool_turn_stops=("<|eom|>", "<|eot|>"),  # Meta's chat format ends a tool-call message with <|eom|>
+        final_turn_stops=("<|eot|>",),
+        parallel_calls=False,  # Meta's chat format reads one call per message
+        name_patterns=(r"llama-?4",),
+        template_markers=(("<|header_start|>", "<|eot|>"),),
+        template_source="none here: Llama 4 (its HF chat template ships in no offline package); checked against llama-models 0.3.0's "
+        "official ChatFormat; template-derived bridge; proven at start-up",
+    )
+)
+register_family(
+    ModelFamily(
+        name="lfm2",
+        parser="pythonic",
+        tool_turn_stops=("<|im_end|>",),
+        final_turn_stops=("<|im_end|>",),
+        parallel_calls=True,
+        thinking=THINK_TAGS,  # LFM2.5
+        reasoning_key="thinking",  # LFM2.5's template reads message.thinking
+        reasoning_in_history="kept as sampled; LFM2.5's template drops reasoning before the last user message",
+        name_patterns=(r"lfm-?2",),
+        template_markers=(("<|tool_call_start|>",), ("<|tool_list_start|>",)),
+        template_source="none here: LiquidAI LFM2 / LFM2.5 (trl 1.16.0 lfm2*.jinja; template-derived bridge); proven at start-up",
+    )
+)
 _refuse(
-    "pythonic", "pythonic", (r"llama-?4", r"lfm2", r"olmo-?3", r"toolace"), (("<|tool_call_start|>",), ("<|python_start|>",)),
-    _NO_ASSETS.format(what="tokenizer of a pythonic-call model (Llama 4 ships no chat template; LFM2, OLMo 3 and ToolACE no tokenizer)"),
+    "pythonic", "pythonic", (r"olmo-?3", r"toolace"), (),
+    _NO_ASSETS.format(what="chat template of OLMo 3 or ToolACE (trl 1.16.0 ships none, ai2-olmo-core only a plain concatenating default)")
+    + "; Llama 4 and LFM2 have their own families (llama4, lfm2)",
 )
