@@ -35,6 +35,7 @@ import attrs
 __all__ = ["MISTRAL_SYSTEM_PROMPT", "MistralBridge", "SystemPromptDropped", "mistral_bridge"]
 
 _USER = "ORRL_USER_7f3a"
+_ASSISTANT = "ORRL_ASSISTANT_7f3a"
 _STAND_IN_ID = "orrl7f3a0"  # Mistral templates want 9-character alphanumeric call ids
 
 
@@ -60,7 +61,9 @@ class MistralBridge:
     def message_text(self, message: Mapping[str, Any]) -> str:
         """One new message as the template writes it after an assistant turn, with no system prompt or tools."""
         if message["role"] == "user":
-            return self._after(self._render([]), [{"role": "user", "content": message["content"]}])
+            # after a stand-in exchange, so that what a template writes once at the start (a default system prompt) stays put
+            before = [{"role": "user", "content": _USER}, {"role": "assistant", "content": _ASSISTANT}]
+            return self._after(self._render(before), [*before, {"role": "user", "content": message["content"]}])
         if message["role"] == "tool":
             call_id = str(message.get("tool_call_id") or _STAND_IN_ID)
             call = {"id": call_id, "type": "function", "function": {"name": message.get("name") or "tool", "arguments": {}}}
@@ -69,8 +72,6 @@ class MistralBridge:
         raise ValueError(f"the mistral training format appends tool results and user messages, not {message['role']!r} messages")
 
     def _render(self, messages: list[dict[str, Any]]) -> str:
-        if not messages:
-            return str(self.tokenizer.bos_token or "")
         return self.tokenizer.apply_chat_template(messages, tools=None, tokenize=False, add_generation_prompt=False, **self.template_kwargs)
 
     def _after(self, base: str, messages: list[dict[str, Any]]) -> str:
