@@ -71,6 +71,24 @@ def test_llama4_declarations_that_disagree_with_the_official_format_are_refused(
     assert not llama3.exact and "'<|eom_id|>', which this tokenizer does not have as one token" in llama3.difference
 
 
+@pytest.mark.anyio
+async def test_a_llama4_episode_against_meta_s_official_chat_format(env_server: Any, openreward_client: Any) -> None:
+    """The scripted MathEnv episode of tests/family_episodes.py (an unknown tool, whose feedback is a user
+    message mid-episode, more calls, the answer) through ToolEpisode, the SGLang double and the real
+    environment server, on the real Llama 4 vocabulary, every prompt compared token for token with Meta's
+    ChatFormat (in the place of a chat template no offline package ships). ChatFormat never rewrites
+    history, so no rule applies; a call turn ends on <|eom|>."""
+    from family_episodes import FamilyCase, check_family_run, run_family_episode
+
+    family = _with_official_encoder("llama4", OfficialLlama4Encoder())
+    case = FamilyCase("llama4 (built by the test)", load=llama4_tokenizer, family=family, thinks=False)
+    run = await run_family_episode(env_server, openreward_client, case)
+    check_family_run(run)
+    eom = run.tokenizer.convert_tokens_to_ids("<|eom|>")
+    assert [t.sampled_ids[-1] == eom for t in run.trajectory.turns] == [bool(p.calls) for p in run.turns]
+    assert any(m["role"] == "user" for m in run.trajectory.messages[2:])  # the unknown tool's feedback
+
+
 # LFM2's special tokens, as its templates and the pythonic parser use them
 LFM2_TOKENS = ["<|startoftext|>", "<|tool_list_start|>", "<|tool_list_end|>", "<|tool_call_start|>", "<|tool_call_end|>", "<|tool_response_start|>", "<|tool_response_end|>"]
 
