@@ -85,6 +85,23 @@ def test_the_packaged_nemo_tokenizer_is_the_official_one(hf: Any, official: dict
         assert hf.convert_tokens_to_ids(token) == tekken.get_special_token(token)
 
 
+def test_which_official_mistral_tokenizers_ship_offline() -> None:
+    """What the docs say mistral-common 1.13.1 ships: v1, v2, v3, v7 sentencepiece models and two v3 Tekken
+    files, whose vocabularies lack v11/v13's [ARGS] and [CALL_ID] and Magistral's [THINK]; so those formats
+    are proven only at start-up."""
+    data = TEKKEN_NEMO.parent
+    assert sorted(p.name for p in data.iterdir()) == [
+        "mistral_instruct_tokenizer_240216.model.v2", "mistral_instruct_tokenizer_240323.model.v3", "mistral_instruct_tokenizer_241114.model.v7",
+        "mistral_instruct_tokenizer_241114.model.v7m1", "tekken_240718.json", "tekken_240911.json", "tokenizer.model.v1",
+    ]  # fmt: skip
+    for name in ("tekken_240718.json", "tekken_240911.json"):
+        tekken = MistralTokenizer.from_file(str(data / name)).instruct_tokenizer.tokenizer
+        assert tekken.version.value == "v3"
+        for token in ("[ARGS]", "[CALL_ID]", "[THINK]"):
+            with pytest.raises(ValueError, match="Unknown control token"):
+                tekken.get_special_token(token)
+
+
 def test_the_training_format_is_mistral_commons_v3_while_the_episode_has_one_user_message(hf: Any, official: dict[str, MistralTokenizer]) -> None:
     """System prompt, tools, user question; two parallel calls and their results; one more call; the
     answer. Each sampled turn is the official encoder's own ids for it; each prompt the family's renderer
