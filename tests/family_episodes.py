@@ -76,12 +76,18 @@ class FamilyCase:
     always_reasons: bool = False  # the template opens reasoning in every generation prompt (MiniMax M2)
     # the tokenizer under another name (a fine-tune whose name no family knows: its chat template decides)
     renamed: str | None = None
+    call_id_format: str = "call_{index}_{n}"  # the call ids the scripted model writes (Mistral: 9 letters or digits)
+    # a tokenizer built by the test instead of `tokenizer` (Llama 4's, converted from llama-models' tokenizer.model)
+    load: Callable[[], Any] | None = None
+    # the family to run instead of the catalog's, e.g. the catalog's with an official encoder in the place of the
+    # user's chat template (Llama 4: Meta's ChatFormat); the reference renders through it too
+    family: ModelFamily | None = None
 
 
 def case_tokenizer(case: FamilyCase) -> Any:
     """The case's real tokenizer; with `renamed`, a shallow copy whose name_or_path is that name (the
     files, vocabulary and chat template are the packaged ones, unchanged)."""
-    tokenizer = load_tokenizer(case.tokenizer)
+    tokenizer = case.load() if case.load is not None else load_tokenizer(case.tokenizer)
     if case.renamed is None:
         return tokenizer
     renamed = copy.copy(tokenizer)
@@ -108,12 +114,13 @@ def plan(family: ModelFamily, answer: str, case: FamilyCase) -> list[PlannedTurn
 
 def assistant_message(turn: PlannedTurn, index: int, case: FamilyCase) -> dict[str, Any]:
     return probe_assistant_message(
-        turn.content, reasoning=turn.reasoning, calls=turn.calls, index=index, reasoning_key=case.reasoning_key, string_arguments=case.arguments_as_strings
+        turn.content, reasoning=turn.reasoning, calls=turn.calls, index=index, reasoning_key=case.reasoning_key,
+        string_arguments=case.arguments_as_strings, call_id_format=case.call_id_format,
     )
 
 
 def render(tokenizer: Any, messages: Sequence[dict[str, Any]], tools: Any, case: FamilyCase, *, generation_prompt: bool) -> str:
-    family = family_for(tokenizer)
+    family = case.family or family_for(tokenizer)
     if family.encoder_factory is not None:  # the official encoder (DeepSeek-V4's encoding_dsv4.py) is its template
         return family.encoder_factory(tokenizer).render(list(messages), tools, add_generation_prompt=generation_prompt, **case.template_kwargs)
     return tokenizer.apply_chat_template(
@@ -184,7 +191,7 @@ async def run_family_episode(
     env_server: LocalEnvServer, client: AsyncOpenReward, case: FamilyCase, *, settings: EpisodeSettings | None = None
 ) -> FamilyRun:
     tokenizer = case_tokenizer(case)
-    family = family_for(tokenizer)
+    family = case.family or family_for(tokenizer)
     cls = load_environment_class(next(s for s in env_server.specs if s.endswith(":MathEnv")))
     answer = cls.list_tasks("train")[3]["answer"]
     turns = plan(family, answer, case)

@@ -160,8 +160,14 @@ async def test_training_hooks_pick_the_family_from_hf_checkpoint(tmp_path: Any, 
         assert state.rollouts.renderer.family is None and state.rollouts.parser.name == "llama3_json"
     finally:
         await state.aclose()
-    with pytest.raises(UnsupportedModelError, match="the mistral model family is not supported"):
-        build("offline:mistral-nemo")
+    with pytest.raises(UnsupportedModelError, match="the deepseek-v3 model family is not supported"):
+        build("offline:deepseek-v3")
+    state = build("offline:mistral-nemo")  # its training format, proven on its template by the start-up check
+    try:
+        assert state.rollouts.renderer.family.name == "mistral" and state.rollouts.parser.name == "mistral"
+        assert state.rollouts.renderer.engine_stop_token_ids == (state.tokenizer.convert_tokens_to_ids("</s>"),)
+    finally:
+        await state.aclose()
     # the start-up check runs in the hooks too: the qwen3 family is not token-exact on Qwen3-2507's template
     from openreward_rl.families.probe import ModelCheckError
 
@@ -268,10 +274,7 @@ def test_every_parser_belongs_to_a_family_and_proven_here_is_honest() -> None:
         ("deepseek-ai/DeepSeek-R1-0528", "deepseek-v3", "first tool-call message"),
         ("moonshotai/Kimi-K3", "kimi-k3", "no Kimi K3 tokenizer"),
         ("Qwen/Qwen3-Coder-30B-A3B-Instruct", "qwen3-coder", "not Qwen3.5's"),
-        ("mistralai/Mistral-Small-3.2-24B-Instruct-2506", "mistral", "rewrites earlier turns"),
-        ("mistralai/Devstral-Small-2507", "mistral", "last user message only"),
-        ("LiquidAI/LFM2-1.2B", "pythonic", "LFM2"),
-        ("meta-llama/Llama-4-Scout-17B-16E-Instruct", "pythonic", "Llama 4"),
+        ("allenai/Olmo-3-7B-Instruct", "pythonic", "OLMo 3"),
         ("deepseek-ai/DeepSeek-R1-Distill-Qwen-7B", "deepseek-v3", "first tool-call message"),
     ],
 )
@@ -297,6 +300,10 @@ def test_unproven_families_are_refused_before_any_episode(model: str, family: st
         ("deepseek-ai/DeepSeek-V3.2-Exp", "deepseek-v3.2"),
         ("MiniMaxAI/MiniMax-M2", "minimax-m2"),
         ("XiaomiMiMo/MiMo-V2-Flash", "qwen-xml"),
+        ("mistralai/Mistral-Small-3.2-24B-Instruct-2506", "mistral"),
+        ("mistralai/Devstral-Small-2507", "mistral"),
+        ("LiquidAI/LFM2-1.2B", "lfm2"),
+        ("meta-llama/Llama-4-Scout-17B-16E-Instruct", "llama4"),
     ],
 )
 def test_more_families_from_model_names(model: str, family: str | None) -> None:
@@ -335,9 +342,11 @@ def test_deepseek_v3_refusal_holds_for_its_official_template() -> None:
         family_for(_Unnamed(tokenizer.chat_template))
 
 
-def test_mistral_refusal_holds_for_its_official_template() -> None:
+def test_mistral_template_rewrites_history_so_the_family_states_its_training_format() -> None:
     """Mistral-Nemo's own template writes the system prompt into the last user message only: once the
-    assistant has replied, the system prompt the model was prompted with is gone from the render."""
+    assistant has replied, the system prompt the model was prompted with is gone from the render. The
+    `mistral` family keeps it (its training format, families/mistral.py) and states the rule the start-up
+    check applies; tests/test_families_mistral.py checks the format against mistral-common."""
     tokenizer = load_tokenizer("offline:mistral-nemo")
     start = [{"role": "system", "content": "SYSTEM-7f3a"}, {"role": "user", "content": "Q?"}]
     prompt = tokenizer.apply_chat_template(start, tools=CALCULATOR, tokenize=False, add_generation_prompt=True)
@@ -345,8 +354,8 @@ def test_mistral_refusal_holds_for_its_official_template() -> None:
     rendered = tokenizer.apply_chat_template(after, tools=CALCULATOR, tokenize=False, add_generation_prompt=True)
     assert "SYSTEM-7f3a" in prompt and "SYSTEM-7f3a" not in rendered
     assert not rendered.startswith(prompt)
-    with pytest.raises(UnsupportedModelError, match="mistral model family is not supported"):
-        family_for(tokenizer)
+    family = family_for(tokenizer)
+    assert family.name == "mistral" and "system prompt" in str(family.history_rule)
 
 
 def test_eval_refuses_a_refused_family_before_any_episode(capsys: Any, monkeypatch: Any) -> None:

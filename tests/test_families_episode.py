@@ -161,6 +161,13 @@ CASES = {
     "deepseek-v4": FamilyCase("offline:deepseek-v4", arguments_as_strings=True, template_kwargs={"enable_thinking": True}),
     "deepseek-v4-chat": FamilyCase("offline:deepseek-v4", arguments_as_strings=True, thinks=False),
     "deepseek-v3.1": FamilyCase("offline:deepseek-v3.1", arguments_as_strings=True, thinks=False),
+    # the training format (families/mistral.py): Nemo's template drops the system prompt once the assistant answers
+    # (the family's rule); the error turn is a call the environment answers with an error, because the template
+    # cannot render a user message after tool results (it requires user/assistant alternation): the training
+    # format's `[INST]…[/INST]` there is checked against mistral-common in tests/test_families_mistral.py
+    "mistral-nemo": FamilyCase(
+        "offline:mistral-nemo", error_call=LLAMA_ERROR, call_id_format="call{index}x{n:03d}", history_rule=get_family("mistral").history_rule
+    ),
     "minimax-m2": FamilyCase(
         "offline:minimax-m2",
         always_reasons=True,

@@ -4,7 +4,8 @@ the completion the model would have produced (after the generation prompt, stop 
 parse it back and require the same calls, reasoning and content.
 
 Templates are pinned by sha256 so that a changed package shows up here, not as a silent drift.
-Mistral is not covered: no Mistral chat template or mistral-common is installed in this environment.
+Mistral is not covered here: tests/test_families_mistral.py parses the turns Mistral-Nemo's template and
+mistral-common's v3 encoder write (the mistral family's start-up probe parses every call).
 """
 
 from __future__ import annotations

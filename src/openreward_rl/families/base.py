@@ -84,6 +84,9 @@ class ModelFamily:
     # whether call arguments must be JSON strings (DeepSeek). The start-up probe writes its messages so
     reasoning_key: str = "reasoning_content"
     string_arguments: bool = False
+    # the call ids the probe writes (`str.format` with `index`, the turn, and `n`, the call): Mistral's
+    # templates want exactly 9 letters or digits
+    call_id_format: str = "call_{index}_{n}"
     # how the template rewrites history the episode keeps as sampled (`families.history`): the start-up
     # check compares the episode's ids mapped by it with the template's
     history_rule: HistoryRule | None = None

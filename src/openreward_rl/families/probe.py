@@ -64,6 +64,7 @@ TOOLS = [
 RESULTS = {"1 + 1": "2", "2 * 3": "6", "1 / 0": "Error: division by zero", "(1 + 1) * 3": "6"}
 REASONING = "I should check the product with the calculator."
 ANSWER = "The answer is 6."
+_TURN_MARK = "ORRL_TURN_7f3a"
 
 
 class ModelCheckError(ModelFamilyError):
@@ -141,7 +142,7 @@ def cache_key(tokenizer: Any, family: ModelFamily, template_kwargs: Mapping[str,
             family.name, family.parser, family.tool_turn_stops, family.final_turn_stops, family.parallel_calls,
             attrs.asdict(family.thinking) if family.thinking else None, dict(family.rewritten_closers),
             family.reasoning_key, family.string_arguments, _qualname(family.bridge_factory), _qualname(family.encoder_factory),
-            repr(family.history_rule),
+            repr(family.history_rule), *([family.call_id_format] if family.call_id_format != "call_{index}_{n}" else []),
         ],
         "kwargs": dict(template_kwargs),
     }
@@ -272,7 +273,7 @@ def _reasoning_mode(renderer: ChatRenderer, family: ModelFamily) -> str:
         return "none"  # the generation prompt closes reasoning (thinking off)
     mark = "ORRL_PROBE_REASONING_7f3a"
     turn = _assistant(_Turn(calls=("1 + 1",), reasoning=mark), 0, family)
-    reply = {"role": "tool", "tool_call_id": "call_0_0", "name": "calculator", "content": "2"}
+    reply = {"role": "tool", "tool_call_id": turn["tool_calls"][0]["id"], "name": "calculator", "content": "2"}
     try:
         text = renderer.render_text([{"role": "user", "content": QUESTION}, turn, reply], TOOLS, add_generation_prompt=True)
     except ModelFamilyError:
@@ -309,10 +310,11 @@ def assistant_message(
     index: int = 0,
     reasoning_key: str = "reasoning_content",
     string_arguments: bool = False,
+    call_id_format: str = "call_{index}_{n}",
 ) -> dict[str, Any]:
     """An assistant message in the chat-template shape: `content`, reasoning under `reasoning_key`, and
-    `calls` (name, arguments) as tool calls `call_<index>_<n>`, their arguments a JSON string where the
-    template concatenates them (`string_arguments`).
+    `calls` (name, arguments) as tool calls `call_<index>_<n>` (or `call_id_format`, where the template
+    wants another shape), their arguments a JSON string where the template concatenates them (`string_arguments`).
 
     >>> assistant_message("", calls=[("calculator", {"expression": "1 + 1"})], index=2)["tool_calls"][0]["id"]
     'call_2_0'
@@ -323,7 +325,7 @@ def assistant_message(
     if calls:
         message["tool_calls"] = [
             {
-                "id": f"call_{index}_{n}",
+                "id": call_id_format.format(index=index, n=n),
                 "type": "function",
                 "function": {"name": name, "arguments": json.dumps(arguments) if string_arguments else arguments},
             }
@@ -334,7 +336,10 @@ def assistant_message(
 
 def _assistant(turn: _Turn, index: int, family: ModelFamily) -> dict[str, Any]:
     calls = [("calculator", {"expression": e}) for e in turn.calls]
-    return assistant_message(turn.content, reasoning=turn.reasoning, calls=calls, index=index, reasoning_key=family.reasoning_key, string_arguments=family.string_arguments)
+    return assistant_message(
+        turn.content, reasoning=turn.reasoning, calls=calls, index=index, reasoning_key=family.reasoning_key,
+        string_arguments=family.string_arguments, call_id_format=family.call_id_format,
+    )
 
 
 def template_turn(
@@ -357,10 +362,17 @@ def template_turn(
         # the template writes this turn without the end of its generation prompt (Qwen3 with thinking off
         # drops the empty reasoning block): the model answered after the whole prompt
         text = full[len(base) + len(_kept_part(renderer, opener, full[len(base) :])) :]
-    else:  # the template rewrote earlier turns once this one came (gpt-oss drops analysis before a final answer)
-        if not opener or opener not in full:
+    elif opener:  # the template rewrote earlier turns once this one came (gpt-oss drops analysis before a final answer)
+        if opener not in full:
             raise ModelCheckError("the template's generation prompt does not open the assistant turn it renders")
         text = full[full.rfind(opener) + len(opener) :]
+    else:  # no generation prompt, and earlier turns rewritten (Mistral-Nemo drops the system prompt once the assistant
+        # answers): the turn starts where the template starts an assistant message after `before` in that rewritten form
+        marked = renderer.render_text([*before, {"role": "assistant", "content": _TURN_MARK}], tools, add_generation_prompt=False)
+        head = marked[: marked.find(_TURN_MARK)]
+        if _TURN_MARK not in marked or not full.startswith(head):
+            raise ModelCheckError("the template rewrites the conversation, and no generation prompt shows where the assistant turn starts")
+        text = full[len(head) :]
     ends = [(text.find(c), c) for c in closers if c in text]
     if not ends:  # the template leaves the final closer to the next message (GLM's <|user|>)
         return text + closers[0]
