@@ -65,6 +65,22 @@ def test_without_its_history_rule_qwen3_thinking_off_is_not_exact() -> None:
     assert "'<|im_start|>' 'assistant' '\\n' ['<tool_call>']" in bare.difference  # the template dropped it
 
 
+def test_a_user_message_mid_episode_holds_only_through_the_familys_rule() -> None:
+    """After the error turn the probe sends a user message, as `ToolEpisode` sends feedback on an unknown
+    tool; the Qwen3.5 template then drops the reasoning of the turns before it. The family's declared rule
+    makes the comparison pass; without it the check names the first token it differs at. Qwen3.8's
+    template keeps that reasoning: exact with no rule applied."""
+    assert probe._plan(get_family("qwen3"), "none")[1].user == probe.FEEDBACK
+    tokenizer = load_tokenizer("offline:qwen3.5")
+    ruled = probe_family(tokenizer, get_family("qwen3.5"), {"enable_thinking": True})
+    assert ruled.exact and "before the last user message" in ruled.rule
+    bare = probe_family(tokenizer, attrs.evolve(get_family("qwen3.5"), history_rule=None), {"enable_thinking": True})
+    assert not bare.exact and "the prompt of turn 2 differs at token" in bare.difference
+    assert "'assistant' '\\n' ['<think>']" in bare.difference  # ours keeps the sampled reasoning
+    kept = probe_family(load_tokenizer("offline:qwen3.8"), get_family("qwen3.5"), {"enable_thinking": True})
+    assert kept.exact and kept.rule == ""
+
+
 def test_a_wrong_family_is_refused_with_the_first_differing_token() -> None:
     """The qwen3 family (its Qwen3Renderer bridge writes an empty reasoning block with thinking off) on the
     Qwen3-2507 template, which writes none: refused, naming the token, and how to override."""

