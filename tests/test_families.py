@@ -273,6 +273,13 @@ def test_every_parser_belongs_to_a_family_and_proven_here_is_honest() -> None:
         ("LiquidAI/LFM2-1.2B", "pythonic", "LFM2"),
         ("meta-llama/Llama-4-Scout-17B-16E-Instruct", "pythonic", "Llama 4"),
         ("deepseek-ai/DeepSeek-R1-Distill-Qwen-7B", "deepseek-v3", "first tool-call message"),
+        ("microsoft/Phi-3.5-mini-instruct", "phi", "phi3_5.jinja"),
+        ("microsoft/Phi-4-mini-instruct", "phi", "never writes an assistant message's tool_calls"),
+        ("microsoft/Phi-4-reasoning-plus", "phi", "Phi-4-reasoning"),
+        ("CohereLabs/c4ai-command-r-plus-08-2024", "command-r", "separate tool_use template"),
+        ("CohereLabs/aya-expanse-8b", "command-r", "raises on a tool message"),
+        ("CohereLabs/c4ai-command-r7b-12-2024", "cohere", "running index in the whole conversation"),
+        ("CohereLabs/c4ai-command-a-03-2025", "cohere", "running index in the whole conversation"),
     ],
 )
 def test_unproven_families_are_refused_before_any_episode(model: str, family: str, why: str) -> None:
@@ -297,6 +304,7 @@ def test_unproven_families_are_refused_before_any_episode(model: str, family: st
         ("deepseek-ai/DeepSeek-V3.2-Exp", "deepseek-v3.2"),
         ("MiniMaxAI/MiniMax-M2", "minimax-m2"),
         ("XiaomiMiMo/MiMo-V2-Flash", "qwen-xml"),
+        ("ByteDance-Seed/Seed-OSS-36B-Instruct", "seed-oss"),
     ],
 )
 def test_more_families_from_model_names(model: str, family: str | None) -> None:

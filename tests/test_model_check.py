@@ -237,3 +237,48 @@ def test_nemotron_3_family_on_an_assembled_tokenizer(template: str) -> None:
         assert verdict.reasoning == ("4 of 4 turns" if thinking else "none")
     wrong = probe_family(tokenizer, get_family("qwen3.5"), {"enable_thinking": False})
     assert not wrong.exact and "differs at token" in wrong.difference
+
+
+@pytest.mark.parametrize("template", ["phi3.jinja", "phi3_5.jinja"])
+def test_phi_refusal_holds_for_its_official_templates(template: str) -> None:
+    """Phi-3 / Phi-3.5's official templates (trl 1.16.0) on the Qwen3 tokenizer (ASSEMBLED for the test: the
+    template's structure only) write no tool call and no tool result: a call turn and its result vanish
+    from the history, so no episode with tools can be token-exact. By name and by these templates' markers
+    the family is `phi`, refused up front."""
+    tokenizer = _assembled_qwen3_tokenizer(template)
+    call = probe.assistant_message("", calls=[("calculator", {"expression": "1 + 1"})])
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Q?"}, call, {"role": "tool", "tool_call_id": "call_0_0", "content": "RESULT-2"}], tools=probe.TOOLS, tokenize=False
+    )
+    assert "calculator" not in text and "1 + 1" not in text and "RESULT-2" not in text
+    assert text.count("<|assistant|>") == 1  # the call turn is an empty assistant message
+    unnamed = copy.copy(tokenizer)
+    unnamed.name_or_path = "/checkpoints/step-100"
+    with pytest.raises(ModelFamilyError, match="the phi model family is not supported: the official templates render no tool turn"):
+        family_for(unnamed)
+
+
+@pytest.mark.parametrize("template", ["cohere.jinja", "cohere2.jinja"])
+def test_cohere_templates_trl_ships_render_no_tool_turn(template: str) -> None:
+    """trl 1.16.0's Cohere templates are Aya's (aya-expanse-8b, tiny-aya-earth), on the Qwen3 tokenizer with
+    Cohere's turn tokens (ASSEMBLED for the test). Neither renders a tool turn (cohere.jinja raises on a tool
+    message; cohere2.jinja drops the calls and writes a tool message as an empty turn), so by their markers
+    the family is `command-r`, refused up front."""
+    tokenizer = _assembled_qwen3_tokenizer(template)
+    tokenizer.add_special_tokens({"additional_special_tokens": COHERE_TOKENS})
+    call = probe.assistant_message("", calls=[("calculator", {"expression": "1 + 1"})])
+    conversation = [{"role": "user", "content": "Q?"}, call, {"role": "tool", "tool_call_id": "call_0_0", "content": "RESULT-2"}]
+    if template == "cohere.jinja":
+        with pytest.raises(Exception, match="Conversation roles must alternate"):
+            tokenizer.apply_chat_template(conversation, tools=probe.TOOLS, tokenize=False)
+    else:
+        text = tokenizer.apply_chat_template(conversation, tools=probe.TOOLS, tokenize=False)
+        assert "calculator" not in text and "RESULT-2" not in text
+    unnamed = copy.copy(tokenizer)
+    unnamed.name_or_path = "/checkpoints/step-100"
+    with pytest.raises(ModelFamilyError, match="the command-r model family is not supported: the default chat templates"):
+        family_for(unnamed)
+
+
+COHERE_TOKENS = ["<|START_OF_TURN_TOKEN|>", "<|END_OF_TURN_TOKEN|>", "<|SYSTEM_TOKEN|>", "<|USER_TOKEN|>", "<|CHATBOT_TOKEN|>",
+                 "<|START_RESPONSE|>", "<|END_RESPONSE|>", "<|START_THINKING|>", "<|END_THINKING|>", "<|START_ACTION|>", "<|END_ACTION|>"]

@@ -94,10 +94,10 @@ def parser_for_model(model: Any) -> str:
     ('llama3_json', 'hermes')
     """
     family = match_family(model)
-    if family is not None:
+    if family is not None and family.parser:  # a refused family may know no parser of its format (Phi)
         return family.parser
     name, template = _name_and_template(model)
-    parsers = sorted({f.parser for f in _FAMILIES.values()})
+    parsers = sorted({f.parser for f in _FAMILIES.values() if f.parser})
     raise UnsupportedModelError(
         f"cannot tell which tool-call format {name or 'this tokenizer'!r} uses"
         + (" (its chat template has no known markers)" if template else "")
@@ -111,7 +111,7 @@ def family_for(model: Any) -> ModelFamily:
     >>> family_for("acme/mystery-7b")
     Traceback (most recent call last):
     ...
-    openreward_rl.families.base.UnsupportedModelError: cannot tell which model family 'acme/mystery-7b' belongs to; set model_family (config) or --family to one of: nemotron-3, qwen3.5, qwen3, qwen, gpt-oss, glm-4.5, glm-4.7, hermes, granite-4, nemotron, qwen-xml, llama3, deepseek-v3.1, deepseek-v4, deepseek-v3.2, minimax-m2, kimi-k2.5, kimi-k2, gemma-4
+    openreward_rl.families.base.UnsupportedModelError: cannot tell which model family 'acme/mystery-7b' belongs to; set model_family (config) or --family to one of: nemotron-3, qwen3.5, qwen3, qwen, gpt-oss, glm-4.5, glm-4.7, hermes, granite-4, nemotron, qwen-xml, llama3, deepseek-v3.1, deepseek-v4, deepseek-v3.2, minimax-m2, kimi-k2.5, kimi-k2, gemma-4, seed-oss
     """
     family = find_family(model)
     if family is not None:
@@ -503,4 +503,46 @@ _refuse(
 _refuse(
     "pythonic", "pythonic", (r"llama-?4", r"lfm2", r"olmo-?3", r"toolace"), (("<|tool_call_start|>",), ("<|python_start|>",)),
     _NO_ASSETS.format(what="tokenizer of a pythonic-call model (Llama 4 ships no chat template; LFM2, OLMo 3 and ToolACE no tokenizer)"),
+)
+# ByteDance Seed-OSS: proven at start-up only (no Seed-OSS tokenizer or template ships offline). Its
+# official template writes Qwen3-Coder's <function=…> grammar inside <seed:tool_call>, values without
+# surrounding newlines, <seed:think> reasoning kept in every turn of history, every message ended by <seed:eos>.
+register_family(
+    ModelFamily(
+        name="seed-oss",
+        parser="seed_oss",
+        tool_turn_stops=("<seed:eos>",),
+        final_turn_stops=("<seed:eos>",),
+        parallel_calls=True,
+        thinking=ThinkingMarkers(("<seed:think>",), ("</seed:think>",)),
+        name_patterns=(r"seed-?oss",),
+        template_markers=(("<seed:tool_call>",),),
+        template_source="none here: ByteDance Seed-OSS (<seed:tool_call> calls, <seed:think> reasoning; template-derived bridge); proven at start-up",
+    )
+)
+# Cohere Command R7B / Command A: their template renders tool turns, but numbers the calls across the
+# conversation; the cohere parser reads their output.
+_refuse(
+    "cohere", "cohere", (r"command-?r7b|command-?a(?![a-z])",), (("<|START_ACTION|>",),),
+    "its chat template (CohereLabs/c4ai-command-r7b-12-2024, Command A alike) writes each call's tool_call_id as the "
+    "call's running index in the whole conversation, in the call turn and in the tool results that answer it, while "
+    "the template-derived bridge renders the tool results after the latest turn alone (its calls numbered from 0), so "
+    "from the second tool-call turn on the bridge cannot equal the template; no bridge here carries that index, and no "
+    "Command tokenizer or tool template ships offline to prove one",
+)
+_refuse(
+    "command-r", "", (r"command-?r(?!7b)", r"(?<![a-z])aya"), (("<|CHATBOT_TOKEN|>",),),
+    "the default chat templates of Command R / R+ (2024) and Aya render no tool turn (trl 1.16.0 cohere.jinja, "
+    "Aya's, raises on a tool message: roles must alternate; cohere2.jinja drops the calls and writes a tool message "
+    "as an empty turn); Command R / R+ take "
+    "tools only through a separate tool_use template, in Cohere's own tool schema and an `Action:` JSON format no "
+    "parser here reads",
+)
+_refuse(
+    "phi", "", (r"(?<![a-z])phi-?[34]",), (("<|assistant|>", "<|end|>"), ("<|im_start|>", "<|im_sep|>")),
+    "the official templates render no tool turn: Phi-3 / Phi-3.5 (trl 1.16.0 phi3.jinja, phi3_5.jinja) and Phi-4 / "
+    "Phi-4-reasoning (microsoft/phi-4 tokenizer_config) write only system, user and assistant content, dropping tool "
+    "calls and tool messages; Phi-4-mini's (microsoft/Phi-4-mini-instruct) takes tool definitions only as a system "
+    "message's `tools` string and never writes an assistant message's tool_calls, so a sampled call turn can never "
+    "equal the template's history",
 )
