@@ -247,8 +247,8 @@ def run(args: Any) -> int:
         if args.dry_run:
             config = load_config(spec.config)  # a dry run still refuses a broken config, a refused model family or a bad mode
             _check_family(config, spec.model)
-            _check_model(config, spec, required=False)
             _check_compaction(config, spec)
+            _check_model(config, spec, required=False)
             plan = plan_launch(spec, environ, ray_running=False)
             print("# starts Ray only if `ray status` finds no running cluster")
             print(plan.shell(environ))

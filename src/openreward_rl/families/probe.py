@@ -18,7 +18,8 @@ renders reasoning (every turn reasons where the generation prompt opens reasonin
 answer. Where a template rewrites earlier turns once a user message comes (drops the reasoning before
 it), the comparison holds only through the family's declared history rule. Not covered here: a nudge
 (`on_no_tool_call: nudge`: a user message after an answer without a call, so after a final-answer
-closer; gpt-oss writes that closer back as `<|end|>`), and the context after the final answer; the
+closer; gpt-oss writes that closer back as `<|end|>`), a turn whose calls all fail (feedback with no
+tool result before it), and the context after the final answer; the
 episode tests (`tests/test_families_episode.py`) prove the families marked `proven_here` further.
 
 Exact: the verdict is cached per process and on disk (`cache_dir()/model_checks`), keyed by the
