@@ -276,6 +276,13 @@ def test_every_parser_belongs_to_a_family_and_proven_here_is_honest() -> None:
         ("Qwen/Qwen3-Coder-30B-A3B-Instruct", "qwen3-coder", "not Qwen3.5's"),
         ("allenai/Olmo-3-7B-Instruct", "pythonic", "OLMo 3"),
         ("deepseek-ai/DeepSeek-R1-Distill-Qwen-7B", "deepseek-v3", "first tool-call message"),
+        ("microsoft/Phi-3.5-mini-instruct", "phi", "phi3_5.jinja"),
+        ("microsoft/Phi-4-mini-instruct", "phi", "never writes an assistant message's tool_calls"),
+        ("microsoft/Phi-4-reasoning-plus", "phi", "Phi-4-reasoning"),
+        ("CohereLabs/c4ai-command-r-plus-08-2024", "command-r", "separate tool_use template"),
+        ("CohereLabs/aya-expanse-8b", "command-r", "raises on a tool message"),
+        ("CohereLabs/c4ai-command-r7b-12-2024", "cohere", "running index in the whole conversation"),
+        ("CohereLabs/c4ai-command-a-03-2025", "cohere", "running index in the whole conversation"),
     ],
 )
 def test_unproven_families_are_refused_before_any_episode(model: str, family: str, why: str) -> None:
@@ -304,6 +311,7 @@ def test_unproven_families_are_refused_before_any_episode(model: str, family: st
         ("mistralai/Devstral-Small-2507", "mistral"),
         ("LiquidAI/LFM2-1.2B", "lfm2"),
         ("meta-llama/Llama-4-Scout-17B-16E-Instruct", "llama4"),
+        ("ByteDance-Seed/Seed-OSS-36B-Instruct", "seed-oss"),
     ],
 )
 def test_more_families_from_model_names(model: str, family: str | None) -> None:

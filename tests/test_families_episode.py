@@ -35,61 +35,6 @@ def gpt_oss_final(ours: str, template: str) -> tuple[str, str]:
     return stripped, template
 
 
-def _at(ids: list[int], pattern: list[int], index: int) -> bool:
-    return bool(pattern) and ids[index : index + len(pattern)] == pattern
-
-
-def reasoning_dropped_before_last_user(
-    user_opener: str, assistant_opener: str, opener: str, closer: str, *, tool_reply: str | None = None, replacement: str = ""
-) -> Callable[[Any, list[int]], list[int]]:
-    """The rule of templates that keep reasoning only after the last user message (Qwen3.5, MiniMax M2,
-    GLM-4.7): the episode keeps what the model sampled; ours with each reasoning block (`opener` …
-    `closer`) of the assistant turns before the last user message replaced by `replacement` must equal
-    the template, token for token. Works on ids: nothing is re-encoded but the markers. `tool_reply`:
-    the start of a user message that is a tool reply and so does not count (Qwen3.5 wraps them in one).
-    An opener that ends the context is a sampled stop token (GLM's `<|user|>`), not a user message."""
-
-    def rule(tokenizer: Any, ids: list[int]) -> list[int]:
-        def enc(text: str) -> list[int]:
-            return list(tokenizer.encode(text, add_special_tokens=False)) if text else []
-
-        user, assistant, think, end, reply, instead = map(enc, (user_opener, assistant_opener, opener, closer, tool_reply or "", replacement))
-        users = [i for i in range(len(ids)) if _at(ids, user, i) and i + len(user) < len(ids) and not _at(ids, reply, i + len(user))]
-        if not users:
-            return list(ids)
-        last = users[-1]
-        out: list[int] = []
-        i = 0
-        while i < last:
-            if _at(ids, assistant, i) and _at(ids, think, i + len(assistant)):
-                close = next(j for j in range(i + len(assistant), last) if _at(ids, end, j))
-                out += assistant + instead
-                i = close + len(end)
-            else:
-                out.append(ids[i])
-                i += 1
-        return out + list(ids[last:])
-
-    return rule
-
-
-def reasoning_dropped_before_last_user_text(user_opener: str, assistant_opener: str, block: str) -> Callable[[Any, list[int]], list[int]]:
-    """As `reasoning_dropped_before_last_user`, on text, then re-encoded: for MiniMax M2, whose template
-    writes `</think>\n\n` + `\n<minimax:tool_call>` (one `\n\n\n` token in ours), so removing the block
-    moves a token boundary. Weaker than the id-level rule: the removed turns are compared as text."""
-
-    def rule(tokenizer: Any, ids: list[int]) -> list[int]:
-        text = tokenizer.decode(ids)
-        users = [m.start() for m in re.finditer(re.escape(user_opener), text) if m.end() < len(text)]
-        if not users:
-            return list(ids)
-        head, tail = text[: users[-1]], text[users[-1] :]
-        head = re.sub(re.escape(assistant_opener) + block, lambda m: assistant_opener, head, flags=re.S)
-        return list(tokenizer.encode(head, add_special_tokens=False)) + list(ids[len(ids) - len(tokenizer.encode(tail, add_special_tokens=False)) :])
-
-    return rule
-
-
 def both(*rules: Callable[[Any, list[int]], list[int]]) -> Callable[[Any, list[int]], list[int]]:
     def rule(tokenizer: Any, ids: list[int]) -> list[int]:
         for each in rules:
@@ -118,10 +63,8 @@ def empty_reasoning_newlines(tokenizer: Any, ids: list[int]) -> list[int]:
     return out
 
 
-QWEN35_RULE = both(
-    reasoning_dropped_before_last_user("<|im_start|>user\n", "<|im_start|>assistant\n", "<think>", "</think>\n\n", tool_reply="<tool_response>"),
-    empty_reasoning_newlines,
-)
+# the families' declared rules (families/history.py: the start-up check applies them too), checked here on whole episodes
+QWEN35_RULE = both(get_family("qwen3.5").history_rule, empty_reasoning_newlines)
 
 CASES = {
     "qwen3": FamilyCase("offline:qwen3"),
@@ -139,7 +82,7 @@ CASES = {
         "offline:glm-4.7",
         final_rule=glm_final,
         always_reasons=True,
-        history_rule=reasoning_dropped_before_last_user("<|user|>", "<|assistant|>", "<think>", "</think>", replacement="</think>"),
+        history_rule=get_family("glm-4.7").history_rule,
     ),
     # a fine-tune whose name no family knows: the Qwen3 chat template decides, with no config
     "renamed-qwen3-finetune": FamilyCase("offline:qwen3", renamed="myorg/agent-7b"),
@@ -171,7 +114,7 @@ CASES = {
     "minimax-m2": FamilyCase(
         "offline:minimax-m2",
         always_reasons=True,
-        history_rule=reasoning_dropped_before_last_user_text("]~b]user\n", "]~b]ai\n", r"<think>\n.*?</think>\n\n"),
+        history_rule=get_family("minimax-m2").history_rule,
     ),
 }
 

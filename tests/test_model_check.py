@@ -40,6 +40,8 @@ def test_every_offline_tokenizer_passes_the_start_up_check(name: str, thinking: 
     verdict = probe_family(load_tokenizer(f"offline:{name}"), get_family(OFFLINE[name]), {"enable_thinking": thinking})
     assert verdict.exact, verdict.difference
     assert verdict.turns == 4 and verdict.tokens > 100
+    # the mid-episode user message is compared on every template but Mistral-Nemo's, which refuses to render it
+    assert bool(verdict.not_compared) == (name == "mistral-nemo"), verdict.not_compared
 
 
 def test_the_probe_reasons_and_calls_in_parallel_where_the_family_does() -> None:
@@ -64,6 +66,22 @@ def test_without_its_history_rule_qwen3_thinking_off_is_not_exact() -> None:
     assert "the prompt of turn 1 differs at token" in bare.difference
     assert "'<|im_start|>' 'assistant' '\\n' ['<think>']" in bare.difference  # ours keeps the block
     assert "'<|im_start|>' 'assistant' '\\n' ['<tool_call>']" in bare.difference  # the template dropped it
+
+
+def test_a_user_message_mid_episode_holds_only_through_the_familys_rule() -> None:
+    """After the error turn the probe sends a user message, as `ToolEpisode` sends feedback on an unknown
+    tool; the Qwen3.5 template then drops the reasoning of the turns before it. The family's declared rule
+    makes the comparison pass; without it the check names the first token it differs at. Qwen3.8's
+    template keeps that reasoning: exact with no rule applied."""
+    assert probe._plan(get_family("qwen3"), "none")[1].user == probe.FEEDBACK
+    tokenizer = load_tokenizer("offline:qwen3.5")
+    ruled = probe_family(tokenizer, get_family("qwen3.5"), {"enable_thinking": True})
+    assert ruled.exact and "before the last user message" in ruled.rule
+    bare = probe_family(tokenizer, attrs.evolve(get_family("qwen3.5"), history_rule=None), {"enable_thinking": True})
+    assert not bare.exact and "the prompt of turn 2 differs at token" in bare.difference
+    assert "'assistant' '\\n' ['<think>']" in bare.difference  # ours keeps the sampled reasoning
+    kept = probe_family(load_tokenizer("offline:qwen3.8"), get_family("qwen3.5"), {"enable_thinking": True})
+    assert kept.exact and kept.rule == ""
 
 
 def test_a_wrong_family_is_refused_with_the_first_differing_token() -> None:
@@ -222,3 +240,48 @@ def test_nemotron_3_family_on_an_assembled_tokenizer(template: str) -> None:
         assert verdict.reasoning == ("4 of 4 turns" if thinking else "none")
     wrong = probe_family(tokenizer, get_family("qwen3.5"), {"enable_thinking": False})
     assert not wrong.exact and "differs at token" in wrong.difference
+
+
+@pytest.mark.parametrize("template", ["phi3.jinja", "phi3_5.jinja"])
+def test_phi_refusal_holds_for_its_official_templates(template: str) -> None:
+    """Phi-3 / Phi-3.5's official templates (trl 1.16.0) on the Qwen3 tokenizer (ASSEMBLED for the test: the
+    template's structure only) write no tool call and no tool result: a call turn and its result vanish
+    from the history, so no episode with tools can be token-exact. By name and by these templates' markers
+    the family is `phi`, refused up front."""
+    tokenizer = _assembled_qwen3_tokenizer(template)
+    call = probe.assistant_message("", calls=[("calculator", {"expression": "1 + 1"})])
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Q?"}, call, {"role": "tool", "tool_call_id": "call_0_0", "content": "RESULT-2"}], tools=probe.TOOLS, tokenize=False
+    )
+    assert "calculator" not in text and "1 + 1" not in text and "RESULT-2" not in text
+    assert text.count("<|assistant|>") == 1  # the call turn is an empty assistant message
+    unnamed = copy.copy(tokenizer)
+    unnamed.name_or_path = "/checkpoints/step-100"
+    with pytest.raises(ModelFamilyError, match="the phi model family is not supported: the official templates render no tool turn"):
+        family_for(unnamed)
+
+
+@pytest.mark.parametrize("template", ["cohere.jinja", "cohere2.jinja"])
+def test_cohere_templates_trl_ships_render_no_tool_turn(template: str) -> None:
+    """trl 1.16.0's Cohere templates are Aya's (aya-expanse-8b, tiny-aya-earth), on the Qwen3 tokenizer with
+    Cohere's turn tokens (ASSEMBLED for the test). Neither renders a tool turn (cohere.jinja raises on a tool
+    message; cohere2.jinja drops the calls and writes a tool message as an empty turn), so by their markers
+    the family is `command-r`, refused up front."""
+    tokenizer = _assembled_qwen3_tokenizer(template)
+    tokenizer.add_special_tokens({"additional_special_tokens": COHERE_TOKENS})
+    call = probe.assistant_message("", calls=[("calculator", {"expression": "1 + 1"})])
+    conversation = [{"role": "user", "content": "Q?"}, call, {"role": "tool", "tool_call_id": "call_0_0", "content": "RESULT-2"}]
+    if template == "cohere.jinja":
+        with pytest.raises(Exception, match="Conversation roles must alternate"):
+            tokenizer.apply_chat_template(conversation, tools=probe.TOOLS, tokenize=False)
+    else:
+        text = tokenizer.apply_chat_template(conversation, tools=probe.TOOLS, tokenize=False)
+        assert "calculator" not in text and "RESULT-2" not in text
+    unnamed = copy.copy(tokenizer)
+    unnamed.name_or_path = "/checkpoints/step-100"
+    with pytest.raises(ModelFamilyError, match="the command-r model family is not supported: the default chat templates"):
+        family_for(unnamed)
+
+
+COHERE_TOKENS = ["<|START_OF_TURN_TOKEN|>", "<|END_OF_TURN_TOKEN|>", "<|SYSTEM_TOKEN|>", "<|USER_TOKEN|>", "<|CHATBOT_TOKEN|>",
+                 "<|START_RESPONSE|>", "<|END_RESPONSE|>", "<|START_THINKING|>", "<|END_THINKING|>", "<|START_ACTION|>", "<|END_ACTION|>"]

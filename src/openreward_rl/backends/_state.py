@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from openreward_rl.assets import load_tokenizer
-from openreward_rl.config import ConfigError, TrainConfig, config_path, load_config
+from openreward_rl.config import CHECK_MODEL_ENV, ConfigError, TrainConfig, config_path, load_config
 from openreward_rl.preflight import check_ready
 from openreward_rl.redaction import install_log_redaction
 from openreward_rl.loop.rollout import Rollouts
@@ -111,6 +111,8 @@ def load_process_parts(checkpoint: str) -> tuple[TrainConfig, Any, Any, Trajecto
 
     install_log_redaction()
     config = load_config()
+    if os.environ.get(CHECK_MODEL_ENV) == "0":  # `openreward-rl train --skip-check-model`
+        config = attrs.evolve(config, check_model=False)
     check_ready(config)
     tokenizer = load_tokenizer(checkpoint)
     client = AsyncOpenReward()

@@ -37,6 +37,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import attrs
+from openreward_rl.config import CHECK_MODEL_ENV
 from openreward_rl.errors import TrainerError
 
 from openreward_rl.redaction import KNOWN_SECRET_VARIABLES, MIN_SECRET_LENGTH
@@ -100,6 +101,7 @@ class LaunchSpec:
     model_args_script: str | None = None
     advantage_estimator: str = "episode"  # the config's advantage.estimator: turn / mix add the advantage hooks
     task_sampling: bool = False  # the config sets task_sampling: our data source skips saturated tasks
+    skip_check_model: bool = False  # --skip-check-model: the hooks skip the family check too (OPENREWARD_RL_CHECK_MODEL=0)
     extra: tuple[str, ...] = ()
 
     @property
@@ -365,6 +367,8 @@ def runtime_env(spec: LaunchSpec, environ: Mapping[str, str]) -> dict[str, dict[
         "TRAIN_CONFIG": str(Path(spec.config).resolve()),
         "OPENREWARD_RL_CONFIG": str(Path(spec.config).resolve()),
     }
+    if spec.skip_check_model:
+        env_vars[CHECK_MODEL_ENV] = "0"  # the hooks' config then has check_model: false
     if spec.framework == "miles" and spec.mask_offpolicy:
         # Miles refuses --mask-offpolicy-in-partial-rollout on its class-based rollout path (miles/utils/arguments.py)
         env_vars["MILES_USE_LEGACY_ROLLOUT_V1"] = "1"

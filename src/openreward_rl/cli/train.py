@@ -18,7 +18,6 @@ from typing import Any
 from openreward_rl.config import ConfigError, load_config
 from openreward_rl.preflight import check_environments, check_ready, remote_environments
 from openreward_rl.redaction import install_log_redaction
-from openreward_rl.cli.launcher import LaunchError, LaunchSpec, plan_launch, ray_is_running, run_plan
 from openreward_rl.cli.launcher import LaunchError, LaunchSpec, plan_launch, ray_is_running, run_plan, train_arguments
 
 __all__ = ["add_arguments", "run", "spec_from_args"]
@@ -69,6 +68,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--dashboard-host", default=defaults.dashboard_host,
         help=f"interface the Ray dashboard (and its unauthenticated job API) listens on when this command starts Ray "
         f"(default {defaults.dashboard_host}: this machine only; 0.0.0.0 exposes it to the network)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--skip-check-model", action="store_true",
+        help="do not prove the model family token-exact on --model's tokenizer, here before Ray starts nor in the hooks (config: check_model: false)",
     )  # fmt: skip
     parser.add_argument("--dry-run", action="store_true", help="print the commands without running anything")
     parser.add_argument("extra", nargs=argparse.REMAINDER, help="-- then arguments for train.py")
@@ -127,6 +130,7 @@ def spec_from_args(args: Any) -> LaunchSpec:
         model_args_script=args.model_args_script,
         advantage_estimator=_advantage_estimator(config),
         task_sampling=_task_sampling(config),
+        skip_check_model=bool(getattr(args, "skip_check_model", False)),
         extra=tuple(extra),
     )
 
@@ -164,6 +168,7 @@ def _check_ready(spec: LaunchSpec, environ: dict[str, str]) -> None:
     offline = any(mode in " ".join(spec.extra) for mode in ("--wandb-mode offline", "--wandb-mode disabled", "--wandb-mode=offline", "--wandb-mode=disabled"))
     if remote and not offline and not environ.get("WANDB_API_KEY"):
         raise LaunchError("WANDB_API_KEY is not set (the job logs to W&B with --use-wandb); export WANDB_API_KEY=..., or pass `-- --wandb-mode offline`")
+    _check_model(config, spec, required=True)
 
 
 def _check_family(config: Any, model: str) -> None:
@@ -176,6 +181,32 @@ def _check_family(config: Any, model: str) -> None:
         choose_family(config, model, None)
     except UnsupportedModelError as error:
         raise LaunchError(f"{error} (set model_family in {config.source} to override)") from None
+
+
+def _check_model(config: Any, spec: LaunchSpec, *, required: bool) -> None:
+    """The hooks prove the model family token-exact on the hf_checkpoint's tokenizer before the first
+    episode (`episode_stack`, which runs `families.probe.check_model`): the same check runs here first,
+    before Ray starts, so an inexact family fails the launch with the first differing token. Skipped by
+    `check_model: false` or --skip-check-model (which the hooks then skip too). A tokenizer that cannot
+    be loaded here fails a launch (`required`: the hooks load the same one); a dry run says so and goes on."""
+    from openreward_rl.assets import load_tokenizer
+    from openreward_rl.errors import ModelFamilyError
+    from openreward_rl.loop.rollout import episode_stack
+
+    if not config.check_model or spec.skip_check_model:
+        return
+    try:
+        tokenizer = load_tokenizer(spec.model)
+    except Exception as error:  # noqa: BLE001  (a missing checkpoint, no network: the loaders raise many kinds)
+        problem = f"cannot load the tokenizer of --model {spec.model} to check its model family ({type(error).__name__}: {error})"
+        if required:
+            raise LaunchError(f"{problem}; the hooks load the same one. --skip-check-model (or check_model: false) skips the check") from None
+        print(f"openreward-rl train: {problem}; the hooks will check it", file=sys.stderr)
+        return
+    try:
+        episode_stack(config, tokenizer, spec.model)  # no family (generic, or none knows the model): nothing to prove
+    except ModelFamilyError as error:
+        raise LaunchError(str(error)) from None
 
 
 def _check_compaction(config: Any, spec: LaunchSpec) -> None:
@@ -217,6 +248,7 @@ def run(args: Any) -> int:
             config = load_config(spec.config)  # a dry run still refuses a broken config, a refused model family or a bad mode
             _check_family(config, spec.model)
             _check_compaction(config, spec)
+            _check_model(config, spec, required=False)
             plan = plan_launch(spec, environ, ray_running=False)
             print("# starts Ray only if `ray status` finds no running cluster")
             print(plan.shell(environ))

