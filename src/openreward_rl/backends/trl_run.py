@@ -22,6 +22,7 @@ from typing import Any
 
 import attrs
 
+from openreward_rl.backends._options import same_named
 from openreward_rl.backends.trl import TrlAdapter, task_dataset
 from openreward_rl.config import TrainConfig
 from openreward_rl.engines.transformers import SamplingConfig
@@ -108,24 +109,17 @@ def grpo_config(options: TrlOptions) -> Any:
     batch = options.prompts_per_step * options.n_samples
     cpu = options.resolved_device == "cpu"
     return GRPOConfig(
-        output_dir=options.output_dir,
-        max_steps=options.max_steps,
+        **same_named(
+            options, "output_dir", "max_steps", "temperature", "top_p", "beta", "logging_steps", "report_to", "run_name", "seed", "bf16",
+            "gradient_checkpointing",
+        ),
         learning_rate=options.lr,
         per_device_train_batch_size=batch,
         gradient_accumulation_steps=1,
         num_generations=options.n_samples,
-        temperature=options.temperature,
-        top_p=options.top_p,
         max_completion_length=options.max_new_tokens,
-        beta=options.beta,
         save_strategy="steps" if options.save_interval else "no",
         save_steps=options.save_interval or 500,
-        logging_steps=options.logging_steps,
-        report_to=options.report_to,
-        run_name=options.run_name,
-        seed=options.seed,
-        bf16=options.bf16,
-        gradient_checkpointing=options.gradient_checkpointing,
         use_cpu=cpu,
         dataloader_num_workers=0,
         log_completions=False,

@@ -26,6 +26,7 @@ from typing import Any
 
 import attrs
 
+from openreward_rl.backends._options import from_attributes
 from openreward_rl.config import ConfigError, TrainConfig, load_config, prepare_config
 from openreward_rl.preflight import check_ready
 from openreward_rl.redaction import install_log_redaction, register_known_secrets
@@ -133,31 +134,13 @@ class EvalOptions:
             if ":" not in spec:
                 raise ValueError(f"--serve {spec!r} must look like path/to/file.py:ClassName")
         _check_local_path(args)
-        return cls(
-            engine=args.engine,
+        return from_attributes(
+            cls,
+            args,
             model=args.model.strip(),
-            n=args.n,
-            concurrency=args.concurrency,
-            max_new_tokens=args.max_new_tokens,
-            temperature=args.temperature,
-            top_p=args.top_p,
-            seed=args.seed,
             output=Path(args.output) if args.output else None,
-            max_tasks=args.max_tasks,
-            split=args.split,
-            max_context_len=args.max_context_len,
             serve=tuple(args.serve),
-            base_url=args.base_url,
-            tokenizer=args.tokenizer,
-            family=getattr(args, "family", None),
             skip_check_model=bool(getattr(args, "skip_check_model", False)),
-            api_key_env=args.api_key_env,
-            device=args.device,
-            dtype=args.dtype,
-            keep_failures=getattr(args, "keep_failures", False),
-            overwrite=getattr(args, "overwrite", False),
-            wandb_project=getattr(args, "wandb_project", None),
-            wandb_run=getattr(args, "wandb_run", None),
         )
 
     @property

@@ -15,6 +15,7 @@ import os
 import sys
 from typing import Any
 
+from openreward_rl.backends._options import from_attributes
 from openreward_rl.config import ConfigError, load_config
 from openreward_rl.preflight import check_environments, check_ready, remote_environments
 from openreward_rl.redaction import install_log_redaction
@@ -96,38 +97,14 @@ def spec_from_args(args: Any) -> LaunchSpec:
     if extra and extra[0] == "--":
         extra = extra[1:]
     config = args.config or str(_config_file(args))
-    return LaunchSpec(
-        framework=args.framework,
+    shared = ("model", "lr", "rollout_batch_size", "n_samples", "max_response_len", "max_context_len", "temperature", "save_interval", "wandb_project")
+    return from_attributes(
+        LaunchSpec,
+        args,
         framework_path=path,
-        task_data=args.task_data,
         config=config,
-        model=_default(args, "model", defaults),
-        lr=_default(args, "lr", defaults),
-        num_gpus=args.num_gpus,
-        tp=args.tp,
-        rollout_batch_size=_default(args, "rollout_batch_size", defaults),
-        n_samples=_default(args, "n_samples", defaults),
-        global_batch_size=args.global_batch_size,
-        max_response_len=_default(args, "max_response_len", defaults),
-        max_context_len=_default(args, "max_context_len", defaults),
-        max_tokens_per_gpu=args.max_tokens_per_gpu,
-        temperature=_default(args, "temperature", defaults),
-        num_rollout=args.num_rollout,
-        train_backend=args.train_backend,
-        save=args.save,
-        save_interval=_default(args, "save_interval", defaults),
-        load=args.load,
-        wandb_project=_default(args, "wandb_project", defaults),
-        wandb_run=args.wandb_run,
+        **{name: _default(args, name, defaults) for name in shared},
         dynamic_filter=not args.no_dynamic_filter,
-        rollout_mode=args.rollout_mode,
-        over_sampling_batch_size=args.over_sampling_batch_size,
-        mask_offpolicy=args.mask_offpolicy,
-        rollout_gpus=args.rollout_gpus,
-        dashboard_host=args.dashboard_host,
-        megatron_path=args.megatron_path,
-        ref_load=args.ref_load,
-        model_args_script=args.model_args_script,
         advantage_estimator=_advantage_estimator(config),
         task_sampling=_task_sampling(config),
         skip_check_model=bool(getattr(args, "skip_check_model", False)),

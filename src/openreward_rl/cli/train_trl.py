@@ -69,6 +69,7 @@ def _shared(args: Any, name: str) -> Any:
 
 def options_from_args(args: Any) -> Any:
     """`TrlOptions` from the parsed flags; ValueError names a bad one."""
+    from openreward_rl.backends._options import from_attributes
     from openreward_rl.backends.trl_run import TrlOptions
 
     model = getattr(args, "model", None)
@@ -79,33 +80,19 @@ def options_from_args(args: Any) -> Any:
     for spec in args.serve:
         if ":" not in spec:
             raise ValueError(f"--serve {spec!r} must look like path/to/file.py:ClassName")
-    return TrlOptions(
+    return from_attributes(
+        TrlOptions,
+        args,
         model=model,
-        output_dir=args.output_dir,
-        device=args.device,
-        dtype=args.dtype,
-        bf16=args.bf16,
-        max_steps=args.max_steps,
         prompts_per_step=_shared(args, "rollout_batch_size"),
         n_samples=_shared(args, "n_samples"),
         lr=_shared(args, "lr"),
-        beta=args.beta,
         temperature=_shared(args, "temperature"),
-        top_p=args.top_p,
         max_new_tokens=_shared(args, "max_response_len"),
         max_context_len=_shared(args, "max_context_len"),
         save_interval=_shared(args, "save_interval"),
-        lora=args.lora,
-        lora_rank=args.lora_rank,
-        seed=args.seed,
-        max_tasks=args.max_tasks,
-        group_rm=args.group_rm,
-        concurrency=args.concurrency,
         report_to="wandb" if getattr(args, "wandb_project", None) else "none",
         run_name=getattr(args, "wandb_run", None),
-        family=args.family,
-        gradient_checkpointing=args.gradient_checkpointing,
-        sampler_memory=args.sampler_memory,
     )
 
 
