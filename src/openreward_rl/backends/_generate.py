@@ -83,9 +83,8 @@ async def generate_samples(
         if not evaluation and abort_signal is not None and continuations > 0 and not isinstance(rollouts, WorkerRollouts):
             continuing = ContinuingEngine(rollouts.engine, abort_signal, continuations)
         trajectory = await rollouts.run(task, sampling_params=sampling_params, routing_key=routing_key, engine=continuing)
-        if continuing is None or not continuing.continuations:
-            return _fill(args, state, sample, task, trajectory, sampling_params, preset_reward=preset_reward, evaluation=evaluation)
-        return _fill_per_call(args, state, sample, task, trajectory, sampling_params, continuing, preset_reward=preset_reward, evaluation=evaluation)
+        recorded = continuing if continuing is not None and continuing.continuations else None  # no continuation: one call a turn, versions from the turns
+        return _fill(args, state, sample, task, trajectory, sampling_params, preset_reward=preset_reward, evaluation=evaluation, engine=recorded)
 
     store = store_for(state.config.suspended_episode_ttl, state.config.max_suspended_episodes)
     await store.sweep()
@@ -126,7 +125,7 @@ async def generate_samples(
         for key in ("episode_seconds", "model_seconds"):  # all parking happens inside model calls
             if key in metrics:
                 metrics[key] = max(0.0, metrics[key] - engine.parked_seconds)
-    return _fill_per_call(args, state, sample, task, trajectory, sampling_params, engine, preset_reward=preset_reward, evaluation=evaluation)
+    return _fill(args, state, sample, task, trajectory, sampling_params, preset_reward=preset_reward, evaluation=evaluation, engine=engine)
 
 
 def trainer_output(args: Any, samples: list[Any], *, evaluation: bool) -> Any:
@@ -163,28 +162,6 @@ def _versions(engine: ContinuingEngine) -> list[str]:
     return [span["weight_version"] for span in engine.spans if span["weight_version"] is not None]
 
 
-def _fill_per_call(
-    args: Any,
-    state: BackendState,
-    sample: Any,
-    task: TaskRef,
-    trajectory: Trajectory,
-    sampling_params: Mapping[str, Any],
-    engine: ContinuingEngine,
-    *,
-    preset_reward: bool,
-    evaluation: bool,
-) -> list[Any]:
-    """`_fill` for an episode whose model calls `engine` recorded: one weight version per call, the calls'
-    spans in metadata, and how many cut calls it continued."""
-    if engine.continuations:
-        trajectory.metrics["continuations"] = float(engine.continuations)
-    samples = _fill(args, state, sample, task, trajectory, sampling_params, preset_reward=preset_reward, evaluation=evaluation, weight_versions=_versions(engine))
-    for filled in samples:
-        filled.metadata["weight_version_spans"] = list(engine.spans)
-    return samples
-
-
 def _fill(
     args: Any,
     state: BackendState,
@@ -195,11 +172,17 @@ def _fill(
     *,
     preset_reward: bool,
     evaluation: bool,
-    weight_versions: list[str] | None = None,
+    engine: ContinuingEngine | None = None,
 ) -> list[Any]:
+    """The samples of a finished episode, its trajectory handed to the uploader. Where `engine` recorded its
+    model calls: one weight version per call, the calls' spans in metadata, and how many cut calls it continued."""
+    if engine is not None and engine.continuations:
+        trajectory.metrics["continuations"] = float(engine.continuations)
     if trajectory.messages:  # returns at once; the upload runs on the uploader's own threads
         state.uploader.submit(trajectory, sampling_params=sampling_params)
-    if weight_versions is None:
+    if engine is not None:
+        weight_versions = _versions(engine)
+    else:
         weight_versions = [t.weight_version for t in trajectory.turns if t.weight_version is not None]
     samples = samples_from_trajectory(
         sample,
@@ -211,6 +194,9 @@ def _fill(
         transcript=transcript(trajectory) if getattr(args, "group_rm", False) else None,
         credit=turn_credit(state, task, trajectory),
     )
+    if engine is not None:
+        for filled in samples:
+            filled.metadata["weight_version_spans"] = list(engine.spans)
     return samples
 
 
