@@ -239,12 +239,14 @@ def _unknown(key: str, known: set[str], where: str) -> ConfigError:
     return ConfigError(f"{where}: unknown key {key!r}{hint}")
 
 
-def _check(value: Any, kinds: tuple[type, ...], where: str, what: str, *, optional: bool = False) -> Any:
+def _check(value: Any, kinds: tuple[type, ...], where: str, what: str, *, optional: bool = False, minimum: int | None = None) -> Any:
+    """`value` where it is one of `kinds` (None too where `optional`; a number at least `minimum` where given);
+    else a `ConfigError`: `{where}: must be {what}, got {value!r}`."""
     if value is None and optional:
         return None
     if isinstance(value, bool) and bool not in kinds:
         raise ConfigError(f"{where}: must be {what}, got {value!r}")
-    if not isinstance(value, kinds):
+    if not isinstance(value, kinds) or (minimum is not None and value < minimum):
         raise ConfigError(f"{where}: must be {what}, got {value!r}")
     return value
 
@@ -332,13 +334,9 @@ def _environment(name: str, raw: Any, source: str) -> EnvironmentConfig:
             values[key] = _check(raw[key], (int, float), f"{where}.{key}", "a number or null", optional=True)
             values[key] = None if values[key] is None else float(values[key])
     if "num_samples" in raw:
-        values["num_samples"] = _check(raw["num_samples"], (int,), f"{where}.num_samples", "a positive integer or null", optional=True)
-        if values["num_samples"] is not None and values["num_samples"] < 1:
-            raise ConfigError(f"{where}.num_samples: must be a positive integer or null, got {raw['num_samples']!r}")
+        values["num_samples"] = _check(raw["num_samples"], (int,), f"{where}.num_samples", "a positive integer or null", optional=True, minimum=1)
     if "max_turns" in raw:
-        values["max_turns"] = _check(raw["max_turns"], (int,), f"{where}.max_turns", "a positive integer")
-        if values["max_turns"] < 1:
-            raise ConfigError(f"{where}.max_turns: must be a positive integer, got {raw['max_turns']!r}")
+        values["max_turns"] = _check(raw["max_turns"], (int,), f"{where}.max_turns", "a positive integer", minimum=1)
     if "reward_reduction" in raw:
         reduction = _check(raw["reward_reduction"], (str,), f"{where}.reward_reduction", "a reduction name")
         if reduction not in available_reducers():
@@ -357,9 +355,7 @@ def _environment(name: str, raw: Any, source: str) -> EnvironmentConfig:
     if "context_policy" in raw:
         values["context_policy"], values["context_policy_options"] = _context_policy(raw["context_policy"], f"{where}.context_policy")
     if "max_compactions" in raw:
-        values["max_compactions"] = _check(raw["max_compactions"], (int,), f"{where}.max_compactions", "a non-negative integer")
-        if values["max_compactions"] < 0:
-            raise ConfigError(f"{where}.max_compactions: must be a non-negative integer, got {raw['max_compactions']!r}")
+        values["max_compactions"] = _check(raw["max_compactions"], (int,), f"{where}.max_compactions", "a non-negative integer", minimum=0)
     config = EnvironmentConfig(**values)
     if config.min_reward is not None and config.max_reward is not None and config.min_reward > config.max_reward:
         raise ConfigError(f"{where}: min_reward ({config.min_reward}) is greater than max_reward ({config.max_reward})")
@@ -402,14 +398,11 @@ def parse_config(raw: Any, *, source: str = "<config>") -> TrainConfig:
                 raise ConfigError(f"{source}: {key}: must be one of {', '.join(options)}, got {raw[key]!r}")
             values[key] = raw[key]
     if "max_tool_output_tokens" in raw:
-        value = _check(raw["max_tool_output_tokens"], (int,), f"{source}: max_tool_output_tokens", "a positive integer or null", optional=True)
-        if value is not None and value < 1:
-            raise ConfigError(f"{source}: max_tool_output_tokens: must be a positive integer or null, got {value!r}")
-        values["max_tool_output_tokens"] = value
+        values["max_tool_output_tokens"] = _check(
+            raw["max_tool_output_tokens"], (int,), f"{source}: max_tool_output_tokens", "a positive integer or null", optional=True, minimum=1
+        )
     if "attempts" in raw:
-        values["attempts"] = _check(raw["attempts"], (int,), f"{source}: attempts", "a positive integer")
-        if values["attempts"] < 1:
-            raise ConfigError(f"{source}: attempts: must be a positive integer, got {raw['attempts']!r}")
+        values["attempts"] = _check(raw["attempts"], (int,), f"{source}: attempts", "a positive integer", minimum=1)
     if "rollout_workers" in raw:
         values["rollout_workers"] = _check(raw["rollout_workers"], (int,), f"{source}: rollout_workers", "a number of worker processes (0: none)")
         if values["rollout_workers"] < 0:
@@ -420,9 +413,7 @@ def parse_config(raw: Any, *, source: str = "<config>") -> TrainConfig:
             raise ConfigError(f"{source}: suspended_episode_ttl: must be a positive number of seconds, got {value!r}")
         values["suspended_episode_ttl"] = float(value)
     if "max_suspended_episodes" in raw:
-        values["max_suspended_episodes"] = _check(raw["max_suspended_episodes"], (int,), f"{source}: max_suspended_episodes", "a positive integer")
-        if values["max_suspended_episodes"] < 1:
-            raise ConfigError(f"{source}: max_suspended_episodes: must be a positive integer, got {raw['max_suspended_episodes']!r}")
+        values["max_suspended_episodes"] = _check(raw["max_suspended_episodes"], (int,), f"{source}: max_suspended_episodes", "a positive integer", minimum=1)
     if "max_turn_continuations" in raw:
         value = _check(raw["max_turn_continuations"], (int,), f"{source}: max_turn_continuations", "a non-negative integer")
         if value < 0:
@@ -456,9 +447,7 @@ def _task_sampling(raw: Any, where: str) -> TaskSamplingSettings:
     for key in raw:
         if key not in known:
             raise _unknown(key, known, where)
-    window = _check(raw.get("window", 2), (int,), f"{where}.window", "a positive integer")
-    if isinstance(window, bool) or window < 1:
-        raise ConfigError(f"{where}.window: must be a positive integer, got {window!r}")
+    window = _check(raw.get("window", 2), (int,), f"{where}.window", "a positive integer", minimum=1)
     floor = _check(raw.get("floor", 0.1), (int, float), f"{where}.floor", "a number in (0, 1]")
     if isinstance(floor, bool) or not 0.0 < floor <= 1.0:
         raise ConfigError(f"{where}.floor: must be in (0, 1] so that no task starves, got {floor!r}")
