@@ -83,7 +83,8 @@ async def generate_samples(
         if not evaluation and abort_signal is not None and continuations > 0 and not isinstance(rollouts, WorkerRollouts):
             continuing = ContinuingEngine(rollouts.engine, abort_signal, continuations)
         trajectory = await rollouts.run(task, sampling_params=sampling_params, routing_key=routing_key, engine=continuing)
-        recorded = continuing if continuing is not None and continuing.continuations else None  # no continuation: one call a turn, versions from the turns
+        # without a continuation each turn is one call, and the turns carry the weight versions
+        recorded = continuing if continuing is not None and continuing.continuations else None
         return _fill(args, state, sample, task, trajectory, sampling_params, preset_reward=preset_reward, evaluation=evaluation, engine=recorded)
 
     store = store_for(state.config.suspended_episode_ttl, state.config.max_suspended_episodes)
