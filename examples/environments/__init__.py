@@ -8,5 +8,6 @@
 - `paint.PaintColour`: name the colour the task asks for, nothing else (the training quickstart's: a 135M model learns it in minutes).
 - `corridor.Corridor`: a long walk with bulky observations that overflows the context without compaction.
 
+`env_splits.TrainTestEnvironment` is their shared base: the train and test splits and the task listing.
 Each module runs its own server: `python examples/environments/whodunit.py PORT`.
 """

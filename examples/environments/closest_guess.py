@@ -37,10 +37,14 @@ import re
 import sys
 from collections.abc import Sequence
 from fractions import Fraction
+from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from openreward.environments import Environment, GroupCandidate, GroupScore, Server, Split, TextBlock, ToolOutput, terminal, tool
+from openreward.environments import GroupCandidate, GroupScore, Server, TextBlock, ToolOutput, terminal, tool
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from env_splits import TrainTestEnvironment  # noqa: E402
 
 __all__ = ["ClosestGuess", "GradedGuess", "TASKS_PER_SPLIT", "closeness", "estimate_in", "make_question", "rank_rewards", "relative_error"]
 
@@ -113,25 +117,17 @@ class AnswerArgs(BaseModel):
     answer: str = Field(description="Your final message; its last number is taken as the estimate.")
 
 
-class ClosestGuess(Environment):
+class ClosestGuess(TrainTestEnvironment):
     """Mental estimation of a product; `score_group` ranks a group's estimates by closeness."""
 
     seed_prefix = "closest"  # task i of a split is make_question(f"{seed_prefix}/{split}/{i}")
     small_questions = False
+    tasks_per_split = TASKS_PER_SPLIT
 
     @classmethod
-    def list_splits(cls) -> list[Split]:
-        return [Split(name="train", type="train"), Split(name="test", type="test")]
-
-    @classmethod
-    def list_tasks(cls, split: str) -> list[dict]:
-        if split not in TASKS_PER_SPLIT:
-            raise ValueError(f"unknown split {split!r}; {cls.__name__} has {sorted(TASKS_PER_SPLIT)}")
-        tasks = []
-        for i in range(TASKS_PER_SPLIT[split]):
-            question, target = make_question(f"{cls.seed_prefix}/{split}/{i}", small=cls.small_questions)
-            tasks.append({"id": f"{split}-{i:03d}", "question": question, "answer": str(target)})
-        return tasks
+    def task(cls, split: str, index: int) -> dict:
+        question, target = make_question(f"{cls.seed_prefix}/{split}/{index}", small=cls.small_questions)
+        return {"id": f"{split}-{index:03d}", "question": question, "answer": str(target)}
 
     def get_prompt(self) -> list[TextBlock]:
         return [TextBlock(text=f"{self.task_spec['question']}\nReply with one short message that ends with your estimate.")]

@@ -16,10 +16,14 @@ from __future__ import annotations
 
 import random
 import sys
+from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from openreward.environments import Environment, Server, TextBlock, ToolOutput, tool
+from openreward.environments import Server, TextBlock, ToolOutput, tool
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from env_splits import TrainTestEnvironment  # noqa: E402
 
 __all__ = ["CombinationLock", "combination", "PROGRESS_REWARD", "OPEN_REWARD", "TASKS_PER_SPLIT"]
 
@@ -38,8 +42,10 @@ class DigitArgs(BaseModel):
     digit: int = Field(ge=0, le=9, description="The digit to try at the current position.")
 
 
-class CombinationLock(Environment):
+class CombinationLock(TrainTestEnvironment):
     """A lock opened digit by digit: 0.1 per right digit, 1.0 when it opens."""
+
+    tasks_per_split = TASKS_PER_SPLIT
 
     def __init__(self, task_spec: dict, secrets: dict | None = None) -> None:
         super().__init__(task_spec, secrets=secrets or {})
@@ -47,15 +53,9 @@ class CombinationLock(Environment):
         self.position = 0
 
     @classmethod
-    def list_splits(cls) -> list[str]:
-        return list(TASKS_PER_SPLIT)
-
-    @classmethod
-    def list_tasks(cls, split: str) -> list[dict]:
-        if split not in TASKS_PER_SPLIT:
-            raise ValueError(f"unknown split {split!r}; CombinationLock has {list(TASKS_PER_SPLIT)}")
+    def task(cls, split: str, index: int) -> dict:
         offset = 0 if split == "train" else 10_000
-        return [{"id": f"lock-{split}-{i}", "seed": offset + i, "length": 2 + i % 3} for i in range(TASKS_PER_SPLIT[split])]
+        return {"id": f"lock-{split}-{index}", "seed": offset + index, "length": 2 + index % 3}
 
     def get_prompt(self) -> list[TextBlock]:
         return [TextBlock(text=f"Open a lock of {len(self.digits)} digits. Call try_digit with one digit (0-9) at a time, from the first position.")]

@@ -21,10 +21,14 @@ from __future__ import annotations
 
 import hashlib
 import sys
+from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from openreward.environments import Environment, Server, TextBlock, ToolOutput, tool
+from openreward.environments import Server, TextBlock, ToolOutput, tool
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from env_splits import TrainTestEnvironment  # noqa: E402
 
 __all__ = ["Corridor", "TASKS_PER_SPLIT", "key_of", "room_text"]
 
@@ -59,22 +63,18 @@ class LeaveArgs(BaseModel):
     key: str = Field(description="The exit key carved above the first room's door.")
 
 
-class Corridor(Environment):
+class Corridor(TrainTestEnvironment):
     """Walk to the end of a corridor and leave with the key from the first room."""
+
+    tasks_per_split = TASKS_PER_SPLIT
 
     def __init__(self, task_spec: dict, secrets: dict | None = None) -> None:
         super().__init__(task_spec, secrets or {})
         self.room = -1  # outside the corridor until the first walk
 
     @classmethod
-    def list_splits(cls) -> list[str]:
-        return list(TASKS_PER_SPLIT)
-
-    @classmethod
-    def list_tasks(cls, split: str) -> list[dict]:
-        if split not in TASKS_PER_SPLIT:
-            raise ValueError(f"unknown split {split!r}; Corridor has {list(TASKS_PER_SPLIT)}")
-        return [{"id": f"corridor-{split}-{i}", "length": 6 + i % 3, "bulk": 12} for i in range(TASKS_PER_SPLIT[split])]
+    def task(cls, split: str, index: int) -> dict:
+        return {"id": f"corridor-{split}-{index}", "length": 6 + index % 3, "bulk": 12}
 
     def get_prompt(self) -> list[TextBlock]:
         return [

@@ -24,10 +24,14 @@ import re
 import sys
 from collections.abc import Callable
 from fractions import Fraction
+from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from openreward.environments import Environment, Server, Split, TextBlock, ToolOutput, terminal, tool
+from openreward.environments import Server, TextBlock, ToolOutput, terminal, tool
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from env_splits import TrainTestEnvironment  # noqa: E402
 
 __all__ = ["MathEnv", "evaluate_expression", "last_number", "make_problem", "CalculatorError", "TASKS_PER_SPLIT"]
 
@@ -154,22 +158,15 @@ class AnswerArgs(BaseModel):
     answer: str = Field(description="Your final message; its last number is taken as the answer.")
 
 
-class MathEnv(Environment):
+class MathEnv(TrainTestEnvironment):
     """Arithmetic word problems with a calculator; the final plain assistant message is the answer."""
 
-    @classmethod
-    def list_splits(cls) -> list[Split]:
-        return [Split(name="train", type="train"), Split(name="test", type="test")]
+    tasks_per_split = TASKS_PER_SPLIT
 
     @classmethod
-    def list_tasks(cls, split: str) -> list[dict]:
-        if split not in TASKS_PER_SPLIT:
-            raise ValueError(f"unknown split {split!r}; MathEnv has {sorted(TASKS_PER_SPLIT)}")
-        tasks = []
-        for i in range(TASKS_PER_SPLIT[split]):
-            question, target = make_problem(f"math/{split}/{i}")
-            tasks.append({"id": f"{split}-{i:03d}", "question": question, "answer": str(target)})
-        return tasks
+    def task(cls, split: str, index: int) -> dict:
+        question, target = make_problem(f"math/{split}/{index}")
+        return {"id": f"{split}-{index:03d}", "question": question, "answer": str(target)}
 
     def get_prompt(self) -> list[TextBlock]:
         return [TextBlock(text=(

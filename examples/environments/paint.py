@@ -27,10 +27,14 @@ from __future__ import annotations
 import random
 import re
 import sys
+from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from openreward.environments import Environment, Server, Split, TextBlock, ToolOutput, terminal, tool
+from openreward.environments import Server, TextBlock, ToolOutput, terminal, tool
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from env_splits import TrainTestEnvironment  # noqa: E402
 
 __all__ = ["COLOURS", "PaintColour", "TASKS_PER_SPLIT", "constant_baseline", "grade", "task_colours"]
 
@@ -73,18 +77,14 @@ class PaintArgs(BaseModel):
     answer: str = Field(description="Your reply: the colour.")
 
 
-class PaintColour(Environment):
+class PaintColour(TrainTestEnvironment):
     """Say the colour the task names, and nothing else."""
 
-    @classmethod
-    def list_splits(cls) -> list[Split]:
-        return [Split(name="train", type="train"), Split(name="test", type="test")]
+    tasks_per_split = TASKS_PER_SPLIT
 
     @classmethod
-    def list_tasks(cls, split: str) -> list[dict]:
-        if split not in TASKS_PER_SPLIT:
-            raise ValueError(f"unknown split {split!r}; PaintColour has {sorted(TASKS_PER_SPLIT)}")
-        return [{"id": f"{split}-{i:03d}", "colour": colour} for i, colour in enumerate(task_colours(split))]
+    def task(cls, split: str, index: int) -> dict:
+        return {"id": f"{split}-{index:03d}", "colour": task_colours(split)[index]}
 
     def get_prompt(self) -> list[TextBlock]:
         return [TextBlock(text=f"Paint the wall {self.task_spec['colour']}.")]

@@ -25,9 +25,10 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from openreward.environments import Environment, Server, Split, TextBlock, ToolOutput, tool
+from openreward.environments import Server, TextBlock, ToolOutput, tool
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from env_splits import TrainTestEnvironment  # noqa: E402
 from paint import COLOURS, grade  # noqa: E402
 
 __all__ = ["PaintRoom", "WALLS", "TASKS_PER_SPLIT", "constant_baseline", "room_colours"]
@@ -57,22 +58,18 @@ class WallArgs(BaseModel):
     colour: str = Field(description="The colour for this wall.")
 
 
-class PaintRoom(Environment):
+class PaintRoom(TrainTestEnvironment):
     """Name each wall's colour, one wall per reply."""
+
+    tasks_per_split = TASKS_PER_SPLIT
 
     def __init__(self, task_spec: dict, secrets: dict | None = None) -> None:
         super().__init__(task_spec, secrets=secrets or {})
         self.wall = 0
 
     @classmethod
-    def list_splits(cls) -> list[Split]:
-        return [Split(name="train", type="train"), Split(name="test", type="test")]
-
-    @classmethod
-    def list_tasks(cls, split: str) -> list[dict]:
-        if split not in TASKS_PER_SPLIT:
-            raise ValueError(f"unknown split {split!r}; PaintRoom has {sorted(TASKS_PER_SPLIT)}")
-        return [{"id": f"{split}-{i:03d}", "colours": list(room_colours(split, i))} for i in range(TASKS_PER_SPLIT[split])]
+    def task(cls, split: str, index: int) -> dict:
+        return {"id": f"{split}-{index:03d}", "colours": list(room_colours(split, index))}
 
     def get_prompt(self) -> list[TextBlock]:
         return [TextBlock(text=f"Paint the wall {self.task_spec['colours'][0]}.")]

@@ -24,10 +24,14 @@ from __future__ import annotations
 import random
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from openreward.environments import Environment, Server, Split, TextBlock, ToolOutput, tool
+from openreward.environments import Server, TextBlock, ToolOutput, tool
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from env_splits import TrainTestEnvironment  # noqa: E402
 
 __all__ = ["WhoDunIt", "Case", "Suspect", "generate_case", "TASKS_PER_SPLIT"]
 
@@ -141,8 +145,10 @@ class LocationArgs(BaseModel):
     location: str = Field(description="A location in the manor, as listed in the case briefing.")
 
 
-class WhoDunIt(Environment):
+class WhoDunIt(TrainTestEnvironment):
     """Solve a country-house murder: interview suspects, inspect locations, then accuse one suspect."""
+
+    tasks_per_split = TASKS_PER_SPLIT
 
     def __init__(self, task_spec: dict, secrets: dict[str, str] | None = None) -> None:
         super().__init__(task_spec, secrets or {})
@@ -151,17 +157,8 @@ class WhoDunIt(Environment):
         self.case = generate_case(task_spec["seed"])
 
     @classmethod
-    def list_splits(cls) -> list[Split]:
-        return [Split(name="train", type="train"), Split(name="test", type="test")]
-
-    @classmethod
-    def list_tasks(cls, split: str) -> list[dict]:
-        if split not in TASKS_PER_SPLIT:
-            raise ValueError(f"unknown split {split!r}; WhoDunIt has {sorted(TASKS_PER_SPLIT)}")
-        return [
-            {"case_id": f"{split}-{i:03d}", "seed": f"whodunit/{split}/{i}"}
-            for i in range(TASKS_PER_SPLIT[split])
-        ]
+    def task(cls, split: str, index: int) -> dict:
+        return {"case_id": f"{split}-{index:03d}", "seed": f"whodunit/{split}/{index}"}
 
     def get_prompt(self) -> list[TextBlock]:
         case = self.case

@@ -31,7 +31,7 @@ import attrs
 
 from openreward_rl.parsers.base import ParsedTurn, ParseError, ParseErrorKind, ToolCall, tool_schema
 from openreward_rl.parsers.common import join_content, split_turn_reasoning, validate_call
-from openreward_rl.parsers.schema import CoercionError, coerce_value
+from openreward_rl.parsers.schema import CoercionError, coerce_each, coerce_value
 
 __all__ = [
     "INT64_MIN",
@@ -186,8 +186,11 @@ def _overflows_int64(value: Any) -> bool:
     return False
 
 
-def _coerce_one(raw: RawValue, schema: Mapping[str, Any] | None) -> Any:
-    """Raises CoercionError when the value cannot be what the schema (or declared type) asks."""
+def _coerce_one(raw: RawValue, schema: Any) -> Any:
+    """Raises CoercionError when the value cannot be what the schema (or declared type) asks (a
+    schema that is not a mapping counts as none)."""
+    if not isinstance(schema, Mapping):
+        schema = None
     if raw.declared == "json":  # DSML string="false": the text is a JSON value
         try:
             decoded = json.loads(raw.text)
@@ -226,17 +229,7 @@ def coerce_raw_arguments(
     >>> coerce_raw_arguments({"n": RawValue("9223372036854775808")}, schema)[1]
     ["argument 'n': integer outside the int64 range: '9223372036854775808'"]
     """
-    properties = (parameters_schema or {}).get("properties") or {}
-    values: dict[str, Any] = {}
-    problems: list[str] = []
-    for key, raw in raw_arguments.items():
-        schema = properties.get(key) if isinstance(properties, Mapping) else None
-        try:
-            values[key] = _coerce_one(raw, schema if isinstance(schema, Mapping) else None)
-        except CoercionError as error:
-            values[key] = raw.text
-            problems.append(f"argument {key!r}: {error}")
-    return values, problems
+    return coerce_each(raw_arguments, parameters_schema, _coerce_one, raw_text=lambda raw: raw.text)
 
 
 class TurnBuilder:

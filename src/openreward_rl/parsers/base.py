@@ -13,6 +13,8 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import attrs
 
+from openreward_rl._registry import Registry
+
 __all__ = [
     "ParseErrorKind",
     "ParseError",
@@ -106,7 +108,10 @@ class ToolParser(Protocol):
 
 
 _ParserT = TypeVar("_ParserT", bound=type)
-_REGISTRY: dict[str, Callable[[], ToolParser]] = {}
+_REGISTRY: Registry[Callable[[], ToolParser]] = Registry(
+    duplicate="a tool parser named {name!r} is already registered",
+    unknown="unknown tool parser {name!r}; registered parsers: {known}",
+)
 
 
 def register_parser(name: str) -> Callable[[_ParserT], _ParserT]:
@@ -120,28 +125,16 @@ def register_parser(name: str) -> Callable[[_ParserT], _ParserT]:
     >>> get_parser("shout").parse("hi").content
     'HI'
     """
-
-    def decorate(cls: _ParserT) -> _ParserT:
-        if name in _REGISTRY:
-            raise ValueError(f"a tool parser named {name!r} is already registered")
-        _REGISTRY[name] = cls
-        return cls
-
-    return decorate
+    return _REGISTRY.register(name)
 
 
 def get_parser(name: str) -> ToolParser:
     """A new instance of the parser registered under `name`."""
-    try:
-        factory = _REGISTRY[name]
-    except KeyError:
-        known = ", ".join(sorted(_REGISTRY))
-        raise ValueError(f"unknown tool parser {name!r}; registered parsers: {known}") from None
-    return factory()
+    return _REGISTRY.factory(name)()
 
 
 def available_parsers() -> list[str]:
-    return sorted(_REGISTRY)
+    return _REGISTRY.names()
 
 
 def _function_spec(tool: Mapping[str, Any]) -> Mapping[str, Any]:

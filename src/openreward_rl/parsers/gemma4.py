@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -145,41 +145,37 @@ class _Reader:
         return name
 
     def object(self, depth: int) -> dict[str, Any]:
-        self.position += 1  # "{"
         result: dict[str, Any] = {}
-        self.position = skip_spaces(self.text, self.position)
-        if self.text.startswith("}", self.position):
-            self.position += 1
-            return result
-        while True:
+
+        def member() -> None:
             name = self.key()
             result[name] = self.value(depth)
-            self.position = skip_spaces(self.text, self.position)
-            if self.text.startswith(",", self.position):
-                self.position += 1
-            elif self.text.startswith("}", self.position):
-                self.position += 1
-                return result
-            else:
-                raise self.fail("expected ',' or '}'")
+
+        self.items("}", member)
+        return result
 
     def array(self, depth: int) -> list[Any]:
-        self.position += 1  # "["
         result: list[Any] = []
+        self.items("]", lambda: result.append(self.value(depth)))
+        return result
+
+    def items(self, closer: str, read_item: Callable[[], None]) -> None:
+        """Read the comma-separated items of the object or array opening at `position`, up to `closer`."""
+        self.position += 1  # "{" or "["
         self.position = skip_spaces(self.text, self.position)
-        if self.text.startswith("]", self.position):
+        if self.text.startswith(closer, self.position):
             self.position += 1
-            return result
+            return
         while True:
-            result.append(self.value(depth))
+            read_item()
             self.position = skip_spaces(self.text, self.position)
             if self.text.startswith(",", self.position):
                 self.position += 1
-            elif self.text.startswith("]", self.position):
+            elif self.text.startswith(closer, self.position):
                 self.position += 1
-                return result
+                return
             else:
-                raise self.fail("expected ',' or ']'")
+                raise self.fail(f"expected ',' or '{closer}'")
 
 
 def parse_gemma_object(text: str, start: int = 0, *, quote: str = GEMMA4.quote) -> tuple[dict[str, Any], int]:

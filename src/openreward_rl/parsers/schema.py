@@ -6,10 +6,12 @@ import ast
 import json
 import math
 import re
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
-__all__ = ["CoercionError", "coerce_value", "coerce_arguments"]
+__all__ = ["CoercionError", "coerce_value", "coerce_arguments", "coerce_each"]
+
+_Raw = TypeVar("_Raw")
 
 _INT = re.compile(r"-?(0|[1-9][0-9]*)")
 _NUMBER = re.compile(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?")
@@ -135,14 +137,26 @@ def coerce_arguments(
 
     A value whose coercion fails is kept as its raw string, and the problem is reported.
     """
+    return coerce_each(raw_arguments, parameters_schema, coerce_value, raw_text=lambda raw: raw)
+
+
+def coerce_each(
+    raw_arguments: Mapping[str, _Raw],
+    parameters_schema: Mapping[str, Any] | None,
+    coerce: Callable[[_Raw, Any], Any],
+    *,
+    raw_text: Callable[[_Raw], str],
+) -> tuple[dict[str, Any], list[str]]:
+    """`coerce(raw, property schema)` for every raw argument; where it raises CoercionError the value
+    is `raw_text(raw)` and the problem is listed. Returns the values and the problems."""
     properties = (parameters_schema or {}).get("properties") or {}
     values: dict[str, Any] = {}
     problems: list[str] = []
     for key, raw in raw_arguments.items():
         schema = properties.get(key) if isinstance(properties, Mapping) else None
         try:
-            values[key] = coerce_value(raw, schema)
+            values[key] = coerce(raw, schema)
         except CoercionError as error:
-            values[key] = raw
+            values[key] = raw_text(raw)
             problems.append(f"argument {key!r}: {error}")
     return values, problems

@@ -7,6 +7,8 @@ from typing import Protocol, TypeVar, runtime_checkable
 
 import attrs
 
+from openreward_rl._registry import Registry
+
 __all__ = ["RewardReducer", "RewardPolicy", "register_reducer", "get_reducer", "available_reducers"]
 
 
@@ -20,17 +22,14 @@ class RewardReducer(Protocol):
 
 
 _ReducerT = TypeVar("_ReducerT", bound=type)
-_REGISTRY: dict[str, Callable[..., RewardReducer]] = {}
+_REGISTRY: Registry[Callable[..., RewardReducer]] = Registry(
+    duplicate="a reward reducer named {name!r} is already registered",
+    unknown="unknown reward reduction {name!r}; choose one of: {known}",
+)
 
 
 def register_reducer(name: str) -> Callable[[_ReducerT], _ReducerT]:
-    def decorate(cls: _ReducerT) -> _ReducerT:
-        if name in _REGISTRY:
-            raise ValueError(f"a reward reducer named {name!r} is already registered")
-        _REGISTRY[name] = cls
-        return cls
-
-    return decorate
+    return _REGISTRY.register(name)
 
 
 def get_reducer(name: str, **options: float) -> RewardReducer:
@@ -41,11 +40,7 @@ def get_reducer(name: str, **options: float) -> RewardReducer:
     >>> get_reducer("mean").reduce([]) is None
     True
     """
-    try:
-        factory = _REGISTRY[name]
-    except KeyError:
-        known = ", ".join(sorted(_REGISTRY))
-        raise ValueError(f"unknown reward reduction {name!r}; choose one of: {known}") from None
+    factory = _REGISTRY.factory(name)
     try:
         return factory(**options)
     except TypeError as error:
@@ -53,7 +48,7 @@ def get_reducer(name: str, **options: float) -> RewardReducer:
 
 
 def available_reducers() -> list[str]:
-    return sorted(_REGISTRY)
+    return _REGISTRY.names()
 
 
 @attrs.frozen
