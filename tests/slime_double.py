@@ -15,8 +15,26 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+def status_enum(module: str) -> type[enum.Enum]:
+    """A new `Sample.Status` enum with Slime's members (Miles keeps them): each double's `Sample` has its
+    own class, as each framework's has, so code that takes `type(sample).Status` is told the two apart.
+    `module` is where the class lives, for pickling."""
+    members = [(name, name.lower()) for name in ("PENDING", "COMPLETED", "TRUNCATED", "ABORTED", "FAILED")]
+    return enum.Enum("Status", members, module=module, qualname="Sample.Status")
+
+
+class RewardValue:
+    """`Sample.get_reward_value`, the same in Slime and Miles: the reward, or its `args.reward_key` entry."""
+
+    reward: Any
+
+    def get_reward_value(self, args: Any) -> Any:
+        key = getattr(args, "reward_key", None)
+        return self.reward if not key else self.reward[key]
+
+
 @dataclass
-class Sample:
+class Sample(RewardValue):
     """Slime's rollout sample (fields as of 2026-08-21)."""
 
     group_index: int | None = None
@@ -44,18 +62,8 @@ class Sample:
     generate_function_path: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
 
-    class Status(enum.Enum):
-        PENDING = "pending"
-        COMPLETED = "completed"
-        TRUNCATED = "truncated"
-        ABORTED = "aborted"
-        FAILED = "failed"
-
+    Status = status_enum(__name__)
     status: Status = Status.PENDING
-
-    def get_reward_value(self, args: Any) -> Any:
-        key = getattr(args, "reward_key", None)
-        return self.reward if not key else self.reward[key]
 
     def get_source(self) -> Any:
         return self.metadata.get("source")  # raises AttributeError on a JSON-string metadata, as Slime does
@@ -125,11 +133,17 @@ class DynamicFilterOutput:
     keep_when_insufficient: bool = False
 
 
+def read_dynamic_filter(output_type: Any, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """How Slime (and Miles, with its own `output_type`) reads a dynamic filter: no filter keeps; any
+    answer that is not the framework's own `output_type` becomes `keep=<answer>`."""
+    if fn is None:
+        return output_type(keep=True)
+    output = fn(*args, **kwargs)
+    if not isinstance(output, output_type):
+        output = output_type(keep=output)
+    return output
+
+
 def call_dynamic_filter(fn: Any, *args: Any, **kwargs: Any) -> DynamicFilterOutput:
     """Slime: no filter keeps; any answer that is not Slime's own `DynamicFilterOutput` becomes `keep=<answer>`."""
-    if fn is None:
-        return DynamicFilterOutput(keep=True)
-    output = fn(*args, **kwargs)
-    if not isinstance(output, DynamicFilterOutput):
-        output = DynamicFilterOutput(keep=output)
-    return output
+    return read_dynamic_filter(DynamicFilterOutput, fn, args, kwargs)
