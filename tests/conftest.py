@@ -9,7 +9,7 @@ Async tests use anyio's pytest plugin: mark them ``@pytest.mark.anyio``.
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +63,20 @@ def qwen3_tokenizer() -> Any:
 def example_env_specs() -> dict[str, str]:
     """Class name -> ``"/abs/path/file.py:Class"`` spec for each example environment."""
     return dict(EXAMPLE_ENV_SPECS)
+
+
+@pytest.fixture
+def train_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[str], Path]:
+    """Writes the given YAML as the test's train config (``tmp_path/train_config.yaml``), points
+    ``OPENREWARD_RL_CONFIG`` at it, and returns the file."""
+
+    def write(text: str) -> Path:
+        file = tmp_path / "train_config.yaml"
+        file.write_text(text)
+        monkeypatch.setenv("OPENREWARD_RL_CONFIG", str(file))
+        return file
+
+    return write
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,10 @@ from __future__ import annotations
 import enum
 import inspect
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
+
+from openreward_rl.env.tasks import TaskRef, task_row
 
 
 def status_enum(module: str) -> type[enum.Enum]:
@@ -70,6 +73,33 @@ class Sample(RewardValue):
 
     def append_response_tokens(self, *args: Any, **kwargs: Any) -> None:  # present from 2026-06-21; our hooks do not need it
         raise AssertionError("the double does not implement append_response_tokens")
+
+
+def task_sample(task: TaskRef, **fields: Any) -> Sample:
+    """A `Sample` as Slime's data source makes one from `task`'s row (`task_row`): its prompt, label
+    and metadata; `fields` set the rest (index, group_index, session_id)."""
+    row = task_row(task)
+    return Sample(prompt=row["prompt"], label=row["label"], metadata=row["metadata"], **fields)
+
+
+def rollout_args(host: str, port: int, **overrides: Any) -> SimpleNamespace:
+    """A Slime-like `args` namespace: the fields our hooks read, as Slime fills them for a rollout
+    on the SGLang router at `host:port` (no partial rollout, no group RM); `overrides` replace any."""
+    values: dict[str, Any] = dict(
+        sglang_router_ip=host,
+        sglang_router_port=port,
+        hf_checkpoint="offline:qwen3",
+        rollout_max_context_len=4096,
+        eval_max_context_len=None,
+        rollout_max_response_len=256,
+        partial_rollout=False,
+        group_rm=False,
+        router_policy="consistent_hashing",
+        rollout_top_p=1.0,
+        reward_key=None,
+    )
+    values.update(overrides)
+    return SimpleNamespace(**values)
 
 
 def call_generate(fn: Any, args: Any, sample: Sample, sampling_params: dict[str, Any], *, evaluation: bool = False) -> Any:

@@ -139,9 +139,8 @@ class WalkerOrQuitter(CorridorAgent):
 
 
 @pytest.fixture
-def corridor_config(tmp_path, env_server, monkeypatch) -> Any:
-    file = tmp_path / "train_config.yaml"
-    file.write_text(
+def corridor_config(train_config, env_server) -> Any:
+    return train_config(
         f"""
 environments:
   Corridor:
@@ -154,17 +153,10 @@ attempts: 1
 upload: false
 """
     )
-    monkeypatch.setenv("OPENREWARD_RL_CONFIG", str(file))
-    return file
 
 
 def slime_args(server: SGLangTestServer, **overrides: Any) -> SimpleNamespace:
-    values = dict(
-        sglang_router_ip="127.0.0.1", sglang_router_port=server.port, hf_checkpoint="offline:qwen3", rollout_max_context_len=2048,
-        eval_max_context_len=None, rollout_max_response_len=256, partial_rollout=False, group_rm=False,
-        router_policy="consistent_hashing", rollout_top_p=1.0, reward_key=None,
-    )  # fmt: skip
-    return SimpleNamespace(**{**values, **overrides})
+    return slime_double.rollout_args("127.0.0.1", server.port, **{"rollout_max_context_len": 2048, **overrides})
 
 
 async def test_forked_episodes_through_the_slime_hook_keep_their_group_advantage(corridor_config, qwen3_tokenizer) -> None:
@@ -176,8 +168,7 @@ async def test_forked_episodes_through_the_slime_hook_keep_their_group_advantage
             for group, sessions in enumerate([("walk-0", "quit-1"), ("quit-2", "quit-3")]):
                 outputs = []
                 for member, session in enumerate(sessions):
-                    row = task_row(TaskRef("Corridor", "train", index=0))
-                    sample = slime_double.Sample(index=2 * group + member, group_index=group, prompt=row["prompt"], label=row["label"], metadata=row["metadata"], session_id=session)
+                    sample = slime_double.task_sample(TaskRef("Corridor", "train", index=0), index=2 * group + member, group_index=group, session_id=session)
                     outputs.append(await slime_double.call_generate(slime.generate, args, sample, copy.deepcopy(sampling)))
                 groups.append(outputs)
             row = task_row(TaskRef("Corridor", "train", index=0))

@@ -28,7 +28,6 @@ from openreward_rl.backends import _state, _suspended
 from openreward_rl.backends import slime as slime_hooks
 from openreward_rl.env.tasks import TaskRef
 from openreward_rl.env.local_server import serve_environments
-from openreward_rl.env.tasks import task_row
 from openreward_rl.testing import ScriptedCompletion, SGLangTestServer
 from openreward_rl.testing.sglang_server import RecordedRequest
 from test_backend_slime import make_args as hook_args, record_of
@@ -93,9 +92,8 @@ def journal_server() -> Any:
 
 
 @pytest.fixture
-def config_file(tmp_path, journal_server, monkeypatch) -> Any:
-    file = tmp_path / "train_config.yaml"
-    file.write_text(
+def config_file(train_config, journal_server) -> Any:
+    file = train_config(
         f"""
 environments:
   Journal:
@@ -108,7 +106,6 @@ suspended_episode_ttl: 600
 max_suspended_episodes: 8
 """
     )
-    monkeypatch.setenv("OPENREWARD_RL_CONFIG", str(file))
     journal_env.reset()
     return file
 
@@ -158,8 +155,7 @@ def make_args(server: SGLangTestServer, **overrides: Any) -> SimpleNamespace:
 
 
 def prompt_sample(index: int) -> Sample:
-    row = task_row(TaskRef("Journal", "train", index=index))
-    return Sample(prompt=row["prompt"], label=row["label"], metadata=row["metadata"])
+    return slime_double.task_sample(TaskRef("Journal", "train", index=index))
 
 
 
