@@ -96,21 +96,18 @@ async def openreward_client() -> AsyncIterator[AsyncOpenReward]:
         await client.environments.aclose()
 
 
-@pytest.fixture
-async def whodunit_env(env_server: LocalEnvServer, openreward_client: AsyncOpenReward) -> AsyncEnvironment:
-    return env_server.environment(openreward_client, "WhoDunIt")
+def _served_environment(name: str) -> Any:
+    """A fixture of the example environment `name` (one each below)."""
+
+    @pytest.fixture
+    async def environment(env_server: LocalEnvServer, openreward_client: AsyncOpenReward) -> AsyncEnvironment:
+        """The example environment on the session's server, through the test's own SDK client."""
+        return env_server.environment(openreward_client, name)
+
+    return environment
 
 
-@pytest.fixture
-async def math_env(env_server: LocalEnvServer, openreward_client: AsyncOpenReward) -> AsyncEnvironment:
-    return env_server.environment(openreward_client, "MathEnv")
-
-
-@pytest.fixture
-async def faulty_env(env_server: LocalEnvServer, openreward_client: AsyncOpenReward) -> AsyncEnvironment:
-    return env_server.environment(openreward_client, "Faulty")
-
-
-@pytest.fixture
-async def closest_guess_env(env_server: LocalEnvServer, openreward_client: AsyncOpenReward) -> AsyncEnvironment:
-    return env_server.environment(openreward_client, "ClosestGuess")
+whodunit_env = _served_environment("WhoDunIt")
+math_env = _served_environment("MathEnv")
+faulty_env = _served_environment("Faulty")
+closest_guess_env = _served_environment("ClosestGuess")
