@@ -83,6 +83,7 @@ async def step(loop_thread: Any, state: Any, rollout_id: int, source: Any, abort
 
 
 async def uninterrupted(loop_thread: Any, tokenizer: Any, lengths: dict[int, int], task: int, waits: set = frozenset()) -> Sample:
+    """The reference through the Miles hook, as test_partial_rollout's; the journal is emptied after it."""
     server = await make_server(tokenizer, JournalModel(tokenizer, lengths, waits))
     try:
         args = miles_args(server, "legacy-rollout/legacy-fn", partial_rollout=False)
@@ -91,15 +92,14 @@ async def uninterrupted(loop_thread: Any, tokenizer: Any, lengths: dict[int, int
         return await asyncio.to_thread(loop_thread.run, miles_double.call_generate(miles_hooks.generate, args, sample, copy.deepcopy(SAMPLING)))
     finally:
         await server.close()
+        journal_env.reset()  # the run under test starts from an empty journal
 
 
 @pytest.mark.parametrize("form", list(FORMS))
 async def test_mid_turn_abort_resumes_token_exactly(config_file, tokenizer, loop_thread, form) -> None:
     lengths = {0: 1, 1: 4}
     reference = await uninterrupted(loop_thread, tokenizer, lengths, task=1)
-    journal_env.reset()
-    model = JournalModel(tokenizer, lengths)
-    model.interrupt[(1, 2)] = 7
+    model = JournalModel(tokenizer, lengths, interrupt={(1, 2): 7})
     server = await make_server(tokenizer, model)
     try:
         args = miles_args(server, form)
@@ -134,7 +134,6 @@ async def test_abort_between_turns_parks_at_the_next_model_call(config_file, tok
     lengths = {0: 1, 1: 3}
     waits = {(1, 1)}
     reference = await uninterrupted(loop_thread, tokenizer, lengths, task=1, waits=waits)
-    journal_env.reset()
     journal_env.GATE.clear()
     server = await make_server(tokenizer, JournalModel(tokenizer, lengths, waits))
     try:
@@ -161,9 +160,7 @@ async def test_abort_between_turns_parks_at_the_next_model_call(config_file, tok
 async def test_mask_offpolicy_on_the_legacy_rollout(config_file, tokenizer, loop_thread, form) -> None:
     lengths = {0: 1, 1: 3}
     reference = await uninterrupted(loop_thread, tokenizer, lengths, task=1)
-    journal_env.reset()
-    model = JournalModel(tokenizer, lengths)
-    model.interrupt[(1, 1)] = 5
+    model = JournalModel(tokenizer, lengths, interrupt={(1, 1): 5})
     server = await make_server(tokenizer, model)
     try:
         args = miles_args(server, form, mask_offpolicy_in_partial_rollout=True)
