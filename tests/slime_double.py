@@ -75,11 +75,12 @@ class Sample(RewardValue):
         raise AssertionError("the double does not implement append_response_tokens")
 
 
-def task_sample(task: TaskRef, **fields: Any) -> Sample:
+def task_sample(task: TaskRef, sample_type: Any = Sample, **fields: Any) -> Any:
     """A `Sample` as Slime's data source makes one from `task`'s row (`task_row`): its prompt, label
-    and metadata; `fields` set the rest (index, group_index, session_id)."""
+    and metadata; `fields` set the rest (index, group_index, session_id). `sample_type`: another
+    framework's `Sample` (Miles'), filled the same way."""
     row = task_row(task)
-    return Sample(prompt=row["prompt"], label=row["label"], metadata=row["metadata"], **fields)
+    return sample_type(prompt=row["prompt"], label=row["label"], metadata=row["metadata"], **fields)
 
 
 def rollout_args(host: str, port: int, **overrides: Any) -> SimpleNamespace:
