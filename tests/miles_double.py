@@ -10,7 +10,6 @@ Written from that contract, not copied from Miles.
 
 from __future__ import annotations
 
-import enum
 import inspect
 from dataclasses import dataclass, field
 from typing import Any
