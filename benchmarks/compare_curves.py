@@ -19,6 +19,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from learning_curve import save_plot
+
 
 def load_runs(paths: list[str]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The first file's header (environment, model, device, settings) and every run of every file."""
@@ -111,11 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps({**header, "summary": table, "runs": runs}, indent=2))
-    try:
-        plot(header, grouped, table, out.with_suffix(".png"))
-        print(f"wrote {out.with_suffix('.json')} and {out.with_suffix('.png')}")
-    except ImportError:
-        print(f"wrote {out.with_suffix('.json')} (no plot: install matplotlib, the `plot` extra)")
+    save_plot(lambda png: plot(header, grouped, table, png), out)
     return 0
 
 

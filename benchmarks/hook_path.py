@@ -64,30 +64,16 @@ def write_config(directory: Path, base_url: str, workers: int = 0) -> Path:
 
 
 def slime_args(sglang_url: str) -> SimpleNamespace:
+    import slime_double
+
     host, port = sglang_url.removeprefix("http://").rsplit(":", 1)
-    return SimpleNamespace(
-        sglang_router_ip=host,
-        sglang_router_port=int(port),
-        hf_checkpoint="offline:qwen3",
-        rollout_max_context_len=CONTEXT_LEN,
-        eval_max_context_len=None,
-        rollout_max_response_len=512,
-        partial_rollout=False,
-        group_rm=False,
-        router_policy="consistent_hashing",
-        rollout_top_p=1.0,
-        reward_key=None,
-    )
+    return slime_double.rollout_args(host, int(port), rollout_max_context_len=CONTEXT_LEN, rollout_max_response_len=512)
 
 
 def new_sample(turns: int, number: int) -> Any:
     import slime_double
 
-    from openreward_rl.env.tasks import task_row
-
-    row = task_row(corridor_task(turns, REPLY_WORDS))
-    return slime_double.Sample(index=number, group_index=0, prompt=row["prompt"], label=row["label"],
-                               metadata=row["metadata"], session_id=f"bench-{number}")
+    return slime_double.task_sample(corridor_task(turns, REPLY_WORDS), index=number, group_index=0, session_id=f"bench-{number}")
 
 
 def check(sample: Any, turns: int) -> None:

@@ -32,6 +32,7 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -163,6 +164,15 @@ def run_label(run: dict[str, Any], results: dict[str, Any]) -> str:
     return f"seed {run['seed']} {run['estimator']}" if several else f"seed {run['seed']}"
 
 
+def save_plot(draw: Callable[[Path], None], out: Path) -> None:
+    """Draws the results' plot next to them (`out` as .png) where matplotlib is installed, and says what was written."""
+    try:
+        draw(out.with_suffix(".png"))
+        print(f"wrote {out.with_suffix('.json')} and {out.with_suffix('.png')}")
+    except ImportError:
+        print(f"wrote {out.with_suffix('.json')} (no plot: install matplotlib, the `plot` extra)")
+
+
 def plot(results: dict[str, Any], path: Path) -> None:
     import matplotlib
 
@@ -219,11 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{p['step']:>4}  " + "  ".join(f"{c:<32}" for c in cells))
     if results["constant_baseline"]:
         print(f"constant reply {results['constant_baseline'][0]!r}: {results['constant_baseline'][1]:.3f}")
-    try:
-        plot(results, out.with_suffix(".png"))
-        print(f"wrote {out.with_suffix('.json')} and {out.with_suffix('.png')}")
-    except ImportError:
-        print(f"wrote {out.with_suffix('.json')} (no plot: install matplotlib, the `plot` extra)")
+    save_plot(lambda png: plot(results, png), out)
     return 0
 
 

@@ -107,11 +107,9 @@ def run_mode(name: str, loop_thread: Any, server: Any, lengths: list[int], env_u
     import slime_rollout_double as slime_rollout
 
     from openreward_rl.backends import _suspended
-    from openreward_rl.env.tasks import task_row
 
     def prompt(index: int) -> Any:
-        row = task_row(corridor_task(lengths[index], REPLY_WORDS, base_url=env_url))
-        return slime_double.Sample(prompt=row["prompt"], label=row["label"], metadata=row["metadata"])
+        return slime_double.task_sample(corridor_task(lengths[index], REPLY_WORDS, base_url=env_url))
 
     args = slime_args(server.port, batch, partial=name == "partial")
     slime_rollout.GenerateState.clear_instances()

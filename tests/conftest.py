@@ -9,7 +9,7 @@ Async tests use anyio's pytest plugin: mark them ``@pytest.mark.anyio``.
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +65,20 @@ def example_env_specs() -> dict[str, str]:
     return dict(EXAMPLE_ENV_SPECS)
 
 
+@pytest.fixture
+def train_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[str], Path]:
+    """Writes the given YAML as the test's train config (``tmp_path/train_config.yaml``), points
+    ``OPENREWARD_RL_CONFIG`` at it, and returns the file."""
+
+    def write(text: str) -> Path:
+        file = tmp_path / "train_config.yaml"
+        file.write_text(text)
+        monkeypatch.setenv("OPENREWARD_RL_CONFIG", str(file))
+        return file
+
+    return write
+
+
 @pytest.fixture(scope="session")
 def env_server() -> Iterator[LocalEnvServer]:
     """WhoDunIt, MathEnv, Faulty, ClosestGuess and GradedGuess on one in-process server; use ``env_server.environment(client, "MathEnv")``."""
@@ -82,21 +96,18 @@ async def openreward_client() -> AsyncIterator[AsyncOpenReward]:
         await client.environments.aclose()
 
 
-@pytest.fixture
-async def whodunit_env(env_server: LocalEnvServer, openreward_client: AsyncOpenReward) -> AsyncEnvironment:
-    return env_server.environment(openreward_client, "WhoDunIt")
+def _served_environment(name: str) -> Any:
+    """A fixture of the example environment `name` (one each below)."""
+
+    @pytest.fixture
+    async def environment(env_server: LocalEnvServer, openreward_client: AsyncOpenReward) -> AsyncEnvironment:
+        """The example environment on the session's server, through the test's own SDK client."""
+        return env_server.environment(openreward_client, name)
+
+    return environment
 
 
-@pytest.fixture
-async def math_env(env_server: LocalEnvServer, openreward_client: AsyncOpenReward) -> AsyncEnvironment:
-    return env_server.environment(openreward_client, "MathEnv")
-
-
-@pytest.fixture
-async def faulty_env(env_server: LocalEnvServer, openreward_client: AsyncOpenReward) -> AsyncEnvironment:
-    return env_server.environment(openreward_client, "Faulty")
-
-
-@pytest.fixture
-async def closest_guess_env(env_server: LocalEnvServer, openreward_client: AsyncOpenReward) -> AsyncEnvironment:
-    return env_server.environment(openreward_client, "ClosestGuess")
+whodunit_env = _served_environment("WhoDunIt")
+math_env = _served_environment("MathEnv")
+faulty_env = _served_environment("Faulty")
+closest_guess_env = _served_environment("ClosestGuess")

@@ -10,7 +10,6 @@ Written from that contract, not copied from Miles.
 
 from __future__ import annotations
 
-import enum
 import inspect
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,7 +36,7 @@ class GenerateFnOutput:
 
 
 @dataclass
-class Sample:
+class Sample(slime_double.RewardValue):
     group_index: int | None = None
     index: int | None = None
     rollout_id: int | None = None
@@ -61,18 +60,8 @@ class Sample:
     generate_function_path: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
 
-    class Status(enum.Enum):
-        PENDING = "pending"
-        COMPLETED = "completed"
-        TRUNCATED = "truncated"
-        ABORTED = "aborted"
-        FAILED = "failed"
-
+    Status = slime_double.status_enum(__name__)
     status: Status = Status.PENDING
-
-    def get_reward_value(self, args: Any) -> Any:
-        key = getattr(args, "reward_key", None)
-        return self.reward if not key else self.reward[key]
 
     def reset_for_retry(self) -> None:
         """Miles: generated outputs back to defaults, identity/prompt/metadata/routing_key kept, status ABORTED."""
@@ -149,12 +138,7 @@ class DynamicFilterOutput:
 
 def call_dynamic_filter(fn: Any, *args: Any, **kwargs: Any) -> DynamicFilterOutput:
     """Miles: no filter keeps; any answer that is not Miles' own `DynamicFilterOutput` becomes `keep=<answer>`."""
-    if fn is None:
-        return DynamicFilterOutput(keep=True)
-    output = fn(*args, **kwargs)
-    if not isinstance(output, DynamicFilterOutput):
-        output = DynamicFilterOutput(keep=output)
-    return output
+    return slime_double.read_dynamic_filter(DynamicFilterOutput, fn, args, kwargs)
 
 
 # miles/ray/rollout/train_data_conversion.py (31f1ca9), the parts a removed sample meets: the loss mask

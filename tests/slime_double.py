@@ -12,11 +12,32 @@ from __future__ import annotations
 import enum
 import inspect
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
+
+from openreward_rl.env.tasks import TaskRef, task_row
+
+
+def status_enum(module: str) -> type[enum.Enum]:
+    """A new `Sample.Status` enum with Slime's members (Miles keeps them): each double's `Sample` has its
+    own class, as each framework's has, so code that takes `type(sample).Status` is told the two apart.
+    `module` is where the class lives, for pickling."""
+    members = [(name, name.lower()) for name in ("PENDING", "COMPLETED", "TRUNCATED", "ABORTED", "FAILED")]
+    return enum.Enum("Status", members, module=module, qualname="Sample.Status")
+
+
+class RewardValue:
+    """`Sample.get_reward_value`, the same in Slime and Miles: the reward, or its `args.reward_key` entry."""
+
+    reward: Any
+
+    def get_reward_value(self, args: Any) -> Any:
+        key = getattr(args, "reward_key", None)
+        return self.reward if not key else self.reward[key]
 
 
 @dataclass
-class Sample:
+class Sample(RewardValue):
     """Slime's rollout sample (fields as of 2026-08-21)."""
 
     group_index: int | None = None
@@ -44,24 +65,42 @@ class Sample:
     generate_function_path: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
 
-    class Status(enum.Enum):
-        PENDING = "pending"
-        COMPLETED = "completed"
-        TRUNCATED = "truncated"
-        ABORTED = "aborted"
-        FAILED = "failed"
-
+    Status = status_enum(__name__)
     status: Status = Status.PENDING
-
-    def get_reward_value(self, args: Any) -> Any:
-        key = getattr(args, "reward_key", None)
-        return self.reward if not key else self.reward[key]
 
     def get_source(self) -> Any:
         return self.metadata.get("source")  # raises AttributeError on a JSON-string metadata, as Slime does
 
     def append_response_tokens(self, *args: Any, **kwargs: Any) -> None:  # present from 2026-06-21; our hooks do not need it
         raise AssertionError("the double does not implement append_response_tokens")
+
+
+def task_sample(task: TaskRef, sample_type: Any = Sample, **fields: Any) -> Any:
+    """A `Sample` as Slime's data source makes one from `task`'s row (`task_row`): its prompt, label
+    and metadata; `fields` set the rest (index, group_index, session_id). `sample_type`: another
+    framework's `Sample` (Miles'), filled the same way."""
+    row = task_row(task)
+    return sample_type(prompt=row["prompt"], label=row["label"], metadata=row["metadata"], **fields)
+
+
+def rollout_args(host: str, port: int, **overrides: Any) -> SimpleNamespace:
+    """A Slime-like `args` namespace: the fields our hooks read, as Slime fills them for a rollout
+    on the SGLang router at `host:port` (no partial rollout, no group RM); `overrides` replace any."""
+    values: dict[str, Any] = dict(
+        sglang_router_ip=host,
+        sglang_router_port=port,
+        hf_checkpoint="offline:qwen3",
+        rollout_max_context_len=4096,
+        eval_max_context_len=None,
+        rollout_max_response_len=256,
+        partial_rollout=False,
+        group_rm=False,
+        router_policy="consistent_hashing",
+        rollout_top_p=1.0,
+        reward_key=None,
+    )
+    values.update(overrides)
+    return SimpleNamespace(**values)
 
 
 def call_generate(fn: Any, args: Any, sample: Sample, sampling_params: dict[str, Any], *, evaluation: bool = False) -> Any:
@@ -125,11 +164,17 @@ class DynamicFilterOutput:
     keep_when_insufficient: bool = False
 
 
+def read_dynamic_filter(output_type: Any, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """How Slime (and Miles, with its own `output_type`) reads a dynamic filter: no filter keeps; any
+    answer that is not the framework's own `output_type` becomes `keep=<answer>`."""
+    if fn is None:
+        return output_type(keep=True)
+    output = fn(*args, **kwargs)
+    if not isinstance(output, output_type):
+        output = output_type(keep=output)
+    return output
+
+
 def call_dynamic_filter(fn: Any, *args: Any, **kwargs: Any) -> DynamicFilterOutput:
     """Slime: no filter keeps; any answer that is not Slime's own `DynamicFilterOutput` becomes `keep=<answer>`."""
-    if fn is None:
-        return DynamicFilterOutput(keep=True)
-    output = fn(*args, **kwargs)
-    if not isinstance(output, DynamicFilterOutput):
-        output = DynamicFilterOutput(keep=output)
-    return output
+    return read_dynamic_filter(DynamicFilterOutput, fn, args, kwargs)

@@ -20,7 +20,6 @@ from openreward_rl.backends._samples import samples_from_trajectory
 from openreward_rl.backends.episode_record import EpisodeRecord
 from openreward_rl.config import ConfigError
 from openreward_rl.env.tasks import TaskRef
-from openreward_rl.env.tasks import task_row
 from openreward_rl.testing import ScriptedCompletion, SGLangTestServer
 from openreward_rl.loop.trajectory import StopReason, TokenSegment, Trajectory
 
@@ -42,9 +41,8 @@ def tokenizer() -> Any:
 
 
 @pytest.fixture
-def config_file(tmp_path, env_server, monkeypatch) -> Any:
-    file = tmp_path / "train_config.yaml"
-    file.write_text(
+def config_file(train_config, env_server) -> Any:
+    return train_config(
         f"""
 environments:
   Faulty:
@@ -59,8 +57,6 @@ attempts: 1
 upload: false
 """
     )
-    monkeypatch.setenv("OPENREWARD_RL_CONFIG", str(file))
-    return file
 
 
 @pytest.fixture
@@ -71,26 +67,11 @@ async def sglang(tokenizer) -> Any:
 
 
 def make_args(server: SGLangTestServer, **overrides: Any) -> SimpleNamespace:
-    values = dict(
-        sglang_router_ip="127.0.0.1",
-        sglang_router_port=server.port,
-        hf_checkpoint="offline:qwen3",
-        rollout_max_context_len=4096,
-        eval_max_context_len=None,
-        rollout_max_response_len=256,
-        partial_rollout=False,
-        group_rm=False,
-        router_policy="consistent_hashing",
-        rollout_top_p=1.0,
-        reward_key=None,
-    )
-    values.update(overrides)
-    return SimpleNamespace(**values)
+    return slime_double.rollout_args("127.0.0.1", server.port, **overrides)
 
 
 def make_sample(environment: str = "Faulty", index: int = 0, sample_index: int = 0) -> slime_double.Sample:
-    row = task_row(TaskRef(environment, "train", index=index))
-    return slime_double.Sample(index=sample_index, group_index=0, prompt=row["prompt"], label=row["label"], metadata=row["metadata"], session_id=f"session-{sample_index}")
+    return slime_double.task_sample(TaskRef(environment, "train", index=index), index=sample_index, group_index=0, session_id=f"session-{sample_index}")
 
 
 SAMPLING = {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 64, "no_stop_trim": True, "custom_params": {"keep": ["me"]}}

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import AsyncIterator
 from typing import Any
 
 import attrs
@@ -119,12 +118,8 @@ class Harness:
 
 
 @pytest.fixture
-async def harness(env_server: LocalEnvServer) -> AsyncIterator[Harness]:
-    client = AsyncOpenReward(api_key="local")
-    try:
-        yield Harness(env_server, client)
-    finally:
-        await client.environments.aclose()
+async def harness(env_server: LocalEnvServer, openreward_client: AsyncOpenReward) -> Harness:
+    return Harness(env_server, openreward_client)
 
 
 def assert_segments_token_exact(run: Run) -> None:

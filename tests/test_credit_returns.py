@@ -30,9 +30,8 @@ def digit(d: int) -> str:
 
 
 @pytest.fixture
-def lock_config(tmp_path, env_server, monkeypatch) -> Any:
-    file = tmp_path / "train_config.yaml"
-    file.write_text(
+def lock_config(train_config, env_server) -> Any:
+    return train_config(
         f"""
 environments:
   CombinationLock:
@@ -49,8 +48,6 @@ upload: false
 advantage: {{estimator: turn, gamma: 0.5}}
 """
     )
-    monkeypatch.setenv("OPENREWARD_RL_CONFIG", str(file))
-    return file
 
 
 @pytest.fixture
@@ -61,8 +58,7 @@ async def sglang(qwen3_tokenizer) -> Any:
 
 
 def lock_sample(index: int = 0) -> slime_double.Sample:
-    row = task_row(TaskRef("CombinationLock", "train", index=index))
-    return slime_double.Sample(index=0, group_index=0, prompt=row["prompt"], label=row["label"], metadata=row["metadata"], session_id="s0")
+    return slime_double.task_sample(TaskRef("CombinationLock", "train", index=index), index=0, group_index=0, session_id="s0")
 
 
 async def test_each_turn_gets_its_reward_on_its_last_token_and_its_return(lock_config, sglang, qwen3_tokenizer) -> None:

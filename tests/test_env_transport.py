@@ -19,6 +19,7 @@ from openreward_rl.env.transport import DrainingResponse, PooledEnvironmentsAPI,
 from openreward_rl.env.environment import open_session
 from openreward_rl.env.tasks import TaskRef
 from openreward_rl.env.local_server import LocalEnvServer, serve_environments
+from local_http import serve_app
 from chunk_boundary_env import CHUNK_SIZE, KINDS, boundary_text, streamed_result
 from openreward_rl import ChatRenderer, EpisodeSettings, ToolEpisode, run_episode
 from openreward_rl.config import parse_config
@@ -106,22 +107,15 @@ async def test_a_stream_left_before_its_tail_keeps_its_connection_only_when_drai
 
     app = web.Application()
     app.router.add_post("/call", stream)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     connector = aiohttp.TCPConnector()
     opened = count_connects(connector)
-    try:
-        async with aiohttp.ClientSession(f"http://127.0.0.1:{port}", connector=connector, response_class=response_class) as http:
+    async with serve_app(app) as base:
+        async with aiohttp.ClientSession(base, connector=connector, response_class=response_class) as http:
             for _ in range(3):
                 async with http.post("/call") as response:
                     async for line in response.content:
                         if line.startswith(b"data:"):
                             break
-    finally:
-        await runner.cleanup()
     assert opened[0] == (1 if response_class is DrainingResponse else 3)
 
 
@@ -211,17 +205,10 @@ async def test_events_are_parsed_as_the_sse_specification_says() -> None:
 
     app = web.Application()
     app.router.add_get("/events", stream)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        async with aiohttp.ClientSession(f"http://127.0.0.1:{port}", response_class=DrainingResponse) as http:
+    async with serve_app(app) as base:
+        async with aiohttp.ClientSession(base, response_class=DrainingResponse) as http:
             async with http.get("/events") as response:
                 events = [event async for event in parse_sse_events(response)]
-    finally:
-        await runner.cleanup()
     assert events == [
         ("task_id", "t1"),
         ("chunk", "  three spaces, one removed"),

@@ -206,6 +206,7 @@ async def test_the_model_check_tells_a_refused_key_and_an_unready_server_from_a_
     """An OpenAI-compatible server on 127.0.0.1: a refused key and a 5xx are errors naming the URL;
     a server without a model list (404) counts as reachable; SGLang's /health answers."""
     from aiohttp import web
+    from local_http import serve_app
 
     from openreward_rl.cli.model_endpoint import check_model_endpoint
 
@@ -218,13 +219,8 @@ async def test_the_model_check_tells_a_refused_key_and_an_unready_server_from_a_
 
     app = web.Application()
     app.router.add_get("/v1/models", models)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    base = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
     check = lambda url, key: asyncio.to_thread(check_model_endpoint, "openai", url, api_key=key, key_name="$OPENAI_API_KEY")  # noqa: E731
-    try:
+    async with serve_app(app) as base:
         await check(base + "/v1", "good-key-123")
         await check(base + "/elsewhere/v1", "good-key-123")  # 404: no model list, but a server
         with pytest.raises(ValueError, match=rf"the model server at {base}/v1 refuses \$OPENAI_API_KEY \(HTTP 401 on GET {base}/v1/models\)"):
@@ -232,6 +228,4 @@ async def test_the_model_check_tells_a_refused_key_and_an_unready_server_from_a_
         status["code"] = 503
         with pytest.raises(ValueError, match=r"is not ready \(HTTP 503"):
             await check(base + "/v1", "good-key-123")
-    finally:
-        await runner.cleanup()
     await asyncio.to_thread(check_model_endpoint, "sglang", model.server.url)

@@ -98,6 +98,16 @@ def task_rids(server: SGLangTestServer, task: int) -> list[str]:
     return [r.rid for r in server.requests if r.rid and f"Task journal-{task}:" in server.tokenizer.decode(r.input_ids or [])]
 
 
+async def start_slime_worker(tokenizer: Any, model: Any) -> tuple[SGLangTestServer, Any, Any]:
+    """The SGLang double serving `model` at weight version "1", and a started Slime fully-async worker
+    on it (two prompts a batch, two in flight, no partial rollout): the server, the args, the worker."""
+    server = await SGLangTestServer(tokenizer, model, weight_version="1").start()
+    args = make_args(server, partial_rollout=False, rollout_batch_size=2)
+    worker = slime_rollout.AsyncRolloutWorker(args, slime_rollout.RolloutDataSourceWithBuffer(args, prompt_sample), concurrency=2)
+    worker.start()
+    return server, args, worker
+
+
 async def slime_steps(loop_thread: Any, worker: Any, args: Any, task: int, steps: int = 8) -> list[Any]:
     """Training steps of `train_async.py`: each drains `rollout_batch_size` groups; stop once `task` came through."""
     trained = []
@@ -122,12 +132,8 @@ async def miles_steps(loop_thread: Any, rollout_fn: Any, task: int) -> list[Any]
 async def test_slime_fully_async_records_a_weight_update_between_turns(config_file, tokenizer, loop_thread) -> None:
     lengths, waits = {1: 3}, {(1, 1)}  # task 1 writes a note, waits, writes a note, submits; the rest submit at once
     reference = await uninterrupted(loop_thread, tokenizer, lengths, task=1, waits=waits)
-    journal_env.reset()
     journal_env.GATE.clear()
-    server = await SGLangTestServer(tokenizer, JournalModel(tokenizer, lengths, waits), weight_version="1").start()
-    args = make_args(server, partial_rollout=False, rollout_batch_size=2)
-    worker = slime_rollout.AsyncRolloutWorker(args, slime_rollout.RolloutDataSourceWithBuffer(args, prompt_sample), concurrency=2)
-    worker.start()
+    server, args, worker = await start_slime_worker(tokenizer, JournalModel(tokenizer, lengths, waits))
     try:
         first = await asyncio.to_thread(loop_thread.run, slime_rollout.drain_fully_async(worker, 2))
         await asyncio.to_thread(journal_env.IN_WAIT.wait, 60)  # task 1 is inside its `wait` tool call
@@ -155,13 +161,8 @@ async def test_slime_fully_async_weight_update_continues_the_cut_turn_in_place(c
     the new weights sample the rest: the uninterrupted run's tokens, one session, each tool call once."""
     lengths = {1: 3}
     reference = await uninterrupted(loop_thread, tokenizer, lengths, task=1)
-    journal_env.reset()
-    model = JournalModel(tokenizer, lengths)
-    model.interrupt[(1, 1)] = 6  # the second turn is still generating when the weights are updated
-    server = await SGLangTestServer(tokenizer, model, weight_version="1").start()
-    args = make_args(server, partial_rollout=False, rollout_batch_size=2)
-    worker = slime_rollout.AsyncRolloutWorker(args, slime_rollout.RolloutDataSourceWithBuffer(args, prompt_sample), concurrency=2)
-    worker.start()
+    model = JournalModel(tokenizer, lengths, interrupt={(1, 1): 6})  # the second turn is still generating when the weights are updated
+    server, args, worker = await start_slime_worker(tokenizer, model)
     try:
         await weight_update(server, "2", cut="_t1", held="_t1_p1")
         trained = await slime_steps(loop_thread, worker, args, task=1)
@@ -192,14 +193,8 @@ async def test_slime_fully_async_continuations_are_bounded(config_file, tokenize
     config_file.write_text(config_file.read_text() + "max_turn_continuations: 1\n")
     lengths = {1: 3}
     reference = await uninterrupted(loop_thread, tokenizer, lengths, task=1)
-    journal_env.reset()
-    model = JournalModel(tokenizer, lengths)
-    model.interrupt[(1, 1)] = 6
-    model.interrupt_continued[(1, 1)] = 4  # the continuation is still generating at the next update
-    server = await SGLangTestServer(tokenizer, model, weight_version="1").start()
-    args = make_args(server, partial_rollout=False, rollout_batch_size=2)
-    worker = slime_rollout.AsyncRolloutWorker(args, slime_rollout.RolloutDataSourceWithBuffer(args, prompt_sample), concurrency=2)
-    worker.start()
+    model = JournalModel(tokenizer, lengths, interrupt={(1, 1): 6}, interrupt_continued={(1, 1): 4})  # the continuation is still generating at the next update
+    server, args, worker = await start_slime_worker(tokenizer, model)
     try:
         await weight_update(server, "2", cut="_t1", held="_t1_p1")
         await weight_update(server, "3", cut="_t1_p1", held=None)
@@ -223,8 +218,7 @@ async def test_slime_fully_async_continuations_are_bounded(config_file, tokenize
 async def test_trainer_abort_is_not_continued(config_file, tokenizer, loop_thread) -> None:
     """Slime's sync rollout sets `GenerateState.aborted` before its `abort_all` at the end of a step: that abort
     is the trainer's, so the cut turn ends the episode ABORTED (discarded without `--partial-rollout`), nothing continued."""
-    model = JournalModel(tokenizer, {0: 1, 1: 4})
-    model.interrupt[(1, 1)] = 5
+    model = JournalModel(tokenizer, {0: 1, 1: 4}, interrupt={(1, 1): 5})
     server = await make_server(tokenizer, model)
     try:
         args = make_args(server, partial_rollout=False)
@@ -242,7 +236,6 @@ async def test_trainer_abort_is_not_continued(config_file, tokenizer, loop_threa
 async def test_miles_fully_async_records_weight_versions_for_the_staleness_filter(config_file, tokenizer, loop_thread) -> None:
     lengths, waits = {1: 3}, {(1, 1)}
     reference = await uninterrupted(loop_thread, tokenizer, lengths, task=1, waits=waits)
-    journal_env.reset()
     journal_env.GATE.clear()
     server = await SGLangTestServer(tokenizer, JournalModel(tokenizer, lengths, waits), weight_version="1").start()
     args = miles_fully_async_args(server)
@@ -289,9 +282,7 @@ async def miles_run_with_a_cut_turn(tokenizer: Any, loop_thread: Any, held: str 
     turn after 6 tokens (`held`: the request the paused server must hold, if any); runs until task 1 is trained."""
     lengths = {1: 3}
     reference = await uninterrupted(loop_thread, tokenizer, lengths, task=1)
-    journal_env.reset()
-    model = JournalModel(tokenizer, lengths)
-    model.interrupt[(1, 1)] = 6
+    model = JournalModel(tokenizer, lengths, interrupt={(1, 1): 6})
     server = await SGLangTestServer(tokenizer, model, weight_version="1").start()
     args = miles_fully_async_args(server)
     rollout_fn = miles_rollout.FullyAsyncRolloutFn(args, slime_rollout.RolloutDataSourceWithBuffer(args, lambda i: miles_sample(i)))

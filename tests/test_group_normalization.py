@@ -139,9 +139,8 @@ class WalkerOrQuitter(CorridorAgent):
 
 
 @pytest.fixture
-def corridor_config(tmp_path, env_server, monkeypatch) -> Any:
-    file = tmp_path / "train_config.yaml"
-    file.write_text(
+def corridor_config(train_config, env_server) -> Any:
+    return train_config(
         f"""
 environments:
   Corridor:
@@ -154,39 +153,43 @@ attempts: 1
 upload: false
 """
     )
-    monkeypatch.setenv("OPENREWARD_RL_CONFIG", str(file))
-    return file
 
 
 def slime_args(server: SGLangTestServer, **overrides: Any) -> SimpleNamespace:
-    values = dict(
-        sglang_router_ip="127.0.0.1", sglang_router_port=server.port, hf_checkpoint="offline:qwen3", rollout_max_context_len=2048,
-        eval_max_context_len=None, rollout_max_response_len=256, partial_rollout=False, group_rm=False,
-        router_policy="consistent_hashing", rollout_top_p=1.0, reward_key=None,
-    )  # fmt: skip
-    return SimpleNamespace(**{**values, **overrides})
+    return slime_double.rollout_args("127.0.0.1", server.port, **{"rollout_max_context_len": 2048, **overrides})
+
+
+FORK_SAMPLING = {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 256}
+
+
+async def forked_groups(args: Any, double: Any, generate: Any, make_sample: Any) -> list[list[Any]]:
+    """Two prompts of two Corridor episodes each, routed "walk-*" or "quit-*" (`make_sample(index,
+    group_index, route)`), each through `generate` as `double` (the framework's double) calls it."""
+    groups = []
+    for group, routes in enumerate([("walk-0", "quit-1"), ("quit-2", "quit-3")]):
+        outputs = []
+        for member, route in enumerate(routes):
+            sample = make_sample(2 * group + member, group, route)
+            outputs.append(await double.call_generate(generate, args, sample, copy.deepcopy(FORK_SAMPLING)))
+        groups.append(outputs)
+    return groups
 
 
 async def test_forked_episodes_through_the_slime_hook_keep_their_group_advantage(corridor_config, qwen3_tokenizer) -> None:
-    sampling = {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 256}
+    def slime_sample(index: int, group: int, route: str) -> Any:
+        return slime_double.task_sample(TaskRef("Corridor", "train", index=0), index=index, group_index=group, session_id=route)
+
     async with SGLangTestServer(qwen3_tokenizer, script=WalkerOrQuitter(qwen3_tokenizer)) as server:
         try:
             args = slime_args(server)
-            groups = []
-            for group, sessions in enumerate([("walk-0", "quit-1"), ("quit-2", "quit-3")]):
-                outputs = []
-                for member, session in enumerate(sessions):
-                    row = task_row(TaskRef("Corridor", "train", index=0))
-                    sample = slime_double.Sample(index=2 * group + member, group_index=group, prompt=row["prompt"], label=row["label"], metadata=row["metadata"], session_id=session)
-                    outputs.append(await slime_double.call_generate(slime.generate, args, sample, copy.deepcopy(sampling)))
-                groups.append(outputs)
+            groups = await forked_groups(args, slime_double, slime.generate, slime_sample)
             row = task_row(TaskRef("Corridor", "train", index=0))
             evaluated = await slime_double.call_generate(
-                slime.generate, args, slime_double.Sample(index=7, metadata=row["metadata"], session_id="walk-eval"), copy.deepcopy(sampling), evaluation=True
+                slime.generate, args, slime_double.Sample(index=7, metadata=row["metadata"], session_id="walk-eval"), copy.deepcopy(FORK_SAMPLING), evaluation=True
             )
             with pytest.raises(ConfigError, match="--partial-rollout cannot take the fan-out"):
                 row = task_row(TaskRef("Corridor", "train", index=0))
-                await slime_double.call_generate(slime.generate, slime_args(server, partial_rollout=True), slime_double.Sample(index=9, metadata=row["metadata"]), dict(sampling))
+                await slime_double.call_generate(slime.generate, slime_args(server, partial_rollout=True), slime_double.Sample(index=9, metadata=row["metadata"]), dict(FORK_SAMPLING))
         finally:
             await _state.close_states()
     assert all(isinstance(output, list) for outputs in groups for output in outputs)  # one nesting for every rollout
@@ -214,18 +217,14 @@ async def test_forked_episodes_through_the_miles_hook(corridor_config, qwen3_tok
 
     from openreward_rl.backends import miles
 
-    sampling = {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 256}
+    def miles_sample(index: int, group: int, route: str) -> Any:
+        row = task_row(TaskRef("Corridor", "train", index=0))
+        return miles_double.Sample(index=index, group_index=group, prompt=row["prompt"], metadata=row["metadata"], routing_key=route)
+
     async with SGLangTestServer(qwen3_tokenizer, script=WalkerOrQuitter(qwen3_tokenizer)) as server:
         try:
             args = slime_args(server)
-            groups = []
-            for group, routes in enumerate([("walk-0", "quit-1"), ("quit-2", "quit-3")]):
-                outputs = []
-                for member, route in enumerate(routes):
-                    row = task_row(TaskRef("Corridor", "train", index=0))
-                    sample = miles_double.Sample(index=2 * group + member, group_index=group, prompt=row["prompt"], metadata=row["metadata"], routing_key=route)
-                    outputs.append(await miles_double.call_generate(miles.generate, args, sample, copy.deepcopy(sampling)))
-                groups.append(outputs)
+            groups = await forked_groups(args, miles_double, miles.generate, miles_sample)
         finally:
             await _state.close_states()
     assert all(isinstance(output, list) for outputs in groups for output in outputs)

@@ -31,10 +31,9 @@ _, TARGET_1 = make_question("closest/train/1")
 
 
 @pytest.fixture
-def config_file(tmp_path, env_server, monkeypatch) -> Any:
+def config_file(train_config, env_server) -> Any:
     """As a user writes it: the rows carry no variant, the config names each environment's class."""
-    file = tmp_path / "train_config.yaml"
-    file.write_text(
+    return train_config(
         f"""
 environments:
   ClosestGuess:
@@ -50,14 +49,12 @@ attempts: 1
 upload: false
 """
     )
-    monkeypatch.setenv("OPENREWARD_RL_CONFIG", str(file))
-    return file
 
 
 def slime_sample(environment: str = "ClosestGuess", index: int = 0, sample_index: int = 0) -> slime_double.Sample:
-    row = task_row(TaskRef(environment, "train", index=index))
-    assert row["metadata"]["variant"] is None  # the hook must take the variant from the config
-    return slime_double.Sample(index=sample_index, group_index=0, prompt=row["prompt"], label=row["label"], metadata=row["metadata"], session_id=f"s-{sample_index}")
+    sample = slime_double.task_sample(TaskRef(environment, "train", index=index), index=sample_index, group_index=0, session_id=f"s-{sample_index}")
+    assert sample.metadata["variant"] is None  # the hook must take the variant from the config
+    return sample
 
 
 async def slime_group(args: Any, sglang: SGLangTestServer, answers: list[ScriptedCompletion], **sample_kwargs: Any) -> list[slime_double.Sample]:

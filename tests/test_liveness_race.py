@@ -13,6 +13,7 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
+from local_http import serve_app
 
 from openreward_rl.env.environment import LivenessProbe, ServerUnreachable, _race_liveness
 
@@ -70,18 +71,11 @@ async def test_call_to_a_dead_server_ends_unreachable_and_is_cancelled() -> None
 async def test_slow_call_to_a_live_server_completes() -> None:
     app = web.Application()
     app.router.add_get("/health", lambda request: web.json_response({"ok": True}))
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        async with aiohttp.ClientSession(f"http://127.0.0.1:{port}") as http:
+    async with serve_app(app) as base:
+        async with aiohttp.ClientSession(base) as http:
             probe = CountingProbe(http, after_s=0.02, interval_s=0.02)
             assert await _race_liveness(asyncio.sleep(0.2, result="slow"), probe) == "slow"
             assert probe.probes >= 2
-    finally:
-        await runner.cleanup()
 
 
 async def test_outside_cancellation_stays_a_cancellation() -> None:

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+from local_http import serve_app
 
 from openreward_rl.assets import load_tokenizer
 from openreward_rl.engines import ContextLengthError, EngineError, FinishReason, GenerationRequest
@@ -57,16 +58,9 @@ async def serve_chat() -> AsyncIterator[ChatServer]:
     chat = ChatServer()
     app = web.Application()
     app.router.add_post("/v1/chat/completions", chat.handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    chat.url = f"http://127.0.0.1:{port}/v1"
-    try:
+    async with serve_app(app) as base:
+        chat.url = f"{base}/v1"
         yield chat
-    finally:
-        await runner.cleanup()
 
 
 @pytest.fixture

@@ -28,7 +28,6 @@ from openreward_rl.backends import _state, _suspended
 from openreward_rl.backends import slime as slime_hooks
 from openreward_rl.env.tasks import TaskRef
 from openreward_rl.env.local_server import serve_environments
-from openreward_rl.env.tasks import task_row
 from openreward_rl.testing import ScriptedCompletion, SGLangTestServer
 from openreward_rl.testing.sglang_server import RecordedRequest
 from test_backend_slime import make_args as hook_args, record_of
@@ -57,10 +56,18 @@ class JournalModel:
     of it the context already ends with.
     """
 
-    def __init__(self, tokenizer: Any, lengths: dict[int, int], waits: set[tuple[int, int]] = frozenset()) -> None:
+    def __init__(
+        self,
+        tokenizer: Any,
+        lengths: dict[int, int],
+        waits: set[tuple[int, int]] = frozenset(),
+        *,
+        interrupt: dict[tuple[int, int], int] | None = None,
+        interrupt_continued: dict[tuple[int, int], int] | None = None,
+    ) -> None:
         self.tokenizer, self.lengths, self.waits = tokenizer, lengths, set(waits)
-        self.interrupt: dict[tuple[int, int], int] = {}
-        self.interrupt_continued: dict[tuple[int, int], int] = {}
+        self.interrupt: dict[tuple[int, int], int] = dict(interrupt or {})
+        self.interrupt_continued: dict[tuple[int, int], int] = dict(interrupt_continued or {})
         self.turn_ids: dict[tuple[int, int], list[int]] = {}
 
     def planned(self, task: int, turn: int) -> list[int]:
@@ -93,9 +100,8 @@ def journal_server() -> Any:
 
 
 @pytest.fixture
-def config_file(tmp_path, journal_server, monkeypatch) -> Any:
-    file = tmp_path / "train_config.yaml"
-    file.write_text(
+def config_file(train_config, journal_server) -> Any:
+    file = train_config(
         f"""
 environments:
   Journal:
@@ -108,7 +114,6 @@ suspended_episode_ttl: 600
 max_suspended_episodes: 8
 """
     )
-    monkeypatch.setenv("OPENREWARD_RL_CONFIG", str(file))
     journal_env.reset()
     return file
 
@@ -158,8 +163,7 @@ def make_args(server: SGLangTestServer, **overrides: Any) -> SimpleNamespace:
 
 
 def prompt_sample(index: int) -> Sample:
-    row = task_row(TaskRef("Journal", "train", index=index))
-    return Sample(prompt=row["prompt"], label=row["label"], metadata=row["metadata"])
+    return slime_double.task_sample(TaskRef("Journal", "train", index=index))
 
 
 
@@ -169,7 +173,8 @@ async def step(loop_thread: Any, args: Any, rollout_id: int, source: Any, abort_
 
 
 async def uninterrupted(loop_thread: Any, tokenizer: Any, lengths: dict[int, int], task: int, waits: set = frozenset()) -> Sample:
-    """The reference: the same model and task, one episode without partial rollout."""
+    """The reference: the same model and task, one episode without partial rollout; the journal is
+    emptied after it."""
     server = await make_server(tokenizer, JournalModel(tokenizer, lengths, waits))
     try:
         args = make_args(server, partial_rollout=False)
@@ -178,6 +183,7 @@ async def uninterrupted(loop_thread: Any, tokenizer: Any, lengths: dict[int, int
         return await asyncio.to_thread(loop_thread.run, slime_double.call_generate(slime_hooks.generate, args, sample, copy.deepcopy(SAMPLING)))
     finally:
         await server.close()
+        journal_env.reset()  # the run under test starts from an empty journal
 
 
 def session_calls(session: str) -> list[tuple[str, str]]:
@@ -188,10 +194,8 @@ def session_calls(session: str) -> list[tuple[str, str]]:
 async def test_mid_turn_abort_resumes_token_exactly(config_file, tokenizer, loop_thread, mask_offpolicy) -> None:
     lengths = {0: 1, 1: 4}  # task 0 finishes at once; task 1 is the long tail
     reference = await uninterrupted(loop_thread, tokenizer, lengths, task=1)
-    journal_env.reset()
 
-    model = JournalModel(tokenizer, lengths)
-    model.interrupt[(1, 2)] = 7  # the third turn of task 1 is cut after 7 tokens
+    model = JournalModel(tokenizer, lengths, interrupt={(1, 2): 7})  # the third turn of task 1 is cut after 7 tokens
     server = await make_server(tokenizer, model)
     try:
         args = make_args(server, mask_offpolicy_in_partial_rollout=mask_offpolicy)
@@ -245,7 +249,6 @@ async def test_abort_between_turns_parks_after_the_tool_call(config_file, tokeni
     lengths = {0: 1, 1: 3}
     waits = {(1, 1)}  # task 1's second turn calls `wait`, which runs while the trainer aborts
     reference = await uninterrupted(loop_thread, tokenizer, lengths, task=1, waits=waits)
-    journal_env.reset()
     journal_env.GATE.clear()
 
     server = await make_server(tokenizer, JournalModel(tokenizer, lengths, waits))
@@ -269,8 +272,7 @@ async def test_abort_between_turns_parks_after_the_tool_call(config_file, tokeni
 
 
 async def test_process_restart_leaves_an_aborted_placeholder(config_file, tokenizer, loop_thread) -> None:
-    model = JournalModel(tokenizer, {0: 1, 1: 4})
-    model.interrupt[(1, 1)] = 5
+    model = JournalModel(tokenizer, {0: 1, 1: 4}, interrupt={(1, 1): 5})
     server = await make_server(tokenizer, model)
     try:
         args = make_args(server)
@@ -292,9 +294,7 @@ async def test_process_restart_leaves_an_aborted_placeholder(config_file, tokeni
 
 async def test_expired_and_evicted_episodes_become_placeholders(config_file, tokenizer, loop_thread) -> None:
     config_file.write_text(config_file.read_text().replace("max_suspended_episodes: 8", "max_suspended_episodes: 2"))
-    model = JournalModel(tokenizer, {1: 4, 2: 4, 3: 4})
-    for task in (1, 2, 3):
-        model.interrupt[(task, 1)] = 4
+    model = JournalModel(tokenizer, {1: 4, 2: 4, 3: 4}, interrupt={(task, 1): 4 for task in (1, 2, 3)})
     server = await make_server(tokenizer, model)
     try:
         args = make_args(server, over_sampling_batch_size=4)
@@ -319,10 +319,7 @@ async def test_expired_and_evicted_episodes_become_placeholders(config_file, tok
 async def test_abort_storm_keeps_one_session_and_exact_tokens(config_file, tokenizer, loop_thread) -> None:
     lengths = {1: 5}  # every other task submits at once, ending each step while task 1 is cut
     reference = await uninterrupted(loop_thread, tokenizer, lengths, task=1)
-    journal_env.reset()
-    model = JournalModel(tokenizer, lengths)
-    for turn, cut in ((0, 3), (1, 9), (2, 1), (4, 6)):
-        model.interrupt[(1, turn)] = cut
+    model = JournalModel(tokenizer, lengths, interrupt={(1, turn): cut for turn, cut in ((0, 3), (1, 9), (2, 1), (4, 6))})
     server = await make_server(tokenizer, model)
     finished: list[Sample] = []
     try:

@@ -26,10 +26,10 @@ import pytest
 import journal_env
 import miles_double
 import miles_rollout_double as miles_rollout
+import slime_double
 import slime_rollout_double as slime_rollout
 from openreward_rl.backends import miles as miles_hooks
 from openreward_rl.env.tasks import TaskRef
-from openreward_rl.env.tasks import task_row
 from test_backend_slime import record_of
 from test_partial_rollout import SAMPLING, JournalModel, aborter, close_loop_thread, config_file, journal_server, make_args, make_server, tokenizer  # noqa: F401
 
@@ -69,13 +69,14 @@ def miles_args(server: Any, form: str, **overrides: Any) -> Any:
 
 
 def prompt_sample(index: int) -> Sample:
-    row = task_row(TaskRef("Journal", "train", index=index))
-    return Sample(prompt=row["prompt"], label=row["label"], metadata=row["metadata"])
+    return slime_double.task_sample(TaskRef("Journal", "train", index=index), Sample)
 
 
-def make_state(args: Any, form: str) -> miles_rollout.GenerateState:
+def rollout_parts(server: Any, form: str, **overrides: Any) -> tuple[Any, miles_rollout.GenerateState, Any]:
+    """For `form`: the args (`miles_args`), the rollout's generate state, and a buffered source of Journal prompts."""
+    args = miles_args(server, form, **overrides)
     _, state_class = FORMS[form]
-    return state_class(args)
+    return args, state_class(args), slime_rollout.RolloutDataSourceWithBuffer(args, prompt_sample)
 
 
 async def step(loop_thread: Any, state: Any, rollout_id: int, source: Any, abort_servers: Any) -> list[list[Sample]]:
@@ -83,6 +84,7 @@ async def step(loop_thread: Any, state: Any, rollout_id: int, source: Any, abort
 
 
 async def uninterrupted(loop_thread: Any, tokenizer: Any, lengths: dict[int, int], task: int, waits: set = frozenset()) -> Sample:
+    """The reference through the Miles hook, as test_partial_rollout's; the journal is emptied after it."""
     server = await make_server(tokenizer, JournalModel(tokenizer, lengths, waits))
     try:
         args = miles_args(server, "legacy-rollout/legacy-fn", partial_rollout=False)
@@ -91,20 +93,17 @@ async def uninterrupted(loop_thread: Any, tokenizer: Any, lengths: dict[int, int
         return await asyncio.to_thread(loop_thread.run, miles_double.call_generate(miles_hooks.generate, args, sample, copy.deepcopy(SAMPLING)))
     finally:
         await server.close()
+        journal_env.reset()  # the run under test starts from an empty journal
 
 
 @pytest.mark.parametrize("form", list(FORMS))
 async def test_mid_turn_abort_resumes_token_exactly(config_file, tokenizer, loop_thread, form) -> None:
     lengths = {0: 1, 1: 4}
     reference = await uninterrupted(loop_thread, tokenizer, lengths, task=1)
-    journal_env.reset()
-    model = JournalModel(tokenizer, lengths)
-    model.interrupt[(1, 2)] = 7
+    model = JournalModel(tokenizer, lengths, interrupt={(1, 2): 7})
     server = await make_server(tokenizer, model)
     try:
-        args = miles_args(server, form)
-        state = make_state(args, form)
-        source = slime_rollout.RolloutDataSourceWithBuffer(args, prompt_sample)
+        args, state, source = rollout_parts(server, form)
         (first,) = await step(loop_thread, state, 0, source, aborter(server))
         assert first[0].status is Sample.Status.COMPLETED and first[0].reward == 1.0
         ((parked,),) = source.buffer
@@ -134,13 +133,10 @@ async def test_abort_between_turns_parks_at_the_next_model_call(config_file, tok
     lengths = {0: 1, 1: 3}
     waits = {(1, 1)}
     reference = await uninterrupted(loop_thread, tokenizer, lengths, task=1, waits=waits)
-    journal_env.reset()
     journal_env.GATE.clear()
     server = await make_server(tokenizer, JournalModel(tokenizer, lengths, waits))
     try:
-        args = miles_args(server, form)
-        state = make_state(args, form)
-        source = slime_rollout.RolloutDataSourceWithBuffer(args, prompt_sample)
+        args, state, source = rollout_parts(server, form)
         await step(loop_thread, state, 0, source, aborter(server, then=journal_env.GATE.set))
         ((parked,),) = source.buffer
         assert parked.status is Sample.Status.ABORTED
@@ -161,14 +157,10 @@ async def test_abort_between_turns_parks_at_the_next_model_call(config_file, tok
 async def test_mask_offpolicy_on_the_legacy_rollout(config_file, tokenizer, loop_thread, form) -> None:
     lengths = {0: 1, 1: 3}
     reference = await uninterrupted(loop_thread, tokenizer, lengths, task=1)
-    journal_env.reset()
-    model = JournalModel(tokenizer, lengths)
-    model.interrupt[(1, 1)] = 5
+    model = JournalModel(tokenizer, lengths, interrupt={(1, 1): 5})
     server = await make_server(tokenizer, model)
     try:
-        args = miles_args(server, form, mask_offpolicy_in_partial_rollout=True)
-        state = make_state(args, form)
-        source = slime_rollout.RolloutDataSourceWithBuffer(args, prompt_sample)
+        args, state, source = rollout_parts(server, form, mask_offpolicy_in_partial_rollout=True)
         await step(loop_thread, state, 0, source, aborter(server))
         args.over_sampling_batch_size = 1
         ((resumed,),) = await step(loop_thread, state, 1, source, aborter(server))

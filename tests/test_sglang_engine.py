@@ -175,18 +175,23 @@ async def test_transient_faults_are_retried_with_retry_suffixed_rid(qwen3_tokeni
     assert server.pending_script == 0
 
 
+async def generate_error(engine: SGLangEngine, match: str | None = None) -> EngineError:
+    """The `EngineError` (matching `match`) that `engine` raises for `request()`; the engine is closed after."""
+    try:
+        with pytest.raises(EngineError, match=match) as caught:
+            await engine.generate(request())
+    finally:
+        await engine.aclose()
+    return caught.value
+
+
 @pytest.mark.anyio
 async def test_persistent_5xx_gives_engine_error_after_bounded_attempts(qwen3_tokenizer) -> None:
     async with SGLangTestServer(qwen3_tokenizer, script=[]) as server:
         server.fail_next(10, status=500, message="CUDA error: illegal memory access")
-        engine = SGLangEngine(server.url, max_attempts=3, **FAST_RETRY)
-        try:
-            with pytest.raises(EngineError) as caught:
-                await engine.generate(request())
-        finally:
-            await engine.aclose()
-    message = str(caught.value)
-    assert type(caught.value) is EngineError
+        error = await generate_error(SGLangEngine(server.url, max_attempts=3, **FAST_RETRY))
+    message = str(error)
+    assert type(error) is EngineError
     assert server.url + "/generate" in message and "3 attempt(s)" in message and "CUDA error" in message
     assert server.received == 3
 
@@ -195,23 +200,13 @@ async def test_persistent_5xx_gives_engine_error_after_bounded_attempts(qwen3_to
 async def test_unreachable_server_is_engine_error(qwen3_tokenizer) -> None:
     async with SGLangTestServer(qwen3_tokenizer) as server:
         url = server.url
-    engine = SGLangEngine(url, max_attempts=2, **FAST_RETRY)
-    try:
-        with pytest.raises(EngineError, match="2 attempt"):
-            await engine.generate(request())
-    finally:
-        await engine.aclose()
+    await generate_error(SGLangEngine(url, max_attempts=2, **FAST_RETRY), match="2 attempt")
 
 
 @pytest.mark.anyio
 async def test_nan_stop_is_an_engine_error(qwen3_tokenizer) -> None:
     async with SGLangTestServer(qwen3_tokenizer, script=[ScriptedCompletion(text="x", finish="nan")]) as server:
-        engine = SGLangEngine(server.url)
-        try:
-            with pytest.raises(EngineError, match="NaN"):
-                await engine.generate(request())
-        finally:
-            await engine.aclose()
+        await generate_error(SGLangEngine(server.url), match="NaN")
 
 
 @pytest.mark.anyio

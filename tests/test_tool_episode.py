@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
@@ -77,12 +77,8 @@ class Harness:
 
 
 @pytest.fixture
-async def harness(env_server: LocalEnvServer) -> AsyncIterator[Harness]:
-    client = AsyncOpenReward(api_key="local")
-    try:
-        yield Harness(env_server, client)
-    finally:
-        await client.environments.aclose()
+async def harness(env_server: LocalEnvServer, openreward_client: AsyncOpenReward) -> Harness:
+    return Harness(env_server, openreward_client)
 
 
 def assert_token_exact(trajectory: Trajectory, server: SGLangTestServer, tokenizer: Any) -> None:

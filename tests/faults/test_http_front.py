@@ -33,23 +33,21 @@ async def run(front: HttpFront, env_server: LocalEnvServer) -> AsyncIterator[Epi
         await client.environments.aclose()
 
 
-async def test_a_few_503s_are_ridden_out(front: HttpFront, run: EpisodeRun, fault_report) -> None:
-    front.fail_next(2, status=503, retry_after="0")
+@pytest.mark.parametrize(
+    ("count", "status", "paths", "label"),
+    [
+        pytest.param(2, 503, None, "proxy answers 503 x2", id="a_few_503s"),
+        # The SDK gives session creation 4 tries; 5 capacity refusals outlast them, our open retry does not.
+        pytest.param(5, 429, ["/create_session"], "proxy answers 429 x5 on create", id="a_429_storm_longer_than_the_sdk_retries"),
+    ],
+)
+async def test_refusals_are_ridden_out(front: HttpFront, run: EpisodeRun, fault_report, count: int, status: int, paths: list[str] | None, label: str) -> None:
+    front.fail_next(count, status=status, retry_after="0", paths=paths)
     trajectory, _ = await run.run([SUBMIT])
-    fault_report.sample("proxy answers 503 x2", trajectory)
+    fault_report.sample(label, trajectory)
     assert_sample(trajectory, infrastructure=False)
     assert trajectory.stop_reason is StopReason.COMPLETED and trajectory.reward == 1.0
-    assert front.statuses(503) == 2
-
-
-async def test_a_429_storm_longer_than_the_sdk_retries_is_ridden_out_by_ours(front: HttpFront, run: EpisodeRun, fault_report) -> None:
-    # The SDK gives session creation 4 tries; 5 capacity refusals outlast them, our open retry does not.
-    front.fail_next(5, status=429, retry_after="0", paths=["/create_session"])
-    trajectory, _ = await run.run([SUBMIT])
-    fault_report.sample("proxy answers 429 x5 on create", trajectory)
-    assert_sample(trajectory, infrastructure=False)
-    assert trajectory.stop_reason is StopReason.COMPLETED and trajectory.reward == 1.0
-    assert front.statuses(429) == 5
+    assert front.statuses(status) == count
 
 
 async def test_endless_429_is_an_env_error_naming_the_concurrency_setting(front: HttpFront, run: EpisodeRun, fault_report) -> None:
