@@ -324,6 +324,7 @@ def test_with_lora_the_sampler_is_the_adapted_model(smollm2: tuple[Any, Any]) ->
     from openreward_rl.engines.transformers import SamplingConfig, TransformersEngine
 
     model, tokenizer = smollm2
+    trainable = {name for name, parameter in model.named_parameters() if parameter.requires_grad}
     peft = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", task_type="CAUSAL_LM"))
     try:
         generator = torch.Generator().manual_seed(0)
@@ -356,7 +357,9 @@ def test_with_lora_the_sampler_is_the_adapted_model(smollm2: tuple[Any, Any]) ->
         assert torch.allclose(engine_logprobs, adapted, atol=1e-3)
         assert (engine_logprobs - base).abs().max() > 1e-2
     finally:
-        peft.unload()  # the module's model goes back without LoRA layers
+        peft.unload()  # the module's model goes back without LoRA layers,
+        for name, parameter in model.named_parameters():  # and trainable again (peft froze its weights)
+            parameter.requires_grad_(name in trainable)
 
 
 # -- turn-level credit -------------------------------------------------------------------------
