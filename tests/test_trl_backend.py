@@ -417,8 +417,9 @@ def test_turn_credit_trains_each_turn_with_its_own_return(tmp_path: Path, smollm
     from openreward_rl.backends.trl_run import TrlOptions, TrlSession
 
     model, tokenizer = smollm2
-    options = TrlOptions(model="offline:smollm2", device="cpu", output_dir=str(tmp_path / "run"), max_steps=1, prompts_per_step=2, n_samples=3,
-                         max_new_tokens=16, temperature=1.0, lr=1e-5, save_interval=0)  # fmt: skip
+    # replies long enough that most episodes reach a second wall (a reply cut off ends the episode)
+    options = TrlOptions(model="offline:smollm2", device="cpu", output_dir=str(tmp_path / "run"), max_steps=1, prompts_per_step=2, n_samples=4,
+                         max_new_tokens=48, temperature=0.7, lr=1e-5, save_interval=0)  # fmt: skip
     with TrlSession.open(parse_config(ROOM_CONFIG), options, serve=[PaintRoom], model=model, tokenizer=tokenizer) as session:
         trainer = session.trainer()
         assert isinstance(trainer, turn_credit_trainer_class())
@@ -440,10 +441,10 @@ def test_turn_credit_trains_each_turn_with_its_own_return(tmp_path: Path, smollm
         keep = batch["completion_mask"][i].bool()
         rows.append((batch["prompt_ids"][i][batch["prompt_mask"][i].bool()].tolist(), batch["completion_ids"][i][keep].tolist(),
                      batch["tool_mask"][i][keep].tolist(), batch["advantages"][i][keep].tolist()))  # fmt: skip
-    assert batch["advantages"].dim() == 2 and len(seen) == 6
+    assert batch["advantages"].dim() == 2 and len(seen) == 8
     several_turns = 0
-    for start in (0, 3):
-        group = seen[start : start + 3]
+    for start in (0, 4):
+        group = seen[start : start + 4]
         for trajectory, expected in zip(group, _expected_turn_advantages(group, gamma=0.5)):
             [row] = [r for r in rows if r[0] == trajectory.prompt_ids and r[1] == trajectory.response_ids]
             _, _, mask, advantages = row
