@@ -170,6 +170,11 @@ class TrainConfig:
         """Whether any environment's episodes may be cut into several contexts (fan-out samples)."""
         return any(e.compacts for e in self.environments.values())
 
+    def nonterminal_reward(self, name: str) -> float | None:
+        """The `nonterminal_reward` of environment `name`; None for one the config does not name."""
+        environment = self.environments.get(name)
+        return None if environment is None else environment.nonterminal_reward
+
     def base_url_for(self, name: str) -> str | None:
         return self.environment(name).base_url or self.env_base_url
 

@@ -203,10 +203,7 @@ def _fill(
 
 def turn_credit(state: BackendState, task: TaskRef, trajectory: Trajectory) -> TurnCredit | None:
     """The episode's per-turn rewards, returns (the config's `advantage.gamma`) and token spans; None for a failure."""
-    try:
-        nonterminal = state.config.environment(task.environment).nonterminal_reward
-    except ConfigError:
-        nonterminal = None
+    nonterminal = state.config.nonterminal_reward(task.environment)
     try:
         return TurnCredit.of_trajectory(trajectory, gamma=state.config.advantage.gamma, nonterminal_reward=nonterminal)
     except ValueError as error:  # the advantage hooks refuse a trained sample without credit, naming it

@@ -33,7 +33,7 @@ from typing import Any
 
 from openreward_rl.config import TrainConfig
 from openreward_rl.credit.group import group_token_advantages
-from openreward_rl.errors import ConfigError, TrainerError
+from openreward_rl.errors import TrainerError
 from openreward_rl.loop.trajectory import Trajectory
 
 __all__ = ["batch_token_advantages", "row_advantages", "turn_credit_trainer_class"]
@@ -47,7 +47,8 @@ def batch_token_advantages(trajectories: Sequence[Trajectory], config: TrainConf
     out: list[list[float] | None] = []
     for start in range(0, len(trajectories), group_size):
         group = trajectories[start : start + group_size]
-        out.extend(group_token_advantages(group, config.advantage, nonterminal_reward=_nonterminal_reward(config, group[0])))
+        nonterminal = config.nonterminal_reward(str(group[0].task.get("environment")))
+        out.extend(group_token_advantages(group, config.advantage, nonterminal_reward=nonterminal))
     return out
 
 
@@ -60,14 +61,6 @@ def row_advantages(per_token: Sequence[Sequence[float] | None], width: int) -> l
             raise TrainerError(f"a completion has {len(values)} advantages but the batch holds {width} completion tokens")
         rows.append(values + [0.0] * (width - len(values)))
     return rows
-
-
-def _nonterminal_reward(config: TrainConfig, trajectory: Trajectory) -> float | None:
-    """The `nonterminal_reward` of the trajectory's environment (None where the config does not name it)."""
-    try:
-        return config.environment(str(trajectory.task.get("environment"))).nonterminal_reward
-    except ConfigError:
-        return None
 
 
 @functools.cache
