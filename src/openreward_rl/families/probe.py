@@ -289,10 +289,8 @@ def _reasoning_mode(renderer: ChatRenderer, family: ModelFamily) -> str:
     if closer in prompt:
         return "none"  # the generation prompt closes reasoning (thinking off)
     mark = "ORRL_PROBE_REASONING_7f3a"
-    turn = _assistant(_Turn(calls=("1 + 1",), reasoning=mark), 0, family)
-    reply = {"role": "tool", "tool_call_id": turn["tool_calls"][0]["id"], "name": "calculator", "content": "2"}
     try:
-        text = renderer.render_text([{"role": "user", "content": QUESTION}, turn, reply], TOOLS, add_generation_prompt=True)
+        text = renderer.render_text(_one_call(family, reasoning=mark), TOOLS, add_generation_prompt=True)
     except ModelFamilyError:
         return "none"
     return "one turn" if mark in text else "none"
@@ -308,13 +306,18 @@ def _opens_reasoning(renderer: ChatRenderer, family: ModelFamily, messages: list
     return opener in tail and tail.rfind(opener) > tail.rfind(closer)
 
 
+def _one_call(family: ModelFamily, reasoning: str | None = None) -> list[dict[str, Any]]:
+    """A question, one calculator call (with `reasoning`) and its result: the probe's smallest exchange."""
+    turn = _assistant(_Turn(calls=("1 + 1",), reasoning=reasoning), 0, family)
+    reply = {"role": "tool", "tool_call_id": turn["tool_calls"][0]["id"], "name": "calculator", "content": "2"}
+    return [{"role": "user", "content": QUESTION}, turn, reply]
+
+
 def _renders_user_after_tools(renderer: ChatRenderer, family: ModelFamily) -> bool:
     """Whether the template renders a user message right after tool results (Mistral-Nemo's raises: it
     demands user/assistant alternation)."""
-    turn = _assistant(_Turn(calls=("1 + 1",)), 0, family)
-    reply = {"role": "tool", "tool_call_id": turn["tool_calls"][0]["id"], "name": "calculator", "content": "2"}
     try:
-        renderer.render_text([{"role": "user", "content": QUESTION}, turn, reply, {"role": "user", "content": FEEDBACK}], TOOLS, add_generation_prompt=True)
+        renderer.render_text([*_one_call(family), {"role": "user", "content": FEEDBACK}], TOOLS, add_generation_prompt=True)
     except ModelFamilyError:
         return False
     return True
