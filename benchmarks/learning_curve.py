@@ -95,16 +95,14 @@ def point(step: int, stats: dict[str, Any], seconds: float) -> dict[str, Any]:
 
 
 def load_plugins(paths: list[str]) -> None:
-    """Import each file (as a module named after it), e.g. one that registers a parser."""
-    import importlib.util
+    """Import each file, e.g. one that registers a parser (as environment files are imported)."""
+    from openreward_rl.env.local_server import import_file
 
     for path in paths:
-        spec = importlib.util.spec_from_file_location(Path(path).stem, path)
-        if spec is None or spec.loader is None:
-            raise SystemExit(f"--plugin {path}: not a Python file")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module
-        spec.loader.exec_module(module)
+        try:
+            import_file(Path(path))
+        except ValueError as error:
+            raise SystemExit(f"--plugin {path}: {error}") from None
 
 
 def run_config(args: argparse.Namespace, estimator: str | None) -> Any:

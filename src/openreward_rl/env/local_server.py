@@ -53,6 +53,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "load_environment_class",
+    "import_file",
     "class_spec",
     "variant_name",
     "LocalEnvServer",
@@ -95,7 +96,7 @@ def load_environment_class(spec: str) -> type[Environment]:
             f"environment spec {spec!r} must look like 'path/to/file.py:ClassName' or 'package.module:ClassName'"
         )
     if location.endswith(".py") or os.sep in location or "/" in location:
-        module = _import_file(Path(location))
+        module = import_file(Path(location))
     else:
         try:
             module = importlib.import_module(location)
@@ -109,7 +110,8 @@ def load_environment_class(spec: str) -> type[Environment]:
     return cls
 
 
-def _import_file(path: Path) -> Any:
+def import_file(path: Path) -> Any:
+    """The module in the Python file at `path`, imported once per process (keyed by its absolute path)."""
     path = path.resolve()
     if not path.is_file():
         raise ValueError(f"environment file {str(path)!r} does not exist")
