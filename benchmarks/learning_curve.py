@@ -7,7 +7,7 @@ For each seed: load the model fresh, evaluate the `--eval-split` tasks (`--eval-
 step 0 (the untrained model), train with `openreward-rl train --framework trl`'s machinery
 (`openreward_rl.backends.trl_run`), evaluate again every `--eval-every` steps and at the end.
 Prints the curve (reward mean ± std with unrewarded episodes counted as 0, success, pass@k,
-truncation rate) and writes `<out>.json` (every number) and `<out>.png` (reward per seed against
+truncation rate, tool calls and parse errors per episode) and writes `<out>.json` (every number) and `<out>.png` (reward per seed against
 steps, with the environment's best constant reply as a baseline where its module defines
 `constant_baseline(split)`). Needs the `train` and `plot` extras (trl, peft, datasets, matplotlib).
 
@@ -91,7 +91,7 @@ def point(step: int, stats: dict[str, Any], seconds: float) -> dict[str, Any]:
     [item] = stats.values()  # one environment
     return {"step": step, "reward_mean": item.reward_mean, "reward_std": item.reward_std, "success": item.success, "n": item.n,
             "truncated": item.truncated, "infra_failures": item.infra_failures, "pass_at_k": {str(k): v for k, v in item.pass_at_k.items()},
-            "seconds": round(seconds, 1)}  # fmt: skip
+            "tool_calls": item.tool_calls, "parse_errors": item.parse_errors, "seconds": round(seconds, 1)}  # fmt: skip
 
 
 def load_plugins(paths: list[str]) -> None:

@@ -82,6 +82,8 @@ class FamilyCase:
     # the family to run instead of the catalog's, e.g. the catalog's with an official encoder in the place of the
     # user's chat template (Llama 4: Meta's ChatFormat); the reference renders through it too
     family: ModelFamily | None = None
+    # a family whose template knows no tools (chatml): the model writes its calls as text in this format
+    calls_as_text: Any = None
 
 
 def case_tokenizer(case: FamilyCase) -> Any:
@@ -115,7 +117,7 @@ def plan(family: ModelFamily, answer: str, case: FamilyCase) -> list[PlannedTurn
 def assistant_message(turn: PlannedTurn, index: int, case: FamilyCase) -> dict[str, Any]:
     return probe_assistant_message(
         turn.content, reasoning=turn.reasoning, calls=turn.calls, index=index, reasoning_key=case.reasoning_key,
-        string_arguments=case.arguments_as_strings, call_id_format=case.call_id_format,
+        string_arguments=case.arguments_as_strings, call_id_format=case.call_id_format, calls_as_text=case.calls_as_text,
     )
 
 

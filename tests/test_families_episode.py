@@ -13,6 +13,7 @@ from family_episodes import FamilyCase, check_family_run, run_family_episode
 from openreward_rl import EpisodeSettings
 from openreward_rl.env.local_server import LocalEnvServer
 from openreward_rl.families import get_family
+from openreward_rl.families.tool_preamble import HERMES_PREAMBLE
 
 pytestmark = pytest.mark.anyio
 
@@ -111,6 +112,9 @@ CASES = {
     "mistral-nemo": FamilyCase(
         "offline:mistral-nemo", error_call=LLAMA_ERROR, call_id_format="call{index}x{n:03d}", history_rule=get_family("mistral").history_rule
     ),
+    # SmolLM2's plain ChatML renders no tools and no calls: the family's Hermes preamble shows the tools in the
+    # system prompt (the episode's first prompt, compared like every other), the calls are text in the turn
+    "chatml-smollm2": FamilyCase("offline:smollm2", thinks=False, calls_as_text=HERMES_PREAMBLE),
     "minimax-m2": FamilyCase(
         "offline:minimax-m2",
         always_reasons=True,

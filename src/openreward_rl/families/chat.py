@@ -35,6 +35,7 @@ _USER_MARK = "ORRL_USER_7f3a"
 _ASSISTANT_MARK = "ORRL_ASSISTANT_7f3a"
 _REASONING_MARK = "ORRL_REASONING_7f3a"
 _PLACEHOLDER_CALL = {"id": "orrl_call_7f3a", "type": "function", "function": {"name": "orrl_tool_7f3a", "arguments": {}}}
+_PLACEHOLDER_TOOL = {"type": "function", "function": {"name": "orrl_tool_7f3a", "description": "", "parameters": {"type": "object", "properties": {}}}}
 
 
 class TemplateBridgeError(ModelFamilyError):
@@ -93,6 +94,21 @@ class ChatRenderer:
     def render_prompt(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None = None) -> list[int]:
         """The first prompt: messages (system prompt included) + tools in the model's native format."""
         return self.encode(self._render(messages, tools, add_generation_prompt=True))
+
+    @functools.cached_property
+    def renders_tools(self) -> bool:
+        """Whether the template (or encoder) writes the `tools` it is given into the prompt."""
+        messages = [{"role": "user", "content": _USER_MARK}]
+        return _PLACEHOLDER_CALL["function"]["name"] in self._render(messages, [_PLACEHOLDER_TOOL], add_generation_prompt=True)
+
+    def tool_preamble(self, tools: Sequence[Mapping[str, Any]], *, example: bool = False) -> str | None:
+        """The family's tool preamble for `tools` (`families.tool_preamble`), where the template drops
+        `tools` and the family declares one; None otherwise (the template shows the tools itself, or
+        nothing here can)."""
+        preamble = self.family.tool_preamble if self.family is not None else None
+        if preamble is None or not tools or self.renders_tools:
+            return None
+        return preamble.render(tools, example=example)
 
     @functools.cached_property
     def generation_prompt(self) -> str:

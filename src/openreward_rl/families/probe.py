@@ -45,10 +45,11 @@ import attrs
 from openreward_rl.errors import ModelFamilyError
 from openreward_rl.families.base import ModelFamily
 from openreward_rl.families.chat import ChatRenderer
+from openreward_rl.families.tool_preamble import ToolPreamble
 
 __all__ = ["ModelCheck", "ModelCheckError", "assistant_message", "check_model", "describe_difference", "probe_family", "template_turn"]
 
-PROBE_VERSION = 3  # part of the cache key: a changed probe proves again
+PROBE_VERSION = 4  # part of the cache key: a changed probe proves again
 OVERRIDE = (
     "override: set model_family (config) or --family to the right family; check_model: false (config) or "
     "--skip-check-model skips this check, at your own risk"
@@ -309,7 +310,8 @@ def _opens_reasoning(renderer: ChatRenderer, family: ModelFamily, messages: list
 def _one_call(family: ModelFamily, reasoning: str | None = None) -> list[dict[str, Any]]:
     """A question, one calculator call (with `reasoning`) and its result: the probe's smallest exchange."""
     turn = _assistant(_Turn(calls=("1 + 1",), reasoning=reasoning), 0, family)
-    reply = {"role": "tool", "tool_call_id": turn["tool_calls"][0]["id"], "name": "calculator", "content": "2"}
+    call_id = turn["tool_calls"][0]["id"] if turn.get("tool_calls") else "call_0_0"
+    reply = {"role": "tool", "tool_call_id": call_id, "name": "calculator", "content": "2"}
     return [{"role": "user", "content": QUESTION}, turn, reply]
 
 
@@ -343,14 +345,23 @@ def assistant_message(
     reasoning_key: str = "reasoning_content",
     string_arguments: bool = False,
     call_id_format: str = "call_{index}_{n}",
+    calls_as_text: ToolPreamble | None = None,
 ) -> dict[str, Any]:
     """An assistant message in the chat-template shape: `content`, reasoning under `reasoning_key`, and
     `calls` (name, arguments) as tool calls `call_<index>_<n>` (or `call_id_format`, where the template
     wants another shape), their arguments a JSON string where the template concatenates them (`string_arguments`).
+    With `calls_as_text` (a family's tool preamble: its template knows no calls), the calls are written
+    after the content, as the model writes them, and the message has no `tool_calls`.
 
     >>> assistant_message("", calls=[("calculator", {"expression": "1 + 1"})], index=2)["tool_calls"][0]["id"]
     'call_2_0'
+    >>> from openreward_rl.families.tool_preamble import HERMES_PREAMBLE
+    >>> assistant_message("", calls=[("calculator", {"expression": "1"})], calls_as_text=HERMES_PREAMBLE)["content"]
+    '<tool_call>\n{"name": "calculator", "arguments": {"expression": "1"}}\n</tool_call>'
     """
+    if calls and calls_as_text is not None:
+        written = [calls_as_text.call_text(name, arguments) for name, arguments in calls]
+        content, calls = "\n".join([content, *written] if content else written), ()
     message: dict[str, Any] = {"role": "assistant", "content": content}
     if reasoning:
         message[reasoning_key] = reasoning
@@ -370,7 +381,7 @@ def _assistant(turn: _Turn, index: int, family: ModelFamily) -> dict[str, Any]:
     calls = [("calculator", {"expression": e}) for e in turn.calls]
     return assistant_message(
         turn.content, reasoning=turn.reasoning, calls=calls, index=index, reasoning_key=family.reasoning_key,
-        string_arguments=family.string_arguments, call_id_format=family.call_id_format,
+        string_arguments=family.string_arguments, call_id_format=family.call_id_format, calls_as_text=family.tool_preamble,
     )
 
 

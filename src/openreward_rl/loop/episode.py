@@ -50,6 +50,9 @@ class EpisodeSettings:
       with a `@terminal` tool always send a plain answer to that tool instead).
     - `system_prompt`: may hold a `{tools}` placeholder (cookbook templates); the model's chat
       template renders the tools natively either way.
+    - `tool_preamble`: where the chat template drops `tools`, the family's tool preamble
+      (`families.tool_preamble`) follows the system prompt (not when it has `{tools}`), with one
+      worked call of the first tool when `tool_call_example`.
     - `train_thinking`: keep the model's reasoning tokens in the loss (they always stay in context).
     - `max_tool_output_tokens`: longer tool output is cut, with a marker saying so.
     - `context_policy`: what to do as the context fills (`openreward_rl.loop.context`); None keeps
@@ -64,6 +67,8 @@ class EpisodeSettings:
     max_new_tokens: int = 4096
     sampling_params: Mapping[str, Any] = attrs.field(factory=dict)
     system_prompt: str | None = None
+    tool_preamble: bool = True
+    tool_call_example: bool = False
     tool_execution: Literal["sequential", "parallel"] = "sequential"
     on_no_tool_call: Literal["end", "nudge"] = "end"
     nudge_message: str = DEFAULT_NUDGE
@@ -90,13 +95,18 @@ class EpisodeSettings:
             raise ValueError(f"max_tool_output_tokens must be at least 1, got {self.max_tool_output_tokens}")
 
 
+def has_tools_placeholder(template: str | None) -> bool:
+    """Whether a system prompt template writes the tools itself (a `{tools}` placeholder)."""
+    return bool(template) and "{tools}" in template
+
+
 def format_system_prompt(template: str | None, tools: Sequence[Mapping[str, Any]]) -> str | None:
     """The system prompt; a `{tools}` placeholder gets one JSON line per tool (the cookbook's format).
 
     >>> format_system_prompt("Tools: {tools}", [{"type": "function", "function": {"name": "f"}}])
     'Tools: {"name": "f"}'
     """
-    if not template or "{tools}" not in template:
+    if not has_tools_placeholder(template):
         return template or None
     lines = "\n".join(json.dumps(t.get("function", t), ensure_ascii=False) for t in tools)
     try:

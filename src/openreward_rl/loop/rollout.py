@@ -13,12 +13,12 @@ from openreward_rl.engines.base import Engine
 from openreward_rl.env.tasks import TaskRef
 from openreward_rl.families.base import ModelFamily
 from openreward_rl.loop.context import ContextPolicy, context_policy
-from openreward_rl.loop.episode import DEFAULT_NUDGE, Episode, EpisodeSettings, run_episode
+from openreward_rl.loop.episode import DEFAULT_NUDGE, Episode, EpisodeSettings, has_tools_placeholder, run_episode
 from openreward_rl.parsers.base import ToolParser, get_parser
 from openreward_rl.loop.tool_episode import ToolEpisode
 from openreward_rl.loop.trajectory import Trajectory
 
-__all__ = ["EpisodeBuilder", "Rollouts", "choose_family", "choose_parser", "context_policies", "episode_stack", "resolve_task"]
+__all__ = ["EpisodeBuilder", "Rollouts", "check_tools_shown", "choose_family", "choose_parser", "context_policies", "episode_stack", "resolve_task"]
 
 
 class EpisodeBuilder(Protocol):
@@ -93,7 +93,28 @@ def episode_stack(config: TrainConfig, tokenizer: Any, model: str | None = None)
         from openreward_rl.families.probe import check_model
 
         check_model(tokenizer, family, template_kwargs)
+    check_tools_shown(config, renderer, model)
     return renderer, choose_parser(config, model, tokenizer, family)
+
+
+def check_tools_shown(config: TrainConfig, renderer: ChatRenderer, model: str | None = None) -> None:
+    """ConfigError when the first prompt would show the model none of the environment's tools: the chat
+    template drops `tools`, the system prompt has no `{tools}`, and no family tool preamble fills in."""
+    if renderer.renders_tools or has_tools_placeholder(config.system_prompt_template):
+        return
+    family = renderer.family
+    if config.tool_preamble and family is not None and family.tool_preamble is not None:
+        return
+    name = model or getattr(renderer.tokenizer, "name_or_path", "") or "this model"
+    why = (
+        "tool_preamble is false" if family is not None and family.tool_preamble is not None
+        else f"the {family.name if family else 'generic'} family declares no tool preamble"
+    )
+    raise ConfigError(
+        f"{config.source}: the first prompt would show the model none of the environment's tools: the chat template of "
+        f"{name} drops `tools` and {why}; put {{tools}} in system_prompt_template, or set model_family to a family with a "
+        "tool preamble (chatml: the Hermes format) and tool_preamble: true (docs/families.md)"
+    )
 
 
 def context_policies(config: TrainConfig) -> dict[str, ContextPolicy | None]:
@@ -162,6 +183,8 @@ class Rollouts:
             max_new_tokens=self.max_new_tokens,
             sampling_params=dict(sampling_params or {}),
             system_prompt=self.config.system_prompt_template,
+            tool_preamble=self.config.tool_preamble,
+            tool_call_example=self.config.tool_call_example,
             tool_execution=self.config.tool_execution,  # type: ignore[arg-type]
             on_no_tool_call=self.config.on_no_tool_call,  # type: ignore[arg-type]
             nudge_message=self.config.nudge_message or DEFAULT_NUDGE,

@@ -15,7 +15,7 @@ from openreward_rl.errors import EnvError, ModelFamilyError
 from openreward_rl.families.chat import ChatRenderer
 from openreward_rl.engines.base import AttachesEpisode, ContextLengthError, Engine, EngineError, FinishReason, Generation, GenerationRequest
 from openreward_rl.env.environment import EnvSession, ToolOutcome
-from openreward_rl.loop.episode import EpisodeSettings, fault_stop, format_system_prompt
+from openreward_rl.loop.episode import EpisodeSettings, fault_stop, format_system_prompt, has_tools_placeholder
 from openreward_rl.parsers.base import ParsedTurn, ToolCall, ToolParser
 from openreward_rl.env.tool_output import clean_tool_text
 from openreward_rl.loop.context import ContextView, Rewrite, Summarize
@@ -113,6 +113,10 @@ class ToolEpisode:
         session = state.session
         state.tools = await session.tools()
         system_prompt = format_system_prompt(self.settings.system_prompt, state.tools)
+        if self.settings.tool_preamble and not has_tools_placeholder(self.settings.system_prompt):
+            preamble = self.renderer.tool_preamble(state.tools, example=self.settings.tool_call_example)
+            if preamble:
+                system_prompt = f"{system_prompt}\n\n{preamble}" if system_prompt else preamble
         if system_prompt:
             state.messages.append({"role": "system", "content": system_prompt})
         state.messages.extend(await session.prompt_messages())

