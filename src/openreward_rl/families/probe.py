@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -45,10 +46,13 @@ import attrs
 from openreward_rl.errors import ModelFamilyError
 from openreward_rl.families.base import ModelFamily
 from openreward_rl.families.chat import ChatRenderer
+from openreward_rl.families.training_format import departure, opt_in_hint
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["ModelCheck", "ModelCheckError", "assistant_message", "check_model", "describe_difference", "probe_family", "template_turn"]
 
-PROBE_VERSION = 3  # part of the cache key: a changed probe proves again
+PROBE_VERSION = 4  # part of the cache key: a changed probe proves again
 OVERRIDE = (
     "override: set model_family (config) or --family to the right family; check_model: false (config) or "
     "--skip-check-model skips this check, at your own risk"
@@ -89,6 +93,7 @@ class ModelCheck:
     difference: str = ""
     rule: str = ""  # the family's history rule, where the comparison needed it
     not_compared: str = ""  # a step of the probe the template cannot render, so nothing compared it
+    departs: str = ""  # a stated training format: where it departs from this tokenizer's own chat template
     key: str = ""
     cached: bool = False
 
@@ -98,7 +103,8 @@ class ModelCheck:
         source = " (cached)" if self.cached else ""
         rule = f"\n  exact after the family's history rule: {self.rule}" if self.rule else ""
         skipped = f"\n  not compared: {self.not_compared}" if self.not_compared else ""
-        return f"{self.family}: token-exact over {self.turns} turns, {self.tokens} tokens; reasoning: {self.reasoning}; bridge: {self.bridge}{source}{rule}{skipped}"
+        departs = f"\n  a stated training format, departing from {self.departs}" if self.departs else ""
+        return f"{self.family}: token-exact over {self.turns} turns, {self.tokens} tokens; reasoning: {self.reasoning}; bridge: {self.bridge}{source}{rule}{skipped}{departs}"
 
 
 @attrs.frozen
@@ -128,7 +134,10 @@ def check_model(
     _VERDICTS[key] = verdict
     if not verdict.exact:
         name = getattr(tokenizer, "name_or_path", "") or "this tokenizer"
-        raise ModelCheckError(f"the {family.name} model family is not token-exact on {name}: {verdict.difference}\n{OVERRIDE}")
+        hint = opt_in_hint(family.name)
+        raise ModelCheckError(f"the {family.name} model family is not token-exact on {name}: {verdict.difference}\n{hint + '; ' if hint else ''}{OVERRIDE}")
+    if verdict.departs:
+        logger.warning("the %s model family runs its stated training format, departing from %s", family.name, verdict.departs)
     return verdict
 
 
@@ -266,6 +275,7 @@ def probe_family(tokenizer: Any, family: ModelFamily, template_kwargs: Mapping[s
         reasoning=f"{reasoned} of {len(turns)} turns" if reasoned else "none",
         bridge=f"hand-written, declined {declined} of {len(turns) - 1} (template-derived then)" if declined else bridge_kind,
         rule=str(family.history_rule) if ruled else "", not_compared=not_compared,
+        departs=departure(tokenizer, family.name, template_kwargs),
     )
 
 
