@@ -265,7 +265,10 @@ def probe_family(tokenizer: Any, family: ModelFamily, template_kwargs: Mapping[s
                 sampled_ids=sampled if hand_written else None,
             )
             context = context + sampled + bridge
-            messages = [*messages, message, *replies]
+            # the reference answers the calls as the template wrote them (templates that look results up by the
+            # call's id, as Command R7B's numbers them, need the id the assistant message holds)
+            written = iter(c["id"] for c in message.get("tool_calls", []))
+            messages = [*messages, message, *({**r, "tool_call_id": next(written, r["tool_call_id"])} if r["role"] == "tool" else r for r in replies)]
     except ModelFamilyError as error:
         return fail(str(error))
     except Exception as error:  # a bridge or parser that fails on this tokenizer cannot be proven on it
