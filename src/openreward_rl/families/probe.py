@@ -46,7 +46,7 @@ import attrs
 from openreward_rl.errors import ModelFamilyError
 from openreward_rl.families.base import ModelFamily
 from openreward_rl.families.chat import ChatRenderer
-from openreward_rl.families.training_format import departure, opt_in_hint
+from openreward_rl.families.training_format import official_family, opt_in_hint
 
 logger = logging.getLogger(__name__)
 
@@ -280,6 +280,19 @@ def probe_family(tokenizer: Any, family: ModelFamily, template_kwargs: Mapping[s
         rule=str(family.history_rule) if ruled else "", not_compared=not_compared,
         departs=departure(tokenizer, family.name, template_kwargs),
     )
+
+
+def departure(tokenizer: Any, format_family: str, template_kwargs: Mapping[str, Any] | None = None) -> str:
+    """Where the stated training format `format_family` (`families.training_format`) departs from `tokenizer`'s
+    own chat template: the official family's verdict on it ("" where the template writes the same, where the
+    tokenizer has none, or where `format_family` is no training format)."""
+    from openreward_rl.families.catalog import get_family
+
+    official = official_family(format_family)
+    if official is None or not isinstance(getattr(tokenizer, "chat_template", None), str):
+        return ""
+    verdict = probe_family(tokenizer, get_family(official), template_kwargs)
+    return "" if verdict.exact else f"the official template ({official} family): {verdict.difference}"
 
 
 def _closers(renderer: ChatRenderer, family: ModelFamily) -> tuple[tuple[str, ...], tuple[str, ...]]:

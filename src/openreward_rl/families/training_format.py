@@ -9,7 +9,7 @@ official template it is **opt-in**: the model's own family keeps the official te
 check (`families.probe`) refuses a template it cannot follow, naming the format's family to choose
 instead; the format's family (`model_family: <name>-format`) renders with the format itself (an
 `encoder_factory`, as DeepSeek-V3.2's official encoder is one), and its start-up check names the
-departure: the official family's verdict on the same tokenizer.
+departure: the official family's verdict on the same tokenizer (`families.probe`).
 
 >>> opt_in_hint("deepseek-v3")
 'the stated training format deepseek-v3-format runs it (opt in: model_family: deepseek-v3-format, or --family deepseek-v3-format; docs/families.md says where it departs from the official template)'
@@ -19,10 +19,7 @@ departure: the official family's verdict on the same tokenizer.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
-__all__ = ["FORMAT_OF", "departure", "opt_in_hint"]
+__all__ = ["FORMAT_OF", "official_family", "opt_in_hint"]
 
 # a family that renders with the official template -> the family of its stated training format (opt-in)
 FORMAT_OF = {"deepseek-v3": "deepseek-v3-format", "phi-4-mini": "phi-4-mini-format"}
@@ -39,14 +36,10 @@ def opt_in_hint(family_name: str) -> str:
     )
 
 
-def departure(tokenizer: Any, format_family: str, template_kwargs: Mapping[str, Any] | None = None) -> str:
-    """Where the training format `format_family` departs from `tokenizer`'s own chat template: the start-up
-    verdict of the official family on it ("" where the template writes the same, or where the tokenizer has none)."""
-    from openreward_rl.families.catalog import get_family
-    from openreward_rl.families.probe import probe_family
+def official_family(format_family: str) -> str | None:
+    """The family that renders with the official template, of the training format `format_family` (None where it is none).
 
-    official = next((name for name, target in FORMAT_OF.items() if target == format_family), None)
-    if official is None or not isinstance(getattr(tokenizer, "chat_template", None), str):
-        return ""
-    verdict = probe_family(tokenizer, get_family(official), template_kwargs)
-    return "" if verdict.exact else f"the official template ({official} family): {verdict.difference}"
+    >>> official_family("deepseek-v3-format"), official_family("qwen3")
+    ('deepseek-v3', None)
+    """
+    return next((name for name, target in FORMAT_OF.items() if target == format_family), None)
