@@ -157,3 +157,15 @@ def test_the_official_family_runs_r1_0528_and_names_the_format_elsewhere(r1: Any
     assert renderer.family.name == "deepseek-v3-format" and parser.name == "deepseek_v3"
     with pytest.raises(ModelCheckError, match="deepseek-v3-format"):
         episode_stack(parse_config({"environments": {"e": {}}}), r1, "deepseek-ai/DeepSeek-R1")
+
+
+def test_check_model_names_the_opt_in_and_the_departure(capsys: Any) -> None:
+    from openreward_rl.cli import main
+
+    argv = ["check-model", "--model", "deepseek-ai/DeepSeek-R1", "--tokenizer", "offline:deepseek-r1", "--thinking", "off"]
+    assert main(argv) == 2
+    out = capsys.readouterr().out
+    assert "refused" in out and "opt in: model_family: deepseek-v3-format" in out
+    assert main([*argv, "--family", "deepseek-v3-format"]) == 0
+    out = capsys.readouterr().out
+    assert "go: token-exact" in out and "a stated training format, departing from the official template (deepseek-v3 family)" in out
