@@ -115,6 +115,16 @@ CASES = {
     # SmolLM2's plain ChatML renders no tools and no calls: the family's Hermes preamble shows the tools in the
     # system prompt (the episode's first prompt, compared like every other), the calls are text in the turn
     "chatml-smollm2": FamilyCase("offline:smollm2", thinks=False, calls_as_text=HERMES_PREAMBLE),
+    # R1-0528's template (on DeepSeek-R1's tokenizer: V3's vocabulary) holds the episode append-only; it writes
+    # no reasoning, and keeps only the text after </think> of each assistant turn
+    "deepseek-r1-0528": FamilyCase("offline:deepseek-r1-0528", arguments_as_strings=True, thinks=False),
+    # the opt-in training format (families/deepseek.py) on R1's tokenizer and template: R1's generation prompt
+    # opens <think>, so every turn reasons; the reference is the format itself (tests/test_families_deepseek.py
+    # checks it against R1-0528's template, renderers and tml-renderers)
+    "deepseek-v3-format-r1": FamilyCase(
+        "offline:deepseek-r1", arguments_as_strings=True, always_reasons=True, family=get_family("deepseek-v3-format")
+    ),
+    "deepseek-v3-format-v3": FamilyCase("offline:deepseek-v3", arguments_as_strings=True, family=get_family("deepseek-v3-format")),
     "minimax-m2": FamilyCase(
         "offline:minimax-m2",
         always_reasons=True,

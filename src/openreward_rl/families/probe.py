@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -46,10 +47,13 @@ from openreward_rl.errors import ModelFamilyError
 from openreward_rl.families.base import ModelFamily
 from openreward_rl.families.chat import ChatRenderer
 from openreward_rl.families.tool_preamble import ToolPreamble
+from openreward_rl.families.training_format import official_family, opt_in_hint
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["ModelCheck", "ModelCheckError", "assistant_message", "check_model", "describe_difference", "probe_family", "template_turn"]
 
-PROBE_VERSION = 4  # part of the cache key: a changed probe proves again
+PROBE_VERSION = 5  # part of the cache key: a changed probe proves again
 OVERRIDE = (
     "override: set model_family (config) or --family to the right family; check_model: false (config) or "
     "--skip-check-model skips this check, at your own risk"
@@ -90,6 +94,7 @@ class ModelCheck:
     difference: str = ""
     rule: str = ""  # the family's history rule, where the comparison needed it
     not_compared: str = ""  # a step of the probe the template cannot render, so nothing compared it
+    departs: str = ""  # a stated training format: where it departs from this tokenizer's own chat template
     key: str = ""
     cached: bool = False
 
@@ -99,7 +104,8 @@ class ModelCheck:
         source = " (cached)" if self.cached else ""
         rule = f"\n  exact after the family's history rule: {self.rule}" if self.rule else ""
         skipped = f"\n  not compared: {self.not_compared}" if self.not_compared else ""
-        return f"{self.family}: token-exact over {self.turns} turns, {self.tokens} tokens; reasoning: {self.reasoning}; bridge: {self.bridge}{source}{rule}{skipped}"
+        departs = f"\n  a stated training format, departing from {self.departs}" if self.departs else ""
+        return f"{self.family}: token-exact over {self.turns} turns, {self.tokens} tokens; reasoning: {self.reasoning}; bridge: {self.bridge}{source}{rule}{skipped}{departs}"
 
 
 @attrs.frozen
@@ -129,7 +135,10 @@ def check_model(
     _VERDICTS[key] = verdict
     if not verdict.exact:
         name = getattr(tokenizer, "name_or_path", "") or "this tokenizer"
-        raise ModelCheckError(f"the {family.name} model family is not token-exact on {name}: {verdict.difference}\n{OVERRIDE}")
+        hint = opt_in_hint(family.name)
+        raise ModelCheckError(f"the {family.name} model family is not token-exact on {name}: {verdict.difference}\n{hint + '; ' if hint else ''}{OVERRIDE}")
+    if verdict.departs:
+        logger.warning("the %s model family runs its stated training format, departing from %s", family.name, verdict.departs)
     return verdict
 
 
@@ -257,7 +266,10 @@ def probe_family(tokenizer: Any, family: ModelFamily, template_kwargs: Mapping[s
                 sampled_ids=sampled if hand_written else None,
             )
             context = context + sampled + bridge
-            messages = [*messages, message, *replies]
+            # the reference answers the calls as the template wrote them (templates that look results up by the
+            # call's id, as Command R7B's numbers them, need the id the assistant message holds)
+            written = iter(c["id"] for c in message.get("tool_calls", []))
+            messages = [*messages, message, *({**r, "tool_call_id": next(written, r["tool_call_id"])} if r["role"] == "tool" else r for r in replies)]
     except ModelFamilyError as error:
         return fail(str(error))
     except Exception as error:  # a bridge or parser that fails on this tokenizer cannot be proven on it
@@ -267,7 +279,21 @@ def probe_family(tokenizer: Any, family: ModelFamily, template_kwargs: Mapping[s
         reasoning=f"{reasoned} of {len(turns)} turns" if reasoned else "none",
         bridge=f"hand-written, declined {declined} of {len(turns) - 1} (template-derived then)" if declined else bridge_kind,
         rule=str(family.history_rule) if ruled else "", not_compared=not_compared,
+        departs=departure(tokenizer, family.name, template_kwargs),
     )
+
+
+def departure(tokenizer: Any, format_family: str, template_kwargs: Mapping[str, Any] | None = None) -> str:
+    """Where the stated training format `format_family` (`families.training_format`) departs from `tokenizer`'s
+    own chat template: the official family's verdict on it ("" where the template writes the same, where the
+    tokenizer has none, or where `format_family` is no training format)."""
+    from openreward_rl.families.catalog import get_family
+
+    official = official_family(format_family)
+    if official is None or not isinstance(getattr(tokenizer, "chat_template", None), str):
+        return ""
+    verdict = probe_family(tokenizer, get_family(official), template_kwargs)
+    return "" if verdict.exact else f"the official template ({official} family): {verdict.difference}"
 
 
 def _closers(renderer: ChatRenderer, family: ModelFamily) -> tuple[tuple[str, ...], tuple[str, ...]]:
