@@ -318,7 +318,7 @@ class EnvSession:
                 raise
             raise EnvironmentFault(
                 f"{where} of {self.task.environment} ran past its {timeout:g}s limit and was cut; "
-                f"a tool that needs longer (a sandbox's test run) needs a larger limit: {self.tool_timeout.knob(name)}",
+                f"if it needs longer (a sandbox's test run may take 600 s), raise {self.tool_timeout.knob(name)}",
                 kind="Timeout",
             ) from fault
         return ToolOutcome(
