@@ -217,7 +217,7 @@ async def test_tool_timeouts_per_environment_and_per_tool_name_the_knob_that_cut
     trajectory = await one_episode(config_for(surface_server, {"Workbench": settings}, tool_timeout=None), "Workbench", ScriptedModel(slow_tests))
     if cut:
         assert trajectory.stop_reason.value == "env_error"
-        assert "tool 'run_tests' of Workbench ran past its 0.3s limit" in trajectory.stop_detail and knob in trajectory.stop_detail
+        assert "tool 'run_tests' of Workbench timed out after 0.3s and was cut" in trajectory.stop_detail and knob in trajectory.stop_detail
         assert trajectory.reward is None  # a fault, never a reward
     else:
         assert trajectory.reward == 1.0 and trajectory.turns[0].tool_results[0].metadata == {"passed": 3, "failed": 0}
@@ -386,20 +386,8 @@ def test_no_secret_an_environment_prints_reaches_the_model_or_any_file_the_run_w
     assert main(["show", str(tmp_path / "results.jsonl"), "--index", "0", "--html", str(tmp_path / "episode.html")]) == 0
     show_output = capsys.readouterr()
 
-    (row,) = rows_of(tmp_path / "results.jsonl")
-    assert row["reward"] == 1.0 and row["metrics"]["secrets_redacted"] == 4  # the prompt's 1, login's text 2, its metadata 1
-    login, report = (turn["tool_results"][0] for turn in row["turns"])
-    assert login["text"] == f"Error: 401 Unauthorized: rejected keys {MASK} and {MASK}" and login["metadata"] == {"tried": [MASK, MASK]}
-    assert report["call"]["arguments"] == {"text": login["text"]}  # the model repeated what it saw: the masked text
     tokenizer = load_tokenizer("offline:qwen3")
     seen_by_model = [tokenizer.decode(r.input_ids) for r in model_server.server.requests[first_request:] if r.path == "/generate"]
-    assert len(seen_by_model) == 2 and f"session token {MASK}" in seen_by_model[0]
-    warnings = " ".join(r.getMessage() for r in caplog.records)
-    assert "environment 'acme/Leaky': tool 'login' showed 2 known secret value(s)" in warnings and "environment 'acme/Leaky': the prompt showed" in warnings
-    run_config, _ = read_offline_run(tmp_path / "wandb")
-    assert run_config  # the WandB run was written (and is scanned below)
-    assert len(sink.events) > 3
-
     written = {str(p.relative_to(tmp_path)): p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     assert {"results.jsonl", "report.html", "episode.html"} <= set(written) and any(name.endswith(".wandb") for name in written)
     texts = {
@@ -413,3 +401,15 @@ def test_no_secret_an_environment_prints_reaches_the_model_or_any_file_the_run_w
     for where, text in texts.items():
         for secret in (OPENAI_KEY, LEAK_TOKEN):
             assert secret not in text, f"{secret[:6]}... found in {where}"
+
+    (row,) = rows_of(tmp_path / "results.jsonl")
+    assert row["reward"] == 1.0 and row["metrics"]["redacted_values"] == 4  # the prompt's 1, login's text 2, its metadata 1
+    login, report = (turn["tool_results"][0] for turn in row["turns"])
+    assert login["text"] == f"Error: 401 Unauthorized: rejected keys {MASK} and {MASK}" and login["metadata"] == {"tried": [MASK, MASK]}
+    assert report["call"]["arguments"] == {"text": login["text"]}  # the model repeated what it saw: the masked text
+    assert len(seen_by_model) == 2 and f"session token {MASK}" in seen_by_model[0]
+    warnings = " ".join(r.getMessage() for r in caplog.records)
+    assert "environment 'acme/Leaky': tool 'login' showed 2 known secret value(s)" in warnings and "environment 'acme/Leaky': the prompt showed" in warnings
+    run_config, _ = read_offline_run(tmp_path / "wandb")
+    assert run_config  # the WandB run was written (and was scanned above)
+    assert len(sink.events) > 3

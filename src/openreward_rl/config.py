@@ -110,7 +110,7 @@ class ToolTimeouts:
         if tool is not None and tool in self.per_tool:
             return f"environments.{self.environment}.tool_timeouts.{tool} ({self.per_tool[tool]:g}s)"
         limit = "no limit" if self.default is None else f"{self.default:g}s"
-        alone = f", or environments.{self.environment}.tool_timeouts.{tool} for this tool alone" if tool else ""
+        alone = f", or environments.{self.environment}.tool_timeouts.{tool} for this tool alone" if tool and self.environment else ""
         return f"{self.default_key} ({limit}){alone}"
 
 

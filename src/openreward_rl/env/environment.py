@@ -317,7 +317,7 @@ class EnvSession:
             if fault.kind != "Timeout" or timeout is None:
                 raise
             raise EnvironmentFault(
-                f"{where} of {self.task.environment} ran past its {timeout:g}s limit and was cut; "
+                f"{where} of {self.task.environment} timed out after {timeout:g}s and was cut; "
                 f"if it needs longer (a sandbox's test run may take 600 s), raise {self.tool_timeout.knob(name)}",
                 kind="Timeout",
             ) from fault

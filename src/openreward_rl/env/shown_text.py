@@ -18,7 +18,7 @@ descriptions, tool outputs, tool-call errors) and every tool's metadata passes t
 '401: key *** rejected'
 >>> shown.blocks([{"type": "text", "text": "a chart:"}, {"type": "image", "data": "", "mimeType": "image/png"}], "tool 'plot'")
 'a chart:\\n[image omitted: this model reads text only]'
->>> shown.secrets_redacted, shown.images_dropped
+>>> shown.redacted_values, shown.images_dropped
 (1, 1)
 """
 
@@ -44,7 +44,7 @@ class ShownText:
     """One session's environment text on its way to the model (see the module)."""
 
     environment: str
-    secrets_redacted: int = 0
+    redacted_values: int = 0
     images_dropped: int = 0
     _warned: set[str] = attrs.field(factory=set, repr=False)
 
@@ -53,7 +53,7 @@ class ShownText:
         masked = redact(text)
         if masked != text:
             found = masked.count(MASK) - text.count(MASK)
-            self.secrets_redacted += max(found, 1)
+            self.redacted_values += max(found, 1)
             self._warn(
                 f"secret:{where}",
                 "environment %r: %s showed %d known secret value(s); each was replaced with %s before the model saw it",
@@ -65,7 +65,7 @@ class ShownText:
         """A JSON value (tool metadata) with every registered secret masked, counted as `text` counts."""
         masked = redact(value)
         if masked != value:
-            self.secrets_redacted += 1
+            self.redacted_values += 1
             self._warn(f"secret:{where}", "environment %r: %s metadata held a known secret value; it was replaced with %s", self.environment, where, MASK)
         return masked
 

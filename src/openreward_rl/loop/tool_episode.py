@@ -466,7 +466,7 @@ def _metrics(state: _Run, seconds: float) -> dict[str, float]:
         "segments": float(len(state.ledger.segments) if state.ledger else 0),
         # what the environment showed that the model could not be shown as is (env.shown_text)
         "images_dropped": float(state.session.shown.images_dropped),
-        "secrets_redacted": float(state.session.shown.secrets_redacted),
+        "redacted_values": float(state.session.shown.redacted_values),
     }
     metrics.update({f"parse_errors/{kind}": float(n) for kind, n in parse_errors.items()})
     metrics.update({f"tool_errors/{kind}": float(n) for kind, n in tool_errors.items()})

@@ -157,7 +157,7 @@ def summary_rows(trajectory: Trajectory) -> list[tuple[str, str]]:
     images = int(trajectory.metrics.get("images_dropped", 0))
     if images:
         rows.append(("images dropped", f"{images}: this model reads text only; it saw a placeholder in each one's place"))
-    masked = int(trajectory.metrics.get("secrets_redacted", 0))
+    masked = int(trajectory.metrics.get("redacted_values", 0))
     if masked:
         rows.append(("secrets masked", f"{masked}: the environment showed a known secret value; the model saw *** instead"))
     if trajectory.prefix_breaks:
