@@ -81,7 +81,11 @@ def test_secrets_env_specific_over_global_over_environment_variables() -> None:
         "openai_api_key": "sk-from-env",
     }
     assert config.resolve_secrets("c/d", environ) == {"OPENAI_API_KEY": "sk-from-env", "tavily_api_key": "global-tavily", "hf_token": "hf-global"}
-    assert config.resolve_secrets("c/d", {}) == {"tavily_api_key": "global-tavily", "hf_token": "hf-global"}
+    # a secret configured to be read from an unset variable is an error naming it, not a silent drop
+    with pytest.raises(ConfigError, match=r"secrets\.OPENAI_API_KEY is configured to be read from the environment, but OPENAI_API_KEY is not set"):
+        config.resolve_secrets("c/d", {})
+    with pytest.raises(ConfigError, match=r"environments\.a/b\.secrets\.judge_key is configured to be read from the environment, but JUDGE_KEY or judge_key is not set"):
+        config.resolve_secrets("a/b", {"OPENAI_API_KEY": "sk-from-env"})
     # the SDK's form: names it does not know travel with their configured domains
     assert config.session_secrets("a/b", environ)["judge_key"] == ("judge-from-env", ["judge.example"])
     assert config.session_secrets("a/b", environ)["openai_api_key"] == "sk-from-env"
@@ -115,6 +119,10 @@ def test_resolving_secrets_registers_them_for_redaction() -> None:
         ({"environments": {"a/b": {"secrets": {"k": {"value": "x"}}}}}, "k.domains: must be a non-empty list"),
         ({"environments": {"a/b": {}}, "max_turn_continuations": -1}, "max_turn_continuations: must be a non-negative integer (0: never continue)"),
         ({"environments": {"a/b": {}}, "max_turn_continuations": True}, "max_turn_continuations: must be a non-negative integer"),
+        ({"environments": {"a/b": {"toolset": "claude_code"}}}, "environments.a/b.toolset: unknown toolset 'claude_code'; the SDK's session toolsets are: backsearch, claude-code"),
+        ({"environments": {"a/b": {"tool_timeout": 0}}}, "environments.a/b.tool_timeout: must be a positive number of seconds, got 0"),
+        ({"environments": {"a/b": {"tool_timeouts": {"run_tests": "10m"}}}}, "environments.a/b.tool_timeouts.run_tests: must be a positive number of seconds, got '10m'"),
+        ({"environments": {"a/b": {"tool_timeouts": [600]}}}, "environments.a/b.tool_timeouts: must be a mapping of tool names to seconds"),
     ],
 )
 def test_bad_config_gives_one_clear_error(raw: dict, message: str) -> None:
@@ -131,3 +139,24 @@ def test_missing_and_invalid_files(tmp_path: Path) -> None:
     bad.write_text("environments: [unclosed\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_config(bad)
+
+
+def test_tool_timeouts_per_tool_over_per_environment_over_the_run_default() -> None:
+    """The default suits sandbox environments (test runs of up to 600 s in one call); an environment and
+    each of its tools may say otherwise, and each limit knows the key that set it (for the timeout message)."""
+    config = parse_config(
+        {"environments": {"sandbox/Env": {"tool_timeout": 1200, "tool_timeouts": {"run_tests": 3600}}, "plain/Env": {}}}, source="train_config.yaml"
+    )
+    assert config.tool_timeout > 600
+    sandbox, plain = config.tool_timeouts("sandbox/Env"), config.tool_timeouts("plain/Env")
+    assert (sandbox.seconds("run_tests"), sandbox.seconds("read"), sandbox.seconds(None)) == (3600.0, 1200.0, 1200.0)
+    assert sandbox.knob("run_tests") == "environments.sandbox/Env.tool_timeouts.run_tests (3600s)"
+    assert sandbox.knob("read").startswith("environments.sandbox/Env.tool_timeout (1200s)")
+    assert plain.seconds("run_tests") == config.tool_timeout and plain.knob(None) == f"tool_timeout ({config.tool_timeout:g}s)"
+    unlimited = parse_config({"environments": {"e": {}}, "tool_timeout": None})
+    assert unlimited.tool_timeouts("e").seconds("x") is None
+
+
+def test_toolset_is_an_sdk_session_toolset() -> None:
+    config = parse_config({"environments": {"e": {"toolset": "claude-code"}, "f": {}}})
+    assert config.environment("e").toolset == "claude-code" and config.environment("f").toolset is None

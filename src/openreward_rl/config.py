@@ -16,6 +16,9 @@ environments:
     context_policy: none              # ours: none | clear_tool_outputs | summarize | module:factory,
                                       #   or {name: summarize, threshold: 0.75, keep_recent_turns: 1, summary_tokens: 1024}
     max_compactions: 3                # ours: context boundaries per episode
+    toolset: null                     # ours: a session toolset of the SDK (claude-code, codex, gemini-cli, hermes, openclaw, backsearch)
+    tool_timeout: null                # ours: seconds one tool call of this environment may take (null: the run's tool_timeout)
+    tool_timeouts: {}                 # ours: per tool name, e.g. {run_tests: 1800}
 secrets:
   openai_api_key: null                # null: read OPENAI_API_KEY
   judge_key: {value: null, domains: [api.judge.example]}   # names the SDK does not know need their hosts
@@ -34,6 +37,7 @@ train_thinking: true
 max_tool_output_tokens: 8192
 upload: true
 env_base_url: null                    # e.g. http://127.0.0.1:8080 for local environments
+tool_timeout: 900                     # seconds one tool call may take (sandbox test runs take up to 600); null: no limit
 advantage:                            # how rewards become per-token advantages (docs/training.md, "Credit")
   estimator: episode                  # episode (one reward per episode) | turn (per-turn returns) | mix
   gamma: 1.0                          # discount of the per-turn returns (reward-to-go)
@@ -57,10 +61,59 @@ from openreward_rl.errors import ConfigError
 from openreward_rl.redaction import register_secrets
 from openreward_rl.reducers.base import RewardPolicy, available_reducers, get_reducer
 
-__all__ = ["ConfigError", "prepare_config", "AdvantageSettings", "TaskSamplingSettings", "ADVANTAGE_ESTIMATORS", "EnvironmentConfig", "TrainConfig", "load_config", "config_path", "parse_config"]
+__all__ = [
+    "ConfigError", "prepare_config", "AdvantageSettings", "TaskSamplingSettings", "ADVANTAGE_ESTIMATORS", "EnvironmentConfig", "TrainConfig",
+    "ToolTimeouts", "DEFAULT_TOOL_TIMEOUT_S", "SESSION_TOOLSETS", "load_config", "config_path", "parse_config",
+]  # fmt: skip
 
 
 ADVANTAGE_ESTIMATORS = ("episode", "turn", "mix")
+# Seconds one tool call may take unless the config says otherwise: sandbox environments run test suites
+# for up to 600 s inside one call, with room to spare.
+DEFAULT_TOOL_TIMEOUT_S = 900.0
+
+
+def _session_toolsets() -> tuple[str, ...]:
+    from typing import get_args
+
+    from openreward.api.environments.client import BuiltinToolset
+
+    return get_args(BuiltinToolset)
+
+
+# The toolsets an SDK session can be asked for by name (`AsyncEnvironment.session(toolset=...)`).
+SESSION_TOOLSETS = _session_toolsets()
+
+
+@attrs.frozen
+class ToolTimeouts:
+    """How long each tool call of one environment may take, and which config key says so.
+
+    >>> timeouts = ToolTimeouts(300.0, {"run_tests": 1800.0}, default_key="environments.E.tool_timeout", environment="E")
+    >>> timeouts.seconds("run_tests"), timeouts.seconds("read")
+    (1800.0, 300.0)
+    >>> timeouts.knob("read")
+    'environments.E.tool_timeout (300s), or environments.E.tool_timeouts.read for this tool alone'
+    """
+
+    default: float | None = DEFAULT_TOOL_TIMEOUT_S
+    per_tool: Mapping[str, float] = attrs.field(factory=dict)
+    default_key: str = "tool_timeout"
+    environment: str = ""
+
+    def seconds(self, tool: str | None) -> float | None:
+        """The limit of one call of `tool` (None: the environment's default); None means no limit."""
+        if tool is not None and tool in self.per_tool:
+            return self.per_tool[tool]
+        return self.default
+
+    def knob(self, tool: str | None) -> str:
+        """The config key that set the limit of `tool`, for the message of a call it cut."""
+        if tool is not None and tool in self.per_tool:
+            return f"environments.{self.environment}.tool_timeouts.{tool} ({self.per_tool[tool]:g}s)"
+        limit = "no limit" if self.default is None else f"{self.default:g}s"
+        alone = f", or environments.{self.environment}.tool_timeouts.{tool} for this tool alone" if tool and self.environment else ""
+        return f"{self.default_key} ({limit}){alone}"
 
 
 @attrs.frozen
@@ -110,6 +163,9 @@ class EnvironmentConfig:
     context_policy: str = "none"
     context_policy_options: Mapping[str, Any] = attrs.field(factory=dict)
     max_compactions: int = 3
+    toolset: str | None = None
+    tool_timeout: float | None = None  # None: the run's `tool_timeout`
+    tool_timeouts: Mapping[str, float] = attrs.field(factory=dict)
 
     @property
     def compacts(self) -> bool:
@@ -148,7 +204,7 @@ class TrainConfig:
     env_base_url: str | None = None
     chat_template_kwargs: Mapping[str, Any] = attrs.field(factory=dict)
     attempts: int = 2
-    tool_timeout: float | None = 300.0
+    tool_timeout: float | None = DEFAULT_TOOL_TIMEOUT_S
     episode_timeout: float | None = None
     # Partial rollout: how long a suspended episode keeps its environment session open, and how many may wait.
     suspended_episode_ttl: float = 1800.0
@@ -179,6 +235,16 @@ class TrainConfig:
         environment = self.environments.get(name)
         return None if environment is None else environment.nonterminal_reward
 
+    def tool_timeouts(self, name: str) -> ToolTimeouts:
+        """The tool-call limits of environment `name`: its `tool_timeouts` per tool, else its `tool_timeout`,
+        else the run's."""
+        environment = self.environment(name)
+        if environment.tool_timeout is not None:
+            default, key = environment.tool_timeout, f"environments.{name}.tool_timeout"
+        else:
+            default, key = self.tool_timeout, "tool_timeout"
+        return ToolTimeouts(default, dict(environment.tool_timeouts), default_key=key, environment=name)
+
     def base_url_for(self, name: str) -> str | None:
         return self.environment(name).base_url or self.env_base_url
 
@@ -188,28 +254,35 @@ class TrainConfig:
     def resolve_secrets(self, name: str, environ: Mapping[str, str] | None = None) -> dict[str, str]:
         """Secrets for one environment: env-specific > global > environment variables (the cookbook's rule).
 
-        A global `null`/empty value reads the environment variable of the same name (upper-cased
-        first, then as written); an environment-specific `null` does too and drops the key when
-        unset; an environment-specific empty string drops it. Every value resolved is registered for
-        redaction (`openreward_rl.redaction`) here, where config secrets enter the process.
+        A null (or, globally, empty) value reads the environment variable of the same name (upper-cased
+        first, then as written); an environment-specific empty string drops the key (a global secret
+        this environment must not get). A secret configured to be read from the environment whose
+        variable is unset is a `ConfigError` naming it: a run without it would fail later, in the
+        environment, as an infrastructure fault. Every value resolved is registered for redaction
+        (`openreward_rl.redaction`) here, where config secrets enter the process.
         """
         environ = os.environ if environ is None else environ
 
-        def from_environ(key: str) -> str:
-            return environ.get(key.upper()) or environ.get(key) or ""
+        def from_environ(key: str, where: str) -> str:
+            value = environ.get(key.upper()) or environ.get(key)
+            if not value:
+                variables = " or ".join(dict.fromkeys([key.upper(), key]))
+                raise ConfigError(
+                    f"{self.source}: {where}.{key} is configured to be read from the environment, but {variables} is not set; "
+                    f"set it, or remove the secret from the config"
+                )
+            return value
 
         resolved: dict[str, str] = {}
+        overridden = self.environment(name).secrets
         for key, value in self.secrets.items():
-            value = value or from_environ(key)
-            if value:
-                resolved[key] = value
-        for key, value in self.environment(name).secrets.items():
+            if key not in overridden:
+                resolved[key] = value or from_environ(key, "secrets")
+        for key, value in overridden.items():
             if value is None:
-                value = from_environ(key)
-            if value:
+                resolved[key] = from_environ(key, f"environments.{name}.secrets")
+            elif value:
                 resolved[key] = value
-            else:
-                resolved.pop(key, None)
         register_secrets(resolved)
         return resolved
 
@@ -301,6 +374,14 @@ def _secrets(raw: Any, where: str) -> tuple[dict[str, str | None], dict[str, tup
     return values, domains
 
 
+def _seconds(raw: Any, where: str) -> float:
+    """A positive number of seconds, as a float; ConfigError naming `where` otherwise."""
+    value = _check(raw, (int, float), where, "a positive number of seconds")
+    if value <= 0:
+        raise ConfigError(f"{where}: must be a positive number of seconds, got {value!r}")
+    return float(value)
+
+
 def _context_policy(raw: Any, where: str) -> tuple[str, dict[str, Any]]:
     """A policy name, or a mapping with `name` and the policy's options. The policy itself is built (and
     its options checked) where the loop is: `Rollouts.from_config` turns its errors into ConfigError."""
@@ -365,6 +446,16 @@ def _environment(name: str, raw: Any, source: str) -> EnvironmentConfig:
         values["context_policy"], values["context_policy_options"] = _context_policy(raw["context_policy"], f"{where}.context_policy")
     if "max_compactions" in raw:
         values["max_compactions"] = _check(raw["max_compactions"], (int,), f"{where}.max_compactions", "a non-negative integer", minimum=0)
+    if raw.get("toolset") is not None:
+        toolset = _check(raw["toolset"], (str,), f"{where}.toolset", "a toolset name or null")
+        if toolset not in SESSION_TOOLSETS:
+            raise ConfigError(f"{where}.toolset: unknown toolset {toolset!r}; the SDK's session toolsets are: {', '.join(SESSION_TOOLSETS)}")
+        values["toolset"] = toolset
+    if raw.get("tool_timeout") is not None:
+        values["tool_timeout"] = _seconds(raw["tool_timeout"], f"{where}.tool_timeout")
+    if raw.get("tool_timeouts") is not None:
+        per_tool = _check(raw["tool_timeouts"], (dict,), f"{where}.tool_timeouts", "a mapping of tool names to seconds")
+        values["tool_timeouts"] = {str(tool): _seconds(value, f"{where}.tool_timeouts.{tool}") for tool, value in per_tool.items()}
     config = EnvironmentConfig(**values)
     if config.min_reward is not None and config.max_reward is not None and config.min_reward > config.max_reward:
         raise ConfigError(f"{where}: min_reward ({config.min_reward}) is greater than max_reward ({config.max_reward})")

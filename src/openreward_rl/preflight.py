@@ -7,7 +7,10 @@ anything can log it. `check_environments(client, config)` asks each
 environment server which environments it hosts and for their splits: a server that cannot be
 reached (under a short retry policy, `PREFLIGHT_RETRY`: a refused connection at start-up is not
 worth the long back-off of work already under way), an environment name or variant a local server
-does not serve, or an unknown split is reported before the first episode.
+does not serve, or an unknown split is reported before the first episode; so is a secret that
+OpenReward lists as required for an environment (the SDK's `list_required_secrets`, asked for every
+environment with an owner, `owner/name`, when an API key is set) and the config does not give it. A
+secret the config reads from an unset environment variable is reported by `check_ready`.
 
 >>> from openreward_rl.config import parse_config
 >>> config = parse_config({"environments": {"GeneralReasoning/WhoDunIt": {}}}, source="train_config.yaml")
@@ -21,6 +24,7 @@ openreward_rl.errors.ConfigError: train_config.yaml: environment 'GeneralReasoni
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -32,7 +36,9 @@ from openreward_rl.env.transport import use_pooled_transport
 from openreward_rl.redaction import register_known_secrets, register_secrets
 from openreward_rl.retry import RetryPolicy, call_with_retries, describe_error, is_transient
 
-__all__ = ["check_ready", "check_environments", "remote_environments", "served_environments", "PREFLIGHT_RETRY"]
+__all__ = ["check_ready", "check_environments", "check_required_secrets", "remote_environments", "served_environments", "PREFLIGHT_RETRY"]
+
+logger = logging.getLogger(__name__)
 
 API_KEY_VARIABLE = "OPENREWARD_API_KEY"
 # Start-up checks: two tries half a second apart; a server that is down is reported in about a second.
@@ -138,7 +144,8 @@ def _check_served(config: TrainConfig, name: str, url: str, served: list[str]) -
 
 async def check_environments(client: Any, config: TrainConfig, *, retry: RetryPolicy = PREFLIGHT_RETRY, split_option: str | None = None) -> None:
     """`ConfigError` for the first configured environment that cannot be used: its server is unreachable,
-    does not serve it, or does not offer one of its splits. `split_option` names the command-line option
+    does not serve it, does not offer one of its splits, or needs a secret the config does not give it
+    (`check_required_secrets`). `split_option` names the command-line option
     that set every environment's splits (eval's `--split`), for the message."""
     use_pooled_transport(client)  # before the first session: every later episode of `client` uses it too
     servers = await _servers(config, retry)
@@ -171,3 +178,32 @@ async def check_environments(client: Any, config: TrainConfig, *, retry: RetryPo
                 f"{config.source}: environments.{name}.splits: {', '.join(repr(s) for s in missing)} not offered by the "
                 f"environment; it has: {offered}"
             )
+        await check_required_secrets(environment, config, name)
+
+
+async def check_required_secrets(environment: Any, config: TrainConfig, name: str, *, timeout_s: float = PROBE_TIMEOUT_S) -> None:
+    """`ConfigError` naming the first secret OpenReward lists as required for environment `name` (the SDK's
+    `AsyncEnvironment.list_required_secrets`, from the platform API) that the config does not give it.
+
+    Asked only where the platform can know the environment: a name with an owner (`owner/name`) and an
+    API key to ask with. A lookup that fails (the platform unreachable or not knowing a locally served
+    environment) is logged and skipped: the check is a courtesy, the environment has the last word.
+    """
+    if "/" not in name or not getattr(environment, "api_key", ""):
+        return
+    try:
+        required = await asyncio.wait_for(environment.list_required_secrets(), timeout_s)
+    except Exception as error:  # unreachable, unknown to the platform, timed out
+        logger.info("could not ask OpenReward which secrets %s requires (%s); not checked", name, describe_error(error))
+        return
+    given = config.resolve_secrets(name)
+    for secret in required:
+        if secret in given:
+            continue
+        other_case = [key for key in given if key.lower() == str(secret).lower()]
+        hint = f" (the config has {other_case[0]!r}: the environment looks its secrets up by exact name)" if other_case else ""
+        raise ConfigError(
+            f"{config.source}: environment {name!r} requires the secret {secret!r} (OpenReward's required secrets: "
+            f"{', '.join(map(str, required))}), which the config does not give it{hint}; add it under "
+            f"environments.{name}.secrets or secrets, e.g. {secret}: null to read it from the environment variable {str(secret).upper()}"
+        )

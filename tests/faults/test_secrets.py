@@ -6,9 +6,9 @@ at DEBUG, including the SDK's), everything printed (capsys), the trajectory dump
 rollout API to tests/test_upload.py's local sink, the Slime sample metadata and every error are
 scanned for the secret values.
 
-Decision (docs/reliability.md): what the environment itself shows the model (`echo_key`) is the
-model's context and stays token-exact in the trajectory; our own logs, errors, stop details,
-metrics and metadata never add a secret.
+Decision (docs/reliability.md): what the environment itself shows the model (`echo_key`) is masked
+before the model sees it (the model sees and samples ***, so the trajectory stays token-exact); our
+own logs, errors, stop details, metrics and metadata never add a secret.
 """
 
 from __future__ import annotations
@@ -90,7 +90,8 @@ async def test_no_secret_in_logs_errors_dumps_or_uploads(
     assert failed.stop_reason is StopReason.ENV_ERROR and f"upstream rejected api key {MASK}" in failed.stop_detail
     assert failed.metrics["attempts"] == 2.0
     assert_sample(echoed, infrastructure=False)
-    assert JUDGE_KEY in echoed.turns[0].tool_results[0].text  # the environment's choice, kept token-exact
+    assert echoed.turns[0].tool_results[0].text == f"your key is {MASK}"  # masked before the model saw it
+    assert echoed.metrics["redacted_values"] == 1.0
 
     # A caller logging the failure with its traceback (what a backend does) leaks nothing either.
     try:

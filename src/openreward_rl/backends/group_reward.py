@@ -131,10 +131,11 @@ async def _score(client: Any, config: TrainConfig, task: TaskRef, transcripts: l
     async with open_session(client, task, secrets=config.session_secrets(task.environment), open_timeout=600.0) as session:
         if not await session.sdk_session.supports_score_group():
             return None
+        limits = config.tool_timeouts(task.environment)
         try:  # a hung judge must not stall the reward hook: the tool-call time limit bounds it too
-            scores = await asyncio.wait_for(session.sdk_session.score_group(candidates), config.tool_timeout)
+            scores = await asyncio.wait_for(session.sdk_session.score_group(candidates), limits.default)
         except asyncio.TimeoutError:
-            raise EnvironmentFault(f"score_group of {task.environment} took longer than {config.tool_timeout:g}s (tool_timeout)", kind="Timeout") from None
+            raise EnvironmentFault(f"score_group of {task.environment} took longer than its limit, {limits.knob(None)}", kind="Timeout") from None
     if len(scores) != len(candidates):
         raise EnvironmentFault(f"score_group returned {len(scores)} scores for {len(candidates)} candidates", kind="ScoreGroupShape")
     return list(scores)

@@ -14,7 +14,9 @@ import attrs
 from openreward.api.environments import OpenRewardError, ToolCallError
 from openreward.api.environments.types import AuthenticationError
 
+from openreward_rl.config import ToolTimeouts
 from openreward_rl.errors import EnvError
+from openreward_rl.env.shown_text import ShownText
 from openreward_rl.env.tasks import TaskRef, task_hash
 from openreward_rl.env.transport import use_pooled_transport
 from openreward_rl.redaction import redact, register_secrets
@@ -43,7 +45,8 @@ __all__ = [
 
 @attrs.frozen
 class ToolOutcome:
-    """What a tool call gave back. `error` is the SDK's reason when the call was rejected (model's fault)."""
+    """What a tool call gave back. `error` is the SDK's reason when the call was rejected (model's fault).
+    `metadata` is the environment's `ToolOutput.metadata`, kept for the record (the model does not see it)."""
 
     text: str
     reward: float | None = None
@@ -215,14 +218,10 @@ async def _bounded(operation: Awaitable[Any], timeout: float | None, probe: Live
 
 
 def blocks_to_text(blocks: Any) -> str:
-    """The text of SDK blocks; images become a placeholder (multimodal input is not supported yet)."""
-    parts = []
-    for block in blocks or ():
-        text = getattr(block, "text", None)
-        if text is None and isinstance(block, Mapping):
-            text = block.get("text")
-        parts.append(text if text is not None else "[image omitted]")
-    return "\n".join(parts)
+    """The text of SDK blocks; images become `shown_text.IMAGE_PLACEHOLDER` (the models served here read text).
+
+    Episodes read blocks through their session's `ShownText`, which also masks secrets and counts images."""
+    return ShownText("").blocks(blocks, "blocks")
 
 
 def nested_tool_specs(flat_tools: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -245,15 +244,18 @@ class EnvSession:
 
     Prompt and tool listing are retried while the server answers busy (`read_retry`); tool calls
     never are (a repeated call may run the tool twice). Every call is bounded by the liveness
-    probe (a dead server ends it within seconds) and tool calls by `tool_timeout`.
+    probe (a dead server ends it within seconds) and tool calls by `tool_timeout` (a `ToolTimeouts`, or one
+    number for every tool). What the environment says reaches the caller through `shown` (secrets masked,
+    images accounted for).
     """
 
     sdk_session: Any
     task: TaskRef
-    tool_timeout: float | None = None
+    tool_timeout: ToolTimeouts = attrs.field(factory=lambda: ToolTimeouts(None), converter=lambda t: t if isinstance(t, ToolTimeouts) else ToolTimeouts(t))
     probe: LivenessProbe | None = None
     read_retry: RetryPolicy = DEFAULT_READ_RETRY
     unreachable: bool = False  # set once the probe found the server down
+    shown: ShownText = attrs.field(default=attrs.Factory(lambda self: ShownText(self.task.environment), takes_self=True))
 
     async def _guard(
         self,
@@ -278,11 +280,11 @@ class EnvSession:
     async def prompt_messages(self) -> list[dict[str, Any]]:
         """The task's opening conversation as chat messages (`get_messages`, or the prompt as one user turn)."""
         messages = await self._guard("getting the prompt", lambda: self.sdk_session.get_messages(format="openai"), retry=self.read_retry)
-        return [_plain_message(m) for m in messages]
+        return [self._plain_message(m) for m in messages]
 
     async def tools(self) -> list[dict[str, Any]]:
         flat = await self._guard("listing tools", lambda: self.sdk_session.list_tools(format="openai"), retry=self.read_retry)
-        return nested_tool_specs(flat)
+        return self.shown.value(nested_tool_specs(flat), "the tool list")
 
     async def terminal_tool(self) -> Any:
         return await self._guard("reading the terminal tool", lambda: self.sdk_session.terminal_tool(), retry=self.read_retry)
@@ -295,37 +297,41 @@ class EnvSession:
                 text="Error: the tool arguments contain invalid Unicode (a lone UTF-16 surrogate); the call was not executed.",
                 error="bad_input_shape",
             )
-        try:
-            output = await self._guard(f"calling tool {name!r}", lambda: self.sdk_session.call_tool(name, dict(arguments)), timeout=self.tool_timeout)
-        except ToolCallError as error:
-            return ToolOutcome(text=f"Error: {error.detail}", error=str(error.reason))
-        return _outcome(output)
+        return await self._call(name, lambda: self.sdk_session.call_tool(name, dict(arguments)))
 
     async def call_terminal_tool(self, message: str) -> ToolOutcome:
+        name = None
+        if self.tool_timeout.per_tool:  # a limit of its own is looked up by its name
+            spec = await self.terminal_tool()
+            name = getattr(spec, "name", None)
+        return await self._call(name, lambda: self.sdk_session.call_terminal_tool(message), action="calling the terminal tool")
+
+    async def _call(self, name: str | None, operation: Callable[[], Awaitable[Any]], action: str | None = None) -> ToolOutcome:
+        where = f"tool {name!r}" if name else "the terminal tool"
+        timeout = self.tool_timeout.seconds(name)
         try:
-            output = await self._guard("calling the terminal tool", lambda: self.sdk_session.call_terminal_tool(message), timeout=self.tool_timeout)
+            output = await self._guard(action or f"calling tool {name!r}", operation, timeout=timeout)
         except ToolCallError as error:
-            return ToolOutcome(text=f"Error: {error.detail}", error=str(error.reason))
-        return _outcome(output)
+            return ToolOutcome(text=self.shown.text(f"Error: {error.detail}", where), error=str(error.reason))
+        except EnvironmentFault as fault:
+            if fault.kind != "Timeout" or timeout is None:
+                raise
+            raise EnvironmentFault(
+                f"{where} of {self.task.environment} timed out after {timeout:g}s and was cut; "
+                f"if it needs longer (a sandbox's test run may take 600 s), raise {self.tool_timeout.knob(name)}",
+                kind="Timeout",
+            ) from fault
+        return ToolOutcome(
+            text=self.shown.blocks(output.blocks, where),
+            reward=None if output.reward is None else float(output.reward),
+            finished=bool(output.finished),
+            metadata=None if output.metadata is None else self.shown.value(output.metadata, where),
+        )
 
-
-def _outcome(output: Any) -> ToolOutcome:
-    reward = output.reward
-    return ToolOutcome(
-        text=blocks_to_text(output.blocks),
-        reward=None if reward is None else float(reward),
-        finished=bool(output.finished),
-        metadata=output.metadata,
-    )
-
-
-def _plain_message(message: Mapping[str, Any]) -> dict[str, Any]:
-    content = message.get("content")
-    if isinstance(content, list):  # content parts -> text
-        content = "\n".join(str(part.get("text", "[image omitted]")) for part in content if isinstance(part, Mapping))
-    plain = {k: v for k, v in message.items() if k != "content"}
-    plain["content"] = content if content is not None else ""
-    return plain
+    def _plain_message(self, message: Mapping[str, Any]) -> dict[str, Any]:
+        plain = {k: self.shown.value(v, "the prompt") for k, v in message.items() if k != "content"}
+        plain["content"] = self.shown.content(message.get("content"), "the prompt")
+        return plain
 
 
 @contextlib.asynccontextmanager
@@ -334,7 +340,8 @@ async def open_session(
     task: TaskRef,
     *,
     secrets: Mapping[str, str] | None = None,
-    tool_timeout: float | None = None,
+    tool_timeout: float | ToolTimeouts | None = None,
+    toolset: str | None = None,
     open_timeout: float | None = None,
     close_timeout: float = DEFAULT_CLOSE_TIMEOUT_S,
     open_retry: RetryPolicy = DEFAULT_OPEN_RETRY,
@@ -347,6 +354,7 @@ async def open_session(
     answers, transport failures; a half-open session is deleted before the next try). Closing is
     bounded by `close_timeout` (much less once the server is known to be down). Secrets go to the
     session only; they are registered for redaction and never appear in errors raised from here.
+    `toolset` names an SDK session toolset (`config.SESSION_TOOLSETS`) the server binds to the session.
     """
     if secrets:
         register_secrets(secrets)
@@ -364,10 +372,10 @@ async def open_session(
     async def open_once() -> tuple[Any, Any]:
         try:
             if sdk_task is not None:
-                context = environment.session(task=sdk_task, secrets=session_secrets)
+                context = environment.session(task=sdk_task, secrets=session_secrets, toolset=toolset)
             else:
-                context = environment.session(split=task.split, index=task.index, secrets=session_secrets)
-        except ValueError as error:  # e.g. a secret name the SDK has no allowed domains for
+                context = environment.session(split=task.split, index=task.index, secrets=session_secrets, toolset=toolset)
+        except ValueError as error:  # e.g. a secret name the SDK has no allowed domains for, an unknown toolset
             raise EnvironmentFault(f"cannot open a session for {task.environment}: {error}", kind="Configuration") from error
         try:
             return context, await _bounded(context.__aenter__(), open_timeout, probe)

@@ -19,7 +19,7 @@ from openreward_rl.retry import RetryPolicy, call_with_retries
 # Listing is repeated on transient errors (busy answers, the SDK giving up its own retries): 1 + 2 + 4 s of back-off.
 LISTING_RETRY = RetryPolicy(attempts=4, initial_s=1.0, max_s=10.0)
 
-__all__ = ["TaskRef", "task_hash", "list_tasks", "task_row", "task_from_metadata", "LISTING_RETRY"]
+__all__ = ["TaskRef", "task_hash", "list_tasks", "task_row", "task_from_metadata", "LISTING_RETRY", "NO_LISTING_STATUSES"]
 
 
 def task_hash(task_spec: Mapping[str, Any] | None) -> str:
@@ -121,17 +121,27 @@ class TaskRef:
         }
 
 
+# Answers to `list_tasks` that mean "this environment does not list its tasks": the SDK server answers 400
+# when the environment's `list_tasks` raises (environments that serve tasks only by index, like
+# SWE-rebench-V2's), other servers 404, 405 or 501. The index API (`num_tasks`/`get_task`) serves those.
+NO_LISTING_STATUSES = frozenset({400, 404, 405, 501})
+
+
 async def _tasks_of_split(
     environment: Any, name: str, split: str, cap: int | None, rng: random.Random, base_url: str | None, variant: str | None, retry: RetryPolicy
 ) -> list[TaskRef]:
-    """All tasks of one split through the list API, or through the index API where listing is unsupported."""
+    """All tasks of one split through the list API, or through the index API where listing is unsupported.
+
+    A listing refused with a `NO_LISTING_STATUSES` answer falls back to `num_tasks`; when that fails too
+    (a 400 that meant a bad split, not a missing listing), the index API's error is raised, with the
+    listing's as its context."""
     listing = f"listing the tasks of {name}:{split}"
     try:
         tasks = await call_with_retries(lambda: environment.list_tasks(split), retry, what=listing)
     except aiohttp.ClientResponseError as error:
-        if error.status not in (404, 405, 501):
+        if error.status not in NO_LISTING_STATUSES:
             raise
-        count = await call_with_retries(lambda: environment.num_tasks(split), retry, what=listing)
+        count = await call_with_retries(lambda: environment.num_tasks(split), retry, what=f"counting the tasks of {name}:{split} (it lists none)")
         indices = list(range(count))
         rng.shuffle(indices)
         return [TaskRef(name, split, index=i, base_url=base_url, variant=variant) for i in indices[: cap or count]]

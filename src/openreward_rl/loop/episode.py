@@ -10,6 +10,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 import attrs
 
+from openreward_rl.config import ToolTimeouts
 from openreward_rl.env.environment import DEFAULT_CLOSE_TIMEOUT_S, DEFAULT_OPEN_RETRY, DEFAULT_READ_RETRY, EnvSession, open_session
 from openreward_rl.env.tasks import TaskRef
 from openreward_rl.errors import EnvError, ModelFamilyError
@@ -171,7 +172,8 @@ async def run_episode(
     *,
     secrets: Mapping[str, str] | None = None,
     attempts: int = 2,
-    tool_timeout: float | None = None,
+    tool_timeout: float | ToolTimeouts | None = None,
+    toolset: str | None = None,
     open_timeout: float | None = 600.0,
     attempt_timeout: float | None = None,
     close_timeout: float = DEFAULT_CLOSE_TIMEOUT_S,
@@ -184,7 +186,8 @@ async def run_episode(
     Returns the first trajectory that is not an infrastructure failure, or the last failure (its
     stop reason says which: `env_error`, `aborted`, `timeout`), never raising for a fault of the
     environment, the engine or the episode code. Engine aborts are not retried: an abort means the
-    trainer wants the rollout to stop. `secrets` go to the session (`open_session` registers them
+    trainer wants the rollout to stop. `toolset` names the SDK session toolset the environment binds;
+    `tool_timeout` bounds each tool call (one number, or per tool). `secrets` go to the session (`open_session` registers them
     for redaction): no stop detail or log line written here holds one.
 
     `reward_policy` (default: sum the step rewards) turns the episode's step rewards into its
@@ -197,7 +200,7 @@ async def run_episode(
     if attempts < 1:
         raise ValueError(f"attempts must be at least 1, got {attempts}")
     policy = reward_policy or RewardPolicy(get_reducer("sum"))
-    limits = _SessionLimits(tool_timeout, open_timeout, attempt_timeout, close_timeout, open_retry, read_retry)
+    limits = _SessionLimits(tool_timeout, open_timeout, attempt_timeout, close_timeout, open_retry, read_retry, toolset)
     trajectory: Trajectory | None = None
     for attempt in range(1, attempts + 1):
         trajectory = await _run_once(episode_factory, client, task, secrets, limits)
@@ -213,12 +216,13 @@ async def run_episode(
 
 @attrs.frozen
 class _SessionLimits:
-    tool_timeout: float | None
+    tool_timeout: float | ToolTimeouts | None
     open_timeout: float | None
     attempt_timeout: float | None
     close_timeout: float
     open_retry: RetryPolicy
     read_retry: RetryPolicy
+    toolset: str | None = None
 
 
 async def _run_once(
@@ -236,6 +240,7 @@ async def _run_once(
                 task,
                 secrets=secrets,
                 tool_timeout=limits.tool_timeout,
+                toolset=limits.toolset,
                 open_timeout=limits.open_timeout,
                 close_timeout=limits.close_timeout,
                 open_retry=limits.open_retry,

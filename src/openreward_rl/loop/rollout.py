@@ -209,6 +209,7 @@ class Rollouts:
             task,
             secrets=self.config.session_secrets(task.environment),
             attempts=self.config.attempts,
-            tool_timeout=self.config.tool_timeout,
+            tool_timeout=self.config.tool_timeouts(task.environment),
+            toolset=self.config.environment(task.environment).toolset,
             reward_policy=self.config.environment(task.environment).reward_policy(),
         )  # the episode timeout is the episode's own (settings), so a timed-out run keeps what it produced

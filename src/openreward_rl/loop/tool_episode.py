@@ -399,8 +399,9 @@ class ToolEpisode:
     def _result(self, call: ToolCall, outcome: ToolOutcome, seconds: float) -> ToolResult:
         text, truncated = clean_tool_text(outcome.text, self.renderer, self.settings.max_tool_output_tokens)
         return ToolResult(
-            call=call, text=text, reward=outcome.reward, finished=outcome.finished, error=outcome.error, truncated=truncated, seconds=seconds
-        )
+            call=call, text=text, reward=outcome.reward, finished=outcome.finished, error=outcome.error, truncated=truncated, seconds=seconds,
+            metadata=outcome.metadata,
+        )  # fmt: skip
 
     def _trajectory(self, state: _Run, seconds: float) -> Trajectory:
         stop_reason = state.stop_reason or StopReason.ABORTED
@@ -467,6 +468,9 @@ def _metrics(state: _Run, seconds: float) -> dict[str, float]:
         "summary_turns": float(len(state.turns) - len(actions)),
         "context_tokens_saved": float(sum(c.tokens_saved for c in state.compactions)),
         "segments": float(len(state.ledger.segments) if state.ledger else 0),
+        # what the environment showed that the model could not be shown as is (env.shown_text)
+        "images_dropped": float(state.session.shown.images_dropped),
+        "redacted_values": float(state.session.shown.redacted_values),
     }
     metrics.update({f"parse_errors/{kind}": float(n) for kind, n in parse_errors.items()})
     metrics.update({f"tool_errors/{kind}": float(n) for kind, n in tool_errors.items()})

@@ -47,6 +47,7 @@ class ToolResult:
     error: str | None = None  # the environment rejected the call (not_found, input_validation, ...)
     truncated: bool = False  # the text was cut to the tool-output token budget
     seconds: float = 0.0
+    metadata: Mapping[str, Any] | None = None  # the environment's `ToolOutput.metadata` (the model does not see it)
 
 
 @attrs.frozen
@@ -299,6 +300,7 @@ class Trajectory:
                             "error": r.error,
                             "truncated": r.truncated,
                             "seconds": r.seconds,
+                            "metadata": r.metadata,
                         }
                         for r in t.tool_results
                     ],
@@ -327,6 +329,7 @@ class Trajectory:
                     error=r["error"],
                     truncated=r.get("truncated", False),
                     seconds=r.get("seconds", 0.0),
+                    metadata=r.get("metadata"),
                 )
                 for r in t["tool_results"]
             )

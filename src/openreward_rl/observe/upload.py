@@ -46,11 +46,13 @@ _STOP = object()
 
 @attrs.frozen
 class UploadEvent:
-    """One `Rollout.log(message, reward=, is_finished=)` call."""
+    """One `Rollout.log(message, reward=, is_finished=, metadata=)` call; a tool result's `metadata` is
+    the environment's `ToolOutput.metadata`."""
 
     message: Any
     reward: float | None = None
     is_finished: bool = False
+    metadata: dict[str, Any] | None = None
 
 
 def _arguments_json(arguments: Any) -> str:
@@ -67,7 +69,7 @@ def trajectory_events(trajectory: Trajectory) -> list[UploadEvent]:
     """The trajectory's conversation as upload events, in order.
 
     Assistant turns give a reasoning item, their text, then one tool call each; tool messages give
-    tool results carrying the step reward their call earned. Results that have no tool message
+    tool results carrying the step reward their call earned and the environment's metadata. Results that have no tool message
     (a `@terminal` environment's answer) follow their turn as a call/result pair. The last event
     is marked finished.
     """
@@ -77,7 +79,7 @@ def trajectory_events(trajectory: Trajectory) -> list[UploadEvent]:
         if message is None:  # a result with no tool message: its call and result, after its turn
             assert result is not None
             events.append(UploadEvent(ToolCall(name=result.call.name, content=_arguments_json(result.call.arguments), call_id=result.call.id)))
-            events.append(UploadEvent(ToolResult(content=result.text, call_id=result.call.id), reward=result.reward))
+            events.append(UploadEvent(ToolResult(content=result.text, call_id=result.call.id), reward=result.reward, metadata=_tool_metadata(result)))
             continue
         role = message.get("role")
         content = _text(message.get("content"))
@@ -91,7 +93,8 @@ def trajectory_events(trajectory: Trajectory) -> list[UploadEvent]:
                 function = call.get("function", call)
                 events.append(UploadEvent(ToolCall(name=str(function.get("name", "")), content=_arguments_json(function.get("arguments", {})), call_id=str(call.get("id", "")))))
         elif role == "tool":
-            events.append(UploadEvent(ToolResult(content=content, call_id=str(message.get("tool_call_id", ""))), reward=result.reward if result else None))
+            events.append(UploadEvent(ToolResult(content=content, call_id=str(message.get("tool_call_id", ""))), reward=result.reward if result else None,
+                                      metadata=_tool_metadata(result)))  # fmt: skip
         elif role == "system":
             events.append(UploadEvent(SystemMessage(content=content)))
         else:
@@ -99,6 +102,10 @@ def trajectory_events(trajectory: Trajectory) -> list[UploadEvent]:
     if events:
         events[-1] = attrs.evolve(events[-1], is_finished=True)
     return events
+
+
+def _tool_metadata(result: Any) -> dict[str, Any] | None:
+    return dict(result.metadata) if result is not None and result.metadata else None
 
 
 def rollout_name_for(environment: str, split: str, index: int | None) -> str:
@@ -292,7 +299,9 @@ class TrajectoryUploader:
             return False
         for number, event in enumerate(events):
             last = number == len(events) - 1
-            rollout.log(event.message, reward=event.reward, is_finished=event.is_finished, rollout_info=job.rollout_info if last else None)
+            rollout.log(
+                event.message, reward=event.reward, is_finished=event.is_finished, metadata=event.metadata, rollout_info=job.rollout_info if last else None
+            )
         return True
 
     def close(self, timeout: float | None = None) -> None:

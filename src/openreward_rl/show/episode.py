@@ -1,7 +1,8 @@
 """One trajectory for a person: in the terminal (rich) or as HTML (a page, or a section of the report).
 
 Shows the task, how it ended, the reward, each turn (reasoning, text, tool calls), the tool results
-with their rewards, and the token view (`openreward_rl.show.tokens`). Where a context policy
+with their rewards and the environment's metadata (`ToolOutput.metadata`, which the model does not see),
+what the environment showed that the model could not see as is (images, masked secrets), and the token view (`openreward_rl.show.tokens`). Where a context policy
 compacted the context, each boundary is marked where the new context starts (its kind and the tokens
 before and after), summary turns are shown as such, and the token view shows every context.
 
@@ -26,7 +27,7 @@ from openreward_rl.observe.conversation import conversation_steps
 from openreward_rl.show.style import CSS, LEGEND, badge, terminal_reward_style
 from openreward_rl.show.tokens import mask_spans, token_view_html
 from openreward_rl.families.token_text import decode_ids
-from openreward_rl.loop.trajectory import Compaction, Trajectory
+from openreward_rl.loop.trajectory import Compaction, ToolResult, Trajectory
 
 __all__ = ["Entry", "turn_returns", "conversation", "summary_rows", "render_terminal", "episode_html", "render_html"]
 
@@ -35,7 +36,7 @@ __all__ = ["Entry", "turn_returns", "conversation", "summary_rows", "render_term
 class Entry:
     """One thing said in the conversation, ready to draw."""
 
-    role: str  # system | user | reasoning | assistant | summary | tool_call | tool_result | boundary | error
+    role: str  # system | user | reasoning | assistant | summary | tool_call | tool_result | metadata | boundary | error
     text: str
     title: str = ""
     reward: float | None = None
@@ -70,6 +71,12 @@ def _boundary(compaction: Compaction, contexts: int) -> Entry:
     )
 
 
+def _metadata(result: ToolResult | None) -> Iterator[Entry]:
+    """The environment's metadata of a tool result, where it gave any."""
+    if result is not None and result.metadata:
+        yield Entry("metadata", json.dumps(result.metadata, ensure_ascii=False, indent=2, default=str), title=f"{result.call.name} metadata (not shown to the model)")
+
+
 def conversation(trajectory: Trajectory) -> Iterator[Entry]:
     """The messages in order, assistant turns split into reasoning/text/calls, with rewards, returns and
     errors; context boundaries marked where the next context's messages start."""
@@ -84,6 +91,7 @@ def conversation(trajectory: Trajectory) -> Iterator[Entry]:
             assert result is not None
             yield Entry("tool_result", result.text, title=f"{result.call.name} (terminal)", reward=result.reward,
                         note="finished the episode" if result.finished else "")
+            yield from _metadata(result)
             continue
         role = message.get("role", "user")
         content = message.get("content") or ""
@@ -118,6 +126,7 @@ def conversation(trajectory: Trajectory) -> Iterator[Entry]:
                 notes.append("output truncated")
             yield Entry("tool_result", content, title=f"{message.get('name', 'tool')} (call {message.get('tool_call_id', '')})",
                         reward=result.reward if result else None, note=", ".join(notes))
+            yield from _metadata(result)
         else:
             yield Entry("system" if role == "system" else "user", content, title="" if role in ("system", "user") else role)
     for compaction in boundaries.values():  # a boundary after the last message
@@ -145,6 +154,12 @@ def summary_rows(trajectory: Trajectory) -> list[tuple[str, str]]:
         kinds = ", ".join(sorted({c.kind for c in trajectory.compactions}))
         saved = sum(c.tokens_saved for c in trajectory.compactions)
         rows.append(("contexts", f"{len(trajectory.segments)} ({len(trajectory.compactions)} compactions: {kinds}; {saved} tokens saved); each is a trained sample"))
+    images = int(trajectory.metrics.get("images_dropped", 0))
+    if images:
+        rows.append(("images dropped", f"{images}: this model reads text only; it saw a placeholder in each one's place"))
+    masked = int(trajectory.metrics.get("redacted_values", 0))
+    if masked:
+        rows.append(("secrets masked", f"{masked}: the environment showed a known secret value; the model saw *** instead"))
     if trajectory.prefix_breaks:
         rows.append(("prefix breaks", f"{trajectory.prefix_breaks} ({len(trajectory.segments)} segments)"))
     return rows
@@ -159,7 +174,7 @@ def _shown_segments(trajectory: Trajectory) -> list[tuple[str, Any]]:
 
 
 _ROLE_STYLE = {"system": "dim", "user": "cyan", "reasoning": "italic magenta", "assistant": "bold", "tool_call": "yellow",
-               "tool_result": "dark_cyan", "error": "bold red", "summary": "bold green", "boundary": "bold reverse"}
+               "tool_result": "dark_cyan", "metadata": "grey50", "error": "bold red", "summary": "bold green", "boundary": "bold reverse"}
 _SPAN_STYLE = {"prompt": "dim", "trained": "underline blue", "context": "grey50"}
 
 
