@@ -28,7 +28,9 @@ from test_credit_returns import digit
 
 pytestmark = pytest.mark.anyio
 
-S = math.sqrt(0.5)  # the std of the returns from the start below, 1.1 and 0.1
+S = math.sqrt(0.5)  # the std of the returns from the start below, 1.1 and 0.1 (GRPO's scale)
+# the turn estimator's scale: every turn's return about their mean 0.6 (1.1, 1.0 and 0.1, 0.1, 0.0), pooled over M - 1 = 4
+TURN_S = math.sqrt((0.5**2 + 0.4**2 + 0.5**2 + 0.5**2 + 0.6**2) / 4)
 
 
 def write_config(tmp_path: Any, env_server: Any, monkeypatch: Any, advantage: str) -> None:
@@ -100,9 +102,11 @@ async def test_slime_turn_estimator_gives_each_turn_its_normalised_return(tmp_pa
     assert aborted.remove_sample and EpisodeRecord.from_metadata(aborted.metadata).credit is None
     ranks = slime_train_double.train_step(slime_args(), group, dp_size=2)
     got = by_index(ranks)
-    # returns from the start 1.1 and 0.1 (the aborted episode is left out): mean 0.6, std sqrt(0.5)
-    expected_opened = token_advantages([(1.1 - 0.6) / (S + 1e-6), (1.0 - 0.6) / (S + 1e-6)], spans_of(opened), opened.response_length)
-    expected_late = token_advantages([(0.1 - 0.6) / (S + 1e-6), (0.1 - 0.6) / (S + 1e-6), (0.0 - 0.6) / (S + 1e-6)], spans_of(late), late.response_length)
+    # returns from the start 1.1 and 0.1 (the aborted episode is left out): baseline 0.6, pooled scale TURN_S
+    expected_opened = token_advantages([(1.1 - 0.6) / (TURN_S + 1e-6), (1.0 - 0.6) / (TURN_S + 1e-6)], spans_of(opened), opened.response_length)
+    expected_late = token_advantages(
+        [(0.1 - 0.6) / (TURN_S + 1e-6), (0.1 - 0.6) / (TURN_S + 1e-6), (0.0 - 0.6) / (TURN_S + 1e-6)], spans_of(late), late.response_length
+    )
     assert got[0][0].tolist() == pytest.approx(expected_opened, abs=1e-6)
     assert got[1][0].tolist() == pytest.approx(expected_late, abs=1e-6)
     assert len(set(round(v, 6) for v in got[0][0].tolist())) == 2  # two turns, two values: not one per episode
@@ -172,7 +176,7 @@ async def test_miles_trains_our_per_token_advantages_through_its_opd_term(tmp_pa
     group = await lock_group(sglang, miles, miles_double)
     rollout_data = miles_train_double.train_step(miles_args(), group)
     opened, late, aborted = rollout_data["advantages"]
-    expected_opened = token_advantages([(1.1 - 0.6) / (S + 1e-6), (1.0 - 0.6) / (S + 1e-6)], spans_of(group[0]), group[0].response_length)
+    expected_opened = token_advantages([(1.1 - 0.6) / (TURN_S + 1e-6), (1.0 - 0.6) / (TURN_S + 1e-6)], spans_of(group[0]), group[0].response_length)
     assert opened.tolist() == pytest.approx(expected_opened, abs=1e-5)
     assert late[rollout_data["loss_masks"][1].bool()].max() < 0 and not aborted.any()
     with pytest.raises(TrainerError, match="--use-opd --opd-type sglang"):

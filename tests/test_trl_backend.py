@@ -388,7 +388,8 @@ def _sampled_runs(mask: list[int]) -> list[tuple[int, int]]:
 
 def _expected_turn_advantages(group: list[Trajectory], gamma: float) -> list[list[float] | None]:
     """Per-turn advantages computed here from the step rewards: returns G_t = r_t + gamma G_{t+1};
-    (G_t - mean G_0) / (sample std G_0 + 1e-6) over the group's episodes that are not failures."""
+    (G_t - mean G_0) / (S + 1e-6) over the group's episodes that are not failures, S**2 the sum over their
+    turns of (G_t - mean G_0)**2 divided by the number of those turns less one."""
     returns = []
     for trajectory in group:
         if not trajectory.trainable:
@@ -401,7 +402,8 @@ def _expected_turn_advantages(group: list[Trajectory], gamma: float) -> list[lis
         returns.append(out[::-1])
     starts = [r[0] for r in returns if r]
     mean = sum(starts) / len(starts)
-    std = (sum((s - mean) ** 2 for s in starts) / (len(starts) - 1)) ** 0.5
+    deviations = [g - mean for r in returns if r for g in r]
+    std = (sum(d * d for d in deviations) / (len(deviations) - 1)) ** 0.5
     scale = std + 1e-6 if std > 1e-6 else 1.0
     return [None if r is None else [(g - mean) / scale for g in r] for r in returns]
 

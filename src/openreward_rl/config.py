@@ -33,9 +33,10 @@ max_tool_output_tokens: 8192
 upload: true
 env_base_url: null                    # e.g. http://127.0.0.1:8080 for local environments
 advantage:                            # how rewards become per-token advantages (docs/training.md, "Credit")
-  estimator: episode                  # episode (one reward per episode) | turn (per-turn returns) | mix
+  estimator: episode                  # episode (one reward per episode) | turn | turn_index (per-turn returns) | mix
   gamma: 1.0                          # discount of the per-turn returns (reward-to-go)
   mix_weight: 0.5                     # mix: weight of the turn estimator (the rest: episode)
+  clip: null                          # turn / turn_index / mix: cap |advantage| at this (each has a bound without it)
 task_sampling: null                   # {window: 2, floor: 0.1}: skip tasks whose last `window` groups had no reward spread (docs/training.md)
 ```
 """
@@ -58,7 +59,7 @@ from openreward_rl.reducers.base import RewardPolicy, available_reducers, get_re
 __all__ = ["ConfigError", "prepare_config", "AdvantageSettings", "TaskSamplingSettings", "ADVANTAGE_ESTIMATORS", "EnvironmentConfig", "TrainConfig", "load_config", "config_path", "parse_config"]
 
 
-ADVANTAGE_ESTIMATORS = ("episode", "turn", "mix")
+ADVANTAGE_ESTIMATORS = ("episode", "turn", "turn_index", "mix")
 
 
 @attrs.frozen
@@ -66,14 +67,19 @@ class AdvantageSettings:
     """The run's advantage estimator (`advantage:` in the config).
 
     - `episode`: one reward per episode, group-normalised by the trainer (GRPO; the default);
-    - `turn`: each turn's tokens get that turn's return (reward-to-go, discounted by `gamma`),
-      normalised against the group's episode-level statistics (docs/training.md, "Credit");
-    - `mix`: `mix_weight` × turn + (1 − `mix_weight`) × episode.
+    - `turn`: each turn's tokens get that turn's return (reward-to-go, discounted by `gamma`) less the
+      group's mean return from the start, over the pooled spread of the group's returns;
+    - `turn_index`: the same return less a leave-one-out baseline per turn index;
+    - `mix`: `mix_weight` × turn + (1 − `mix_weight`) × episode;
+    - `clip`: cap on |advantage| for the per-token estimators (None: none; each has a bound anyway).
+
+    Baselines, scales, biases and bounds: `openreward_rl.credit.estimators` and docs/training.md, "Credit".
     """
 
     estimator: str = "episode"
     gamma: float = 1.0
     mix_weight: float = 0.5
+    clip: float | None = None
 
     @property
     def per_token(self) -> bool:
@@ -463,15 +469,15 @@ def _advantage(raw: Any, where: str) -> AdvantageSettings:
     """`advantage:` validated; every problem is a ConfigError naming the key.
 
     >>> _advantage({"estimator": "mix", "mix_weight": 0.25}, "advantage")
-    AdvantageSettings(estimator='mix', gamma=1.0, mix_weight=0.25)
+    AdvantageSettings(estimator='mix', gamma=1.0, mix_weight=0.25, clip=None)
     >>> _advantage({"estimator": "td"}, "advantage")
     Traceback (most recent call last):
     ...
-    openreward_rl.errors.ConfigError: advantage.estimator: must be one of episode, turn, mix, got 'td'
+    openreward_rl.errors.ConfigError: advantage.estimator: must be one of episode, turn, turn_index, mix, got 'td'
     """
     if raw is None:
         return AdvantageSettings()
-    raw = _check(raw, (dict,), where, "a mapping with estimator, gamma, mix_weight")
+    raw = _check(raw, (dict,), where, "a mapping with estimator, gamma, mix_weight, clip")
     known = {f.name for f in attrs.fields(AdvantageSettings)}
     for key in raw:
         if key not in known:
@@ -487,7 +493,15 @@ def _advantage(raw: Any, where: str) -> AdvantageSettings:
         raise ConfigError(f"{where}.mix_weight: must be a number in [0, 1], got {weight!r}")
     if "mix_weight" in raw and estimator != "mix":
         raise ConfigError(f"{where}.mix_weight: only the mix estimator has a weight (estimator is {estimator!r})")
-    return AdvantageSettings(estimator=estimator, gamma=float(gamma), mix_weight=float(weight))
+    clip = raw.get("clip")
+    if clip is not None:
+        clip = _check(clip, (int, float), f"{where}.clip", "a positive number or null")
+        if isinstance(clip, bool) or not clip > 0:
+            raise ConfigError(f"{where}.clip: must be a positive number or null, got {clip!r}")
+        if estimator == "episode":
+            raise ConfigError(f"{where}.clip: the episode estimator is the trainer's own GRPO (bounded by (n-1)/sqrt(n)); clip applies to turn, turn_index and mix")
+        clip = float(clip)
+    return AdvantageSettings(estimator=estimator, gamma=float(gamma), mix_weight=float(weight), clip=clip)
 
 
 def config_path(path: str | os.PathLike[str] | None = None) -> Path:

@@ -133,7 +133,7 @@ def sample_credits(args: Any, samples: Sequence[Any], settings: AdvantageSetting
             records.append(record)
             returns.append(None if credit is None else list(credit.returns))
             rewards.append(None if credit is None else float(first.get_reward_value(args)))
-        per_turn = group_advantages(settings.estimator, returns, rewards, weight=settings.mix_weight)
+        per_turn = group_advantages(settings.estimator, returns, rewards, weight=settings.mix_weight, clip=settings.clip)
         for positions, record, advantages in zip(episodes.values(), records, per_turn):
             credit = record.credit
             for position in positions:

@@ -11,7 +11,7 @@
 ...     segment = TokenSegment(prompt_ids=[1], response_ids=[7, 9] * len(rewards), loss_mask=[1, 0] * len(rewards), rollout_logprobs=[0.0] * 2 * len(rewards))
 ...     return Trajectory(task={}, segments=[segment], turns=turns, messages=[], step_rewards=list(rewards), reward=sum(rewards), stop_reason=StopReason.COMPLETED, finished=True)
 >>> [[round(a, 3) for a in tokens] for tokens in group_token_advantages([run([0.5, 1.0]), run([0.0, 0.0])], AdvantageSettings("turn"))]
-[[0.707, 0.707, 0.236, 0.236], [-0.707, -0.707, -0.707, -0.707]]
+[[0.982, 0.982, 0.327, 0.327], [-0.982, -0.982, -0.982, -0.982]]
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def group_token_advantages(
     credits = [TurnCredit.of_trajectory(t, gamma=settings.gamma, nonterminal_reward=nonterminal_reward) for t in trajectories]
     returns = [None if c is None else list(c.returns) for c in credits]
     rewards = [None if c is None else float(t.reward or 0.0) for c, t in zip(credits, trajectories)]
-    per_turn = group_advantages(settings.estimator, returns, rewards, weight=settings.mix_weight)
+    per_turn = group_advantages(settings.estimator, returns, rewards, weight=settings.mix_weight, clip=settings.clip)
     out: list[list[float] | None] = []
     for trajectory, credit, advantages in zip(trajectories, credits, per_turn):
         if credit is None or advantages is None:
