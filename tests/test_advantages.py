@@ -212,3 +212,53 @@ def test_slime_advantage_hook_takes_the_context_parallel_slice_by_slimes_offsets
     rollout_data = {"rewards": [wire], "kl": [torch.zeros(4)], "total_lengths": [12], "response_lengths": [8]}
     with pytest.raises(TrainerError, match="context-parallel slice"):
         advantages.slime_advantages(SimpleNamespace(), rollout_data)
+
+
+async def level_group(sglang: Any, module: Any, double: Any, group_index: int) -> list[Any]:
+    """Two episodes of lock-train-0 ([6, 6]) that each find one digit in three turns (0.1 each, no reward
+    spread), one on its first turn (returns 0.1, 0.0, 0.0) and one on its second (0.1, 0.1, 0.0)."""
+    sglang.push(ScriptedCompletion(text=digit(6)), ScriptedCompletion(text=digit(3)), ScriptedCompletion(text=digit(1)))
+    sglang.push(ScriptedCompletion(text=digit(3)), ScriptedCompletion(text=digit(6)), ScriptedCompletion(text=digit(1)))
+    row = task_row(TaskRef("CombinationLock", "train", index=0))
+    out = []
+    for i in range(2):
+        sample = double.Sample(index=10 + i, group_index=group_index, prompt=row["prompt"], metadata=copy.deepcopy(row["metadata"]))
+        out.append(await double.call_generate(module.generate, make_args(sglang), sample, copy.deepcopy(SAMPLING)))
+    for sample in out:
+        sample.reward = await module.reward(make_args(sglang), sample)
+    return out
+
+
+async def test_the_learning_signal_counts_groups_without_spread_and_episodes_that_train_nothing(tmp_path, env_server, monkeypatch, sglang, caplog) -> None:
+    import wandb
+    from observe_fixtures import read_offline_run
+
+    from openreward_rl.backends import rollout_log
+
+    write_config(tmp_path, env_server, monkeypatch, "{estimator: episode}")
+    spread = await lock_group(sglang, slime, slime_double)
+    level = await level_group(sglang, slime, slime_double, group_index=1)
+    assert [s.reward for s in level] == pytest.approx([0.1, 0.1])
+    args = slime_args()
+    counts = lambda signal: (signal.groups, signal.zero_spread_groups, signal.episodes, signal.untrained_episodes)  # noqa: E731
+    # GRPO: the level group trains nothing, and neither does the aborted episode
+    assert counts(advantages.step_signal(args, spread + level, advantages.settings_for(args))) == (2, 1, 5, 3)
+    assert advantages.step_signal(args, level, advantages.settings_for(args)).trains_nothing
+    write_config(tmp_path, env_server, monkeypatch, "{estimator: turn}")
+    # per-turn credit: the level group has no reward spread but its turns' returns differ, so it trains
+    assert counts(advantages.step_signal(args, spread + level, advantages.settings_for(args))) == (2, 1, 5, 1)
+
+    # the rollout log (a real offline wandb run) carries the shares, and warns when a batch trains nothing
+    write_config(tmp_path, env_server, monkeypatch, "{estimator: episode}")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setattr(rollout_log, "_LOGGER", None)
+    run = wandb.init(project="slime", dir=str(tmp_path))
+    with caplog.at_level("WARNING", logger="openreward_rl.backends.rollout_log"):
+        rollout_log.log_rollout(0, args, spread + level, None, 1.0)
+        assert "trains nothing" not in caplog.text
+        rollout_log.log_rollout(1, args, level, None, 1.0)
+    run.finish()
+    assert "rollout 1: this step trains nothing" in caplog.text
+    _, rows = read_offline_run(tmp_path)
+    assert [(r["openreward/zero_spread_share"], r["openreward/untrained_share"]) for r in rows] == [(0.5, 0.6), (1.0, 1.0)]

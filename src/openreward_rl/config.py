@@ -38,6 +38,7 @@ advantage:                            # how rewards become per-token advantages 
   mix_weight: 0.5                     # mix: weight of the turn estimator (the rest: episode)
   clip: null                          # turn / turn_index / mix: cap |advantage| at this (each has a bound without it)
 task_sampling: null                   # {window: 2, floor: 0.1}: skip tasks whose last `window` groups had no reward spread (docs/training.md)
+resample_zero_spread: 0               # TRL: rerun groups that would train nothing, at most this many rounds per step (0: off)
 ```
 """
 
@@ -163,6 +164,8 @@ class TrainConfig:
     rollout_worker_backend: str = "auto"
     advantage: AdvantageSettings = attrs.field(factory=AdvantageSettings)
     task_sampling: TaskSamplingSettings | None = None
+    # TRL: rounds of rerunning a step's groups whose episodes would all train nothing (0: off).
+    resample_zero_spread: int = 0
     source: str = "<config>"
 
     def environment(self, name: str) -> EnvironmentConfig:
@@ -414,6 +417,8 @@ def parse_config(raw: Any, *, source: str = "<config>") -> TrainConfig:
         )
     if "attempts" in raw:
         values["attempts"] = _check(raw["attempts"], (int,), f"{source}: attempts", "a positive integer", minimum=1)
+    if "resample_zero_spread" in raw:
+        values["resample_zero_spread"] = _check(raw["resample_zero_spread"], (int,), f"{source}: resample_zero_spread", "a number of rounds (0: off)", minimum=0)
     if "rollout_workers" in raw:
         values["rollout_workers"] = _check(raw["rollout_workers"], (int,), f"{source}: rollout_workers", "a number of worker processes (0: none)")
         if values["rollout_workers"] < 0:
