@@ -15,7 +15,7 @@ environments:
     base_url: null                    # ours: this environment's server
     context_policy: none              # ours: none | clear_tool_outputs | summarize | module:factory,
                                       #   or {name: summarize, threshold: 0.75, keep_recent_turns: 1, summary_tokens: 1024}
-    max_compactions: 3                # ours: context boundaries per episode
+    max_compactions: null             # ours: cap on context boundaries per episode (null: none; a stall guard stops compaction that cannot keep up)
 secrets:
   openai_api_key: null                # null: read OPENAI_API_KEY
   judge_key: {value: null, domains: [api.judge.example]}   # names the SDK does not know need their hosts
@@ -114,12 +114,12 @@ class EnvironmentConfig:
     base_url: str | None = None
     context_policy: str = "none"
     context_policy_options: Mapping[str, Any] = attrs.field(factory=dict)
-    max_compactions: int = 3
+    max_compactions: int | None = None  # None: no cap, the loop's stall guard ends an episode compaction cannot keep going
 
     @property
     def compacts(self) -> bool:
         """Whether episodes of this environment may be cut into several contexts (several samples)."""
-        return self.context_policy != "none" and self.max_compactions > 0
+        return self.context_policy != "none" and self.max_compactions != 0
 
     def reward_policy(self) -> RewardPolicy:
         options = {"gamma": self.discount} if self.reward_reduction == "discounted" else {}
@@ -369,7 +369,7 @@ def _environment(name: str, raw: Any, source: str) -> EnvironmentConfig:
     if "context_policy" in raw:
         values["context_policy"], values["context_policy_options"] = _context_policy(raw["context_policy"], f"{where}.context_policy")
     if "max_compactions" in raw:
-        values["max_compactions"] = _check(raw["max_compactions"], (int,), f"{where}.max_compactions", "a non-negative integer", minimum=0)
+        values["max_compactions"] = _check(raw["max_compactions"], (int,), f"{where}.max_compactions", "a non-negative integer or null", optional=True, minimum=0)
     config = EnvironmentConfig(**values)
     if config.min_reward is not None and config.max_reward is not None and config.min_reward > config.max_reward:
         raise ConfigError(f"{where}: min_reward ({config.min_reward}) is greater than max_reward ({config.max_reward})")
