@@ -262,3 +262,18 @@ async def test_the_learning_signal_counts_groups_without_spread_and_episodes_tha
     assert "rollout 1: this step trains nothing" in caplog.text
     _, rows = read_offline_run(tmp_path)
     assert [(r["openreward/zero_spread_share"], r["openreward/untrained_share"]) for r in rows] == [(0.5, 0.6), (1.0, 1.0)]
+
+
+async def test_miles_under_context_parallelism_trains_each_ranks_slice_of_our_advantages(tmp_path, env_server, monkeypatch, sglang) -> None:
+    # Miles slices opd_reverse_kl per context-parallel rank exactly as it slices the log-probs the GRPO part is
+    # shaped by, so each rank adds its own slice of our advantages: no need for context-parallel size 1.
+    write_config(tmp_path, env_server, monkeypatch, "{estimator: turn}")
+    group = await lock_group(sglang, miles, miles_double)
+    whole = miles_train_double.train_step(miles_args(), copy.deepcopy(group))["advantages"]
+    for cp_rank in range(2):
+        ranked = miles_train_double.train_step(miles_args(), copy.deepcopy(group), cp_rank=cp_rank, cp_size=2)["advantages"]
+        for sample, full, local in zip(group, whole, ranked):
+            want = miles_train_double.slice_with_cp(full, len(sample.tokens), sample.response_length, cp_rank, 2)
+            assert torch.equal(local, want)
+    lengths = [sum(miles_train_double.slice_with_cp(torch.zeros(s.response_length), len(s.tokens), s.response_length, r, 2).numel() for r in range(2)) for s in group]
+    assert lengths == [s.response_length for s in group]  # the two ranks' slices cover each response once

@@ -26,8 +26,9 @@ Miles has no advantage hook; its `compute_advantages_and_returns` adds a precomp
 
 `miles_reward_post_process` returns 0.0 as every sample's reward to normalise (GRPO's part is then zero)
 and sets `sample.opd_reverse_kl` to `-advantage / opd_kl_coef` per token, so the advantage Miles trains
-is ours. It cannot be combined with real on-policy distillation. Both need context-parallel size 1 on
-Miles (Miles checks the shapes and refuses otherwise).
+is ours. It cannot be combined with real on-policy distillation. Any context-parallel size works: Miles
+(31f1ca9, `process_rollout_data` in training_utils/data.py) slices `opd_reverse_kl` per rank with the
+`slice_log_prob_with_cp` it applies to the log-probs, so each rank adds its own slice of our advantages.
 
 Faults are not rewards: a sample without returns (an infrastructure failure or a placeholder) is left out
 of its group's statistics and gets advantage 0.0 on tokens whose loss mask is 0 (the hooks mask every
