@@ -242,7 +242,7 @@ class TrlSession:
 
     def trainer(self, callbacks: Sequence[Any] = (), *, fresh: bool = False) -> Any:
         """The `GRPOTrainer` (built once; `fresh` builds a new one, e.g. to resume): the adapter as `rollout_func`,
-        its `episode_reward` as the reward, LoRA if asked. With `advantage: {estimator: turn | mix}` in the
+        its `episode_reward` as the reward, LoRA if asked. With `advantage: {estimator: turn | turn_index | mix}` in the
         config, the subclass that trains per-token advantages from the turns' returns (`backends.trl_credit`)."""
         if self._trainer is None or fresh:
             from trl import GRPOTrainer
