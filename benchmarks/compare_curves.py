@@ -37,9 +37,11 @@ def load_runs(paths: list[str]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
 
 
 def by_estimator(runs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Runs by estimator (and by TRL's resampling rounds, where a run used any)."""
     grouped: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for run in runs:
-        grouped[str(run.get("estimator"))].append(run)
+        resample = run.get("resample_zero_spread")
+        grouped[str(run.get("estimator")) + (f" resample {resample}" if resample else "")].append(run)
     return {k: sorted(v, key=lambda r: r["seed"]) for k, v in grouped.items()}
 
 

@@ -12,8 +12,13 @@ steps, with the environment's best constant reply as a baseline where its module
 `constant_baseline(split)`). Needs the `train` and `plot` extras (trl, peft, datasets, matplotlib).
 
 Credit: `--estimator episode --estimator turn` trains every seed with each advantage estimator (the
-config's `advantage.estimator` otherwise) and plots them together; `--plugin FILE.py` imports a module
-first (e.g. `examples/reply_as_call.py`, which registers the parser the PaintRoom config names):
+config's `advantage.estimator` otherwise) and plots them together; `--gamma` and `--clip` override the
+config's `advantage.gamma`/`clip`; `--resample-zero-spread N` (repeatable) trains each estimator and
+seed once per N (TRL's rerun of groups that would train nothing; default: the config's). Runs go
+estimator x resampling x seed, in one process; each training step's `zero_spread_share`,
+`untrained_share` and `resampled_groups` are kept in `<out>.json` beside its reward. `--plugin FILE.py`
+imports a module first (e.g. `examples/reply_as_call.py`, which registers the parser the PaintRoom
+config names):
 
     python benchmarks/learning_curve.py --config examples/train_paint_room_config.yaml \
         --serve examples/environments/paint_room.py:PaintRoom --plugin examples/reply_as_call.py \
@@ -66,13 +71,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--temperature", type=float, default=0.7)
     parser.add_argument("--lora", action="store_true", help="train a LoRA adapter instead of all weights")
     parser.add_argument("--sampler-memory", type=float, default=0.5, help="GPU: share of its memory for the sampler's KV cache (default 0.5)")
-    parser.add_argument("--estimator", action="append", choices=("episode", "turn", "mix"),
+    from openreward_rl.config import ADVANTAGE_ESTIMATORS
+
+    parser.add_argument("--estimator", action="append", choices=ADVANTAGE_ESTIMATORS,
                         help="advantage estimator; repeat to compare (default: the config's advantage.estimator)")
+    parser.add_argument("--gamma", type=float, default=None, help="advantage.gamma (default: the config's)")
+    parser.add_argument("--clip", type=float, default=None, help="advantage.clip for turn/turn_index/mix (default: the config's)")
+    parser.add_argument("--resample-zero-spread", type=int, action="append", metavar="N",
+                        help="rounds of rerunning groups that would train nothing; repeat to compare (default: the config's)")
     parser.add_argument("--plugin", action="append", default=[], help="a Python file to import first (it may register a parser); repeatable")
     parser.add_argument("--out", default="learning_curve", help="output path prefix: <out>.json and <out>.png (default ./learning_curve)")
     args = parser.parse_args(argv)
     args.seed = args.seed or [0]
     args.estimator = args.estimator or [None]
+    args.resample_zero_spread = args.resample_zero_spread or [None]
     if args.steps < 1 or args.eval_every < 1:
         parser.error("--steps and --eval-every must be at least 1")
     return args
@@ -105,17 +117,21 @@ def load_plugins(paths: list[str]) -> None:
             raise SystemExit(f"--plugin {path}: {error}") from None
 
 
-def run_config(args: argparse.Namespace, estimator: str | None) -> Any:
-    """The config file, with `advantage.estimator` set to `estimator` where one is given."""
+def run_config(args: argparse.Namespace, estimator: str | None, resample: int | None = None) -> Any:
+    """The config file, with `advantage.estimator`, `gamma`, `clip` and `resample_zero_spread` set where given."""
     import attrs
 
     from openreward_rl.config import load_config
 
     config = load_config(args.config)
-    return config if estimator is None else attrs.evolve(config, advantage=attrs.evolve(config.advantage, estimator=estimator))
+    advantage = {k: v for k, v in (("estimator", estimator), ("gamma", args.gamma), ("clip", args.clip)) if v is not None}
+    if advantage.get("estimator", config.advantage.estimator) == "episode":
+        advantage["clip"] = None  # the trainer's own GRPO: no clip
+    config = attrs.evolve(config, advantage=attrs.evolve(config.advantage, **advantage))
+    return config if resample is None else attrs.evolve(config, resample_zero_spread=resample)
 
 
-def run_seed(args: argparse.Namespace, seed: int, estimator: str | None = None) -> dict[str, Any]:
+def run_seed(args: argparse.Namespace, seed: int, estimator: str | None = None, resample: int | None = None) -> dict[str, Any]:
     """One training run: the curve of evaluation points and the training steps' own rewards."""
     from transformers import TrainerCallback, set_seed
 
@@ -129,8 +145,8 @@ def run_seed(args: argparse.Namespace, seed: int, estimator: str | None = None) 
     started = time.monotonic()
     curve: list[dict[str, Any]] = []
     train_rewards: list[dict[str, float]] = []
-    config = run_config(args, estimator)
-    label = f"seed {seed} {config.advantage.estimator}"
+    config = run_config(args, estimator, resample)
+    label = f"seed {seed} {config.advantage.estimator} resample {config.resample_zero_spread}"
     with TrlSession.open(config, options, serve=[args.serve]) as session:
         tasks = session.tasks_of(args.eval_split)
 
@@ -147,19 +163,26 @@ def run_seed(args: argparse.Namespace, seed: int, estimator: str | None = None) 
 
             def on_log(self, train_args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **_: Any) -> None:
                 if logs and "reward" in logs:
-                    train_rewards.append({"step": state.global_step, "reward": logs["reward"], "reward_std": logs.get("reward_std", 0.0)})
+                    signal = {key.split("/")[-1]: logs[key] for key in ("openreward/zero_spread_share", "openreward/untrained_share", "openreward/resampled_groups") if key in logs}
+                    train_rewards.append({"step": state.global_step, "reward": logs["reward"], "reward_std": logs.get("reward_std", 0.0), **signal})
                     print(f"{label} step {state.global_step:>3}  training reward {logs['reward']:.3f} ± {logs.get('reward_std', 0.0):.3f}  "
+                          f"zero-spread {signal.get('zero_spread_share', float('nan')):.2f}  untrained {signal.get('untrained_share', float('nan')):.2f}  "
                           f"({time.monotonic() - started:.0f}s)", flush=True)
 
         evaluate(0)
         quiet_trainer(session.trainer(callbacks=[EvaluateEvery()])).train()
-    return {"seed": seed, "estimator": config.advantage.estimator, "gamma": config.advantage.gamma, "curve": curve, "train": train_rewards, "seconds": round(time.monotonic() - started, 1)}
+    return {"seed": seed, "estimator": config.advantage.estimator, "gamma": config.advantage.gamma, "clip": config.advantage.clip,
+            "resample_zero_spread": config.resample_zero_spread, "curve": curve, "train": train_rewards, "seconds": round(time.monotonic() - started, 1)}
 
 
 def run_label(run: dict[str, Any], results: dict[str, Any]) -> str:
-    """`seed N`, with the estimator where the results compare several."""
-    several = len({r.get("estimator") for r in results["runs"]}) > 1
-    return f"seed {run['seed']} {run['estimator']}" if several else f"seed {run['seed']}"
+    """`seed N`, with the estimator and the resampling rounds where the results compare several."""
+    label = f"seed {run['seed']}"
+    if len({r.get("estimator") for r in results["runs"]}) > 1:
+        label += f" {run['estimator']}"
+    if len({r.get("resample_zero_spread") for r in results["runs"]}) > 1:
+        label += f" resample {run.get('resample_zero_spread')}"
+    return label
 
 
 def save_plot(draw: Callable[[Path], None], out: Path) -> None:
@@ -182,7 +205,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
         steps = [p["step"] for p in run["curve"]]
         means = [p["reward_mean"] for p in run["curve"]]
         stds = [p["reward_std"] for p in run["curve"]]
-        style = {"turn": "--", "mix": ":"}.get(run.get("estimator"), "-")
+        style = {"turn": "--", "turn_index": "-.", "mix": ":"}.get(run.get("estimator"), "-")
         line = ax.plot(steps, means, marker="o", linestyle=style, label=run_label(run, results))[0]
         ax.fill_between(steps, [m - s for m, s in zip(means, stds)], [m + s for m, s in zip(means, stds)], color=line.get_color(), alpha=0.12)
     if results.get("constant_baseline"):
@@ -215,9 +238,10 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     load_plugins(args.plugin)
     for estimator in args.estimator:
-        for seed in args.seed:
-            results["runs"].append(run_seed(args, seed, estimator))
-            out.with_suffix(".json").write_text(json.dumps(results, indent=2))  # after each run: a crash keeps what ran
+        for resample in args.resample_zero_spread:
+            for seed in args.seed:
+                results["runs"].append(run_seed(args, seed, estimator, resample))
+                out.with_suffix(".json").write_text(json.dumps(results, indent=2))  # after each run: a crash keeps what ran
     print("\nstep  " + "  ".join(f"{run_label(run, results):<32}" for run in results["runs"]))
     for i, p in enumerate(results["runs"][0]["curve"]):
         cells = []

@@ -9,7 +9,8 @@ the episode; at most `--max-turns` turns), where each turn is right with probabi
 - separation: mean advantage of right turns minus that of wrong turns (higher: the gradient tells the
   two apart), in each estimator's own scale (normalised by a different std), so compare it within one row;
 - sign errors: share of wrong turns with a positive advantage plus right turns with a negative one,
-  over all turns in groups with any signal (lower: fewer turns pushed the wrong way).
+  over all turns in groups with any signal (lower: fewer turns pushed the wrong way);
+- largest |advantage|: over every turn of every group (each estimator's bound is in `credit.estimators`).
 
 This measures credit, not learning: learning curves need a trainer (see docs/training.md).
 
@@ -63,16 +64,18 @@ def main() -> None:
     for _ in range(args.groups):
         groups.append([episode(rng, args.length, args.max_turns, args.skill, progress, opened) for _ in range(args.group)])
     print(f"{args.groups} groups of {args.group}; lock of {args.length}, {args.max_turns} turns at most, each turn right with p={args.skill}; rewards {progress} per right digit, {opened} to open; gamma {args.gamma}")
-    print(f"{'estimator':>14}  {'separation':>10}  {'sign errors':>11}")
-    for name, estimator, weight in (("episode", "episode", 0.5), ("turn", "turn", 0.5), ("mix 0.5", "mix", 0.5)):
+    print(f"{'estimator':>14}  {'separation':>10}  {'sign errors':>11}  {'largest |adv|':>13}")
+    for name, estimator, weight in (("episode", "episode", 0.5), ("turn", "turn", 0.5), ("turn_index", "turn_index", 0.5), ("mix 0.5", "mix", 0.5)):
         right_sum = wrong_sum = 0.0
         right_n = wrong_n = errors = counted = 0
+        largest = 0.0
         for group in groups:
             returns = [reward_to_go(rewards, args.gamma) for rewards, _ in group]
             totals = [sum(rewards) for rewards, _ in group]
             advantages = group_advantages(estimator, returns, totals, weight=weight)
             if all(abs(a) < 1e-9 for per_turn in advantages for a in per_turn):  # type: ignore[union-attr]
                 continue
+            largest = max(largest, *(abs(a) for per_turn in advantages for a in per_turn))  # type: ignore[union-attr]
             for (_, right), per_turn in zip(group, advantages):
                 for ok, a in zip(right, per_turn):  # type: ignore[arg-type]
                     counted += 1
@@ -80,7 +83,7 @@ def main() -> None:
                         right_sum, right_n, errors = right_sum + a, right_n + 1, errors + (a < 0)
                     else:
                         wrong_sum, wrong_n, errors = wrong_sum + a, wrong_n + 1, errors + (a > 0)
-        print(f"{name:>14}  {right_sum / right_n - wrong_sum / wrong_n:>10.3f}  {errors / counted:>11.1%}")
+        print(f"{name:>14}  {right_sum / right_n - wrong_sum / wrong_n:>10.3f}  {errors / counted:>11.1%}  {largest:>13.2f}")
 
 
 if __name__ == "__main__":

@@ -4,7 +4,11 @@
 `rewards` one float32 per sample, `opd_reverse_kl` a float32 list per sample), and
 `compute_advantages_and_returns` (miles/backends/training_utils/loss.py) with GRPO's returns and
 `apply_opd_kl_to_advantages`' precomputed branch (loss_hub/opd.py): `advantages[i] - opd_kl_coef *
-opd_reverse_kl[i]`, shapes checked. Context parallelism is not modelled (size 1).
+opd_reverse_kl[i]`, shapes checked. Context parallelism (`train_step(..., cp_size=2)`): each rank holds
+the zigzag slice of every response (`get_logits_and_tokens_offset_with_cp` and `slice_log_prob_with_cp`,
+training_utils/cp_utils.py, thd layout), and `process_rollout_data` (training_utils/data.py) slices
+`rollout_log_probs` and `opd_reverse_kl` alike, so the log-probs (and so GRPO's advantages) and the OPD
+term are the same rank-local slice.
 """
 
 from __future__ import annotations
@@ -75,7 +79,33 @@ def compute_advantages_and_returns(args: Any, rollout_data: dict[str, Any]) -> N
     rollout_data["returns"] = returns
 
 
-def train_step(args: Any, samples: list[Any]) -> dict[str, Any]:
+def logits_offsets(total_length: int, response_length: int, cp_rank: int, cp_size: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    """The two logit ranges (from the prompt's start) a context-parallel rank holds (thd layout)."""
+    prompt_length = total_length - response_length
+    chunk = (total_length + 2 * cp_size - 1) // (2 * cp_size)
+    chunks = ((cp_rank * chunk, (cp_rank + 1) * chunk), ((2 * cp_size - cp_rank - 1) * chunk, (2 * cp_size - cp_rank) * chunk))
+    out = []
+    for start, end in chunks:
+        logits = (max(start, prompt_length - 1), min(end, total_length - 1))
+        out.append(logits if logits[0] < logits[1] else (0, 0))
+    return out[0], out[1]
+
+
+def slice_with_cp(values: Any, total_length: int, response_length: int, cp_rank: int, cp_size: int) -> Any:
+    """A rank's part of a response-long tensor, as Miles slices log-probs and the OPD term."""
+    assert len(values) == response_length
+    if cp_size == 1:
+        return values
+    prompt_length = total_length - response_length
+    (a0, b0), (a1, b1) = logits_offsets(total_length, response_length, cp_rank, cp_size)
+    return torch.cat([values[a0 - (prompt_length - 1) : b0 - (prompt_length - 1)], values[a1 - (prompt_length - 1) : b1 - (prompt_length - 1)]])
+
+
+def train_step(args: Any, samples: list[Any], *, cp_rank: int = 0, cp_size: int = 1) -> dict[str, Any]:
     rollout_data = package_shard(convert_samples_to_train_data(args, samples))
+    totals = [len(s.tokens) for s in samples]
+    for key in ("rollout_log_probs", "opd_reverse_kl"):
+        if key in rollout_data:
+            rollout_data[key] = [slice_with_cp(v, t, r, cp_rank, cp_size) for v, t, r in zip(rollout_data[key], totals, rollout_data["response_lengths"])]
     compute_advantages_and_returns(args, rollout_data)
     return rollout_data

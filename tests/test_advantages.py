@@ -28,7 +28,9 @@ from test_credit_returns import digit
 
 pytestmark = pytest.mark.anyio
 
-S = math.sqrt(0.5)  # the std of the returns from the start below, 1.1 and 0.1
+S = math.sqrt(0.5)  # the std of the returns from the start below, 1.1 and 0.1 (GRPO's scale)
+# the turn estimator's scale: every turn's return about their mean 0.6 (1.1, 1.0 and 0.1, 0.1, 0.0), pooled over M - 1 = 4
+TURN_S = math.sqrt((0.5**2 + 0.4**2 + 0.5**2 + 0.5**2 + 0.6**2) / 4)
 
 
 def write_config(tmp_path: Any, env_server: Any, monkeypatch: Any, advantage: str) -> None:
@@ -100,9 +102,11 @@ async def test_slime_turn_estimator_gives_each_turn_its_normalised_return(tmp_pa
     assert aborted.remove_sample and EpisodeRecord.from_metadata(aborted.metadata).credit is None
     ranks = slime_train_double.train_step(slime_args(), group, dp_size=2)
     got = by_index(ranks)
-    # returns from the start 1.1 and 0.1 (the aborted episode is left out): mean 0.6, std sqrt(0.5)
-    expected_opened = token_advantages([(1.1 - 0.6) / (S + 1e-6), (1.0 - 0.6) / (S + 1e-6)], spans_of(opened), opened.response_length)
-    expected_late = token_advantages([(0.1 - 0.6) / (S + 1e-6), (0.1 - 0.6) / (S + 1e-6), (0.0 - 0.6) / (S + 1e-6)], spans_of(late), late.response_length)
+    # returns from the start 1.1 and 0.1 (the aborted episode is left out): baseline 0.6, pooled scale TURN_S
+    expected_opened = token_advantages([(1.1 - 0.6) / (TURN_S + 1e-6), (1.0 - 0.6) / (TURN_S + 1e-6)], spans_of(opened), opened.response_length)
+    expected_late = token_advantages(
+        [(0.1 - 0.6) / (TURN_S + 1e-6), (0.1 - 0.6) / (TURN_S + 1e-6), (0.0 - 0.6) / (TURN_S + 1e-6)], spans_of(late), late.response_length
+    )
     assert got[0][0].tolist() == pytest.approx(expected_opened, abs=1e-6)
     assert got[1][0].tolist() == pytest.approx(expected_late, abs=1e-6)
     assert len(set(round(v, 6) for v in got[0][0].tolist())) == 2  # two turns, two values: not one per episode
@@ -172,7 +176,7 @@ async def test_miles_trains_our_per_token_advantages_through_its_opd_term(tmp_pa
     group = await lock_group(sglang, miles, miles_double)
     rollout_data = miles_train_double.train_step(miles_args(), group)
     opened, late, aborted = rollout_data["advantages"]
-    expected_opened = token_advantages([(1.1 - 0.6) / (S + 1e-6), (1.0 - 0.6) / (S + 1e-6)], spans_of(group[0]), group[0].response_length)
+    expected_opened = token_advantages([(1.1 - 0.6) / (TURN_S + 1e-6), (1.0 - 0.6) / (TURN_S + 1e-6)], spans_of(group[0]), group[0].response_length)
     assert opened.tolist() == pytest.approx(expected_opened, abs=1e-5)
     assert late[rollout_data["loss_masks"][1].bool()].max() < 0 and not aborted.any()
     with pytest.raises(TrainerError, match="--use-opd --opd-type sglang"):
@@ -208,3 +212,68 @@ def test_slime_advantage_hook_takes_the_context_parallel_slice_by_slimes_offsets
     rollout_data = {"rewards": [wire], "kl": [torch.zeros(4)], "total_lengths": [12], "response_lengths": [8]}
     with pytest.raises(TrainerError, match="context-parallel slice"):
         advantages.slime_advantages(SimpleNamespace(), rollout_data)
+
+
+async def level_group(sglang: Any, module: Any, double: Any, group_index: int) -> list[Any]:
+    """Two episodes of lock-train-0 ([6, 6]) that each find one digit in three turns (0.1 each, no reward
+    spread), one on its first turn (returns 0.1, 0.0, 0.0) and one on its second (0.1, 0.1, 0.0)."""
+    sglang.push(ScriptedCompletion(text=digit(6)), ScriptedCompletion(text=digit(3)), ScriptedCompletion(text=digit(1)))
+    sglang.push(ScriptedCompletion(text=digit(3)), ScriptedCompletion(text=digit(6)), ScriptedCompletion(text=digit(1)))
+    row = task_row(TaskRef("CombinationLock", "train", index=0))
+    out = []
+    for i in range(2):
+        sample = double.Sample(index=10 + i, group_index=group_index, prompt=row["prompt"], metadata=copy.deepcopy(row["metadata"]))
+        out.append(await double.call_generate(module.generate, make_args(sglang), sample, copy.deepcopy(SAMPLING)))
+    for sample in out:
+        sample.reward = await module.reward(make_args(sglang), sample)
+    return out
+
+
+async def test_the_learning_signal_counts_groups_without_spread_and_episodes_that_train_nothing(tmp_path, env_server, monkeypatch, sglang, caplog) -> None:
+    import wandb
+    from observe_fixtures import read_offline_run
+
+    from openreward_rl.backends import rollout_log
+
+    write_config(tmp_path, env_server, monkeypatch, "{estimator: episode}")
+    spread = await lock_group(sglang, slime, slime_double)
+    level = await level_group(sglang, slime, slime_double, group_index=1)
+    assert [s.reward for s in level] == pytest.approx([0.1, 0.1])
+    args = slime_args()
+    counts = lambda signal: (signal.groups, signal.zero_spread_groups, signal.episodes, signal.untrained_episodes)  # noqa: E731
+    # GRPO: the level group trains nothing, and neither does the aborted episode
+    assert counts(advantages.step_signal(args, spread + level, advantages.settings_for(args))) == (2, 1, 5, 3)
+    assert advantages.step_signal(args, level, advantages.settings_for(args)).trains_nothing
+    write_config(tmp_path, env_server, monkeypatch, "{estimator: turn}")
+    # per-turn credit: the level group has no reward spread but its turns' returns differ, so it trains
+    assert counts(advantages.step_signal(args, spread + level, advantages.settings_for(args))) == (2, 1, 5, 1)
+
+    # the rollout log (a real offline wandb run) carries the shares, and warns when a batch trains nothing
+    write_config(tmp_path, env_server, monkeypatch, "{estimator: episode}")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setattr(rollout_log, "_LOGGER", None)
+    run = wandb.init(project="slime", dir=str(tmp_path))
+    with caplog.at_level("WARNING", logger="openreward_rl.backends.rollout_log"):
+        rollout_log.log_rollout(0, args, spread + level, None, 1.0)
+        assert "trains nothing" not in caplog.text
+        rollout_log.log_rollout(1, args, level, None, 1.0)
+    run.finish()
+    assert "rollout 1: this step trains nothing" in caplog.text
+    _, rows = read_offline_run(tmp_path)
+    assert [(r["openreward/zero_spread_share"], r["openreward/untrained_share"]) for r in rows] == [(0.5, 0.6), (1.0, 1.0)]
+
+
+async def test_miles_under_context_parallelism_trains_each_ranks_slice_of_our_advantages(tmp_path, env_server, monkeypatch, sglang) -> None:
+    # Miles slices opd_reverse_kl per context-parallel rank exactly as it slices the log-probs the GRPO part is
+    # shaped by, so each rank adds its own slice of our advantages: no need for context-parallel size 1.
+    write_config(tmp_path, env_server, monkeypatch, "{estimator: turn}")
+    group = await lock_group(sglang, miles, miles_double)
+    whole = miles_train_double.train_step(miles_args(), copy.deepcopy(group))["advantages"]
+    for cp_rank in range(2):
+        ranked = miles_train_double.train_step(miles_args(), copy.deepcopy(group), cp_rank=cp_rank, cp_size=2)["advantages"]
+        for sample, full, local in zip(group, whole, ranked):
+            want = miles_train_double.slice_with_cp(full, len(sample.tokens), sample.response_length, cp_rank, 2)
+            assert torch.equal(local, want)
+    lengths = [sum(miles_train_double.slice_with_cp(torch.zeros(s.response_length), len(s.tokens), s.response_length, r, 2).numel() for r in range(2)) for s in group]
+    assert lengths == [s.response_length for s in group]  # the two ranks' slices cover each response once

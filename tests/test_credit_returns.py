@@ -141,7 +141,7 @@ def test_reward_to_go_and_token_rewards() -> None:
 @pytest.mark.parametrize(
     ("advantage", "message"),
     [
-        ({"estimator": "grpo"}, "must be one of episode, turn, mix"),
+        ({"estimator": "grpo"}, "must be one of episode, turn, turn_index, mix"),
         ({"estimator": "turn", "gamma": 1.5}, "gamma: must be a number in"),
         ({"estimator": "mix", "mix_weight": -0.1}, "mix_weight: must be a number in"),
         ({"estimator": "turn", "mix_weight": 0.3}, "only the mix estimator"),

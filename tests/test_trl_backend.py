@@ -31,7 +31,7 @@ sys.path.insert(0, str(REPO / "examples" / "environments"))
 
 from paint import PaintArgs, PaintColour  # noqa: E402
 
-from openreward.environments import ToolOutput, tool  # noqa: E402
+from openreward.environments import TextBlock, ToolOutput, terminal, tool  # noqa: E402
 
 
 
@@ -388,7 +388,8 @@ def _sampled_runs(mask: list[int]) -> list[tuple[int, int]]:
 
 def _expected_turn_advantages(group: list[Trajectory], gamma: float) -> list[list[float] | None]:
     """Per-turn advantages computed here from the step rewards: returns G_t = r_t + gamma G_{t+1};
-    (G_t - mean G_0) / (sample std G_0 + 1e-6) over the group's episodes that are not failures."""
+    (G_t - mean G_0) / (S + 1e-6) over the group's episodes that are not failures, S**2 the sum over their
+    turns of (G_t - mean G_0)**2 divided by the number of those turns less one."""
     returns = []
     for trajectory in group:
         if not trajectory.trainable:
@@ -401,7 +402,8 @@ def _expected_turn_advantages(group: list[Trajectory], gamma: float) -> list[lis
         returns.append(out[::-1])
     starts = [r[0] for r in returns if r]
     mean = sum(starts) / len(starts)
-    std = (sum((s - mean) ** 2 for s in starts) / (len(starts) - 1)) ** 0.5
+    deviations = [g - mean for r in returns if r for g in r]
+    std = (sum(d * d for d in deviations) / (len(deviations) - 1)) ** 0.5
     scale = std + 1e-6 if std > 1e-6 else 1.0
     return [None if r is None else [(g - mean) / scale for g in r] for r in returns]
 
@@ -469,3 +471,81 @@ def test_turn_credit_refuses_group_scores_and_needs_the_adapter() -> None:
         turn_credit_trainer_class()(model=None, rollout_func=adapter)
     with pytest.raises(TrainerError, match="TrlAdapter"):
         turn_credit_trainer_class()(model=None, rollout_func=lambda prompts, trainer: {})
+
+
+# -- groups that would train nothing ----------------------------------------------------------
+
+
+class CountingPaint(PaintColour):
+    """PaintColour whose grade ignores the reply: the third reply the server grades earns 1.0, every other 0.0.
+    Under greedy sampling a group's replies are the same, so its first run (replies 1 and 2) has no reward
+    spread and a rerun (replies 3 and 4) has: the difference resampling makes, shown on a real step."""
+
+    graded = 0
+
+    @terminal
+    @tool
+    def paint(self, args: PaintArgs) -> ToolOutput:
+        """Grade the reply by its order of arrival (see the class docstring)."""
+        CountingPaint.graded += 1
+        reward = 1.0 if CountingPaint.graded == 3 else 0.0
+        return ToolOutput(blocks=[TextBlock(text=f"reward {reward:.2f}.")], reward=reward, finished=True)
+
+
+COUNTING_CONFIG = {
+    "environments": {"CountingPaint": {"splits": ["train"], "max_turns": 1}},
+    "system_prompt_template": "You are a painter. Reply with the colour only, one word.",
+    "parser": "hermes",
+    "on_no_tool_call": "end",
+    "attempts": 1,
+    "upload": False,
+}
+
+
+def _one_counting_step(tmp_path: Path, smollm2: tuple[Any, Any], resample: int | None, config: dict[str, Any] = COUNTING_CONFIG) -> tuple[Any, list[Trajectory], Any]:
+    """One GRPO step of one task x 2 episodes, sampled greedily (top_p near 0); the trainer, the episodes trained, the batch."""
+    from openreward_rl.backends.trl_run import TrlOptions, TrlSession
+
+    model, tokenizer = smollm2
+    CountingPaint.graded = 0
+    options = TrlOptions(model="offline:smollm2", device="cpu", output_dir=str(tmp_path / f"run{resample}"), max_steps=1, prompts_per_step=1, n_samples=2,
+                         max_new_tokens=32, temperature=1.0, top_p=1e-6, lr=1e-5, save_interval=0, resample_zero_spread=resample)  # fmt: skip
+    with TrlSession.open(parse_config(config), options, serve=[CountingPaint], model=model, tokenizer=tokenizer) as session:
+        trainer = session.trainer(fresh=True)
+        capture = _Capture(trainer)
+        trainer.train()
+        trained = list(session.adapter.last_trajectories)
+    [batch] = capture.batches
+    return trainer, trained, batch
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)  # two real GRPO steps on the CPU
+def test_resampling_reruns_a_group_without_reward_spread_and_trains_its_rerun(tmp_path: Path, smollm2: tuple[Any, Any], caplog: pytest.LogCaptureFixture) -> None:
+    # off (the default): the group's two replies both score 0.0; the step says it trains nothing
+    with caplog.at_level("WARNING", logger="openreward_rl.backends.trl"):
+        trainer, trained, batch = _one_counting_step(tmp_path, smollm2, None)
+    assert CountingPaint.graded == 2 and [t.reward for t in trained] == [0.0, 0.0]
+    assert all(t.stop_reason is StopReason.COMPLETED for t in trained), "greedy replies must end within 32 tokens for this test to mean anything"
+    [logged] = [h for h in trainer.state.log_history if "openreward/zero_spread_share" in h]
+    assert logged["openreward/zero_spread_share"] == 1.0 and logged["openreward/untrained_share"] == 1.0 and logged["openreward/resampled_groups"] == 0.0
+    assert not batch["advantages"].any()
+    assert any("this step trains nothing" in r.getMessage() for r in caplog.records)
+    caplog.clear()
+
+    # one round: the idle group is rerun (replies 3 and 4: 1.0 and 0.0) and the rerun is what TRL trains
+    with caplog.at_level("WARNING", logger="openreward_rl.backends.trl"):
+        trainer, trained, batch = _one_counting_step(tmp_path, smollm2, None, {**COUNTING_CONFIG, "resample_zero_spread": 1})
+    assert CountingPaint.graded == 4 and sorted(t.reward for t in trained) == [0.0, 1.0]
+    [logged] = [h for h in trainer.state.log_history if "openreward/zero_spread_share" in h]
+    assert logged["openreward/zero_spread_share"] == 0.0 and logged["openreward/untrained_share"] == 0.0 and logged["openreward/resampled_groups"] == 1.0
+    assert sorted(batch["advantages"].tolist()) == pytest.approx([-0.7071, 0.7071], abs=1e-3)
+    assert not any("this step trains nothing" in r.getMessage() for r in caplog.records)
+
+    # the flag (TrlOptions) overrides the config's rounds
+    from openreward_rl.backends.trl_run import TrlOptions, TrlSession
+
+    model, tokenizer = smollm2
+    options = TrlOptions(model="offline:smollm2", device="cpu", output_dir=str(tmp_path / "flag"), resample_zero_spread=0)
+    with TrlSession.open(parse_config({**COUNTING_CONFIG, "resample_zero_spread": 3}), options, serve=[CountingPaint], model=model, tokenizer=tokenizer) as session:
+        assert session.adapter.resample_zero_spread == 0

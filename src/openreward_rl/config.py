@@ -15,7 +15,7 @@ environments:
     base_url: null                    # ours: this environment's server
     context_policy: none              # ours: none | clear_tool_outputs | summarize | module:factory,
                                       #   or {name: summarize, threshold: 0.75, keep_recent_turns: 1, summary_tokens: 1024}
-    max_compactions: 3                # ours: context boundaries per episode
+    max_compactions: null             # ours: cap on context boundaries per episode (null: none; a stall guard stops compaction that cannot keep up)
     toolset: null                     # ours: a session toolset of the SDK (claude-code, codex, gemini-cli, hermes, openclaw, backsearch)
     tool_timeout: null                # ours: seconds one tool call of this environment may take (null: the run's tool_timeout)
     tool_timeouts: {}                 # ours: per tool name, e.g. {run_tests: 1800}
@@ -39,10 +39,12 @@ upload: true
 env_base_url: null                    # e.g. http://127.0.0.1:8080 for local environments
 tool_timeout: 900                     # seconds one tool call may take (sandbox test runs take up to 600); null: no limit
 advantage:                            # how rewards become per-token advantages (docs/training.md, "Credit")
-  estimator: episode                  # episode (one reward per episode) | turn (per-turn returns) | mix
+  estimator: episode                  # episode (one reward per episode) | turn | turn_index (per-turn returns) | mix
   gamma: 1.0                          # discount of the per-turn returns (reward-to-go)
   mix_weight: 0.5                     # mix: weight of the turn estimator (the rest: episode)
+  clip: null                          # turn / turn_index / mix: cap |advantage| at this (each has a bound without it)
 task_sampling: null                   # {window: 2, floor: 0.1}: skip tasks whose last `window` groups had no reward spread (docs/training.md)
+resample_zero_spread: 0               # TRL: rerun groups that would train nothing, at most this many rounds per step (0: off)
 ```
 """
 
@@ -67,7 +69,7 @@ __all__ = [
 ]  # fmt: skip
 
 
-ADVANTAGE_ESTIMATORS = ("episode", "turn", "mix")
+ADVANTAGE_ESTIMATORS = ("episode", "turn", "turn_index", "mix")
 # Seconds one tool call may take unless the config says otherwise: sandbox environments run test suites
 # for up to 600 s inside one call, with room to spare.
 DEFAULT_TOOL_TIMEOUT_S = 900.0
@@ -121,14 +123,19 @@ class AdvantageSettings:
     """The run's advantage estimator (`advantage:` in the config).
 
     - `episode`: one reward per episode, group-normalised by the trainer (GRPO; the default);
-    - `turn`: each turn's tokens get that turn's return (reward-to-go, discounted by `gamma`),
-      normalised against the group's episode-level statistics (docs/training.md, "Credit");
-    - `mix`: `mix_weight` × turn + (1 − `mix_weight`) × episode.
+    - `turn`: each turn's tokens get that turn's return (reward-to-go, discounted by `gamma`) less the
+      group's mean return from the start, over the pooled spread of the group's returns;
+    - `turn_index`: the same return less a leave-one-out baseline per turn index;
+    - `mix`: `mix_weight` × turn + (1 − `mix_weight`) × episode;
+    - `clip`: cap on |advantage| for the per-token estimators (None: none; each has a bound anyway).
+
+    Baselines, scales, biases and bounds: `openreward_rl.credit.estimators` and docs/training.md, "Credit".
     """
 
     estimator: str = "episode"
     gamma: float = 1.0
     mix_weight: float = 0.5
+    clip: float | None = None
 
     @property
     def per_token(self) -> bool:
@@ -162,7 +169,7 @@ class EnvironmentConfig:
     base_url: str | None = None
     context_policy: str = "none"
     context_policy_options: Mapping[str, Any] = attrs.field(factory=dict)
-    max_compactions: int = 3
+    max_compactions: int | None = None  # None: no cap, the loop's stall guard ends an episode compaction cannot keep going
     toolset: str | None = None
     tool_timeout: float | None = None  # None: the run's `tool_timeout`
     tool_timeouts: Mapping[str, float] = attrs.field(factory=dict)
@@ -170,7 +177,7 @@ class EnvironmentConfig:
     @property
     def compacts(self) -> bool:
         """Whether episodes of this environment may be cut into several contexts (several samples)."""
-        return self.context_policy != "none" and self.max_compactions > 0
+        return self.context_policy != "none" and self.max_compactions != 0
 
     def reward_policy(self) -> RewardPolicy:
         options = {"gamma": self.discount} if self.reward_reduction == "discounted" else {}
@@ -217,6 +224,8 @@ class TrainConfig:
     rollout_worker_backend: str = "auto"
     advantage: AdvantageSettings = attrs.field(factory=AdvantageSettings)
     task_sampling: TaskSamplingSettings | None = None
+    # TRL: rounds of rerunning a step's groups whose episodes would all train nothing (0: off).
+    resample_zero_spread: int = 0
     source: str = "<config>"
 
     def environment(self, name: str) -> EnvironmentConfig:
@@ -445,7 +454,7 @@ def _environment(name: str, raw: Any, source: str) -> EnvironmentConfig:
     if "context_policy" in raw:
         values["context_policy"], values["context_policy_options"] = _context_policy(raw["context_policy"], f"{where}.context_policy")
     if "max_compactions" in raw:
-        values["max_compactions"] = _check(raw["max_compactions"], (int,), f"{where}.max_compactions", "a non-negative integer", minimum=0)
+        values["max_compactions"] = _check(raw["max_compactions"], (int,), f"{where}.max_compactions", "a non-negative integer or null", optional=True, minimum=0)
     if raw.get("toolset") is not None:
         toolset = _check(raw["toolset"], (str,), f"{where}.toolset", "a toolset name or null")
         if toolset not in SESSION_TOOLSETS:
@@ -503,6 +512,8 @@ def parse_config(raw: Any, *, source: str = "<config>") -> TrainConfig:
         )
     if "attempts" in raw:
         values["attempts"] = _check(raw["attempts"], (int,), f"{source}: attempts", "a positive integer", minimum=1)
+    if "resample_zero_spread" in raw:
+        values["resample_zero_spread"] = _check(raw["resample_zero_spread"], (int,), f"{source}: resample_zero_spread", "a number of rounds (0: off)", minimum=0)
     if "rollout_workers" in raw:
         values["rollout_workers"] = _check(raw["rollout_workers"], (int,), f"{source}: rollout_workers", "a number of worker processes (0: none)")
         if values["rollout_workers"] < 0:
@@ -558,15 +569,15 @@ def _advantage(raw: Any, where: str) -> AdvantageSettings:
     """`advantage:` validated; every problem is a ConfigError naming the key.
 
     >>> _advantage({"estimator": "mix", "mix_weight": 0.25}, "advantage")
-    AdvantageSettings(estimator='mix', gamma=1.0, mix_weight=0.25)
+    AdvantageSettings(estimator='mix', gamma=1.0, mix_weight=0.25, clip=None)
     >>> _advantage({"estimator": "td"}, "advantage")
     Traceback (most recent call last):
     ...
-    openreward_rl.errors.ConfigError: advantage.estimator: must be one of episode, turn, mix, got 'td'
+    openreward_rl.errors.ConfigError: advantage.estimator: must be one of episode, turn, turn_index, mix, got 'td'
     """
     if raw is None:
         return AdvantageSettings()
-    raw = _check(raw, (dict,), where, "a mapping with estimator, gamma, mix_weight")
+    raw = _check(raw, (dict,), where, "a mapping with estimator, gamma, mix_weight, clip")
     known = {f.name for f in attrs.fields(AdvantageSettings)}
     for key in raw:
         if key not in known:
@@ -582,7 +593,15 @@ def _advantage(raw: Any, where: str) -> AdvantageSettings:
         raise ConfigError(f"{where}.mix_weight: must be a number in [0, 1], got {weight!r}")
     if "mix_weight" in raw and estimator != "mix":
         raise ConfigError(f"{where}.mix_weight: only the mix estimator has a weight (estimator is {estimator!r})")
-    return AdvantageSettings(estimator=estimator, gamma=float(gamma), mix_weight=float(weight))
+    clip = raw.get("clip")
+    if clip is not None:
+        clip = _check(clip, (int, float), f"{where}.clip", "a positive number or null")
+        if isinstance(clip, bool) or not clip > 0:
+            raise ConfigError(f"{where}.clip: must be a positive number or null, got {clip!r}")
+        if estimator == "episode":
+            raise ConfigError(f"{where}.clip: the episode estimator is the trainer's own GRPO (bounded by (n-1)/sqrt(n)); clip applies to turn, turn_index and mix")
+        clip = float(clip)
+    return AdvantageSettings(estimator=estimator, gamma=float(gamma), mix_weight=float(weight), clip=clip)
 
 
 def config_path(path: str | os.PathLike[str] | None = None) -> Path:

@@ -26,8 +26,9 @@ Miles has no advantage hook; its `compute_advantages_and_returns` adds a precomp
 
 `miles_reward_post_process` returns 0.0 as every sample's reward to normalise (GRPO's part is then zero)
 and sets `sample.opd_reverse_kl` to `-advantage / opd_kl_coef` per token, so the advantage Miles trains
-is ours. It cannot be combined with real on-policy distillation. Both need context-parallel size 1 on
-Miles (Miles checks the shapes and refuses otherwise).
+is ours. It cannot be combined with real on-policy distillation. Any context-parallel size works: Miles
+(31f1ca9, `process_rollout_data` in training_utils/data.py) slices `opd_reverse_kl` per rank with the
+`slice_log_prob_with_cp` it applies to the log-probs, so each rank adds its own slice of our advantages.
 
 Faults are not rewards: a sample without returns (an infrastructure failure or a placeholder) is left out
 of its group's statistics and gets advantage 0.0 on tokens whose loss mask is 0 (the hooks mask every
@@ -45,12 +46,13 @@ from typing import Any
 import attrs
 
 from openreward_rl.backends.episode_record import EpisodeRecord
-from openreward_rl.backends.group_reward import rollout_key
+from openreward_rl.backends.group_reward import flatten, rollout_key
 from openreward_rl.config import AdvantageSettings, load_config
-from openreward_rl.credit.estimators import group_advantages
+from openreward_rl.credit.estimators import episode_advantages, group_advantages
+from openreward_rl.credit.signal import StepSignal, group_signal
 from openreward_rl.errors import TrainerError
 
-__all__ = ["SampleCredit", "sample_credits", "slime_reward_post_process", "slime_advantages", "miles_reward_post_process", "expand_runs", "settings_for"]
+__all__ = ["SampleCredit", "sample_credits", "step_signal", "slime_reward_post_process", "slime_advantages", "miles_reward_post_process", "expand_runs", "settings_for"]
 
 POST_PROCESS = "openreward_rl.backends.advantages.slime_reward_post_process"
 _NOT_OURS = "was not produced by openreward_rl's generate hook; the turn and mix estimators need its per-turn returns"
@@ -114,29 +116,54 @@ def _masked(sample: Any) -> bool:
     return bool(getattr(sample, "remove_sample", False)) or not any(sample.loss_mask or ())
 
 
-def sample_credits(args: Any, samples: Sequence[Any], settings: AdvantageSettings) -> list[SampleCredit]:
-    """Each sample's advantages under `settings`, computed per prompt group (fan-out siblings: one episode)."""
-    credits: list[SampleCredit | None] = [None] * len(samples)
+@attrs.frozen
+class _Episode:
+    """One episode of a group as the hooks see it: its samples' positions, record and trained reward (None: not trained)."""
+
+    positions: tuple[int, ...]
+    record: EpisodeRecord
+    reward: float | None
+
+    @property
+    def returns(self) -> list[float] | None:
+        credit = self.record.credit
+        return None if credit is None else list(credit.returns)
+
+
+def _episode_groups(args: Any, samples: Sequence[Any]) -> list[list[_Episode]]:
+    """The batch's prompt groups, each as its episodes (fan-out siblings: one episode)."""
+    out = []
     for group in _groups(args, samples):
         episodes: dict[Any, list[int]] = {}
         for position in group:
             episodes.setdefault(rollout_key(samples[position]), []).append(position)
-        records, returns, rewards = [], [], []
+        members = []
         for positions in episodes.values():
             first = samples[positions[0]]
             record = EpisodeRecord.of_sample(first)
             if record is None:
                 raise TrainerError(f"sample {first.index} {_NOT_OURS}")
-            credit = record.credit
-            if credit is None and not all(_masked(samples[p]) for p in positions):
+            if record.credit is None and not all(_masked(samples[p]) for p in positions):
                 raise TrainerError(f"sample {first.index} ({record.stop_reason.value}) has trained tokens but no per-turn returns")
-            records.append(record)
-            returns.append(None if credit is None else list(credit.returns))
-            rewards.append(None if credit is None else float(first.get_reward_value(args)))
-        per_turn = group_advantages(settings.estimator, returns, rewards, weight=settings.mix_weight)
-        for positions, record, advantages in zip(episodes.values(), records, per_turn):
-            credit = record.credit
-            for position in positions:
+            reward = None if record.credit is None else float(first.get_reward_value(args))
+            members.append(_Episode(tuple(positions), record, reward))
+        out.append(members)
+    return out
+
+
+def _per_turn(group: Sequence[_Episode], settings: AdvantageSettings) -> list[list[float] | None]:
+    returns = [e.returns for e in group]
+    rewards = [e.reward for e in group]
+    return group_advantages(settings.estimator, returns, rewards, weight=settings.mix_weight, clip=settings.clip)
+
+
+def sample_credits(args: Any, samples: Sequence[Any], settings: AdvantageSettings) -> list[SampleCredit]:
+    """Each sample's advantages under `settings`, computed per prompt group (fan-out siblings: one episode)."""
+    credits: list[SampleCredit | None] = [None] * len(samples)
+    for group in _episode_groups(args, samples):
+        for episode, advantages in zip(group, _per_turn(group, settings)):
+            credit = episode.record.credit
+            for position in episode.positions:
                 sample = samples[position]
                 reward = 0.0 if advantages is None else float(sample.get_reward_value(args))
                 if credit is None or advantages is None:
@@ -146,6 +173,17 @@ def sample_credits(args: Any, samples: Sequence[Any], settings: AdvantageSetting
                 runs = tuple((start, end, value) for (s, start, end), value in zip(credit.spans, advantages) if s == segment and end > start)
                 credits[position] = SampleCredit(runs, sample.response_length, reward)
     return [c for c in credits if c is not None]
+
+
+def step_signal(args: Any, samples: Sequence[Any], settings: AdvantageSettings) -> StepSignal:
+    """The batch's groups without reward spread and episodes that train nothing under `settings`
+    (`credit.signal`; for `episode`, GRPO's advantages over the episodes' rewards, as the trainers compute them)."""
+    signal = StepSignal()
+    for group in _episode_groups(args, flatten(list(samples))):
+        rewards = [e.reward for e in group]
+        per_turn = _per_turn(group, settings) if settings.per_token else [None if a is None else [a] for a in episode_advantages(rewards)]
+        signal += group_signal(rewards, per_turn)
+    return signal
 
 
 def slime_reward_post_process(args: Any, samples: list[Any]) -> tuple[list[float], list[dict[str, Any]]]:

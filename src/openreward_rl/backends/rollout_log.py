@@ -7,7 +7,11 @@
 
 Both return False, so Slime's own logging still runs; ours is logged beside it, on Slime's
 `rollout/step` (`eval/step`) axis, under `openreward/<environment>/...`
-(`openreward_eval/<environment>/...`) plus `.../all/...` over every environment.
+(`openreward_eval/<environment>/...`) plus `.../all/...` over every environment. A training rollout
+also logs its learning signal under the config's estimator (`advantages.step_signal`):
+`openreward/zero_spread_share` (groups without reward spread), `openreward/untrained_share` (episodes
+whose advantages are all zero, failures included) and their counts, with a warning when the whole
+batch trains nothing (with the dynamic filter on, groups without spread never reach it).
 
 The adapters store an `EpisodeRecord` on each `sample.metadata` (see
 `openreward_rl.backends.episode_record`), read back here with `EpisodeRecord.of_sample`. An episode
@@ -101,10 +105,26 @@ def log_rollout(rollout_id: int, args: Any, samples: Sequence[Any], rollout_extr
         metrics = aggregate(_episodes_of(samples), "openreward")
         if metrics:
             metrics["openreward/rollout_seconds"] = float(rollout_time)
+            metrics.update(_signal_metrics(rollout_id, args, samples))
             _logger(args).log(metrics, step_key="rollout/step", step=rollout_step(args, rollout_id))
     except Exception as error:
         logger.warning("openreward rollout metrics for rollout %s not logged: %s: %s", rollout_id, type(error).__name__, error)
     return False
+
+
+def _signal_metrics(rollout_id: int, args: Any, samples: Sequence[Any]) -> dict[str, float]:
+    """The rollout's learning signal (empty, with a warning, where it cannot be computed); warns when it trains nothing."""
+    from openreward_rl.backends.advantages import settings_for, step_signal
+
+    try:
+        signal = step_signal(args, samples, settings_for(args))
+    except Exception as error:
+        logger.warning("openreward zero-spread metrics for rollout %s not computed: %s: %s", rollout_id, type(error).__name__, error)
+        return {}
+    message = signal.warning()
+    if message:
+        logger.warning("rollout %s: %s", rollout_id, message)
+    return signal.metrics("openreward")
 
 
 def log_eval_rollout(rollout_id: int, args: Any, data: Mapping[str, Any], extra_metrics: Mapping[str, Any] | None) -> bool:

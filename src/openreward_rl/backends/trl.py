@@ -41,7 +41,17 @@ hook's `group_reward.group_rewards`, clamped to the environment's reward bounds)
 Metrics: after each step the episodes' per-environment summary (`metrics.flat_metrics`: reward,
 success, pass@k, stop reasons, infrastructure failures, turns, tokens) goes through TRL's
 `log_metric` under `openreward/<environment>/...`, so it lands wherever the trainer logs (console,
-WandB with `report_to="wandb"`).
+WandB with `report_to="wandb"`). Beside it, the step's learning signal (`credit.signal`):
+`openreward/zero_spread_share` (groups whose rewards have no spread), `openreward/untrained_share`
+(episodes whose advantages are all zero under the config's estimator, failures included) and
+`openreward/resampled_groups`; a step that trains nothing is logged as a warning.
+
+Groups that would train nothing (`resample_zero_spread`, the config key or `--resample-zero-spread N`;
+0, the default, is off): before the step's completions go back to TRL, each group whose episodes would
+all train nothing is run again (new episodes of the same task, replacing the group's), for at most N
+rounds; a group still without signal after N rounds is trained as it is (loss 0 for it). Only the same
+tasks can be rerun (TRL fixed the step's prompts), so it helps a task the model solves sometimes, not
+one it always or never solves; each round costs a group's episodes again.
 
 The episodes are async; TRL calls `rollout_func` synchronously. The adapter owns one event loop and
 runs each step's episodes on it (`run_until_complete`), so the SDK client's sessions stay on one loop.
@@ -63,6 +73,8 @@ from openreward_rl.backends._generate import transcript
 from openreward_rl.backends._samples import episode_metadata, placeholder_ids
 from openreward_rl.backends.group_reward import group_rewards
 from openreward_rl.config import TrainConfig
+from openreward_rl.credit.group import trajectory_group_signal
+from openreward_rl.credit.signal import StepSignal
 from openreward_rl.engines.transformers import SamplingConfig, TransformersEngine
 from openreward_rl.env.tasks import TaskRef
 from openreward_rl.observe.metrics import flat_metrics, summarize
@@ -161,6 +173,7 @@ class TrlAdapter:
     - `concurrency`: episodes in flight at once within a step.
     - `group_rm`: score each group with the environment's `score_group` where it has one.
     - `continuous_batching`: extra `ContinuousBatchingConfig` fields for the engine.
+    - `resample_zero_spread`: rounds of rerunning the groups that would train nothing (0: off).
     """
 
     rollouts: Rollouts
@@ -169,7 +182,9 @@ class TrlAdapter:
     concurrency: int = 32
     group_rm: bool = False
     continuous_batching: Mapping[str, Any] = attrs.field(factory=dict)
+    resample_zero_spread: int = attrs.field(default=0)
     last_trajectories: list[Trajectory] = attrs.field(factory=list)
+    last_signal: StepSignal = attrs.field(factory=StepSignal)
     _pending_metrics: dict[str, float] = attrs.field(factory=dict)
     _loop: asyncio.AbstractEventLoop | None = attrs.field(default=None)
 
@@ -234,13 +249,21 @@ class TrlAdapter:
         """TRL's `rollout_func`: one episode per prompt, mapped to one completion each (see the module docstring)."""
         tasks = [task_from_metadata(prompt) for prompt in prompts]
         model = trainer.model
+        size = _group_size(trainer)
         trajectories = self.run_episodes(model, tasks)
+        resampled = self._resample_idle_groups(model, tasks, trajectories, size)
         rewards = [trained_reward(t) for t in trajectories]
         if self.group_rm:
-            rewards = self.run(self._group_scores(tasks, trajectories, rewards, group_size=_group_size(trainer)))
+            rewards = self.run(self._group_scores(tasks, trajectories, rewards, group_size=size))
         completions = [completion_of(t, self.tokenizer) for t in trajectories]
         self.last_trajectories = trajectories
+        self.last_signal = self.step_signal(trajectories, rewards, size)
         self._pending_metrics = self.step_metrics(trajectories, completions)
+        self._pending_metrics.update(self.last_signal.metrics(METRIC_PREFIX.rstrip("/")))
+        self._pending_metrics[f"{METRIC_PREFIX}resampled_groups"] = float(resampled)
+        message = self.last_signal.warning()
+        if message:
+            logger.warning("%s%s", message, f" (after resampling {resampled} groups)" if resampled else "")
         return {
             "prompt_ids": [c.prompt_ids for c in completions],
             "completion_ids": [c.completion_ids for c in completions],
@@ -249,6 +272,35 @@ class TrlAdapter:
             "episode_reward": rewards,
             "stop_reason": [t.stop_reason.value for t in trajectories],
         }
+
+    def _group_signal(self, group: Sequence[Trajectory], rewards: Sequence[float | None]) -> StepSignal:
+        config = self.rollouts.config
+        nonterminal = config.nonterminal_reward(str(group[0].task.get("environment")))
+        return trajectory_group_signal(group, config.advantage, rewards, nonterminal_reward=nonterminal)
+
+    def step_signal(self, trajectories: Sequence[Trajectory], rewards: Sequence[float | None], group_size: int) -> StepSignal:
+        """The step's groups (`group_size` consecutive episodes) without reward spread, and its episodes that train nothing."""
+        signal = StepSignal()
+        for start in range(0, len(trajectories), group_size):
+            signal += self._group_signal(trajectories[start : start + group_size], rewards[start : start + group_size])
+        return signal
+
+    def _resample_idle_groups(self, model: Any, tasks: Sequence[TaskRef], trajectories: list[Trajectory], group_size: int) -> int:
+        """Rerun, in place, each group that would train nothing, for at most `resample_zero_spread` rounds;
+        how many groups were rerun (a group rerun in two rounds counts twice)."""
+        rerun = 0
+        for _ in range(self.resample_zero_spread):
+            idle = []
+            for start in range(0, len(trajectories), group_size):
+                group = trajectories[start : start + group_size]
+                if self._group_signal(group, [trained_reward(t) for t in group]).trains_nothing:
+                    idle.extend(range(start, min(start + group_size, len(trajectories))))
+            if not idle:
+                break
+            for position, trajectory in zip(idle, self.run_episodes(model, [tasks[i] for i in idle])):
+                trajectories[position] = trajectory
+            rerun += len(idle) // group_size
+        return rerun
 
     async def _group_scores(self, tasks: Sequence[TaskRef], trajectories: Sequence[Trajectory], rewards: list[float | None], *, group_size: int) -> list[float | None]:
         """Each group's rewards from the environment's `score_group` (where it has one); failures stay None."""

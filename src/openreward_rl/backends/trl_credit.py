@@ -4,11 +4,12 @@ TRL computes one advantage per completion (GRPO over the reward functions' scala
 an advantage tensor of shape (completions, completion tokens) as well ("to support subclasses",
 `GRPOTrainer._compute_loss`), so `turn_credit_trainer_class()` returns a `GRPOTrainer` subclass that,
 after TRL has generated and scored a batch, replaces `advantages` with the config's estimator
-(`advantage: {estimator: turn | mix}`) applied to each GRPO group of the adapter's trajectories:
+(`advantage: {estimator: turn | turn_index | mix}`) applied to each GRPO group of the adapter's trajectories:
 
 - the same estimator the Slime and Miles hooks use (`openreward_rl.credit.group_token_advantages`):
-  each turn's sampled tokens get that turn's return (reward-to-go, discounted by `gamma`), normalised
-  against its group's returns from the start; `mix` blends in the episode advantage;
+  each turn's sampled tokens get that turn's return (reward-to-go, discounted by `gamma`) less the
+  estimator's baseline, over the group's pooled spread (bounded: `credit.estimators`); `mix` blends in
+  the episode advantage;
 - a group is `num_generations` consecutive completions, as TRL forms them (the adapter's rollout
   returns the episodes in prompt order);
 - an infrastructure failure gets 0.0 everywhere (its `env_mask` is 0, so it is never trained) and is

@@ -42,6 +42,7 @@ class TrlOptions:
       trainer needs the rest; lower it to run several trainings on one GPU).
     - `save_interval`: steps between checkpoints in `output_dir` (TRL's `checkpoint-N` folders, each
       with the optimizer state to resume from; the last step is always saved); 0: no checkpoints.
+    - `resample_zero_spread`: rounds of rerunning groups that would train nothing (`TrlAdapter`); None: the config's.
     """
 
     model: str
@@ -71,8 +72,11 @@ class TrlOptions:
     family: str | None = None
     gradient_checkpointing: bool = False
     sampler_memory: float = 0.5
+    resample_zero_spread: int | None = None
 
     def __attrs_post_init__(self) -> None:
+        if self.resample_zero_spread is not None and self.resample_zero_spread < 0:
+            raise ValueError(f"resample-zero-spread must be >= 0 (0: off), got {self.resample_zero_spread}")
         if self.save_interval < 0:
             raise ValueError(f"save-interval must be >= 0 (0: no checkpoints), got {self.save_interval}")
         for name in ("max_steps", "prompts_per_step", "max_new_tokens", "concurrency", "logging_steps"):
@@ -207,6 +211,7 @@ class TrlSession:
             adapter = TrlAdapter.build(
                 prepared, tokenizer, None, model=options.model, sampling=options.sampling, max_new_tokens=options.max_new_tokens,
                 max_context_len=options.max_context_len, episode=episode or ToolEpisode, concurrency=options.concurrency, group_rm=options.group_rm,
+                resample_zero_spread=prepared.resample_zero_spread if options.resample_zero_spread is None else options.resample_zero_spread,
                 continuous_batching={} if options.resolved_device == "cpu" else {"max_memory_percent": options.sampler_memory},  # GPU: leave the trainer room
             )  # fmt: skip
 
@@ -237,7 +242,7 @@ class TrlSession:
 
     def trainer(self, callbacks: Sequence[Any] = (), *, fresh: bool = False) -> Any:
         """The `GRPOTrainer` (built once; `fresh` builds a new one, e.g. to resume): the adapter as `rollout_func`,
-        its `episode_reward` as the reward, LoRA if asked. With `advantage: {estimator: turn | mix}` in the
+        its `episode_reward` as the reward, LoRA if asked. With `advantage: {estimator: turn | turn_index | mix}` in the
         config, the subclass that trains per-token advantages from the turns' returns (`backends.trl_credit`)."""
         if self._trainer is None or fresh:
             from trl import GRPOTrainer

@@ -60,6 +60,8 @@ def add_trl_arguments(parser: Any) -> None:
     group.add_argument("--seed", type=int, default=0, help="training seed and task shuffle seed (default 0)")
     group.add_argument("--concurrency", type=int, default=32, help="episodes in flight at once (default 32)")
     group.add_argument("--sampler-memory", type=float, default=0.5, help="GPU: share of its memory for the sampler's KV cache (default 0.5)")
+    group.add_argument("--resample-zero-spread", type=int, default=None, metavar="N",
+                       help="rerun groups that would train nothing (no reward spread), at most N rounds per step (default: the config's resample_zero_spread, 0: off)")
 
 
 def _shared(args: Any, name: str) -> Any:
@@ -122,9 +124,10 @@ class _Progress:
                 parts = [f"{env} {logs[f'openreward/{env}/reward_mean']:.3f}" for env in envs]
                 failures = sum(int(logs.get(f"openreward/{env}/infra_failures", 0)) for env in envs)
                 elapsed = time.monotonic() - progress.started
+                signal = f"  zero-spread {logs['openreward/zero_spread_share']:.2f}  untrained {logs['openreward/untrained_share']:.2f}" if "openreward/untrained_share" in logs else ""
                 print(
                     f"step {state.global_step}/{state.max_steps}  reward {logs['reward']:.3f} ± {logs.get('reward_std', 0.0):.3f}  "
-                    f"[{', '.join(parts)}]  infra failures {failures}  loss {logs.get('loss', 0.0):.4f}  {elapsed:.0f}s",
+                    f"[{', '.join(parts)}]  infra failures {failures}{signal}  loss {logs.get('loss', 0.0):.4f}  {elapsed:.0f}s",
                     file=progress.out, flush=True,
                 )  # fmt: skip
 

@@ -13,8 +13,9 @@ reply and answers with one of:
 Every boundary starts a new token segment (`TokenLedger.compact`): its prompt is the template's
 rendering of the new messages and its response the tokens sampled after it, verbatim, so each
 segment is token-exact on its own and becomes its own trained sample carrying the episode's reward.
-The loop caps compactions (`EpisodeSettings.max_compactions`); a boundary that would save no tokens
-is not taken. When a summary turn does not fit in what is left of the budget, the policy's
+The loop caps compactions where `EpisodeSettings.max_compactions` is set; uncapped (the default), it
+stops an episode whose boundaries no longer free room (`tool_episode.STALL_FRACTION`). A boundary that
+would save no tokens is not taken. When a summary turn does not fit in what is left of the budget, the policy's
 `fallback` is asked for a rewrite instead (None: no compaction).
 
 Built-ins, chosen per environment in the config (`context_policy`): `none`, `clear_tool_outputs`

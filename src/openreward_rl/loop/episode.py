@@ -57,7 +57,10 @@ class EpisodeSettings:
     - `train_thinking`: keep the model's reasoning tokens in the loss (they always stay in context).
     - `max_tool_output_tokens`: longer tool output is cut, with a marker saying so.
     - `context_policy`: what to do as the context fills (`openreward_rl.loop.context`); None keeps
-      appending until `context_overflow`. At most `max_compactions` boundaries per episode.
+      appending until `context_overflow`. `max_compactions`: at most this many boundaries per episode;
+      None (the default): no cap, but an episode whose previous boundary freed room for one turn only
+      ends `context_overflow` (compaction stalled: it no longer frees room, or the summaries no longer
+      shrink the context), so compaction is bounded by the episode's turns and stops when it stops working.
 
     The reward policy is not a setting of the loop: the runner (`run_episode`) reduces every
     Episode's step rewards with it.
@@ -77,10 +80,10 @@ class EpisodeSettings:
     max_tool_output_tokens: int | None = 8192
     episode_timeout: float | None = None
     context_policy: ContextPolicy | None = None
-    max_compactions: int = 3
+    max_compactions: int | None = None
 
     def __attrs_post_init__(self) -> None:
-        if self.max_compactions < 0:
+        if self.max_compactions is not None and self.max_compactions < 0:
             raise ValueError(f"max_compactions must be non-negative, got {self.max_compactions}")
         if self.max_turns < 1:
             raise ValueError(f"max_turns must be at least 1, got {self.max_turns}")

@@ -23,6 +23,10 @@ from openreward_rl.loop.trajectory import Compaction, StopReason, TokenLedger, T
 
 __all__ = ["ToolEpisode"]
 
+# Uncapped compaction (`max_compactions` None) stops an episode whose next boundary would free less than
+# this share of the room its first boundary freed: the compacted context no longer shrinks.
+STALL_FRACTION = 0.25
+
 
 @attrs.define
 class _Run:
@@ -232,7 +236,8 @@ class ToolEpisode:
         assert state.ledger is not None
         bridge = self._bridge_ids(state, draft, new_messages)
         policy = self.settings.context_policy
-        if policy is not None and len(state.compactions) < self.settings.max_compactions:
+        cap = self.settings.max_compactions
+        if policy is not None and (cap is None or len(state.compactions) < cap):
             before = state.ledger.context_length + len(bridge)
             view = self._view(state, len(bridge))
             action = policy.plan(view)
@@ -246,7 +251,23 @@ class ToolEpisode:
                 action = policy.fallback(view)
             if isinstance(action, Rewrite) and self._rewrite(state, action, before):
                 return True
+            if state.stop_reason is not None:  # the stall guard ended it
+                return False
         return self._bridge(state, bridge)
+
+    def _stalled(self, state: _Run, kind: str, before: int, after: int) -> str | None:
+        """Why a boundary is futile under uncapped compaction (`max_compactions` None): it would free less than
+        `STALL_FRACTION` of the room the episode's first boundary freed (the compacted context no longer
+        shrinks: its kept turns or its summaries have grown). None when it still frees room."""
+        if self.settings.max_compactions is not None or not state.compactions:
+            return None
+        first = state.compactions[0]
+        if before - after >= STALL_FRACTION * first.tokens_saved:
+            return None
+        return (
+            f"compaction stalled: a {kind} boundary would free {before - after} tokens ({before} -> {after}), "
+            f"less than {STALL_FRACTION:.0%} of the {first.tokens_saved} the first one freed"
+        )
 
     def _view(self, state: _Run, incoming: int) -> ContextView:
         assert state.ledger is not None
@@ -280,7 +301,8 @@ class ToolEpisode:
         text = parsed.content or self.renderer.decode(summary_turn.generation.output_ids)
         rewrite = self.settings.context_policy.after_summary(self._view(state, 0), text)
         if not self._rewrite(state, rewrite, state.ledger.context_length):
-            state.stop(StopReason.CONTEXT_OVERFLOW, f"the context after the summary ({rewrite.kind}) does not fit in {max_context_len} tokens or saves none")
+            if state.stop_reason is None:
+                state.stop(StopReason.CONTEXT_OVERFLOW, f"the context after the summary ({rewrite.kind}) does not fit in {max_context_len} tokens or saves none")
             return False
         return True
 
@@ -292,6 +314,10 @@ class ToolEpisode:
         prompt = self.renderer.render_prompt(messages, state.tools)
         max_context_len = self.settings.max_context_len
         if len(prompt) >= before or (max_context_len is not None and len(prompt) >= max_context_len):
+            return False
+        stalled = self._stalled(state, rewrite.kind, before, len(prompt))
+        if stalled:
+            state.stop(StopReason.CONTEXT_OVERFLOW, stalled)
             return False
         state.compactions.append(
             Compaction(
