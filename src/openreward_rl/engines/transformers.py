@@ -254,6 +254,9 @@ class TransformersEngine:
       capped by the paged cache's size when that is fixed (on CPU: 4096 tokens unless configured).
     - `continuous_batching`: extra `ContinuousBatchingConfig` fields (e.g. `num_blocks`, `max_batch_tokens`;
       on CPU they default to a small cache, on GPU transformers sizes it from free memory).
+    - `max_sequences`: on GPU, the requests that will be in flight at once at most: the paged cache is sized to
+      hold that many of `context_length` tokens (capped by `max_memory_percent` of free memory) instead of taking
+      a share of all free memory (tens of GiB for a small model), unless `num_blocks` is given.
     """
 
     model: Any
@@ -262,6 +265,7 @@ class TransformersEngine:
     default_max_new_tokens: int = 128
     context_length: int | None = None
     continuous_batching: Mapping[str, Any] = attrs.field(factory=dict)
+    max_sequences: int | None = None
     _eos: tuple[int, ...] = attrs.field(init=False, default=())
     _manager: Any = attrs.field(init=False, default=None)
     _running: bool = attrs.field(init=False, default=False)
@@ -272,6 +276,7 @@ class TransformersEngine:
     _start_lock: threading.Lock = attrs.field(init=False, factory=threading.Lock)
     _closing: threading.Event = attrs.field(init=False, factory=threading.Event)
     _failure: str | None = attrs.field(init=False, default=None)
+    _shape: Any = attrs.field(init=False, default=None)
 
     def __attrs_post_init__(self) -> None:
         self._eos = _eos_ids(self.model, self.tokenizer)
@@ -286,6 +291,24 @@ class TransformersEngine:
     def _cb_options(self) -> dict[str, Any]:
         options = dict(_CPU_CB_DEFAULTS) if self.model.device.type == "cpu" else {}
         options.update(self.continuous_batching)
+        return options
+
+    def _sized_cb_options(self, dtype: Any) -> dict[str, Any]:
+        """`_cb_options`, with `num_blocks` for `max_sequences` requests of `context_length` tokens (GPU, unless given)."""
+        options = self._cb_options()
+        if self.model.device.type != "cuda" or options.get("num_blocks") is not None or not self.max_sequences or not self.context_length:
+            return options
+        import torch
+
+        text = self.model.config.get_text_config()
+        head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+        kv_heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
+        bytes_per_token = 2 * text.num_hidden_layers * kv_heads * head_dim * dtype.itemsize
+        page = int(options.get("page_size") or _DEFAULT_PAGE_SIZE)
+        wanted = self.max_sequences * math.ceil(self.context_length / page)
+        free, _ = torch.cuda.mem_get_info(self.model.device)
+        affordable = int(free * float(options.get("max_memory_percent") or 0.5)) // (bytes_per_token * page)
+        options["num_blocks"] = max(1, min(wanted, affordable))
         return options
 
     def _cache_tokens(self) -> int | None:
@@ -397,12 +420,19 @@ class TransformersEngine:
 
     def _start(self) -> None:
         manager = self._manager
+        dtype = forward_dtype(self.model)
+        shape = (dtype, sum(1 for _ in self.model.modules()))
+        if manager is not None and shape != self._shape:
+            # the model changed under a suspended engine (a trainer wrapped its forward in autocast, or added LoRA
+            # layers): the kept batch processor's cache and captured graphs belong to the old model
+            manager.batch_processor = None
+            manager = None
         if manager is None:
             from transformers import ContinuousBatchingConfig
 
-            dtype = forward_dtype(self.model)
+            self._shape = shape
             generation_config = self.sampling.generation_config(self._eos, self.default_max_new_tokens)
-            cb_config = ContinuousBatchingConfig(return_logprobs=True, **self._cb_options())
+            cb_config = ContinuousBatchingConfig(return_logprobs=True, **self._sized_cb_options(dtype))
             manager = self.model.init_continuous_batching(generation_config=generation_config, continuous_batching_config=cb_config)
             if dtype != self.model.dtype:
                 _compute_in(manager, self.model, dtype)
