@@ -69,6 +69,55 @@ def test_greedy_concurrent_requests_return_argmax_ids_and_their_logprobs(tiny_mo
         assert generation.logprobs == pytest.approx(teacher_forced_logprobs(tiny_model, prompt, generation.output_ids), abs=1e-4)
 
 
+def test_a_model_whose_forward_runs_under_bf16_autocast_samples_its_own_argmax(tokenizer) -> None:
+    """A trainer's bf16 mixed precision (accelerate) wraps the fp32 model's forward in autocast: keys come out
+    float32 and values bfloat16, and the paged cache once refused them (every episode aborted on `--bf16`)."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(99)
+    config = Qwen3Config(vocab_size=151936, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=512)
+    model = Qwen3ForCausalLM(config).eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(40.0)
+    model.forward = torch.autocast("cpu", dtype=torch.bfloat16)(model.forward)  # what accelerate's prepare does
+    engine = TransformersEngine(model, tokenizer, sampling=SamplingConfig(temperature=0))
+    inputs = prompts(tokenizer, 3)
+    generations = run(engine, *(GenerationRequest(p, {"max_new_tokens": 5}) for p in inputs))
+    for prompt, generation in zip(inputs, generations):
+        assert generation.finish_reason is FinishReason.LENGTH and len(generation.output_ids) == 5
+        with torch.no_grad():
+            logits = model(torch.tensor([prompt + list(generation.output_ids)])).logits[0].float()
+        argmax = [logits[len(prompt) - 1 + j].argmax().item() for j in range(5)]
+        assert list(generation.output_ids) == argmax
+        assert generation.logprobs == pytest.approx(teacher_forced_logprobs(model, prompt, generation.output_ids), abs=0.1)
+    assert next(model.parameters()).dtype == torch.float32  # the weights stay the trainer's own
+
+
+def test_a_suspended_engine_restores_attention_and_resumes_on_its_kept_cache(tiny_model, tokenizer) -> None:
+    original = tiny_model.config._attn_implementation
+    engine = TransformersEngine(tiny_model, tokenizer, sampling=SamplingConfig(temperature=0))
+    request = GenerationRequest(prompts(tokenizer, 1)[0], {"max_new_tokens": 4})
+
+    async def go():
+        try:
+            first = await engine.generate(request)
+            processor = engine._manager.batch_processor
+            await asyncio.get_running_loop().run_in_executor(None, engine.suspend)
+            attention = tiny_model.config._attn_implementation
+            second = await engine.generate(request)
+            return first, second, attention, processor is engine._manager.batch_processor
+        finally:
+            await engine.aclose()
+
+    first, second, attention_while_suspended, same_processor = asyncio.run(go())
+    assert attention_while_suspended == original
+    assert same_processor
+    assert second.output_ids == first.output_ids and second.logprobs == first.logprobs
+    assert tiny_model.config._attn_implementation == original
+    assert not hasattr(tiny_model, "_cached_continuous_batching_manager")
+
+
 def test_sampled_logprobs_are_the_temperature_scaled_distribution(tiny_model, tokenizer) -> None:
     torch.manual_seed(7)
     engine = TransformersEngine(tiny_model, tokenizer, sampling=SamplingConfig(temperature=0.7))

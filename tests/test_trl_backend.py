@@ -149,6 +149,58 @@ def test_group_rm_scores_each_group_with_score_group_and_keeps_faults_unscored(e
     assert rewards == [1.0, 0.5, 0.0, None]  # ranks among the three live members; the fault is not scored
 
 
+def test_a_step_samples_all_its_episodes_at_once_on_one_engine_kept_between_steps(env_server: Any, qwen3_tokenizer: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every episode of a step is in flight at once (no cap by default), and the engine is suspended between
+    steps, not rebuilt: the same engine and paged cache serve the next step, and the model's attention
+    implementation is its own again while the trainer uses it."""
+    import asyncio
+
+    import torch
+    from openreward import AsyncOpenReward
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from openreward_rl.backends.trl import TrlAdapter
+    from openreward_rl.engines.transformers import SamplingConfig, TransformersEngine
+
+    torch.manual_seed(0)
+    model = Qwen3ForCausalLM(Qwen3Config(vocab_size=151936, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                                         num_key_value_heads=1, head_dim=16, max_position_embeddings=4096))  # fmt: skip
+    attention = model.config._attn_implementation
+    in_flight, most = 0, 0
+    generate = TransformersEngine.generate
+
+    async def counting(self: Any, request: Any) -> Any:
+        nonlocal in_flight, most
+        in_flight += 1
+        most = max(most, in_flight)
+        try:
+            await asyncio.sleep(0)  # let every episode reach the engine before any answer comes back
+            return await generate(self, request)
+        finally:
+            in_flight -= 1
+
+    monkeypatch.setattr(TransformersEngine, "generate", counting)
+    config = parse_config({"environments": {"GradedGuess": {"variant": "gradedguess", "base_url": env_server.base_url}}, "parser": "hermes", "upload": False})
+    adapter = TrlAdapter.build(config, qwen3_tokenizer, None, model="Qwen/Qwen3-8B", sampling=SamplingConfig(temperature=1.0), max_new_tokens=4)
+
+    async def client() -> Any:
+        return AsyncOpenReward(api_key="local")
+
+    adapter.rollouts.client = adapter.run(client())
+    tasks = [TaskRef("GradedGuess", "train", index=i) for i in range(3) for _ in range(2)]
+    try:
+        first = adapter.run_episodes(model, tasks)
+        engine, processor = adapter._engine, adapter._engine._manager.batch_processor
+        assert model.config._attn_implementation == attention and model.training
+        second = adapter.run_episodes(model, tasks)
+        assert adapter._engine is engine and engine._manager.batch_processor is processor
+        assert model.config._attn_implementation == attention
+    finally:
+        adapter.close()
+    assert most == len(tasks)
+    assert all(not t.stop_reason.is_infrastructure_failure for t in first + second)
+
+
 # -- real training -----------------------------------------------------------------------------
 
 BROKEN_COLOUR = "grey"  # FlakyPaint fails for tasks of this colour: an environment fault

@@ -12,10 +12,13 @@ What a step does (`TrlAdapter.__call__`, TRL's `rollout_func(prompts, trainer)`)
   completion per prompt, in order (its GRPO groups are `rewards.view(-1, num_generations)`).
 - Every prompt runs one episode of its task through the config's one `Rollouts` runner
   (`episode_stack`: the same renderer, parser, reward policy, retries and timeouts as Slime, Miles
-  and `openreward-rl eval`), sampling from the trainer's live model: a `TransformersEngine` over
-  `trainer.model`, in eval mode and without gradients, started for the step and stopped after it
-  (the continuous-batching manager switches the attention implementation; stopping restores it),
-  then the model's training mode is restored. On-policy: no weight copy, no sync.
+  and `openreward-rl eval`), sampling from the trainer's live model: one `TransformersEngine` over
+  `trainer.model` for the whole run, in eval mode and without gradients while a step samples, and
+  suspended after it (the continuous-batching manager switches the attention implementation;
+  suspending restores it and keeps the paged cache, sized to the step's episodes, for the next step),
+  then the model's training mode is restored. On-policy: no weight copy, no sync. Under the trainer's
+  bf16 autocast the sampler computes in bf16 as the trainer's forward does.
+- All of a step's episodes are in flight at once unless `concurrency` caps them.
 - An episode's training sequence (`Trajectory.segments[-1]`) becomes its completion, token for token:
   `prompt_ids` = the segment's prompt, `completion_ids` = its response ids (sampled turns and the
   tool/bridge tokens between them), `logprobs` = the sampler's log-probs (0.0 on masked tokens),
@@ -168,9 +171,9 @@ def _generation_model(model: Any) -> Any:
 class TrlAdapter:
     """TRL's `rollout_func` (call the adapter) and reward function (`episode_reward`) over one `Rollouts` runner.
 
-    - `rollouts`: the config's runner; its engine is replaced per step by one over the live model.
+    - `rollouts`: the config's runner; its engine is the adapter's one engine over the live model.
     - `sampling`: the sampler (temperature, top_p); TRL's `GRPOConfig.temperature` should match (the CLI sets both).
-    - `concurrency`: episodes in flight at once within a step.
+    - `concurrency`: episodes in flight at once within a step (None: all of them).
     - `group_rm`: score each group with the environment's `score_group` where it has one.
     - `continuous_batching`: extra `ContinuousBatchingConfig` fields for the engine.
     - `resample_zero_spread`: rounds of rerunning the groups that would train nothing (0: off).
@@ -179,12 +182,14 @@ class TrlAdapter:
     rollouts: Rollouts
     tokenizer: Any
     sampling: SamplingConfig = attrs.field(factory=SamplingConfig)
-    concurrency: int = 32
+    concurrency: int | None = None
     group_rm: bool = False
     continuous_batching: Mapping[str, Any] = attrs.field(factory=dict)
     resample_zero_spread: int = attrs.field(default=0)
+    max_sequences: int | None = None
     last_trajectories: list[Trajectory] = attrs.field(factory=list)
     last_signal: StepSignal = attrs.field(factory=StepSignal)
+    _engine: TransformersEngine | None = attrs.field(default=None)
     _pending_metrics: dict[str, float] = attrs.field(factory=dict)
     _loop: asyncio.AbstractEventLoop | None = attrs.field(default=None)
 
@@ -223,18 +228,27 @@ class TrlAdapter:
     def run_episodes(self, model: Any, tasks: Sequence[TaskRef]) -> list[Trajectory]:
         """One episode per task (in order) sampled from `model` as it is now; blocking."""
         with sampling_mode(model):
-            engine = TransformersEngine(
-                _generation_model(model), self.tokenizer, sampling=self.sampling,
-                default_max_new_tokens=self.rollouts.max_new_tokens, continuous_batching=self.continuous_batching,
-            )  # fmt: skip
+            engine = self.engine_for(model)
             try:
                 return self.run(self._episodes(engine, tasks))
             finally:
-                engine.stop()  # restores the attention implementation continuous batching switched
-                _release_cache(model)
+                engine.suspend()  # restores the attention implementation continuous batching switched; keeps the cache
+
+    def engine_for(self, model: Any) -> TransformersEngine:
+        """The adapter's engine over `model` (one for the run; a new one only if the model object changes)."""
+        generation_model = _generation_model(model)
+        if self._engine is not None and self._engine.model is not generation_model:
+            self._engine.stop()
+            self._engine = None
+        if self._engine is None:
+            self._engine = TransformersEngine(
+                generation_model, self.tokenizer, sampling=self.sampling, default_max_new_tokens=self.rollouts.max_new_tokens,
+                context_length=self.rollouts.max_context_len, continuous_batching=self.continuous_batching, max_sequences=self.max_sequences,
+            )  # fmt: skip
+        return self._engine
 
     async def _episodes(self, engine: TransformersEngine, tasks: Sequence[TaskRef]) -> list[Trajectory]:
-        gate = asyncio.Semaphore(self.concurrency)
+        gate = asyncio.Semaphore(self.concurrency or max(len(tasks), 1))
         params = {"temperature": self.sampling.temperature, "top_p": self.sampling.top_p}
 
         async def one(task: TaskRef) -> Trajectory:
@@ -339,21 +353,16 @@ class TrlAdapter:
         return list(episode_reward)
 
     def close(self) -> None:
-        """Close the SDK client's sessions and the adapter's loop."""
+        """Stop the engine; close the SDK client's sessions and the adapter's loop."""
+        if self._engine is not None:
+            self._engine.stop()
+            self._engine = None
         if self._loop is None or self._loop.is_closed():
             return
         closer = getattr(getattr(self.rollouts.client, "environments", None), "aclose", None)
         if closer is not None:
             self._loop.run_until_complete(closer())
         self._loop.close()
-
-
-def _release_cache(model: Any) -> None:
-    """On CUDA, hand the sampler's KV cache back to the allocator before the optimizer step needs the memory."""
-    import torch
-
-    if getattr(getattr(model, "device", None), "type", None) == "cuda":
-        torch.cuda.empty_cache()
 
 
 def _group_size(trainer: Any) -> int:

@@ -38,8 +38,9 @@ class TrlOptions:
     - `prompts_per_step` tasks per optimizer step, each run `n_samples` times (one GRPO group each);
       the step trains on `prompts_per_step * n_samples` episodes.
     - `max_new_tokens` per model call, `max_context_len` per episode (None: the model's).
-    - `sampler_memory`: on a GPU, the share of its memory (less what this process holds) the sampler's KV cache may take (the
-      trainer needs the rest; lower it to run several trainings on one GPU).
+    - `concurrency`: episodes in flight at once (None: all of a step's, `prompts_per_step * n_samples`).
+    - `sampler_memory`: on a GPU, the most of its free memory the sampler's KV cache may take; the cache is sized
+      to hold a step's episodes at `max_context_len` (or the model's context) and takes less when that is enough.
     - `save_interval`: steps between checkpoints in `output_dir` (TRL's `checkpoint-N` folders, each
       with the optimizer state to resume from; the last step is always saved); 0: no checkpoints.
     - `resample_zero_spread`: rounds of rerunning groups that would train nothing (`TrlAdapter`); None: the config's.
@@ -65,7 +66,7 @@ class TrlOptions:
     seed: int = 0
     max_tasks: int | None = None
     group_rm: bool = False
-    concurrency: int = 32
+    concurrency: int | None = None
     report_to: str = "none"
     run_name: str | None = None
     logging_steps: int = 1
@@ -80,7 +81,7 @@ class TrlOptions:
         if self.save_interval < 0:
             raise ValueError(f"save-interval must be >= 0 (0: no checkpoints), got {self.save_interval}")
         for name in ("max_steps", "prompts_per_step", "max_new_tokens", "concurrency", "logging_steps"):
-            if getattr(self, name) < 1:
+            if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         if self.n_samples < 2:
             raise ValueError(f"n-samples must be at least 2 (GRPO compares the samples of a group), got {self.n_samples}")
@@ -92,6 +93,10 @@ class TrlOptions:
             raise ValueError(f"top-p must be in (0, 1], got {self.top_p}")
         if self.device not in (None, "cpu", "cuda") and not str(self.device).startswith("cuda:"):
             raise ValueError(f"device must be cpu or cuda, got {self.device!r}")
+
+    @property
+    def episodes_per_step(self) -> int:
+        return self.prompts_per_step * self.n_samples
 
     @property
     def sampling(self) -> SamplingConfig:
@@ -213,6 +218,7 @@ class TrlSession:
                 max_context_len=options.max_context_len, episode=episode or ToolEpisode, concurrency=options.concurrency, group_rm=options.group_rm,
                 resample_zero_spread=prepared.resample_zero_spread if options.resample_zero_spread is None else options.resample_zero_spread,
                 continuous_batching={} if options.resolved_device == "cpu" else {"max_memory_percent": options.sampler_memory},  # GPU: leave the trainer room
+                max_sequences=options.concurrency or options.episodes_per_step,
             )  # fmt: skip
 
             async def make_client() -> Any:

@@ -58,8 +58,8 @@ def add_trl_arguments(parser: Any) -> None:
     group.add_argument("--group-rm", action="store_true", help="score each group with the environment's score_group where it has one")
     group.add_argument("--family", default=None, help="model family, overriding the config's model_family (docs/families.md)")
     group.add_argument("--seed", type=int, default=0, help="training seed and task shuffle seed (default 0)")
-    group.add_argument("--concurrency", type=int, default=32, help="episodes in flight at once (default 32)")
-    group.add_argument("--sampler-memory", type=float, default=0.5, help="GPU: share of its memory for the sampler's KV cache (default 0.5)")
+    group.add_argument("--concurrency", type=int, default=None, help="episodes in flight at once (default: all of a step's, rollout batch x n samples)")
+    group.add_argument("--sampler-memory", type=float, default=0.5, help="GPU: the most of its free memory the sampler's KV cache may take; it is sized to a step's episodes (default 0.5)")
     group.add_argument("--resample-zero-spread", type=int, default=None, metavar="N",
                        help="rerun groups that would train nothing (no reward spread), at most N rounds per step (default: the config's resample_zero_spread, 0: off)")
 

@@ -5,6 +5,15 @@ Concurrent episodes share batches: every `generate` call becomes one request of 
 finished outputs off the manager's queue and resolves the caller's asyncio future, so the event
 loop never blocks on the model.
 
+`suspend()` hands the model back between uses (a trainer's optimizer step): the generation thread
+stops and the attention implementation continuous batching switched is restored, but the paged
+cache and the batch processor stay, so the next `generate` restarts in milliseconds instead of
+allocating and warming up a new cache. `stop()` releases everything.
+
+**Compute dtype.** The paged cache holds keys and values in the dtype the forward computes them in:
+the weights' dtype, or the autocast dtype where the model's forward runs under autocast (a trainer's
+`bf16` mixed precision wraps fp32 weights so); the engine finds it with a one-token forward.
+
 What comes back: the sampled ids (the eos / stop token included, as SGLang does), the log-prob of
 each under the distribution it was drawn from (after temperature, top-k and top-p; the plain model
 distribution when greedy), and `stop` when the last id is an eos or `stop_token_ids` id, `length`
@@ -164,6 +173,70 @@ def load_model(name_or_path: str, *, gguf_file: str | None = None, device: str |
     return model.eval(), tokenizer
 
 
+def forward_dtype(model: Any) -> Any:
+    """The dtype `model`'s forward computes its projections in: the first linear layer's output dtype on one token.
+
+    Under autocast (accelerate wraps a mixed-precision model's `forward` in it) that is the autocast dtype,
+    not the weights' dtype; the paged cache must hold keys and values in it.
+    """
+    import torch
+
+    linear = next((m for m in model.modules() if isinstance(m, torch.nn.Linear)), None)
+    if linear is None:
+        return model.dtype
+    seen: list[Any] = []
+    handle = linear.register_forward_hook(lambda module, args, output: seen.append(output.dtype))
+    try:
+        with torch.no_grad():
+            model(input_ids=torch.zeros((1, 1), dtype=torch.long, device=model.device), use_cache=False)
+    finally:
+        handle.remove()
+    return seen[0] if seen else model.dtype
+
+
+class _ComputeDtypeView:
+    """`model` as continuous batching sees it, reporting the dtype its forward computes in (see `forward_dtype`)."""
+
+    def __init__(self, model: Any, dtype: Any) -> None:
+        object.__setattr__(self, "_model", model)
+        object.__setattr__(self, "dtype", dtype)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._model, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._model, name, value)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._model(*args, **kwargs)
+
+
+def _compute_in(manager: Any, model: Any, dtype: Any) -> None:
+    """Make `manager`'s paged cache hold `dtype` (the forward's compute dtype) and take keys and values in it.
+
+    Under autocast a layer's keys and values do not share a dtype (the value projection's output is in the
+    autocast dtype; the rotary embedding multiplies the key projection's output by float32 tables), and the
+    attention casts both to the autocast dtype before it reads them; the cache stores them so cast.
+    """
+    manager.model = _ComputeDtypeView(model, dtype)
+    create = manager._create_batch_processor
+
+    def create_casting() -> Any:
+        processor = create()
+        cache = processor.cache
+        if not getattr(cache, "_casts_to_compute_dtype", False):
+            update = cache.update
+
+            def update_in_dtype(key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> Any:
+                return update(key_states.to(dtype), value_states.to(dtype), *args, **kwargs)
+
+            cache.update = update_in_dtype
+            cache._casts_to_compute_dtype = True
+        return processor
+
+    manager._create_batch_processor = create_casting
+
+
 @attrs.define(eq=False)
 class _Pending:
     future: asyncio.Future[Any]
@@ -181,6 +254,9 @@ class TransformersEngine:
       capped by the paged cache's size when that is fixed (on CPU: 4096 tokens unless configured).
     - `continuous_batching`: extra `ContinuousBatchingConfig` fields (e.g. `num_blocks`, `max_batch_tokens`;
       on CPU they default to a small cache, on GPU transformers sizes it from free memory).
+    - `max_sequences`: on GPU, the requests that will be in flight at once at most: the paged cache is sized to
+      hold that many of `context_length` tokens (capped by `max_memory_percent` of free memory) instead of taking
+      a share of all free memory (tens of GiB for a small model), unless `num_blocks` is given.
     """
 
     model: Any
@@ -189,13 +265,18 @@ class TransformersEngine:
     default_max_new_tokens: int = 128
     context_length: int | None = None
     continuous_batching: Mapping[str, Any] = attrs.field(factory=dict)
+    max_sequences: int | None = None
     _eos: tuple[int, ...] = attrs.field(init=False, default=())
     _manager: Any = attrs.field(init=False, default=None)
+    _running: bool = attrs.field(init=False, default=False)
     _reader: threading.Thread | None = attrs.field(init=False, default=None)
+    _reader_done: threading.Event = attrs.field(init=False, factory=threading.Event)
     _pending: dict[str, _Pending] = attrs.field(init=False, factory=dict)
     _lock: threading.Lock = attrs.field(init=False, factory=threading.Lock)
+    _start_lock: threading.Lock = attrs.field(init=False, factory=threading.Lock)
     _closing: threading.Event = attrs.field(init=False, factory=threading.Event)
     _failure: str | None = attrs.field(init=False, default=None)
+    _shape: Any = attrs.field(init=False, default=None)
 
     def __attrs_post_init__(self) -> None:
         self._eos = _eos_ids(self.model, self.tokenizer)
@@ -210,6 +291,24 @@ class TransformersEngine:
     def _cb_options(self) -> dict[str, Any]:
         options = dict(_CPU_CB_DEFAULTS) if self.model.device.type == "cpu" else {}
         options.update(self.continuous_batching)
+        return options
+
+    def _sized_cb_options(self, dtype: Any) -> dict[str, Any]:
+        """`_cb_options`, with `num_blocks` for `max_sequences` requests of `context_length` tokens (GPU, unless given)."""
+        options = self._cb_options()
+        if self.model.device.type != "cuda" or options.get("num_blocks") is not None or not self.max_sequences or not self.context_length:
+            return options
+        import torch
+
+        text = self.model.config.get_text_config()
+        head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+        kv_heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
+        bytes_per_token = 2 * text.num_hidden_layers * kv_heads * head_dim * dtype.itemsize
+        page = int(options.get("page_size") or _DEFAULT_PAGE_SIZE)
+        wanted = self.max_sequences * math.ceil(self.context_length / page)
+        free, _ = torch.cuda.mem_get_info(self.model.device)
+        affordable = int(free * float(options.get("max_memory_percent") or 0.5)) // (bytes_per_token * page)
+        options["num_blocks"] = max(1, min(wanted, affordable))
         return options
 
     def _cache_tokens(self) -> int | None:
@@ -312,30 +411,51 @@ class TransformersEngine:
             raise EngineError(f"TransformersEngine: the generation thread failed: {self._failure}")
         if self._closing.is_set():
             raise EngineError("TransformersEngine is closed")
-        if self._manager is None:
-            from transformers import ContinuousBatchingConfig
-
-            generation_config = self.sampling.generation_config(self._eos, self.default_max_new_tokens)
-            cb_config = ContinuousBatchingConfig(return_logprobs=True, **self._cb_options())
-            manager = self.model.init_continuous_batching(generation_config=generation_config, continuous_batching_config=cb_config)
-            manager.start()
-            self._manager = manager
-            self._reader = threading.Thread(target=self._read_results, name="transformers-engine-reader", daemon=True)
-            self._reader.start()
+        if self._running:
+            return self._manager
+        with self._start_lock:
+            if not self._running:
+                self._start()
         return self._manager
 
-    def _read_results(self) -> None:
+    def _start(self) -> None:
+        manager = self._manager
+        dtype = forward_dtype(self.model)
+        shape = (dtype, sum(1 for _ in self.model.modules()))
+        if manager is not None and shape != self._shape:
+            # the model changed under a suspended engine (a trainer wrapped its forward in autocast, or added LoRA
+            # layers): the kept batch processor's cache and captured graphs belong to the old model
+            manager.batch_processor = None
+            manager = None
+        if manager is None:
+            from transformers import ContinuousBatchingConfig
+
+            self._shape = shape
+            generation_config = self.sampling.generation_config(self._eos, self.default_max_new_tokens)
+            cb_config = ContinuousBatchingConfig(return_logprobs=True, **self._sized_cb_options(dtype))
+            manager = self.model.init_continuous_batching(generation_config=generation_config, continuous_batching_config=cb_config)
+            if dtype != self.model.dtype:
+                _compute_in(manager, self.model, dtype)
+        else:  # resumed after `suspend`: the cache and batch processor were kept; switch the attention back
+            manager.switch_to_cb_friendly_attn(self.model, manager.continuous_batching_config.auto_switch_to_flash)
+        manager.start()
+        self._manager = manager
+        self._reader_done = threading.Event()
+        self._reader = threading.Thread(target=self._read_results, args=(manager, self._reader_done), name="transformers-engine-reader", daemon=True)
+        self._reader.start()
+        self._running = True
+
+    def _read_results(self, manager: Any, done: threading.Event) -> None:
         """Reader thread: hand finished outputs to the futures waiting for them, on their loops.
 
         Outputs that are ready together are resolved in one event-loop callback, so the episodes they
         wake add their next requests back to back and the manager refills its batch at once (one
         callback per output let the batch restart half empty at every turn boundary).
         """
-        manager = self._manager
-        while not self._closing.is_set():
+        while not done.is_set():
             output = manager.get_result(timeout=_POLL_S)
             if output is None:
-                if not manager.is_running() and not self._closing.is_set():
+                if not manager.is_running() and not done.is_set():
                     status = getattr(manager, "background_thread_status", None)
                     self._failure = str(getattr(status, "fatal_error", None) or "the generation thread stopped")
                     self._fail_pending(EngineError(f"TransformersEngine: {self._failure}"))
@@ -363,16 +483,31 @@ class TransformersEngine:
             if not loop.is_closed():
                 loop.call_soon_threadsafe(_reject, item.future, error)
 
+    def suspend(self) -> None:
+        """Stop the generation thread and restore the model's attention implementation, keeping the paged cache
+        and batch processor for the next `generate` (blocking); callers still waiting get `EngineError`."""
+        self._halt(keep=True)
+
     def stop(self) -> None:
-        """Stop the manager and the reader thread (blocking); waiting callers get `EngineError`."""
+        """Stop the manager and the reader thread and release the cache (blocking); waiting callers get `EngineError`."""
         self._closing.set()
-        manager, self._manager = self._manager, None
-        if manager is not None:
-            manager.stop(block=True)
-        if self._reader is not None:
-            self._reader.join()
-            self._reader = None
-        self._fail_pending(EngineError("TransformersEngine was closed"))
+        self._halt(keep=False)
+
+    def _halt(self, *, keep: bool) -> None:
+        with self._start_lock:
+            manager = self._manager
+            if manager is not None and self._running:
+                self._reader_done.set()
+                manager.stop(block=True, keep_for_next_session=keep)
+                vars(self.model).pop("_cached_continuous_batching_manager", None)  # the engine keeps its own reference
+                if self._reader is not None:
+                    self._reader.join()
+                    self._reader = None
+                self._running = False
+            if manager is not None and not keep:
+                manager.batch_processor = None  # a suspended manager still holds its cache
+                self._manager = None
+        self._fail_pending(EngineError("TransformersEngine was closed" if not keep else "TransformersEngine was suspended"))
 
     async def aclose(self) -> None:
         await asyncio.get_running_loop().run_in_executor(None, self.stop)

@@ -1,0 +1,452 @@
+"""Side by side on one GPU: TRL's own generation, TRL's own tool loop, and `train --framework trl`.
+
+Same model (fresh fp32 weights loaded for each side), task set, batch (`--tasks` x `--n`), learning rate,
+temperature, max tokens per reply and seed; each side trains `--warmup` + `--steps` GRPO steps and the
+timed steps are reported: seconds per step, sampled tokens per second (tokens the model sampled, tool
+and prompt tokens excluded), episodes per second, mean reward, and peak GPU memory allocated.
+
+- `trl`: a plain `GRPOTrainer` (TRL samples one reply per prompt with `model.generate`); the reward
+  function hands each reply to the environment as our episodes do (parsed by the config's parser: a
+  tool call runs that tool, a plain reply goes to the environment's terminal tool).
+- `trl-tools`: `GRPOTrainer(environment_factory=...)`, TRL's own multi-turn tool loop, over the same
+  environment: an environment class whose methods are the environment's tools (built from its tool
+  specs), with a session per episode. SmolLM2's chat template has no tool support, so TRL's tool-call
+  parsing (`parse_response`) and its template check (`supports_tool_calling`) are bridged to the
+  config's parser: both sides read replies the same way. TRL stops an episode when a reply has no tool
+  call or after `max_turns - 1` tool rounds.
+- `ours`: `TrlSession` (what `train --framework trl` runs): every episode through the config's
+  `Rollouts` on the embedded `TransformersEngine`.
+
+    python benchmarks/trl_side_by_side.py --config examples/quickstart_config.yaml \\
+        --serve examples/environments/closest_guess.py:GradedGuess --split test --tasks 8 --n 8 --max-new-tokens 64 --bf16
+    python benchmarks/trl_side_by_side.py --config examples/train_paint_room_config.yaml \\
+        --serve examples/environments/paint_room.py:PaintRoom --plugin examples/reply_as_call.py --tasks 8 --n 8 --bf16
+
+Prints one line per side and, with `--json FILE`, writes the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+JSON_TYPES = {"string": "str", "integer": "int", "number": "float", "boolean": "bool"}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--serve", required=True, metavar="FILE.py:Class", help="the environment class to serve on 127.0.0.1")
+    parser.add_argument("--plugin", action="append", default=[], help="a Python file to import first (e.g. one registering a parser)")
+    parser.add_argument("--split", default=None, help="the split to train on (default: the config's)")
+    parser.add_argument("--model", default="offline:smollm2")
+    parser.add_argument("--random-weights", action="store_true",
+                        help="--model is a folder with config.json and tokenizer files only: random weights of that shape (seeded); "
+                        "every reply then runs to --max-new-tokens on every side, so the sides sample the same lengths")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--bf16", action="store_true")
+    parser.add_argument("--tasks", type=int, default=8, help="prompts per step")
+    parser.add_argument("--n", type=int, default=8, help="samples per prompt (GRPO group)")
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--lr", type=float, default=1e-5)
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--warmup", type=int, default=1, help="untimed steps first")
+    parser.add_argument("--steps", type=int, default=3, help="timed steps")
+    parser.add_argument("--sides", default="trl,trl-tools,ours")
+    parser.add_argument("--json", default=None, metavar="FILE")
+    return parser.parse_args(argv)
+
+
+class StepClock:
+    """A TrainerCallback recording each step's wall time (from the start of its generation to its optimizer step)."""
+
+    def __init__(self) -> None:
+        self.seconds: list[float] = []
+        self._started = 0.0
+
+    def callback(self) -> Any:
+        from transformers import TrainerCallback
+
+        clock = self
+
+        class Clock(TrainerCallback):
+            def on_step_begin(self, args: Any, state: Any, control: Any, **_: Any) -> None:
+                import torch
+
+                torch.cuda.synchronize() if torch.cuda.is_available() else None
+                clock._started = time.perf_counter()
+
+            def on_step_end(self, args: Any, state: Any, control: Any, **_: Any) -> None:
+                import torch
+
+                torch.cuda.synchronize() if torch.cuda.is_available() else None
+                clock.seconds.append(time.perf_counter() - clock._started)
+
+        return Clock()
+
+
+class Bridge:
+    """The environment as TRL's sides see it, over the session's SDK client and event loop (calls block)."""
+
+    def __init__(self, session: Any) -> None:
+        self.session = session
+        self.adapter = session.adapter
+        self.parser = session.adapter.rollouts.parser
+        self.config = session.config
+        first = session.train_tasks[0]
+        self.specs, self.system = self.adapter.run(self._tools_and_system(first))
+
+    async def _tools_and_system(self, task: Any) -> tuple[list[dict[str, Any]], str | None]:
+        async with self.open(task) as env:
+            specs = await env.tools()
+        template = self.config.system_prompt_template
+        return specs, template.replace("{tools}", json.dumps(specs)) if template else None
+
+    def open(self, task: Any) -> Any:
+        from openreward_rl.env.environment import open_session
+        from openreward_rl.loop.rollout import resolve_task
+
+        return open_session(self.adapter.rollouts.client, resolve_task(self.config, task), tool_timeout=self.config.tool_timeout)
+
+    def messages(self, task: Any) -> list[dict[str, Any]]:
+        async def prompt() -> list[dict[str, Any]]:
+            async with self.open(task) as env:
+                return await env.prompt_messages()
+
+        system = [{"role": "system", "content": self.system}] if self.system else []
+        return system + self.adapter.run(prompt())
+
+    def parse(self, text: str) -> Any:
+        return self.parser.parse(text, tools=self.specs)
+
+    def respond(self, env: Any, text: str, state: dict[str, Any]) -> str | None:
+        """One reply handed to an open session as our episodes hand it; the environment's text, None without a call."""
+        parsed = self.parse(text)
+
+        async def go() -> str | None:
+            if parsed.tool_calls:
+                outcomes = [await env.call_tool(call.name, call.arguments) for call in parsed.tool_calls]
+            elif not parsed.has_tool_activity and await env.terminal_tool() is not None:
+                outcomes = [await env.call_terminal_tool(parsed.content)]
+            else:
+                return None
+            for outcome in outcomes:
+                state["rewards"] += [outcome.reward] if outcome.reward is not None else []
+                state["finished"] = state["finished"] or outcome.finished
+            return "\n".join(o.text for o in outcomes)
+
+        return self.adapter.run(go())
+
+    def reward(self, state: dict[str, Any]) -> float:
+        return float(sum(state["rewards"]))
+
+    # -- TRL's plain GRPOTrainer: one reply per prompt ---------------------------------------------
+
+    def plain_reward(self) -> Any:
+        from openreward_rl.env.tasks import task_from_metadata
+
+        def openreward_reward(prompts: list[Any], completions: list[Any], task: list[str], **_: Any) -> list[float]:
+            rewards = []
+            for completion, row in zip(completions, task):
+                text = completion if isinstance(completion, str) else completion[-1]["content"]
+                state = {"rewards": [], "finished": False}
+                with self._session(task_from_metadata(row)) as env:
+                    self.respond(env, text, state)
+                rewards.append(self.reward(state))
+            return rewards
+
+        return openreward_reward
+
+    @contextlib.contextmanager
+    def _session(self, task: Any) -> Any:
+        stack = contextlib.AsyncExitStack()
+        env = self.adapter.run(stack.enter_async_context(self.open(task)))
+        try:
+            yield env
+        finally:
+            self.adapter.run(stack.aclose())
+
+    # -- TRL's tool loop: environment_factory ------------------------------------------------------
+
+    def environment_class(self) -> type:
+        """A class whose public methods are the environment's tools (TRL reads their signatures and docstrings)."""
+        bridge = self
+        namespace: dict[str, Any] = {}
+        source = []
+        for spec in self.specs:
+            function = spec["function"]
+            properties = function.get("parameters", {}).get("properties", {})
+            names = list(properties)
+            params = ", ".join(f"{name}: {JSON_TYPES.get(properties[name].get('type'), 'str')}" for name in names)
+            args_doc = "".join(f"\n        {name}: {properties[name].get('description') or name}" for name in names)
+            doc = (function.get("description") or function["name"]).replace('"""', "'")
+            call = ", ".join(f"{n!r}: {n}" for n in names)
+            source.append(
+                f'def {function["name"]}(self, {params}) -> str:\n    """{doc}\n\n    Args:{args_doc}\n    """\n'
+                f'    return self._call({function["name"]!r}, {{{call}}})\n'
+            )
+        exec("\n".join(source), namespace)  # noqa: S102 - tool methods built from the environment's own specs
+        tools = {name: value for name, value in namespace.items() if callable(value) and not name.startswith("__")}
+
+        class OpenRewardEpisode:
+            def __init__(self) -> None:
+                self._stack: contextlib.AsyncExitStack | None = None
+                self._env: Any = None
+                self.state: dict[str, Any] = {"rewards": [], "finished": False}
+
+            def reset(self, task: str | None = None, **_: Any) -> None:
+                from openreward_rl.env.tasks import task_from_metadata
+
+                self._close()
+                self.state = {"rewards": [], "finished": False}
+                self._stack = contextlib.AsyncExitStack()
+                self._env = bridge.adapter.run(self._stack.enter_async_context(bridge.open(task_from_metadata(task))))
+                return None  # the prompt is the dataset row's
+
+            def _call(self, name: str, arguments: dict[str, Any]) -> str:
+                outcome = bridge.adapter.run(self._env.call_tool(name, arguments))
+                self.state["rewards"] += [outcome.reward] if outcome.reward is not None else []
+                self.state["finished"] = self.state["finished"] or outcome.finished
+                return outcome.text
+
+            def _close(self) -> None:
+                if self._stack is not None:
+                    bridge.adapter.run(self._stack.aclose())
+                    self._stack, self._env = None, None
+
+        for name, function in tools.items():
+            setattr(OpenRewardEpisode, name, function)
+        return OpenRewardEpisode
+
+    def tool_reward(self) -> Any:
+        def openreward_reward(prompts: list[Any], completions: list[Any], environments: list[Any], **_: Any) -> list[float]:
+            rewards = []
+            for completion, episode in zip(completions, environments):
+                last = completion[-1] if completion else {}
+                if not episode.state["finished"] and last.get("role") == "assistant" and not last.get("tool_calls"):
+                    self.respond(episode._env, last.get("content") or "", episode.state)  # a plain last reply: terminal tool
+                rewards.append(self.reward(episode.state))
+                episode._close()
+            return rewards
+
+        return openreward_reward
+
+    def patch_trl(self) -> None:
+        """TRL's response parsing and tool-template check, bridged to the config's parser (SmolLM2's template has no tools)."""
+        import trl.trainer.grpo_trainer as grpo
+
+        bridge = self
+
+        def parse_response(tokenizer: Any, ids: list[int], prefix: Any = None, tools: Any = None) -> dict[str, Any]:
+            text = tokenizer.decode(ids, skip_special_tokens=True)
+            parsed = bridge.parse(text)
+            message: dict[str, Any] = {"role": "assistant", "content": parsed.content}
+            if parsed.tool_calls:
+                message["tool_calls"] = [{"type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in parsed.tool_calls]
+            return message
+
+        grpo.parse_response = parse_response
+        grpo.supports_tool_calling = lambda processing_class: True
+        grpo.is_chat_template_prefix_preserving = lambda processing_class: True
+
+
+def grpo_args(options: Any, output_dir: str, *, max_tool_calling_iterations: int | None = None) -> Any:
+    from openreward_rl.backends.trl_run import grpo_config
+
+    args = grpo_config(options)
+    args.output_dir = output_dir
+    args.disable_tqdm = True
+    if max_tool_calling_iterations is not None:
+        args.max_tool_calling_iterations = max_tool_calling_iterations
+    return args
+
+
+def count_sampled(trainer: Any) -> list[int]:
+    """Tokens TRL's generation sampled, per call of `_generate_single_turn` (tool rounds included)."""
+    counts: list[int] = []
+    original = trainer._generate_single_turn
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        completion_ids, logprobs = original(*args, **kwargs)
+        counts.append(sum(len(ids) for ids in completion_ids))
+        return completion_ids, logprobs
+
+    trainer._generate_single_turn = counting
+    return counts
+
+
+RANDOM_WEIGHTS = False
+
+
+def fresh_model(options: Any) -> tuple[Any, Any]:
+    import torch
+
+    from openreward_rl.backends.trl_run import trainable_gguf
+    from openreward_rl.engines.transformers import load_model
+
+    torch.manual_seed(options.seed)
+    if RANDOM_WEIGHTS:
+        from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(options.model), dtype=torch.float32).to(options.resolved_device)
+        return model.eval(), AutoTokenizer.from_pretrained(options.model)
+    model, tokenizer = load_model(options.model, device=options.resolved_device, dtype="float32")
+    return trainable_gguf(model), tokenizer
+
+
+def run_side(side: str, session: Any, bridge: Any, options: Any, args: argparse.Namespace, workdir: str) -> dict[str, Any]:
+    import torch
+    from datasets import Dataset
+
+    from openreward_rl.backends.trl import task_prompt
+    from openreward_rl.backends.trl_run import quiet_trainer
+
+    cuda = torch.cuda.is_available() and options.resolved_device.startswith("cuda")
+    gc.collect()
+    if cuda:
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    clock = StepClock()
+    sampled: list[int] = []
+    rewards: list[float] = []
+    max_turns = session.config.environment(session.train_tasks[0].environment).max_turns or 1
+    if side == "ours":
+        trainer = session.trainer(callbacks=[clock.callback()])
+        rollout = trainer.rollout_func
+
+        def recording(prompts: Any, trainer_: Any) -> Any:
+            out = rollout(prompts, trainer_)
+            sampled.append(sum(sum(t.loss_mask) for t in session.adapter.last_trajectories))
+            rewards.extend(r for r in out["episode_reward"] if r is not None)
+            return out
+
+        trainer.rollout_func = recording
+        prompt_tokens = None
+    else:
+        from trl import GRPOTrainer
+
+        model, tokenizer = fresh_model(options)
+        rows = [{"prompt": bridge.messages(task), "task": task_prompt(task)} for task in session.train_tasks]
+        prompt_tokens = sum(len(tokenizer.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=True, return_dict=False)) for r in rows) / len(rows)
+        if side == "trl":
+            reward = bridge.plain_reward()
+            trainer = GRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=[reward], args=grpo_args(options, f"{workdir}/{side}"),
+                                  train_dataset=Dataset.from_list(rows), callbacks=[clock.callback()])  # fmt: skip
+        else:
+            bridge.patch_trl()
+            tokenizer.response_template = "bridged: benchmarks/trl_side_by_side.py parses replies with the config's parser"
+            trainer = GRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=[bridge.tool_reward()],
+                                  args=grpo_args(options, f"{workdir}/{side}", max_tool_calling_iterations=max(max_turns - 1, 0)),
+                                  train_dataset=Dataset.from_list(rows), environment_factory=bridge.environment_class(), callbacks=[clock.callback()])  # fmt: skip
+        counts = count_sampled(trainer)
+        calls_before = [0]
+
+        def on_step(_: Any = None) -> None:
+            sampled.append(sum(counts[calls_before[0] :]))
+            calls_before[0] = len(counts)
+
+        from transformers import TrainerCallback
+
+        class Tokens(TrainerCallback):
+            def on_step_end(self, a: Any, state: Any, control: Any, **_: Any) -> None:
+                on_step()
+
+        trainer.add_callback(Tokens())
+    quiet_trainer(trainer)
+    trainer.train()
+    if side != "ours":
+        rewards = [float(x) for x in trainer._logs["rewards"][next(iter(trainer._logs["rewards"]))] if x == x]
+    timed = clock.seconds[args.warmup :]
+    tokens = sampled[args.warmup :]
+    episodes = options.episodes_per_step
+    result = {
+        "side": side,
+        "steps": len(timed),
+        "s_per_step": sum(timed) / len(timed),
+        "step_seconds": [round(s, 3) for s in clock.seconds],
+        "sampled_tokens_per_step": sum(tokens) / len(tokens),
+        "sampled_tokens_per_s": sum(tokens) / sum(timed),
+        "episodes_per_s": episodes * len(timed) / sum(timed),
+        "reward_mean_last": sum(rewards[-episodes:]) / max(len(rewards[-episodes:]), 1),
+        "peak_gpu_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
+        "first_prompt_tokens": prompt_tokens,
+    }
+    if side != "ours":
+        del trainer, model
+    else:
+        session._trainer = None
+    return result
+
+
+def main(argv: list[str] | None = None) -> None:
+    import torch
+
+    from openreward_rl.backends.trl_run import TrlOptions, TrlSession
+    from openreward_rl.config import load_config, prepare_config
+    from openreward_rl.env.local_server import import_file, load_environment_class
+
+    args = parse_args(argv)
+    global RANDOM_WEIGHTS
+    RANDOM_WEIGHTS = args.random_weights
+    for path in args.plugin:
+        import_file(Path(path))
+    config = load_config(args.config)
+    if args.split:
+        config = prepare_config(config, split=args.split)
+    options = TrlOptions(
+        model=args.model, device=args.device, bf16=args.bf16, max_steps=args.warmup + args.steps, prompts_per_step=args.tasks, n_samples=args.n,
+        lr=args.lr, temperature=args.temperature, max_new_tokens=args.max_new_tokens, save_interval=0, seed=args.seed,
+    )  # fmt: skip
+    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+    import transformers
+    import trl
+
+    print(f"device {gpu}; torch {torch.__version__}, transformers {transformers.__version__}, trl {trl.__version__}; {args.model}, "
+          f"bf16 {args.bf16}; {args.tasks} tasks x {args.n} samples, <= {args.max_new_tokens} tokens a reply, lr {args.lr}, seed {args.seed}; "
+          f"{args.warmup} warm-up + {args.steps} timed steps", flush=True)  # fmt: skip
+    results = []
+    with tempfile.TemporaryDirectory() as workdir:
+        options = attrs_evolve(options, output_dir=workdir)
+        model, tokenizer = fresh_model(options)
+        with TrlSession.open(config, options, serve=[load_environment_class(args.serve)], model=model, tokenizer=tokenizer) as session:
+            bridge = Bridge(session)
+            for side in args.sides.split(","):
+                try:
+                    result = run_side(side, session, bridge, session.options, args, workdir)
+                except Exception as error:  # one side failing must not lose the others' figures
+                    import traceback
+
+                    traceback.print_exc()
+                    result = {"side": side, "error": f"{type(error).__name__}: {error}"}
+                results.append(result)
+                print(json.dumps(result), flush=True)
+    print(f"\n{'side':<10} {'s/step':>8} {'sampled tok/s':>14} {'episodes/s':>11} {'tok/step':>9} {'reward':>7} {'peak GiB':>9}")
+    for r in results:
+        if "error" in r:
+            print(f"{r['side']:<10} failed: {r['error'][:100]}")
+            continue
+        peak = f"{r['peak_gpu_gib']:.2f}" if r["peak_gpu_gib"] is not None else "-"
+        print(f"{r['side']:<10} {r['s_per_step']:>8.2f} {r['sampled_tokens_per_s']:>14,.0f} {r['episodes_per_s']:>11.1f} "
+              f"{r['sampled_tokens_per_step']:>9.0f} {r['reward_mean_last']:>7.3f} {peak:>9}")  # fmt: skip
+    if args.json:
+        Path(args.json).write_text(json.dumps({"device": gpu, "args": vars(args), "results": results}, indent=2))
+
+
+def attrs_evolve(options: Any, **changes: Any) -> Any:
+    import attrs
+
+    return attrs.evolve(options, **changes)
+
+
+if __name__ == "__main__":
+    main()
