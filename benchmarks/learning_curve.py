@@ -131,8 +131,10 @@ def run_config(args: argparse.Namespace, estimator: str | None, resample: int | 
     return config if resample is None else attrs.evolve(config, resample_zero_spread=resample)
 
 
-def run_seed(args: argparse.Namespace, seed: int, estimator: str | None = None, resample: int | None = None) -> dict[str, Any]:
-    """One training run: the curve of evaluation points and the training steps' own rewards."""
+def run_seed(args: argparse.Namespace, seed: int, estimator: str | None = None, resample: int | None = None,
+             progress: Callable[[dict[str, Any]], None] = lambda run: None) -> dict[str, Any]:
+    """One training run: the curve of evaluation points and the training steps' own rewards; `progress`
+    gets the run so far after each evaluation (a run cut short keeps its points)."""
     from transformers import TrainerCallback, set_seed
 
     from openreward_rl.backends.trl_run import TrlOptions, TrlSession, eval_stats, quiet_trainer
@@ -147,6 +149,12 @@ def run_seed(args: argparse.Namespace, seed: int, estimator: str | None = None, 
     train_rewards: list[dict[str, float]] = []
     config = run_config(args, estimator, resample)
     label = f"seed {seed} {config.advantage.estimator} resample {config.resample_zero_spread}"
+
+    def record() -> dict[str, Any]:
+        return {"seed": seed, "estimator": config.advantage.estimator, "gamma": config.advantage.gamma, "clip": config.advantage.clip,
+                "resample_zero_spread": config.resample_zero_spread, "curve": curve, "train": train_rewards,
+                "seconds": round(time.monotonic() - started, 1)}  # fmt: skip
+
     with TrlSession.open(config, options, serve=[args.serve]) as session:
         tasks = session.tasks_of(args.eval_split)
 
@@ -155,6 +163,7 @@ def run_seed(args: argparse.Namespace, seed: int, estimator: str | None = None, 
             curve.append(point(step, stats, time.monotonic() - started))
             [item] = stats.values()
             print(f"{label} step {step:>3}  {item.line()}  ({time.monotonic() - started:.0f}s)", flush=True)
+            progress(record())
 
         class EvaluateEvery(TrainerCallback):
             def on_step_end(self, train_args: Any, state: Any, control: Any, **_: Any) -> None:
@@ -162,7 +171,10 @@ def run_seed(args: argparse.Namespace, seed: int, estimator: str | None = None, 
                     evaluate(state.global_step)
 
             def on_log(self, train_args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **_: Any) -> None:
-                if logs and "reward" in logs:
+                if logs and "reward" in logs and logs["reward"] is None:  # no episode scored: say how they ended
+                    stops = {k.rsplit("/", 1)[-1]: v for k, v in logs.items() if "/stop/" in k and v}
+                    print(f"{label} step {state.global_step:>3}  no episode scored: {stops}", flush=True)
+                if logs and logs.get("reward") is not None:
                     signal = {key.split("/")[-1]: logs[key] for key in ("openreward/zero_spread_share", "openreward/untrained_share", "openreward/resampled_groups") if key in logs}
                     train_rewards.append({"step": state.global_step, "reward": logs["reward"], "reward_std": logs.get("reward_std", 0.0), **signal})
                     print(f"{label} step {state.global_step:>3}  training reward {logs['reward']:.3f} ± {logs.get('reward_std', 0.0):.3f}  "
@@ -171,8 +183,7 @@ def run_seed(args: argparse.Namespace, seed: int, estimator: str | None = None, 
 
         evaluate(0)
         quiet_trainer(session.trainer(callbacks=[EvaluateEvery()])).train()
-    return {"seed": seed, "estimator": config.advantage.estimator, "gamma": config.advantage.gamma, "clip": config.advantage.clip,
-            "resample_zero_spread": config.resample_zero_spread, "curve": curve, "train": train_rewards, "seconds": round(time.monotonic() - started, 1)}
+    return record()
 
 
 def run_label(run: dict[str, Any], results: dict[str, Any]) -> str:
@@ -240,8 +251,11 @@ def main(argv: list[str] | None = None) -> int:
     for estimator in args.estimator:
         for resample in args.resample_zero_spread:
             for seed in args.seed:
-                results["runs"].append(run_seed(args, seed, estimator, resample))
-                out.with_suffix(".json").write_text(json.dumps(results, indent=2))  # after each run: a crash keeps what ran
+                def save(run: dict[str, Any]) -> None:  # after each evaluation: a crash keeps what ran
+                    out.with_suffix(".json").write_text(json.dumps({**results, "runs": [*results["runs"], run]}, indent=2))
+
+                results["runs"].append(run_seed(args, seed, estimator, resample, progress=save))
+                out.with_suffix(".json").write_text(json.dumps(results, indent=2))
     print("\nstep  " + "  ".join(f"{run_label(run, results):<32}" for run in results["runs"]))
     for i, p in enumerate(results["runs"][0]["curve"]):
         cells = []

@@ -261,6 +261,9 @@ class Bridge:
 
 
 def grpo_args(options: Any, output_dir: str, *, max_tool_calling_iterations: int | None = None) -> Any:
+    """TRL's config for a side. In TRL's tool loop `max_completion_length` caps the whole episode (every reply
+    and tool result), not one reply: it gets each of its turns a reply's tokens plus as many for the tool's
+    answer, so the loop is not cut where ours (`max_new_tokens` per reply) goes on."""
     from openreward_rl.backends.trl_run import grpo_config
 
     args = grpo_config(options)
@@ -268,6 +271,7 @@ def grpo_args(options: Any, output_dir: str, *, max_tool_calling_iterations: int
     args.disable_tqdm = True
     if max_tool_calling_iterations is not None:
         args.max_tool_calling_iterations = max_tool_calling_iterations
+        args.max_completion_length = 2 * options.max_new_tokens * (max_tool_calling_iterations + 1)
     return args
 
 
@@ -378,6 +382,7 @@ def run_side(side: str, session: Any, bridge: Any, options: Any, args: argparse.
         "sampled_tokens_per_s": sum(tokens) / sum(timed),
         "episodes_per_s": episodes * len(timed) / sum(timed),
         "reward_mean_last": sum(rewards[-episodes:]) / max(len(rewards[-episodes:]), 1),
+        "reward_per_step": [round(sum(chunk) / len(chunk), 4) for i in range(0, len(rewards), episodes) if (chunk := rewards[i : i + episodes])],
         "peak_gpu_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
         "first_prompt_tokens": prompt_tokens,
     }

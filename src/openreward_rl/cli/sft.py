@@ -30,6 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--serve", action="append", default=[], metavar="FILE.py:Class", help="serve this environment class on 127.0.0.1 (repeatable)")
     parser.add_argument("--teacher", default=None, metavar="FILE.py:function", help="a scripted teacher: function(messages, tools) -> engines.teacher.TeacherTurn")
     parser.add_argument("--teacher-n", type=int, default=1, help="teacher episodes per training task (default 1)")
+    parser.add_argument("--max-tasks", type=int, default=None, help="cap on the training tasks the teacher plays (a lighter warm start)")
     parser.add_argument("--from-results", action="append", default=[], metavar="FILE.jsonl", help="recorded episodes (openreward-rl eval --output) of this model's tokenizer (repeatable)")
     parser.add_argument("--min-reward", type=float, default=1.0, help="keep episodes rewarded at least this (default 1.0)")
     parser.add_argument("--epochs", type=float, default=2.0, help="passes over the kept episodes (default 2)")
@@ -105,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
         classes = [load_environment_class(spec) for spec in args.serve]
         options = TrlOptions(
             model=args.model, output_dir=args.output_dir, device=args.device, bf16=args.bf16, max_new_tokens=args.max_response_len,
-            temperature=args.temperature, seed=args.seed, family=args.family, save_interval=0,
+            temperature=args.temperature, seed=args.seed, family=args.family, save_interval=0, max_tasks=args.max_tasks,
         )  # fmt: skip
     except (ValueError, ConfigError) as error:
         return fail(str(error))

@@ -308,7 +308,12 @@ class TransformersEngine:
         wanted = self.max_sequences * math.ceil(self.context_length / page)
         free, _ = torch.cuda.mem_get_info(self.model.device)
         affordable = int(free * float(options.get("max_memory_percent") or 0.5)) // (bytes_per_token * page)
-        options["num_blocks"] = max(1, min(wanted, affordable))
+        # transformers checks the cache's whole footprint (blocks and the batch's working buffers) against
+        # `max_memory_percent` and refuses a cache past it, which aborts every request (seen on an H100: 3.46 GB
+        # for 3.13 GB allowed): fix the blocks only where the step's sequences need far less than the share,
+        # else let transformers size the cache within the share itself
+        if wanted * 4 <= affordable:
+            options["num_blocks"] = wanted
         return options
 
     def _cache_tokens(self) -> int | None:
