@@ -27,6 +27,8 @@ from openreward_rl.backends.trl import TrlAdapter, task_dataset
 from openreward_rl.config import TrainConfig
 from openreward_rl.engines.transformers import SamplingConfig
 from openreward_rl.env.tasks import TaskRef
+from openreward_rl.loop.trajectory import StopReason, Trajectory
+from openreward_rl.observe.metrics import EnvironmentSummary, summarize
 
 __all__ = ["EvalStats", "TrlOptions", "TrlSession", "eval_stats", "grpo_config", "last_checkpoint", "lora_config", "quiet_trainer", "trainable_gguf"]
 
@@ -260,11 +262,12 @@ class TrlSession:
 
 @attrs.frozen
 class EvalStats:
-    """An evaluation of one environment as training counts it.
+    """An evaluation of one environment as training counts it: the figures of `observe.metrics.summarize`
+    (the same reward, success and pass@k as `openreward-rl eval`'s table), NaN where nothing was scored.
 
     `reward_mean`/`reward_std` are over the scored episodes (infrastructure failures left out) with an
     episode that ended without a reward (e.g. truncated) counted as 0.0, exactly as it is trained;
-    `success` is the share with reward > 0; `pass_at_k[k]` the unbiased pass@k over tasks.
+    `success` is `EnvironmentSummary.success_rate`; `pass_at_k[k]` the unbiased pass@k over tasks.
     """
 
     environment: str
@@ -277,6 +280,22 @@ class EvalStats:
     infra_failures: int
     pass_at_k: Mapping[int, float]
 
+    @classmethod
+    def of(cls, summary: EnvironmentSummary) -> EvalStats:
+        """The figures of one environment's summary."""
+        nan = float("nan")
+        return cls(
+            environment=summary.environment,
+            n=summary.episodes,
+            scored=summary.scored,
+            reward_mean=nan if summary.reward_mean is None else summary.reward_mean,
+            reward_std=nan if summary.reward_std is None else summary.reward_std,
+            success=nan if summary.success_rate is None else summary.success_rate,
+            truncated=summary.stop_reasons.get(StopReason.TRUNCATED.value, 0.0),
+            infra_failures=summary.infrastructure_failures,
+            pass_at_k=dict(summary.pass_at_k),
+        )
+
     def line(self) -> str:
         pass_k = ", ".join(f"pass@{k} {v:.2f}" for k, v in self.pass_at_k.items())
         return (
@@ -285,35 +304,6 @@ class EvalStats:
         )
 
 
-def eval_stats(trajectories: Sequence[Any]) -> dict[str, EvalStats]:
-    """`EvalStats` per environment (first-seen order) of evaluation trajectories."""
-    import statistics
-
-    from openreward_rl.backends.trl import trained_reward
-    from openreward_rl.observe.metrics import default_task_key, pass_at_k
-    from openreward_rl.loop.trajectory import StopReason
-
-    by_env: dict[str, list[Any]] = {}
-    for trajectory in trajectories:
-        by_env.setdefault(str(trajectory.task.get("environment")), []).append(trajectory)
-    out = {}
-    for env, items in by_env.items():
-        scored = [(t, r) for t in items if (r := trained_reward(t)) is not None]
-        rewards = [r for _, r in scored]
-        per_task: dict[str, list[bool]] = {}
-        for trajectory, reward in scored:
-            per_task.setdefault(default_task_key(trajectory), []).append(reward > 0)
-        most = min((len(v) for v in per_task.values()), default=0)
-        ks = sorted({k for k in (1, 2, 4, 8, 16, most) if 1 <= k <= most})
-        out[env] = EvalStats(
-            environment=env,
-            n=len(items),
-            scored=len(scored),
-            reward_mean=statistics.fmean(rewards) if rewards else float("nan"),
-            reward_std=statistics.pstdev(rewards) if rewards else float("nan"),
-            success=sum(r > 0 for r in rewards) / len(rewards) if rewards else float("nan"),
-            truncated=sum(t.stop_reason is StopReason.TRUNCATED for t in items) / len(items),
-            infra_failures=len(items) - len(scored),
-            pass_at_k={k: statistics.fmean(pass_at_k(len(v), sum(v), k) for v in per_task.values()) for k in ks},
-        )
-    return out
+def eval_stats(trajectories: Sequence[Trajectory]) -> dict[str, EvalStats]:
+    """`EvalStats` per environment (first-seen order) of evaluation trajectories: `observe.metrics.summarize`'s figures."""
+    return {env: EvalStats.of(summary) for env, summary in summarize(trajectories).items()}
