@@ -79,3 +79,18 @@ def test_train_and_eval_report_the_same_pass_at_k_and_success_on_one_results_fil
 
     assert pass_at_ks(cells["pass@k"]) == pass_at_ks(line) and set(pass_at_ks(line)) == {"1", "2", "4"}
     assert re.search(r"success (\S+)", line).group(1) == cells["success"] == "0.22"  # 2 of 9 scored
+
+
+def test_every_reader_takes_the_trained_reward_from_the_trajectory() -> None:
+    """The eval summary, the Slime/Miles record, `show`'s index and TRL's reward all read `Trajectory.trained_reward`."""
+    from openreward_rl.backends.episode_record import EpisodeRecord
+    from openreward_rl.observe.metrics import EpisodeStats
+    from openreward_rl.show.index import episode_rows
+
+    trajectories = [
+        episode(0, 0.5), episode(1, None, StopReason.TRUNCATED), episode(2, -1.0, StopReason.MAX_TURNS), episode(3, 0.5, StopReason.ENV_ERROR),
+    ]
+    assert [t.trained_reward for t in trajectories] == [0.5, 0.0, -1.0, None]
+    assert [EpisodeStats.from_trajectory(t).trained_reward for t in trajectories] == [0.5, 0.0, -1.0, None]
+    assert [row.trained_reward for row in episode_rows([t.to_dict() for t in trajectories], trajectories)] == [0.5, 0.0, -1.0, None]
+    assert [EpisodeRecord.of_trajectory(t, {}).trained_reward for t in trajectories] == [0.5, 0.0, -1.0, 0.0]  # a failure's sample is masked

@@ -31,18 +31,19 @@ from openreward_rl.env.tasks import TaskRef
 from openreward_rl.loop.rollout import resolve_task
 from openreward_rl.env.tasks import task_from_metadata
 
-__all__ = ["episode_reward", "flatten", "group_rewards", "rollout_key"]
+__all__ = ["trained_reward", "flatten", "group_rewards", "rollout_key"]
 
 logger = logging.getLogger(__name__)
 
 
-def episode_reward(sample: Any) -> float:
-    """The reward the generate hook computed for this sample; 0.0 where none was observed or the run failed.
+def trained_reward(sample: Any) -> float:
+    """The reward this sample trains with (`EpisodeRecord.trained_reward`): the episode's reward the generate
+    hook stored, 0.0 where none was observed or the run failed.
 
     >>> from types import SimpleNamespace
-    >>> episode_reward(SimpleNamespace(metadata={"environment": "e", "stop_reason": "completed", "episode_reward": 0.5}))
+    >>> trained_reward(SimpleNamespace(metadata={"environment": "e", "stop_reason": "completed", "episode_reward": 0.5}))
     0.5
-    >>> episode_reward(SimpleNamespace(metadata={"environment": "e", "stop_reason": "env_error", "episode_reward": None}))
+    >>> trained_reward(SimpleNamespace(metadata={"environment": "e", "stop_reason": "env_error", "episode_reward": None}))
     0.0
     """
     return EpisodeRecord.from_metadata(sample.metadata).trained_reward

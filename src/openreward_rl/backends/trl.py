@@ -2,7 +2,7 @@
 
     adapter = TrlAdapter.build(config, tokenizer, client, model="offline:smollm2", max_new_tokens=64)
     trainer = GRPOTrainer(model=model, processing_class=tokenizer, args=GRPOConfig(...),
-                          train_dataset=task_dataset(tasks), reward_funcs=[adapter.episode_reward],
+                          train_dataset=task_dataset(tasks), reward_funcs=[adapter.trained_reward],
                           rollout_func=adapter)
 
 What a step does (`TrlAdapter.__call__`, TRL's `rollout_func(prompts, trainer)`):
@@ -27,11 +27,11 @@ What a step does (`TrlAdapter.__call__`, TRL's `rollout_func(prompts, trainer)`)
   counted (`dropped_segments` in the metrics, and a warning), as the Slime hook does for a `Sample`
   class without `rollout_id`.
 
-Rewards (`TrlAdapter.episode_reward`, a TRL reward function reading the `episode_reward` column the
-rollout returns): the environment's reduced reward under the config's reward policy (reducer,
-`nonterminal_reward` for unfinished episodes, clamps); 0.0 when the episode ended without a reward
-(a truncated or unanswered episode is the model's doing); **None for an infrastructure failure**
-(`env_error`, `aborted`, `timeout`, or ids that are not token-exact). TRL turns None into NaN,
+Rewards (`TrlAdapter.trained_reward`, a TRL reward function reading the `trained_reward` column the
+rollout returns): `Trajectory.trained_reward`, the environment's reduced reward under the config's
+reward policy (reducer, `nonterminal_reward` for unfinished episodes, clamps); 0.0 when the episode
+ended without a reward (a truncated or unanswered episode is the model's doing); **None for an
+infrastructure failure** (`env_error`, `aborted`, `timeout`) or ids that are not token-exact. TRL turns None into NaN,
 leaves it out of the group mean and std and zeroes its advantage; its `env_mask` is all 0 as well,
 so it is never trained as a 0. An episode with no tokens at all (the environment failed before the
 first prompt) becomes a one-token placeholder with mask 0 and reward None. With `group_rm=True`
@@ -71,7 +71,7 @@ from openreward_rl.env.tasks import task_from_metadata, task_row
 from openreward_rl.loop.tool_episode import ToolEpisode
 from openreward_rl.loop.trajectory import Trajectory
 
-__all__ = ["Completion", "TrlAdapter", "completion_of", "task_dataset", "task_prompt", "trained_reward"]
+__all__ = ["Completion", "TrlAdapter", "completion_of", "task_dataset", "task_prompt"]
 
 logger = logging.getLogger(__name__)
 
@@ -90,19 +90,6 @@ def task_dataset(tasks: Sequence[TaskRef]) -> Any:
     if not tasks:
         raise ValueError("no tasks to train on")
     return Dataset.from_list([{"prompt": task_prompt(task)} for task in tasks])
-
-
-def trained_reward(trajectory: Trajectory) -> float | None:
-    """What TRL trains: None for an infrastructure failure (excluded), 0.0 when no reward was observed, else the reward.
-
-    >>> from openreward_rl.loop.trajectory import StopReason
-    >>> def t(reward, stop): return Trajectory({}, [], [], [], [], reward, stop)
-    >>> trained_reward(t(0.5, StopReason.COMPLETED)), trained_reward(t(None, StopReason.TRUNCATED)), trained_reward(t(None, StopReason.ENV_ERROR))
-    (0.5, 0.0, None)
-    """
-    if not trajectory.trainable:
-        return None
-    return 0.0 if trajectory.reward is None else float(trajectory.reward)
 
 
 @attrs.frozen
@@ -154,7 +141,7 @@ def _generation_model(model: Any) -> Any:
 
 @attrs.define(eq=False)
 class TrlAdapter:
-    """TRL's `rollout_func` (call the adapter) and reward function (`episode_reward`) over one `Rollouts` runner.
+    """TRL's `rollout_func` (call the adapter) and reward function (`trained_reward`) over one `Rollouts` runner.
 
     - `rollouts`: the config's runner; its engine is replaced per step by one over the live model.
     - `sampling`: the sampler (temperature, top_p); TRL's `GRPOConfig.temperature` should match (the CLI sets both).
@@ -235,7 +222,7 @@ class TrlAdapter:
         tasks = [task_from_metadata(prompt) for prompt in prompts]
         model = trainer.model
         trajectories = self.run_episodes(model, tasks)
-        rewards = [trained_reward(t) for t in trajectories]
+        rewards = [t.trained_reward if t.trainable else None for t in trajectories]  # untrainable: masked, and no reward
         if self.group_rm:
             rewards = self.run(self._group_scores(tasks, trajectories, rewards, group_size=_group_size(trainer)))
         completions = [completion_of(t, self.tokenizer) for t in trajectories]
@@ -246,7 +233,7 @@ class TrlAdapter:
             "completion_ids": [c.completion_ids for c in completions],
             "logprobs": [c.logprobs for c in completions],
             "env_mask": [c.env_mask for c in completions],
-            "episode_reward": rewards,
+            "trained_reward": rewards,
             "stop_reason": [t.stop_reason.value for t in trajectories],
         }
 
@@ -278,13 +265,13 @@ class TrlAdapter:
 
     # -- TRL's reward function -------------------------------------------------------------------
 
-    def episode_reward(self, prompts: Sequence[Any], completions: Sequence[Any], episode_reward: Sequence[float | None], log_metric: Any = None, **_: Any) -> list[float | None]:
+    def trained_reward(self, prompts: Sequence[Any], completions: Sequence[Any], trained_reward: Sequence[float | None], log_metric: Any = None, **_: Any) -> list[float | None]:
         """TRL reward function: the rewards `__call__` computed (None: an infrastructure failure, excluded by TRL)."""
         if log_metric is not None:
             for name, value in self._pending_metrics.items():
                 log_metric(name, value)
         self._pending_metrics = {}
-        return list(episode_reward)
+        return list(trained_reward)
 
     def close(self) -> None:
         """Close the SDK client's sessions and the adapter's loop."""

@@ -239,7 +239,7 @@ class TrlSession:
 
     def trainer(self, callbacks: Sequence[Any] = (), *, fresh: bool = False) -> Any:
         """The `GRPOTrainer` (built once; `fresh` builds a new one, e.g. to resume): the adapter as `rollout_func`,
-        its `episode_reward` as the reward, LoRA if asked. With `advantage: {estimator: turn | mix}` in the
+        its `trained_reward` as the reward, LoRA if asked. With `advantage: {estimator: turn | mix}` in the
         config, the subclass that trains per-token advantages from the turns' returns (`backends.trl_credit`)."""
         if self._trainer is None or fresh:
             from trl import GRPOTrainer
@@ -250,7 +250,7 @@ class TrlSession:
             self._trainer = trainer_class(
                 model=self.model,
                 processing_class=self.tokenizer,
-                reward_funcs=[self.adapter.episode_reward],
+                reward_funcs=[self.adapter.trained_reward],
                 args=grpo_config(self.options),
                 train_dataset=task_dataset(self.train_tasks),
                 rollout_func=self.adapter,
