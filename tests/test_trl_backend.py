@@ -111,6 +111,16 @@ def test_dry_run_prints_the_trainer_config_without_loading_anything(capsys: pyte
     assert plan["LoraConfig"]["r"] == 16 and plan["options"]["model"] == "offline:smollm2"
 
 
+def test_train_without_flags_runs_with_the_trl_options_defaults() -> None:
+    """`train --framework trl` restates no default: flags left out give `TrlOptions`' own (one table)."""
+    from openreward_rl.backends.trl_run import TrlOptions
+    from openreward_rl.cli import build_parser
+    from openreward_rl.cli.train_trl import options_from_args
+
+    args = build_parser().parse_args(["train", "--framework", "trl", "--model", "offline:smollm2"])
+    assert options_from_args(args) == TrlOptions(model="offline:smollm2")
+
+
 def test_trl_needs_a_model(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     from openreward_rl.cli import main
 

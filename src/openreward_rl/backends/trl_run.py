@@ -60,7 +60,7 @@ class TrlOptions:
     top_p: float = 1.0
     max_new_tokens: int = 256
     max_context_len: int | None = None
-    save_interval: int = 10
+    save_interval: int = 50
     lora: bool = False
     lora_rank: int = 16
     seed: int = 0
