@@ -254,3 +254,11 @@ async def test_openai_engine_evaluates_families_whose_turns_end_on_stop_ids(env_
     math = summary["MathEnv"]
     assert (math.episodes, math.scored, math.reward_mean, math.infrastructure_failures) == (2, 2, 1.0, 0)
     assert len(chat.requests) == 2 and not any("stop_token_ids" in body or "stop" in body for body in chat.requests)
+
+
+def test_eval_without_flags_runs_with_the_eval_options_defaults() -> None:
+    """`openreward-rl eval` restates no default: flags left out give `EvalOptions`' own (one table)."""
+    from openreward_rl.cli import build_parser
+
+    args = build_parser().parse_args(["eval", "--engine", "openai", "--model", "gpt"])
+    assert EvalOptions.from_args(args) == EvalOptions(engine="openai", model="gpt")
