@@ -45,7 +45,7 @@ from typing import Any
 import attrs
 
 from openreward_rl.backends.episode_record import EpisodeRecord
-from openreward_rl.backends.group_reward import rollout_key
+from openreward_rl.backends._groups import prompt_groups
 from openreward_rl.config import AdvantageSettings, load_config
 from openreward_rl.credit.estimators import group_advantages
 from openreward_rl.errors import TrainerError
@@ -97,19 +97,6 @@ def settings_for(args: Any) -> AdvantageSettings:
     return _settings_from(os.environ.get("OPENREWARD_RL_CONFIG") or os.environ.get("TRAIN_CONFIG"))
 
 
-def _groups(args: Any, samples: Sequence[Any]) -> list[list[int]]:
-    """Indices of each prompt group: by `group_index`, else contiguous runs of `n_samples_per_prompt`."""
-    if all(getattr(s, "group_index", None) is not None for s in samples):
-        groups: dict[Any, list[int]] = {}
-        for position, sample in enumerate(samples):
-            groups.setdefault(sample.group_index, []).append(position)
-        return list(groups.values())
-    size = int(getattr(args, "n_samples_per_prompt", 0) or 0)
-    if size < 1 or len(samples) % size:
-        raise TrainerError(f"{len(samples)} samples without group_index cannot be split into groups of n_samples_per_prompt={size}")
-    return [list(range(start, start + size)) for start in range(0, len(samples), size)]
-
-
 def _masked(sample: Any) -> bool:
     return bool(getattr(sample, "remove_sample", False)) or not any(sample.loss_mask or ())
 
@@ -117,10 +104,7 @@ def _masked(sample: Any) -> bool:
 def sample_credits(args: Any, samples: Sequence[Any], settings: AdvantageSettings) -> list[SampleCredit]:
     """Each sample's advantages under `settings`, computed per prompt group (fan-out siblings: one episode)."""
     credits: list[SampleCredit | None] = [None] * len(samples)
-    for group in _groups(args, samples):
-        episodes: dict[Any, list[int]] = {}
-        for position in group:
-            episodes.setdefault(rollout_key(samples[position]), []).append(position)
+    for episodes in prompt_groups(args, samples):
         records, returns, rewards = [], [], []
         for positions in episodes.values():
             first = samples[positions[0]]

@@ -35,8 +35,8 @@ infrastructure failure** (`env_error`, `aborted`, `timeout`) or ids that are not
 leaves it out of the group mean and std and zeroes its advantage; its `env_mask` is all 0 as well,
 so it is never trained as a 0. An episode with no tokens at all (the environment failed before the
 first prompt) becomes a one-token placeholder with mask 0 and reward None. With `group_rm=True`
-an environment that implements `score_group` scores each group's episodes together (the Slime
-hook's `group_reward.group_rewards`, clamped to the environment's reward bounds).
+an environment that implements `score_group` scores each group's episodes together
+(`env.group_score.score_group`, as the Slime hook does; clamped to the environment's reward bounds).
 
 Metrics: after each step the episodes' per-environment summary (`metrics.flat_metrics`: reward,
 success, pass@k, stop reasons, infrastructure failures, turns, tokens) goes through TRL's
@@ -54,16 +54,14 @@ import contextlib
 import json
 import logging
 from collections.abc import Iterator, Mapping, Sequence
-from types import SimpleNamespace
 from typing import Any
 
 import attrs
 
-from openreward_rl.backends._generate import transcript
-from openreward_rl.backends._samples import episode_metadata, placeholder_ids
-from openreward_rl.backends.group_reward import group_rewards
+from openreward_rl.backends._samples import placeholder_ids
 from openreward_rl.config import TrainConfig
 from openreward_rl.engines.transformers import SamplingConfig, TransformersEngine
+from openreward_rl.env.group_score import score_group, transcript
 from openreward_rl.env.tasks import TaskRef
 from openreward_rl.observe.metrics import flat_metrics, summarize
 from openreward_rl.loop.rollout import EpisodeBuilder, Rollouts
@@ -238,18 +236,15 @@ class TrlAdapter:
         }
 
     async def _group_scores(self, tasks: Sequence[TaskRef], trajectories: Sequence[Trajectory], rewards: list[float | None], *, group_size: int) -> list[float | None]:
-        """Each group's rewards from the environment's `score_group` (where it has one); failures stay None."""
-        config = self.rollouts.config
+        """Each group's rewards from the environment's `score_group` (`env.group_score`, where it has one); failures stay None."""
         out = list(rewards)
         for start in range(0, len(trajectories), group_size):
-            members = range(start, min(start + group_size, len(trajectories)))
-            samples = [
-                SimpleNamespace(metadata=episode_metadata(task_row(tasks[i])["metadata"], trajectories[i], transcript=transcript(trajectories[i])), rollout_id=i)
-                for i in members
-            ]
-            scored = await group_rewards(samples, group_rm=True, client=self.rollouts.client, config=config)
-            for i, value in zip(members, scored):
-                out[i] = None if rewards[i] is None else float(value)
+            live = [i for i in range(start, min(start + group_size, len(trajectories))) if rewards[i] is not None]  # faults are never scored
+            if len(live) < 2:
+                continue
+            scoring = await score_group(self.rollouts.client, self.rollouts.config, tasks[start], [transcript(trajectories[i].messages) for i in live])
+            for i, member in zip(live, scoring.members or ()):
+                out[i] = member.reward
         return out
 
     def step_metrics(self, trajectories: Sequence[Trajectory], completions: Sequence[Completion]) -> dict[str, float]:
