@@ -262,3 +262,25 @@ def test_eval_without_flags_runs_with_the_eval_options_defaults() -> None:
 
     args = build_parser().parse_args(["eval", "--engine", "openai", "--model", "gpt"])
     assert EvalOptions.from_args(args) == EvalOptions(engine="openai", model="gpt")
+
+
+def test_a_bad_flag_or_option_of_every_command_is_a_config_error() -> None:
+    """Bad input raises `ConfigError` where it enters (errors.py's rule), whichever command reads it."""
+    from openreward_rl.backends.trl_run import TrlOptions
+    from openreward_rl.cli import build_parser
+    from openreward_rl.cli.train_trl import options_from_args
+    from openreward_rl.errors import ConfigError, ResultsError
+    from openreward_rl.loop.context import context_policy
+    from openreward_rl.loop.episode import EpisodeSettings
+
+    with pytest.raises(ConfigError, match="--n must be at least 1"):
+        EvalOptions.from_args(build_parser().parse_args(["eval", "--engine", "openai", "--model", "gpt", "--n", "0"]))
+    with pytest.raises(ConfigError, match="--eval-n must be at least 1"):
+        options_from_args(build_parser().parse_args(["train", "--framework", "trl", "--model", "m", "--eval-n", "0"]))
+    with pytest.raises(ConfigError, match="n-samples must be at least 2"):
+        TrlOptions(model="m", n_samples=1)
+    with pytest.raises(ConfigError, match="unknown context policy"):
+        context_policy("no-such-policy")
+    with pytest.raises(ConfigError, match="max_turns must be at least 1"):
+        EpisodeSettings(max_turns=0)
+    assert issubclass(ResultsError, ConfigError)

@@ -61,6 +61,7 @@ import attrs
 from openreward_rl.backends._samples import placeholder_ids
 from openreward_rl.config import TrainConfig
 from openreward_rl.engines.transformers import SamplingConfig, TransformersEngine
+from openreward_rl.errors import ConfigError
 from openreward_rl.env.group_score import score_group, transcript
 from openreward_rl.env.tasks import TaskRef
 from openreward_rl.observe.metrics import flat_metrics, summarize
@@ -86,7 +87,7 @@ def task_dataset(tasks: Sequence[TaskRef]) -> Any:
     from datasets import Dataset
 
     if not tasks:
-        raise ValueError("no tasks to train on")
+        raise ConfigError("no tasks to train on")
     return Dataset.from_list([{"prompt": task_prompt(task)} for task in tasks])
 
 

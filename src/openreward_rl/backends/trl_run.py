@@ -22,6 +22,7 @@ from typing import Any
 
 import attrs
 
+from openreward_rl.errors import ConfigError
 from openreward_rl.backends._options import same_named
 from openreward_rl.backends.trl import TrlAdapter, task_dataset
 from openreward_rl.config import TrainConfig
@@ -76,20 +77,20 @@ class TrlOptions:
 
     def __attrs_post_init__(self) -> None:
         if self.save_interval < 0:
-            raise ValueError(f"save-interval must be >= 0 (0: no checkpoints), got {self.save_interval}")
+            raise ConfigError(f"save-interval must be >= 0 (0: no checkpoints), got {self.save_interval}")
         for name in ("max_steps", "prompts_per_step", "max_new_tokens", "concurrency", "logging_steps"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+                raise ConfigError(f"{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         if self.n_samples < 2:
-            raise ValueError(f"n-samples must be at least 2 (GRPO compares the samples of a group), got {self.n_samples}")
+            raise ConfigError(f"n-samples must be at least 2 (GRPO compares the samples of a group), got {self.n_samples}")
         if not self.temperature > 0:
-            raise ValueError(f"temperature must be > 0 for GRPO sampling, got {self.temperature}")
+            raise ConfigError(f"temperature must be > 0 for GRPO sampling, got {self.temperature}")
         if not 0 < self.sampler_memory < 1:
-            raise ValueError(f"sampler-memory must be in (0, 1), got {self.sampler_memory}")
+            raise ConfigError(f"sampler-memory must be in (0, 1), got {self.sampler_memory}")
         if not 0 < self.top_p <= 1:
-            raise ValueError(f"top-p must be in (0, 1], got {self.top_p}")
+            raise ConfigError(f"top-p must be in (0, 1], got {self.top_p}")
         if self.device not in (None, "cpu", "cuda") and not str(self.device).startswith("cuda:"):
-            raise ValueError(f"device must be cpu or cuda, got {self.device!r}")
+            raise ConfigError(f"device must be cpu or cuda, got {self.device!r}")
 
     @property
     def sampling(self) -> SamplingConfig:
@@ -220,7 +221,7 @@ class TrlSession:
             stack.callback(adapter.close)
             tasks = adapter.run(list_tasks(adapter.rollouts.client, prepared, max_tasks=options.max_tasks, seed=options.seed))
             if not tasks:
-                raise ValueError("the configured environments and splits have no tasks to train on")
+                raise ConfigError("the configured environments and splits have no tasks to train on")
             yield cls(prepared, options, model, tokenizer, adapter, tasks)
 
     def tasks_of(self, split: str, max_tasks: int | None = None) -> list[TaskRef]:

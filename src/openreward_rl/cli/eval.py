@@ -102,38 +102,35 @@ class EvalOptions:
 
     @classmethod
     def from_args(cls, args: Any) -> EvalOptions:
-        """Check every option; a `ValueError` names the bad one."""
+        """Check every option; a `ConfigError` names the bad one."""
         if args.engine not in ENGINES:
-            raise ValueError(f"--engine must be one of {', '.join(ENGINES)}, got {args.engine!r}")
+            raise ConfigError(f"--engine must be one of {', '.join(ENGINES)}, got {args.engine!r}")
         if not args.model or not args.model.strip():
-            raise ValueError("--model is required (e.g. offline:smollm2 or HuggingFaceTB/SmolLM2-135M-Instruct)")
+            raise ConfigError("--model is required (e.g. offline:smollm2 or HuggingFaceTB/SmolLM2-135M-Instruct)")
         for name in ("n", "concurrency", "max_new_tokens"):
             if getattr(args, name) < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+                raise ConfigError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
         for name in ("max_tasks", "max_context_len"):
             value = getattr(args, name)
             if value is not None and value < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+                raise ConfigError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
         if not args.temperature >= 0:
-            raise ValueError(f"--temperature must be >= 0, got {args.temperature}")
+            raise ConfigError(f"--temperature must be >= 0, got {args.temperature}")
         if not 0 < args.top_p <= 1:
-            raise ValueError(f"--top-p must be in (0, 1], got {args.top_p}")
+            raise ConfigError(f"--top-p must be in (0, 1], got {args.top_p}")
         if args.engine == "sglang" and not args.base_url:
-            raise ValueError("--engine sglang needs --base-url (the SGLang server or router, e.g. http://127.0.0.1:30000)")
+            raise ConfigError("--engine sglang needs --base-url (the SGLang server or router, e.g. http://127.0.0.1:30000)")
         if args.engine != "transformers" and (args.device or args.dtype):
-            raise ValueError("--device and --dtype apply to --engine transformers only")
+            raise ConfigError("--device and --dtype apply to --engine transformers only")
         if getattr(args, "keep_failures", False) and getattr(args, "retry_failures", False):
-            raise ValueError("--keep-failures and --retry-failures contradict each other (rerunning failures is the default)")
+            raise ConfigError("--keep-failures and --retry-failures contradict each other (rerunning failures is the default)")
         if getattr(args, "family", None):
             from openreward_rl.config import check_family_name
 
-            try:
-                check_family_name(args.family, "--family")
-            except ConfigError as error:
-                raise ValueError(str(error)) from None
+            check_family_name(args.family, "--family")
         for spec in args.serve:
             if ":" not in spec:
-                raise ValueError(f"--serve {spec!r} must look like path/to/file.py:ClassName")
+                raise ConfigError(f"--serve {spec!r} must look like path/to/file.py:ClassName")
         _check_local_path(args)
         return from_attributes(
             cls,
@@ -171,7 +168,7 @@ def _check_local_path(args: Any) -> None:
     option, name = ("--tokenizer", tokenizer) if tokenizer and args.engine != "transformers" else ("--model", args.model.strip())
     if looks_like_path(name) and not os.path.exists(os.path.expanduser(name)):
         used_for = "" if args.engine == "transformers" or option == "--tokenizer" else " (the tokenizer is loaded from it; pass --tokenizer to load it from elsewhere)"
-        raise ValueError(f"{option} {name!r}: no such file or directory{used_for}")
+        raise ConfigError(f"{option} {name!r}: no such file or directory{used_for}")
 
 
 # Config keys that change what an episode is (prompt, parsing, tools, rewards, limits); a results file
@@ -267,7 +264,7 @@ def _build_engine(options: EvalOptions) -> tuple[Any, Any]:
     try:
         tokenizer = load_tokenizer(tokenizer_name)
     except Exception as error:
-        raise ValueError(f"cannot load the tokenizer {tokenizer_name!r} ({type(error).__name__}: {error}); pass --tokenizer (a hub name, a local path or offline:qwen3)") from None
+        raise ConfigError(f"cannot load the tokenizer {tokenizer_name!r} ({type(error).__name__}: {error}); pass --tokenizer (a hub name, a local path or offline:qwen3)") from None
     if options.engine == "sglang":
         from openreward_rl.engines.sglang import SGLangEngine
 
@@ -332,7 +329,7 @@ async def _run_eval(
         await server_check()
     tasks = await list_tasks(client, config, max_tasks=options.max_tasks, seed=options.seed)
     if not tasks:
-        raise ValueError("the configured environments and splits have no tasks")
+        raise ConfigError("the configured environments and splits have no tasks")
     wanted = {eval_key(task, sample) for task in tasks for sample in range(options.n)}
     done = results.done if results is not None else {}
     kept = {key: trajectory for key, trajectory in done.items() if key in wanted}

@@ -23,6 +23,7 @@ from typing import Any
 import attrs
 
 from openreward_rl.backends.trl_run import TrlOptions
+from openreward_rl.errors import ConfigError
 
 __all__ = ["SHARED_FLAGS", "TRL_DEFAULTS", "add_trl_arguments", "options_from_args", "run", "print_summary"]
 
@@ -79,17 +80,17 @@ def _shared(args: Any, name: str) -> Any:
 
 
 def options_from_args(args: Any) -> Any:
-    """`TrlOptions` from the parsed flags; ValueError names a bad one."""
+    """`TrlOptions` from the parsed flags; `ConfigError` names a bad one."""
     from openreward_rl.backends._options import from_attributes
 
     model = getattr(args, "model", None)
     if not model:
-        raise ValueError("--framework trl needs --model (e.g. offline:smollm2, HuggingFaceTB/SmolLM2-135M-Instruct or a local path)")
+        raise ConfigError("--framework trl needs --model (e.g. offline:smollm2, HuggingFaceTB/SmolLM2-135M-Instruct or a local path)")
     if args.eval_n < 1:
-        raise ValueError(f"--eval-n must be at least 1, got {args.eval_n}")
+        raise ConfigError(f"--eval-n must be at least 1, got {args.eval_n}")
     for spec in args.serve:
         if ":" not in spec:
-            raise ValueError(f"--serve {spec!r} must look like path/to/file.py:ClassName")
+            raise ConfigError(f"--serve {spec!r} must look like path/to/file.py:ClassName")
     return from_attributes(
         TrlOptions,
         args,
@@ -158,7 +159,7 @@ def dry_run_text(options: Any, config_source: str, serve: Sequence[str]) -> str:
 
 def run(args: Any) -> int:
     """`train --framework trl`: validate, optionally evaluate, train (or resume), evaluate, save."""
-    from openreward_rl.config import ConfigError, load_config
+    from openreward_rl.config import load_config
     from openreward_rl.redaction import install_log_redaction
 
     def fail(message: str, code: int = 2) -> int:

@@ -21,6 +21,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from openreward_rl.errors import ConfigError
+
 __all__ = ["EPS", "episode_advantages", "turn_advantages", "mixed_advantages", "group_advantages", "token_advantages"]
 
 EPS = 1e-6
@@ -101,7 +103,7 @@ def group_advantages(
     if estimator == "episode":
         values = episode_advantages(rewards, eps=eps)
         return [None if v is None or g is None else [v] * len(g) for v, g in zip(values, returns)]
-    raise ValueError(f"unknown advantage estimator {estimator!r}; choose episode, turn or mix")
+    raise ConfigError(f"unknown advantage estimator {estimator!r}; choose episode, turn or mix")
 
 
 def token_advantages(advantages: Sequence[float], spans: Sequence[Sequence[int]], length: int) -> list[float]:
