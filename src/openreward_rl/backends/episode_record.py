@@ -34,7 +34,7 @@ partial-rollout code; this record only carries it across the data buffer.
 >>> back = EpisodeRecord.from_metadata(metadata)
 >>> back == record, back.infrastructure_failure, back.trained_reward
 (True, True, 0.0)
-"""
+"""  # noqa: E501  (a table row and its doctest output are one line each)
 
 from __future__ import annotations
 

@@ -233,10 +233,12 @@ async def _run_once(
             ) as session:
                 return await episode_factory().run(session)
     except Exception as error:
+        failure = error  # the name `error` is unbound once the except block ends; the closure reads this one
+
         def timeout_detail() -> str:
             if deadline.expired():
                 return f"the episode attempt ran past attempt_timeout={limits.attempt_timeout:g}s"
-            return f"the episode timed out: {type(error).__name__}: {error}"
+            return f"the episode timed out: {type(failure).__name__}: {failure}"
 
         stop = fault_stop(error, timeout_detail=timeout_detail)
         if stop is None:  # a bug in the episode code: one aborted sample, not a crashed run
