@@ -154,7 +154,8 @@ def main() -> None:
 
     lengths = episode_lengths(options.steps * options.batch * 3, options.alpha, options.min_turns, options.max_turns, options.seed)
     print(f"machine: {machine()}")
-    print(f"workload: {options.steps} steps × {options.batch} episodes; turns ~ min({options.max_turns}, int({options.min_turns}·Pareto({options.alpha}))), seed {options.seed}; {options.latency} s per model call")
+    print(f"workload: {options.steps} steps × {options.batch} episodes; turns ~ min({options.max_turns}, int({options.min_turns}·Pareto({options.alpha}))), "
+          f"seed {options.seed}; {options.latency} s per model call")
     sync_lengths = lengths[: options.steps * options.batch]
     print(f"  the sync run's episodes: mean {sum(sync_lengths) / len(sync_lengths):.1f} turns, max {max(sync_lengths)}, ≥10 turns: {sum(t >= 10 for t in sync_lengths)} of {len(sync_lengths)}")
 

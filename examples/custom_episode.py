@@ -147,7 +147,10 @@ async def main() -> None:
             trajectory = await rollouts.run(TaskRef("WhoDunIt", "train", index=0))
             await client.environments.aclose()
             await engine.aclose()
-    print(json.dumps({"stop_reason": trajectory.stop_reason.value, "turns": len(trajectory.turns), "prefix_breaks": trajectory.prefix_breaks, "segments": len(trajectory.segments), "reward": trajectory.reward}))
+    print(json.dumps({
+        "stop_reason": trajectory.stop_reason.value, "turns": len(trajectory.turns), "prefix_breaks": trajectory.prefix_breaks,
+        "segments": len(trajectory.segments), "reward": trajectory.reward,
+    }))
 
 
 if __name__ == "__main__":

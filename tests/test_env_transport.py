@@ -60,7 +60,7 @@ async def call_five_times(client: AsyncOpenReward, env_server: LocalEnvServer) -
     outcomes = []
     async with open_session(client, task, liveness=False) as session:
         opened = count_connects(client.environments._get_connector())
-        for seconds in (0, 0.01, 0, 0.02, 0):
+        for _ in range(5):
             outcomes.append(await session.call_tool("garble", {}))
     return outcomes, opened
 
@@ -158,7 +158,7 @@ async def test_whitespace_on_a_stream_chunk_boundary_reaches_the_model(
     expected = boundary_text(kind)
     streamed = streamed_result(expected)
     assert all(streamed[k * CHUNK_SIZE].isspace() for k in range(1, 4))  # the construction puts it there
-    script = [ScriptedCompletion(text='<tool_call>\n{"name": "emit", "arguments": {"kind": "%s"}}\n</tool_call>' % kind), ScriptedCompletion(text="done")]
+    script = [ScriptedCompletion(text='<tool_call>\n{"name": "emit", "arguments": {"kind": "' + kind + '"}}\n</tool_call>'), ScriptedCompletion(text="done")]
     settings = EpisodeSettings(sampling_params={"max_new_tokens": 64}, max_tool_output_tokens=None)
     client = AsyncOpenReward(api_key="local")
     task = TaskRef("ChunkBoundary", "train", index=0, base_url=chunk_server.base_url, variant=chunk_server.variant_for("ChunkBoundary"))

@@ -53,7 +53,8 @@ def test_llama4_family_against_meta_s_official_chat_format() -> None:
     assert verdict.exact, verdict.difference
     assert verdict.turns == 4 and verdict.reasoning == "none" and verdict.bridge == "template-derived"
     # the text the reference hands the probe is ChatFormat's own ids
-    assert tokenizer.encode(encoder.render([{"role": "system", "content": SYSTEM}, {"role": "user", "content": QUESTION}], TOOLS, add_generation_prompt=True), add_special_tokens=False) == encoder.last_ids
+    text = encoder.render([{"role": "system", "content": SYSTEM}, {"role": "user", "content": QUESTION}], TOOLS, add_generation_prompt=True)
+    assert tokenizer.encode(text, add_special_tokens=False) == encoder.last_ids
     assert official_tokenizer().decode(encoder.last_ids).endswith("<|eot|><|header_start|>assistant<|header_end|>\n\n")
 
 

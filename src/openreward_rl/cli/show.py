@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+
+from openreward_rl.errors import ConfigError
 from openreward_rl.observe.dumps import DumpError, read_records, record_to_trajectory
 
 
@@ -49,7 +51,7 @@ def _tokenizer(args: argparse.Namespace, records: Sequence[Mapping[str, Any]]) -
         try:
             return load_tokenizer(args.tokenizer), f"tokens decoded with {args.tokenizer} (--tokenizer)"
         except Exception as error:
-            raise ValueError(f"cannot load tokenizer {args.tokenizer!r}: {error}") from None
+            raise ConfigError(f"cannot load tokenizer {args.tokenizer!r}: {error}") from None
     name = recorded_tokenizer(records)
     if name is None:
         return None, "the file records no tokenizer: token spans are shown as counts (pass --tokenizer)"

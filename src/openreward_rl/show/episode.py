@@ -221,7 +221,8 @@ def render_terminal(trajectory: Trajectory, console: Any, tokenizer: Any = None)
     if tokenizer is None:
         console.print(Text("(pass --tokenizer to see the text of each span)", style="dim"))
         return
-    console.print(Text("legend: ", style="bold") + Text("prompt ", style="dim") + Text("trained (sampled)", style=_SPAN_STYLE["trained"]) + Text(" context (not trained)", style=_SPAN_STYLE["context"]))
+    legend = Text("legend: ", style="bold") + Text("prompt ", style="dim")
+    console.print(legend + Text("trained (sampled)", style=_SPAN_STYLE["trained"]) + Text(" context (not trained)", style=_SPAN_STYLE["context"]))
 
 
 def episode_html(trajectory: Trajectory, tokenizer: Any = None, *, heading: str = "h2") -> str:
