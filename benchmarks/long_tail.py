@@ -31,7 +31,6 @@ over-sampling); the sync mode runs `batch`.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import random
 import sys
@@ -105,7 +104,6 @@ def slime_args(port: int, batch: int, partial: bool) -> SimpleNamespace:
 def run_mode(name: str, loop_thread: Any, server: Any, lengths: list[int], env_url: str, steps: int, batch: int) -> dict[str, Any]:
     import slime_double
     import slime_rollout_double as slime_rollout
-
     from openreward_rl.backends import _suspended
 
     def prompt(index: int) -> Any:
@@ -146,7 +144,6 @@ def main() -> None:
     os.environ.setdefault("WANDB_MODE", "offline")
 
     import slime_rollout_double as slime_rollout
-
     from openreward_rl.assets import load_tokenizer
     from openreward_rl.backends import _state
     from openreward_rl.env.local_server import serve_environments

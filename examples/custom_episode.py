@@ -31,8 +31,8 @@ import attrs
 
 from openreward_rl import ChatRenderer, EnvSession, EpisodeSettings, StopReason, TokenLedger, Trajectory
 from openreward_rl.engines import Engine, FinishReason, GenerationRequest
-from openreward_rl.parsers import ToolParser
 from openreward_rl.loop.trajectory import ToolResult, Turn
+from openreward_rl.parsers import ToolParser
 
 
 @attrs.define

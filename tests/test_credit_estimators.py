@@ -184,8 +184,8 @@ def test_group_token_advantages_of_trajectories_leave_failures_out() -> None:
     from openreward_rl.config import AdvantageSettings
     from openreward_rl.credit.group import group_token_advantages
     from openreward_rl.engines.base import FinishReason
-    from openreward_rl.loop.episode import failed_trajectory
     from openreward_rl.env.tasks import TaskRef
+    from openreward_rl.loop.episode import failed_trajectory
     from openreward_rl.loop.trajectory import StopReason, TokenSegment, Trajectory, Turn
     from openreward_rl.parsers.base import ParsedTurn
 

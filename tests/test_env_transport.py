@@ -15,21 +15,16 @@ import pytest
 from aiohttp import web
 from openreward import AsyncOpenReward
 
-from openreward_rl.env.transport import DrainingResponse, PooledEnvironmentsAPI, use_pooled_transport
-from openreward_rl.env.environment import open_session
-from openreward_rl.env.tasks import TaskRef
-from openreward_rl.env.local_server import LocalEnvServer, serve_environments
-from local_http import serve_app
 from chunk_boundary_env import CHUNK_SIZE, KINDS, boundary_text, streamed_result
+from local_http import serve_app
 from openreward_rl import ChatRenderer, EpisodeSettings, ToolEpisode, run_episode
 from openreward_rl.config import parse_config
 from openreward_rl.engines.sglang import SGLangEngine
-from openreward_rl.env.transport import DrainingResponse, PooledEnvironmentsAPI, parse_sse_events, use_pooled_transport
 from openreward_rl.env.environment import open_session
-from openreward_rl.env.tasks import TaskRef
 from openreward_rl.env.local_server import LocalEnvServer, serve_environments
+from openreward_rl.env.tasks import TaskRef, list_tasks
+from openreward_rl.env.transport import DrainingResponse, PooledEnvironmentsAPI, parse_sse_events, use_pooled_transport
 from openreward_rl.parsers import get_parser
-from openreward_rl.env.tasks import list_tasks
 from openreward_rl.testing import ScriptedCompletion, SGLangTestServer
 
 pytestmark = pytest.mark.anyio

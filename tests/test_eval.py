@@ -15,8 +15,7 @@ from rich.console import Console
 from openreward_rl.assets import load_tokenizer
 from openreward_rl.cli import main
 from openreward_rl.cli.eval import EvalOptions, run_eval, summary_table
-from openreward_rl.config import prepare_config
-from openreward_rl.config import parse_config
+from openreward_rl.config import parse_config, prepare_config
 from openreward_rl.engines import FinishReason, Generation, GenerationRequest
 from openreward_rl.env.local_server import load_environment_class
 
@@ -197,11 +196,11 @@ def test_options_from_args_names_the_bad_option() -> None:
 async def test_eval_metrics_reach_wandb_offline_and_trajectories_reach_the_upload_sink(env_server, math_answers, tmp_path, monkeypatch) -> None:
     """`eval` logs its per-environment metrics to a real offline WandB run and uploads each trajectory
     (the OpenReward rollout API is a local sink on 127.0.0.1)."""
-    from observe_fixtures import read_offline_run
     from openreward import AsyncOpenReward
-    from test_upload import UploadSink
 
+    from observe_fixtures import read_offline_run
     from openreward_rl.cli.eval import log_to_wandb
+    from test_upload import UploadSink
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
@@ -236,9 +235,8 @@ async def test_eval_metrics_reach_wandb_offline_and_trajectories_reach_the_uploa
 async def test_openai_engine_evaluates_families_whose_turns_end_on_stop_ids(env_server, openreward_client, math_answers, tmp_path, model, tokenizer_name) -> None:
     """A family's end-of-turn stop ids are the chat endpoint's business (it renders the template and ends
     the turn itself): `eval --engine openai` completes its episodes instead of refusing the ids."""
-    from test_openai_engine import completion, serve_chat
-
     from openreward_rl.engines.openai_chat import OpenAIChatEngine
+    from test_openai_engine import completion, serve_chat
 
     def answer(body: dict) -> tuple[int, dict]:
         prompt = " ".join(str(m.get("content")) for m in body["messages"] if m["role"] == "user")

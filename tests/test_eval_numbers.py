@@ -11,9 +11,9 @@ import re
 from rich.console import Console
 
 from openreward_rl.cli.eval import summary_table
+from openreward_rl.loop.trajectory import StopReason, Trajectory
 from openreward_rl.observe.metrics import summarize
 from openreward_rl.show import render_report
-from openreward_rl.loop.trajectory import StopReason, Trajectory
 
 
 def episode(index: int, reward: float | None, stop: StopReason = StopReason.COMPLETED, sample: int = 0) -> Trajectory:

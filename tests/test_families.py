@@ -9,11 +9,12 @@ from typing import Any
 
 import attrs
 import pytest
-from family_episodes import SAMPLING, FamilyCase, case_tokenizer, check_family_run, run_family_episode
 
+from family_episodes import SAMPLING, FamilyCase, case_tokenizer, check_family_run, run_family_episode
 from openreward_rl import EpisodeSettings
 from openreward_rl.assets import load_tokenizer, trl_template
 from openreward_rl.config import ConfigError, parse_config
+from openreward_rl.env.local_server import LocalEnvServer
 from openreward_rl.families import (
     ModelFamily,
     UnsupportedModelError,
@@ -25,7 +26,6 @@ from openreward_rl.families import (
     parser_for_model,
     register_family,
 )
-from openreward_rl.env.local_server import LocalEnvServer
 from openreward_rl.loop.rollout import episode_stack
 
 NAMES = {
@@ -246,10 +246,9 @@ def test_every_parser_belongs_to_a_family_and_proven_here_is_honest() -> None:
     """Each of the 16 parsers is the parser of a family: one whose episode test_families_episode.py proves
     token-exact, one refused up front (with its reason), or one the start-up check proves on the user's
     tokenizer — never one left to abort turn by turn. `proven_here` is claimed exactly by the proven ones."""
-    from test_families_episode import CASES
-
     from openreward_rl.families import catalog
     from openreward_rl.parsers import available_parsers, base
+    from test_families_episode import CASES
 
     # Only the library's own format modules: a parser registered by user code (the register_parser
     # doctest, a test's custom parser) is not the catalog's to cover.

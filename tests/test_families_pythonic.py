@@ -19,11 +19,10 @@ from typing import Any
 import attrs
 import pytest
 
+from llama4_official import OfficialLlama4Encoder, llama4_tokenizer, official_tokenizer, same_ids  # llama-models: the test extra
 from openreward_rl.families import family_for, get_family
 from openreward_rl.families.base import UnsupportedModelError
 from openreward_rl.families.probe import QUESTION, SYSTEM, TOOLS, probe_family
-
-from llama4_official import OfficialLlama4Encoder, llama4_tokenizer, official_tokenizer, same_ids  # llama-models: the test extra
 
 
 def _with_official_encoder(family_name: str, encoder: OfficialLlama4Encoder, **changes: Any) -> Any:

@@ -18,8 +18,8 @@ import slime_double
 import train_data_double
 from openreward_rl.backends import _state, slime
 from openreward_rl.backends._samples import samples_from_trajectory
-from openreward_rl.backends.fork_normalization import post_process_rewards
 from openreward_rl.backends.episode_record import EpisodeRecord
+from openreward_rl.backends.fork_normalization import post_process_rewards
 from openreward_rl.cli.launcher import LaunchSpec, fork_normalization_arguments
 from openreward_rl.config import ConfigError
 from openreward_rl.env.tasks import TaskRef, task_row
@@ -214,7 +214,6 @@ async def test_forked_episodes_through_the_miles_hook(corridor_config, qwen3_tok
     """The same through the Miles hook and Miles' Sample: a list for every rollout, siblings sharing their
     rollout's reward (Miles refuses otherwise), and Miles' own normalisation giving each episode its advantage."""
     import miles_double
-
     from openreward_rl.backends import miles
 
     def miles_sample(index: int, group: int, route: str) -> Any:

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from local_http import serve_app
 
+from local_http import serve_app
 from openreward_rl.assets import load_tokenizer
 from openreward_rl.engines import ContextLengthError, EngineError, FinishReason, GenerationRequest
 from openreward_rl.engines.base import EngineRequestError

@@ -21,18 +21,15 @@ import pytest
 from openreward_rl.backends.trl import completion_of, task_prompt
 from openreward_rl.config import parse_config
 from openreward_rl.engines.base import FinishReason
-from openreward_rl.env.tasks import TaskRef
-from openreward_rl.parsers.base import ParsedTurn
-from openreward_rl.env.tasks import task_from_metadata
+from openreward_rl.env.tasks import TaskRef, task_from_metadata
 from openreward_rl.loop.trajectory import StopReason, TokenLedger, Trajectory, Turn
+from openreward_rl.parsers.base import ParsedTurn
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "examples" / "environments"))
 
-from paint import PaintArgs, PaintColour  # noqa: E402
-
 from openreward.environments import TextBlock, ToolOutput, terminal, tool  # noqa: E402
-
+from paint import PaintArgs, PaintColour  # noqa: E402
 
 
 class _Tokenizer:
@@ -474,9 +471,9 @@ def _expected_turn_advantages(group: list[Trajectory], gamma: float) -> list[lis
 def test_turn_credit_trains_each_turn_with_its_own_return(tmp_path: Path, smollm2: tuple[Any, Any]) -> None:
     """`advantage: {estimator: turn}`: the batch TRL trains on carries, on each turn's sampled tokens, that
     turn's group-normalised return (computed here from PaintRoom's per-wall rewards), not one value per episode."""
-    import examples.reply_as_call  # noqa: F401  (registers the parser)
     from paint_room import PaintRoom
 
+    import examples.reply_as_call  # noqa: F401  (registers the parser)
     from openreward_rl.backends.trl_credit import turn_credit_trainer_class
     from openreward_rl.backends.trl_run import TrlOptions, TrlSession
 

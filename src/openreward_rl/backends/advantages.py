@@ -45,8 +45,8 @@ from typing import Any
 
 import attrs
 
-from openreward_rl.backends.episode_record import EpisodeRecord
 from openreward_rl.backends._groups import flatten, prompt_groups
+from openreward_rl.backends.episode_record import EpisodeRecord
 from openreward_rl.config import AdvantageSettings, load_config
 from openreward_rl.credit.estimators import episode_advantages, group_advantages
 from openreward_rl.credit.signal import StepSignal, group_signal

@@ -76,14 +76,13 @@ from openreward_rl.config import TrainConfig
 from openreward_rl.credit.group import trajectory_group_signal
 from openreward_rl.credit.signal import StepSignal
 from openreward_rl.engines.transformers import SamplingConfig, TransformersEngine
-from openreward_rl.errors import ConfigError
 from openreward_rl.env.group_score import score_group, transcript
-from openreward_rl.env.tasks import TaskRef
-from openreward_rl.observe.metrics import flat_metrics, summarize
+from openreward_rl.env.tasks import TaskRef, task_from_metadata, task_row
+from openreward_rl.errors import ConfigError
 from openreward_rl.loop.rollout import EpisodeBuilder, Rollouts
-from openreward_rl.env.tasks import task_from_metadata, task_row
 from openreward_rl.loop.tool_episode import ToolEpisode
 from openreward_rl.loop.trajectory import Trajectory
+from openreward_rl.observe.metrics import flat_metrics, summarize
 
 __all__ = ["Completion", "TrlAdapter", "completion_of", "task_dataset", "task_prompt"]
 

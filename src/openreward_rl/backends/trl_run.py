@@ -22,12 +22,12 @@ from typing import Any
 
 import attrs
 
-from openreward_rl.errors import ConfigError
 from openreward_rl.backends._options import same_named
 from openreward_rl.backends.trl import TrlAdapter, task_dataset
 from openreward_rl.config import TrainConfig
 from openreward_rl.engines.transformers import SamplingConfig
 from openreward_rl.env.tasks import TaskRef
+from openreward_rl.errors import ConfigError
 from openreward_rl.loop.trajectory import StopReason, Trajectory
 from openreward_rl.observe.metrics import EnvironmentSummary, summarize
 
@@ -200,9 +200,9 @@ class TrlSession:
         from openreward_rl.config import prepare_config
         from openreward_rl.engines.transformers import load_model
         from openreward_rl.env.local_server import serve_environments, variant_name
-        from openreward_rl.preflight import check_environments, check_ready
         from openreward_rl.env.tasks import list_tasks
         from openreward_rl.loop.tool_episode import ToolEpisode
+        from openreward_rl.preflight import check_environments, check_ready
 
         with contextlib.ExitStack() as stack:
             base_url, served = None, {}

@@ -18,7 +18,6 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Mapping, Sequence
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
@@ -28,10 +27,8 @@ import attrs
 
 from openreward_rl.backends._options import from_attributes
 from openreward_rl.config import ConfigError, TrainConfig, load_config, prepare_config
-from openreward_rl.preflight import check_ready
-from openreward_rl.redaction import install_log_redaction, register_known_secrets
 from openreward_rl.preflight import check_environments, check_ready
-from openreward_rl.redaction import install_log_redaction
+from openreward_rl.redaction import install_log_redaction, register_known_secrets
 
 __all__ = ["add_arguments", "run", "EvalOptions", "summary_table"]
 
@@ -313,10 +310,10 @@ async def _run_eval(
 ) -> dict[str, Any]:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from openreward_rl.cli.evaluation import EvalJob, evaluate, eval_key, plan
-    from openreward_rl.observe.metrics import summarize
-    from openreward_rl.loop.rollout import Rollouts
+    from openreward_rl.cli.evaluation import EvalJob, eval_key, evaluate, plan
     from openreward_rl.env.tasks import list_tasks
+    from openreward_rl.loop.rollout import Rollouts
+    from openreward_rl.observe.metrics import summarize
     from openreward_rl.observe.upload import TrajectoryUploader
 
     check = getattr(engine, "check_sampling_params", None)

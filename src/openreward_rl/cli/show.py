@@ -13,7 +13,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-
 from openreward_rl.errors import ConfigError
 from openreward_rl.observe.dumps import DumpError, read_records, record_to_trajectory
 
@@ -122,8 +121,8 @@ def run(args: argparse.Namespace) -> int:
             console.width = 200  # a file or pipe: one line per episode rather than folded cells
         rows = show.episode_rows(records, trajectories)
         show.render_listing(rows, console, title=f"{args.file} · {len(rows)} episodes · {len(show.groups(rows))} groups")
-        console.print(f"[dim]advantage: GRPO (r - mean) / (std + 1e-6) within each task's samples; infrastructure failures take no part. "
-                      f"One episode: --index N; everything in a browser: --html report.html[/]")
+        console.print("[dim]advantage: GRPO (r - mean) / (std + 1e-6) within each task's samples; infrastructure failures take no part. "
+                      "One episode: --index N; everything in a browser: --html report.html[/]")
         return 0
     console.print(f"[dim]{args.file} · record {args.index % len(records)} of {len(records)}[/]")
     if note and tokenizer is not None:

@@ -142,11 +142,11 @@ class _Progress:
 
 def dry_run_text(options: Any, config_source: str, serve: Sequence[str]) -> str:
     """What `--dry-run` prints: the run's options and TRL's `GRPOConfig` (non-default fields), as JSON."""
+    import dataclasses
+
     import attrs
 
     from openreward_rl.backends.trl_run import grpo_config, lora_config
-
-    import dataclasses
 
     grpo = grpo_config(options)
     defaults = {f.name: f.default for f in dataclasses.fields(grpo) if f.default is not dataclasses.MISSING}

@@ -85,7 +85,7 @@ async def _sdk_scores(client: Any, config: TrainConfig, task: TaskRef, transcrip
         limits = config.tool_timeouts(task.environment)
         try:  # a hung judge must not stall the trainer: the environment's tool-call time limit bounds it too
             scores = await asyncio.wait_for(session.sdk_session.score_group(candidates), limits.default)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise EnvironmentFault(f"score_group of {task.environment} took longer than its limit, {limits.knob(None)}", kind="Timeout") from None
     if len(scores) != len(candidates):
         raise EnvironmentFault(f"score_group returned {len(scores)} scores for {len(candidates)} candidates", kind="ScoreGroupShape")

@@ -14,11 +14,11 @@ from openreward_rl.config import ToolTimeouts
 from openreward_rl.env.environment import DEFAULT_CLOSE_TIMEOUT_S, DEFAULT_OPEN_RETRY, DEFAULT_READ_RETRY, EnvSession, open_session
 from openreward_rl.env.tasks import TaskRef
 from openreward_rl.errors import ConfigError, EnvError, ModelFamilyError
-from openreward_rl.redaction import redact
-from openreward_rl.retry import RetryPolicy
-from openreward_rl.reducers.base import RewardPolicy, get_reducer
 from openreward_rl.loop.context import ContextPolicy
 from openreward_rl.loop.trajectory import StopReason, Trajectory
+from openreward_rl.redaction import redact
+from openreward_rl.reducers.base import RewardPolicy, get_reducer
+from openreward_rl.retry import RetryPolicy
 
 __all__ = ["Episode", "EpisodeSettings", "run_episode", "episode_reward", "failed_trajectory", "fault_stop", "format_system_prompt", "DEFAULT_NUDGE"]
 

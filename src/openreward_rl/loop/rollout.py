@@ -7,16 +7,16 @@ from typing import Any, Protocol
 
 import attrs
 
-from openreward_rl.families.chat import ChatRenderer
 from openreward_rl.config import ConfigError, TrainConfig
 from openreward_rl.engines.base import Engine
 from openreward_rl.env.tasks import TaskRef, resolve_task
 from openreward_rl.families.base import ModelFamily
+from openreward_rl.families.chat import ChatRenderer
 from openreward_rl.loop.context import ContextPolicy, context_policy
 from openreward_rl.loop.episode import DEFAULT_NUDGE, Episode, EpisodeSettings, has_tools_placeholder, run_episode
-from openreward_rl.parsers.base import ToolParser, get_parser
 from openreward_rl.loop.tool_episode import ToolEpisode
 from openreward_rl.loop.trajectory import Trajectory
+from openreward_rl.parsers.base import ToolParser, get_parser
 
 __all__ = ["EpisodeBuilder", "Rollouts", "check_tools_shown", "choose_family", "choose_parser", "context_policies", "episode_stack", "resolve_task"]
 

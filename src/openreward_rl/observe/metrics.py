@@ -27,7 +27,6 @@ counted apart as `unrewarded`.
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from collections import Counter, defaultdict

@@ -23,11 +23,11 @@ from typing import Any
 import attrs
 
 from openreward_rl.credit.returns import reward_to_go, turn_rewards
+from openreward_rl.families.token_text import decode_ids
+from openreward_rl.loop.trajectory import Compaction, ToolResult, Trajectory
 from openreward_rl.observe.conversation import conversation_steps
 from openreward_rl.show.style import CSS, LEGEND, badge, terminal_reward_style
 from openreward_rl.show.tokens import mask_spans, token_view_html
-from openreward_rl.families.token_text import decode_ids
-from openreward_rl.loop.trajectory import Compaction, ToolResult, Trajectory
 
 __all__ = ["Entry", "turn_returns", "conversation", "summary_rows", "render_terminal", "episode_html", "render_html"]
 
