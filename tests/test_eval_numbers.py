@@ -94,3 +94,20 @@ def test_every_reader_takes_the_trained_reward_from_the_trajectory() -> None:
     assert [EpisodeStats.from_trajectory(t).trained_reward for t in trajectories] == [0.5, 0.0, -1.0, None]
     assert [row.trained_reward for row in episode_rows([t.to_dict() for t in trajectories], trajectories)] == [0.5, 0.0, -1.0, None]
     assert [EpisodeRecord.of_trajectory(t, {}).trained_reward for t in trajectories] == [0.5, 0.0, -1.0, 0.0]  # a failure's sample is masked
+
+
+def test_train_eval_line_gives_tool_calls_and_parse_errors_per_episode() -> None:
+    """`train --framework trl`'s before/after line carries the episodes' mean tool calls and parse errors
+    (the `tool_calls_mean` and `parse_errors_mean` of `openreward-rl eval`'s metrics)."""
+    import attrs
+
+    from openreward_rl.backends.trl_run import eval_stats
+    from openreward_rl.observe.metrics import flat_metrics
+
+    counts = [(3.0, 0.0), (1.0, 2.0), (2.0, 1.0)]  # (tool calls, parse errors) per episode
+    trajectories = [attrs.evolve(episode(i, 1.0), metrics={"tool_calls": calls, "parse_errors": errors}) for i, (calls, errors) in enumerate(counts)]
+    [stats] = eval_stats(trajectories).values()
+    assert (stats.tool_calls, stats.parse_errors) == (2.0, 1.0)
+    assert "tool calls/ep 2.00  parse errors/ep 1.00" in stats.line()
+    metrics = flat_metrics(summarize(trajectories))
+    assert (metrics["E/tool_calls_mean"], metrics["E/parse_errors_mean"]) == (2.0, 1.0)
