@@ -66,7 +66,7 @@ async def run(episodes: int, turns: int, reply_words: int, env_url: str, sglang_
         await run_episode(lambda: ToolEpisode(engine, renderer, parser, settings), client, task, attempts=1)
         cpu_started, wall_started = time.process_time(), time.perf_counter()
         results = await asyncio.gather(
-            *(run_episode(lambda: ToolEpisode(engine, renderer, parser, settings, routing_key=f"ep{i}"), client, task, attempts=1)
+            *(run_episode(lambda i=i: ToolEpisode(engine, renderer, parser, settings, routing_key=f"ep{i}"), client, task, attempts=1)
               for i in range(episodes)),
             return_exceptions=True,
         )

@@ -36,7 +36,6 @@ import asyncio
 import gc
 import resource
 import sys
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any

@@ -41,7 +41,10 @@ SHAPES = {
 # CUDA: 64 x 4 x 256 did not finish within 10 minutes on an H100 (transformers 5.23 continuous batching
 # runs about 30 ms per decode step for this model); 32 x 2 x 128 takes about 90 s for both paths.
 WORKLOAD = {"cpu": dict(episodes=8, turns=3, max_new_tokens=32), "cuda": dict(episodes=32, turns=2, max_new_tokens=128)}
-TOOL_RESULT = "<|im_end|>\n<|im_start|>user\n<tool_response>\nThe calculator says 4217. The next step is to add the remaining items and check the units.\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+TOOL_RESULT = (
+    "<|im_end|>\n<|im_start|>user\n<tool_response>\nThe calculator says 4217. The next step is to add the remaining items and check the units.\n"
+    "</tool_response><|im_end|>\n<|im_start|>assistant\n"
+)
 
 
 def build(device: str, dtype: torch.dtype) -> tuple[object, object]:
@@ -69,7 +72,8 @@ def prompts(tokenizer: object, episodes: int) -> tuple[list[list[int]], list[int
         return [torch.randint(0, 150000, (300 + 7 * i,), generator=g).tolist() for i in range(episodes)], list(range(151000, 151045))
     starts = []
     for i in range(episodes):
-        messages = [{"role": "system", "content": "You are a careful agent. Use the tools."}, {"role": "user", "content": f"Task {i}: " + "Compute the totals of the warehouse inventory. " * (4 + i % 5)}]
+        question = f"Task {i}: " + "Compute the totals of the warehouse inventory. " * (4 + i % 5)
+        messages = [{"role": "system", "content": "You are a careful agent. Use the tools."}, {"role": "user", "content": question}]
         starts.append(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False))
     ids = [tokenizer.encode(text, add_special_tokens=False) for text in starts]
     return ids, tokenizer.encode(TOOL_RESULT, add_special_tokens=False)
@@ -78,7 +82,7 @@ def prompts(tokenizer: object, episodes: int) -> tuple[list[list[int]], list[int
 async def run_engine(engine: TransformersEngine, starts: list[list[int]], bridge: list[int], turns: int, max_new: int) -> int:
     async def episode(context: list[int]) -> int:
         generated = 0
-        for turn in range(turns):
+        for _turn in range(turns):
             out = await engine.generate(GenerationRequest(context, {"max_new_tokens": max_new}))
             generated += len(out.output_ids)
             context = context + list(out.output_ids) + bridge
@@ -134,7 +138,7 @@ def main() -> None:
 
     async def engine_runs() -> list[tuple[int, float]]:
         timings = []
-        for repeat in range(args.repeats + 1):
+        for _repeat in range(args.repeats + 1):
             start = time.perf_counter()
             tokens = await run_engine(engine, starts, bridge, workload["turns"], workload["max_new_tokens"])
             timings.append((tokens, time.perf_counter() - start))
@@ -150,7 +154,7 @@ def main() -> None:
     manager.start()
     direct_timings = []
     try:
-        for repeat in range(args.repeats + 1):
+        for _repeat in range(args.repeats + 1):
             start = time.perf_counter()
             tokens = run_direct(manager, [list(s) for s in starts], bridge, workload["turns"], workload["max_new_tokens"], eos)
             direct_timings.append((tokens, time.perf_counter() - start))

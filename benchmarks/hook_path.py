@@ -202,7 +202,7 @@ async def throughput(worker_counts: list[int], turns: int, concurrency: int, epi
             finally:
                 await _state.close_states()
             done = episodes * turns
-            per_turn = lambda seconds: seconds * 1000 / done  # noqa: E731
+            per_turn = lambda seconds, done=done: seconds * 1000 / done  # noqa: E731
             print(f"{workers:>7} {wall:>7.1f} {done / wall:>8.1f} {per_turn(hook1 - hook0):>13.2f} {per_turn(workers1 - workers0):>16.2f}"
                   f" {per_turn(env1 - env0):>19.2f} {per_turn(double1 - double0):>22.2f}", flush=True)
     load = os.getloadavg()

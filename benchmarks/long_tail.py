@@ -31,7 +31,6 @@ over-sampling); the sync mode runs `batch`.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import random
 import sys
@@ -105,7 +104,6 @@ def slime_args(port: int, batch: int, partial: bool) -> SimpleNamespace:
 def run_mode(name: str, loop_thread: Any, server: Any, lengths: list[int], env_url: str, steps: int, batch: int) -> dict[str, Any]:
     import slime_double
     import slime_rollout_double as slime_rollout
-
     from openreward_rl.backends import _suspended
 
     def prompt(index: int) -> Any:
@@ -146,7 +144,6 @@ def main() -> None:
     os.environ.setdefault("WANDB_MODE", "offline")
 
     import slime_rollout_double as slime_rollout
-
     from openreward_rl.assets import load_tokenizer
     from openreward_rl.backends import _state
     from openreward_rl.env.local_server import serve_environments
@@ -154,7 +151,8 @@ def main() -> None:
 
     lengths = episode_lengths(options.steps * options.batch * 3, options.alpha, options.min_turns, options.max_turns, options.seed)
     print(f"machine: {machine()}")
-    print(f"workload: {options.steps} steps × {options.batch} episodes; turns ~ min({options.max_turns}, int({options.min_turns}·Pareto({options.alpha}))), seed {options.seed}; {options.latency} s per model call")
+    print(f"workload: {options.steps} steps × {options.batch} episodes; turns ~ min({options.max_turns}, int({options.min_turns}·Pareto({options.alpha}))), "
+          f"seed {options.seed}; {options.latency} s per model call")
     sync_lengths = lengths[: options.steps * options.batch]
     print(f"  the sync run's episodes: mean {sum(sync_lengths) / len(sync_lengths):.1f} turns, max {max(sync_lengths)}, ≥10 turns: {sum(t >= 10 for t in sync_lengths)} of {len(sync_lengths)}")
 

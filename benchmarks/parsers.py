@@ -106,7 +106,7 @@ def main() -> None:
             if [(c.name, c.arguments) for c in turn.tool_calls] != [(NAME, {"code": value})]:
                 print(f"{name:<14}  WRONG at {size} bytes: calls={turn.tool_calls[:1]!r:.120} errors={turn.errors[:1]!r:.200}")
                 break
-            row.append(_time(lambda: parser.parse(text, tools=TOOLS, finish_reason="stop")))
+            row.append(_time(lambda parser=parser, text=text: parser.parse(text, tools=TOOLS, finish_reason="stop")))
         else:
             print(f"{name:<14}{row[0]:>11.1f}{row[1]:>12.1f}{row[2]:>13.1f}{row[2] / row[1]:>12.2f}")
 

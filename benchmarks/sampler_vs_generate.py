@@ -147,13 +147,13 @@ def main() -> None:
             restart = path == "engine-restarted"
             holder: dict[str, Any] = {}
 
-            def engine() -> Any:
+            def engine(holder: dict[str, Any] = holder) -> Any:
                 if "engine" not in holder:
                     holder["engine"] = TransformersEngine(model, tokenizer, sampling=SamplingConfig(temperature=1.0), default_max_new_tokens=args.max_new_tokens,
                                                           context_length=1024, max_sequences=len(prompts), continuous_batching={"max_memory_percent": 0.5})  # fmt: skip
                 return holder["engine"]
 
-            def after() -> None:
+            def after(holder: dict[str, Any] = holder, restart: bool = restart) -> None:
                 if restart:
                     holder.pop("engine").stop()
                 else:

@@ -104,7 +104,8 @@ def main() -> None:
     rule = DifficultyRule(min_rollouts=4)
     selected = [i for i, (_, rate) in enumerate(tasks) if rule.verdict(logged_statistics(rate, args.logged, rng)) is None]
     everything = list(range(len(tasks)))
-    print(f"{len(tasks)} tasks: " + ", ".join(f"{sum(k == kind for k, _ in tasks)} {kind}" for kind, _, _ in MIX) + f"; groups of {args.group}, {args.batch} informative groups per step, {args.steps} steps")
+    kinds = ", ".join(f"{sum(k == kind for k, _ in tasks)} {kind}" for kind, _, _ in MIX)
+    print(f"{len(tasks)} tasks: {kinds}; groups of {args.group}, {args.batch} informative groups per step, {args.steps} steps")
     print(f"prepare --difficulty ({args.logged} logged rollouts, min_rollouts 4) keeps {len(selected)} tasks: "
           + ", ".join(f"{sum(tasks[i][0] == kind for i in selected)} {kind}" for kind, _, _ in MIX))  # fmt: skip
     print(f"{'selection':>9}  {'episodes':>8}  {'per informative group':>21}  {'saved':>6}  kept groups by kind")

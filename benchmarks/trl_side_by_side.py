@@ -331,7 +331,7 @@ def run_side(side: str, session: Any, bridge: Any, options: Any, args: argparse.
         def recording(prompts: Any, trainer_: Any) -> Any:
             out = rollout(prompts, trainer_)
             sampled.append(sum(sum(t.loss_mask) for t in session.adapter.last_trajectories))
-            rewards.extend(r for r in out["episode_reward"] if r is not None)
+            rewards.extend(r for r in out["trained_reward"] if r is not None)
             return out
 
         trainer.rollout_func = recording

@@ -63,7 +63,8 @@ def main() -> None:
     groups = []
     for _ in range(args.groups):
         groups.append([episode(rng, args.length, args.max_turns, args.skill, progress, opened) for _ in range(args.group)])
-    print(f"{args.groups} groups of {args.group}; lock of {args.length}, {args.max_turns} turns at most, each turn right with p={args.skill}; rewards {progress} per right digit, {opened} to open; gamma {args.gamma}")
+    print(f"{args.groups} groups of {args.group}; lock of {args.length}, {args.max_turns} turns at most, each turn right with p={args.skill}; "
+          f"rewards {progress} per right digit, {opened} to open; gamma {args.gamma}")
     print(f"{'estimator':>14}  {'separation':>10}  {'sign errors':>11}  {'largest |adv|':>13}")
     for name, estimator, weight in (("episode", "episode", 0.5), ("turn", "turn", 0.5), ("turn_index", "turn_index", 0.5), ("mix 0.5", "mix", 0.5)):
         right_sum = wrong_sum = 0.0

@@ -31,8 +31,8 @@ import attrs
 
 from openreward_rl import ChatRenderer, EnvSession, EpisodeSettings, StopReason, TokenLedger, Trajectory
 from openreward_rl.engines import Engine, FinishReason, GenerationRequest
-from openreward_rl.parsers import ToolParser
 from openreward_rl.loop.trajectory import ToolResult, Turn
+from openreward_rl.parsers import ToolParser
 
 
 @attrs.define
@@ -147,7 +147,10 @@ async def main() -> None:
             trajectory = await rollouts.run(TaskRef("WhoDunIt", "train", index=0))
             await client.environments.aclose()
             await engine.aclose()
-    print(json.dumps({"stop_reason": trajectory.stop_reason.value, "turns": len(trajectory.turns), "prefix_breaks": trajectory.prefix_breaks, "segments": len(trajectory.segments), "reward": trajectory.reward}))
+    print(json.dumps({
+        "stop_reason": trajectory.stop_reason.value, "turns": len(trajectory.turns), "prefix_breaks": trajectory.prefix_breaks,
+        "segments": len(trajectory.segments), "reward": trajectory.reward,
+    }))
 
 
 if __name__ == "__main__":

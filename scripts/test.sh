@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Set up (scripts/setup.sh) and run the whole test suite, doctests and fault-injection tests included.
+# Set up (scripts/setup.sh), lint (ruff, configured in pyproject.toml) and run the whole test suite,
+# doctests and fault-injection tests included.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -9,5 +10,6 @@ if [ "${CI:-}" = "true" ] && [ "$(id -u)" = "0" ] && ! command -v chromium >/dev
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium) >/dev/null 2>&1 \
         || echo "scripts/test.sh: could not install chromium; the browser tests will be skipped" >&2
 fi
+.venv/bin/ruff check .
 export HF_HUB_OFFLINE=1 OPENREWARD_DISABLE_UPDATE_CHECK=1 WANDB_MODE=offline NO_PROXY=127.0.0.1,localhost
 exec .venv/bin/python -m pytest --doctest-modules src/openreward_rl tests "$@"

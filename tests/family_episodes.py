@@ -18,7 +18,6 @@ exactly these ids. The episode runs through `ToolEpisode` against the real MathE
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -28,12 +27,12 @@ from openreward import AsyncOpenReward
 
 from openreward_rl import EpisodeSettings, StopReason, TaskRef, ToolEpisode, Trajectory, run_episode
 from openreward_rl.assets import load_tokenizer
-from openreward_rl.families.chat import ChatRenderer
 from openreward_rl.engines.sglang import SGLangEngine
+from openreward_rl.env.local_server import LocalEnvServer, load_environment_class
 from openreward_rl.families import ModelFamily, family_for
+from openreward_rl.families.chat import ChatRenderer
 from openreward_rl.families.probe import assistant_message as probe_assistant_message
 from openreward_rl.families.probe import describe_difference, template_turn
-from openreward_rl.env.local_server import LocalEnvServer, load_environment_class
 from openreward_rl.parsers import get_parser
 from openreward_rl.testing import ScriptedCompletion, SGLangTestServer
 from scripted_training_view import expected_mask_and_logprobs

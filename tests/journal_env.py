@@ -11,9 +11,8 @@ import asyncio
 import threading
 import uuid
 
-from pydantic import BaseModel, Field
-
 from openreward.environments import Environment, TextBlock, ToolOutput, tool
+from pydantic import BaseModel, Field
 
 SESSIONS: list[str] = []
 CALLS: list[tuple[str, str, str]] = []  # (session, tool, text)

@@ -169,7 +169,8 @@ class SessionServerDouble:
         prompt_ids = self._prompt_ids(session, messages, body.get("tools"))
         params = {_TO_SGLANG.get(k, k): v for k, v in body.items() if _TO_SGLANG.get(k, k) in _SGLANG_PARAMS}
         assert self._http is not None
-        async with self._http.post(f"{self.upstream_url}/generate", json={"input_ids": prompt_ids, "sampling_params": params, "return_logprob": True}, headers={"X-SMG-Routing-Key": request.match_info["sid"]}) as upstream:
+        body = {"input_ids": prompt_ids, "sampling_params": params, "return_logprob": True}
+        async with self._http.post(f"{self.upstream_url}/generate", json=body, headers={"X-SMG-Routing-Key": request.match_info["sid"]}) as upstream:
             if upstream.status != 200:
                 return web.Response(status=upstream.status, body=await upstream.read(), content_type="application/json")
             answer = await upstream.json()
@@ -197,7 +198,10 @@ class SessionServerDouble:
         session.records.append(record)
         session.messages = [*messages, message]
         session.token_ids = prompt_ids + output_ids
-        reply_meta = {"output_token_logprobs": [[e[0], e[1], None] for e in entries], "completion_tokens": len(entries), "finish_reason": meta["finish_reason"], "weight_version": meta.get("weight_version")}
+        reply_meta = {
+            "output_token_logprobs": [[e[0], e[1], None] for e in entries], "completion_tokens": len(entries),
+            "finish_reason": meta["finish_reason"], "weight_version": meta.get("weight_version"),
+        }
         return web.json_response({
             "id": meta.get("id"), "object": "chat.completion", "model": body.get("model"),
             "choices": [{"index": 0, "message": message, "finish_reason": finish_reason, "meta_info": reply_meta}],

@@ -21,14 +21,14 @@ from openreward.environments import Environment, TextBlock, ToolOutput, tool
 from pydantic import BaseModel
 
 from openreward_rl.assets import load_tokenizer
-from openreward_rl.families.chat import ChatRenderer
 from openreward_rl.engines.base import FinishReason, Generation, GenerationRequest
-from openreward_rl.env.tasks import TaskRef
-from openreward_rl.loop.episode import EpisodeSettings, run_episode
 from openreward_rl.env.local_server import serve_environments
-from openreward_rl.parsers.base import get_parser
+from openreward_rl.env.tasks import TaskRef
+from openreward_rl.families.chat import ChatRenderer
+from openreward_rl.loop.episode import EpisodeSettings, run_episode
 from openreward_rl.loop.tool_episode import ToolEpisode
 from openreward_rl.loop.trajectory import Trajectory
+from openreward_rl.parsers.base import get_parser
 
 SECRET_VALUE = "sk-observe-SECRET-4242"
 

@@ -176,8 +176,19 @@ def families() -> list[FamilyRendering]:
         FamilyRendering("gemma4", "gemma4", _template_renderer(t / "gemma4.jinja", stops=("<|tool_response>",)), GEMMA, forbidden='<|"|>'),
         FamilyRendering("gemma4_v5", "gemma4", _template_renderer(t / "gemma4_v5.jinja", stops=("<|tool_response>", "<turn|>")), GEMMA, forbidden='<|"|>'),
         FamilyRendering("lfm2.5 (pythonic)", "pythonic", _template_renderer(t / "lfm2_2_5.jinja", stops=("<|im_end|>",)), PYTHONIC, forbidden="'\\"),
-        FamilyRendering("deepseek-v3", "deepseek_v3", _template_renderer(t / "deepseekv3.jinja", header="<｜Assistant｜>", stops=("<｜end▁of▁sentence｜>",), json_string_arguments=True, bos="<｜begin▁of▁sentence｜>"), DS_V3),
-        FamilyRendering("deepseek-v3.1", "deepseek_v31", _template_renderer(DATA / "deepseek-v3.1" / "tokenizer_config.json", header="<｜Assistant｜></think>", stops=("<｜end▁of▁sentence｜>",), json_string_arguments=True, bos="<｜begin▁of▁sentence｜>"), DS_V3),
+        FamilyRendering(
+            "deepseek-v3", "deepseek_v3",
+            _template_renderer(t / "deepseekv3.jinja", header="<｜Assistant｜>", stops=("<｜end▁of▁sentence｜>",), json_string_arguments=True, bos="<｜begin▁of▁sentence｜>"),
+            DS_V3,
+        ),
+        FamilyRendering(
+            "deepseek-v3.1", "deepseek_v31",
+            _template_renderer(
+                DATA / "deepseek-v3.1" / "tokenizer_config.json", header="<｜Assistant｜></think>", stops=("<｜end▁of▁sentence｜>",),
+                json_string_arguments=True, bos="<｜begin▁of▁sentence｜>",
+            ),
+            DS_V3,
+        ),
         FamilyRendering("deepseek-v3.2 (v4 encoder)", "deepseek_v32", _dsv4_renderer("function_calls"), DSML, raw_values=True),
         FamilyRendering("deepseek-v4", "deepseek_v4", _dsv4_renderer("tool_calls"), DSML, raw_values=True),
         FamilyRendering("deepseek-v4.1 (grammar)", "deepseek_v4", _grammar_renderer(_dsml41_call, "<｜DSML｜ calls>\n", "</｜DSML｜ calls>"), DSML, raw_values=True, official=False),

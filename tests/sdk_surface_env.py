@@ -15,9 +15,8 @@ import base64
 import tempfile
 from typing import Any
 
-from pydantic import BaseModel
-
 from openreward.environments import Environment, ImageBlock, TextBlock, ToolOutput, tool
+from pydantic import BaseModel
 
 # A 1x1 PNG.
 PIXEL = base64.b64encode(

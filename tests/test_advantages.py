@@ -231,8 +231,8 @@ async def level_group(sglang: Any, module: Any, double: Any, group_index: int) -
 
 async def test_the_learning_signal_counts_groups_without_spread_and_episodes_that_train_nothing(tmp_path, env_server, monkeypatch, sglang, caplog) -> None:
     import wandb
-    from observe_fixtures import read_offline_run
 
+    from observe_fixtures import read_offline_run
     from openreward_rl.backends import rollout_log
 
     write_config(tmp_path, env_server, monkeypatch, "{estimator: episode}")

@@ -13,8 +13,7 @@ import pytest
 import miles_double
 from openreward_rl.assets import load_tokenizer
 from openreward_rl.backends import _state, miles
-from openreward_rl.env.tasks import TaskRef
-from openreward_rl.env.tasks import task_row
+from openreward_rl.env.tasks import TaskRef, task_row
 from openreward_rl.testing import ScriptedCompletion, SGLangTestServer
 from test_backend_slime import SAMPLING, SUBMIT_OK, SUBMIT_WRONG, config_file, make_args, record_of  # noqa: F401  (fixture)
 

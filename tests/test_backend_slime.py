@@ -20,8 +20,8 @@ from openreward_rl.backends._samples import samples_from_trajectory
 from openreward_rl.backends.episode_record import EpisodeRecord
 from openreward_rl.config import ConfigError
 from openreward_rl.env.tasks import TaskRef
-from openreward_rl.testing import ScriptedCompletion, SGLangTestServer
 from openreward_rl.loop.trajectory import StopReason, TokenSegment, Trajectory
+from openreward_rl.testing import ScriptedCompletion, SGLangTestServer
 
 pytestmark = pytest.mark.anyio
 

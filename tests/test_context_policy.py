@@ -19,6 +19,7 @@ import attrs
 import pytest
 from openreward import AsyncOpenReward
 
+import slime_double
 from openreward_rl import ChatRenderer, EpisodeSettings, StopReason, TaskRef, ToolEpisode, Trajectory, run_episode
 from openreward_rl.assets import load_tokenizer
 from openreward_rl.backends._samples import samples_from_trajectory
@@ -26,14 +27,13 @@ from openreward_rl.backends.episode_record import EpisodeRecord
 from openreward_rl.config import ConfigError, parse_config
 from openreward_rl.engines.sglang import SGLangEngine
 from openreward_rl.env.environment import open_session
-from openreward_rl.env.local_server import LocalEnvServer, load_environment_class
+from openreward_rl.env.local_server import LocalEnvServer
 from openreward_rl.loop.context import CLEARED_MARKER, DEFAULT_SUMMARY_REQUEST, SUMMARY_PREFIX, ClearToolOutputs, SummarizeContext, context_policy
 from openreward_rl.loop.rollout import context_policies
 from openreward_rl.parsers import get_parser
 from openreward_rl.testing import ScriptedCompletion, SGLangTestServer
 from openreward_rl.testing.sglang_server import RecordedRequest
 from scripted_training_view import expected_mask_and_logprobs
-import slime_double
 
 pytestmark = pytest.mark.anyio
 SAMPLING = {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 256}

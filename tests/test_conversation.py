@@ -8,11 +8,10 @@ wrote, not a value the test chose.
 from __future__ import annotations
 
 from observe_fixtures import real_trajectory
-
-from openreward_rl.observe.conversation import conversation_steps, turns_by_message
-from openreward_rl.show.episode import conversation
 from openreward_rl.loop.trajectory import Trajectory
+from openreward_rl.observe.conversation import conversation_steps, turns_by_message
 from openreward_rl.observe.upload import trajectory_events
+from openreward_rl.show.episode import conversation
 
 
 def test_turns_record_the_assistant_message_they_produced():

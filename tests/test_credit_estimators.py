@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import math
+import statistics
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from openreward_rl.config import ADVANTAGE_ESTIMATORS, ConfigError, parse_config
@@ -98,11 +99,14 @@ def test_no_estimator_exceeds_its_bound_on_any_group(group, estimator: str, weig
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.floats(-1.0, 2.0), min_size=2, max_size=8))
 def test_with_one_turn_per_episode_every_estimator_is_grpo(rewards: list[float]) -> None:
+    # Each estimator adds eps to its own scale, so they agree to about eps / spread: groups with no spread
+    # (all 0) or a spread well above eps. ([0.0, 0.0039] differs by 1.3e-4 between turn_index and episode.)
+    assume(max(rewards) == min(rewards) or statistics.pstdev(rewards) > 1e-2)
     returns = [[r] for r in rewards]
     grpo = episode_advantages(rewards)
     for estimator in ADVANTAGE_ESTIMATORS:
         got = [row[0] for row in group_advantages(estimator, returns, rewards)]  # type: ignore[index]
-        assert got == pytest.approx(grpo, abs=1e-4), estimator
+        assert got == pytest.approx(grpo, rel=1e-3, abs=1e-4), estimator
 
 
 def test_the_turn_baseline_does_not_depend_on_how_many_turns_an_episode_ran() -> None:
@@ -184,8 +188,8 @@ def test_group_token_advantages_of_trajectories_leave_failures_out() -> None:
     from openreward_rl.config import AdvantageSettings
     from openreward_rl.credit.group import group_token_advantages
     from openreward_rl.engines.base import FinishReason
-    from openreward_rl.loop.episode import failed_trajectory
     from openreward_rl.env.tasks import TaskRef
+    from openreward_rl.loop.episode import failed_trajectory
     from openreward_rl.loop.trajectory import StopReason, TokenSegment, Trajectory, Turn
     from openreward_rl.parsers.base import ParsedTurn
 

@@ -6,8 +6,8 @@ import json
 import re
 
 import pytest
-from observe_fixtures import SECRET_VALUE, real_trajectory
 
+from observe_fixtures import SECRET_VALUE, real_trajectory
 from openreward_rl.observe.dumps import DumpError, TrajectoryWriter, read_records, read_trajectories
 
 
@@ -88,8 +88,8 @@ def test_resume_drops_only_an_unfinished_last_line(tmp_path):
 
 def test_eval_results_are_dumps(tmp_path):
     """`openreward-rl eval` writes the dump format: show's reader and eval's resume read the same lines."""
-    from openreward_rl.env.tasks import TaskRef
     from openreward_rl.cli.evaluation import EvalJob, ResultsFile, read_results
+    from openreward_rl.env.tasks import TaskRef
 
     trajectory = real_trajectory()
     job = EvalJob(TaskRef("addenv", "train", index=0), 1)

@@ -6,8 +6,8 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from openreward_rl.engines.sglang import _generate_body, _ids_json
 from openreward_rl.engines.base import EncodedIds
+from openreward_rl.engines.sglang import _generate_body, _ids_json
 from openreward_rl.loop.trajectory import TokenLedger
 
 ids = st.lists(st.integers(min_value=0, max_value=200_000), max_size=20)

@@ -15,21 +15,16 @@ import pytest
 from aiohttp import web
 from openreward import AsyncOpenReward
 
-from openreward_rl.env.transport import DrainingResponse, PooledEnvironmentsAPI, use_pooled_transport
-from openreward_rl.env.environment import open_session
-from openreward_rl.env.tasks import TaskRef
-from openreward_rl.env.local_server import LocalEnvServer, serve_environments
-from local_http import serve_app
 from chunk_boundary_env import CHUNK_SIZE, KINDS, boundary_text, streamed_result
+from local_http import serve_app
 from openreward_rl import ChatRenderer, EpisodeSettings, ToolEpisode, run_episode
 from openreward_rl.config import parse_config
 from openreward_rl.engines.sglang import SGLangEngine
-from openreward_rl.env.transport import DrainingResponse, PooledEnvironmentsAPI, parse_sse_events, use_pooled_transport
 from openreward_rl.env.environment import open_session
-from openreward_rl.env.tasks import TaskRef
 from openreward_rl.env.local_server import LocalEnvServer, serve_environments
+from openreward_rl.env.tasks import TaskRef, list_tasks
+from openreward_rl.env.transport import DrainingResponse, PooledEnvironmentsAPI, parse_sse_events, use_pooled_transport
 from openreward_rl.parsers import get_parser
-from openreward_rl.env.tasks import list_tasks
 from openreward_rl.testing import ScriptedCompletion, SGLangTestServer
 
 pytestmark = pytest.mark.anyio
@@ -60,7 +55,7 @@ async def call_five_times(client: AsyncOpenReward, env_server: LocalEnvServer) -
     outcomes = []
     async with open_session(client, task, liveness=False) as session:
         opened = count_connects(client.environments._get_connector())
-        for seconds in (0, 0.01, 0, 0.02, 0):
+        for _ in range(5):
             outcomes.append(await session.call_tool("garble", {}))
     return outcomes, opened
 
@@ -158,7 +153,7 @@ async def test_whitespace_on_a_stream_chunk_boundary_reaches_the_model(
     expected = boundary_text(kind)
     streamed = streamed_result(expected)
     assert all(streamed[k * CHUNK_SIZE].isspace() for k in range(1, 4))  # the construction puts it there
-    script = [ScriptedCompletion(text='<tool_call>\n{"name": "emit", "arguments": {"kind": "%s"}}\n</tool_call>' % kind), ScriptedCompletion(text="done")]
+    script = [ScriptedCompletion(text='<tool_call>\n{"name": "emit", "arguments": {"kind": "' + kind + '"}}\n</tool_call>'), ScriptedCompletion(text="done")]
     settings = EpisodeSettings(sampling_params={"max_new_tokens": 64}, max_tool_output_tokens=None)
     client = AsyncOpenReward(api_key="local")
     task = TaskRef("ChunkBoundary", "train", index=0, base_url=chunk_server.base_url, variant=chunk_server.variant_for("ChunkBoundary"))

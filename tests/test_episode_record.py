@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 import attrs
 import pytest
-from observe_fixtures import real_trajectory
 
+from observe_fixtures import real_trajectory
 from openreward_rl.backends.episode_record import EpisodeRecord
 from openreward_rl.loop.trajectory import StopReason
 

@@ -15,8 +15,7 @@ from rich.console import Console
 from openreward_rl.assets import load_tokenizer
 from openreward_rl.cli import main
 from openreward_rl.cli.eval import EvalOptions, run_eval, summary_table
-from openreward_rl.config import prepare_config
-from openreward_rl.config import parse_config
+from openreward_rl.config import parse_config, prepare_config
 from openreward_rl.engines import FinishReason, Generation, GenerationRequest
 from openreward_rl.env.local_server import load_environment_class
 
@@ -134,15 +133,18 @@ def cli(capsys, *argv: str) -> tuple[int, str]:
         (["--engine", "transformers", "--model", "m", "--config", "examples/quickstart_config.yaml", "--n", "0"], "--n must be at least 1"),
         (["--engine", "transformers", "--model", "m", "--config", "examples/quickstart_config.yaml", "--top-p", "0"], "--top-p must be in (0, 1]"),
         (["--engine", "transformers", "--model", "m", "--config", "examples/quickstart_config.yaml", "--serve", "nowhere.py:Env"], "does not exist"),
-        (["--engine", "transformers", "--model", "offline:nothing", "--config", "examples/quickstart_config.yaml", "--serve", "examples/environments/math_env.py:MathEnv"], "unknown offline model 'offline:nothing'"),
+        (["--engine", "transformers", "--model", "offline:nothing", "--config", "examples/quickstart_config.yaml", "--serve", "examples/environments/math_env.py:MathEnv"],
+         "unknown offline model 'offline:nothing'"),
         (["--engine", "transformers", "--model", "offline:nothing", "--config", "examples/quickstart_config.yaml"], "needs an API key: set OPENREWARD_API_KEY"),
         (["--engine", "transformers", "--model", "/no/such/path", "--config", "examples/quickstart_config.yaml", "--serve", "examples/environments/closest_guess.py:GradedGuess"],
          "--model '/no/such/path': no such file or directory"),
         (["--engine", "transformers", "--model", "~/no/such/model", "--config", "examples/quickstart_config.yaml", "--serve", "examples/environments/closest_guess.py:GradedGuess"],
          "--model '~/no/such/model': no such file or directory"),
-        (["--engine", "openai", "--model", "./no/such/model", "--base-url", "http://127.0.0.1:1/v1", "--config", "examples/quickstart_config.yaml", "--serve", "examples/environments/closest_guess.py:GradedGuess"],
+        (["--engine", "openai", "--model", "./no/such/model", "--base-url", "http://127.0.0.1:1/v1", "--config", "examples/quickstart_config.yaml",
+          "--serve", "examples/environments/closest_guess.py:GradedGuess"],
          "--model './no/such/model': no such file or directory (the tokenizer is loaded from it; pass --tokenizer"),
-        (["--engine", "openai", "--model", "m", "--tokenizer", "no/such/tokenizer/dir", "--base-url", "http://127.0.0.1:1/v1", "--config", "examples/quickstart_config.yaml", "--serve", "examples/environments/closest_guess.py:GradedGuess"],
+        (["--engine", "openai", "--model", "m", "--tokenizer", "no/such/tokenizer/dir", "--base-url", "http://127.0.0.1:1/v1",
+          "--config", "examples/quickstart_config.yaml", "--serve", "examples/environments/closest_guess.py:GradedGuess"],
          "--tokenizer 'no/such/tokenizer/dir': no such file or directory"),
     ],
 )
@@ -194,11 +196,11 @@ def test_options_from_args_names_the_bad_option() -> None:
 async def test_eval_metrics_reach_wandb_offline_and_trajectories_reach_the_upload_sink(env_server, math_answers, tmp_path, monkeypatch) -> None:
     """`eval` logs its per-environment metrics to a real offline WandB run and uploads each trajectory
     (the OpenReward rollout API is a local sink on 127.0.0.1)."""
-    from observe_fixtures import read_offline_run
     from openreward import AsyncOpenReward
-    from test_upload import UploadSink
 
+    from observe_fixtures import read_offline_run
     from openreward_rl.cli.eval import log_to_wandb
+    from test_upload import UploadSink
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
@@ -233,9 +235,8 @@ async def test_eval_metrics_reach_wandb_offline_and_trajectories_reach_the_uploa
 async def test_openai_engine_evaluates_families_whose_turns_end_on_stop_ids(env_server, openreward_client, math_answers, tmp_path, model, tokenizer_name) -> None:
     """A family's end-of-turn stop ids are the chat endpoint's business (it renders the template and ends
     the turn itself): `eval --engine openai` completes its episodes instead of refusing the ids."""
-    from test_openai_engine import completion, serve_chat
-
     from openreward_rl.engines.openai_chat import OpenAIChatEngine
+    from test_openai_engine import completion, serve_chat
 
     def answer(body: dict) -> tuple[int, dict]:
         prompt = " ".join(str(m.get("content")) for m in body["messages"] if m["role"] == "user")
@@ -254,3 +255,33 @@ async def test_openai_engine_evaluates_families_whose_turns_end_on_stop_ids(env_
     math = summary["MathEnv"]
     assert (math.episodes, math.scored, math.reward_mean, math.infrastructure_failures) == (2, 2, 1.0, 0)
     assert len(chat.requests) == 2 and not any("stop_token_ids" in body or "stop" in body for body in chat.requests)
+
+
+def test_eval_without_flags_runs_with_the_eval_options_defaults() -> None:
+    """`openreward-rl eval` restates no default: flags left out give `EvalOptions`' own (one table)."""
+    from openreward_rl.cli import build_parser
+
+    args = build_parser().parse_args(["eval", "--engine", "openai", "--model", "gpt"])
+    assert EvalOptions.from_args(args) == EvalOptions(engine="openai", model="gpt")
+
+
+def test_a_bad_flag_or_option_of_every_command_is_a_config_error() -> None:
+    """Bad input raises `ConfigError` where it enters (errors.py's rule), whichever command reads it."""
+    from openreward_rl.backends.trl_run import TrlOptions
+    from openreward_rl.cli import build_parser
+    from openreward_rl.cli.train_trl import options_from_args
+    from openreward_rl.errors import ConfigError, ResultsError
+    from openreward_rl.loop.context import context_policy
+    from openreward_rl.loop.episode import EpisodeSettings
+
+    with pytest.raises(ConfigError, match="--n must be at least 1"):
+        EvalOptions.from_args(build_parser().parse_args(["eval", "--engine", "openai", "--model", "gpt", "--n", "0"]))
+    with pytest.raises(ConfigError, match="--eval-n must be at least 1"):
+        options_from_args(build_parser().parse_args(["train", "--framework", "trl", "--model", "m", "--eval-n", "0"]))
+    with pytest.raises(ConfigError, match="n-samples must be at least 2"):
+        TrlOptions(model="m", n_samples=1)
+    with pytest.raises(ConfigError, match="unknown context policy"):
+        context_policy("no-such-policy")
+    with pytest.raises(ConfigError, match="max_turns must be at least 1"):
+        EpisodeSettings(max_turns=0)
+    assert issubclass(ResultsError, ConfigError)

@@ -183,9 +183,8 @@ def test_the_lock_follows_the_file_through_its_rewrite(tmp_path) -> None:
     """Opening a file with two lines of one episode rewrites it (a new file renamed over the old):
     the lock must hold on the new file, or a second writer would get in."""
     from observe_fixtures import real_trajectory
-
-    from openreward_rl.env.tasks import TaskRef
     from openreward_rl.cli.evaluation import EvalJob, ResultsError, ResultsFile
+    from openreward_rl.env.tasks import TaskRef
 
     path = tmp_path / "results.jsonl"
     job = EvalJob(TaskRef("addenv", "train", index=0), 0)
@@ -206,8 +205,8 @@ async def test_the_model_check_tells_a_refused_key_and_an_unready_server_from_a_
     """An OpenAI-compatible server on 127.0.0.1: a refused key and a 5xx are errors naming the URL;
     a server without a model list (404) counts as reachable; SGLang's /health answers."""
     from aiohttp import web
-    from local_http import serve_app
 
+    from local_http import serve_app
     from openreward_rl.cli.model_endpoint import check_model_endpoint
 
     status = {"code": 200}

@@ -9,11 +9,12 @@ from typing import Any
 
 import attrs
 import pytest
-from family_episodes import SAMPLING, FamilyCase, case_tokenizer, check_family_run, run_family_episode
 
+from family_episodes import SAMPLING, FamilyCase, case_tokenizer, check_family_run, run_family_episode
 from openreward_rl import EpisodeSettings
 from openreward_rl.assets import load_tokenizer, trl_template
 from openreward_rl.config import ConfigError, parse_config
+from openreward_rl.env.local_server import LocalEnvServer
 from openreward_rl.families import (
     ModelFamily,
     UnsupportedModelError,
@@ -25,7 +26,6 @@ from openreward_rl.families import (
     parser_for_model,
     register_family,
 )
-from openreward_rl.env.local_server import LocalEnvServer
 from openreward_rl.loop.rollout import episode_stack
 
 NAMES = {
@@ -114,7 +114,11 @@ def test_config_and_cli_override_the_family() -> None:
     assert renderer.family is not None and renderer.family.name == "gpt-oss" and parser.name == "gpt_oss"
     generic, parser = episode_stack(parse_config({"environments": {"e": {}}, "model_family": "generic"}), llama, "meta-llama/Llama-3.1-8B-Instruct")
     assert generic.family is None and generic.engine_stop_token_ids == () and parser.name == "llama3_json"
-    with pytest.raises(ConfigError, match="unknown model family 'llama-3'; known: deepseek-v3, deepseek-v3-format, nemotron-3, qwen3.5, qwen3, qwen, gpt-oss, glm-4.5, glm-4.7, hermes, granite-4, nemotron, qwen-xml, llama3, deepseek-v3.1, deepseek-v4, deepseek-v3.2, minimax-m2, kimi-k2.5, kimi-k2, gemma-4"):
+    known = (
+        "deepseek-v3, deepseek-v3-format, nemotron-3, qwen3.5, qwen3, qwen, gpt-oss, glm-4.5, glm-4.7, hermes, granite-4, nemotron, qwen-xml, llama3, deepseek-v3.1, "
+        "deepseek-v4, deepseek-v3.2, minimax-m2, kimi-k2.5, kimi-k2, gemma-4"
+    )
+    with pytest.raises(ConfigError, match=f"unknown model family 'llama-3'; known: {known}"):
         parse_config({"environments": {"e": {}}, "model_family": "llama-3"})
 
     from openreward_rl.cli.eval import EvalOptions, add_arguments
@@ -242,10 +246,9 @@ def test_every_parser_belongs_to_a_family_and_proven_here_is_honest() -> None:
     """Each of the 16 parsers is the parser of a family: one whose episode test_families_episode.py proves
     token-exact, one refused up front (with its reason), or one the start-up check proves on the user's
     tokenizer — never one left to abort turn by turn. `proven_here` is claimed exactly by the proven ones."""
-    from test_families_episode import CASES
-
     from openreward_rl.families import catalog
     from openreward_rl.parsers import available_parsers, base
+    from test_families_episode import CASES
 
     # Only the library's own format modules: a parser registered by user code (the register_parser
     # doctest, a test's custom parser) is not the catalog's to cover.

@@ -8,9 +8,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from family_episodes import FamilyCase, check_family_run, run_family_episode
 
-from openreward_rl import EpisodeSettings
+from family_episodes import FamilyCase, check_family_run, run_family_episode
 from openreward_rl.env.local_server import LocalEnvServer
 from openreward_rl.families import get_family
 from openreward_rl.families.tool_preamble import HERMES_PREAMBLE

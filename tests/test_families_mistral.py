@@ -21,18 +21,18 @@ from typing import Any
 import attrs
 import mistral_common  # the test extra installs it: a missing package fails here, never skips
 import pytest
-from family_episodes import FamilyCase, check_family_run, run_family_episode
 from mistral_common.protocol.instruct.request import ChatCompletionRequest
 from mistral_common.protocol.instruct.validator import ValidationMode
 from mistral_common.tokens.tokenizers.base import SpecialTokenPolicy
 from mistral_common.tokens.tokenizers.mistral import MistralTokenizer
-from test_families_episode import LLAMA_ERROR
 
+from family_episodes import FamilyCase, check_family_run, run_family_episode
 from openreward_rl import EpisodeSettings
 from openreward_rl.assets import load_tokenizer
 from openreward_rl.env.local_server import LocalEnvServer
 from openreward_rl.families import family_for, get_family
 from openreward_rl.families.probe import SYSTEM, TOOLS, probe_family, template_turn
+from test_families_episode import LLAMA_ERROR
 
 TEKKEN_NEMO = Path(mistral_common.__file__).parent / "data" / "tekken_240718.json"
 QUESTION = "What is (1 + 1) * 3?"

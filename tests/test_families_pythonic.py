@@ -19,11 +19,10 @@ from typing import Any
 import attrs
 import pytest
 
+from llama4_official import OfficialLlama4Encoder, llama4_tokenizer, official_tokenizer, same_ids  # llama-models: the test extra
 from openreward_rl.families import family_for, get_family
 from openreward_rl.families.base import UnsupportedModelError
 from openreward_rl.families.probe import QUESTION, SYSTEM, TOOLS, probe_family
-
-from llama4_official import OfficialLlama4Encoder, llama4_tokenizer, official_tokenizer, same_ids  # llama-models: the test extra
 
 
 def _with_official_encoder(family_name: str, encoder: OfficialLlama4Encoder, **changes: Any) -> Any:
@@ -53,7 +52,8 @@ def test_llama4_family_against_meta_s_official_chat_format() -> None:
     assert verdict.exact, verdict.difference
     assert verdict.turns == 4 and verdict.reasoning == "none" and verdict.bridge == "template-derived"
     # the text the reference hands the probe is ChatFormat's own ids
-    assert tokenizer.encode(encoder.render([{"role": "system", "content": SYSTEM}, {"role": "user", "content": QUESTION}], TOOLS, add_generation_prompt=True), add_special_tokens=False) == encoder.last_ids
+    text = encoder.render([{"role": "system", "content": SYSTEM}, {"role": "user", "content": QUESTION}], TOOLS, add_generation_prompt=True)
+    assert tokenizer.encode(text, add_special_tokens=False) == encoder.last_ids
     assert official_tokenizer().decode(encoder.last_ids).endswith("<|eot|><|header_start|>assistant<|header_end|>\n\n")
 
 

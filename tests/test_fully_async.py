@@ -42,7 +42,19 @@ import slime_double
 import slime_rollout_double as slime_rollout
 from openreward_rl.testing import SGLangTestServer
 from test_backend_slime import record_of
-from test_partial_rollout import JournalModel, aborter, config_file, journal_server, loop_thread, make_args, make_server, prompt_sample, step, tokenizer, uninterrupted  # noqa: F401
+from test_partial_rollout import (  # noqa: F401
+    JournalModel,
+    aborter,
+    config_file,
+    journal_server,
+    loop_thread,
+    make_args,
+    make_server,
+    prompt_sample,
+    step,
+    tokenizer,
+    uninterrupted,
+)
 
 pytestmark = pytest.mark.anyio
 

@@ -18,8 +18,8 @@ import slime_double
 import train_data_double
 from openreward_rl.backends import _state, slime
 from openreward_rl.backends._samples import samples_from_trajectory
-from openreward_rl.backends.fork_normalization import post_process_rewards
 from openreward_rl.backends.episode_record import EpisodeRecord
+from openreward_rl.backends.fork_normalization import post_process_rewards
 from openreward_rl.cli.launcher import LaunchSpec, fork_normalization_arguments
 from openreward_rl.config import ConfigError
 from openreward_rl.env.tasks import TaskRef, task_row
@@ -214,7 +214,6 @@ async def test_forked_episodes_through_the_miles_hook(corridor_config, qwen3_tok
     """The same through the Miles hook and Miles' Sample: a list for every rollout, siblings sharing their
     rollout's reward (Miles refuses otherwise), and Miles' own normalisation giving each episode its advantage."""
     import miles_double
-
     from openreward_rl.backends import miles
 
     def miles_sample(index: int, group: int, route: str) -> Any:
@@ -236,3 +235,16 @@ async def test_forked_episodes_through_the_miles_hook(corridor_config, qwen3_tok
     _, miles_default = train_data_double.miles_post_process_rewards(trainer_args(), samples)
     assert by_episode(samples, miles_default) == {0: {0.707106}, 1: {-0.707106}, 2: {0.0}, 3: {0.0}}
     assert post_process_rewards(trainer_args(), samples)[1] == pytest.approx(miles_default)
+
+
+def test_every_hook_groups_a_forked_batch_without_group_index_by_rollouts() -> None:
+    """`backends._groups` is the one grouping the advantage hooks, fork normalisation, the filter and the
+    group RM use: blocks of `n_samples_per_prompt` *rollouts*, so a fork does not shift later groups."""
+    from openreward_rl.backends._groups import prompt_groups, rollout_key
+    from openreward_rl.errors import TrainerError
+
+    batch = [SimpleNamespace(rollout_id=r, index=i) for i, r in enumerate([0, 0, 0, 1, 2, 3])]  # rollout 0 forked into 3 samples
+    assert [sorted(p for ps in g.values() for p in ps) for g in prompt_groups(trainer_args(), batch)] == [[0, 1, 2, 3], [4, 5]]
+    assert rollout_key(SimpleNamespace(index=7), 0) == ("index", 7) and rollout_key(SimpleNamespace(), 3) == ("row", 3)
+    with pytest.raises(TrainerError, match="n_samples_per_prompt"):
+        prompt_groups(SimpleNamespace(), batch)

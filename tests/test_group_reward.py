@@ -13,14 +13,13 @@ from typing import Any
 
 import attrs
 import pytest
+from openreward.api.environments.types import GroupCandidate, Message, TextBlock
 
 import miles_double
 import slime_double
 from examples.environments.closest_guess import make_question, rank_rewards
-from openreward.api.environments.types import GroupCandidate, Message, TextBlock
 from openreward_rl.backends import _state, miles, slime
-from openreward_rl.env.tasks import TaskRef
-from openreward_rl.env.tasks import task_row
+from openreward_rl.env.tasks import TaskRef, task_row
 from openreward_rl.testing import ScriptedCompletion, SGLangTestServer
 from test_backend_slime import SAMPLING, make_args, record_of, sglang, tokenizer  # noqa: F401  (fixtures)
 
@@ -226,3 +225,19 @@ async def test_a_hung_group_judge_is_bounded_by_tool_timeout(config_file, sglang
     assert await slime.reward(args, group) == [1.0, 0.0]
     for sample in group:
         assert "tool_timeout" in record_of(sample).group_score_error
+
+
+async def test_a_hung_group_judge_is_bounded_by_its_environments_own_tool_timeout(config_file, sglang, monkeypatch) -> None:
+    """An environment's own `tool_timeout` (no run-wide one) bounds its `score_group` too, and the error names that key."""
+    from openreward.api.environments.client import AsyncSession
+
+    async def never_answers(self: Any, candidates: Any) -> Any:
+        await asyncio.sleep(3600)
+
+    monkeypatch.setattr(AsyncSession, "score_group", never_answers)
+    config_file.write_text(config_file.read_text().replace("    max_turns: 2\n  MathEnv:", "    max_turns: 2\n    tool_timeout: 1\n  MathEnv:", 1))
+    args = make_args(sglang, group_rm=True)
+    group = await slime_group(args, sglang, [say(TARGET), say(TARGET * 2)])
+    assert await slime.reward(args, group) == [1.0, 0.0]
+    for sample in group:
+        assert "environments.ClosestGuess.tool_timeout (1s)" in record_of(sample).group_score_error

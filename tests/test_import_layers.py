@@ -1,5 +1,6 @@
-"""The package's import graph: no circle between modules (imports inside functions included), and every
-import between packages points down the layers below, never back up."""
+"""The package's import graph: no circle between modules (imports inside functions and type-only imports
+under `if TYPE_CHECKING:` included), and every import between packages points down the layers below,
+never back up."""
 
 from __future__ import annotations
 
@@ -40,12 +41,11 @@ def unit(module: str) -> str:
 
 
 def imports_of(path: Path, known: set[str]) -> set[str]:
+    """Every module of the package `path` imports, at run time or for type checking only."""
     found: set[str] = set()
 
     def visit(nodes: list[ast.stmt]) -> None:
         for node in nodes:
-            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-                continue  # annotations only: never imported at run time
             if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("openreward_rl"):
                 found.add(node.module)
                 found.update(f"{node.module}.{alias.name}" for alias in node.names if f"{node.module}.{alias.name}" in known)
@@ -116,6 +116,13 @@ def test_imports_point_down_the_layers(graph: dict[str, set[str]]) -> None:
         if unit(source) != unit(target) and rank[unit(target)] >= rank[unit(source)]
     ]
     assert upward == []
+
+
+def test_type_only_imports_are_in_the_graph(tmp_path: Path) -> None:
+    """A circle closed by an import under `if TYPE_CHECKING:` is still a circle (families.base <-> families.chat was one)."""
+    path = tmp_path / "a.py"
+    path.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from openreward_rl.b import B\n")
+    assert imports_of(path, {"openreward_rl.b"}) == {"openreward_rl.b"}
 
 
 def test_the_cycle_finder_finds_a_circle() -> None:

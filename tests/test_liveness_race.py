@@ -13,8 +13,8 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
-from local_http import serve_app
 
+from local_http import serve_app
 from openreward_rl.env.environment import LivenessProbe, ServerUnreachable, _race_liveness
 
 pytestmark = pytest.mark.anyio

@@ -11,8 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from openreward_rl.env.tasks import TaskRef
-from openreward_rl.observe.metrics import EpisodeStats, aggregate, flat_metrics, pass_at_k, summarize
 from openreward_rl.loop.trajectory import StopReason, Trajectory
+from openreward_rl.observe.metrics import EpisodeStats, aggregate, flat_metrics, pass_at_k, summarize
 
 
 def episode(env: str, index: int, reward: float | None, stop: StopReason = StopReason.COMPLETED, **metrics: float) -> Trajectory:

@@ -22,10 +22,9 @@ import slime_double
 from openreward_rl.assets import load_tokenizer
 from openreward_rl.backends import miles, miles_agent
 from openreward_rl.backends.filters import group_verdict
-from openreward_rl.env.tasks import TaskRef
-from openreward_rl.env.tasks import task_row
-from openreward_rl.testing import ScriptedCompletion, SGLangTestServer
+from openreward_rl.env.tasks import TaskRef, task_row
 from openreward_rl.loop.trajectory import StopReason
+from openreward_rl.testing import ScriptedCompletion, SGLangTestServer
 from test_backend_slime import SAMPLING, SUBMIT_OK, SUBMIT_WRONG, config_file, record_of  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.anyio

@@ -13,8 +13,7 @@ import pytest
 from openreward_rl.assets import load_tokenizer
 from openreward_rl.config import parse_config
 from openreward_rl.errors import ModelFamilyError
-from openreward_rl.families import family_for, get_family
-from openreward_rl.families import probe
+from openreward_rl.families import family_for, get_family, probe
 from openreward_rl.families.chat import ChatRenderer
 from openreward_rl.families.probe import ModelCheckError, check_model, probe_family
 from openreward_rl.loop.rollout import episode_stack

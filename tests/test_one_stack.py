@@ -14,13 +14,12 @@ import json
 import attrs
 import pytest
 from rich.console import Console
-from test_backend_slime import config_file, make_args, make_sample, run, sglang, tokenizer  # noqa: F401  (fixtures)
 
 from openreward_rl.cli.eval import EvalOptions, run_eval
-from openreward_rl.config import prepare_config
-from openreward_rl.config import load_config
+from openreward_rl.config import load_config, prepare_config
 from openreward_rl.engines.sglang import SGLangEngine
 from openreward_rl.testing import ScriptedCompletion
+from test_backend_slime import config_file, make_args, make_sample, run, sglang, tokenizer  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.anyio
 

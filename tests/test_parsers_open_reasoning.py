@@ -15,7 +15,6 @@ import pytest
 from openreward_rl.parsers import ParseErrorKind, get_parser
 from openreward_rl.parsers.hermes import HermesParser
 from openreward_rl.parsers.qwen3_coder import Qwen3CoderParser
-
 from parser_renderings import TOOLS, TRL_TEMPLATES, families
 
 QWEN35 = next(f for f in families() if f.label == "qwen3.5")

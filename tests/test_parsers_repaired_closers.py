@@ -19,7 +19,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from openreward_rl.parsers import ParseErrorKind, get_parser
-
 from parser_renderings import TOOLS, FamilyRendering, families
 
 CLOSERS = {"qwen3_coder": "\n</parameter>", "glm45": "</arg_value>", "glm47": "</arg_value>"}

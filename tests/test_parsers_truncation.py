@@ -12,7 +12,6 @@ from __future__ import annotations
 import pytest
 
 from openreward_rl.parsers import get_parser
-
 from parser_renderings import TOOLS, FamilyRendering, families
 
 CALLS = [

@@ -12,7 +12,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from openreward_rl.parsers import get_parser
-
 from parser_renderings import TOOLS, families, xml_attribute
 
 KIMI_K3 = next(f for f in families() if f.parser == "kimi_k3")

@@ -22,15 +22,16 @@ import pytest
 import journal_env
 import slime_double
 import slime_rollout_double as slime_rollout
-from slime_rollout_double import aborter
 from openreward_rl.assets import load_tokenizer
 from openreward_rl.backends import _state, _suspended
 from openreward_rl.backends import slime as slime_hooks
-from openreward_rl.env.tasks import TaskRef
 from openreward_rl.env.local_server import serve_environments
+from openreward_rl.env.tasks import TaskRef
 from openreward_rl.testing import ScriptedCompletion, SGLangTestServer
 from openreward_rl.testing.sglang_server import RecordedRequest
-from test_backend_slime import make_args as hook_args, record_of
+from slime_rollout_double import aborter
+from test_backend_slime import make_args as hook_args
+from test_backend_slime import record_of
 
 pytestmark = pytest.mark.anyio
 

@@ -14,7 +14,6 @@ import pytest
 from openreward_rl.cli import main
 from openreward_rl.env.tasks import task_from_metadata
 from openreward_rl.preflight import PREFLIGHT_RETRY
-from openreward_rl.env.tasks import task_from_metadata
 
 
 @pytest.fixture

@@ -44,7 +44,7 @@ def test_renderers_are_not_offered_offsets_and_encode_the_same_joined_text(token
     from renderers.base import attribute_text_segments
 
     view = _TokenizerView(tokenizer)
-    assert getattr(view, "__call__", None) is None  # renderers' probe for offset support
+    assert getattr(view, "__call__", None) is None  # noqa: B004  (renderers probes the attribute for offset support, as here)
     segments = [("\n", False), (LONG, True), ("\n", False)]
     with_offsets = [token for token, _ in attribute_text_segments(tokenizer, segments)]
     assert [token for token, _ in attribute_text_segments(view, segments)] == with_offsets

@@ -14,13 +14,13 @@ import logging
 import attrs
 import pytest
 import wandb
-from observe_fixtures import read_offline_run, real_trajectory
 
+from observe_fixtures import read_offline_run, real_trajectory
 from openreward_rl.backends import rollout_log
 from openreward_rl.backends.episode_record import EpisodeRecord
 from openreward_rl.backends.rollout_log import episode_of_sample, log_eval_rollout, log_rollout
-from openreward_rl.observe.metrics import EpisodeStats, aggregate, summarize
 from openreward_rl.loop.trajectory import StopReason, Trajectory
+from openreward_rl.observe.metrics import EpisodeStats, aggregate, summarize
 
 
 @attrs.define

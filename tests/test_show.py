@@ -6,12 +6,12 @@ from __future__ import annotations
 import html.parser
 
 import pytest
-from observe_fixtures import qwen3_tokenizer, real_trajectory
 
+from observe_fixtures import qwen3_tokenizer, real_trajectory
 from openreward_rl.cli import main
+from openreward_rl.loop.trajectory import StopReason, Trajectory
 from openreward_rl.observe.dumps import TrajectoryWriter
 from openreward_rl.show import mask_spans, render_html
-from openreward_rl.loop.trajectory import StopReason, Trajectory
 
 
 @pytest.fixture

@@ -18,15 +18,14 @@ from html import escape as html_escape
 from pathlib import Path
 
 import pytest
-from headless_browser import Browser, find_chromium
 from openreward import AsyncOpenReward
 from rich.console import Console
 
+from headless_browser import Browser, find_chromium
 from openreward_rl.assets import load_tokenizer
 from openreward_rl.cli import main
 from openreward_rl.cli.eval import EvalOptions, run_eval
-from openreward_rl.config import prepare_config
-from openreward_rl.config import parse_config
+from openreward_rl.config import parse_config, prepare_config
 from openreward_rl.engines import FinishReason, Generation, GenerationRequest
 from openreward_rl.env.local_server import load_environment_class
 

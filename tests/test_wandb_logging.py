@@ -7,8 +7,8 @@ import json
 
 import pytest
 import wandb
-from observe_fixtures import SECRET_VALUE, read_offline_run, real_trajectory
 
+from observe_fixtures import SECRET_VALUE, read_offline_run, real_trajectory
 from openreward_rl.observe.metrics import EpisodeStats, aggregate
 from openreward_rl.observe.wandb_logging import REDACTED, WandbLogger, redact_config
 

@@ -39,9 +39,8 @@ from collections.abc import Sequence
 from fractions import Fraction
 from pathlib import Path
 
-from pydantic import BaseModel, Field
-
 from openreward.environments import GroupCandidate, GroupScore, Server, TextBlock, ToolOutput, terminal, tool
+from pydantic import BaseModel, Field
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from env_splits import TrainTestEnvironment  # noqa: E402

@@ -23,9 +23,8 @@ import hashlib
 import sys
 from pathlib import Path
 
-from pydantic import BaseModel, Field
-
 from openreward.environments import Server, TextBlock, ToolOutput, tool
+from pydantic import BaseModel, Field
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from env_splits import TrainTestEnvironment  # noqa: E402

@@ -18,9 +18,8 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from pydantic import BaseModel, Field
-
 from openreward.environments import Environment, Server, TextBlock, ToolOutput, tool
+from pydantic import BaseModel, Field
 
 __all__ = ["Faulty", "GARBLED_TEXT", "FLOOD_LINE"]
 

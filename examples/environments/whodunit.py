@@ -26,9 +26,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import BaseModel, Field
-
 from openreward.environments import Server, TextBlock, ToolOutput, tool
+from pydantic import BaseModel, Field
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from env_splits import TrainTestEnvironment  # noqa: E402

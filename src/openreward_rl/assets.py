@@ -47,6 +47,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from openreward_rl.errors import ConfigError
+
 __all__ = ["OFFLINE_PREFIX", "NPM_TOKENIZERS", "load_tokenizer", "offline_tokenizer_dir", "smollm2_gguf", "cache_dir", "trl_template"]
 
 OFFLINE_PREFIX = "offline:"
@@ -207,7 +209,7 @@ def offline_tokenizer_dir(name: str) -> Path:
         folder = _OFFLINE_TOKENIZERS[name]
     except KeyError:
         known = ", ".join(OFFLINE_PREFIX + n for n in [*_OFFLINE_TOKENIZERS, *_TEMPLATED_TOKENIZERS, *_NPM_TOKENIZERS_WITH_TEMPLATE, *_ENCODER_TOKENIZERS, "smollm2"])
-        raise ValueError(f"unknown offline tokenizer {name!r}; known: {known}") from None
+        raise ConfigError(f"unknown offline tokenizer {name!r}; known: {known}") from None
     return _otc_dir(folder)
 
 

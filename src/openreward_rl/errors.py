@@ -1,25 +1,53 @@
 """One error vocabulary: `OpenRewardRLError`, and one subclass per boundary the library crosses.
 
-| boundary | class | raised for |
-|---|---|---|
-| input | `ConfigError` | a bad config value, command-line argument or input file; the message names it and the fix |
-| model family | `ModelFamilyError` | a model family that is unknown or refused, a chat template the bridge cannot cut |
-| environment | `EnvError` | the OpenReward environment failed (`EnvironmentFault` mid-episode, an unreachable or unstartable server) |
-| engine | `EngineError` | the sampling engine failed or refused a request |
-| trainer | `TrainerError` | a trainer (Slime, Miles, TRL) cannot be launched or driven as asked |
+```
+Exception
+└── OpenRewardRLError                      every error this library raises on purpose
+    ├── ConfigError (ValueError)           input: a bad config value, command-line flag or option, or input file
+    │   ├── ResultsError                   an `eval --output` results file this run cannot use
+    │   ├── DumpError                      a trajectory dump that cannot be read (observe.dumps)
+    │   └── UnsupportedSamplingError       a sampling parameter the engine cannot honour (engines.transformers)
+    ├── ModelFamilyError (ValueError)      model family: unknown or refused, a chat template the bridge cannot cut
+    │   ├── UnsupportedModelError          (families.base)
+    │   ├── TemplateBridgeError            (families.chat)
+    │   └── ModelCheckError                the token-exactness probe failed (families.probe)
+    ├── EnvError                           environment: the OpenReward side failed, never the model's doing
+    │   ├── EnvironmentFault (RuntimeError)      mid-episode (env.environment)
+    │   ├── ServerUnreachable (ConnectionError)  (env.environment)
+    │   ├── EnvServerStartError (RuntimeError)   a local server that would not start (env.local_server)
+    │   └── AtCapacityError (RuntimeError)       the environment answered 429 through every retry (retry)
+    ├── EngineError (RuntimeError)         engine: the sampling engine failed or refused a request
+    │   ├── ContextLengthError             the request does not fit the model's context (engines.base)
+    │   └── EngineRequestError             the engine refused the request (engines.base)
+    └── TrainerError                       trainer: Slime, Miles or TRL cannot be launched or driven as asked
+        └── LaunchError (ValueError)       `openreward-rl train` cannot start the run (cli.launcher)
+```
 
 Each keeps the built-in base it had (`ValueError` for bad input, `RuntimeError` for faults), so
 existing `except ValueError` code keeps working. Faults (`EnvError`, `EngineError`) end an episode as
 an infrastructure failure, never as a reward: `openreward_rl.loop.episode.fault_stop` is the one mapping.
 
->>> from openreward_rl.errors import ConfigError, OpenRewardRLError
+The rule for raising and adding one:
+
+- Bad input raises `ConfigError` where it enters: the flag, option or config key is checked at the
+  command line, the options object or the config parser, and the message names it and the fix. A plain
+  `ValueError` is for a caller's programming error inside the library (an invariant, a wrong argument
+  to an internal function), never for something a user typed.
+- A new class is added only for a new boundary, or where a caller must tell one failure from its
+  siblings (`ResultsError`: `eval` offers --overwrite for it). It subclasses the boundary's class
+  (never `Exception` directly), keeps that class's built-in base, is defined here (or, where only one
+  module raises it, next to it, subclassing one of these) and gets a line in the tree above.
+
+>>> from openreward_rl.errors import ConfigError, OpenRewardRLError, ResultsError
 >>> issubclass(ConfigError, OpenRewardRLError) and issubclass(ConfigError, ValueError)
+True
+>>> issubclass(ResultsError, ConfigError)
 True
 """
 
 from __future__ import annotations
 
-__all__ = ["OpenRewardRLError", "ConfigError", "ModelFamilyError", "EnvError", "EngineError", "TrainerError"]
+__all__ = ["OpenRewardRLError", "ConfigError", "ResultsError", "ModelFamilyError", "EnvError", "EngineError", "TrainerError"]
 
 
 class OpenRewardRLError(Exception):
@@ -28,6 +56,10 @@ class OpenRewardRLError(Exception):
 
 class ConfigError(OpenRewardRLError, ValueError):
     """Bad input (a config value, a command-line argument, an input file); the message names it and the fix."""
+
+
+class ResultsError(ConfigError):
+    """A results file this run cannot use (another run's settings, another writer, not a results file); the message names the file and what to do."""
 
 
 class ModelFamilyError(OpenRewardRLError, ValueError):

@@ -19,7 +19,7 @@ Traceback (most recent call last):
 ...
 openreward_rl.errors.ConfigError: train_config.yaml: environment 'GeneralReasoning/WhoDunIt' is served by OpenReward (no base_url or env_base_url is set), which needs an API key: set OPENREWARD_API_KEY
 >>> check_ready(config, environ={"OPENREWARD_API_KEY": "or-key-123"})
-"""
+"""  # noqa: E501  (the doctest's expected error is one line)
 
 from __future__ import annotations
 

@@ -25,6 +25,7 @@ from typing import TypeVar
 import aiohttp
 import attrs
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
+
 from openreward_rl.errors import EnvError
 
 __all__ = [

@@ -14,7 +14,6 @@ import os
 
 from openreward.environments import Environment, TextBlock, ToolOutput, tool
 
-
 # The keys a run's process knows of: served in-process (`eval --serve`), the environment sees them too.
 KNOWN_KEY_VARIABLES = ("OPENREWARD_API_KEY", "WANDB_API_KEY", "OPENAI_API_KEY", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
 

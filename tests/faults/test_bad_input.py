@@ -4,7 +4,6 @@ network) and `preflight.check_environments` against the SDK's real environment `
 
 from __future__ import annotations
 
-
 import pytest
 from fault_harness import EpisodeRun, assert_sample, call
 from openreward import AsyncOpenReward

@@ -15,8 +15,8 @@ from openreward import AsyncOpenReward
 from openreward_rl import EpisodeSettings, StopReason
 from openreward_rl.assets import load_tokenizer
 from openreward_rl.env.local_server import LocalEnvServer, serve_environments
-from openreward_rl.testing import ScriptedCompletion
 from openreward_rl.env.tool_output import TRUNCATION_MARKER
+from openreward_rl.testing import ScriptedCompletion
 
 pytestmark = pytest.mark.anyio
 SUBMIT = ScriptedCompletion(text=call("submit", answer="ok"))

@@ -19,17 +19,17 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from test_upload import UploadSink  # the local stand-in for OpenReward's rollout API
 from fault_harness import EpisodeRun, assert_sample, call, slime_samples
 from openreward import AsyncOpenReward
 
 from openreward_rl import StopReason
 from openreward_rl.config import parse_config
-from openreward_rl.observe.dumps import TrajectoryWriter
 from openreward_rl.env.local_server import LocalEnvServer, serve_environments
+from openreward_rl.observe.dumps import TrajectoryWriter
+from openreward_rl.observe.upload import TrajectoryUploader
 from openreward_rl.redaction import MASK, install_log_redaction
 from openreward_rl.testing import ScriptedCompletion
-from openreward_rl.observe.upload import TrajectoryUploader
+from test_upload import UploadSink  # the local stand-in for OpenReward's rollout API
 
 pytestmark = pytest.mark.anyio
 JUDGE_KEY = "sk-judge-7f3a9c1e5b2d"  # environment-specific, written in the config (openai_api_key)

@@ -9,7 +9,7 @@
 | Miles (agentic) | `--custom-generate-function-path` | `openreward_rl.backends.miles_agent.generate` |
 | Miles (agentic) | `--custom-agent-function-path` | `openreward_rl.backends.miles_agent.run` |
 | both | `--dynamic-sampling-filter-path` | `openreward_rl.backends.filters.keep_informative_groups` |
-| TRL | `GRPOTrainer(rollout_func=..., reward_funcs=[...])` | `openreward_rl.backends.trl.TrlAdapter` and its `episode_reward` (`trl_run` assembles a run) |
+| TRL | `GRPOTrainer(rollout_func=..., reward_funcs=[...])` | `openreward_rl.backends.trl.TrlAdapter` and its `trained_reward` (`trl_run` assembles a run) |
 | Slime (advantage `turn`/`mix`) | `--custom-reward-post-process-path` | `openreward_rl.backends.advantages.slime_reward_post_process` |
 | Slime (advantage `turn`/`mix`) | `--custom-advantage-function-path` | `openreward_rl.backends.advantages.slime_advantages` |
 | Miles (advantage `turn`/`mix`) | `--custom-reward-post-process-path` | `openreward_rl.backends.advantages.miles_reward_post_process` (with `--use-opd --opd-type sglang --opd-kl-coef 1.0`) |

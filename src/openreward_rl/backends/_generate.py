@@ -24,23 +24,18 @@ import attrs
 from openreward_rl.backends._samples import sample_fields, samples_from_trajectory
 from openreward_rl.backends._state import BackendState, state_for
 from openreward_rl.backends._suspended import RESUME_KEY, ResumeRecord, store_for
+from openreward_rl.backends.resumable import AbortSignal, ContinuingEngine, Finished, LiveEpisode, Outcome, ParkingEngine, mask_before
+from openreward_rl.backends.workers import WorkerRollouts
 from openreward_rl.config import ConfigError
 from openreward_rl.credit.returns import TurnCredit
-from openreward_rl.env.tasks import TaskRef
+from openreward_rl.env.group_score import transcript
+from openreward_rl.env.tasks import TaskRef, task_from_metadata
 from openreward_rl.loop.episode import failed_trajectory
-from openreward_rl.backends.resumable import AbortSignal, ContinuingEngine, Finished, LiveEpisode, Outcome, ParkingEngine, mask_before
-from openreward_rl.env.tasks import task_from_metadata
 from openreward_rl.loop.trajectory import StopReason, Trajectory
-from openreward_rl.backends.workers import WorkerRollouts
 
-__all__ = ["generate_samples", "trainer_output", "transcript", "turn_credit"]
+__all__ = ["generate_samples", "trainer_output", "turn_credit"]
 
 logger = logging.getLogger(__name__)
-
-
-def transcript(trajectory: Trajectory) -> list[dict[str, str]]:
-    """Text-only role/content pairs of an episode, kept for group scoring (`score_group`)."""
-    return [{"role": str(m.get("role", "")), "content": str(m.get("content") or "")} for m in trajectory.messages]
 
 
 def check_args(args: Any, sample: Any) -> None:
@@ -192,7 +187,7 @@ def _fill(
         weight_versions=weight_versions,
         preset_reward=preset_reward,
         evaluation=evaluation,
-        transcript=transcript(trajectory) if getattr(args, "group_rm", False) else None,
+        transcript=transcript(trajectory.messages) if getattr(args, "group_rm", False) else None,
         credit=turn_credit(state, task, trajectory),
     )
     if engine is not None:

@@ -170,9 +170,8 @@ def samples_from_trajectory(
     stop = trajectory.stop_reason
     infrastructure = stop.is_infrastructure_failure or not trajectory.token_exact
     status = status_for(sample, stop) if trajectory.token_exact else type(sample).Status.ABORTED
-    reward = 0.0 if infrastructure or trajectory.reward is None else float(trajectory.reward)
-    if not preset_reward:
-        reward = None
+    trained = None if infrastructure else trajectory.trained_reward
+    reward = (0.0 if trained is None else trained) if preset_reward else None  # a failure's 0.0 only fills the field: it is masked
     metrics = trajectory.metrics
     non_generation_time = non_generation_seconds(metrics)
     common = {"status": status, "weight_versions": weight_versions, "non_generation_time": non_generation_time}

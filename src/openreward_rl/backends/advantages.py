@@ -45,8 +45,8 @@ from typing import Any
 
 import attrs
 
+from openreward_rl.backends._groups import flatten, prompt_groups
 from openreward_rl.backends.episode_record import EpisodeRecord
-from openreward_rl.backends.group_reward import flatten, rollout_key
 from openreward_rl.config import AdvantageSettings, load_config
 from openreward_rl.credit.estimators import episode_advantages, group_advantages
 from openreward_rl.credit.signal import StepSignal, group_signal
@@ -99,19 +99,6 @@ def settings_for(args: Any) -> AdvantageSettings:
     return _settings_from(os.environ.get("OPENREWARD_RL_CONFIG") or os.environ.get("TRAIN_CONFIG"))
 
 
-def _groups(args: Any, samples: Sequence[Any]) -> list[list[int]]:
-    """Indices of each prompt group: by `group_index`, else contiguous runs of `n_samples_per_prompt`."""
-    if all(getattr(s, "group_index", None) is not None for s in samples):
-        groups: dict[Any, list[int]] = {}
-        for position, sample in enumerate(samples):
-            groups.setdefault(sample.group_index, []).append(position)
-        return list(groups.values())
-    size = int(getattr(args, "n_samples_per_prompt", 0) or 0)
-    if size < 1 or len(samples) % size:
-        raise TrainerError(f"{len(samples)} samples without group_index cannot be split into groups of n_samples_per_prompt={size}")
-    return [list(range(start, start + size)) for start in range(0, len(samples), size)]
-
-
 def _masked(sample: Any) -> bool:
     return bool(getattr(sample, "remove_sample", False)) or not any(sample.loss_mask or ())
 
@@ -131,12 +118,9 @@ class _Episode:
 
 
 def _episode_groups(args: Any, samples: Sequence[Any]) -> list[list[_Episode]]:
-    """The batch's prompt groups, each as its episodes (fan-out siblings: one episode)."""
+    """The batch's prompt groups (`backends._groups.prompt_groups`), each as its episodes (fan-out siblings: one episode)."""
     out = []
-    for group in _groups(args, samples):
-        episodes: dict[Any, list[int]] = {}
-        for position in group:
-            episodes.setdefault(rollout_key(samples[position]), []).append(position)
+    for episodes in prompt_groups(args, samples):
         members = []
         for positions in episodes.values():
             first = samples[positions[0]]

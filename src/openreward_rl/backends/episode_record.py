@@ -11,7 +11,7 @@ Keys, one per field:
 |---|---|
 | environment, split, index, variant | the task within its environment |
 | stop_reason, stop_detail | how the episode ended (`StopReason` value) |
-| episode_reward | the runner's reduced reward; None when none was observed |
+| episode_reward | the episode's reward (`Trajectory.reward`: the reward policy's reduction); None when none was observed |
 | reward_observed | a reward was observed and the run was no infrastructure failure |
 | step_rewards, finished, metrics, prefix_breaks | what the episode reported |
 | segment, segments | position among the samples of one rollout split at prefix breaks |
@@ -34,7 +34,7 @@ partial-rollout code; this record only carries it across the data buffer.
 >>> back = EpisodeRecord.from_metadata(metadata)
 >>> back == record, back.infrastructure_failure, back.trained_reward
 (True, True, 0.0)
-"""
+"""  # noqa: E501  (a table row and its doctest output are one line each)
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ import attrs
 
 from openreward_rl.credit.returns import TurnCredit
 from openreward_rl.env.tasks import TaskRef
-from openreward_rl.loop.trajectory import StopReason, Trajectory
+from openreward_rl.loop.trajectory import StopReason, Trajectory, trained_reward
 
 __all__ = ["EpisodeRecord", "NOT_OUR_SAMPLE", "metadata_dict"]
 
@@ -262,10 +262,10 @@ class EpisodeRecord:
 
     @property
     def trained_reward(self) -> float:
-        """What the reward hook hands the trainer: the reward, 0.0 where none was observed or the run failed."""
-        if self.episode_reward is None or self.infrastructure_failure or self.placeholder:
-            return 0.0
-        return self.episode_reward
+        """What the reward hook hands the trainer: `loop.trajectory.trained_reward` of the episode, with 0.0 for
+        a failure or a placeholder (Slime and Miles take a number from every sample; those samples are masked)."""
+        reward = None if self.placeholder else trained_reward(self.episode_reward, failed=self.infrastructure_failure)
+        return 0.0 if reward is None else reward
 
     @property
     def task_key(self) -> str | None:

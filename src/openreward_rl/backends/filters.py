@@ -23,7 +23,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from openreward_rl.backends.group_reward import flatten, rollout_key
+from openreward_rl.backends._groups import flatten, rollout_key
 from openreward_rl.backends.task_sampling import record_group
 
 __all__ = ["keep_informative_groups", "group_verdict", "caller_trainer"]
@@ -69,11 +69,11 @@ def group_verdict(args: Any, samples: list[Any], *, tolerance: float = 1e-6) -> 
     if any(_aborted(s) for s in leaves):
         return False, "aborted_member"
     per_rollout: dict[Any, float] = {}
-    for sample in leaves:
+    for position, sample in enumerate(leaves):
         value = _reward_value(args, sample)
         if value is None:
             return False, "missing_reward"
-        per_rollout[rollout_key(sample)] = value
+        per_rollout[rollout_key(sample, position)] = value
     rewards = list(per_rollout.values())
     if len(rewards) < 2:
         return False, "single_rollout"

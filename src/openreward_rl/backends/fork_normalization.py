@@ -4,7 +4,7 @@ With a context policy (or a prefix break) one episode becomes one sample per con
 episode's `rollout_id` and reward, so a prompt's group holds a different number of samples per episode.
 A sample's advantage must then be its *episode's* group-normalised reward: the group is the prompt's
 episodes (`group_index`), each episode counted once (`rollout_id`, else `index`), however many
-samples it forked into.
+samples it forked into (`backends._groups`: the one grouping every hook uses).
 
 What the trainers do without help (read at the commits docs/training.md pins):
 
@@ -37,10 +37,9 @@ skipped when the spread is 0, as Miles does.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
-from openreward_rl.backends.group_reward import flatten
+from openreward_rl.backends._groups import flatten, prompt_groups
 from openreward_rl.credit.estimators import episode_advantages
 
 __all__ = ["NORMALIZED_ESTIMATORS", "STD_ESTIMATORS", "post_process_rewards"]
@@ -57,31 +56,6 @@ def _reward_value(sample: Any, args: Any) -> float:
     return float(sample.reward[key] if key else sample.reward)
 
 
-def _group_keys(samples: Sequence[Any], args: Any) -> list[Any]:
-    """Each sample's prompt group: `group_index`; without one, contiguous blocks of `n_samples_per_prompt` rollouts."""
-    if all(getattr(s, "group_index", None) is not None for s in samples):
-        return [("group", s.group_index) for s in samples]
-    per_prompt = int(getattr(args, "n_samples_per_prompt", 0) or 0)
-    if per_prompt < 1:
-        raise ValueError("samples without group_index need args.n_samples_per_prompt to be grouped")
-    keys, rollouts, seen = [], 0, {}
-    for position, sample in enumerate(samples):
-        rollout = _rollout_key(sample, position)
-        if rollout not in seen:
-            seen[rollout] = rollouts // per_prompt
-            rollouts += 1
-        keys.append(("block", seen[rollout]))
-    return keys
-
-
-def _rollout_key(sample: Any, position: int) -> Any:
-    rollout_id = getattr(sample, "rollout_id", None)
-    if rollout_id is not None:
-        return ("rollout", rollout_id)
-    index = getattr(sample, "index", None)
-    return ("index", index) if index is not None else ("row", position)
-
-
 def post_process_rewards(args: Any, samples: list[Any]) -> tuple[list[float], list[float]]:
     """Slime's `--custom-reward-post-process-path` contract: `(raw_rewards, rewards)`, one each per sample of
     the flat batch, in its order. See the module docstring for the rule."""
@@ -91,11 +65,8 @@ def post_process_rewards(args: Any, samples: list[Any]) -> tuple[list[float], li
     if estimator not in NORMALIZED_ESTIMATORS or not getattr(args, "rewards_normalization", True):
         return raw, list(raw)
     std_normalization = estimator in STD_ESTIMATORS and bool(getattr(args, "grpo_std_normalization", True))
-    groups: dict[Any, dict[Any, list[int]]] = {}
-    for position, (group, sample) in enumerate(zip(_group_keys(samples, args), samples)):
-        groups.setdefault(group, {}).setdefault(_rollout_key(sample, position), []).append(position)
     out = [0.0] * len(samples)
-    for rollouts in groups.values():
+    for rollouts in prompt_groups(args, samples):
         scored: list[tuple[list[int], float]] = []
         for key, positions in rollouts.items():
             values = {raw[p] for p in positions}

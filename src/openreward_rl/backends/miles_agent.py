@@ -55,18 +55,18 @@ from typing import Any
 
 import attrs
 
-from openreward_rl.backends._state import load_process_parts
 from openreward_rl.backends._samples import episode_metadata, fill_placeholder, non_generation_seconds, sample_fields, status_for
+from openreward_rl.backends._state import load_process_parts
 from openreward_rl.backends.episode_record import EpisodeRecord
 from openreward_rl.backends.group_reward import flatten
 from openreward_rl.config import ConfigError, TrainConfig, config_path
 from openreward_rl.engines.base import EngineError, FinishReason, Generation, GenerationRequest
 from openreward_rl.engines.openai_chat import CHAT_FINISH_REASONS, OpenAIChatEngine, parse_chat_completion
-from openreward_rl.retry import RetryPolicy
-from openreward_rl.loop.rollout import Rollouts
 from openreward_rl.env.tasks import task_from_metadata
+from openreward_rl.loop.rollout import Rollouts
 from openreward_rl.loop.trajectory import StopReason, Trajectory
 from openreward_rl.observe.upload import TrajectoryUploader
+from openreward_rl.retry import RetryPolicy
 
 __all__ = ["run", "generate", "SessionChatEngine", "chat_sampling_params"]
 

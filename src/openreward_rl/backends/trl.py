@@ -2,7 +2,7 @@
 
     adapter = TrlAdapter.build(config, tokenizer, client, model="offline:smollm2", max_new_tokens=64)
     trainer = GRPOTrainer(model=model, processing_class=tokenizer, args=GRPOConfig(...),
-                          train_dataset=task_dataset(tasks), reward_funcs=[adapter.episode_reward],
+                          train_dataset=task_dataset(tasks), reward_funcs=[adapter.trained_reward],
                           rollout_func=adapter)
 
 What a step does (`TrlAdapter.__call__`, TRL's `rollout_func(prompts, trainer)`):
@@ -30,16 +30,16 @@ What a step does (`TrlAdapter.__call__`, TRL's `rollout_func(prompts, trainer)`)
   counted (`dropped_segments` in the metrics, and a warning), as the Slime hook does for a `Sample`
   class without `rollout_id`.
 
-Rewards (`TrlAdapter.episode_reward`, a TRL reward function reading the `episode_reward` column the
-rollout returns): the environment's reduced reward under the config's reward policy (reducer,
-`nonterminal_reward` for unfinished episodes, clamps); 0.0 when the episode ended without a reward
-(a truncated or unanswered episode is the model's doing); **None for an infrastructure failure**
-(`env_error`, `aborted`, `timeout`, or ids that are not token-exact). TRL turns None into NaN,
+Rewards (`TrlAdapter.trained_reward`, a TRL reward function reading the `trained_reward` column the
+rollout returns): `Trajectory.trained_reward`, the environment's reduced reward under the config's
+reward policy (reducer, `nonterminal_reward` for unfinished episodes, clamps); 0.0 when the episode
+ended without a reward (a truncated or unanswered episode is the model's doing); **None for an
+infrastructure failure** (`env_error`, `aborted`, `timeout`) or ids that are not token-exact. TRL turns None into NaN,
 leaves it out of the group mean and std and zeroes its advantage; its `env_mask` is all 0 as well,
 so it is never trained as a 0. An episode with no tokens at all (the environment failed before the
 first prompt) becomes a one-token placeholder with mask 0 and reward None. With `group_rm=True`
-an environment that implements `score_group` scores each group's episodes together (the Slime
-hook's `group_reward.group_rewards`, clamped to the environment's reward bounds).
+an environment that implements `score_group` scores each group's episodes together
+(`env.group_score.score_group`, as the Slime hook does; clamped to the environment's reward bounds).
 
 Metrics: after each step the episodes' per-environment summary (`metrics.flat_metrics`: reward,
 success, pass@k, stop reasons, infrastructure failures, turns, tokens) goes through TRL's
@@ -67,26 +67,24 @@ import contextlib
 import json
 import logging
 from collections.abc import Iterator, Mapping, Sequence
-from types import SimpleNamespace
 from typing import Any
 
 import attrs
 
-from openreward_rl.backends._generate import transcript
-from openreward_rl.backends._samples import episode_metadata, placeholder_ids
-from openreward_rl.backends.group_reward import group_rewards
+from openreward_rl.backends._samples import placeholder_ids
 from openreward_rl.config import TrainConfig
 from openreward_rl.credit.group import trajectory_group_signal
 from openreward_rl.credit.signal import StepSignal
 from openreward_rl.engines.transformers import SamplingConfig, TransformersEngine
-from openreward_rl.env.tasks import TaskRef
-from openreward_rl.observe.metrics import flat_metrics, summarize
+from openreward_rl.env.group_score import score_group, transcript
+from openreward_rl.env.tasks import TaskRef, task_from_metadata, task_row
+from openreward_rl.errors import ConfigError
 from openreward_rl.loop.rollout import EpisodeBuilder, Rollouts
-from openreward_rl.env.tasks import task_from_metadata, task_row
 from openreward_rl.loop.tool_episode import ToolEpisode
 from openreward_rl.loop.trajectory import Trajectory
+from openreward_rl.observe.metrics import flat_metrics, summarize
 
-__all__ = ["Completion", "TrlAdapter", "completion_of", "task_dataset", "task_prompt", "trained_reward"]
+__all__ = ["Completion", "TrlAdapter", "completion_of", "task_dataset", "task_prompt"]
 
 logger = logging.getLogger(__name__)
 
@@ -103,21 +101,8 @@ def task_dataset(tasks: Sequence[TaskRef]) -> Any:
     from datasets import Dataset
 
     if not tasks:
-        raise ValueError("no tasks to train on")
+        raise ConfigError("no tasks to train on")
     return Dataset.from_list([{"prompt": task_prompt(task)} for task in tasks])
-
-
-def trained_reward(trajectory: Trajectory) -> float | None:
-    """What TRL trains: None for an infrastructure failure (excluded), 0.0 when no reward was observed, else the reward.
-
-    >>> from openreward_rl.loop.trajectory import StopReason
-    >>> def t(reward, stop): return Trajectory({}, [], [], [], [], reward, stop)
-    >>> trained_reward(t(0.5, StopReason.COMPLETED)), trained_reward(t(None, StopReason.TRUNCATED)), trained_reward(t(None, StopReason.ENV_ERROR))
-    (0.5, 0.0, None)
-    """
-    if not trajectory.trainable:
-        return None
-    return 0.0 if trajectory.reward is None else float(trajectory.reward)
 
 
 @attrs.frozen
@@ -147,6 +132,11 @@ def completion_of(trajectory: Trajectory, tokenizer: Any) -> Completion:
     return Completion(list(map(int, segment.prompt_ids)), list(map(int, segment.response_ids)), logprobs, mask, dropped_segments=dropped)
 
 
+def _reward(trajectory: Trajectory) -> float | None:
+    """The reward TRL trains for `trajectory`: `Trajectory.trained_reward`, None (no reward, masked) where it is not trainable."""
+    return trajectory.trained_reward if trajectory.trainable else None
+
+
 @contextlib.contextmanager
 def sampling_mode(model: Any) -> Iterator[None]:
     """Eval mode and no gradients while sampling; the model's training mode comes back after."""
@@ -169,7 +159,7 @@ def _generation_model(model: Any) -> Any:
 
 @attrs.define(eq=False)
 class TrlAdapter:
-    """TRL's `rollout_func` (call the adapter) and reward function (`episode_reward`) over one `Rollouts` runner.
+    """TRL's `rollout_func` (call the adapter) and reward function (`trained_reward`) over one `Rollouts` runner.
 
     - `rollouts`: the config's runner; its engine is the adapter's one engine over the live model.
     - `sampling`: the sampler (temperature, top_p); TRL's `GRPOConfig.temperature` should match (the CLI sets both).
@@ -266,7 +256,7 @@ class TrlAdapter:
         size = _group_size(trainer)
         trajectories = self.run_episodes(model, tasks)
         resampled = self._resample_idle_groups(model, tasks, trajectories, size)
-        rewards = [trained_reward(t) for t in trajectories]
+        rewards = [_reward(t) for t in trajectories]
         if self.group_rm:
             rewards = self.run(self._group_scores(tasks, trajectories, rewards, group_size=size))
         completions = [completion_of(t, self.tokenizer) for t in trajectories]
@@ -283,7 +273,7 @@ class TrlAdapter:
             "completion_ids": [c.completion_ids for c in completions],
             "logprobs": [c.logprobs for c in completions],
             "env_mask": [c.env_mask for c in completions],
-            "episode_reward": rewards,
+            "trained_reward": rewards,
             "stop_reason": [t.stop_reason.value for t in trajectories],
         }
 
@@ -307,7 +297,7 @@ class TrlAdapter:
             idle = []
             for start in range(0, len(trajectories), group_size):
                 group = trajectories[start : start + group_size]
-                if self._group_signal(group, [trained_reward(t) for t in group]).trains_nothing:
+                if self._group_signal(group, [_reward(t) for t in group]).trains_nothing:
                     idle.extend(range(start, min(start + group_size, len(trajectories))))
             if not idle:
                 break
@@ -317,18 +307,15 @@ class TrlAdapter:
         return rerun
 
     async def _group_scores(self, tasks: Sequence[TaskRef], trajectories: Sequence[Trajectory], rewards: list[float | None], *, group_size: int) -> list[float | None]:
-        """Each group's rewards from the environment's `score_group` (where it has one); failures stay None."""
-        config = self.rollouts.config
+        """Each group's rewards from the environment's `score_group` (`env.group_score`, where it has one); failures stay None."""
         out = list(rewards)
         for start in range(0, len(trajectories), group_size):
-            members = range(start, min(start + group_size, len(trajectories)))
-            samples = [
-                SimpleNamespace(metadata=episode_metadata(task_row(tasks[i])["metadata"], trajectories[i], transcript=transcript(trajectories[i])), rollout_id=i)
-                for i in members
-            ]
-            scored = await group_rewards(samples, group_rm=True, client=self.rollouts.client, config=config)
-            for i, value in zip(members, scored):
-                out[i] = None if rewards[i] is None else float(value)
+            live = [i for i in range(start, min(start + group_size, len(trajectories))) if rewards[i] is not None]  # faults are never scored
+            if len(live) < 2:
+                continue
+            scoring = await score_group(self.rollouts.client, self.rollouts.config, tasks[start], [transcript(trajectories[i].messages) for i in live])
+            for i, member in zip(live, scoring.members or ()):
+                out[i] = member.reward
         return out
 
     def step_metrics(self, trajectories: Sequence[Trajectory], completions: Sequence[Completion]) -> dict[str, float]:
@@ -344,13 +331,13 @@ class TrlAdapter:
 
     # -- TRL's reward function -------------------------------------------------------------------
 
-    def episode_reward(self, prompts: Sequence[Any], completions: Sequence[Any], episode_reward: Sequence[float | None], log_metric: Any = None, **_: Any) -> list[float | None]:
+    def trained_reward(self, prompts: Sequence[Any], completions: Sequence[Any], trained_reward: Sequence[float | None], log_metric: Any = None, **_: Any) -> list[float | None]:
         """TRL reward function: the rewards `__call__` computed (None: an infrastructure failure, excluded by TRL)."""
         if log_metric is not None:
             for name, value in self._pending_metrics.items():
                 log_metric(name, value)
         self._pending_metrics = {}
-        return list(episode_reward)
+        return list(trained_reward)
 
     def close(self) -> None:
         """Stop the engine; close the SDK client's sessions and the adapter's loop."""

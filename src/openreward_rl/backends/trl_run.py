@@ -27,6 +27,9 @@ from openreward_rl.backends.trl import TrlAdapter, task_dataset
 from openreward_rl.config import TrainConfig
 from openreward_rl.engines.transformers import SamplingConfig
 from openreward_rl.env.tasks import TaskRef
+from openreward_rl.errors import ConfigError
+from openreward_rl.loop.trajectory import StopReason, Trajectory
+from openreward_rl.observe.metrics import EnvironmentSummary, summarize
 
 __all__ = ["EvalStats", "TrlOptions", "TrlSession", "eval_stats", "grpo_config", "last_checkpoint", "lora_config", "quiet_trainer", "trainable_gguf"]
 
@@ -60,7 +63,7 @@ class TrlOptions:
     top_p: float = 1.0
     max_new_tokens: int = 256
     max_context_len: int | None = None
-    save_interval: int = 10
+    save_interval: int = 50
     lora: bool = False
     lora_rank: int = 16
     seed: int = 0
@@ -77,22 +80,22 @@ class TrlOptions:
 
     def __attrs_post_init__(self) -> None:
         if self.resample_zero_spread is not None and self.resample_zero_spread < 0:
-            raise ValueError(f"resample-zero-spread must be >= 0 (0: off), got {self.resample_zero_spread}")
+            raise ConfigError(f"resample-zero-spread must be >= 0 (0: off), got {self.resample_zero_spread}")
         if self.save_interval < 0:
-            raise ValueError(f"save-interval must be >= 0 (0: no checkpoints), got {self.save_interval}")
+            raise ConfigError(f"save-interval must be >= 0 (0: no checkpoints), got {self.save_interval}")
         for name in ("max_steps", "prompts_per_step", "max_new_tokens", "concurrency", "logging_steps"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
-                raise ValueError(f"{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+                raise ConfigError(f"{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         if self.n_samples < 2:
-            raise ValueError(f"n-samples must be at least 2 (GRPO compares the samples of a group), got {self.n_samples}")
+            raise ConfigError(f"n-samples must be at least 2 (GRPO compares the samples of a group), got {self.n_samples}")
         if not self.temperature > 0:
-            raise ValueError(f"temperature must be > 0 for GRPO sampling, got {self.temperature}")
+            raise ConfigError(f"temperature must be > 0 for GRPO sampling, got {self.temperature}")
         if not 0 < self.sampler_memory < 1:
-            raise ValueError(f"sampler-memory must be in (0, 1), got {self.sampler_memory}")
+            raise ConfigError(f"sampler-memory must be in (0, 1), got {self.sampler_memory}")
         if not 0 < self.top_p <= 1:
-            raise ValueError(f"top-p must be in (0, 1], got {self.top_p}")
+            raise ConfigError(f"top-p must be in (0, 1], got {self.top_p}")
         if self.device not in (None, "cpu", "cuda") and not str(self.device).startswith("cuda:"):
-            raise ValueError(f"device must be cpu or cuda, got {self.device!r}")
+            raise ConfigError(f"device must be cpu or cuda, got {self.device!r}")
 
     @property
     def episodes_per_step(self) -> int:
@@ -197,9 +200,9 @@ class TrlSession:
         from openreward_rl.config import prepare_config
         from openreward_rl.engines.transformers import load_model
         from openreward_rl.env.local_server import serve_environments, variant_name
-        from openreward_rl.preflight import check_environments, check_ready
         from openreward_rl.env.tasks import list_tasks
         from openreward_rl.loop.tool_episode import ToolEpisode
+        from openreward_rl.preflight import check_environments, check_ready
 
         with contextlib.ExitStack() as stack:
             base_url, served = None, {}
@@ -229,7 +232,7 @@ class TrlSession:
             stack.callback(adapter.close)
             tasks = adapter.run(list_tasks(adapter.rollouts.client, prepared, max_tasks=options.max_tasks, seed=options.seed))
             if not tasks:
-                raise ValueError("the configured environments and splits have no tasks to train on")
+                raise ConfigError("the configured environments and splits have no tasks to train on")
             yield cls(prepared, options, model, tokenizer, adapter, tasks)
 
     def tasks_of(self, split: str, max_tasks: int | None = None) -> list[TaskRef]:
@@ -248,7 +251,9 @@ class TrlSession:
 
     def trainer(self, callbacks: Sequence[Any] = (), *, fresh: bool = False) -> Any:
         """The `GRPOTrainer` (built once; `fresh` builds a new one, e.g. to resume): the adapter as `rollout_func`,
-        its `episode_reward` as the reward, LoRA if asked. With `advantage: {estimator: turn | turn_index | mix}` in the
+    `success` is `EnvironmentSummary.success_rate`; `pass_at_k[k]` the unbiased pass@k over tasks;
+    `tool_calls` and `parse_errors` are means per episode (`EnvironmentSummary.metric_means`, the
+    `tool_calls_mean` and `parse_errors_mean` of `openreward-rl eval`).
         config, the subclass that trains per-token advantages from the turns' returns (`backends.trl_credit`)."""
         if self._trainer is None or fresh:
             from trl import GRPOTrainer
@@ -259,7 +264,7 @@ class TrlSession:
             self._trainer = trainer_class(
                 model=self.model,
                 processing_class=self.tokenizer,
-                reward_funcs=[self.adapter.episode_reward],
+                reward_funcs=[self.adapter.trained_reward],
                 args=grpo_config(self.options),
                 train_dataset=task_dataset(self.train_tasks),
                 rollout_func=self.adapter,
@@ -271,12 +276,12 @@ class TrlSession:
 
 @attrs.frozen
 class EvalStats:
-    """An evaluation of one environment as training counts it.
+    """An evaluation of one environment as training counts it: the figures of `observe.metrics.summarize`
+    (the same reward, success and pass@k as `openreward-rl eval`'s table), NaN where nothing was scored.
 
     `reward_mean`/`reward_std` are over the scored episodes (infrastructure failures left out) with an
     episode that ended without a reward (e.g. truncated) counted as 0.0, exactly as it is trained;
-    `success` is the share with reward > 0; `pass_at_k[k]` the unbiased pass@k over tasks;
-    `tool_calls` and `parse_errors` are means per episode (all episodes).
+        its `trained_reward` as the reward, LoRA if asked. With `advantage: {estimator: turn | turn_index | mix}` in the
     """
 
     environment: str
@@ -291,6 +296,24 @@ class EvalStats:
     tool_calls: float = 0.0
     parse_errors: float = 0.0
 
+    @classmethod
+    def of(cls, summary: EnvironmentSummary) -> EvalStats:
+        """The figures of one environment's summary."""
+        nan = float("nan")
+        return cls(
+            environment=summary.environment,
+            n=summary.episodes,
+            scored=summary.scored,
+            reward_mean=nan if summary.reward_mean is None else summary.reward_mean,
+            reward_std=nan if summary.reward_std is None else summary.reward_std,
+            success=nan if summary.success_rate is None else summary.success_rate,
+            truncated=summary.stop_reasons.get(StopReason.TRUNCATED.value, 0.0),
+            infra_failures=summary.infrastructure_failures,
+            pass_at_k=dict(summary.pass_at_k),
+            tool_calls=summary.metric_means.get("tool_calls", 0.0),
+            parse_errors=summary.metric_means.get("parse_errors", 0.0),
+        )
+
     def line(self) -> str:
         pass_k = ", ".join(f"pass@{k} {v:.2f}" for k, v in self.pass_at_k.items())
         return (
@@ -300,37 +323,6 @@ class EvalStats:
         )
 
 
-def eval_stats(trajectories: Sequence[Any]) -> dict[str, EvalStats]:
-    """`EvalStats` per environment (first-seen order) of evaluation trajectories."""
-    import statistics
-
-    from openreward_rl.backends.trl import trained_reward
-    from openreward_rl.observe.metrics import default_task_key, pass_at_k
-    from openreward_rl.loop.trajectory import StopReason
-
-    by_env: dict[str, list[Any]] = {}
-    for trajectory in trajectories:
-        by_env.setdefault(str(trajectory.task.get("environment")), []).append(trajectory)
-    out = {}
-    for env, items in by_env.items():
-        scored = [(t, r) for t in items if (r := trained_reward(t)) is not None]
-        rewards = [r for _, r in scored]
-        per_task: dict[str, list[bool]] = {}
-        for trajectory, reward in scored:
-            per_task.setdefault(default_task_key(trajectory), []).append(reward > 0)
-        most = min((len(v) for v in per_task.values()), default=0)
-        ks = sorted({k for k in (1, 2, 4, 8, 16, most) if 1 <= k <= most})
-        out[env] = EvalStats(
-            environment=env,
-            n=len(items),
-            scored=len(scored),
-            reward_mean=statistics.fmean(rewards) if rewards else float("nan"),
-            reward_std=statistics.pstdev(rewards) if rewards else float("nan"),
-            success=sum(r > 0 for r in rewards) / len(rewards) if rewards else float("nan"),
-            truncated=sum(t.stop_reason is StopReason.TRUNCATED for t in items) / len(items),
-            infra_failures=len(items) - len(scored),
-            pass_at_k={k: statistics.fmean(pass_at_k(len(v), sum(v), k) for v in per_task.values()) for k in ks},
-            tool_calls=statistics.fmean(t.metrics.get("tool_calls", 0.0) for t in items),
-            parse_errors=statistics.fmean(t.metrics.get("parse_errors", 0.0) for t in items),
-        )
-    return out
+def eval_stats(trajectories: Sequence[Trajectory]) -> dict[str, EvalStats]:
+    """`EvalStats` per environment (first-seen order) of evaluation trajectories: `observe.metrics.summarize`'s figures."""
+    return {env: EvalStats.of(summary) for env, summary in summarize(trajectories).items()}

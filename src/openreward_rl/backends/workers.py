@@ -27,13 +27,12 @@ use `functools.partial(HookRunner, args)` (`openreward_rl.backends._state`).
 from __future__ import annotations
 
 import asyncio
-import functools
 import itertools
 import multiprocessing
 import os
 import traceback
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection
 from typing import Any
 

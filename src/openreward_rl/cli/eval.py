@@ -18,7 +18,6 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Mapping, Sequence
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
@@ -28,10 +27,8 @@ import attrs
 
 from openreward_rl.backends._options import from_attributes
 from openreward_rl.config import ConfigError, TrainConfig, load_config, prepare_config
-from openreward_rl.preflight import check_ready
-from openreward_rl.redaction import install_log_redaction, register_known_secrets
 from openreward_rl.preflight import check_environments, check_ready
-from openreward_rl.redaction import install_log_redaction
+from openreward_rl.redaction import install_log_redaction, register_known_secrets
 
 __all__ = ["add_arguments", "run", "EvalOptions", "summary_table"]
 
@@ -42,23 +39,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", default=None, help="train_config.yaml (default $OPENREWARD_RL_CONFIG, $TRAIN_CONFIG, ./train_config.yaml)")
     parser.add_argument("--engine", required=True, choices=ENGINES, help="transformers (in-process), sglang (/generate server) or openai (chat completions)")
     parser.add_argument("--model", required=True, help="hub name, local path or offline:smollm2 (transformers); the served model name (sglang/openai)")
-    parser.add_argument("--n", type=int, default=1, help="episodes per task (pass@k uses them; default 1)")
-    parser.add_argument("--concurrency", type=int, default=8, help="episodes in flight at once (default 8)")
+    default = {field.name: field.default for field in attrs.fields(EvalOptions) if field.default is not attrs.NOTHING}  # the one table
+    parser.add_argument("--n", type=int, default=default["n"], help=f"episodes per task (pass@k uses them; default {default['n']})")
+    parser.add_argument("--concurrency", type=int, default=default["concurrency"], help=f"episodes in flight at once (default {default['concurrency']})")
     parser.add_argument("--output", default=None, help="JSONL file, one trajectory per line; an existing file is resumed")
     parser.add_argument("--max-tasks", type=int, default=None, help="cap per split where an environment sets no num_samples")
     parser.add_argument("--split", default=None, help="evaluate this split of every environment instead of the configured ones")
-    parser.add_argument("--seed", type=int, default=0, help="task shuffle seed (default 0)")
-    parser.add_argument("--max-new-tokens", type=int, default=1024, help="per model call (default 1024)")
+    parser.add_argument("--seed", type=int, default=default["seed"], help=f"task shuffle seed (default {default['seed']})")
+    parser.add_argument("--max-new-tokens", type=int, default=default["max_new_tokens"], help=f"per model call (default {default['max_new_tokens']})")
     parser.add_argument("--max-context-len", type=int, default=None, help="token budget of an episode (default: none)")
-    parser.add_argument("--temperature", type=float, default=1.0, help="0 is greedy (default 1.0)")
-    parser.add_argument("--top-p", type=float, default=1.0, help="default 1.0")
+    parser.add_argument("--temperature", type=float, default=default["temperature"], help=f"0 is greedy (default {default['temperature']:g})")
+    parser.add_argument("--top-p", type=float, default=default["top_p"], help=f"default {default['top_p']:g}")
     parser.add_argument("--serve", action="append", default=[], metavar="FILE.py:Class",
                         help="serve this environment class on 127.0.0.1 for the run (repeatable); sets env_base_url")
     parser.add_argument("--base-url", default=None, help="sglang: http://host:port; openai: .../v1 (default https://api.openai.com/v1)")
     parser.add_argument("--family", default=None, help="model family (docs/families.md), overriding the config's model_family and the one --model implies; 'generic' for the template-derived bridge")
     parser.add_argument("--skip-check-model", action="store_true", help="do not prove the model family token-exact on the tokenizer before the first episode (config: check_model: false)")
     parser.add_argument("--tokenizer", default=None, help="sglang/openai: tokenizer for the chat template (default: --model)")
-    parser.add_argument("--api-key-env", default="OPENAI_API_KEY", help="openai: environment variable holding the API key")
+    parser.add_argument("--api-key-env", default=default["api_key_env"], help=f"openai: environment variable holding the API key (default {default['api_key_env']})")
     parser.add_argument("--device", default=None, help="transformers: cpu or cuda (default: cuda when available)")
     parser.add_argument("--dtype", default=None, help="transformers: float32, bfloat16, ... (default float32 on CPU, bfloat16 on CUDA)")
     parser.add_argument("--keep-failures", action="store_true",
@@ -72,15 +70,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 @attrs.frozen
 class EvalOptions:
-    """Validated command-line options."""
+    """Validated command-line options; the defaults are `openreward-rl eval`'s (its flags read them here)."""
 
     engine: str
     model: str
-    n: int
-    concurrency: int
-    max_new_tokens: int
-    temperature: float
-    top_p: float
+    n: int = 1
+    concurrency: int = 8
+    max_new_tokens: int = 1024
+    temperature: float = 1.0
+    top_p: float = 1.0
     seed: int = 0
     output: Path | None = None
     max_tasks: int | None = None
@@ -101,38 +99,35 @@ class EvalOptions:
 
     @classmethod
     def from_args(cls, args: Any) -> EvalOptions:
-        """Check every option; a `ValueError` names the bad one."""
+        """Check every option; a `ConfigError` names the bad one."""
         if args.engine not in ENGINES:
-            raise ValueError(f"--engine must be one of {', '.join(ENGINES)}, got {args.engine!r}")
+            raise ConfigError(f"--engine must be one of {', '.join(ENGINES)}, got {args.engine!r}")
         if not args.model or not args.model.strip():
-            raise ValueError("--model is required (e.g. offline:smollm2 or HuggingFaceTB/SmolLM2-135M-Instruct)")
+            raise ConfigError("--model is required (e.g. offline:smollm2 or HuggingFaceTB/SmolLM2-135M-Instruct)")
         for name in ("n", "concurrency", "max_new_tokens"):
             if getattr(args, name) < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+                raise ConfigError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
         for name in ("max_tasks", "max_context_len"):
             value = getattr(args, name)
             if value is not None and value < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+                raise ConfigError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
         if not args.temperature >= 0:
-            raise ValueError(f"--temperature must be >= 0, got {args.temperature}")
+            raise ConfigError(f"--temperature must be >= 0, got {args.temperature}")
         if not 0 < args.top_p <= 1:
-            raise ValueError(f"--top-p must be in (0, 1], got {args.top_p}")
+            raise ConfigError(f"--top-p must be in (0, 1], got {args.top_p}")
         if args.engine == "sglang" and not args.base_url:
-            raise ValueError("--engine sglang needs --base-url (the SGLang server or router, e.g. http://127.0.0.1:30000)")
+            raise ConfigError("--engine sglang needs --base-url (the SGLang server or router, e.g. http://127.0.0.1:30000)")
         if args.engine != "transformers" and (args.device or args.dtype):
-            raise ValueError("--device and --dtype apply to --engine transformers only")
+            raise ConfigError("--device and --dtype apply to --engine transformers only")
         if getattr(args, "keep_failures", False) and getattr(args, "retry_failures", False):
-            raise ValueError("--keep-failures and --retry-failures contradict each other (rerunning failures is the default)")
+            raise ConfigError("--keep-failures and --retry-failures contradict each other (rerunning failures is the default)")
         if getattr(args, "family", None):
             from openreward_rl.config import check_family_name
 
-            try:
-                check_family_name(args.family, "--family")
-            except ConfigError as error:
-                raise ValueError(str(error)) from None
+            check_family_name(args.family, "--family")
         for spec in args.serve:
             if ":" not in spec:
-                raise ValueError(f"--serve {spec!r} must look like path/to/file.py:ClassName")
+                raise ConfigError(f"--serve {spec!r} must look like path/to/file.py:ClassName")
         _check_local_path(args)
         return from_attributes(
             cls,
@@ -170,7 +165,7 @@ def _check_local_path(args: Any) -> None:
     option, name = ("--tokenizer", tokenizer) if tokenizer and args.engine != "transformers" else ("--model", args.model.strip())
     if looks_like_path(name) and not os.path.exists(os.path.expanduser(name)):
         used_for = "" if args.engine == "transformers" or option == "--tokenizer" else " (the tokenizer is loaded from it; pass --tokenizer to load it from elsewhere)"
-        raise ValueError(f"{option} {name!r}: no such file or directory{used_for}")
+        raise ConfigError(f"{option} {name!r}: no such file or directory{used_for}")
 
 
 # Config keys that change what an episode is (prompt, parsing, tools, rewards, limits); a results file
@@ -266,7 +261,7 @@ def _build_engine(options: EvalOptions) -> tuple[Any, Any]:
     try:
         tokenizer = load_tokenizer(tokenizer_name)
     except Exception as error:
-        raise ValueError(f"cannot load the tokenizer {tokenizer_name!r} ({type(error).__name__}: {error}); pass --tokenizer (a hub name, a local path or offline:qwen3)") from None
+        raise ConfigError(f"cannot load the tokenizer {tokenizer_name!r} ({type(error).__name__}: {error}); pass --tokenizer (a hub name, a local path or offline:qwen3)") from None
     if options.engine == "sglang":
         from openreward_rl.engines.sglang import SGLangEngine
 
@@ -315,10 +310,10 @@ async def _run_eval(
 ) -> dict[str, Any]:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from openreward_rl.cli.evaluation import EvalJob, evaluate, eval_key, plan
-    from openreward_rl.observe.metrics import summarize
-    from openreward_rl.loop.rollout import Rollouts
+    from openreward_rl.cli.evaluation import EvalJob, eval_key, evaluate, plan
     from openreward_rl.env.tasks import list_tasks
+    from openreward_rl.loop.rollout import Rollouts
+    from openreward_rl.observe.metrics import summarize
     from openreward_rl.observe.upload import TrajectoryUploader
 
     check = getattr(engine, "check_sampling_params", None)
@@ -331,7 +326,7 @@ async def _run_eval(
         await server_check()
     tasks = await list_tasks(client, config, max_tasks=options.max_tasks, seed=options.seed)
     if not tasks:
-        raise ValueError("the configured environments and splits have no tasks")
+        raise ConfigError("the configured environments and splits have no tasks")
     wanted = {eval_key(task, sample) for task in tasks for sample in range(options.n)}
     done = results.done if results is not None else {}
     kept = {key: trajectory for key, trajectory in done.items() if key in wanted}

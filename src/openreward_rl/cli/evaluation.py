@@ -27,22 +27,15 @@ from typing import IO, Any
 
 import attrs
 
-from openreward_rl.observe.dumps import DumpError, TrajectoryWriter, iter_records, record_to_trajectory
 from openreward_rl.env.tasks import TaskRef
+from openreward_rl.errors import ResultsError
 from openreward_rl.loop.episode import failed_trajectory
 from openreward_rl.loop.trajectory import StopReason, Trajectory
 from openreward_rl.observe.dumps import DumpError, TrajectoryWriter, _drop_unfinished_last_line, record_to_trajectory
-from openreward_rl.env.tasks import TaskRef
-from openreward_rl.loop.episode import failed_trajectory
-from openreward_rl.loop.trajectory import StopReason, Trajectory
 
 __all__ = ["EvalJob", "eval_key", "read_results", "evaluate", "plan", "ResultsFile", "ResultsError", "ResultsScan", "scan_results", "latest_records"]
 
 logger = logging.getLogger(__name__)
-
-
-class ResultsError(ValueError):
-    """A results file this run cannot use; the message names the file and what to do."""
 
 
 def eval_key(task: TaskRef, sample: int) -> str:

@@ -37,9 +37,9 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import attrs
+
 from openreward_rl.config import CHECK_MODEL_ENV
 from openreward_rl.errors import TrainerError
-
 from openreward_rl.redaction import KNOWN_SECRET_VARIABLES, MIN_SECRET_LENGTH
 
 __all__ = ["LaunchError", "LaunchSpec", "LaunchPlan", "train_arguments", "megatron_arguments", "read_model_args", "runtime_env", "plan_launch", "check_batch_sizes", "ray_is_running"]

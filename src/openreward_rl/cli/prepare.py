@@ -29,12 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from openreward_rl.config import ConfigError, TrainConfig, load_config
+from openreward_rl.env.difficulty import TRAINING_STAGES, DifficultyQuery, DifficultyRule, DifficultySelection
+from openreward_rl.env.tasks import LISTING_RETRY, list_tasks, task_row
 from openreward_rl.preflight import PREFLIGHT_RETRY, check_environments, check_ready
 from openreward_rl.redaction import install_log_redaction
-from openreward_rl.env.difficulty import TRAINING_STAGES, DifficultyQuery, DifficultyRule, DifficultySelection
-from openreward_rl.env.tasks import list_tasks, task_row
 from openreward_rl.retry import RetryPolicy
-from openreward_rl.env.tasks import LISTING_RETRY, list_tasks, task_row
 
 __all__ = ["add_arguments", "run", "prepare"]
 

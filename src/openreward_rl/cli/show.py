@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from openreward_rl.errors import ConfigError
 from openreward_rl.observe.dumps import DumpError, read_records, record_to_trajectory
 
 
@@ -49,7 +50,7 @@ def _tokenizer(args: argparse.Namespace, records: Sequence[Mapping[str, Any]]) -
         try:
             return load_tokenizer(args.tokenizer), f"tokens decoded with {args.tokenizer} (--tokenizer)"
         except Exception as error:
-            raise ValueError(f"cannot load tokenizer {args.tokenizer!r}: {error}") from None
+            raise ConfigError(f"cannot load tokenizer {args.tokenizer!r}: {error}") from None
     name = recorded_tokenizer(records)
     if name is None:
         return None, "the file records no tokenizer: token spans are shown as counts (pass --tokenizer)"
@@ -120,8 +121,8 @@ def run(args: argparse.Namespace) -> int:
             console.width = 200  # a file or pipe: one line per episode rather than folded cells
         rows = show.episode_rows(records, trajectories)
         show.render_listing(rows, console, title=f"{args.file} · {len(rows)} episodes · {len(show.groups(rows))} groups")
-        console.print(f"[dim]advantage: GRPO (r - mean) / (std + 1e-6) within each task's samples; infrastructure failures take no part. "
-                      f"One episode: --index N; everything in a browser: --html report.html[/]")
+        console.print("[dim]advantage: GRPO (r - mean) / (std + 1e-6) within each task's samples; infrastructure failures take no part. "
+                      "One episode: --index N; everything in a browser: --html report.html[/]")
         return 0
     console.print(f"[dim]{args.file} · record {args.index % len(records)} of {len(records)}[/]")
     if note and tokenizer is not None:

@@ -16,10 +16,10 @@ import sys
 from typing import Any
 
 from openreward_rl.backends._options import from_attributes
+from openreward_rl.cli.launcher import LaunchError, LaunchSpec, plan_launch, ray_is_running, run_plan, train_arguments
 from openreward_rl.config import ConfigError, load_config
 from openreward_rl.preflight import check_environments, check_ready, remote_environments
 from openreward_rl.redaction import install_log_redaction
-from openreward_rl.cli.launcher import LaunchError, LaunchSpec, plan_launch, ray_is_running, run_plan, train_arguments
 
 __all__ = ["add_arguments", "run", "spec_from_args"]
 

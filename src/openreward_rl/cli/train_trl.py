@@ -20,10 +20,22 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["TRL_DEFAULTS", "add_trl_arguments", "options_from_args", "run", "print_summary"]
+import attrs
 
-# What `train --framework trl` uses where a shared flag is not given (Slime/Miles keep the cookbook's).
-TRL_DEFAULTS = {"model": None, "lr": 1e-5, "n_samples": 4, "rollout_batch_size": 2, "max_response_len": 256, "max_context_len": None, "temperature": 1.0, "save_interval": 50}
+from openreward_rl.backends.trl_run import TrlOptions
+from openreward_rl.errors import ConfigError
+
+__all__ = ["SHARED_FLAGS", "TRL_DEFAULTS", "add_trl_arguments", "options_from_args", "run", "print_summary"]
+
+# `TrlOptions` is the table of this command's defaults; nothing here restates one.
+_DEFAULT = {field.name: field.default for field in attrs.fields(TrlOptions) if field.default is not attrs.NOTHING}
+# The flags `train` shares with Slime/Miles, by the `TrlOptions` field each sets (Slime/Miles take theirs from `LaunchSpec`).
+SHARED_FLAGS = {
+    "lr": "lr", "n_samples": "n_samples", "rollout_batch_size": "prompts_per_step", "max_response_len": "max_new_tokens",
+    "max_context_len": "max_context_len", "temperature": "temperature", "save_interval": "save_interval",
+}  # fmt: skip
+# What `train --framework trl` uses where a shared flag is not given.
+TRL_DEFAULTS = {"model": None, **{flag: _DEFAULT[field] for flag, field in SHARED_FLAGS.items()}}
 
 
 def add_trl_arguments(parser: Any) -> None:
@@ -41,13 +53,13 @@ def add_trl_arguments(parser: Any) -> None:
     group.add_argument("--dtype", default=None, help="model weights: float32 (default, also on CUDA; add --bf16 for autocast), bfloat16, ...")
     group.add_argument("--bf16", action="store_true", help="train under bf16 autocast (GPU)")
     group.add_argument("--gradient-checkpointing", action="store_true", help="recompute activations in the backward pass (less memory, slower)")
-    group.add_argument("--max-steps", type=int, default=20, help="optimizer steps (default 20)")
-    group.add_argument("--output-dir", default="trl_output", help="checkpoints and the final model (default ./trl_output)")
+    group.add_argument("--max-steps", type=int, default=_DEFAULT["max_steps"], help=f"optimizer steps (default {_DEFAULT['max_steps']})")
+    group.add_argument("--output-dir", default=_DEFAULT["output_dir"], help=f"checkpoints and the final model (default ./{_DEFAULT['output_dir']})")
     group.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --output-dir")
     group.add_argument("--lora", action="store_true", help="train a LoRA adapter (peft) instead of all weights")
-    group.add_argument("--lora-rank", type=int, default=16, help="LoRA rank (default 16)")
-    group.add_argument("--beta", type=float, default=0.0, help="KL coefficient against the initial model (default 0: no reference model)")
-    group.add_argument("--top-p", type=float, default=1.0, help="sampling top-p (default 1.0)")
+    group.add_argument("--lora-rank", type=int, default=_DEFAULT["lora_rank"], help=f"LoRA rank (default {_DEFAULT['lora_rank']})")
+    group.add_argument("--beta", type=float, default=_DEFAULT["beta"], help=f"KL coefficient against the initial model (default {_DEFAULT['beta']:g}; 0: no reference model)")
+    group.add_argument("--top-p", type=float, default=_DEFAULT["top_p"], help=f"sampling top-p (default {_DEFAULT['top_p']:g})")
     group.add_argument("--serve", action="append", default=[], metavar="FILE.py:Class", help="serve this environment class on 127.0.0.1 for the run (repeatable); sets env_base_url")
     group.add_argument("--max-tasks", type=int, default=None, help="cap on training tasks per split where an environment sets no num_samples")
     group.add_argument("--eval-split", default=None, help="evaluate this split before and after training (e.g. test)")
@@ -57,10 +69,11 @@ def add_trl_arguments(parser: Any) -> None:
     group.add_argument("--no-save-model", action="store_true", help="do not write the final model to --output-dir")
     group.add_argument("--group-rm", action="store_true", help="score each group with the environment's score_group where it has one")
     group.add_argument("--family", default=None, help="model family, overriding the config's model_family (docs/families.md)")
-    group.add_argument("--seed", type=int, default=0, help="training seed and task shuffle seed (default 0)")
-    group.add_argument("--concurrency", type=int, default=None, help="episodes in flight at once (default: all of a step's, rollout batch x n samples)")
-    group.add_argument("--sampler-memory", type=float, default=0.5, help="GPU: the most of its free memory the sampler's KV cache may take; it is sized to a step's episodes (default 0.5)")
-    group.add_argument("--resample-zero-spread", type=int, default=None, metavar="N",
+    group.add_argument("--seed", type=int, default=_DEFAULT["seed"], help=f"training seed and task shuffle seed (default {_DEFAULT['seed']})")
+    group.add_argument("--concurrency", type=int, default=_DEFAULT["concurrency"], help="episodes in flight at once (default: all of a step's, rollout batch x n samples)")
+    group.add_argument("--sampler-memory", type=float, default=_DEFAULT["sampler_memory"],
+                       help=f"GPU: the most of its free memory the sampler's KV cache may take; it is sized to a step's episodes (default {_DEFAULT['sampler_memory']:g})")
+    group.add_argument("--resample-zero-spread", type=int, default=_DEFAULT["resample_zero_spread"], metavar="N",
                        help="rerun groups that would train nothing (no reward spread), at most N rounds per step (default: the config's resample_zero_spread, 0: off)")
 
 
@@ -70,29 +83,22 @@ def _shared(args: Any, name: str) -> Any:
 
 
 def options_from_args(args: Any) -> Any:
-    """`TrlOptions` from the parsed flags; ValueError names a bad one."""
+    """`TrlOptions` from the parsed flags; `ConfigError` names a bad one."""
     from openreward_rl.backends._options import from_attributes
-    from openreward_rl.backends.trl_run import TrlOptions
 
     model = getattr(args, "model", None)
     if not model:
-        raise ValueError("--framework trl needs --model (e.g. offline:smollm2, HuggingFaceTB/SmolLM2-135M-Instruct or a local path)")
+        raise ConfigError("--framework trl needs --model (e.g. offline:smollm2, HuggingFaceTB/SmolLM2-135M-Instruct or a local path)")
     if args.eval_n < 1:
-        raise ValueError(f"--eval-n must be at least 1, got {args.eval_n}")
+        raise ConfigError(f"--eval-n must be at least 1, got {args.eval_n}")
     for spec in args.serve:
         if ":" not in spec:
-            raise ValueError(f"--serve {spec!r} must look like path/to/file.py:ClassName")
+            raise ConfigError(f"--serve {spec!r} must look like path/to/file.py:ClassName")
     return from_attributes(
         TrlOptions,
         args,
         model=model,
-        prompts_per_step=_shared(args, "rollout_batch_size"),
-        n_samples=_shared(args, "n_samples"),
-        lr=_shared(args, "lr"),
-        temperature=_shared(args, "temperature"),
-        max_new_tokens=_shared(args, "max_response_len"),
-        max_context_len=_shared(args, "max_context_len"),
-        save_interval=_shared(args, "save_interval"),
+        **{field: _shared(args, flag) for flag, field in SHARED_FLAGS.items()},
         report_to="wandb" if getattr(args, "wandb_project", None) else "none",
         run_name=getattr(args, "wandb_run", None),
     )
@@ -136,11 +142,11 @@ class _Progress:
 
 def dry_run_text(options: Any, config_source: str, serve: Sequence[str]) -> str:
     """What `--dry-run` prints: the run's options and TRL's `GRPOConfig` (non-default fields), as JSON."""
+    import dataclasses
+
     import attrs
 
     from openreward_rl.backends.trl_run import grpo_config, lora_config
-
-    import dataclasses
 
     grpo = grpo_config(options)
     defaults = {f.name: f.default for f in dataclasses.fields(grpo) if f.default is not dataclasses.MISSING}
@@ -157,7 +163,7 @@ def dry_run_text(options: Any, config_source: str, serve: Sequence[str]) -> str:
 
 def run(args: Any) -> int:
     """`train --framework trl`: validate, optionally evaluate, train (or resume), evaluate, save."""
-    from openreward_rl.config import ConfigError, load_config
+    from openreward_rl.config import load_config
     from openreward_rl.redaction import install_log_redaction
 
     def fail(message: str, code: int = 2) -> int:

@@ -46,6 +46,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from openreward_rl.errors import ConfigError
+
 __all__ = [
     "EPS",
     "advantage_bound",
@@ -167,7 +169,7 @@ def advantage_bound(estimator: str, turns: Sequence[int | None], *, weight: floa
     pooled = math.sqrt(m - 1)
     bounds = {"episode": grpo, "turn": pooled, "turn_index": pooled, "mix": weight * pooled + (1.0 - weight) * grpo}
     if estimator not in bounds:
-        raise ValueError(f"unknown advantage estimator {estimator!r}; choose {', '.join(bounds)}")
+        raise ConfigError(f"unknown advantage estimator {estimator!r}; choose {', '.join(bounds)}")
     return bounds[estimator] if clip is None else min(bounds[estimator], clip)
 
 
@@ -192,11 +194,11 @@ def group_advantages(
         values = episode_advantages(rewards, eps=eps)
         out = [None if v is None or g is None else [v] * len(g) for v, g in zip(values, returns)]
     else:
-        raise ValueError(f"unknown advantage estimator {estimator!r}; choose episode, turn, turn_index or mix")
+        raise ConfigError(f"unknown advantage estimator {estimator!r}; choose episode, turn, turn_index or mix")
     if clip is None:
         return out
     if not clip > 0:
-        raise ValueError(f"clip must be positive, got {clip}")
+        raise ConfigError(f"clip must be positive, got {clip}")
     return [None if r is None else [max(-clip, min(clip, a)) for a in r] for r in out]
 
 

@@ -3,6 +3,7 @@
 from typing import TYPE_CHECKING, Any
 
 from openreward_rl.engines.base import (
+    AttachesEpisode,
     ContextLengthError,
     EncodedIds,
     Engine,
@@ -11,7 +12,6 @@ from openreward_rl.engines.base import (
     FinishReason,
     Generation,
     GenerationRequest,
-    AttachesEpisode,
 )
 
 if TYPE_CHECKING:  # the lazily loaded engines, for type checkers and editors

@@ -8,8 +8,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
-from openreward_rl.parsers.base import ParsedTurn
 from openreward_rl.errors import EngineError
+from openreward_rl.parsers.base import ParsedTurn
 
 __all__ = [
     "FinishReason",

@@ -252,7 +252,7 @@ class OpenAIChatEngine:
             async with self._client().post(url, json=body, headers=headers) as response:
                 raw = await response.read()
                 status = response.status
-        except (aiohttp.ClientError, asyncio.TimeoutError) as error:
+        except (TimeoutError, aiohttp.ClientError) as error:
             raise _Transient(f"{type(error).__name__}: {error}") from error
         if status == 429 or status >= 500:
             raise _Transient(f"HTTP {status}: {_error_text(raw)}")

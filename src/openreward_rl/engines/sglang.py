@@ -193,7 +193,7 @@ class SGLangEngine:
         """One attempt: `payload` plus the ids' JSON text (`ids_json`, spliced in, never re-encoded)."""
         try:
             status, raw = await self._exchange(self._generate_url, _generate_body(ids_json, payload), headers)
-        except asyncio.TimeoutError as error:
+        except TimeoutError as error:
             raise _TransientError(f"no answer within timeout_s={self.timeout_s}") from error
         except aiohttp.ClientError as error:
             raise _TransientError(f"{type(error).__name__}: {error}") from error
@@ -223,7 +223,7 @@ class SGLangEngine:
             async with self._client().post(self._abort_url, json=body, timeout=self._timeout) as response:
                 status = response.status
                 raw = await response.read()
-        except (asyncio.TimeoutError, aiohttp.ClientError) as error:
+        except (TimeoutError, aiohttp.ClientError) as error:
             raise EngineError(f"SGLang {self._abort_url} unreachable: {type(error).__name__}: {error}") from error
         if status != 200:
             raise EngineError(f"SGLang {self._abort_url} answered HTTP {status}: {_error_message(raw)}")

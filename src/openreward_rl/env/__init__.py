@@ -1,6 +1,7 @@
 """The OpenReward side of an episode: which task it runs (`TaskRef`, the one task identity), the tasks of the
-configured environments, one SDK session per task with faults sorted from model feedback, the pooled
-transport, environment servers on 127.0.0.1, and tool output made safe for the model.
+configured environments, one SDK session per task with faults sorted from model feedback, a group of one
+task's episodes scored together (`score_group`), the pooled transport, environment servers on 127.0.0.1,
+and tool output made safe for the model.
 
 >>> from openreward_rl.env import TaskRef
 >>> TaskRef("MathEnv", "test", index=3).label
@@ -12,7 +13,8 @@ from __future__ import annotations
 from openreward_rl._lazy import lazy_exports
 
 _EXPORTS = {
-    "openreward_rl.env.tasks": ["TaskRef", "task_hash", "list_tasks", "task_row", "task_from_metadata"],
+    "openreward_rl.env.tasks": ["TaskRef", "task_hash", "list_tasks", "resolve_task", "task_row", "task_from_metadata"],
+    "openreward_rl.env.group_score": ["GroupScoring", "MemberScore", "score_group", "transcript"],
     "openreward_rl.env.environment": ["EnvSession", "EnvironmentFault", "ToolOutcome", "ServerUnreachable", "open_session"],
     "openreward_rl.env.local_server": ["LocalEnvServer", "serve_environments", "load_environment_class"],
     "openreward_rl.env.tool_output": ["clean_tool_text"],

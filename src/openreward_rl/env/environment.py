@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
@@ -15,12 +14,12 @@ from openreward.api.environments import OpenRewardError, ToolCallError
 from openreward.api.environments.types import AuthenticationError
 
 from openreward_rl.config import ToolTimeouts
-from openreward_rl.errors import EnvError
 from openreward_rl.env.shown_text import ShownText
-from openreward_rl.env.tasks import TaskRef, task_hash
-from openreward_rl.env.transport import use_pooled_transport
-from openreward_rl.redaction import redact, register_secrets
+from openreward_rl.env.tasks import TaskRef
 from openreward_rl.env.tool_output import has_lone_surrogate
+from openreward_rl.env.transport import use_pooled_transport
+from openreward_rl.errors import EnvError
+from openreward_rl.redaction import redact, register_secrets
 from openreward_rl.retry import (
     NO_RETRY,
     AtCapacityError,
@@ -161,7 +160,7 @@ class LivenessProbe:
                 await response.read()
         except aiohttp.ClientConnectorError as error:
             return f"{type(error).__name__}: {error}"
-        except (aiohttp.ClientError, asyncio.TimeoutError):
+        except (TimeoutError, aiohttp.ClientError):
             return None  # answered badly or slowly: alive as far as we can tell
         return None
 

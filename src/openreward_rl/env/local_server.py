@@ -45,6 +45,7 @@ import anyio
 import attrs
 import uvicorn
 from openreward.environments import Environment, Server
+
 from openreward_rl.errors import EnvError
 
 if TYPE_CHECKING:

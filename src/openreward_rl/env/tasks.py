@@ -19,7 +19,7 @@ from openreward_rl.retry import RetryPolicy, call_with_retries
 # Listing is repeated on transient errors (busy answers, the SDK giving up its own retries): 1 + 2 + 4 s of back-off.
 LISTING_RETRY = RetryPolicy(attempts=4, initial_s=1.0, max_s=10.0)
 
-__all__ = ["TaskRef", "task_hash", "list_tasks", "task_row", "task_from_metadata", "LISTING_RETRY", "NO_LISTING_STATUSES"]
+__all__ = ["TaskRef", "task_hash", "list_tasks", "resolve_task", "task_row", "task_from_metadata", "LISTING_RETRY", "NO_LISTING_STATUSES"]
 
 
 def task_hash(task_spec: Mapping[str, Any] | None) -> str:
@@ -189,6 +189,20 @@ async def list_tasks(
             if progress is not None:
                 progress(name, split, len(split_refs))
     return refs
+
+
+def resolve_task(config: TrainConfig, task: TaskRef) -> TaskRef:
+    """`task` with the server address and variant the config gives its environment, where the task names none.
+
+    Rows written by `openreward-rl prepare` name no variant; on a multi-environment server a session
+    without one lands in the server's first class. `ConfigError` for an unconfigured environment.
+    """
+    env_config = config.environment(task.environment)
+    if task.base_url is None and config.base_url_for(task.environment):
+        task = attrs.evolve(task, base_url=config.base_url_for(task.environment))
+    if task.variant is None and env_config.variant is not None:
+        task = attrs.evolve(task, variant=env_config.variant)
+    return task
 
 
 def task_row(task: TaskRef) -> dict[str, Any]:

@@ -15,17 +15,15 @@ a hand-written bridge (`bridge_factory`) proven against the official template in
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import attrs
 
 from openreward_rl.errors import ModelFamilyError
+from openreward_rl.families.chat import ChatRenderer
 from openreward_rl.families.history import HistoryRule
 from openreward_rl.families.thinking import THINK_TAGS, ThinkingMarkers
 from openreward_rl.families.tool_preamble import ToolPreamble
-
-if TYPE_CHECKING:
-    from openreward_rl.families.chat import ChatRenderer
 
 __all__ = ["ModelFamily", "THINK_TAGS", "ThinkingMarkers", "TurnBridge", "UnsupportedModelError"]
 
@@ -117,7 +115,5 @@ class ModelFamily:
 
     def renderer(self, tokenizer: Any, template_kwargs: Mapping[str, Any] | None = None) -> ChatRenderer:
         """A `ChatRenderer` for this family over `tokenizer` (its chat template renders the first prompt)."""
-        from openreward_rl.families.chat import ChatRenderer
-
         self.check_supported()
         return ChatRenderer(tokenizer, dict(template_kwargs or {}), family=self)

@@ -117,7 +117,7 @@ def family_for(model: Any) -> ModelFamily:
     Traceback (most recent call last):
     ...
     openreward_rl.families.base.UnsupportedModelError: cannot tell which model family 'acme/mystery-7b' belongs to; set model_family (config) or --family to one of: deepseek-v3, deepseek-v3-format, nemotron-3, qwen3.5, qwen3, qwen, gpt-oss, glm-4.5, glm-4.7, hermes, ..., gemma-4, mistral...
-    """
+    """  # noqa: E501  (the doctest's expected error is one line)
     family = find_family(model)
     if family is not None:
         return family

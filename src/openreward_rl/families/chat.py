@@ -17,25 +17,43 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, Protocol
 
 import attrs
 
 from openreward_rl.errors import ModelFamilyError
-from openreward_rl.families.thinking import THINK_TAGS
+from openreward_rl.families.thinking import THINK_TAGS, ThinkingMarkers
 from openreward_rl.families.token_text import decode_ids
 
-if TYPE_CHECKING:
-    from openreward_rl.families.base import ModelFamily
-
-__all__ = ["ChatRenderer", "TemplateBridgeError"]
+__all__ = ["ChatRenderer", "RenderedFamily", "TemplateBridgeError"]
 
 _USER_MARK = "ORRL_USER_7f3a"
 _ASSISTANT_MARK = "ORRL_ASSISTANT_7f3a"
 _REASONING_MARK = "ORRL_REASONING_7f3a"
 _PLACEHOLDER_CALL = {"id": "orrl_call_7f3a", "type": "function", "function": {"name": "orrl_tool_7f3a", "arguments": {}}}
 _PLACEHOLDER_TOOL = {"type": "function", "function": {"name": "orrl_tool_7f3a", "description": "", "parameters": {"type": "object", "properties": {}}}}
+
+
+class RenderedFamily(Protocol):
+    """What a `ChatRenderer` reads of its model family (`families.base.ModelFamily` is one; this module
+    names the shape so that it need not import the module that imports it)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def tool_turn_stops(self) -> tuple[str, ...]: ...
+    @property
+    def final_turn_stops(self) -> tuple[str, ...]: ...
+    @property
+    def rewritten_closers(self) -> Mapping[str, str]: ...
+    @property
+    def thinking(self) -> ThinkingMarkers | None: ...
+    @property
+    def bridge_factory(self) -> Callable[[Any, Mapping[str, Any]], Any] | None: ...
+    @property
+    def encoder_factory(self) -> Callable[[Any], Any] | None: ...
+    def stop_token_ids(self, tokenizer: Any) -> tuple[int, ...]: ...
 
 
 class TemplateBridgeError(ModelFamilyError):
@@ -56,7 +74,7 @@ class ChatRenderer:
 
     tokenizer: Any
     template_kwargs: Mapping[str, Any] = attrs.field(factory=dict)
-    family: ModelFamily | None = None
+    family: RenderedFamily | None = None
 
     @functools.cached_property
     def _encoder(self) -> Any:

@@ -16,9 +16,8 @@ block it names, at the place it names.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
-
 import re
+from typing import Any, Protocol
 
 import attrs
 

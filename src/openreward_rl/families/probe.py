@@ -373,7 +373,7 @@ def assistant_message(
     call_id_format: str = "call_{index}_{n}",
     calls_as_text: ToolPreamble | None = None,
 ) -> dict[str, Any]:
-    """An assistant message in the chat-template shape: `content`, reasoning under `reasoning_key`, and
+    r"""An assistant message in the chat-template shape: `content`, reasoning under `reasoning_key`, and
     `calls` (name, arguments) as tool calls `call_<index>_<n>` (or `call_id_format`, where the template
     wants another shape), their arguments a JSON string where the template concatenates them (`string_arguments`).
     With `calls_as_text` (a family's tool preamble: its template knows no calls), the calls are written

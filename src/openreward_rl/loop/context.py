@@ -40,6 +40,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
+from openreward_rl.errors import ConfigError
+
 __all__ = [
     "CLEARED_MARKER",
     "ClearToolOutputs",
@@ -119,12 +121,12 @@ class ContextPolicy(Protocol):
 
 def _check_threshold(_: Any, attribute: attrs.Attribute, value: float) -> None:
     if not 0 < value <= 1:
-        raise ValueError(f"{attribute.name} must be in (0, 1], got {value!r}")
+        raise ConfigError(f"{attribute.name} must be in (0, 1], got {value!r}")
 
 
 def _non_negative(_: Any, attribute: attrs.Attribute, value: int) -> None:
     if value < 0:
-        raise ValueError(f"{attribute.name} must be non-negative, got {value!r}")
+        raise ConfigError(f"{attribute.name} must be non-negative, got {value!r}")
 
 
 def recent_turns(messages: Sequence[Mapping[str, Any]], start: int, keep: int) -> list[Mapping[str, Any]]:
@@ -185,7 +187,7 @@ class SummarizeContext:
 
     def __attrs_post_init__(self) -> None:
         if self.summary_tokens < 1:
-            raise ValueError(f"summary_tokens must be at least 1, got {self.summary_tokens}")
+            raise ConfigError(f"summary_tokens must be at least 1, got {self.summary_tokens}")
 
     def plan(self, view: ContextView) -> Summarize | None:
         if view.fraction < self.threshold:
@@ -223,7 +225,7 @@ def available_context_policies() -> list[str]:
 def context_policy(name: str, options: Mapping[str, Any] | None = None) -> ContextPolicy | None:
     """The policy `name` (registered, or `module:factory`) built with `options`; None for "none".
 
-    ValueError names the problem (unknown name, bad option, not a ContextPolicy).
+    `ConfigError` names the problem (unknown name, bad option, not a ContextPolicy).
 
     >>> context_policy("summarize", {"threshold": 0.6}).threshold
     0.6
@@ -234,16 +236,16 @@ def context_policy(name: str, options: Mapping[str, Any] | None = None) -> Conte
     factory = _REGISTRY.get(name)
     if factory is None:
         if ":" not in name:
-            raise ValueError(f"unknown context policy {name!r}; choose one of: {', '.join(available_context_policies())}, or module:factory")
+            raise ConfigError(f"unknown context policy {name!r}; choose one of: {', '.join(available_context_policies())}, or module:factory")
         module, _, attribute = name.partition(":")
         try:
             factory = getattr(importlib.import_module(module), attribute)
         except (ImportError, AttributeError) as error:
-            raise ValueError(f"context policy {name!r} cannot be imported: {error}") from None
+            raise ConfigError(f"context policy {name!r} cannot be imported: {error}") from None
     try:
         policy = factory(**options)
     except (TypeError, ValueError) as error:
-        raise ValueError(f"context policy {name!r}: {error}") from None
+        raise ConfigError(f"context policy {name!r}: {error}") from None
     if policy is not None and not isinstance(policy, ContextPolicy):
-        raise ValueError(f"context policy {name!r} built {type(policy).__name__}, which lacks plan/after_summary/fallback or a name")
+        raise ConfigError(f"context policy {name!r} built {type(policy).__name__}, which lacks plan/after_summary/fallback or a name")
     return policy

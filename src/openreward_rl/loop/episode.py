@@ -13,12 +13,12 @@ import attrs
 from openreward_rl.config import ToolTimeouts
 from openreward_rl.env.environment import DEFAULT_CLOSE_TIMEOUT_S, DEFAULT_OPEN_RETRY, DEFAULT_READ_RETRY, EnvSession, open_session
 from openreward_rl.env.tasks import TaskRef
-from openreward_rl.errors import EnvError, ModelFamilyError
-from openreward_rl.redaction import redact
-from openreward_rl.retry import RetryPolicy
-from openreward_rl.reducers.base import RewardPolicy, get_reducer
+from openreward_rl.errors import ConfigError, EnvError, ModelFamilyError
 from openreward_rl.loop.context import ContextPolicy
 from openreward_rl.loop.trajectory import StopReason, Trajectory
+from openreward_rl.redaction import redact
+from openreward_rl.reducers.base import RewardPolicy, get_reducer
+from openreward_rl.retry import RetryPolicy
 
 __all__ = ["Episode", "EpisodeSettings", "run_episode", "episode_reward", "failed_trajectory", "fault_stop", "format_system_prompt", "DEFAULT_NUDGE"]
 
@@ -84,19 +84,19 @@ class EpisodeSettings:
 
     def __attrs_post_init__(self) -> None:
         if self.max_compactions is not None and self.max_compactions < 0:
-            raise ValueError(f"max_compactions must be non-negative, got {self.max_compactions}")
+            raise ConfigError(f"max_compactions must be non-negative, got {self.max_compactions}")
         if self.max_turns < 1:
-            raise ValueError(f"max_turns must be at least 1, got {self.max_turns}")
+            raise ConfigError(f"max_turns must be at least 1, got {self.max_turns}")
         if self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be at least 1, got {self.max_new_tokens}")
+            raise ConfigError(f"max_new_tokens must be at least 1, got {self.max_new_tokens}")
         if self.max_context_len is not None and self.max_context_len < 2:
-            raise ValueError(f"max_context_len must be at least 2, got {self.max_context_len}")
+            raise ConfigError(f"max_context_len must be at least 2, got {self.max_context_len}")
         if self.tool_execution not in ("sequential", "parallel"):
-            raise ValueError(f"tool_execution must be 'sequential' or 'parallel', got {self.tool_execution!r}")
+            raise ConfigError(f"tool_execution must be 'sequential' or 'parallel', got {self.tool_execution!r}")
         if self.on_no_tool_call not in ("end", "nudge"):
-            raise ValueError(f"on_no_tool_call must be 'end' or 'nudge', got {self.on_no_tool_call!r}")
+            raise ConfigError(f"on_no_tool_call must be 'end' or 'nudge', got {self.on_no_tool_call!r}")
         if self.max_tool_output_tokens is not None and self.max_tool_output_tokens < 1:
-            raise ValueError(f"max_tool_output_tokens must be at least 1, got {self.max_tool_output_tokens}")
+            raise ConfigError(f"max_tool_output_tokens must be at least 1, got {self.max_tool_output_tokens}")
 
 
 def has_tools_placeholder(template: str | None) -> bool:
@@ -116,7 +116,7 @@ def format_system_prompt(template: str | None, tools: Sequence[Mapping[str, Any]
     try:
         return template.format(tools=lines)
     except (KeyError, IndexError, ValueError) as error:
-        raise ValueError(f"system prompt template: only {{tools}} may be a placeholder; write literal braces as {{{{ }}}} ({error})") from None
+        raise ConfigError(f"system prompt template: only {{tools}} may be a placeholder; write literal braces as {{{{ }}}} ({error})") from None
 
 
 def fault_stop(error: BaseException, *, timeout_detail: Callable[[], str]) -> tuple[StopReason, str] | None:
@@ -201,7 +201,7 @@ async def run_episode(
     (the config's `episode_timeout`) bounds the Episode's own loop, which then keeps what it produced.
     """
     if attempts < 1:
-        raise ValueError(f"attempts must be at least 1, got {attempts}")
+        raise ConfigError(f"attempts must be at least 1, got {attempts}")
     policy = reward_policy or RewardPolicy(get_reducer("sum"))
     limits = _SessionLimits(tool_timeout, open_timeout, attempt_timeout, close_timeout, open_retry, read_retry, toolset)
     trajectory: Trajectory | None = None
@@ -251,10 +251,12 @@ async def _run_once(
             ) as session:
                 return await episode_factory().run(session)
     except Exception as error:
+        failure = error  # the name `error` is unbound once the except block ends; the closure reads this one
+
         def timeout_detail() -> str:
             if deadline.expired():
                 return f"the episode attempt ran past attempt_timeout={limits.attempt_timeout:g}s"
-            return f"the episode timed out: {type(error).__name__}: {error}"
+            return f"the episode timed out: {type(failure).__name__}: {failure}"
 
         stop = fault_stop(error, timeout_detail=timeout_detail)
         if stop is None:  # a bug in the episode code: one aborted sample, not a crashed run

@@ -7,16 +7,16 @@ from typing import Any, Protocol
 
 import attrs
 
-from openreward_rl.families.chat import ChatRenderer
 from openreward_rl.config import ConfigError, TrainConfig
 from openreward_rl.engines.base import Engine
-from openreward_rl.env.tasks import TaskRef
+from openreward_rl.env.tasks import TaskRef, resolve_task
 from openreward_rl.families.base import ModelFamily
+from openreward_rl.families.chat import ChatRenderer
 from openreward_rl.loop.context import ContextPolicy, context_policy
 from openreward_rl.loop.episode import DEFAULT_NUDGE, Episode, EpisodeSettings, has_tools_placeholder, run_episode
-from openreward_rl.parsers.base import ToolParser, get_parser
 from openreward_rl.loop.tool_episode import ToolEpisode
 from openreward_rl.loop.trajectory import Trajectory
+from openreward_rl.parsers.base import ToolParser, get_parser
 
 __all__ = ["EpisodeBuilder", "Rollouts", "check_tools_shown", "choose_family", "choose_parser", "context_policies", "episode_stack", "resolve_task"]
 
@@ -28,20 +28,6 @@ class EpisodeBuilder(Protocol):
     retries, timeouts and secrets from the runner without writing them."""
 
     def __call__(self, engine: Engine, renderer: ChatRenderer, parser: ToolParser, settings: EpisodeSettings, *, routing_key: str | None = None) -> Episode: ...
-
-
-def resolve_task(config: TrainConfig, task: TaskRef) -> TaskRef:
-    """`task` with the server address and variant the config gives its environment, where the task names none.
-
-    Rows written by `openreward-rl prepare` name no variant; on a multi-environment server a session
-    without one lands in the server's first class. `ConfigError` for an unconfigured environment.
-    """
-    env_config = config.environment(task.environment)
-    if task.base_url is None and config.base_url_for(task.environment):
-        task = attrs.evolve(task, base_url=config.base_url_for(task.environment))
-    if task.variant is None and env_config.variant is not None:
-        task = attrs.evolve(task, variant=env_config.variant)
-    return task
 
 
 def choose_parser(config: TrainConfig, model: str | None, tokenizer: Any, family: ModelFamily | None = None) -> ToolParser:

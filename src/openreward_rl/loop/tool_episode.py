@@ -11,15 +11,15 @@ from typing import Any
 
 import attrs
 
-from openreward_rl.errors import EnvError, ModelFamilyError
-from openreward_rl.families.chat import ChatRenderer
 from openreward_rl.engines.base import AttachesEpisode, ContextLengthError, Engine, EngineError, FinishReason, Generation, GenerationRequest
 from openreward_rl.env.environment import EnvSession, ToolOutcome
-from openreward_rl.loop.episode import EpisodeSettings, fault_stop, format_system_prompt, has_tools_placeholder
-from openreward_rl.parsers.base import ParsedTurn, ToolCall, ToolParser
 from openreward_rl.env.tool_output import clean_tool_text
+from openreward_rl.errors import EnvError, ModelFamilyError
+from openreward_rl.families.chat import ChatRenderer
 from openreward_rl.loop.context import ContextView, Rewrite, Summarize
+from openreward_rl.loop.episode import EpisodeSettings, fault_stop, format_system_prompt, has_tools_placeholder
 from openreward_rl.loop.trajectory import Compaction, StopReason, TokenLedger, ToolResult, Trajectory, Turn
+from openreward_rl.parsers.base import ParsedTurn, ToolCall, ToolParser
 
 __all__ = ["ToolEpisode"]
 

@@ -19,7 +19,7 @@ import attrs
 from openreward_rl.engines.base import EncodedIds, FinishReason
 from openreward_rl.parsers.base import ParsedTurn, ParseError, ParseErrorKind, ToolCall
 
-__all__ = ["StopReason", "ToolResult", "Turn", "TokenSegment", "TokenLedger", "Trajectory", "Compaction"]
+__all__ = ["StopReason", "ToolResult", "Turn", "TokenSegment", "TokenLedger", "Trajectory", "Compaction", "trained_reward"]
 
 
 class StopReason(str, enum.Enum):
@@ -36,6 +36,20 @@ class StopReason(str, enum.Enum):
     def is_infrastructure_failure(self) -> bool:
         """A fault of the machinery, not the model: never turned into a reward."""
         return self in (StopReason.ABORTED, StopReason.ENV_ERROR, StopReason.TIMEOUT)
+
+
+def trained_reward(reward: float | None, *, failed: bool) -> float | None:
+    """The reward an episode is trained with, given its reward (None: none observed) and whether the
+    machinery failed it: None for an infrastructure failure (never a reward), 0.0 for a scored episode
+    that observed none (truncated, unanswered: the model's doing), else the reward. The one rule every
+    trainer and every report applies (`Trajectory.trained_reward`).
+
+    >>> trained_reward(0.5, failed=False), trained_reward(None, failed=False), trained_reward(0.5, failed=True)
+    (0.5, 0.0, None)
+    """
+    if failed:
+        return None
+    return 0.0 if reward is None else float(reward)
 
 
 @attrs.frozen
@@ -268,6 +282,12 @@ class Trajectory:
     @property
     def trainable(self) -> bool:
         return self.token_exact and not self.stop_reason.is_infrastructure_failure
+
+    @property
+    def trained_reward(self) -> float | None:
+        """The reward the trainer trains: `reward` (the reward policy's reduction, None when none was
+        observed) as `trained_reward` counts it; None for an infrastructure failure."""
+        return trained_reward(self.reward, failed=self.stop_reason.is_infrastructure_failure)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (the dump format read by `Trajectory.from_dict` and `openreward-rl show`)."""

@@ -29,8 +29,8 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
-from openreward_rl.loop.trajectory import Trajectory
 from openreward_rl.errors import ConfigError
+from openreward_rl.loop.trajectory import Trajectory
 
 __all__ = ["TrajectoryWriter", "iter_records", "read_records", "read_trajectories", "record_to_trajectory", "DumpError"]
 

@@ -9,7 +9,7 @@ Infrastructure failures (`StopReason.is_infrastructure_failure`: aborted, env_er
 counted separately and never enter reward, success or pass@k: they say nothing about the model.
 The reward figures are those of the reward the trainer optimises: a scored episode that observed no
 reward (truncated before the environment gave one, and no `nonterminal_reward` configured) counts
-0.0, as the Slime/Miles reward hooks hand it to the trainer (`EpisodeRecord.trained_reward`), and is
+0.0, as every trainer gets it (`Trajectory.trained_reward`, `EpisodeStats.trained_reward`), and is
 counted apart as `unrewarded`.
 
 >>> from openreward_rl.loop.trajectory import StopReason, Trajectory
@@ -27,7 +27,6 @@ counted apart as `unrewarded`.
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from collections import Counter, defaultdict
@@ -37,7 +36,7 @@ from typing import Any
 import attrs
 
 from openreward_rl.env.tasks import TaskRef
-from openreward_rl.loop.trajectory import StopReason, Trajectory
+from openreward_rl.loop.trajectory import StopReason, Trajectory, trained_reward
 
 __all__ = [
     "EpisodeStats",
@@ -46,7 +45,6 @@ __all__ = [
     "summarize",
     "flat_metrics",
     "aggregate",
-    "trained_reward",
     "default_task_key",
     "ALL",
 ]
@@ -105,6 +103,11 @@ class EpisodeStats:
         except ValueError:
             return False
 
+    @property
+    def trained_reward(self) -> float | None:
+        """The reward the trainer trains (`loop.trajectory.trained_reward`): None for an infrastructure failure."""
+        return trained_reward(self.reward, failed=self.infrastructure_failure)
+
     def succeeded(self, threshold: float = 0.0) -> bool:
         """Scored, and the reward is above `threshold`."""
         return not self.infrastructure_failure and self.reward is not None and self.reward > threshold
@@ -128,11 +131,6 @@ class EpisodeStats:
             stop_detail=trajectory.stop_detail,
             trainable=trajectory.trainable,
         )
-
-
-def trained_reward(episode: EpisodeStats) -> float:
-    """The reward of a scored episode as the trainer gets it: 0.0 where none was observed."""
-    return 0.0 if episode.reward is None else episode.reward
 
 
 @attrs.frozen
@@ -232,7 +230,7 @@ def _metric_means(episodes: Sequence[EpisodeStats]) -> dict[str, float]:
 def _summarize_one(environment: str, episodes: Sequence[EpisodeStats], threshold: float) -> EnvironmentSummary:
     count = len(episodes)
     scored = [e for e in episodes if not e.infrastructure_failure]
-    rewards = [trained_reward(e) for e in scored]
+    rewards = [r for e in scored if (r := e.trained_reward) is not None]  # every scored one
     unrewarded = sum(e.reward is None for e in scored)
     stops = Counter(e.stop_reason for e in episodes)
     failures: dict[str, tuple[int, str]] = {}

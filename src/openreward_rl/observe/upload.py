@@ -33,8 +33,8 @@ import attrs
 from openreward import AssistantMessage, ReasoningItem, SystemMessage, ToolCall, ToolResult, UserMessage
 from openreward.models import RolloutInfo
 
-from openreward_rl.observe.conversation import conversation_steps
 from openreward_rl.loop.trajectory import Trajectory
+from openreward_rl.observe.conversation import conversation_steps
 
 __all__ = ["UploadEvent", "trajectory_events", "rollout_name_for", "TrajectoryUploader", "DEFAULT_RUN_NAME"]
 

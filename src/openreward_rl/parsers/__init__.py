@@ -6,6 +6,7 @@
 ('add', {'a': 1})
 """
 
+from openreward_rl.parsers import _builtin  # noqa: F401  (the built-in formats register themselves)
 from openreward_rl.parsers.base import (
     ParsedTurn,
     ParseError,
@@ -16,7 +17,6 @@ from openreward_rl.parsers.base import (
     get_parser,
     register_parser,
 )
-from openreward_rl.parsers import _builtin  # noqa: F401  (the built-in formats register themselves)
 
 __all__ = [
     "ParsedTurn",

@@ -24,9 +24,9 @@ from collections.abc import Callable, Sequence
 
 import attrs
 
+from openreward_rl.parsers._xmlish import RawValue, TurnBuilder, decode_json_object, find_value_end
 from openreward_rl.parsers.base import ParseErrorKind
 from openreward_rl.parsers.common import skip_spaces
-from openreward_rl.parsers._xmlish import RawValue, TurnBuilder, decode_json_object, find_value_end
 
 __all__ = ["InvokeGrammar", "attributes", "unescape_xml"]
 

@@ -18,9 +18,9 @@ from typing import Any, ClassVar, Protocol
 
 import attrs
 
+from openreward_rl.parsers._xmlish import TurnBuilder, decode_json_object, split_turn_reasoning
 from openreward_rl.parsers.base import ParsedTurn, ParseErrorKind
 from openreward_rl.parsers.common import NOT_A_BLOCK, calls_in_reasoning, scan_blocks, skip_spaces
-from openreward_rl.parsers._xmlish import TurnBuilder, decode_json_object, split_turn_reasoning
 
 __all__ = [
     "SectionParser",

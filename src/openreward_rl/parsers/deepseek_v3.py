@@ -22,9 +22,9 @@ Reasoning is `<think>…</think>`; R1 puts the opener in the generation prompt.
 
 from __future__ import annotations
 
-from openreward_rl.parsers.base import register_parser
 from openreward_rl.parsers._sections import SectionedParser, Sections, call_list_section, finish_json_call, missing_marker
 from openreward_rl.parsers._xmlish import TurnBuilder
+from openreward_rl.parsers.base import register_parser
 
 __all__ = ["DeepSeekV3Parser", "SECTION_BEGIN", "SECTION_END", "CALL_BEGIN", "CALL_END", "SEP"]
 

@@ -13,9 +13,9 @@ generation prompt. V3.1 calls tools only in non-thinking mode; a call inside rea
 
 from __future__ import annotations
 
-from openreward_rl.parsers.base import register_parser
 from openreward_rl.parsers._sections import SectionedParser, Sections, call_list_section, finish_json_call, missing_marker
 from openreward_rl.parsers._xmlish import TurnBuilder
+from openreward_rl.parsers.base import register_parser
 from openreward_rl.parsers.deepseek_v3 import CALL_BEGIN, CALL_END, SECTION_BEGIN, SECTION_END, SEP
 
 __all__ = ["DeepSeekV31Parser"]

@@ -13,9 +13,9 @@ A call inside reasoning is never executed.
 
 from __future__ import annotations
 
-from openreward_rl.parsers.base import register_parser
 from openreward_rl.parsers._dsml import dsml_grammar
 from openreward_rl.parsers._sections import SectionedParser
+from openreward_rl.parsers.base import register_parser
 
 __all__ = ["DeepSeekV32Parser"]
 

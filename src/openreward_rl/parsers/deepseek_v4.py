@@ -17,8 +17,8 @@ a closed `<think>…</think>` is a rehearsal and is never executed.
 
 from __future__ import annotations
 
-from openreward_rl.parsers.base import register_parser
 from openreward_rl.parsers._dsml import dsml_grammar
+from openreward_rl.parsers.base import register_parser
 from openreward_rl.parsers.deepseek_v32 import DeepSeekV32Parser
 
 __all__ = ["DeepSeekV4Parser"]

@@ -29,9 +29,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from openreward_rl.parsers.base import ParseErrorKind, register_parser, tool_schema
 from openreward_rl.parsers._sections import SectionedParser, Sections
 from openreward_rl.parsers._xmlish import RawValue, TurnBuilder, find_value_end
+from openreward_rl.parsers.base import ParseErrorKind, register_parser, tool_schema
 from openreward_rl.parsers.common import forgotten_closer, repaired_closer_note, skip_spaces, value_scan_pattern
 
 __all__ = ["Glm45Parser", "CALL_OPEN", "CALL_CLOSE"]

@@ -35,11 +35,11 @@ from openreward_rl.parsers.base import ParsedTurn, ParseError, ParseErrorKind, T
 from openreward_rl.parsers.common import (
     JsonValueError,
     add_result,
-    decode_json_prefix,
-    skip_spaces,
     call_in_reasoning_error,
+    decode_json_prefix,
     is_cut_off,
     loads_json_strict,
+    skip_spaces,
     unclosed_error,
     validate_call,
 )

@@ -30,9 +30,9 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from openreward_rl.parsers.base import register_parser, tool_schema
 from openreward_rl.parsers._sections import SectionedParser, Sections, call_list_section, finish_json_call, missing_marker
 from openreward_rl.parsers._xmlish import TurnBuilder, decode_json_object
+from openreward_rl.parsers.base import register_parser, tool_schema
 
 __all__ = ["KimiK2Parser", "name_from_call_id"]
 

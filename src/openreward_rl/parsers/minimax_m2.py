@@ -29,9 +29,9 @@ from __future__ import annotations
 
 import re
 
-from openreward_rl.parsers.base import register_parser
 from openreward_rl.parsers._invoke import InvokeGrammar
 from openreward_rl.parsers._sections import SectionedParser
+from openreward_rl.parsers.base import register_parser
 
 __all__ = ["MiniMaxM2Parser"]
 

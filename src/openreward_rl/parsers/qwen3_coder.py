@@ -43,7 +43,6 @@ from openreward_rl.parsers.common import (
     add_result,
     find_structural_closer,
     forgotten_closer,
-    value_scan_pattern,
     is_cut_off,
     join_content,
     repaired_closer_note,
@@ -52,6 +51,7 @@ from openreward_rl.parsers.common import (
     split_turn_reasoning,
     unclosed_error,
     validate_call,
+    value_scan_pattern,
 )
 from openreward_rl.parsers.schema import coerce_arguments
 

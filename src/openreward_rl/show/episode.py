@@ -23,11 +23,11 @@ from typing import Any
 import attrs
 
 from openreward_rl.credit.returns import reward_to_go, turn_rewards
+from openreward_rl.families.token_text import decode_ids
+from openreward_rl.loop.trajectory import Compaction, ToolResult, Trajectory
 from openreward_rl.observe.conversation import conversation_steps
 from openreward_rl.show.style import CSS, LEGEND, badge, terminal_reward_style
 from openreward_rl.show.tokens import mask_spans, token_view_html
-from openreward_rl.families.token_text import decode_ids
-from openreward_rl.loop.trajectory import Compaction, ToolResult, Trajectory
 
 __all__ = ["Entry", "turn_returns", "conversation", "summary_rows", "render_terminal", "episode_html", "render_html"]
 
@@ -221,7 +221,8 @@ def render_terminal(trajectory: Trajectory, console: Any, tokenizer: Any = None)
     if tokenizer is None:
         console.print(Text("(pass --tokenizer to see the text of each span)", style="dim"))
         return
-    console.print(Text("legend: ", style="bold") + Text("prompt ", style="dim") + Text("trained (sampled)", style=_SPAN_STYLE["trained"]) + Text(" context (not trained)", style=_SPAN_STYLE["context"]))
+    legend = Text("legend: ", style="bold") + Text("prompt ", style="dim")
+    console.print(legend + Text("trained (sampled)", style=_SPAN_STYLE["trained"]) + Text(" context (not trained)", style=_SPAN_STYLE["context"]))
 
 
 def episode_html(trajectory: Trajectory, tokenizer: Any = None, *, heading: str = "h2") -> str:

@@ -100,7 +100,8 @@ class EpisodeRow:
 
     `number` is its 0-based position in the file (what `show --index` takes); `sample` the sample
     index `eval` recorded, else its position within its group. `trained_reward` is what a trainer
-    would see (None for an infrastructure failure, 0.0 for a scored episode without a reward).
+    would see (`Trajectory.trained_reward`: None for an infrastructure failure, 0.0 for a scored episode
+    without a reward).
     """
 
     number: int
@@ -120,15 +121,11 @@ class EpisodeRow:
     parse_errors: int
     tool_errors: int
     trainable: bool
+    trained_reward: float | None = None
     advantage: float | None = None
     question: str = ""  # `task_question`
     expected: str | None = None  # `expected_answer`
 
-    @property
-    def trained_reward(self) -> float | None:
-        if self.infrastructure_failure:
-            return None
-        return 0.0 if self.reward is None else self.reward
 
 
 def _group_key(task: Mapping[str, Any]) -> str:
@@ -172,6 +169,7 @@ def episode_rows(records: Sequence[Mapping[str, Any]], trajectories: Sequence[Tr
                 parse_errors=_count(trajectory.metrics, "parse_errors") or sum(len(t.parsed.errors) for t in trajectory.turns),
                 tool_errors=_count(trajectory.metrics, "tool_errors") or sum(1 for t in trajectory.turns for r in t.tool_results if r.error),
                 trainable=trajectory.trainable,
+                trained_reward=trajectory.trained_reward,
                 question=task_question(trajectory),
                 expected=expected_answer(task),
             )

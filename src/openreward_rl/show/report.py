@@ -23,11 +23,11 @@ import html
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from openreward_rl.loop.trajectory import Trajectory
 from openreward_rl.observe.metrics import summarize
 from openreward_rl.show.episode import episode_html
 from openreward_rl.show.index import EpisodeRow, Group, episode_rows, groups
 from openreward_rl.show.style import CSS, LEGEND, advantage_badge, badge
-from openreward_rl.loop.trajectory import Trajectory
 
 __all__ = ["render_report", "run_metadata", "final_answer"]
 

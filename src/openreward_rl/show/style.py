@@ -112,7 +112,8 @@ table.episodes tr.infra td { color: #5b3b7a; }
 .entry h3 { font-size: 0.85rem; margin: 0 0 0.3rem; font-weight: 600; }
 .entry pre, .tokens { white-space: pre-wrap; word-break: break-word; margin: 0; font: 12.5px/1.5 ui-monospace, monospace; }
 .system { border-color: #aaa; color: #555; } .user { border-color: #1e88e5; } .reasoning { border-color: #8e24aa; color: #5e3370; font-style: italic; }
-.assistant { border-color: #222; } .tool_call { border-color: #f9a825; } .tool_result { border-color: #00897b; } .metadata { border-color: #80cbc4; border-left-style: dashed; } .error { border-color: #e53935; }
+.assistant { border-color: #222; } .tool_call { border-color: #f9a825; } .tool_result { border-color: #00897b; }
+.metadata { border-color: #80cbc4; border-left-style: dashed; } .error { border-color: #e53935; }
 .summary { border-color: #2e7d32; background: #f1f8e9; } .boundary { border-color: #6d4c41; border-left-width: 0; border-top: 3px double #6d4c41; background: #efebe9; }
 .tokens { border: 1px solid #ddd; padding: 0.6rem; }
 .span-prompt { color: #888; } .span-trained { border-bottom: 2px solid #1565c0; } .span-context { background: #eceff1; color: #455a64; }

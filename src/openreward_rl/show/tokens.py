@@ -19,11 +19,11 @@ from typing import Any
 
 import attrs
 
-from openreward_rl.show.style import confidence_colour
 from openreward_rl.families.token_text import decode_ids
 from openreward_rl.loop.trajectory import TokenSegment
+from openreward_rl.show.style import confidence_colour
 
-__all__ = ["Span", "Piece", "mask_spans", "pieces", "decode", "token_view_html"]
+__all__ = ["Span", "Piece", "mask_spans", "pieces", "token_view_html"]
 
 
 @attrs.frozen

@@ -1,6 +1,5 @@
 """Test doubles for parts that cannot run on a laptop, each faithful to its real wire format."""
 
-from openreward_rl.testing import sglang_server
 from openreward_rl.testing.sglang_server import (
     SGLANG_SAMPLING_PARAM_KEYS,
     RecordedRequest,
@@ -9,4 +8,4 @@ from openreward_rl.testing.sglang_server import (
     scripted_logprob,
 )
 
-__all__ = list(sglang_server.__all__)  # the package exports what its one module does
+__all__ = ["SGLANG_SAMPLING_PARAM_KEYS", "RecordedRequest", "SGLangTestServer", "ScriptedCompletion", "scripted_logprob"]  # sglang_server's own
