@@ -68,7 +68,6 @@ from openreward_rl.env.tasks import TaskRef
 from openreward_rl.observe.metrics import flat_metrics, summarize
 from openreward_rl.loop.rollout import EpisodeBuilder, Rollouts
 from openreward_rl.env.tasks import task_from_metadata, task_row
-from openreward_rl.loop.tool_episode import ToolEpisode
 from openreward_rl.loop.trajectory import Trajectory
 
 __all__ = ["Completion", "TrlAdapter", "completion_of", "task_dataset", "task_prompt", "trained_reward"]
@@ -184,10 +183,11 @@ class TrlAdapter:
         sampling: SamplingConfig | None = None,
         max_new_tokens: int = 1024,
         max_context_len: int | None = None,
-        episode: EpisodeBuilder = ToolEpisode,
+        episode: EpisodeBuilder | None = None,
         **options: Any,
     ) -> TrlAdapter:
-        """The adapter for `config`: `Rollouts.from_config` (the one episode stack) with no engine yet."""
+        """The adapter for `config`: `Rollouts.from_config` (the one episode stack) with no engine yet; `episode`
+        None takes the config's (`ToolEpisode` by default)."""
         rollouts = Rollouts.from_config(
             config, engine=None, tokenizer=tokenizer, client=client, model=model, max_context_len=max_context_len, max_new_tokens=max_new_tokens, episode=episode
         )  # type: ignore[arg-type]

@@ -190,7 +190,6 @@ class TrlSession:
         from openreward_rl.env.local_server import serve_environments, variant_name
         from openreward_rl.preflight import check_environments, check_ready
         from openreward_rl.env.tasks import list_tasks
-        from openreward_rl.loop.tool_episode import ToolEpisode
 
         with contextlib.ExitStack() as stack:
             base_url, served = None, {}
@@ -206,7 +205,7 @@ class TrlSession:
             trainable_gguf(model)
             adapter = TrlAdapter.build(
                 prepared, tokenizer, None, model=options.model, sampling=options.sampling, max_new_tokens=options.max_new_tokens,
-                max_context_len=options.max_context_len, episode=episode or ToolEpisode, concurrency=options.concurrency, group_rm=options.group_rm,
+                max_context_len=options.max_context_len, episode=episode, concurrency=options.concurrency, group_rm=options.group_rm,
                 continuous_batching={} if options.resolved_device == "cpu" else {"max_memory_percent": options.sampler_memory},  # GPU: leave the trainer room
             )  # fmt: skip
 

@@ -155,6 +155,7 @@ def dry_run_text(options: Any, config_source: str, serve: Sequence[str]) -> str:
 def run(args: Any) -> int:
     """`train --framework trl`: validate, optionally evaluate, train (or resume), evaluate, save."""
     from openreward_rl.config import ConfigError, load_config
+    from openreward_rl.loop.rollout import check_extensions
     from openreward_rl.redaction import install_log_redaction
 
     def fail(message: str, code: int = 2) -> int:
@@ -168,6 +169,7 @@ def run(args: Any) -> int:
     try:
         options = options_from_args(args)
         config = load_config(args.config)
+        check_extensions(config)  # an unknown episode or context policy: refused before anything loads, --dry-run included
     except (ValueError, ConfigError) as error:
         return fail(str(error))
     if args.serve and (config.env_base_url or any(env.base_url for env in config.environments.values())):

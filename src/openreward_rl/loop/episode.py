@@ -10,6 +10,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 import attrs
 
+from openreward_rl.config import fill_system_prompt
 from openreward_rl.env.environment import DEFAULT_CLOSE_TIMEOUT_S, DEFAULT_OPEN_RETRY, DEFAULT_READ_RETRY, EnvSession, open_session
 from openreward_rl.env.tasks import TaskRef
 from openreward_rl.errors import EnvError, ModelFamilyError
@@ -96,13 +97,10 @@ def format_system_prompt(template: str | None, tools: Sequence[Mapping[str, Any]
     >>> format_system_prompt("Tools: {tools}", [{"type": "function", "function": {"name": "f"}}])
     'Tools: {"name": "f"}'
     """
-    if not template or "{tools}" not in template:
-        return template or None
-    lines = "\n".join(json.dumps(t.get("function", t), ensure_ascii=False) for t in tools)
     try:
-        return template.format(tools=lines)
-    except (KeyError, IndexError, ValueError) as error:
-        raise ValueError(f"system prompt template: only {{tools}} may be a placeholder; write literal braces as {{{{ }}}} ({error})") from None
+        return fill_system_prompt(template, "\n".join(json.dumps(t.get("function", t), ensure_ascii=False) for t in tools))
+    except ValueError as error:
+        raise ValueError(f"system prompt template: {error}") from None
 
 
 def fault_stop(error: BaseException, *, timeout_detail: Callable[[], str]) -> tuple[StopReason, str] | None:
