@@ -103,6 +103,24 @@ def import_attribute(spec: str) -> Any:
     return value
 
 
+def _defining_file(obj: Any) -> str | None:
+    module = sys.modules.get(getattr(obj, "__module__", "") or "")
+    file = getattr(module, "__file__", None)
+    return str(Path(file).resolve()) if file else None
+
+
+def same_definition(first: Any, second: Any) -> bool:
+    """Whether `first` and `second` are one definition loaded twice: the same qualified name in the same file.
+
+    >>> same_definition(Registry, Registry), same_definition(Registry, dict)
+    (True, False)
+    """
+    if first is second:
+        return True
+    name = getattr(first, "__qualname__", None)
+    return name is not None and name == getattr(second, "__qualname__", None) and _defining_file(first) == _defining_file(second) is not None
+
+
 class Registry(dict[str, _F]):
     """A dict of name -> factory, filled by `register` and read by `resolve`.
 
@@ -121,7 +139,7 @@ class Registry(dict[str, _F]):
     Traceback (most recent call last):
     ...
     ValueError: unknown shape 'circle'; known: square; or name your own as package.module:attribute or path/to/file.py:attribute
-    >>> shapes.register("square")(Square)
+    >>> shapes.register("square")(Registry)
     Traceback (most recent call last):
     ...
     ValueError: a shape named 'square' is already registered
@@ -133,10 +151,11 @@ class Registry(dict[str, _F]):
         self.unknown = unknown
 
     def register(self, name: str, *, replace: bool = False) -> Callable[[_C], _C]:
-        """Class decorator: register the class under `name` (a name is registered once, unless `replace`)."""
+        """Class decorator: register the class under `name`. A name is registered once, unless `replace`, or
+        unless the same file defines it again (a file run as a script and imported as a plugin)."""
 
         def decorate(cls: _C) -> _C:
-            if name in self and not replace:
+            if name in self and not replace and not same_definition(self[name], cls):
                 raise ValueError(self.duplicate.format(name=name))
             self[name] = cls  # type: ignore[assignment]
             return cls

@@ -70,7 +70,7 @@ from openreward_rl.loop.rollout import EpisodeBuilder, Rollouts
 from openreward_rl.env.tasks import task_from_metadata, task_row
 from openreward_rl.loop.trajectory import Trajectory
 
-__all__ = ["Completion", "TrlAdapter", "completion_of", "task_dataset", "task_prompt", "trained_reward"]
+__all__ = ["Completion", "TrlAdapter", "completion_of", "failures", "task_dataset", "task_prompt", "trained_reward"]
 
 logger = logging.getLogger(__name__)
 
@@ -102,6 +102,23 @@ def trained_reward(trajectory: Trajectory) -> float | None:
     if not trajectory.trainable:
         return None
     return 0.0 if trajectory.reward is None else float(trajectory.reward)
+
+
+def failures(trajectories: Sequence[Trajectory]) -> str:
+    """Why the untrainable episodes among `trajectories` failed: each stop reason with its count, most
+    first ("not token-exact" for an episode whose ids were not what the model saw).
+
+    >>> from openreward_rl.loop.trajectory import StopReason
+    >>> def t(stop): return Trajectory({}, [], [], [], [], None, stop)
+    >>> failures([t(StopReason.ENV_ERROR), t(StopReason.TIMEOUT), t(StopReason.ENV_ERROR), t(StopReason.COMPLETED)])
+    'env_error 2, timeout 1'
+    """
+    import collections
+
+    reasons = collections.Counter(
+        t.stop_reason.value if t.stop_reason.is_infrastructure_failure else "not token-exact" for t in trajectories if not t.trainable
+    )
+    return ", ".join(f"{reason} {count}" for reason, count in reasons.most_common())
 
 
 @attrs.frozen
@@ -160,6 +177,9 @@ class TrlAdapter:
     - `concurrency`: episodes in flight at once within a step.
     - `group_rm`: score each group with the environment's `score_group` where it has one.
     - `continuous_batching`: extra `ContinuousBatchingConfig` fields for the engine.
+    - `failed_steps`: how many steps in a row had no trainable episode (every one an infrastructure
+      failure); `last_failure` says why the last such step failed (`failures`), None after a step
+      that trained something.
     """
 
     rollouts: Rollouts
@@ -169,6 +189,8 @@ class TrlAdapter:
     group_rm: bool = False
     continuous_batching: Mapping[str, Any] = attrs.field(factory=dict)
     last_trajectories: list[Trajectory] = attrs.field(factory=list)
+    failed_steps: int = 0
+    last_failure: str | None = None
     _pending_metrics: dict[str, float] = attrs.field(factory=dict)
     _loop: asyncio.AbstractEventLoop | None = attrs.field(default=None)
 
@@ -240,6 +262,9 @@ class TrlAdapter:
             rewards = self.run(self._group_scores(tasks, trajectories, rewards, group_size=_group_size(trainer)))
         completions = [completion_of(t, self.tokenizer) for t in trajectories]
         self.last_trajectories = trajectories
+        failed = not any(t.trainable for t in trajectories)
+        self.failed_steps = self.failed_steps + 1 if failed else 0
+        self.last_failure = f"all {len(trajectories)} episodes failed: {failures(trajectories)}" if failed else None
         self._pending_metrics = self.step_metrics(trajectories, completions)
         return {
             "prompt_ids": [c.prompt_ids for c in completions],

@@ -9,6 +9,12 @@ The policy is the model being trained: each step samples `--rollout-batch-size` 
 rewards and takes one GRPO step. Checkpoints go to `--output-dir/checkpoint-N` every
 `--save-interval` steps and at the end (0: none); `--resume` continues from the newest one (the step count,
 optimizer and scheduler included). `--eval-split` evaluates that split before and after training.
+
+Failures: a step in which every episode failed (infrastructure failures) is one line, "all N episodes
+failed: <stop reasons>", and trains nothing; after `--max-failed-steps` such steps in a row (default 3)
+training stops with one line and exit status 1, keeping the checkpoints written so far. A
+before-evaluation in which every episode of an environment failed stops the run before training, also
+with one line and status 1.
 """
 
 from __future__ import annotations
@@ -60,6 +66,10 @@ def add_trl_arguments(parser: Any) -> None:
     group.add_argument("--seed", type=int, default=0, help="training seed and task shuffle seed (default 0)")
     group.add_argument("--concurrency", type=int, default=32, help="episodes in flight at once (default 32)")
     group.add_argument("--sampler-memory", type=float, default=0.5, help="GPU: share of its memory for the sampler's KV cache (default 0.5)")
+    group.add_argument(
+        "--max-failed-steps", type=int, default=3,
+        help="stop after this many steps in a row in which every episode failed (infrastructure failures), keeping the checkpoints; 0: never (default 3)",
+    )  # fmt: skip
 
 
 def _shared(args: Any, name: str) -> Any:
@@ -102,12 +112,39 @@ def print_summary(label: str, stats: Mapping[str, Any], out: Any = None) -> None
         print(f"{label:<7} {item.line()}", file=out or sys.stdout, flush=True)
 
 
-class _Progress:
-    """A TrainerCallback printing one line per logged step: reward, per-environment reward and failures."""
+def _number(value: Any, spec: str) -> str:
+    """`value` formatted by `spec`, or "n/a" where TRL logged none (None or NaN: a step with no scored episode).
 
-    def __init__(self, out: Any) -> None:
+    >>> _number(0.25, ".3f"), _number(None, ".3f"), _number(float("nan"), ".4f")
+    ('0.250', 'n/a', 'n/a')
+    """
+    if value is None or (isinstance(value, float) and value != value):
+        return "n/a"
+    return format(value, spec)
+
+
+class _Progress:
+    """A TrainerCallback printing one line per logged step: reward, per-environment reward and failures;
+    for a step in which every episode failed, that and why (the adapter's `last_failure`)."""
+
+    def __init__(self, out: Any, adapter: Any = None) -> None:
         self.out = out
+        self.adapter = adapter
         self.started = time.monotonic()
+
+    def line(self, step: str, logs: Mapping[str, Any]) -> str:
+        """The line for one step's `logs` (never raises on a missing or empty value)."""
+        elapsed = f"{time.monotonic() - self.started:.0f}s"
+        failure = getattr(self.adapter, "last_failure", None)
+        if failure is not None:
+            return f"step {step}  {failure}; nothing trained  {elapsed}"
+        envs = sorted({key.split("/")[1] for key in logs if key.startswith("openreward/") and key.endswith("/reward_mean")})
+        parts = [f"{env} {_number(logs.get(f'openreward/{env}/reward_mean'), '.3f')}" for env in envs]
+        failures = sum(int(logs.get(f"openreward/{env}/infra_failures") or 0) for env in envs)
+        return (
+            f"step {step}  reward {_number(logs.get('reward'), '.3f')} ± {_number(logs.get('reward_std'), '.3f')}  "
+            f"[{', '.join(parts)}]  infra failures {failures}  loss {_number(logs.get('loss'), '.4f')}  {elapsed}"
+        )
 
     def callback(self) -> Any:
         from transformers import TrainerCallback
@@ -118,15 +155,7 @@ class _Progress:
             def on_log(self, args: Any, state: Any, control: Any, logs: Mapping[str, Any] | None = None, **_: Any) -> None:
                 if not logs or "reward" not in logs:
                     return
-                envs = sorted({key.split("/")[1] for key in logs if key.startswith("openreward/") and key.endswith("/reward_mean")})
-                parts = [f"{env} {logs[f'openreward/{env}/reward_mean']:.3f}" for env in envs]
-                failures = sum(int(logs.get(f"openreward/{env}/infra_failures", 0)) for env in envs)
-                elapsed = time.monotonic() - progress.started
-                print(
-                    f"step {state.global_step}/{state.max_steps}  reward {logs['reward']:.3f} ± {logs.get('reward_std', 0.0):.3f}  "
-                    f"[{', '.join(parts)}]  infra failures {failures}  loss {logs.get('loss', 0.0):.4f}  {elapsed:.0f}s",
-                    file=progress.out, flush=True,
-                )  # fmt: skip
+                print(progress.line(f"{state.global_step}/{state.max_steps}", logs), file=progress.out, flush=True)
 
         return Progress()
 
@@ -213,6 +242,18 @@ def _write(path: str | None, phase: str, episodes: Sequence[Any], model: str) ->
             writer.write(episode, model=model, phase=phase)
 
 
+def _all_failed(episodes: Sequence[Any]) -> str | None:
+    """For evaluation episodes of which some environment's all failed (infrastructure failures: training
+    on it cannot work), "<environment>: all N episodes failed: <stop reasons>" for each; else None."""
+    from openreward_rl.backends.trl import failures
+
+    by_env: dict[str, list[Any]] = {}
+    for episode in episodes:
+        by_env.setdefault(str(episode.task.get("environment")), []).append(episode)
+    broken = [f"{env}: all {len(items)} episodes failed: {failures(items)}" for env, items in by_env.items() if not any(t.trainable for t in items)]
+    return "; ".join(broken) or None
+
+
 def _train(args: Any, options: Any, config: Any) -> int:
     from openreward_rl.backends.trl_run import TrlSession, eval_stats, last_checkpoint, quiet_trainer
     from openreward_rl.env.local_server import load_environment_class
@@ -234,11 +275,19 @@ def _train(args: Any, options: Any, config: Any) -> int:
             _write(args.eval_output, "before", episodes, options.model)
             before = eval_stats(episodes)
             print_summary("before", before, out)
-        trainer = session.trainer(callbacks=[_Progress(out).callback()])
+            broken = _all_failed(episodes)
+            if broken:
+                print(f"openreward-rl train: the before-evaluation failed entirely ({broken}); nothing was trained: fix the environment and rerun", file=sys.stderr, flush=True)
+                return 1
+        trainer = session.trainer(callbacks=[_Progress(out, session.adapter).callback()])
         quiet_trainer(trainer)
         if resume:
             print(f"resuming from {resume}", file=out, flush=True)
         trainer.train(resume_from_checkpoint=resume)
+        if session.stopped:
+            kept = last_checkpoint(options.output_dir)
+            print(f"openreward-rl train: {session.stopped}; {f'checkpoints kept, the last {kept}' if kept else 'no checkpoint was written'}", file=sys.stderr, flush=True)
+            return 1
         if not args.no_save_model:
             trainer.save_model(options.output_dir)
             print(f"model saved to {options.output_dir}", file=out, flush=True)

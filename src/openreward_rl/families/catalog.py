@@ -30,7 +30,7 @@ _FAMILIES: Registry[ModelFamily] = Registry(  # in selection order
 
 def register_family(family: ModelFamily, *, replace: bool = False) -> ModelFamily:
     """Add `family` to the ones `get_family` / `family_for` know (ValueError on a taken name unless `replace`)."""
-    if family.name in _FAMILIES and not replace:
+    if family.name in _FAMILIES and not replace and _FAMILIES[family.name] != family:  # an equal one: its file imported twice
         raise ValueError(_FAMILIES.duplicate.format(name=family.name))
     _FAMILIES[family.name] = family
     return family
