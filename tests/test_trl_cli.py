@@ -4,7 +4,8 @@ the real TRL trainer and the real SDK Server on 127.0.0.1 (`--serve`).
 - a step in which every episode fails is one line and trains nothing; after `--max-failed-steps` such
   steps in a row the run stops with one line and status 1, keeping its checkpoints;
 - a before-evaluation in which every episode fails stops the run before training;
-- a parser and a reward reduction of the user's own module train from the config alone.
+- a parser and a reward reduction of the user's own module train from the config alone;
+- from Python, `TrlSession.open(..., episode=...)` trains with a custom Episode (examples/trl_custom_episode.py).
 
 The model is loaded once for the module: the command's `load_model` is answered with that load (the
 same model the command would load); everything else is the command's own.
@@ -201,3 +202,24 @@ def test_a_parser_and_a_reducer_of_the_users_own_module_train_from_the_config_al
             assert episode.step_rewards and episode.reward == 10.0 + max(episode.step_rewards)
     # a reply that ends (about a third of SmolLM2's, 24 tokens at most) is graded; one of 16 is all but certain
     assert any(e.reward is not None for e in episodes)
+
+
+@pytest.mark.slow
+def test_trl_trains_from_python_with_the_custom_episode_of_the_example(tmp_path: Path, smollm2: tuple[Any, Any]) -> None:
+    """examples/trl_custom_episode.py: `TrlSession.open(..., episode=AnswerEpisode.build)` trains with that loop."""
+    import importlib.util
+
+    sys.path.insert(0, str(REPO / "examples" / "environments"))
+    from paint import grade
+
+    spec = importlib.util.spec_from_file_location("trl_custom_episode_example", REPO / "examples" / "trl_custom_episode.py")
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    model, tokenizer = smollm2
+    result = example.train(str(tmp_path / "run"), model=model, tokenizer=tokenizer, steps=2)
+    assert result["steps"] == 2 and len(result["last_step"]) == 4
+    for episode in result["last_step"]:  # AnswerEpisode's: the reply itself graded, or cut at the token limit
+        if episode["stop_reason"] == "completed":
+            assert episode["reward"] == grade(episode["colour"], episode["reply"])
+        else:
+            assert episode["stop_reason"] == "truncated" and episode["reward"] is None
