@@ -1,11 +1,12 @@
 """TRL training from Python with an Episode of your own: `TrlSession.open(..., episode=MyEpisode.build)`.
 
-`AnswerEpisode` is a loop for answer-only environments: one model turn, and the whole reply (stripped)
-is the argument of the environment's one tool; no tool-call format is needed, so even a 135M model
-is graded on every reply it finishes. It is built from the library's blocks (EnvSession, ChatRenderer,
-Engine, TokenLedger, Trajectory) and reports its step rewards without reducing them: the runner
-applies the config's reward policy, retries, timeouts and secrets, and the TRL adapter turns each
-trajectory into one completion, token for token (docs/training.md, "Your own parts").
+`AnswerEpisode` is a loop for answer-only environments, those whose `@terminal` tool grades a plain
+reply: one model turn, whose reply (stripped) goes to that tool; no tool-call format and no tool list,
+so even a 135M model is graded on every reply it finishes. It records the answer as a call named
+`answer`. It is built from the library's blocks (EnvSession, ChatRenderer, Engine, TokenLedger,
+Trajectory) and reports its step rewards without reducing them: the runner applies the config's
+reward policy, retries, timeouts and secrets, and the TRL adapter turns each trajectory into one
+completion, token for token (docs/training.md, "Your own parts").
 
     with TrlSession.open(config, options, serve=[PAINT], episode=AnswerEpisode.build) as session:
         trainer = session.trainer()
@@ -16,7 +17,7 @@ which `openreward-rl train --framework trl` and `eval` then use.
 
 Run it: `python examples/trl_custom_episode.py` trains SmolLM2-135M (`offline:smollm2`) on the CPU for
 two GRPO steps on PaintColour (examples/environments/paint.py, served on 127.0.0.1) and prints one JSON
-line: the steps taken and the last step's episodes (reply, reward, stop reason).
+line: the steps taken and the last step's episodes (reply, calls, reward, stop reason).
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ from openreward_rl.engines import Engine, FinishReason, GenerationRequest
 from openreward_rl.loop.episode import format_system_prompt
 from openreward_rl.loop.trajectory import ToolResult, Turn
 from openreward_rl.parsers import ParsedTurn, ToolCall, ToolParser
-from openreward_rl.parsers.base import tool_names, tool_schema
 from openreward_rl.parsers.common import new_call_id
 
 PAINT = f"{Path(__file__).resolve().parent / 'environments' / 'paint.py'}:PaintColour"
@@ -42,7 +42,7 @@ PAINT = f"{Path(__file__).resolve().parent / 'environments' / 'paint.py'}:PaintC
 
 @attrs.define
 class AnswerEpisode:
-    """One model turn; the reply is the one argument of the environment's one tool."""
+    """One model turn; the reply is the answer the environment's terminal tool grades."""
 
     engine: Engine
     renderer: ChatRenderer
@@ -54,26 +54,25 @@ class AnswerEpisode:
         return cls(engine, renderer, settings)
 
     async def run(self, session: EnvSession) -> Trajectory:
-        tools = await session.tools()
-        [name] = sorted(tool_names(tools) or ())  # an answer-only environment: one tool with one parameter
-        [parameter] = (tool_schema(tools, name) or {}).get("properties") or {}
+        if await session.terminal_tool() is None:
+            raise ValueError(f"AnswerEpisode needs an environment with a @terminal tool; {session.task.environment} has none")
         messages = await session.prompt_messages()
-        system = format_system_prompt(self.settings.system_prompt, tools)
+        system = format_system_prompt(self.settings.system_prompt, [])
         if system:
             messages.insert(0, {"role": "system", "content": system})
-        prompt = self.renderer.render_prompt(messages)  # no tool list: the model only answers
+        prompt = self.renderer.render_prompt(messages)
         ledger = TokenLedger.start(prompt)
         started = time.perf_counter()
         sampling = {"max_new_tokens": self.settings.max_new_tokens, **self.settings.sampling_params}
         generation = await self.engine.generate(GenerationRequest(input_ids=prompt, sampling_params=sampling))
         ledger.append_sampled(generation.output_ids, generation.logprobs)
-        finished_reply = generation.finish_reason is FinishReason.STOP
-        reply = self.renderer.decode(generation.output_ids[:-1] if finished_reply else generation.output_ids).strip()
+        ended = generation.finish_reason is FinishReason.STOP
+        reply = self.renderer.decode(generation.output_ids[:-1] if ended else generation.output_ids).strip()
         messages.append({"role": "assistant", "content": reply})
+        call = ToolCall("answer", {"reply": reply}, new_call_id())
         results: list[ToolResult] = []
-        call = ToolCall(name, {parameter: reply}, new_call_id())
-        if finished_reply:  # a reply cut at the token limit is no answer
-            outcome = await session.call_tool(call.name, call.arguments)
+        if ended:  # a reply cut at the token limit is no answer
+            outcome = await session.call_terminal_tool(reply)
             results.append(ToolResult(call=call, text=outcome.text, reward=outcome.reward, finished=outcome.finished, error=outcome.error))
         rewards = [r.reward for r in results if r.reward is not None]
         turn = Turn(
@@ -82,10 +81,10 @@ class AnswerEpisode:
             model_seconds=time.perf_counter() - started, message_index=len(messages) - 1,
         )  # fmt: skip
         finished = any(r.finished for r in results)
-        if finished:
+        if finished or ended:
             stop = StopReason.COMPLETED
         else:
-            stop = {FinishReason.LENGTH: StopReason.TRUNCATED, FinishReason.STOP: StopReason.MAX_TURNS}.get(generation.finish_reason, StopReason.ABORTED)
+            stop = StopReason.TRUNCATED if generation.finish_reason is FinishReason.LENGTH else StopReason.ABORTED
         return Trajectory(
             task=session.task.describe(), segments=ledger.segments, turns=[turn], messages=messages, step_rewards=rewards,
             reward=None, stop_reason=stop, finished=finished,
@@ -115,7 +114,13 @@ def train(output_dir: str, *, model: Any = None, tokenizer: Any = None, steps: i
     return {
         "steps": trainer.state.global_step,
         "last_step": [
-            {"reply": e.messages[-1]["content"], "reward": e.reward, "stop_reason": e.stop_reason.value, "colour": e.task["task_spec"]["colour"]}
+            {
+                "reply": e.messages[-1]["content"] if e.messages else None,
+                "answered": [r.call.name for t in e.turns for r in t.tool_results],
+                "reward": e.reward,
+                "stop_reason": e.stop_reason.value,
+                "colour": (e.task.get("task_spec") or {}).get("colour"),
+            }
             for e in episodes
         ],
     }

@@ -37,13 +37,26 @@ def test_a_step_in_which_every_episode_failed_prints_one_line_instead_of_crashin
     from openreward_rl.cli.train_trl import _Progress
 
     out = io.StringIO()
-    logs = {"loss": 0.0, "reward": None, "reward_std": None, "openreward/E/episodes": 4.0, "openreward/E/infra_failures": 4.0}
+    logs = {"loss": 0.0, "reward": None, "reward_std": None, "openreward/Org/E/episodes": 4.0, "openreward/Org/E/infra_failures": 4.0}
     _Progress(out).callback().on_log(None, SimpleNamespace(global_step=3, max_steps=20), None, logs=logs)
-    assert re.fullmatch(r"step 3/20  reward n/a ± n/a  \[\]  infra failures 0  loss 0\.0000  \d+s\n", out.getvalue())
+    assert re.fullmatch(r"step 3/20  reward n/a ± n/a  \[\]  infra failures 4  loss 0\.0000  \d+s\n", out.getvalue())
     adapter = SimpleNamespace(last_failure="all 4 episodes failed: env_error 4")
     out = io.StringIO()
     _Progress(out, adapter).callback().on_log(None, SimpleNamespace(global_step=3, max_steps=20), None, logs=logs)
     assert re.fullmatch(r"step 3/20  all 4 episodes failed: env_error 4; nothing trained  \d+s\n", out.getvalue())
+
+
+def test_the_progress_line_names_environments_whose_names_hold_a_slash() -> None:
+    """An OpenReward name is Org/Env: the line read `openreward/Org/reward_mean` and raised KeyError."""
+    import io
+
+    from openreward_rl.cli.train_trl import _Progress
+
+    out = io.StringIO()
+    logs = {"loss": 0.5, "reward": 0.25, "reward_std": 0.1, "openreward/GeneralReasoning/WhoDunIt/reward_mean": 0.25,
+            "openreward/GeneralReasoning/WhoDunIt/infra_failures": 1.0}  # fmt: skip
+    _Progress(out).callback().on_log(None, SimpleNamespace(global_step=1, max_steps=2), None, logs=logs)
+    assert re.fullmatch(r"step 1/2  reward 0\.250 ± 0\.100  \[GeneralReasoning/WhoDunIt 0\.250\]  infra failures 1  loss 0\.5000  \d+s\n", out.getvalue())
 
 
 @pytest.fixture(scope="module")
@@ -218,8 +231,8 @@ def test_trl_trains_from_python_with_the_custom_episode_of_the_example(tmp_path:
     model, tokenizer = smollm2
     result = example.train(str(tmp_path / "run"), model=model, tokenizer=tokenizer, steps=2)
     assert result["steps"] == 2 and len(result["last_step"]) == 4
-    for episode in result["last_step"]:  # AnswerEpisode's: the reply itself graded, or cut at the token limit
+    for episode in result["last_step"]:  # AnswerEpisode's: the reply itself graded as its `answer`, or cut at the token limit
         if episode["stop_reason"] == "completed":
-            assert episode["reward"] == grade(episode["colour"], episode["reply"])
+            assert episode["answered"] == ["answer"] and episode["reward"] == grade(episode["colour"], episode["reply"])
         else:
-            assert episode["stop_reason"] == "truncated" and episode["reward"] is None
+            assert episode["stop_reason"] == "truncated" and episode["answered"] == [] and episode["reward"] is None

@@ -138,9 +138,12 @@ class _Progress:
         failure = getattr(self.adapter, "last_failure", None)
         if failure is not None:
             return f"step {step}  {failure}; nothing trained  {elapsed}"
-        envs = sorted({key.split("/")[1] for key in logs if key.startswith("openreward/") and key.endswith("/reward_mean")})
-        parts = [f"{env} {_number(logs.get(f'openreward/{env}/reward_mean'), '.3f')}" for env in envs]
-        failures = sum(int(logs.get(f"openreward/{env}/infra_failures") or 0) for env in envs)
+        def per_environment(metric: str) -> dict[str, Any]:  # environment names may hold "/" (Org/Env)
+            prefix, suffix = "openreward/", f"/{metric}"
+            return {key[len(prefix) : -len(suffix)]: value for key, value in logs.items() if key.startswith(prefix) and key.endswith(suffix)}
+
+        parts = [f"{env} {_number(value, '.3f')}" for env, value in sorted(per_environment("reward_mean").items())]
+        failures = sum(int(value or 0) for value in per_environment("infra_failures").values())
         return (
             f"step {step}  reward {_number(logs.get('reward'), '.3f')} ± {_number(logs.get('reward_std'), '.3f')}  "
             f"[{', '.join(parts)}]  infra failures {failures}  loss {_number(logs.get('loss'), '.4f')}  {elapsed}"
