@@ -103,7 +103,7 @@ def test_resolving_secrets_registers_them_for_redaction() -> None:
         ({}, "'environments' must map at least one environment"),
         ({"environments": {"a/b": {"reward_reduction": "avg"}}}, "environments.a/b.reward_reduction: unknown reward reduction 'avg'; choose one of: discounted, last, max, mean, min, sum"),
         ({"environments": {"a/b": {"reward_reduction": "fractions:Fraction"}}}, "reward_reduction: reward reduction 'fractions:Fraction' built Fraction, which lacks a `name` or a `reduce(rewards)` method"),
-        ({"environments": {"a/b": {}}, "parser": "at_call"}, "parser: unknown tool parser 'at_call'; registered parsers: cohere, "),
+        ({"environments": {"a/b": {}}, "parser": "at_kall"}, "parser: unknown tool parser 'at_kall'; registered parsers: cohere, "),
         ({"environments": {"a/b": {}}, "parser": "no_such_module_xyz:Parser"}, "parser: 'no_such_module_xyz:Parser': cannot import module 'no_such_module_xyz'"),
         ({"environments": {"a/b": {}}, "model_family": "math:pi"}, "model_family: model family 'math:pi' is 3.141592653589793, not a ModelFamily"),
         ({"environments": {"a/b": {}}, "plugins": ["no/such/plugin.py"]}, "plugins: Python file 'no/such/plugin.py' does not exist"),

@@ -367,6 +367,7 @@ def test_with_lora_the_sampler_is_the_adapted_model(smollm2: tuple[Any, Any]) ->
 ROOM_CONFIG = {
     "environments": {"PaintRoom": {"splits": ["train"], "max_turns": 3}},
     "system_prompt_template": "You are a painter. Reply with the colour only, one word.",
+    "plugins": [str(REPO / "examples" / "reply_as_call.py")],  # registers the parser
     "parser": "reply_as_call",
     "attempts": 1,
     "upload": False,
@@ -410,7 +411,6 @@ def _expected_turn_advantages(group: list[Trajectory], gamma: float) -> list[lis
 def test_turn_credit_trains_each_turn_with_its_own_return(tmp_path: Path, smollm2: tuple[Any, Any]) -> None:
     """`advantage: {estimator: turn}`: the batch TRL trains on carries, on each turn's sampled tokens, that
     turn's group-normalised return (computed here from PaintRoom's per-wall rewards), not one value per episode."""
-    import examples.reply_as_call  # noqa: F401  (registers the parser)
     from paint_room import PaintRoom
 
     from openreward_rl.backends.trl_credit import turn_credit_trainer_class
