@@ -59,6 +59,25 @@ def test_the_progress_line_names_environments_whose_names_hold_a_slash() -> None
     assert re.fullmatch(r"step 1/2  reward 0\.250 ± 0\.100  \[GeneralReasoning/WhoDunIt 0\.250\]  infra failures 1  loss 0\.5000  \d+s\n", out.getvalue())
 
 
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("parser: at_kall", "parser: unknown tool parser 'at_kall'; registered parsers: cohere, "),
+        ("episode: re_rendering", "episode: unknown episode 're_rendering'; choose one of: tool; or name your own as package.module:attribute or path/to/file.py:attribute"),
+        ("episode: math:pi", "episode: episode 'math:pi' is 3.141592653589793, not an EpisodeBuilder"),
+        ("environments: {PaintColour: {context_policy: squash}}", "context_policy: unknown context policy 'squash'; choose one of: clear_tool_outputs, none, summarize; or name"),
+        ("system_prompt_template: 'Tools: {tools}. Call as {\"name\": ...}'", "system_prompt_template: only {tools} may be a placeholder"),
+    ],
+)
+def test_a_dry_run_refuses_an_unknown_extension_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], setting: str, message: str) -> None:
+    config = tmp_path / "c.yaml"
+    lines = [setting] if setting.startswith("environments") else ["environments: {PaintColour: {}}", setting]
+    config.write_text("\n".join(lines) + "\n")
+    assert main(["train", "--framework", "trl", "--config", str(config), "--model", "offline:smollm2", "--dry-run"]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("openreward-rl train: ") and message in line
+
+
 @pytest.fixture(scope="module")
 def smollm2() -> tuple[Any, Any]:
     from openreward_rl.engines.transformers import load_model
