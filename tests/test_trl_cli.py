@@ -248,8 +248,8 @@ def test_trl_trains_from_python_with_the_custom_episode_of_the_example(tmp_path:
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
     model, tokenizer = smollm2
-    result = example.train(str(tmp_path / "run"), model=model, tokenizer=tokenizer, steps=2)
-    assert result["steps"] == 2 and len(result["last_step"]) == 4
+    result = example.train(str(tmp_path / "run"), model=model, tokenizer=tokenizer, steps=1)
+    assert result["steps"] == 1 and len(result["last_step"]) == 4
     for episode in result["last_step"]:  # AnswerEpisode's: the reply itself graded as its `answer`, or cut at the token limit
         if episode["stop_reason"] == "completed":
             assert episode["answered"] == ["answer"] and episode["reward"] == grade(episode["colour"], episode["reply"])
