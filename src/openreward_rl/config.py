@@ -586,7 +586,7 @@ def load_config(path: str | os.PathLike[str] | None = None) -> TrainConfig:
     >>> load_config(file)
     Traceback (most recent call last):
     ...
-    openreward_rl.errors.ConfigError: ...environments.GeneralReasoning/WhoDunIt.reward_reduction: unknown reward reduction 'avg'; choose one of: discounted, last, max, mean, min, sum; or name your own as package.module:attribute or path/to/file.py:attribute
+    openreward_rl.errors.ConfigError: ...environments.GeneralReasoning/WhoDunIt.reward_reduction: unknown reward reduction 'avg'; choose one of: ...discounted, last, max, mean, min, sum; or name your own as package.module:attribute or path/to/file.py:attribute
     """
     file = config_path(path)
     if not file.exists():
