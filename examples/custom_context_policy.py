@@ -6,15 +6,18 @@ budget it rewrites every tool output but the newest `keep_last` to the lines mat
 loop renders the rewritten conversation with the chat template and starts a new token segment there,
 exactly as for the built-in policies; the new segment becomes its own trained sample.
 
-Use it from the config, with the examples directory importable:
+Use it from the config, by file or, with the examples directory importable, by module:
 
 ```yaml
 environments:
   Corridor:
-    context_policy: {name: "custom_context_policy:KeepKeyLines", threshold: 0.6}
+    context_policy: {name: "examples/custom_context_policy.py:KeepKeyLines", threshold: 0.6}
+    # or: {name: "custom_context_policy:KeepKeyLines", threshold: 0.6}
 ```
 
-or register a name once at import time: `register_context_policy("keep_key_lines", KeepKeyLines)`.
+or register a name once at import time, `register_context_policy("keep_key_lines", KeepKeyLines)`, in a
+module the config's `plugins:` imports. A name that does not import, or builds no policy, is refused
+before any model loads (docs/training.md, "Your own parts").
 
 >>> from openreward_rl.loop.context import ContextView
 >>> view = ContextView(messages=({"role": "user", "content": "go"}, {"role": "tool", "content": "dust\\nTHE EXIT KEY IS jade-1\\nmore dust"},

@@ -15,6 +15,10 @@ runner `openreward-rl eval` and the training hooks use), it gets the environment
 `RewardPolicy` (reducer, nonterminal reward, clamp), retries, timeouts and secrets without writing
 any of them, and the renderer and parser the config gives the model.
 
+A config names the builder instead (`episode: examples/custom_episode.py:ReRenderingEpisode.build`);
+eval and every training backend then build it without an argument. `examples/trl_custom_episode.py`
+trains with an Episode of its own through TRL from Python.
+
 Run it against the example environments (needs `openreward_rl.testing` and offline tokenizers):
 
     python examples/custom_episode.py

@@ -10,6 +10,10 @@ The episode is scripted (SGLangTestServer plays the model, writing what the temp
 the example MathEnv served on 127.0.0.1; the example then checks the context token for token against
 the official template's render of the whole conversation.
 
+A config names it by file (`model_family: examples/custom_family.py:ORCA_CALC`), or by its name once
+`plugins: [examples/custom_family.py]` has registered it (`model_family: orca-calc`); `--family` takes
+the same names. Here the model name alone picks it (`name_patterns`).
+
 Run it: `python examples/custom_family.py`. It prints one JSON line. To add a family to the library,
 put its `register_family(ModelFamily(...))` in src/openreward_rl/families/catalog.py and its case in
 tests/test_families_episode.py; see docs/families.md.

@@ -11,6 +11,12 @@ per argument, values in JSON:
 
 Run it: `python examples/custom_parser.py`. It prints each parsed turn as JSON.
 
+Train with it from a config, by file (or `package.module:Class`), or by the name it registers once a
+plugin has imported it; an unknown name is refused when the config loads:
+
+    parser: examples/custom_parser.py:AtCallParser
+    # or: plugins: [examples/custom_parser.py] and parser: at_call
+
 To add a real format, put a module like this one in src/openreward_rl/parsers/ (it is discovered
 automatically) and give it tests; see docs/parsers.md.
 """

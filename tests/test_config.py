@@ -105,7 +105,19 @@ def test_resolving_secrets_registers_them_for_redaction() -> None:
     ("raw", "message"),
     [
         ({}, "'environments' must map at least one environment"),
-        ({"environments": {"a/b": {"reward_reduction": "avg"}}}, "environments.a/b.reward_reduction: unknown reduction 'avg'"),
+        ({"environments": {"a/b": {"reward_reduction": "avg"}}}, "environments.a/b.reward_reduction: unknown reward reduction 'avg'; choose one of: "),
+        (
+            {"environments": {"a/b": {"reward_reduction": "fractions:Fraction"}}},
+            "reward_reduction: reward reduction 'fractions:Fraction' built Fraction, which lacks a `name` or a `reduce(rewards)` method",
+        ),
+        ({"environments": {"a/b": {}}, "parser": "at_kall"}, "parser: unknown tool parser 'at_kall'; registered parsers: cohere, "),
+        ({"environments": {"a/b": {}}, "parser": "no_such_module_xyz:Parser"}, "parser: 'no_such_module_xyz:Parser': cannot import module 'no_such_module_xyz'"),
+        ({"environments": {"a/b": {}}, "model_family": "math:pi"}, "model_family: model family 'math:pi' is 3.141592653589793, not a ModelFamily"),
+        ({"environments": {"a/b": {}}, "plugins": ["no/such/plugin.py"]}, "plugins: Python file 'no/such/plugin.py' does not exist"),
+        (
+            {"environments": {"a/b": {}}, "system_prompt_template": 'Tools: {tools}\nCall one as <tool_call>{"name": ..., "arguments": {...}}</tool_call>'},
+            "system_prompt_template: only {tools} may be a placeholder; write other braces doubled, {{ and }}",
+        ),
         ({"environments": {"a/b": {"max_turn": 3}}}, "unknown key 'max_turn'; did you mean 'max_turns'?"),
         ({"environments": {"a/b": {"max_turns": 0}}}, "max_turns: must be a positive integer"),
         ({"environments": {"a/b": {"splits": []}}}, "splits: must be a non-empty list"),

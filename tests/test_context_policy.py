@@ -273,7 +273,7 @@ def test_config_chooses_and_validates_the_policy() -> None:
         ({"context_policy": "squash"}, "unknown context policy 'squash'"),
         ({"context_policy": {"name": "summarize", "threshold": 0}}, r"threshold must be in \(0, 1\]"),
         ({"context_policy": {"name": "clear_tool_outputs", "keep": 1}}, "unexpected keyword argument 'keep'"),
-        ({"context_policy": "no_such_module:Policy"}, "cannot be imported"),
+        ({"context_policy": "no_such_module:Policy"}, "cannot import module 'no_such_module'"),
         ({"context_policy": "fractions:Fraction"}, "built Fraction"),
     ]:
         with pytest.raises(ConfigError, match=message):

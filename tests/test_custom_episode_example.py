@@ -27,8 +27,13 @@ spec.loader.exec_module(example)
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize(("think", "breaks"), [("", 0), ("<think>\nplan\n</think>\n\n", 1)])
-async def test_rerendering_episode_counts_prefix_breaks(env_server, openreward_client, think: str, breaks: int) -> None:
+@pytest.mark.parametrize(
+    ("think", "breaks", "named"),
+    [("", 0, False), ("<think>\nplan\n</think>\n\n", 1, False), ("<think>\nplan\n</think>\n\n", 1, True)],
+    ids=["no-think", "think", "think-named-in-config"],
+)
+async def test_rerendering_episode_counts_prefix_breaks(env_server, openreward_client, think: str, breaks: int, named: bool) -> None:
+    """`named`: the config's `episode: examples/custom_episode.py:ReRenderingEpisode.build` builds it, no argument given."""
     tokenizer = load_tokenizer("offline:qwen3")
     script = [
         ScriptedCompletion(text=think + '<tool_call>\n{"name": "list_suspects", "arguments": {}}\n</tool_call>'),
@@ -39,11 +44,13 @@ async def test_rerendering_episode_counts_prefix_breaks(env_server, openreward_c
         "thinking": True,
         "nudge_message": "Tools, please.",
         "environments": {"WhoDunIt": {"base_url": env_server.base_url, "variant": "whodunit", "nonterminal_reward": -0.5, "max_turns": 5}},
+        **({"episode": f"{EXAMPLE}:ReRenderingEpisode.build"} if named else {}),
     })
     async with SGLangTestServer(tokenizer, script=script) as sglang:
         engine = SGLangEngine(sglang.url)
         rollouts = Rollouts.from_config(config, engine=engine, tokenizer=tokenizer, client=openreward_client, model="Qwen/Qwen3-8B",
-                                        max_new_tokens=256, episode=example.ReRenderingEpisode.build)
+                                        max_new_tokens=256, **({} if named else {"episode": example.ReRenderingEpisode.build}))
+        assert rollouts.episode.__qualname__ == "ReRenderingEpisode.build"
         trajectory = await rollouts.run(TaskRef("WhoDunIt", "train", index=0))
         await engine.aclose()
     assert trajectory.stop_reason is StopReason.NO_TOOL_CALL

@@ -22,3 +22,13 @@ def test_custom_family_example_picks_its_family_and_matches_the_template():
     assert result["calls_per_turn"] == [2, 1, 0]
     assert result["prefix_breaks"] == 0 and result["matches_template"] is True
     assert result["trained_tokens"] == result["sampled_tokens"] > 0
+
+
+def test_a_config_names_the_example_family_by_file_or_by_the_name_its_plugin_registers():
+    from openreward_rl.config import parse_config
+    from openreward_rl.loop.rollout import choose_family
+
+    by_file = parse_config({"environments": {"E": {}}, "model_family": f"{EXAMPLE}:ORCA_CALC"})
+    by_name = parse_config({"environments": {"E": {}}, "plugins": [str(EXAMPLE)], "model_family": "orca-calc"})
+    assert choose_family(by_file, "any/model", None) == choose_family(by_name, "any/model", None)
+    assert choose_family(by_name, "any/model", None).name == "orca-calc"

@@ -25,3 +25,15 @@ def test_custom_parser_example_runs_and_parses():
     assert results["cut_off"]["calls"] == [] and results["cut_off"]["errors"] == ["unclosed_block"]
     assert results["in_reasoning"]["calls"] == [] and results["in_reasoning"]["errors"] == ["call_in_reasoning"]
     assert results["in_reasoning"]["content"] == "No tools needed."
+
+
+def test_a_config_names_the_example_parser_by_file_or_by_the_name_its_plugin_registers():
+    from openreward_rl.config import parse_config
+    from openreward_rl.loop.rollout import choose_parser
+
+    by_file = parse_config({"environments": {"E": {}}, "parser": f"{EXAMPLE}:AtCallParser"})
+    by_name = parse_config({"environments": {"E": {}}, "plugins": [str(EXAMPLE)], "parser": "at_call"})
+    for config in (by_file, by_name):
+        parser = choose_parser(config, None, None)
+        [call] = parser.parse('@@call get_weather\ncity = "Oslo"\n@@end').tool_calls
+        assert parser.name == "at_call" and (call.name, call.arguments) == ("get_weather", {"city": "Oslo"})

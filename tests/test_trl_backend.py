@@ -426,6 +426,7 @@ def test_with_lora_the_sampler_is_the_adapted_model(smollm2: tuple[Any, Any]) ->
 ROOM_CONFIG = {
     "environments": {"PaintRoom": {"splits": ["train"], "max_turns": 3}},
     "system_prompt_template": "You are a painter. Reply with the colour only, one word.",
+    "plugins": [str(REPO / "examples" / "reply_as_call.py")],  # registers the parser
     "parser": "reply_as_call",
     "attempts": 1,
     "upload": False,

@@ -6,14 +6,14 @@ environments:
     splits: [train]
     num_samples: null                 # cap on tasks per split
     nonterminal_reward: 0.0           # appended when the environment did not finish the episode
-    reward_reduction: sum             # sum | mean | max | min | last | discounted
+    reward_reduction: sum             # sum | mean | max | min | last | discounted, a registered name, or module:Class
     min_reward: null
     max_reward: null
     max_turns: 20
     secrets: {}
     variant: null                     # ours: environment class on a multi-environment server
     base_url: null                    # ours: this environment's server
-    context_policy: none              # ours: none | clear_tool_outputs | summarize | module:factory,
+    context_policy: none              # ours: none | clear_tool_outputs | summarize | a registered name | module:factory,
                                       #   or {name: summarize, threshold: 0.75, keep_recent_turns: 1, summary_tokens: 1024}
     max_compactions: null             # ours: cap on context boundaries per episode (null: none; a stall guard stops compaction that cannot keep up)
     toolset: null                     # ours: a session toolset of the SDK (claude-code, codex, gemini-cli, hermes, openclaw, backsearch)
@@ -22,12 +22,14 @@ environments:
 secrets:
   openai_api_key: null                # null: read OPENAI_API_KEY
   judge_key: {value: null, domains: [api.judge.example]}   # names the SDK does not know need their hosts
-system_prompt_template: null          # may contain {tools}
+system_prompt_template: null          # may contain {tools}; then write literal braces as {{ }}
 thinking: false
 openreward_run_name: openreward-rl
 # ours
-parser: null                          # null: the model family's parser
-model_family: null                    # null: chosen from the model name / chat template (docs/families.md); "generic": template-derived only
+plugins: []                           # modules or files imported first (e.g. ones that register a parser or a reducer)
+parser: null                          # null: the model family's parser; else a registered name or module:Class
+model_family: null                    # null: chosen from the model name / chat template (docs/families.md); "generic": template-derived only; or module:FAMILY
+episode: null                         # null: the tool-calling loop (ToolEpisode); else a registered name or module:builder
 check_model: true                     # prove the family token-exact on this tokenizer before the first episode (docs/families.md)
 tool_preamble: true                   # a template that drops `tools`: write them into the system prompt in the family's format
 tool_call_example: false              # the preamble adds one worked call of the first tool (placeholder arguments)
@@ -46,6 +48,13 @@ advantage:                            # how rewards become per-token advantages 
 task_sampling: null                   # {window: 2, floor: 0.1}: skip tasks whose last `window` groups had no reward spread (docs/training.md)
 resample_zero_spread: 0               # TRL: rerun groups that would train nothing, at most this many rounds per step (0: off)
 ```
+
+Your own parser, reducer, episode, context policy or model family is named the same way everywhere
+(`openreward_rl._registry.Registry.resolve`): a name registered in this process (a module in
+`plugins:` may register it), `package.module:attribute`, or `path/to/file.py:attribute` (a relative
+path is taken from the working directory and stored absolute). Parser, reducer, family and the system
+prompt are checked here, at load; the episode and context policies by `loop.rollout.check_extensions`
+(every command runs it before loading a model). docs/training.md, "Your own parts".
 """
 
 from __future__ import annotations
@@ -59,9 +68,11 @@ from typing import Any
 import attrs
 import yaml
 
+from openreward_rl._registry import import_plugin, is_file_spec
 from openreward_rl.errors import ConfigError
+from openreward_rl.parsers import get_parser
 from openreward_rl.redaction import register_secrets
-from openreward_rl.reducers.base import RewardPolicy, available_reducers, get_reducer
+from openreward_rl.reducers.base import RewardPolicy, get_reducer
 
 __all__ = [
     "ConfigError", "prepare_config", "AdvantageSettings", "TaskSamplingSettings", "ADVANTAGE_ESTIMATORS", "EnvironmentConfig", "TrainConfig",
@@ -197,8 +208,10 @@ class TrainConfig:
     system_prompt_template: str | None = None
     thinking: bool = False
     openreward_run_name: str = "openreward-rl"
+    plugins: tuple[str, ...] = ()
     parser: str | None = None
     model_family: str | None = None
+    episode: str | None = None
     check_model: bool = True
     tool_preamble: bool = True
     tool_call_example: bool = False
@@ -389,6 +402,58 @@ def _seconds(raw: Any, where: str) -> float:
     if value <= 0:
         raise ConfigError(f"{where}: must be a positive number of seconds, got {value!r}")
     return float(value)
+def _spec(raw: Any, where: str, what: str) -> str:
+    """A name of an extension (parser, reducer, episode, context policy, family), with a relative
+    `file.py:attribute` made absolute (from the working directory) so that every process of the run
+    imports the same file.
+
+    >>> _spec("sum", "reward_reduction", "a name"), _spec("/abs/mine.py:Mine", "parser", "a name")
+    ('sum', '/abs/mine.py:Mine')
+    """
+    name = _check(raw, (str,), where, what)
+    if not name.strip():
+        raise ConfigError(f"{where}: must be {what}, got an empty string")
+    location, sep, attribute = name.rpartition(":")
+    if sep and is_file_spec(location):
+        return f"{Path(location).resolve()}:{attribute}"
+    return name
+
+
+def _plugins(raw: Any, where: str) -> tuple[str, ...]:
+    """`plugins:`: each module (`package.module`) or file (`path/to/file.py`, made absolute) imported now."""
+    if isinstance(raw, str):
+        raw = [raw]
+    _check(raw, (list,), where, "a list of modules or .py files to import first")
+    plugins = []
+    for item in raw:
+        name = _check(item, (str,), where, "a list of modules or .py files to import first")
+        try:
+            import_plugin(name)
+        except ValueError as error:
+            raise ConfigError(f"{where}: {error}") from None
+        plugins.append(str(Path(name).resolve()) if is_file_spec(name) else name)
+    return tuple(plugins)
+
+
+def fill_system_prompt(template: str | None, tools: str) -> str | None:
+    """The system prompt: `template` with `tools` (one JSON line per tool) for its `{tools}` placeholder;
+    a template without `{tools}` is taken as written. ValueError for a template `str.format` cannot fill.
+
+    >>> fill_system_prompt("Tools: {tools}", '{"name": "f"}')
+    'Tools: {"name": "f"}'
+    >>> fill_system_prompt('Call as {"name": ...}', "") # no {tools}: literal braces are fine
+    'Call as {"name": ...}'
+    >>> fill_system_prompt('{tools} Call as {"name": ...}', "")
+    Traceback (most recent call last):
+    ...
+    ValueError: only {tools} may be a placeholder; write other braces doubled, {{ and }} (KeyError: '"name"')
+    """
+    if not template or "{tools}" not in template:
+        return template or None
+    try:
+        return template.format(tools=tools)
+    except (KeyError, IndexError, ValueError) as error:
+        raise ValueError(f"only {{tools}} may be a placeholder; write other braces doubled, {{{{ and }}}} ({type(error).__name__}: {error})") from None
 
 
 def _context_policy(raw: Any, where: str) -> tuple[str, dict[str, Any]]:
@@ -409,7 +474,7 @@ def _context_policy(raw: Any, where: str) -> tuple[str, dict[str, Any]]:
         raise ConfigError(f"{where}: the policy name is empty")
     if name == "none" and options:
         raise ConfigError(f"{where}: 'none' takes no options")
-    return name, options
+    return _spec(name, where, "a policy name"), options
 
 
 def _environment(name: str, raw: Any, source: str) -> EnvironmentConfig:
@@ -436,16 +501,13 @@ def _environment(name: str, raw: Any, source: str) -> EnvironmentConfig:
         values["num_samples"] = _check(raw["num_samples"], (int,), f"{where}.num_samples", "a positive integer or null", optional=True, minimum=1)
     if "max_turns" in raw:
         values["max_turns"] = _check(raw["max_turns"], (int,), f"{where}.max_turns", "a positive integer", minimum=1)
-    if "reward_reduction" in raw:
-        reduction = _check(raw["reward_reduction"], (str,), f"{where}.reward_reduction", "a reduction name")
-        if reduction not in available_reducers():
-            raise ConfigError(f"{where}.reward_reduction: unknown reduction {reduction!r}; choose one of: {', '.join(available_reducers())}")
-        values["reward_reduction"] = reduction
     if "discount" in raw:
         discount = _check(raw["discount"], (int, float), f"{where}.discount", "a number in [0, 1]")
         if not 0 <= discount <= 1:
             raise ConfigError(f"{where}.discount: must be in [0, 1], got {discount!r}")
         values["discount"] = float(discount)
+    if "reward_reduction" in raw:
+        values["reward_reduction"] = _spec(raw["reward_reduction"], f"{where}.reward_reduction", "a reduction name or module:Class")
     for key in ("variant", "base_url"):
         if key in raw:
             values[key] = _check(raw[key], (str,), f"{where}.{key}", "a string or null", optional=True)
@@ -468,6 +530,10 @@ def _environment(name: str, raw: Any, source: str) -> EnvironmentConfig:
     config = EnvironmentConfig(**values)
     if config.min_reward is not None and config.max_reward is not None and config.min_reward > config.max_reward:
         raise ConfigError(f"{where}: min_reward ({config.min_reward}) is greater than max_reward ({config.max_reward})")
+    try:
+        config.reward_policy()  # builds the reducer: an unknown or unfit one is refused here, with the known names
+    except ValueError as error:
+        raise ConfigError(f"{where}.reward_reduction: {error}") from None
     return config
 
 
@@ -481,15 +547,28 @@ def parse_config(raw: Any, *, source: str = "<config>") -> TrainConfig:
     environments = raw.get("environments")
     if not environments or not isinstance(environments, dict):
         raise ConfigError(f"{source}: 'environments' must map at least one environment name (e.g. GeneralReasoning/WhoDunIt) to its settings")
-    values: dict[str, Any] = {
-        "environments": {str(name): _environment(str(name), settings, source) for name, settings in environments.items()},
-        "source": source,
-    }
+    values: dict[str, Any] = {"source": source}
+    if raw.get("plugins") is not None:
+        values["plugins"] = _plugins(raw["plugins"], f"{source}: plugins")  # first: they may register the names below
+    values["environments"] = {str(name): _environment(str(name), settings, source) for name, settings in environments.items()}
     if "secrets" in raw:
         values["secrets"], values["secret_domains"] = _secrets(raw["secrets"], f"{source}: secrets")
-    for key in ("system_prompt_template", "parser", "nudge_message", "env_base_url", "model_family"):
+    for key in ("system_prompt_template", "nudge_message", "env_base_url"):
         if key in raw:
             values[key] = _check(raw[key], (str,), f"{source}: {key}", "a string or null", optional=True)
+    for key in ("parser", "model_family", "episode"):
+        if raw.get(key) is not None:
+            values[key] = _spec(raw[key], f"{source}: {key}", "a registered name or module:attribute")
+    if values.get("system_prompt_template"):
+        try:
+            fill_system_prompt(values["system_prompt_template"], "")
+        except ValueError as error:
+            raise ConfigError(f"{source}: system_prompt_template: {error}") from None
+    if values.get("parser"):
+        try:
+            get_parser(values["parser"])
+        except ValueError as error:
+            raise ConfigError(f"{source}: parser: {error}") from None
     if values.get("model_family"):
         values["model_family"] = check_family_name(values["model_family"], f"{source}: model_family")
     if "openreward_run_name" in raw:
@@ -619,8 +698,8 @@ def load_config(path: str | os.PathLike[str] | None = None) -> TrainConfig:
     >>> load_config(file)
     Traceback (most recent call last):
     ...
-    openreward_rl.errors.ConfigError: ...environments.GeneralReasoning/WhoDunIt.reward_reduction: unknown reduction 'avg'; choose one of: discounted, last, max, mean, min, sum
-    """
+    openreward_rl.errors.ConfigError: ...environments.GeneralReasoning/WhoDunIt.reward_reduction: unknown reward reduction 'avg'; choose one of: ...discounted, last, max, mean, min, sum; or name your own as package.module:attribute or path/to/file.py:attribute
+    """  # noqa: E501  (the doctest's expected error is one line)
     file = config_path(path)
     if not file.exists():
         raise ConfigError(f"config file {file} does not exist (set --config, OPENREWARD_RL_CONFIG or TRAIN_CONFIG)")

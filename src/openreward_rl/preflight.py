@@ -1,7 +1,8 @@
 """Checks that run before any work starts: each problem is one `ConfigError` naming it and the fix.
 
 `check_ready(config)` needs no network: it finds environments that need an OpenReward API key
-(remote ones: no `base_url` and no `env_base_url`) when none is set, and registers every resolved
+(remote ones: no `base_url` and no `env_base_url`) when none is set, an unknown or unfit episode or
+context policy (`loop.rollout.check_extensions`), and registers every resolved
 secret and every known credential (`redaction.KNOWN_SECRET_VARIABLES`) for redaction before
 anything can log it. `check_environments(client, config)` asks each
 environment server which environments it hosts and for their splits: a server that cannot be
@@ -33,6 +34,7 @@ import aiohttp
 
 from openreward_rl.config import ConfigError, TrainConfig
 from openreward_rl.env.transport import use_pooled_transport
+from openreward_rl.loop.rollout import check_extensions
 from openreward_rl.redaction import register_known_secrets, register_secrets
 from openreward_rl.retry import RetryPolicy, call_with_retries, describe_error, is_transient
 
@@ -76,6 +78,7 @@ def check_ready(config: TrainConfig, *, environ: Mapping[str, str] | None = None
         url = config.base_url_for(name)
         if url and not url.startswith(("http://", "https://")):
             raise ConfigError(f"{config.source}: environments.{name}: base URL {url!r} must start with http:// or https://")
+    check_extensions(config)  # the episode and context policies, which the config's layer cannot look up
 
 
 def _cannot_connect(error: BaseException) -> bool:

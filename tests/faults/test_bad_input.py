@@ -50,7 +50,7 @@ def test_a_base_url_without_a_scheme_is_refused() -> None:
 @pytest.mark.parametrize(
     ("raw", "message"),
     [
-        ({"WhoDunIt": {"reward_reduction": "avg"}}, r"unknown reduction 'avg'; choose one of"),
+        ({"WhoDunIt": {"reward_reduction": "avg"}}, r"unknown reward reduction 'avg'; choose one of"),
         ({"WhoDunIt": {"max_turns": 0}}, r"max_turns: must be a positive integer"),
         ({"WhoDunIt": {"splits": []}}, r"splits: must be a non-empty list"),
         ({"WhoDunIt": {"secrets": {"my_token": "abcdefgh"}}}, r"does not know which hosts 'my_token' may reach"),

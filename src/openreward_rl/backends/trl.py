@@ -80,11 +80,10 @@ from openreward_rl.env.group_score import score_group, transcript
 from openreward_rl.env.tasks import TaskRef, task_from_metadata, task_row
 from openreward_rl.errors import ConfigError
 from openreward_rl.loop.rollout import EpisodeBuilder, Rollouts
-from openreward_rl.loop.tool_episode import ToolEpisode
 from openreward_rl.loop.trajectory import Trajectory
 from openreward_rl.observe.metrics import flat_metrics, summarize
 
-__all__ = ["Completion", "TrlAdapter", "completion_of", "task_dataset", "task_prompt"]
+__all__ = ["Completion", "TrlAdapter", "completion_of", "failures", "task_dataset", "task_prompt"]
 
 logger = logging.getLogger(__name__)
 
@@ -103,6 +102,23 @@ def task_dataset(tasks: Sequence[TaskRef]) -> Any:
     if not tasks:
         raise ConfigError("no tasks to train on")
     return Dataset.from_list([{"prompt": task_prompt(task)} for task in tasks])
+
+
+def failures(trajectories: Sequence[Trajectory]) -> str:
+    """Why the untrainable episodes among `trajectories` failed: each stop reason with its count, most
+    first ("not token-exact" for an episode whose ids were not what the model saw).
+
+    >>> from openreward_rl.loop.trajectory import StopReason
+    >>> def t(stop): return Trajectory({}, [], [], [], [], None, stop)
+    >>> failures([t(StopReason.ENV_ERROR), t(StopReason.TIMEOUT), t(StopReason.ENV_ERROR), t(StopReason.COMPLETED)])
+    'env_error 2, timeout 1'
+    """
+    import collections
+
+    reasons = collections.Counter(
+        t.stop_reason.value if t.stop_reason.is_infrastructure_failure else "not token-exact" for t in trajectories if not t.trainable
+    )
+    return ", ".join(f"{reason} {count}" for reason, count in reasons.most_common())
 
 
 @attrs.frozen
@@ -167,6 +183,9 @@ class TrlAdapter:
     - `group_rm`: score each group with the environment's `score_group` where it has one.
     - `continuous_batching`: extra `ContinuousBatchingConfig` fields for the engine.
     - `resample_zero_spread`: rounds of rerunning the groups that would train nothing (0: off).
+    - `failed_steps`: how many steps in a row had no trainable episode (every one an infrastructure
+      failure); `last_failure` says why the last such step failed (`failures`), None after a step
+      that trained something.
     """
 
     rollouts: Rollouts
@@ -180,6 +199,8 @@ class TrlAdapter:
     last_trajectories: list[Trajectory] = attrs.field(factory=list)
     last_signal: StepSignal = attrs.field(factory=StepSignal)
     _engine: TransformersEngine | None = attrs.field(default=None)
+    failed_steps: int = 0
+    last_failure: str | None = None
     _pending_metrics: dict[str, float] = attrs.field(factory=dict)
     _loop: asyncio.AbstractEventLoop | None = attrs.field(default=None)
 
@@ -194,10 +215,11 @@ class TrlAdapter:
         sampling: SamplingConfig | None = None,
         max_new_tokens: int = 1024,
         max_context_len: int | None = None,
-        episode: EpisodeBuilder = ToolEpisode,
+        episode: EpisodeBuilder | None = None,
         **options: Any,
     ) -> TrlAdapter:
-        """The adapter for `config`: `Rollouts.from_config` (the one episode stack) with no engine yet."""
+        """The adapter for `config`: `Rollouts.from_config` (the one episode stack) with no engine yet; `episode`
+        None takes the config's (`ToolEpisode` by default)."""
         rollouts = Rollouts.from_config(
             config, engine=None, tokenizer=tokenizer, client=client, model=model, max_context_len=max_context_len, max_new_tokens=max_new_tokens, episode=episode
         )  # type: ignore[arg-type]
@@ -262,6 +284,9 @@ class TrlAdapter:
         completions = [completion_of(t, self.tokenizer) for t in trajectories]
         self.last_trajectories = trajectories
         self.last_signal = self.step_signal(trajectories, rewards, size)
+        failed = not any(t.trainable for t in trajectories)
+        self.failed_steps = self.failed_steps + 1 if failed else 0
+        self.last_failure = f"all {len(trajectories)} episodes failed: {failures(trajectories)}" if failed else None
         self._pending_metrics = self.step_metrics(trajectories, completions)
         self._pending_metrics.update(self.last_signal.metrics(METRIC_PREFIX.rstrip("/")))
         self._pending_metrics[f"{METRIC_PREFIX}resampled_groups"] = float(resampled)

@@ -15,6 +15,7 @@ Everything runs in this process: the environment classes given with `serve` on a
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -47,6 +48,9 @@ class TrlOptions:
     - `save_interval`: steps between checkpoints in `output_dir` (TRL's `checkpoint-N` folders, each
       with the optimizer state to resume from; the last step is always saved); 0: no checkpoints.
     - `resample_zero_spread`: rounds of rerunning groups that would train nothing (`TrlAdapter`); None: the config's.
+    - `max_failed_steps`: training stops after this many steps in a row in which every episode failed
+      (infrastructure failures: nothing to train on), keeping the checkpoints written so far; a single
+      such step is reported and skipped (its loss is 0). 0: never stop for that.
     """
 
     model: str
@@ -77,12 +81,15 @@ class TrlOptions:
     gradient_checkpointing: bool = False
     sampler_memory: float = 0.5
     resample_zero_spread: int | None = None
+    max_failed_steps: int = 3
 
     def __attrs_post_init__(self) -> None:
         if self.resample_zero_spread is not None and self.resample_zero_spread < 0:
             raise ConfigError(f"resample-zero-spread must be >= 0 (0: off), got {self.resample_zero_spread}")
         if self.save_interval < 0:
             raise ConfigError(f"save-interval must be >= 0 (0: no checkpoints), got {self.save_interval}")
+        if self.max_failed_steps < 0:
+            raise ConfigError(f"max-failed-steps must be >= 0 (0: never stop for failed steps), got {self.max_failed_steps}")
         for name in ("max_steps", "prompts_per_step", "max_new_tokens", "concurrency", "logging_steps"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ConfigError(f"{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
@@ -159,9 +166,16 @@ def trainable_gguf(model: Any) -> Any:
     return model
 
 
+def _not_unscored_rows(record: logging.LogRecord) -> bool:
+    """False for TRL's warning about a row all reward functions scored None: our infrastructure failures are
+    None on purpose (the step's line counts them), and the warning dumps the whole row, prompt included."""
+    return not str(record.msg).startswith("All reward functions returned None")
+
+
 def quiet_trainer(trainer: Any) -> Any:
     """Drop the Trainer's printing of raw log dicts and its progress bar (a caller prints its own line per
-    step); the metrics still reach `state.log_history` and WandB."""
+    step), and TRL's per-row warning for unscored (None) rewards; the metrics still reach
+    `state.log_history` and WandB."""
     import warnings
 
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
@@ -169,6 +183,7 @@ def quiet_trainer(trainer: Any) -> Any:
     trainer.remove_callback(PrinterCallback)
     trainer.remove_callback(ProgressCallback)
     warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")
+    logging.getLogger("trl.trainer.grpo_trainer").addFilter(_not_unscored_rows)
     return trainer
 
 
@@ -189,6 +204,7 @@ class TrlSession:
     tokenizer: Any
     adapter: TrlAdapter
     train_tasks: list[TaskRef]
+    stopped: str | None = None  # why training stopped early (`TrlOptions.max_failed_steps`), else None
     _trainer: Any = None
 
     @classmethod
@@ -201,7 +217,6 @@ class TrlSession:
         from openreward_rl.engines.transformers import load_model
         from openreward_rl.env.local_server import serve_environments, variant_name
         from openreward_rl.env.tasks import list_tasks
-        from openreward_rl.loop.tool_episode import ToolEpisode
         from openreward_rl.preflight import check_environments, check_ready
 
         with contextlib.ExitStack() as stack:
@@ -218,7 +233,7 @@ class TrlSession:
             trainable_gguf(model)
             adapter = TrlAdapter.build(
                 prepared, tokenizer, None, model=options.model, sampling=options.sampling, max_new_tokens=options.max_new_tokens,
-                max_context_len=options.max_context_len, episode=episode or ToolEpisode, concurrency=options.concurrency, group_rm=options.group_rm,
+                max_context_len=options.max_context_len, episode=episode, concurrency=options.concurrency, group_rm=options.group_rm,
                 resample_zero_spread=prepared.resample_zero_spread if options.resample_zero_spread is None else options.resample_zero_spread,
                 continuous_batching={} if options.resolved_device == "cpu" else {"max_memory_percent": options.sampler_memory},  # GPU: leave the trainer room
                 max_sequences=options.concurrency or options.episodes_per_step,
@@ -269,9 +284,28 @@ class TrlSession:
                 train_dataset=task_dataset(self.train_tasks),
                 rollout_func=self.adapter,
                 peft_config=lora_config(self.options) if self.options.lora else None,
-                callbacks=list(callbacks),
+                callbacks=[*callbacks, self._failed_steps_guard()],
             )
         return self._trainer
+
+    def _failed_steps_guard(self) -> Any:
+        """A TrainerCallback that stops training after `max_failed_steps` steps in a row where every episode
+        failed, and says why in `stopped`; checkpoints already written stay."""
+        from transformers import TrainerCallback
+
+        session = self
+
+        class FailedStepsGuard(TrainerCallback):
+            def on_train_begin(self, args: Any, state: Any, control: Any, **_: Any) -> None:
+                session.stopped, session.adapter.failed_steps = None, 0
+
+            def on_step_end(self, args: Any, state: Any, control: Any, **_: Any) -> None:
+                limit, failed = session.options.max_failed_steps, session.adapter.failed_steps
+                if limit and failed >= limit:
+                    session.stopped = f"stopped at step {state.global_step}: {failed} steps in a row in which every episode failed (last: {session.adapter.last_failure})"
+                    control.should_training_stop = True
+
+        return FailedStepsGuard()
 
 
 @attrs.frozen

@@ -9,6 +9,12 @@ The policy is the model being trained: each step samples `--rollout-batch-size` 
 rewards and takes one GRPO step. Checkpoints go to `--output-dir/checkpoint-N` every
 `--save-interval` steps and at the end (0: none); `--resume` continues from the newest one (the step count,
 optimizer and scheduler included). `--eval-split` evaluates that split before and after training.
+
+Failures: a step in which every episode failed (infrastructure failures) is one line, "all N episodes
+failed: <stop reasons>", and trains nothing; after `--max-failed-steps` such steps in a row (default 3)
+training stops with one line and exit status 1, keeping the checkpoints written so far. A
+before-evaluation in which every episode of an environment failed stops the run before training, also
+with one line and status 1.
 """
 
 from __future__ import annotations
@@ -75,6 +81,11 @@ def add_trl_arguments(parser: Any) -> None:
                        help=f"GPU: the most of its free memory the sampler's KV cache may take; it is sized to a step's episodes (default {_DEFAULT['sampler_memory']:g})")
     group.add_argument("--resample-zero-spread", type=int, default=_DEFAULT["resample_zero_spread"], metavar="N",
                        help="rerun groups that would train nothing (no reward spread), at most N rounds per step (default: the config's resample_zero_spread, 0: off)")
+    group.add_argument(
+        "--max-failed-steps", type=int, default=_DEFAULT["max_failed_steps"],
+        help="stop after this many steps in a row in which every episode failed (infrastructure failures), keeping the checkpoints; "
+        f"0: never (default {_DEFAULT['max_failed_steps']})",
+    )  # fmt: skip
 
 
 def _shared(args: Any, name: str) -> Any:
@@ -110,12 +121,47 @@ def print_summary(label: str, stats: Mapping[str, Any], out: Any = None) -> None
         print(f"{label:<7} {item.line()}", file=out or sys.stdout, flush=True)
 
 
-class _Progress:
-    """A TrainerCallback printing one line per logged step: reward, per-environment reward and failures."""
+def _number(value: Any, spec: str) -> str:
+    """`value` formatted by `spec`, or "n/a" where TRL logged none (None or NaN: a step with no scored episode).
 
-    def __init__(self, out: Any) -> None:
+    >>> _number(0.25, ".3f"), _number(None, ".3f"), _number(float("nan"), ".4f")
+    ('0.250', 'n/a', 'n/a')
+    """
+    if value is None or (isinstance(value, float) and value != value):
+        return "n/a"
+    return format(value, spec)
+
+
+class _Progress:
+    """A TrainerCallback printing one line per logged step: reward, per-environment reward and failures;
+    for a step in which every episode failed, that and why (the adapter's `last_failure`)."""
+
+    def __init__(self, out: Any, adapter: Any = None) -> None:
         self.out = out
+        self.adapter = adapter
         self.started = time.monotonic()
+
+    def line(self, step: str, logs: Mapping[str, Any]) -> str:
+        """The line for one step's `logs` (never raises on a missing or empty value)."""
+        elapsed = f"{time.monotonic() - self.started:.0f}s"
+        failure = getattr(self.adapter, "last_failure", None)
+        if failure is not None:
+            return f"step {step}  {failure}; nothing trained  {elapsed}"
+
+        def per_environment(metric: str) -> dict[str, Any]:  # environment names may hold "/" (Org/Env)
+            prefix, suffix = "openreward/", f"/{metric}"
+            return {key[len(prefix) : -len(suffix)]: value for key, value in logs.items() if key.startswith(prefix) and key.endswith(suffix)}
+
+        parts = [f"{env} {_number(value, '.3f')}" for env, value in sorted(per_environment("reward_mean").items())]
+        failures = sum(int(value or 0) for value in per_environment("infra_failures").values())
+        signal = (
+            f"  zero-spread {_number(logs.get('openreward/zero_spread_share'), '.2f')}  untrained {_number(logs.get('openreward/untrained_share'), '.2f')}"
+            if "openreward/untrained_share" in logs else ""
+        )  # fmt: skip
+        return (
+            f"step {step}  reward {_number(logs.get('reward'), '.3f')} ± {_number(logs.get('reward_std'), '.3f')}  "
+            f"[{', '.join(parts)}]  infra failures {failures}{signal}  loss {_number(logs.get('loss'), '.4f')}  {elapsed}"
+        )
 
     def callback(self) -> Any:
         from transformers import TrainerCallback
@@ -126,16 +172,7 @@ class _Progress:
             def on_log(self, args: Any, state: Any, control: Any, logs: Mapping[str, Any] | None = None, **_: Any) -> None:
                 if not logs or "reward" not in logs:
                     return
-                envs = sorted({key.split("/")[1] for key in logs if key.startswith("openreward/") and key.endswith("/reward_mean")})
-                parts = [f"{env} {logs[f'openreward/{env}/reward_mean']:.3f}" for env in envs]
-                failures = sum(int(logs.get(f"openreward/{env}/infra_failures", 0)) for env in envs)
-                elapsed = time.monotonic() - progress.started
-                signal = f"  zero-spread {logs['openreward/zero_spread_share']:.2f}  untrained {logs['openreward/untrained_share']:.2f}" if "openreward/untrained_share" in logs else ""
-                print(
-                    f"step {state.global_step}/{state.max_steps}  reward {logs['reward']:.3f} ± {logs.get('reward_std', 0.0):.3f}  "
-                    f"[{', '.join(parts)}]  infra failures {failures}{signal}  loss {logs.get('loss', 0.0):.4f}  {elapsed:.0f}s",
-                    file=progress.out, flush=True,
-                )  # fmt: skip
+                print(progress.line(f"{state.global_step}/{state.max_steps}", logs), file=progress.out, flush=True)
 
         return Progress()
 
@@ -163,7 +200,8 @@ def dry_run_text(options: Any, config_source: str, serve: Sequence[str]) -> str:
 
 def run(args: Any) -> int:
     """`train --framework trl`: validate, optionally evaluate, train (or resume), evaluate, save."""
-    from openreward_rl.config import load_config
+    from openreward_rl.config import ConfigError, load_config
+    from openreward_rl.loop.rollout import check_extensions
     from openreward_rl.redaction import install_log_redaction
 
     def fail(message: str, code: int = 2) -> int:
@@ -177,6 +215,7 @@ def run(args: Any) -> int:
     try:
         options = options_from_args(args)
         config = load_config(args.config)
+        check_extensions(config)  # an unknown episode or context policy: refused before anything loads, --dry-run included
     except (ValueError, ConfigError) as error:
         return fail(str(error))
     if args.serve and (config.env_base_url or any(env.base_url for env in config.environments.values())):
@@ -220,6 +259,18 @@ def _write(path: str | None, phase: str, episodes: Sequence[Any], model: str) ->
             writer.write(episode, model=model, phase=phase)
 
 
+def _all_failed(episodes: Sequence[Any]) -> str | None:
+    """For evaluation episodes of which some environment's all failed (infrastructure failures: training
+    on it cannot work), "<environment>: all N episodes failed: <stop reasons>" for each; else None."""
+    from openreward_rl.backends.trl import failures
+
+    by_env: dict[str, list[Any]] = {}
+    for episode in episodes:
+        by_env.setdefault(str(episode.task.get("environment")), []).append(episode)
+    broken = [f"{env}: all {len(items)} episodes failed: {failures(items)}" for env, items in by_env.items() if not any(t.trainable for t in items)]
+    return "; ".join(broken) or None
+
+
 def _train(args: Any, options: Any, config: Any) -> int:
     from openreward_rl.backends.trl_run import TrlSession, eval_stats, last_checkpoint, quiet_trainer
     from openreward_rl.env.local_server import load_environment_class
@@ -241,11 +292,19 @@ def _train(args: Any, options: Any, config: Any) -> int:
             _write(args.eval_output, "before", episodes, options.model)
             before = eval_stats(episodes)
             print_summary("before", before, out)
-        trainer = session.trainer(callbacks=[_Progress(out).callback()])
+            broken = _all_failed(episodes)
+            if broken:
+                print(f"openreward-rl train: the before-evaluation failed entirely ({broken}); nothing was trained: fix the environment and rerun", file=sys.stderr, flush=True)
+                return 1
+        trainer = session.trainer(callbacks=[_Progress(out, session.adapter).callback()])
         quiet_trainer(trainer)
         if resume:
             print(f"resuming from {resume}", file=out, flush=True)
         trainer.train(resume_from_checkpoint=resume)
+        if session.stopped:
+            kept = last_checkpoint(options.output_dir)
+            print(f"openreward-rl train: {session.stopped}; {f'checkpoints kept, the last {kept}' if kept else 'no checkpoint was written'}", file=sys.stderr, flush=True)
+            return 1
         if not args.no_save_model:
             trainer.save_model(options.output_dir)
             print(f"model saved to {options.output_dir}", file=out, flush=True)

@@ -21,9 +21,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import hashlib
-import importlib
-import importlib.util
 import inspect
 import json
 import os
@@ -46,6 +43,7 @@ import attrs
 import uvicorn
 from openreward.environments import Environment, Server
 
+from openreward_rl._registry import FILE_MODULE_PREFIX, import_file, import_plugin
 from openreward_rl.errors import EnvError
 
 if TYPE_CHECKING:
@@ -69,7 +67,6 @@ START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
 # Seconds uvicorn waits for open requests (e.g. a hanging tool call) before closing them on stop.
 GRACEFUL_SHUTDOWN_S = 3
-_FILE_MODULE_PREFIX = "_openreward_rl_env_"
 
 EnvSpec = str | type[Environment]
 
@@ -96,41 +93,16 @@ def load_environment_class(spec: str) -> type[Environment]:
         raise ValueError(
             f"environment spec {spec!r} must look like 'path/to/file.py:ClassName' or 'package.module:ClassName'"
         )
-    if location.endswith(".py") or os.sep in location or "/" in location:
-        module = import_file(Path(location))
-    else:
-        try:
-            module = importlib.import_module(location)
-        except ImportError as exc:
-            raise ValueError(f"environment spec {spec!r}: cannot import module {location!r}: {exc}") from exc
+    try:
+        module = import_plugin(location)
+    except ValueError as error:
+        raise ValueError(f"environment spec {spec!r}: {error}") from None
     cls = getattr(module, class_name, None)
     if cls is None:
         raise ValueError(f"environment spec {spec!r}: {location!r} has no attribute {class_name!r}")
     if not (inspect.isclass(cls) and issubclass(cls, Environment)):
         raise TypeError(f"environment spec {spec!r}: {class_name} is {cls!r}, not an openreward Environment subclass")
     return cls
-
-
-def import_file(path: Path) -> Any:
-    """The module in the Python file at `path`, imported once per process (keyed by its absolute path)."""
-    path = path.resolve()
-    if not path.is_file():
-        raise ValueError(f"environment file {str(path)!r} does not exist")
-    digest = hashlib.sha1(str(path).encode()).hexdigest()[:12]
-    module_name = f"{_FILE_MODULE_PREFIX}{path.stem}_{digest}"
-    if module_name in sys.modules:  # per-process import cache, keyed by absolute path
-        return sys.modules[module_name]
-    module_spec = importlib.util.spec_from_file_location(module_name, path)
-    if module_spec is None or module_spec.loader is None:
-        raise ValueError(f"environment file {str(path)!r} cannot be imported as a Python module")
-    module = importlib.util.module_from_spec(module_spec)
-    sys.modules[module_name] = module  # before exec: pydantic and dataclasses look their module up
-    try:
-        module_spec.loader.exec_module(module)
-    except BaseException:
-        del sys.modules[module_name]
-        raise
-    return module
 
 
 def class_spec(cls: type[Environment]) -> str:
@@ -143,7 +115,7 @@ def class_spec(cls: type[Environment]) -> str:
     module = sys.modules.get(cls.__module__)
     if "<locals>" in cls.__qualname__ or module is None:
         raise ValueError(f"{cls.__qualname__} is not importable from another process (define it at module level)")
-    if cls.__module__.startswith(_FILE_MODULE_PREFIX) or cls.__module__ == "__main__":
+    if cls.__module__.startswith(FILE_MODULE_PREFIX) or cls.__module__ == "__main__":
         file = getattr(module, "__file__", None)
         if file is None:
             raise ValueError(f"{cls.__qualname__} lives in {cls.__module__!r}, which has no file to re-import")

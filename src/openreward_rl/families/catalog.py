@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from openreward_rl._registry import Registry
 from openreward_rl.families.base import THINK_TAGS, ModelFamily, ThinkingMarkers, UnsupportedModelError
 from openreward_rl.families.cohere import cohere_bridge
 from openreward_rl.families.deepseek import deepseek_v3_format
@@ -26,13 +27,15 @@ from openreward_rl.families.tool_preamble import HERMES_PREAMBLE
 
 __all__ = ["family_for", "find_family", "get_family", "known_families", "match_family", "parser_for_model", "parser_for_template", "register_family"]
 
-_FAMILIES: dict[str, ModelFamily] = {}
+_FAMILIES: Registry[ModelFamily] = Registry(  # in selection order
+    duplicate="a model family named {name!r} is already registered", unknown="unknown model family {name!r}; known: {known}"
+)
 
 
 def register_family(family: ModelFamily, *, replace: bool = False) -> ModelFamily:
     """Add `family` to the ones `get_family` / `family_for` know (ValueError on a taken name unless `replace`)."""
-    if family.name in _FAMILIES and not replace:
-        raise ValueError(f"a model family named {family.name!r} is already registered")
+    if family.name in _FAMILIES and not replace and _FAMILIES[family.name] != family:  # an equal one: its file imported twice
+        raise ValueError(_FAMILIES.duplicate.format(name=family.name))
     _FAMILIES[family.name] = family
     return family
 
@@ -43,11 +46,20 @@ def known_families() -> tuple[str, ...]:
 
 
 def get_family(name: str) -> ModelFamily:
-    """The family called `name`; UnsupportedModelError naming the known ones, or the refusal's reason."""
+    """The family called `name`, or your own `ModelFamily` named as `package.module:FAMILY` or
+    `path/to/file.py:FAMILY`; UnsupportedModelError naming the known ones, or the refusal's reason.
+
+    >>> get_family("math:pi")
+    Traceback (most recent call last):
+    ...
+    openreward_rl.families.base.UnsupportedModelError: model family 'math:pi' is 3.141592653589793, not a ModelFamily
+    """
     try:
-        family = _FAMILIES[name]
-    except KeyError:
-        raise UnsupportedModelError(f"unknown model family {name!r}; known: {', '.join(_supported())}") from None
+        family = _FAMILIES.resolve(name, known=_supported())
+    except ValueError as error:
+        raise UnsupportedModelError(str(error)) from None
+    if not isinstance(family, ModelFamily):
+        raise UnsupportedModelError(f"model family {name!r} is {family!r}, not a ModelFamily")
     family.check_supported()
     return family
 

@@ -34,12 +34,12 @@ examples/custom_context_policy.py).
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
+from openreward_rl._registry import Registry
 from openreward_rl.errors import ConfigError
 
 __all__ = [
@@ -206,24 +206,26 @@ class SummarizeContext:
         return self.fallback_policy.fallback(view) if self.fallback_policy is not None else None
 
 
-_REGISTRY: dict[str, Callable[..., ContextPolicy | None]] = {
-    "none": lambda **options: None,
-    "clear_tool_outputs": ClearToolOutputs,
-    "summarize": SummarizeContext,
-}
+_REGISTRY: Registry[Callable[..., ContextPolicy | None]] = Registry(
+    duplicate="a context policy named {name!r} is already registered",
+    unknown="unknown context policy {name!r}; choose one of: {known}",
+)
+_REGISTRY.update({"none": lambda **options: None, "clear_tool_outputs": ClearToolOutputs, "summarize": SummarizeContext})
 
 
 def register_context_policy(name: str, factory: Callable[..., ContextPolicy | None]) -> None:
-    """Make `name` usable as `context_policy` in the config; `factory(**options)` builds the policy."""
-    _REGISTRY[name] = factory
+    """Make `name` usable as `context_policy` in the config (a later registration replaces an earlier
+    one); `factory(**options)` builds the policy."""
+    _REGISTRY.register(name, replace=True)(factory)  # type: ignore[arg-type]
 
 
 def available_context_policies() -> list[str]:
-    return sorted(_REGISTRY)
+    return _REGISTRY.names()
 
 
 def context_policy(name: str, options: Mapping[str, Any] | None = None) -> ContextPolicy | None:
-    """The policy `name` (registered, or `module:factory`) built with `options`; None for "none".
+    """The policy `name` (registered, or `package.module:factory` / `path/to/file.py:factory`) built with
+    `options`; None for "none".
 
     `ConfigError` names the problem (unknown name, bad option, not a ContextPolicy).
 
@@ -233,17 +235,11 @@ def context_policy(name: str, options: Mapping[str, Any] | None = None) -> Conte
     True
     """
     options = dict(options or {})
-    factory = _REGISTRY.get(name)
-    if factory is None:
-        if ":" not in name:
-            raise ConfigError(f"unknown context policy {name!r}; choose one of: {', '.join(available_context_policies())}, or module:factory")
-        module, _, attribute = name.partition(":")
-        try:
-            factory = getattr(importlib.import_module(module), attribute)
-        except (ImportError, AttributeError) as error:
-            raise ConfigError(f"context policy {name!r} cannot be imported: {error}") from None
+    factory = _REGISTRY.resolve(name)
+    if not callable(factory):
+        raise ConfigError(f"context policy {name!r} is {factory!r}, not a policy class or factory")
     try:
-        policy = factory(**options)
+        policy = factory(**dict(options or {}))
     except (TypeError, ValueError) as error:
         raise ConfigError(f"context policy {name!r}: {error}") from None
     if policy is not None and not isinstance(policy, ContextPolicy):

@@ -10,7 +10,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 import attrs
 
-from openreward_rl.config import ToolTimeouts
+from openreward_rl.config import ToolTimeouts, fill_system_prompt
 from openreward_rl.env.environment import DEFAULT_CLOSE_TIMEOUT_S, DEFAULT_OPEN_RETRY, DEFAULT_READ_RETRY, EnvSession, open_session
 from openreward_rl.env.tasks import TaskRef
 from openreward_rl.errors import ConfigError, EnvError, ModelFamilyError
@@ -112,11 +112,10 @@ def format_system_prompt(template: str | None, tools: Sequence[Mapping[str, Any]
     """
     if not has_tools_placeholder(template):
         return template or None
-    lines = "\n".join(json.dumps(t.get("function", t), ensure_ascii=False) for t in tools)
     try:
-        return template.format(tools=lines)
-    except (KeyError, IndexError, ValueError) as error:
-        raise ConfigError(f"system prompt template: only {{tools}} may be a placeholder; write literal braces as {{{{ }}}} ({error})") from None
+        return fill_system_prompt(template, "\n".join(json.dumps(t.get("function", t), ensure_ascii=False) for t in tools))
+    except ValueError as error:
+        raise ConfigError(f"system prompt template: {error}") from None
 
 
 def fault_stop(error: BaseException, *, timeout_detail: Callable[[], str]) -> tuple[StopReason, str] | None:

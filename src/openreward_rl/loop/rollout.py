@@ -7,6 +7,7 @@ from typing import Any, Protocol
 
 import attrs
 
+from openreward_rl._registry import Registry
 from openreward_rl.config import ConfigError, TrainConfig
 from openreward_rl.engines.base import Engine
 from openreward_rl.env.tasks import TaskRef, resolve_task
@@ -18,7 +19,10 @@ from openreward_rl.loop.tool_episode import ToolEpisode
 from openreward_rl.loop.trajectory import Trajectory
 from openreward_rl.parsers.base import ToolParser, get_parser
 
-__all__ = ["EpisodeBuilder", "Rollouts", "check_tools_shown", "choose_family", "choose_parser", "context_policies", "episode_stack", "resolve_task"]
+__all__ = [
+    "EpisodeBuilder", "Rollouts", "available_episodes", "check_extensions", "check_tools_shown", "choose_family", "choose_parser",
+    "context_policies", "episode_builder", "episode_stack", "register_episode", "resolve_task",
+]  # fmt: skip
 
 
 class EpisodeBuilder(Protocol):
@@ -28,6 +32,48 @@ class EpisodeBuilder(Protocol):
     retries, timeouts and secrets from the runner without writing them."""
 
     def __call__(self, engine: Engine, renderer: ChatRenderer, parser: ToolParser, settings: EpisodeSettings, *, routing_key: str | None = None) -> Episode: ...
+
+
+_EPISODES: Registry[EpisodeBuilder] = Registry(
+    duplicate="an episode named {name!r} is already registered", unknown="unknown episode {name!r}; choose one of: {known}"
+)
+_EPISODES["tool"] = ToolEpisode
+
+
+def register_episode(name: str, builder: EpisodeBuilder) -> EpisodeBuilder:
+    """Make `builder` usable as `episode: name` in the config (a name is registered once)."""
+    return _EPISODES.register(name)(builder)  # type: ignore[arg-type, return-value]
+
+
+def available_episodes() -> list[str]:
+    return _EPISODES.names()
+
+
+def episode_builder(name: str | None) -> EpisodeBuilder:
+    """The `EpisodeBuilder` the config's `episode` names: None or "tool" for `ToolEpisode`, a registered name,
+    or `package.module:builder` / `path/to/file.py:Class.build`. ValueError names an unknown or unfit one.
+
+    >>> episode_builder(None) is episode_builder("tool") is ToolEpisode
+    True
+    >>> episode_builder("math:pi")
+    Traceback (most recent call last):
+    ...
+    ValueError: episode 'math:pi' is 3.141592653589793, not an EpisodeBuilder (a callable taking engine, renderer, parser, settings)
+    """
+    builder = ToolEpisode if name is None else _EPISODES.resolve(name)
+    if not callable(builder):
+        raise ValueError(f"episode {name!r} is {builder!r}, not an EpisodeBuilder (a callable taking engine, renderer, parser, settings)")
+    return builder
+
+
+def check_extensions(config: TrainConfig) -> None:
+    """ConfigError for an unknown or unfit episode or context policy: what `parse_config` (a lower layer)
+    cannot look up. Runs before any model loads (`preflight.check_ready` and `--dry-run` call it)."""
+    context_policies(config)
+    try:
+        episode_builder(config.episode)
+    except ValueError as error:
+        raise ConfigError(f"{config.source}: episode: {error}") from None
 
 
 def choose_parser(config: TrainConfig, model: str | None, tokenizer: Any, family: ModelFamily | None = None) -> ToolParser:
@@ -150,10 +196,16 @@ class Rollouts:
         model: str | None = None,
         max_context_len: int | None = None,
         max_new_tokens: int = 4096,
-        episode: EpisodeBuilder = ToolEpisode,
+        episode: EpisodeBuilder | None = None,
     ) -> Rollouts:
-        """The runner the training hooks and `openreward-rl eval` both use: one config, one prompt."""
+        """The runner the training hooks and `openreward-rl eval` both use: one config, one prompt.
+        `episode` (None: the one the config's `episode` names, `ToolEpisode` by default) builds each run's Episode."""
         renderer, parser = episode_stack(config, tokenizer, model)
+        if episode is None:
+            try:
+                episode = episode_builder(config.episode)
+            except ValueError as error:
+                raise ConfigError(f"{config.source}: episode: {error}") from None
         return cls(
             config, engine, renderer, parser, client, max_context_len=max_context_len, max_new_tokens=max_new_tokens, episode=episode,
             policies=context_policies(config),

@@ -129,8 +129,23 @@ def register_parser(name: str) -> Callable[[_ParserT], _ParserT]:
 
 
 def get_parser(name: str) -> ToolParser:
-    """A new instance of the parser registered under `name`."""
-    return _REGISTRY.factory(name)()
+    """A new instance of the parser `name`: registered, or your own class as `package.module:Class` or
+    `path/to/file.py:Class` (built with no arguments). ValueError names an unknown or unfit one.
+
+    >>> get_parser("openreward_rl.parsers.hermes:HermesParser").name
+    'hermes'
+    >>> get_parser("hermes3")
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown tool parser 'hermes3'; registered parsers: ...; or name your own as package.module:attribute or path/to/file.py:attribute
+    """
+    factory = _REGISTRY.resolve(name)
+    if not callable(factory):
+        raise ValueError(f"tool parser {name!r} is {factory!r}, not a parser class")
+    parser = factory()
+    if not isinstance(parser, ToolParser):
+        raise ValueError(f"tool parser {name!r} built {type(parser).__name__}, which lacks a `name` or a `parse` method")
+    return parser
 
 
 def available_parsers() -> list[str]:

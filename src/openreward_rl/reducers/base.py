@@ -14,7 +14,18 @@ __all__ = ["RewardReducer", "RewardPolicy", "register_reducer", "get_reducer", "
 
 @runtime_checkable
 class RewardReducer(Protocol):
-    """Reduces the rewards a run observed, in order. Returns None when `rewards` is empty."""
+    """How an episode's step rewards become its one reward (`reward_reduction` in the config).
+
+    `reduce(rewards)` gets every reward the environment returned, in step order (plus the environment's
+    `nonterminal_reward`, appended when the episode did not finish), and returns one number, or None
+    when `rewards` is empty: "no reward observed" is never 0 (training counts such an episode as 0.0,
+    an infrastructure failure is excluded). The result is then clamped to `min_reward`/`max_reward`
+    (`RewardPolicy`). `name` names the reducer in logs. A reducer is built once per episode, by its
+    class or factory, with no arguments (`discounted` alone gets `gamma` from the config's `discount`).
+
+    Yours is any class with these two members: register it with `register_reducer` or name it in the
+    config as `package.module:Class` or `path/to/file.py:Class` (examples/custom_reducer.py).
+    """
 
     name: str
 
@@ -29,22 +40,34 @@ _REGISTRY: Registry[Callable[..., RewardReducer]] = Registry(
 
 
 def register_reducer(name: str) -> Callable[[_ReducerT], _ReducerT]:
+    """Class decorator: make a reducer available as `get_reducer(name)` and as `reward_reduction: name` in
+    the config, once the module that registers it is imported (the config's `plugins:`); a name is
+    registered once. examples/custom_reducer.py registers one; docs/training.md, "Your own reward reduction"."""
     return _REGISTRY.register(name)
 
 
 def get_reducer(name: str, **options: float) -> RewardReducer:
-    """A reducer by name; `options` go to its constructor (e.g. `get_reducer("discounted", gamma=0.9)`).
+    """A reducer: registered as `name`, or your own class (or factory) as `package.module:Class` or
+    `path/to/file.py:Class`; `options` go to its constructor (e.g. `get_reducer("discounted", gamma=0.9)`).
+    ValueError names an unknown or unfit one.
 
     >>> get_reducer("sum").reduce([0.5, 1.0])
     1.5
     >>> get_reducer("mean").reduce([]) is None
     True
+    >>> get_reducer("openreward_rl.reducers.builtin:Max").reduce([0.5, 1.0])
+    1.0
     """
-    factory = _REGISTRY.factory(name)
+    factory = _REGISTRY.resolve(name)
+    if not callable(factory):
+        raise ValueError(f"reward reduction {name!r} is {factory!r}, not a reducer class or factory")
     try:
-        return factory(**options)
+        reducer = factory(**options)
     except TypeError as error:
         raise ValueError(f"bad options for reward reduction {name!r}: {error}") from None
+    if not isinstance(reducer, RewardReducer):
+        raise ValueError(f"reward reduction {name!r} built {type(reducer).__name__}, which lacks a `name` or a `reduce(rewards)` method")
+    return reducer
 
 
 def available_reducers() -> list[str]:
