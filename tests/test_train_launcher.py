@@ -517,3 +517,34 @@ def test_the_hooks_skip_the_model_check_only_when_the_launch_says_so(tmp_path: P
     assert load_process_parts("offline:qwen3")[0].check_model
     monkeypatch.setenv("OPENREWARD_RL_CHECK_MODEL", "0")
     assert not load_process_parts("offline:qwen3")[0].check_model
+
+
+def test_a_slime_dry_run_pythonpath_imports_the_library_in_a_fresh_interpreter_and_shadows_nothing(config_file: Path, tmp_path: Path, capsys, megatron) -> None:
+    """The job's PYTHONPATH holds the folder that holds `openreward_rl` (a checkout's src), never the package
+    folder itself: `import openreward_rl` works in a fresh interpreter (no site-packages: the path alone
+    decides), and no entry turns one of our modules into a top-level name (`import retry`)."""
+    import subprocess
+
+    import openreward_rl
+
+    _, submit = dry_run(capsys, "--framework", "slime", "--slime-path", str(slime_checkout(tmp_path / "slime")), *megatron, "--config", str(config_file))
+    pythonpath = json.loads(submit[4].split("=", 1)[1])["env_vars"]["PYTHONPATH"]
+    package = Path(openreward_rl.__file__).resolve().parent
+    ours = {p.stem for p in package.iterdir() if p.suffix == ".py" or (p / "__init__.py").exists()} - {"__init__"}
+    assert {"retry", "config", "errors", "cli"} <= ours
+    for entry in pythonpath.split(os.pathsep):
+        assert not [name for name in ours if (Path(entry) / f"{name}.py").exists() or (Path(entry) / name).is_dir()], entry
+    probe = "import importlib.util, openreward_rl; print(openreward_rl.__file__); print(importlib.util.find_spec('retry'))"
+    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": pythonpath}
+    result = subprocess.run([sys.executable, "-S", "-c", probe], env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    imported, retry = result.stdout.splitlines()
+    assert Path(imported).resolve().parent == package and retry == "None"
+
+
+def test_an_installed_library_adds_no_pythonpath_entry() -> None:
+    from openreward_rl.cli.launcher import library_path
+
+    assert library_path("/opt/venv/lib/python3.11/site-packages/openreward_rl/__init__.py") == []
+    assert library_path("/usr/lib/python3/dist-packages/openreward_rl/__init__.py") == []
+    assert library_path("/home/me/clone/src/openreward_rl/__init__.py") == ["/home/me/clone/src"]

@@ -42,7 +42,7 @@ from openreward_rl.errors import TrainerError
 
 from openreward_rl.redaction import KNOWN_SECRET_VARIABLES, MIN_SECRET_LENGTH
 
-__all__ = ["LaunchError", "LaunchSpec", "LaunchPlan", "train_arguments", "megatron_arguments", "read_model_args", "runtime_env", "plan_launch", "check_batch_sizes", "ray_is_running"]
+__all__ = ["LaunchError", "LaunchSpec", "LaunchPlan", "train_arguments", "megatron_arguments", "read_model_args", "runtime_env", "library_path", "plan_launch", "check_batch_sizes", "ray_is_running"]
 
 FRAMEWORKS = ("slime", "miles")
 ROLLOUT_MODES = ("sync", "partial", "fully-async")
@@ -354,13 +354,30 @@ def rollout_mode_arguments(spec: LaunchSpec) -> list[str]:
     return ["--over-sampling-batch-size", str(spec.over_sampling)] if spec.over_sampling is not None else []
 
 
+def library_path(package_file: str | os.PathLike[str] | None = None) -> list[str]:
+    """The PYTHONPATH entry a job needs to `import openreward_rl` as this process does: the folder holding
+    the package (a checkout's `src`), or none where the package is installed in site-packages (the job's
+    interpreter finds it there). Never the package folder itself, whose modules would become top-level
+    names (`import retry` would load ours).
+
+    >>> library_path("/venv/lib/python3.11/site-packages/openreward_rl/__init__.py")
+    []
+    >>> library_path("/home/me/openreward_rl/src/openreward_rl/__init__.py")
+    ['/home/me/openreward_rl/src']
+    """
+    import openreward_rl
+
+    package = Path(package_file or openreward_rl.__file__).resolve().parent
+    holder = package.parent
+    return [] if holder.name in ("site-packages", "dist-packages") else [str(holder)]
+
+
 def runtime_env(spec: LaunchSpec, environ: Mapping[str, str]) -> dict[str, dict[str, str]]:
     """Ray's runtime env: PYTHONPATH with the framework checkout and this library, the config, and the
     `FORWARDED_ENV` settings; never an API key (the job inherits those from the Ray head)."""
-    library_root = str(Path(__file__).resolve().parents[1])
     inherited = [str(Path(p).resolve()) for p in environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     megatron = [str(Path(spec.megatron_path).resolve())] if spec.backend == "megatron" and spec.megatron_path else []
-    paths = [str(Path(spec.framework_path).resolve()), *megatron, library_root, *inherited]
+    paths = [str(Path(spec.framework_path).resolve()), *megatron, *library_path(), *inherited]
     env_vars = {
         "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)),
         "CUDA_DEVICE_MAX_CONNECTIONS": "1",
