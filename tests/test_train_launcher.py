@@ -218,7 +218,8 @@ def test_dry_run_fully_async_uses_train_async_and_disjoint_gpus(framework: str, 
         ({"rollout_mode": "partial", "over_sampling_batch_size": 8}, "below --rollout-batch-size 32"),
         ({"rollout_mode": "fully-async", "num_gpus": 8, "over_sampling_batch_size": 64}, "does not apply to --rollout-mode fully-async"),
         ({"mask_offpolicy": True}, "needs --rollout-mode partial"),
-        ({"rollout_gpus": 2}, "under --rollout-mode fully-async only"),
+        ({"rollout_gpus": 4}, "--rollout-gpus needs GPUs for both training and rollout: --num-gpus 4 leaves 0 to train"),
+        ({"num_gpus": 8, "rollout_gpus": 2}, "2 GPUs for rollout is not a multiple of --tp 4"),
         ({"rollout_mode": "fully-async", "num_gpus": 8, "rollout_gpus": 8}, "leaves 0 to train"),
         ({"rollout_mode": "fully-async", "num_gpus": 8, "rollout_gpus": 3}, "not a multiple of --tp 4"),
     ],
@@ -548,3 +549,50 @@ def test_an_installed_library_adds_no_pythonpath_entry() -> None:
     assert library_path("/opt/venv/lib/python3.11/site-packages/openreward_rl/__init__.py") == []
     assert library_path("/usr/lib/python3/dist-packages/openreward_rl/__init__.py") == []
     assert library_path("/home/me/clone/src/openreward_rl/__init__.py") == ["/home/me/clone/src"]
+
+
+def test_a_job_saves_checkpoints_under_the_output_dir_unless_save_says_where(config_file: Path, tmp_path: Path, capsys, monkeypatch) -> None:
+    """A 3,000-rollout job without --save used to save nothing: --save defaults to <--output-dir>/checkpoints
+    (./<framework>_output without it), absolute because the job runs elsewhere."""
+    monkeypatch.chdir(tmp_path)
+    base = ["--framework", "miles", "--miles-path", str(tmp_path), "--config", str(config_file)]
+    _, submit = dry_run(capsys, *base)
+    train = train_command(submit)
+    assert value(train, "--save") == str(tmp_path / "miles_output" / "checkpoints") and value(train, "--save-interval") == "10"
+    _, submit = dry_run(capsys, *base, "--output-dir", "runs/a")
+    assert value(train_command(submit), "--save") == str(tmp_path / "runs" / "a" / "checkpoints")
+    _, submit = dry_run(capsys, *base, "--output-dir", "runs/a", "--save", "/ckpt/here")
+    assert value(train_command(submit), "--save") == "/ckpt/here"
+    assert not (tmp_path / "miles_output").exists() and not (tmp_path / "runs").exists()  # a dry run writes nothing
+
+
+def test_a_dry_run_never_asks_the_hub(config_file: Path, tmp_path: Path, capsys, monkeypatch) -> None:
+    """Hub access allowed (as for a user without HF_HUB_OFFLINE) but every connection recorded: the dry run's
+    model-family check reads local files only, so a hub name it does not have costs no retries."""
+    import socket
+
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    attempts: list[object] = []
+
+    def refuse(*args: object, **_: object) -> object:
+        attempts.append(args)
+        raise OSError("network disabled in this test")
+
+    monkeypatch.setattr(socket, "getaddrinfo", refuse)
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    dry_run(capsys, "--framework", "miles", "--miles-path", str(tmp_path), "--config", str(config_file), "--model", "acme/foo-7b")
+    assert attempts == []
+
+
+def test_sync_mode_can_put_actor_and_rollout_on_separate_gpus(config_file: Path, tmp_path: Path, capsys, megatron) -> None:
+    """The cookbook's disaggregated layout: --rollout-gpus N gives SGLang N GPUs and trains on the rest, with no --colocate."""
+    _, submit = dry_run(capsys, "--framework", "slime", "--slime-path", str(slime_checkout(tmp_path / "slime")), *megatron, "--config", str(config_file),
+                        "--num-gpus", "8", "--tp", "2", "--rollout-gpus", "2")  # fmt: skip
+    train = train_command(submit)
+    assert train[1].endswith("/train.py") and "--colocate" not in train
+    assert value(train, "--actor-num-gpus-per-node") == "6" and value(train, "--rollout-num-gpus") == "2"
+    _, submit = dry_run(capsys, "--framework", "slime", "--slime-path", str(slime_checkout(tmp_path / "slime")), *megatron, "--config", str(config_file))
+    train = train_command(submit)
+    assert "--colocate" in train and value(train, "--actor-num-gpus-per-node") == value(train, "--rollout-num-gpus") == "4"

@@ -53,7 +53,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import SimpleNamespace
 from typing import Any
 
@@ -205,26 +205,29 @@ class TrlAdapter:
 
     # -- episodes --------------------------------------------------------------------------------
 
-    def run_episodes(self, model: Any, tasks: Sequence[TaskRef]) -> list[Trajectory]:
-        """One episode per task (in order) sampled from `model` as it is now; blocking."""
+    def run_episodes(self, model: Any, tasks: Sequence[TaskRef], *, on_done: Callable[[Trajectory], None] | None = None) -> list[Trajectory]:
+        """One episode per task (in order) sampled from `model` as it is now; blocking. `on_done` sees each trajectory as it ends."""
         with sampling_mode(model):
             engine = TransformersEngine(
                 _generation_model(model), self.tokenizer, sampling=self.sampling,
                 default_max_new_tokens=self.rollouts.max_new_tokens, continuous_batching=self.continuous_batching,
             )  # fmt: skip
             try:
-                return self.run(self._episodes(engine, tasks))
+                return self.run(self._episodes(engine, tasks, on_done))
             finally:
                 engine.stop()  # restores the attention implementation continuous batching switched
                 _release_cache(model)
 
-    async def _episodes(self, engine: TransformersEngine, tasks: Sequence[TaskRef]) -> list[Trajectory]:
+    async def _episodes(self, engine: TransformersEngine, tasks: Sequence[TaskRef], on_done: Callable[[Trajectory], None] | None = None) -> list[Trajectory]:
         gate = asyncio.Semaphore(self.concurrency)
         params = {"temperature": self.sampling.temperature, "top_p": self.sampling.top_p}
 
         async def one(task: TaskRef) -> Trajectory:
             async with gate:
-                return await self.rollouts.run(task, sampling_params=params, engine=engine)
+                trajectory = await self.rollouts.run(task, sampling_params=params, engine=engine)
+            if on_done is not None:
+                on_done(trajectory)
+            return trajectory
 
         return list(await asyncio.gather(*(one(task) for task in tasks)))
 

@@ -42,7 +42,6 @@ def add_trl_arguments(parser: Any) -> None:
     group.add_argument("--bf16", action="store_true", help="train under bf16 autocast (GPU)")
     group.add_argument("--gradient-checkpointing", action="store_true", help="recompute activations in the backward pass (less memory, slower)")
     group.add_argument("--max-steps", type=int, default=20, help="optimizer steps (default 20)")
-    group.add_argument("--output-dir", default="trl_output", help="checkpoints and the final model (default ./trl_output)")
     group.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --output-dir")
     group.add_argument("--lora", action="store_true", help="train a LoRA adapter (peft) instead of all weights")
     group.add_argument("--lora-rank", type=int, default=16, help="LoRA rank (default 16)")
@@ -75,6 +74,9 @@ def options_from_args(args: Any) -> Any:
     model = getattr(args, "model", None)
     if not model:
         raise ValueError("--framework trl needs --model (e.g. offline:smollm2, HuggingFaceTB/SmolLM2-135M-Instruct or a local path)")
+    from openreward_rl.engines.transformers import check_model_name
+
+    check_model_name(model)
     if args.eval_n < 1:
         raise ValueError(f"--eval-n must be at least 1, got {args.eval_n}")
     for spec in args.serve:
@@ -84,6 +86,7 @@ def options_from_args(args: Any) -> Any:
         TrlOptions,
         args,
         model=model,
+        output_dir=getattr(args, "output_dir", None) or "trl_output",
         prompts_per_step=_shared(args, "rollout_batch_size"),
         n_samples=_shared(args, "n_samples"),
         lr=_shared(args, "lr"),
@@ -153,34 +156,43 @@ def dry_run_text(options: Any, config_source: str, serve: Sequence[str]) -> str:
 
 
 def run(args: Any) -> int:
-    """`train --framework trl`: validate, optionally evaluate, train (or resume), evaluate, save."""
+    """`train --framework trl`: validate everything that needs no model, then optionally evaluate, train (or
+    resume), evaluate, save. An error is raised to the command's boundary (`cli.failures`): one line."""
     from openreward_rl.config import ConfigError, load_config
+    from openreward_rl.engines.transformers import check_device
+    from openreward_rl.env.local_server import check_servable, load_environment_class
     from openreward_rl.redaction import install_log_redaction
-
-    def fail(message: str, code: int = 2) -> int:
-        print(f"openreward-rl train: {message}", file=sys.stderr)
-        return code
 
     install_log_redaction()
     os.environ.setdefault("OPENREWARD_DISABLE_UPDATE_CHECK", "1")
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     _quiet_libraries()
-    try:
-        options = options_from_args(args)
-        config = load_config(args.config)
-    except (ValueError, ConfigError) as error:
-        return fail(str(error))
+    options = options_from_args(args)
+    config = load_config(args.config)
     if args.serve and (config.env_base_url or any(env.base_url for env in config.environments.values())):
-        return fail("--serve sets env_base_url; remove env_base_url / base_url from the config or drop --serve")
+        raise ConfigError("--serve sets env_base_url; remove env_base_url / base_url from the config or drop --serve")
     if args.dry_run:
         print(dry_run_text(options, str(config.source), args.serve))
         return 0
+    check_device(options.device)
+    classes = [load_environment_class(spec) for spec in args.serve]
+    check_servable(classes)  # what the SDK's Server refuses (no tools, a concurrent terminal tool), before the model loads
     if options.report_to == "wandb":
         os.environ.setdefault("WANDB_PROJECT", args.wandb_project)
     try:
-        return _train(args, options, config)
-    except (ValueError, ConfigError) as error:
-        return fail(str(error))
+        return _train(args, options, config, classes)
+    except KeyboardInterrupt:
+        kept = last_checkpoint_line(options.output_dir)
+        print(f"openreward-rl train: interrupted{kept}", file=sys.stderr, flush=True)
+        return 130
+
+
+def last_checkpoint_line(output_dir: str) -> str:
+    """What an interrupted run says of its checkpoints: where the newest is and how to go on from it."""
+    from openreward_rl.backends.trl_run import last_checkpoint
+
+    newest = last_checkpoint(output_dir)
+    return f"; checkpoints kept in {output_dir} (newest {os.path.basename(newest)}): --resume continues from it" if newest else "; no checkpoint was saved yet"
 
 
 def _quiet_libraries() -> None:
@@ -211,12 +223,10 @@ def _write(path: str | None, phase: str, episodes: Sequence[Any], model: str) ->
             writer.write(episode, model=model, phase=phase)
 
 
-def _train(args: Any, options: Any, config: Any) -> int:
+def _train(args: Any, options: Any, config: Any, classes: Sequence[type]) -> int:
     from openreward_rl.backends.trl_run import TrlSession, eval_stats, last_checkpoint, quiet_trainer
-    from openreward_rl.env.local_server import load_environment_class
 
     out = sys.stdout
-    classes = [load_environment_class(spec) for spec in args.serve]
     resume = last_checkpoint(options.output_dir) if args.resume else None
     if args.resume and resume is None:
         print(f"no checkpoint in {options.output_dir}; starting from step 0", file=out, flush=True)
