@@ -151,20 +151,9 @@ def test_an_unexpected_error_is_one_line_with_its_type_and_the_debug_hint(capsys
 
 @pytest.fixture(scope="module")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny random Qwen3 with the real Qwen3 tokenizer, saved as a local checkpoint: `--model DIR` trains
-    in seconds on a CPU (its replies are noise; this is about stopping, not learning)."""
-    import torch
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+    from tiny_model import save_tiny_qwen3
 
-    from openreward_rl.assets import load_tokenizer
-
-    directory = tmp_path_factory.mktemp("tiny-qwen3")
-    torch.manual_seed(0)
-    config = Qwen3Config(vocab_size=151936, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-                         num_key_value_heads=1, head_dim=16, max_position_embeddings=512)  # fmt: skip
-    Qwen3ForCausalLM(config).save_pretrained(directory)
-    load_tokenizer("offline:qwen3").save_pretrained(directory)
-    return directory
+    return save_tiny_qwen3(tmp_path_factory.mktemp("tiny-qwen3"))
 
 
 def test_ctrl_c_during_training_is_one_line_and_keeps_the_checkpoints(capsys, tmp_path: Path, paint_config: Path, tiny_model_dir: Path) -> None:

@@ -20,7 +20,7 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,7 @@ from openreward_rl.redaction import install_log_redaction, register_known_secret
 from openreward_rl.preflight import check_environments, check_ready
 from openreward_rl.redaction import install_log_redaction
 
-__all__ = ["add_arguments", "run", "EvalOptions", "summary_table"]
+__all__ = ["add_arguments", "run", "EvalOptions", "episode_bar", "summary_table"]
 
 ENGINES = ("transformers", "sglang", "openai")
 
@@ -319,8 +319,6 @@ def model_server_check(options: EvalOptions) -> Callable[[], Awaitable[None]] | 
 async def _run_eval(
     options: EvalOptions, config: TrainConfig, *, engine: Any, tokenizer: Any, client: Any, console: Any, results: Any, server_check: Any
 ) -> dict[str, Any]:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     from openreward_rl.cli.evaluation import EvalJob, evaluate, eval_key, plan
     from openreward_rl.observe.metrics import summarize
     from openreward_rl.loop.rollout import Rollouts
@@ -358,19 +356,34 @@ async def _run_eval(
             uploader.submit(trajectory, sampling_params=options.sampling_params)
         return trajectory
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console) as bar:
-        progress = bar.add_task("episodes", total=len(jobs))
+    with episode_bar(console, len(jobs)) as advance:
 
         def on_done(job: EvalJob, trajectory: Any) -> None:
             results_by_key[job.key] = trajectory
-            reward = "-" if trajectory.reward is None else f"{trajectory.reward:g}"
-            bar.update(progress, advance=1, description=f"{job.task.environment} reward {reward} ({trajectory.stop_reason.value})")
+            advance(trajectory)
 
         try:
             await evaluate(jobs, run_one, concurrency=options.concurrency, results=results, on_done=on_done)
         finally:
             await uploader.aclose()
     return summarize(results_by_key.values())
+
+
+@contextlib.contextmanager
+def episode_bar(console: Any, total: int) -> Iterator[Callable[[Any], None]]:
+    """A progress bar over `total` episodes on `console`; the callback it yields advances it by one
+    finished trajectory and shows that one's environment, reward and stop reason (`eval`, and the
+    evaluations of `train --framework trl`)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console) as bar:
+        progress = bar.add_task("episodes", total=total)
+
+        def advance(trajectory: Any) -> None:
+            reward = "-" if trajectory.reward is None else f"{trajectory.reward:g}"
+            bar.update(progress, advance=1, description=f"{trajectory.task.get('environment')} reward {reward} ({trajectory.stop_reason.value})")
+
+        yield advance
 
 
 def log_to_wandb(options: EvalOptions, summary: Mapping[str, Any], config: TrainConfig) -> None:

@@ -208,19 +208,32 @@ def _quiet_libraries() -> None:
         pass
 
 
-def _write(path: str | None, phase: str, episodes: Sequence[Any], model: str) -> None:
-    """Evaluation episodes as a trajectory dump (`openreward-rl show` reads it): `path` after training, `*.before.jsonl` before."""
+def _write(path: str | None, phase: str, episodes: Sequence[Any], options: Any) -> None:
+    """Evaluation episodes as a trajectory dump (`openreward-rl show` reads it): `path` after training, `*.before.jsonl` before.
+    Each line records the sampling settings as `eval` does, the tokenizer included, so `show` renders the token view."""
     if not path:
         return
     from pathlib import Path
 
     from openreward_rl.observe.dumps import TrajectoryWriter
 
+    settings = {"engine": "transformers", "model": options.model, "tokenizer": options.model, "temperature": options.temperature,
+                "top_p": options.top_p, "max_new_tokens": options.max_new_tokens}  # fmt: skip
     target = Path(path) if phase == "after" else Path(path).with_suffix(".before.jsonl")
     target.unlink(missing_ok=True)
     with TrajectoryWriter(target) as writer:
         for episode in episodes:
-            writer.write(episode, model=model, phase=phase)
+            writer.write(episode, model=options.model, phase=phase, eval=settings)
+
+
+def _evaluate(session: Any, tasks: Sequence[Any], n: int, out: Any) -> list[Any]:
+    """`n` episodes of each task with `eval`'s progress bar (an evaluation takes minutes on a CPU)."""
+    from rich.console import Console
+
+    from openreward_rl.cli.eval import episode_bar
+
+    with episode_bar(Console(file=out), len(tasks) * n) as on_done:
+        return session.evaluate(tasks, n, on_done=on_done)
 
 
 def _train(args: Any, options: Any, config: Any, classes: Sequence[type]) -> int:
@@ -238,8 +251,8 @@ def _train(args: Any, options: Any, config: Any, classes: Sequence[type]) -> int
         before = None
         if eval_tasks and resume is None:
             print(f"evaluating {args.eval_split}: {len(eval_tasks)} tasks x {args.eval_n} episodes", file=out, flush=True)
-            episodes = session.evaluate(eval_tasks, args.eval_n)
-            _write(args.eval_output, "before", episodes, options.model)
+            episodes = _evaluate(session, eval_tasks, args.eval_n, out)
+            _write(args.eval_output, "before", episodes, options)
             before = eval_stats(episodes)
             print_summary("before", before, out)
         trainer = session.trainer(callbacks=[_Progress(out).callback()])
@@ -251,8 +264,9 @@ def _train(args: Any, options: Any, config: Any, classes: Sequence[type]) -> int
             trainer.save_model(options.output_dir)
             print(f"model saved to {options.output_dir}", file=out, flush=True)
         if eval_tasks:
-            episodes = session.evaluate(eval_tasks, args.eval_n)
-            _write(args.eval_output, "after", episodes, options.model)
+            print(f"evaluating {args.eval_split} after training", file=out, flush=True)
+            episodes = _evaluate(session, eval_tasks, args.eval_n, out)
+            _write(args.eval_output, "after", episodes, options)
             after = eval_stats(episodes)
             if before is not None:
                 print_summary("before", before, out)
