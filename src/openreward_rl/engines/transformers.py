@@ -177,6 +177,7 @@ def load_model(name_or_path: str, *, gguf_file: str | None = None, device: str |
     from openreward_rl.assets import OFFLINE_PREFIX, smollm2_gguf
 
     check_model_name(name_or_path)
+    requested = name_or_path
     if name_or_path.startswith(OFFLINE_PREFIX):
         directory, gguf_file = smollm2_gguf()
         name_or_path = str(directory)
@@ -191,6 +192,8 @@ def load_model(name_or_path: str, *, gguf_file: str | None = None, device: str |
     extra = {"gguf_file": gguf_file} if gguf_file else {}
     tokenizer = AutoTokenizer.from_pretrained(name_or_path, **extra)
     model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype, **extra).to(device)
+    if requested != name_or_path:  # an offline name: record it, not the package folder it resolved to
+        model.name_or_path = model.config._name_or_path = requested  # what a LoRA adapter's base_model_name_or_path and TRL's model card read
     return model.eval(), tokenizer
 
 
