@@ -19,6 +19,9 @@ or register a name once at import time, `register_context_policy("keep_key_lines
 module the config's `plugins:` imports. A name that does not import, or builds no policy, is refused
 before any model loads (docs/training.md, "Your own parts").
 
+Run it (`python examples/custom_context_policy.py`) to see what it does to a Corridor conversation
+(examples/environments/corridor.py) three rooms in, past its threshold: each message before and after.
+
 >>> from openreward_rl.loop.context import ContextView
 >>> view = ContextView(messages=({"role": "user", "content": "go"}, {"role": "tool", "content": "dust\\nTHE EXIT KEY IS jade-1\\nmore dust"},
 ...                              {"role": "tool", "content": "new"}), prompt_messages=1, context_length=80, incoming=10, max_context_len=100, compactions=0)
@@ -60,3 +63,31 @@ class KeepKeyLines:
 
         messages = tuple({**m, "content": kept(str(m.get("content", "")))} if i in old else m for i, m in enumerate(view.messages))
         return Rewrite(messages, kind=self.name)
+
+
+def main() -> None:
+    """Print what the policy makes of a Corridor conversation three rooms in, at 80% of the context budget."""
+    import sys
+    from pathlib import Path
+
+    from openreward_rl.loop.context import ContextView
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "environments"))
+    from corridor import room_text
+
+    spec = {"id": "train-000", "length": 3, "bulk": 2}
+    messages = ({"role": "user", "content": "Walk the corridor and leave by the exit door."},
+                *({"role": "tool", "content": room_text(spec, room)} for room in range(3)))  # fmt: skip
+    view = ContextView(messages=messages, prompt_messages=1, context_length=700, incoming=100, max_context_len=1000, compactions=0)
+    policy = KeepKeyLines(threshold=0.6)
+    rewrite = policy.plan(view)
+    print(f"{policy.name} at {view.fraction:.0%} of the budget (threshold {policy.threshold:.0%}): "
+          f"{'rewrites the context' if rewrite else 'keeps the context'}")  # fmt: skip
+    for number, (before, after) in enumerate(zip(view.messages, rewrite.messages if rewrite else view.messages)):
+        changed = "rewritten" if after["content"] != before["content"] else "kept"
+        print(f"\n[{number}] {before['role']} ({changed}, {len(before['content'])} -> {len(after['content'])} characters)")
+        print(after["content"])
+
+
+if __name__ == "__main__":
+    main()

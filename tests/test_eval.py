@@ -135,7 +135,7 @@ def cli(capsys, *argv: str) -> tuple[int, str]:
         (["--engine", "transformers", "--model", "m", "--config", "examples/quickstart_config.yaml", "--serve", "nowhere.py:Env"], "does not exist"),
         (["--engine", "transformers", "--model", "offline:nothing", "--config", "examples/quickstart_config.yaml", "--serve", "examples/environments/math_env.py:MathEnv"],
          "unknown offline model 'offline:nothing'"),
-        (["--engine", "transformers", "--model", "offline:nothing", "--config", "examples/quickstart_config.yaml"], "needs an API key: set OPENREWARD_API_KEY"),
+        (["--engine", "transformers", "--model", "m", "--config", "examples/quickstart_config.yaml"], "needs an API key: set OPENREWARD_API_KEY"),
         (["--engine", "transformers", "--model", "/no/such/path", "--config", "examples/quickstart_config.yaml", "--serve", "examples/environments/closest_guess.py:GradedGuess"],
          "--model '/no/such/path': no such file or directory"),
         (["--engine", "transformers", "--model", "~/no/such/model", "--config", "examples/quickstart_config.yaml", "--serve", "examples/environments/closest_guess.py:GradedGuess"],

@@ -217,7 +217,8 @@ def test_dry_run_fully_async_uses_train_async_and_disjoint_gpus(framework: str, 
         ({"rollout_mode": "partial", "over_sampling_batch_size": 8}, "below --rollout-batch-size 32"),
         ({"rollout_mode": "fully-async", "num_gpus": 8, "over_sampling_batch_size": 64}, "does not apply to --rollout-mode fully-async"),
         ({"mask_offpolicy": True}, "needs --rollout-mode partial"),
-        ({"rollout_gpus": 2}, "under --rollout-mode fully-async only"),
+        ({"rollout_gpus": 4}, "--rollout-gpus needs GPUs for both training and rollout: --num-gpus 4 leaves 0 to train"),
+        ({"num_gpus": 8, "rollout_gpus": 2}, "2 GPUs for rollout is not a multiple of --tp 4"),
         ({"rollout_mode": "fully-async", "num_gpus": 8, "rollout_gpus": 8}, "leaves 0 to train"),
         ({"rollout_mode": "fully-async", "num_gpus": 8, "rollout_gpus": 3}, "not a multiple of --tp 4"),
     ],
@@ -516,3 +517,81 @@ def test_the_hooks_skip_the_model_check_only_when_the_launch_says_so(tmp_path: P
     assert load_process_parts("offline:qwen3")[0].check_model
     monkeypatch.setenv("OPENREWARD_RL_CHECK_MODEL", "0")
     assert not load_process_parts("offline:qwen3")[0].check_model
+
+
+def test_a_slime_dry_run_pythonpath_imports_the_library_in_a_fresh_interpreter_and_shadows_nothing(config_file: Path, tmp_path: Path, capsys, megatron) -> None:
+    """The job's PYTHONPATH holds the folder that holds `openreward_rl` (a checkout's src), never the package
+    folder itself: `import openreward_rl` works in a fresh interpreter (no site-packages: the path alone
+    decides), and no entry turns one of our modules into a top-level name (`import retry`)."""
+    import subprocess
+
+    import openreward_rl
+
+    _, submit = dry_run(capsys, "--framework", "slime", "--slime-path", str(slime_checkout(tmp_path / "slime")), *megatron, "--config", str(config_file))
+    pythonpath = json.loads(submit[4].split("=", 1)[1])["env_vars"]["PYTHONPATH"]
+    package = Path(openreward_rl.__file__).resolve().parent
+    ours = {p.stem for p in package.iterdir() if p.suffix == ".py" or (p / "__init__.py").exists()} - {"__init__"}
+    assert {"retry", "config", "errors", "cli"} <= ours
+    for entry in pythonpath.split(os.pathsep):
+        assert not [name for name in ours if (Path(entry) / f"{name}.py").exists() or (Path(entry) / name).is_dir()], entry
+    probe = "import importlib.util, openreward_rl; print(openreward_rl.__file__); print(importlib.util.find_spec('retry'))"
+    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": pythonpath}
+    result = subprocess.run([sys.executable, "-S", "-c", probe], env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    imported, retry = result.stdout.splitlines()
+    assert Path(imported).resolve().parent == package and retry == "None"
+
+
+def test_an_installed_library_adds_no_pythonpath_entry() -> None:
+    from openreward_rl.cli.launcher import library_path
+
+    assert library_path("/opt/venv/lib/python3.11/site-packages/openreward_rl/__init__.py") == []
+    assert library_path("/usr/lib/python3/dist-packages/openreward_rl/__init__.py") == []
+    assert library_path("/home/me/clone/src/openreward_rl/__init__.py") == ["/home/me/clone/src"]
+
+
+def test_a_job_saves_checkpoints_under_the_output_dir_unless_save_says_where(config_file: Path, tmp_path: Path, capsys, monkeypatch) -> None:
+    """A 3,000-rollout job without --save used to save nothing: --save defaults to <--output-dir>/checkpoints
+    (./<framework>_output without it), absolute because the job runs elsewhere."""
+    monkeypatch.chdir(tmp_path)
+    base = ["--framework", "miles", "--miles-path", str(tmp_path), "--config", str(config_file)]
+    _, submit = dry_run(capsys, *base)
+    train = train_command(submit)
+    assert value(train, "--save") == str(tmp_path / "miles_output" / "checkpoints") and value(train, "--save-interval") == "10"
+    _, submit = dry_run(capsys, *base, "--output-dir", "runs/a")
+    assert value(train_command(submit), "--save") == str(tmp_path / "runs" / "a" / "checkpoints")
+    _, submit = dry_run(capsys, *base, "--output-dir", "runs/a", "--save", "/ckpt/here")
+    assert value(train_command(submit), "--save") == "/ckpt/here"
+    assert not (tmp_path / "miles_output").exists() and not (tmp_path / "runs").exists()  # a dry run writes nothing
+
+
+def test_a_dry_run_never_asks_the_hub(config_file: Path, tmp_path: Path, capsys, monkeypatch) -> None:
+    """Hub access allowed (as for a user without HF_HUB_OFFLINE) but every connection recorded: the dry run's
+    model-family check reads local files only, so a hub name it does not have costs no retries."""
+    import socket
+
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    attempts: list[object] = []
+
+    def refuse(*args: object, **_: object) -> object:
+        attempts.append(args)
+        raise OSError("network disabled in this test")
+
+    monkeypatch.setattr(socket, "getaddrinfo", refuse)
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    dry_run(capsys, "--framework", "miles", "--miles-path", str(tmp_path), "--config", str(config_file), "--model", "acme/foo-7b")
+    assert attempts == []
+
+
+def test_sync_mode_can_put_actor_and_rollout_on_separate_gpus(config_file: Path, tmp_path: Path, capsys, megatron) -> None:
+    """The cookbook's disaggregated layout: --rollout-gpus N gives SGLang N GPUs and trains on the rest, with no --colocate."""
+    _, submit = dry_run(capsys, "--framework", "slime", "--slime-path", str(slime_checkout(tmp_path / "slime")), *megatron, "--config", str(config_file),
+                        "--num-gpus", "8", "--tp", "2", "--rollout-gpus", "2")  # fmt: skip
+    train = train_command(submit)
+    assert train[1].endswith("/train.py") and "--colocate" not in train
+    assert value(train, "--actor-num-gpus-per-node") == "6" and value(train, "--rollout-num-gpus") == "2"
+    _, submit = dry_run(capsys, "--framework", "slime", "--slime-path", str(slime_checkout(tmp_path / "slime")), *megatron, "--config", str(config_file))
+    train = train_command(submit)
+    assert "--colocate" in train and value(train, "--actor-num-gpus-per-node") == value(train, "--rollout-num-gpus") == "4"

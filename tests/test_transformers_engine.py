@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from openreward_rl.assets import load_tokenizer
-from openreward_rl.engines import ContextLengthError, FinishReason, GenerationRequest
+from openreward_rl.engines import ContextLengthError, EngineError, FinishReason, GenerationRequest
 from openreward_rl.engines.transformers import SamplingConfig, TransformersEngine, UnsupportedSamplingError
 
 
@@ -192,3 +192,27 @@ def test_smollm2_gguf_answers_and_its_logprobs_match_a_forward_pass() -> None:
     assert tokenizer.decode(generation.output_ids) == "The capital of France is Paris.<|im_end|>"
     assert generation.finish_reason is FinishReason.STOP and generation.matched_stop == tokenizer.eos_token_id
     assert generation.logprobs == pytest.approx(teacher_forced_logprobs(engine.model, prompt_ids, generation.output_ids), abs=1e-3)
+
+
+def test_stop_drops_requests_still_generating_instead_of_finishing_them(tiny_model, tokenizer) -> None:
+    """Closing the engine (what Ctrl-C on `eval` does) fails the requests in flight after the current forward
+    step: it does not generate them to their max_new_tokens first (the manager's default flush did)."""
+    steps = []
+    hook = tiny_model.register_forward_hook(lambda *_: steps.append(1))
+    engine = TransformersEngine(tiny_model, tokenizer, sampling=SamplingConfig(temperature=0), default_max_new_tokens=400)
+    inputs = prompts(tokenizer, 4)
+
+    async def go():
+        calls = [asyncio.ensure_future(engine.generate(GenerationRequest(ids, {"max_new_tokens": 400, "temperature": 0}))) for ids in inputs]
+        while len(steps) < 5:  # generating
+            await asyncio.sleep(0.01)
+        await engine.aclose()
+        at_stop = len(steps)
+        return at_stop, await asyncio.gather(*calls, return_exceptions=True)
+
+    try:
+        at_stop, results = asyncio.run(go())
+    finally:
+        hook.remove()
+    assert at_stop < 100, f"{at_stop} forward steps ran before stop() returned"
+    assert all(isinstance(r, EngineError) for r in results), results  # failed as infrastructure, never a short turn

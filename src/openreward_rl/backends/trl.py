@@ -66,7 +66,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -237,12 +237,12 @@ class TrlAdapter:
 
     # -- episodes --------------------------------------------------------------------------------
 
-    def run_episodes(self, model: Any, tasks: Sequence[TaskRef]) -> list[Trajectory]:
-        """One episode per task (in order) sampled from `model` as it is now; blocking."""
+    def run_episodes(self, model: Any, tasks: Sequence[TaskRef], *, on_done: Callable[[Trajectory], None] | None = None) -> list[Trajectory]:
+        """One episode per task (in order) sampled from `model` as it is now; blocking. `on_done` sees each trajectory as it ends."""
         with sampling_mode(model):
             engine = self.engine_for(model)
             try:
-                return self.run(self._episodes(engine, tasks))
+                return self.run(self._episodes(engine, tasks, on_done))
             finally:
                 engine.suspend()  # restores the attention implementation continuous batching switched; keeps the cache
 
@@ -259,13 +259,16 @@ class TrlAdapter:
             )  # fmt: skip
         return self._engine
 
-    async def _episodes(self, engine: TransformersEngine, tasks: Sequence[TaskRef]) -> list[Trajectory]:
+    async def _episodes(self, engine: TransformersEngine, tasks: Sequence[TaskRef], on_done: Callable[[Trajectory], None] | None = None) -> list[Trajectory]:
         gate = asyncio.Semaphore(self.concurrency or max(len(tasks), 1))
         params = {"temperature": self.sampling.temperature, "top_p": self.sampling.top_p}
 
         async def one(task: TaskRef) -> Trajectory:
             async with gate:
-                return await self.rollouts.run(task, sampling_params=params, engine=engine)
+                trajectory = await self.rollouts.run(task, sampling_params=params, engine=engine)
+            if on_done is not None:
+                on_done(trajectory)
+            return trajectory
 
         return list(await asyncio.gather(*(one(task) for task in tasks)))
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +86,8 @@ class TrlOptions:
     def __attrs_post_init__(self) -> None:
         if self.resample_zero_spread is not None and self.resample_zero_spread < 0:
             raise ConfigError(f"resample-zero-spread must be >= 0 (0: off), got {self.resample_zero_spread}")
+        if not self.lr > 0:
+            raise ConfigError(f"lr must be > 0 (the learning rate), got {self.lr:g}")
         if self.save_interval < 0:
             raise ConfigError(f"save-interval must be >= 0 (0: no checkpoints), got {self.save_interval}")
         if self.max_failed_steps < 0:
@@ -210,14 +212,17 @@ class TrlSession:
     @classmethod
     @contextlib.contextmanager
     def open(cls, config: TrainConfig, options: TrlOptions, *, serve: Sequence[str | type] = (), model: Any = None, tokenizer: Any = None, episode: Any = None) -> Iterator[TrlSession]:
-        """Serve `serve` (specs `file.py:Class` or classes), load the model (or use `model`/`tokenizer`), list the training tasks."""
+        """Serve `serve` (specs `file.py:Class` or classes), check the environments and list the training tasks,
+        then load the model (or use `model`/`tokenizer`): whatever needs no model is refused before it loads."""
+        import asyncio
+
         from openreward import AsyncOpenReward
 
-        from openreward_rl.config import prepare_config
+        from openreward_rl.config import ConfigError, prepare_config
         from openreward_rl.engines.transformers import load_model
         from openreward_rl.env.local_server import serve_environments, variant_name
-        from openreward_rl.env.tasks import list_tasks
-        from openreward_rl.preflight import check_environments, check_ready
+        from openreward_rl.errors import boundary
+        from openreward_rl.preflight import check_ready
 
         with contextlib.ExitStack() as stack:
             base_url, served = None, {}
@@ -227,9 +232,13 @@ class TrlSession:
                 served = {variant_name(cls_): variant_name(cls_) for cls_ in server.classes}
             prepared = prepare_config(config, served=served, base_url=base_url, family=options.family)
             check_ready(prepared)
+            tasks = asyncio.run(_training_tasks(prepared, options))
+            if not tasks:
+                raise ConfigError("the configured environments and splits have no tasks to train on")
             if model is None:
                 # float32 weights unless told otherwise (on CUDA too: `bf16` trains under autocast over them)
-                model, tokenizer = load_model(options.model, device=options.resolved_device, dtype=options.dtype or "float32")
+                with boundary(ConfigError, f"cannot load the model {options.model!r}"):
+                    model, tokenizer = load_model(options.model, device=options.resolved_device, dtype=options.dtype or "float32")
             trainable_gguf(model)
             adapter = TrlAdapter.build(
                 prepared, tokenizer, None, model=options.model, sampling=options.sampling, max_new_tokens=options.max_new_tokens,
@@ -243,11 +252,7 @@ class TrlSession:
                 return AsyncOpenReward()  # the key from OPENREWARD_API_KEY; local servers need none
 
             adapter.rollouts.client = adapter.run(make_client())
-            adapter.run(check_environments(adapter.rollouts.client, prepared))  # unreachable, unserved or split-less: one line, before training
             stack.callback(adapter.close)
-            tasks = adapter.run(list_tasks(adapter.rollouts.client, prepared, max_tasks=options.max_tasks, seed=options.seed))
-            if not tasks:
-                raise ConfigError("the configured environments and splits have no tasks to train on")
             yield cls(prepared, options, model, tokenizer, adapter, tasks)
 
     def tasks_of(self, split: str, max_tasks: int | None = None) -> list[TaskRef]:
@@ -259,10 +264,11 @@ class TrlSession:
         tasks = self.adapter.run(list_tasks(self.adapter.rollouts.client, config, max_tasks=max_tasks, seed=self.options.seed))
         return sorted(tasks, key=lambda t: (t.environment, t.split, t.index if t.index is not None else -1))
 
-    def evaluate(self, tasks: Sequence[TaskRef], n: int) -> list[Any]:
-        """`n` episodes of each task sampled from the current model (the training sampler); trajectories in task order."""
+    def evaluate(self, tasks: Sequence[TaskRef], n: int, *, on_done: Callable[[Any], None] | None = None) -> list[Any]:
+        """`n` episodes of each task sampled from the current model (the training sampler); trajectories in task order.
+        `on_done` is called with each trajectory as it finishes (a progress bar)."""
         model = self._trainer.model if self._trainer is not None else self.model
-        return self.adapter.run_episodes(model, [task for task in tasks for _ in range(n)])
+        return self.adapter.run_episodes(model, [task for task in tasks for _ in range(n)], on_done=on_done)
 
     def trainer(self, callbacks: Sequence[Any] = (), *, fresh: bool = False) -> Any:
         """The `GRPOTrainer` (built once; `fresh` builds a new one, e.g. to resume): the adapter as `rollout_func`,
@@ -306,6 +312,21 @@ class TrlSession:
                     control.should_training_stop = True
 
         return FailedStepsGuard()
+
+
+async def _training_tasks(config: TrainConfig, options: TrlOptions) -> list[TaskRef]:
+    """Every environment checked (unreachable, unserved or without a split: one line) and the training tasks listed."""
+    from openreward import AsyncOpenReward
+
+    from openreward_rl.env.tasks import list_tasks
+    from openreward_rl.preflight import check_environments
+
+    client = AsyncOpenReward()  # the key from OPENREWARD_API_KEY; local servers need none
+    try:
+        await check_environments(client, config)
+        return await list_tasks(client, config, max_tasks=options.max_tasks, seed=options.seed)
+    finally:
+        await client.environments.aclose()
 
 
 @attrs.frozen

@@ -19,7 +19,7 @@ import json
 import os
 import re
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +27,11 @@ import attrs
 
 from openreward_rl.backends._options import from_attributes
 from openreward_rl.config import ConfigError, TrainConfig, load_config, prepare_config
+from openreward_rl.errors import boundary, first_line
 from openreward_rl.preflight import check_environments, check_ready
 from openreward_rl.redaction import install_log_redaction, register_known_secrets
 
-__all__ = ["add_arguments", "run", "EvalOptions", "summary_table"]
+__all__ = ["add_arguments", "run", "EvalOptions", "episode_bar", "summary_table"]
 
 ENGINES = ("transformers", "sglang", "openai")
 
@@ -129,6 +130,10 @@ class EvalOptions:
             if ":" not in spec:
                 raise ConfigError(f"--serve {spec!r} must look like path/to/file.py:ClassName")
         _check_local_path(args)
+        if args.engine == "transformers":
+            from openreward_rl.engines.transformers import check_model_name
+
+            check_model_name(args.model.strip())
         return from_attributes(
             cls,
             args,
@@ -249,19 +254,20 @@ def _build_engine(options: EvalOptions) -> tuple[Any, Any]:
     if options.engine == "transformers":
         from openreward_rl.engines.transformers import SamplingConfig, TransformersEngine
 
-        engine = TransformersEngine.from_pretrained(
-            options.model,
-            device=options.device,
-            dtype=options.dtype,
-            sampling=SamplingConfig(temperature=options.temperature, top_p=options.top_p),
-            default_max_new_tokens=options.max_new_tokens,
-        )
+        with boundary(ConfigError, f"cannot load the model {options.model!r}"):
+            engine = TransformersEngine.from_pretrained(
+                options.model,
+                device=options.device,
+                dtype=options.dtype,
+                sampling=SamplingConfig(temperature=options.temperature, top_p=options.top_p),
+                default_max_new_tokens=options.max_new_tokens,
+            )
         return engine, engine.tokenizer
     tokenizer_name = options.tokenizer or options.model
     try:
         tokenizer = load_tokenizer(tokenizer_name)
     except Exception as error:
-        raise ConfigError(f"cannot load the tokenizer {tokenizer_name!r} ({type(error).__name__}: {error}); pass --tokenizer (a hub name, a local path or offline:qwen3)") from None
+        raise ConfigError(f"cannot load the tokenizer {tokenizer_name!r} ({type(error).__name__}: {first_line(error)}); pass --tokenizer (a hub name, a local path or offline:qwen3)") from error
     if options.engine == "sglang":
         from openreward_rl.engines.sglang import SGLangEngine
 
@@ -308,8 +314,6 @@ def model_server_check(options: EvalOptions) -> Callable[[], Awaitable[None]] | 
 async def _run_eval(
     options: EvalOptions, config: TrainConfig, *, engine: Any, tokenizer: Any, client: Any, console: Any, results: Any, server_check: Any
 ) -> dict[str, Any]:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     from openreward_rl.cli.evaluation import EvalJob, eval_key, evaluate, plan
     from openreward_rl.env.tasks import list_tasks
     from openreward_rl.loop.rollout import Rollouts
@@ -347,19 +351,34 @@ async def _run_eval(
             uploader.submit(trajectory, sampling_params=options.sampling_params)
         return trajectory
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console) as bar:
-        progress = bar.add_task("episodes", total=len(jobs))
+    with episode_bar(console, len(jobs)) as advance:
 
         def on_done(job: EvalJob, trajectory: Any) -> None:
             results_by_key[job.key] = trajectory
-            reward = "-" if trajectory.reward is None else f"{trajectory.reward:g}"
-            bar.update(progress, advance=1, description=f"{job.task.environment} reward {reward} ({trajectory.stop_reason.value})")
+            advance(trajectory)
 
         try:
             await evaluate(jobs, run_one, concurrency=options.concurrency, results=results, on_done=on_done)
         finally:
             await uploader.aclose()
     return summarize(results_by_key.values())
+
+
+@contextlib.contextmanager
+def episode_bar(console: Any, total: int) -> Iterator[Callable[[Any], None]]:
+    """A progress bar over `total` episodes on `console`; the callback it yields advances it by one
+    finished trajectory and shows that one's environment, reward and stop reason (`eval`, and the
+    evaluations of `train --framework trl`)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console) as bar:
+        progress = bar.add_task("episodes", total=total)
+
+        def advance(trajectory: Any) -> None:
+            reward = "-" if trajectory.reward is None else f"{trajectory.reward:g}"
+            bar.update(progress, advance=1, description=f"{trajectory.task.get('environment')} reward {reward} ({trajectory.stop_reason.value})")
+
+        yield advance
 
 
 def log_to_wandb(options: EvalOptions, summary: Mapping[str, Any], config: TrainConfig) -> None:
@@ -376,76 +395,46 @@ def log_to_wandb(options: EvalOptions, summary: Mapping[str, Any], config: Train
 
 
 def run(args: Any) -> int:
+    """`eval`: every check that needs no model (options, config, keys, the served classes, each environment
+    reachable with its splits) before the model loads; then the episodes. An error is raised to the
+    command's boundary (`cli.failures`): one line."""
     from rich.console import Console
+
+    from openreward_rl.engines.transformers import check_device
+    from openreward_rl.env.local_server import check_servable, load_environment_class
 
     console = Console(stderr=True)
     out = Console() if Console().is_terminal else Console(width=150)
-
-    def fail(message: str, code: int = 2) -> int:
-        console.print(f"openreward-rl eval: {message}", markup=False, soft_wrap=True)
-        return code
-
     install_log_redaction()
     register_known_secrets(variables=[args.api_key_env])  # before anything can log; --serve defers check_ready
-    try:
-        options = EvalOptions.from_args(args)
-        config = load_config(args.config)
-        if not options.serve:
-            check_ready(config)  # an API key for remote environments; registers secrets for redaction
-    except (ValueError, ConfigError) as error:
-        return fail(str(error))
+    options = EvalOptions.from_args(args)
+    config = load_config(args.config)
+    if not options.serve:
+        check_ready(config)  # an API key for remote environments; registers secrets for redaction
     if options.serve and (config.env_base_url or any(env.base_url for env in config.environments.values())):
-        return fail("--serve sets env_base_url; remove env_base_url / base_url from the config or drop --serve")
+        raise ConfigError("--serve sets env_base_url; remove env_base_url / base_url from the config or drop --serve")
     if options.engine == "openai" and not options.base_url and not os.environ.get(options.api_key_env):
-        return fail(f"--engine openai against api.openai.com needs ${options.api_key_env} (or pass --base-url for a local server)")
+        raise ConfigError(f"--engine openai against api.openai.com needs ${options.api_key_env} (or pass --base-url for a local server)")
+    if options.engine == "transformers":
+        check_device(options.device)
     classes = []
     if options.serve:
-        from openreward_rl.env.local_server import load_environment_class
-
-        try:
+        with boundary(ConfigError, "--serve"):
             classes = [load_environment_class(spec) for spec in options.serve]
-        except (ValueError, TypeError) as error:
-            return fail(f"--serve: {error}")
+        check_servable(classes)
     os.environ.setdefault("OPENREWARD_DISABLE_UPDATE_CHECK", "1")
     os.environ.setdefault("OPENREWARD_LOG_LEVEL", "WARNING")  # an in-process env server logs every request at INFO
+    results = open_results(options, config, console) if options.output else None
     try:
-        results = open_results(options, config, console) if options.output else None
-    except ValueError as error:
-        return fail(str(error))
-    try:
-        try:
-            with console.status(f"loading {options.model} ({options.engine})"):
-                engine, tokenizer = _build_engine(options)
-        except (ValueError, FileNotFoundError, OSError) as error:
-            return fail(f"cannot load the model: {error}")
-        try:
-            return _run_with_engine(options, config, engine, tokenizer, classes, console, out, results)
-        finally:
-            asyncio.run(engine.aclose())
+        return _serve_and_run(options, config, classes, console, out, results)
     finally:
         if results is not None:
             results.close()
 
 
-def _run_with_engine(
-    options: EvalOptions, config: TrainConfig, engine: Any, tokenizer: Any, classes: Sequence[Any], console: Any, out: Any, results: Any = None
-) -> int:
-    from openreward import AsyncOpenReward
-
+def _serve_and_run(options: EvalOptions, config: TrainConfig, classes: Sequence[Any], console: Any, out: Any, results: Any) -> int:
+    """Serve `classes`, check every environment, load the model, run the episodes, print the summary."""
     from openreward_rl.env.local_server import loopback_environ, serve_environments, variant_name
-
-    async def main(base_url: str | None, served: Mapping[str, str]) -> dict[str, Any]:
-        prepared = prepare_config(config, split=options.split, served=served, base_url=base_url, family=options.family, skip_check_model=options.skip_check_model)
-        check_ready(prepared)
-        client = AsyncOpenReward()  # the key from OPENREWARD_API_KEY; local servers need none
-        try:
-            # an unreachable server, an environment it does not serve, a split it lacks: one line, before any episode
-            await check_environments(client, prepared, split_option="--split" if options.split else None)
-            return await run_eval(
-                options, prepared, engine=engine, tokenizer=tokenizer, client=client, console=console, results=results, server_check=model_server_check(options)
-            )
-        finally:
-            await client.environments.aclose()
 
     with contextlib.ExitStack() as stack:
         base_url, served = None, {}
@@ -455,20 +444,46 @@ def _run_with_engine(
             base_url = server.base_url
             served = {variant_name(cls): variant_name(cls) for cls in classes}
             console.print(f"serving {', '.join(cls.name() for cls in classes)} on {base_url}", markup=False)
+        prepared = prepare_config(config, split=options.split, served=served, base_url=base_url, family=options.family, skip_check_model=options.skip_check_model)
+        check_ready(prepared)
+        # an unreachable server, an environment it does not serve, a split it lacks: one line, before the model loads
+        asyncio.run(_check_environments(prepared, split_option="--split" if options.split else None))
+        with console.status(f"loading {options.model} ({options.engine})"):
+            engine, tokenizer = _build_engine(options)
         try:
-            summary = asyncio.run(main(base_url, served))
-        except KeyboardInterrupt:
-            console.print("interrupted; rerun the same command to resume" if options.output else "interrupted", markup=False)
-            return 130
-        except (ValueError, ConfigError) as error:
-            console.print(f"openreward-rl eval: {error}", markup=False, soft_wrap=True)
-            return 2
+            try:
+                summary = asyncio.run(_episodes(options, prepared, engine, tokenizer, console, results))
+            except KeyboardInterrupt:
+                console.print("interrupted; rerun the same command to resume" if options.output else "interrupted", markup=False)
+                return 130
+        finally:
+            asyncio.run(engine.aclose())  # a hard stop: generation in flight ends now, not at max_new_tokens
     out.print(summary_table(summary, title=f"{options.model} ({options.engine}, n={options.n}, temperature={options.temperature:g})"))
     if options.wandb_project:
         log_to_wandb(options, summary, config)
     if options.output:
         out.print(f"trajectories: {options.output}  (view one with: openreward-rl show {options.output})", markup=False)
     return _infrastructure_verdict(summary, console, rerun=bool(options.output))
+
+
+async def _check_environments(config: TrainConfig, *, split_option: str | None) -> None:
+    from openreward import AsyncOpenReward
+
+    client = AsyncOpenReward()  # the key from OPENREWARD_API_KEY; local servers need none
+    try:
+        await check_environments(client, config, split_option=split_option)
+    finally:
+        await client.environments.aclose()
+
+
+async def _episodes(options: EvalOptions, config: TrainConfig, engine: Any, tokenizer: Any, console: Any, results: Any) -> dict[str, Any]:
+    from openreward import AsyncOpenReward
+
+    client = AsyncOpenReward()
+    try:
+        return await run_eval(options, config, engine=engine, tokenizer=tokenizer, client=client, console=console, results=results, server_check=model_server_check(options))
+    finally:
+        await client.environments.aclose()
 
 
 def _infrastructure_verdict(summary: Mapping[str, Any], console: Any, *, rerun: bool) -> int:

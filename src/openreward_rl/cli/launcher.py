@@ -42,7 +42,7 @@ from openreward_rl.config import CHECK_MODEL_ENV
 from openreward_rl.errors import TrainerError
 from openreward_rl.redaction import KNOWN_SECRET_VARIABLES, MIN_SECRET_LENGTH
 
-__all__ = ["LaunchError", "LaunchSpec", "LaunchPlan", "train_arguments", "megatron_arguments", "read_model_args", "runtime_env", "plan_launch", "check_batch_sizes", "ray_is_running"]
+__all__ = ["LaunchError", "LaunchSpec", "LaunchPlan", "train_arguments", "megatron_arguments", "read_model_args", "runtime_env", "library_path", "plan_launch", "check_batch_sizes", "ray_is_running"]
 
 FRAMEWORKS = ("slime", "miles")
 ROLLOUT_MODES = ("sync", "partial", "fully-async")
@@ -91,7 +91,7 @@ class LaunchSpec:
     rollout_mode: str = "sync"  # sync | partial (--partial-rollout + over-sampling) | fully-async (train_async.py)
     over_sampling_batch_size: int | None = None  # default under partial: 2 x rollout_batch_size
     mask_offpolicy: bool = False  # --mask-offpolicy-in-partial-rollout
-    rollout_gpus: int | None = None  # fully-async: GPUs for SGLang (the rest train); default num_gpus // 2
+    rollout_gpus: int | None = None  # GPUs for SGLang, the rest train (not colocated); default: colocated, except fully-async: num_gpus // 2
     dashboard_host: str = DASHBOARD_HOST  # `ray start --dashboard-host`; 0.0.0.0 exposes the job API to the network
     # Megatron backend (what the cookbook's run.sh asks for): Megatron-LM's checkout (put on PYTHONPATH), the
     # reference checkpoint (torch_dist, also where training starts without --load), and the model's Megatron
@@ -124,9 +124,14 @@ class LaunchSpec:
         return self.rollout_mode == "fully-async"
 
     @property
+    def colocated(self) -> bool:
+        """Training and rollout share the same GPUs (`--colocate`): every mode but fully-async, unless `rollout_gpus` splits them."""
+        return self.rollout_gpus is None and not self.fully_async
+
+    @property
     def split_gpus(self) -> tuple[int, int]:
-        """(actor GPUs, rollout GPUs): both the same colocated GPUs, or disjoint under fully-async."""
-        if not self.fully_async:
+        """(actor GPUs, rollout GPUs): both the same colocated GPUs, or disjoint (`rollout_gpus`, fully-async)."""
+        if self.colocated:
             return self.num_gpus, self.num_gpus
         rollout = self.rollout_gpus if self.rollout_gpus is not None else self.num_gpus // 2
         return self.num_gpus - rollout, rollout
@@ -147,6 +152,8 @@ def check_batch_sizes(spec: LaunchSpec) -> None:
     for name, value in (("--rollout-batch-size", spec.rollout_batch_size), ("--n-samples", spec.n_samples), ("--num-gpus", spec.num_gpus), ("--tp", spec.tp)):
         if value < 1:
             raise LaunchError(f"{name} must be at least 1, got {value}")
+    if not spec.lr > 0:
+        raise LaunchError(f"--lr must be > 0, got {spec.lr:g}")
     if spec.global_batch_size is not None and spec.global_batch_size < 1:
         raise LaunchError(f"--global-batch-size must be at least 1, got {spec.global_batch_size}")
     per_rollout = spec.rollout_batch_size * spec.n_samples
@@ -157,7 +164,7 @@ def check_batch_sizes(spec: LaunchSpec) -> None:
             f"--rollout-batch-size {spec.rollout_batch_size} x --n-samples {spec.n_samples} = {per_rollout} samples per rollout "
             f"is not a multiple of --global-batch-size {spec.batch_size}; choose a divisor of {per_rollout} (e.g. {hint})"
         )
-    if spec.num_gpus % spec.tp and not spec.fully_async:
+    if spec.num_gpus % spec.tp and spec.colocated:
         raise LaunchError(f"--num-gpus {spec.num_gpus} is not a multiple of --tp {spec.tp}: each SGLang engine takes --tp GPUs")
     _check_rollout_mode(spec)
     if spec.max_context_len <= spec.max_response_len:
@@ -177,14 +184,13 @@ def _check_rollout_mode(spec: LaunchSpec) -> None:
             )
     if spec.mask_offpolicy and spec.rollout_mode != "partial":
         raise LaunchError("--mask-offpolicy-in-partial-rollout needs --rollout-mode partial")
-    if spec.rollout_gpus is not None and not spec.fully_async:
-        raise LaunchError("--rollout-gpus splits the GPUs under --rollout-mode fully-async only (other modes colocate actor and rollout)")
-    if spec.fully_async:
+    if not spec.colocated:
         actor, rollout = spec.split_gpus
+        mode = "--rollout-mode fully-async" if spec.fully_async else "--rollout-gpus"
         if actor < 1 or rollout < 1:
-            raise LaunchError(f"--rollout-mode fully-async needs GPUs for both training and rollout: --num-gpus {spec.num_gpus} leaves {actor} to train and {rollout} to roll out")
+            raise LaunchError(f"{mode} needs GPUs for both training and rollout: --num-gpus {spec.num_gpus} leaves {actor} to train and {rollout} to roll out")
         if rollout % spec.tp:
-            raise LaunchError(f"fully-async gives {rollout} GPUs to rollout, not a multiple of --tp {spec.tp}; set --rollout-gpus to a multiple of --tp")
+            raise LaunchError(f"{rollout} GPUs for rollout is not a multiple of --tp {spec.tp}; set --rollout-gpus to a multiple of --tp")
 
 
 def _check_spec(spec: LaunchSpec) -> None:
@@ -224,7 +230,7 @@ def train_arguments(spec: LaunchSpec) -> list[str]:
         "--actor-num-nodes", "1",
         "--actor-num-gpus-per-node", str(actor_gpus),
         "--rollout-num-gpus", str(rollout_gpus),
-        *(() if spec.fully_async else ("--colocate",)),
+        *(("--colocate",) if spec.colocated else ()),
         "--rollout-num-gpus-per-engine", str(spec.tp),
         "--hf-checkpoint", spec.model,
         *megatron_arguments(spec),
@@ -354,13 +360,28 @@ def rollout_mode_arguments(spec: LaunchSpec) -> list[str]:
     return ["--over-sampling-batch-size", str(spec.over_sampling)] if spec.over_sampling is not None else []
 
 
+def library_path(package_file: str | os.PathLike[str] | None = None) -> list[str]:
+    """The PYTHONPATH entry a job needs to `import openreward_rl` as this process does: the folder holding
+    the package (a checkout's `src`), or none where the package is installed in site-packages (the job's
+    interpreter finds it there). Never the package folder itself, whose modules would become top-level
+    names (`import retry` would load ours).
+
+    >>> library_path("/venv/lib/python3.11/site-packages/openreward_rl/__init__.py")
+    []
+    >>> library_path("/home/me/openreward_rl/src/openreward_rl/__init__.py")
+    ['/home/me/openreward_rl/src']
+    """
+    package = Path(package_file).resolve().parent if package_file else Path(__file__).resolve().parents[1]  # .../openreward_rl
+    holder = package.parent
+    return [] if holder.name in ("site-packages", "dist-packages") else [str(holder)]
+
+
 def runtime_env(spec: LaunchSpec, environ: Mapping[str, str]) -> dict[str, dict[str, str]]:
     """Ray's runtime env: PYTHONPATH with the framework checkout and this library, the config, and the
     `FORWARDED_ENV` settings; never an API key (the job inherits those from the Ray head)."""
-    library_root = str(Path(__file__).resolve().parents[1])
     inherited = [str(Path(p).resolve()) for p in environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     megatron = [str(Path(spec.megatron_path).resolve())] if spec.backend == "megatron" and spec.megatron_path else []
-    paths = [str(Path(spec.framework_path).resolve()), *megatron, library_root, *inherited]
+    paths = [str(Path(spec.framework_path).resolve()), *megatron, *library_path(), *inherited]
     env_vars = {
         "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)),
         "CUDA_DEVICE_MAX_CONNECTIONS": "1",

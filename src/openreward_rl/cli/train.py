@@ -18,6 +18,7 @@ from typing import Any
 from openreward_rl.backends._options import from_attributes
 from openreward_rl.cli.launcher import LaunchError, LaunchSpec, plan_launch, ray_is_running, run_plan, train_arguments
 from openreward_rl.config import ConfigError, load_config
+from openreward_rl.errors import first_line
 from openreward_rl.preflight import check_environments, check_ready, remote_environments
 from openreward_rl.redaction import install_log_redaction
 
@@ -33,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--task-data", default=defaults.task_data, help="JSONL from `openreward-rl prepare`")
     parser.add_argument("--model", default=None, help=f"HF checkpoint (also the tokenizer; slime/miles default {defaults.model}, required for trl)")
     parser.add_argument("--lr", type=float, default=None, help=f"learning rate (default {defaults.lr:g})")
-    parser.add_argument("--num-gpus", type=int, default=defaults.num_gpus, help="GPUs for the colocated actor and rollout")
+    parser.add_argument("--num-gpus", type=int, default=defaults.num_gpus, help="GPUs of the run: actor and rollout share them (colocated), unless --rollout-gpus splits them")
     parser.add_argument("--tp", type=int, default=defaults.tp, help="GPUs per SGLang engine")
     parser.add_argument("--rollout-batch-size", type=int, default=None, help=f"prompts per rollout (slime/miles default {defaults.rollout_batch_size})")
     parser.add_argument("--n-samples", type=int, default=None, help=f"rollouts per prompt, the GRPO group (slime/miles default {defaults.n_samples})")
@@ -51,7 +52,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="Megatron backend: file with the model's Megatron flags (Slime: a scripts/models/*.sh setting MODEL_ARGS; Miles: a scripts/models/*.py with model_args()); "
         "default: <framework>/scripts/models/<--model's name>.sh|.py",
     )  # fmt: skip
-    parser.add_argument("--save", default=None, help="checkpoint directory to save to")
+    parser.add_argument("--output-dir", default=None, help="where the run writes (trl: checkpoints and the final model, default ./trl_output; slime/miles: default ./<framework>_output)")
+    parser.add_argument("--save", default=None, help="slime/miles: checkpoint directory to save to (default <--output-dir>/checkpoints)")
     parser.add_argument("--save-interval", type=int, default=None, help=f"rollouts between checkpoints (default {defaults.save_interval})")
     parser.add_argument("--load", default=None, help="checkpoint directory to resume from (the trainer picks the latest)")
     parser.add_argument("--wandb-project", default=None, help=f"W&B project (slime/miles default {defaults.wandb_project}; trl logs to W&B only when given)")
@@ -64,7 +66,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument("--over-sampling-batch-size", type=int, default=None, help="groups fetched per refill (default under partial: 2 x --rollout-batch-size)")
     parser.add_argument("--mask-offpolicy", action="store_true", help="partial: zero the loss mask of tokens sampled in earlier rollout steps (--mask-offpolicy-in-partial-rollout)")
-    parser.add_argument("--rollout-gpus", type=int, default=None, help="fully-async: GPUs for SGLang, the rest of --num-gpus train (default half)")
+    parser.add_argument(
+        "--rollout-gpus", type=int, default=None,
+        help="GPUs for SGLang, the rest of --num-gpus train (actor and rollout on separate GPUs, no --colocate); "
+        "default: colocated, except under fully-async: half",
+    )  # fmt: skip
     parser.add_argument(
         "--dashboard-host", default=defaults.dashboard_host,
         help=f"interface the Ray dashboard (and its unauthenticated job API) listens on when this command starts Ray "
@@ -108,8 +114,17 @@ def spec_from_args(args: Any) -> LaunchSpec:
         advantage_estimator=_advantage_estimator(config),
         task_sampling=_task_sampling(config),
         skip_check_model=bool(getattr(args, "skip_check_model", False)),
+        save=args.save or default_save(args.framework, args.output_dir),
         extra=tuple(extra),
     )
+
+
+def default_save(framework: str, output_dir: str | None) -> str:
+    """Where a Slime/Miles job saves checkpoints when --save is not given: `<output dir>/checkpoints`, absolute
+    (the job runs elsewhere); `./<framework>_output` without --output-dir."""
+    from pathlib import Path
+
+    return str((Path(output_dir or f"{framework}_output") / "checkpoints").resolve())
 
 
 def _advantage_estimator(config_file: str) -> str:
@@ -165,7 +180,8 @@ def _check_model(config: Any, spec: LaunchSpec, *, required: bool) -> None:
     episode (`episode_stack`, which runs `families.probe.check_model`): the same check runs here first,
     before Ray starts, so an inexact family fails the launch with the first differing token. Skipped by
     `check_model: false` or --skip-check-model (which the hooks then skip too). A tokenizer that cannot
-    be loaded here fails a launch (`required`: the hooks load the same one); a dry run says so and goes on."""
+    be loaded here fails a launch (`required`: the hooks load the same one); a dry run says so and goes on.
+    A dry run reads local files only (a local checkpoint, the hub cache): it never waits on the hub."""
     from openreward_rl.assets import load_tokenizer
     from openreward_rl.errors import ModelFamilyError
     from openreward_rl.loop.rollout import episode_stack
@@ -173,9 +189,10 @@ def _check_model(config: Any, spec: LaunchSpec, *, required: bool) -> None:
     if not config.check_model or spec.skip_check_model:
         return
     try:
-        tokenizer = load_tokenizer(spec.model)
+        tokenizer = load_tokenizer(spec.model) if required else load_tokenizer(spec.model, local_files_only=True)
     except Exception as error:  # noqa: BLE001  (a missing checkpoint, no network: the loaders raise many kinds)
-        problem = f"cannot load the tokenizer of --model {spec.model} to check its model family ({type(error).__name__}: {error})"
+        where = "" if required else " from local files (a dry run does not ask the hub)"
+        problem = f"cannot load the tokenizer of --model {spec.model}{where} to check its model family ({type(error).__name__}: {first_line(error)})"
         if required:
             raise LaunchError(f"{problem}; the hooks load the same one. --skip-check-model (or check_model: false) skips the check") from None
         print(f"openreward-rl train: {problem}; the hooks will check it", file=sys.stderr)

@@ -60,7 +60,6 @@ def add_trl_arguments(parser: Any) -> None:
     group.add_argument("--bf16", action="store_true", help="train under bf16 autocast (GPU)")
     group.add_argument("--gradient-checkpointing", action="store_true", help="recompute activations in the backward pass (less memory, slower)")
     group.add_argument("--max-steps", type=int, default=_DEFAULT["max_steps"], help=f"optimizer steps (default {_DEFAULT['max_steps']})")
-    group.add_argument("--output-dir", default=_DEFAULT["output_dir"], help=f"checkpoints and the final model (default ./{_DEFAULT['output_dir']})")
     group.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --output-dir")
     group.add_argument("--lora", action="store_true", help="train a LoRA adapter (peft) instead of all weights")
     group.add_argument("--lora-rank", type=int, default=_DEFAULT["lora_rank"], help=f"LoRA rank (default {_DEFAULT['lora_rank']})")
@@ -100,6 +99,9 @@ def options_from_args(args: Any) -> Any:
     model = getattr(args, "model", None)
     if not model:
         raise ConfigError("--framework trl needs --model (e.g. offline:smollm2, HuggingFaceTB/SmolLM2-135M-Instruct or a local path)")
+    from openreward_rl.engines.transformers import check_model_name
+
+    check_model_name(model)
     if args.eval_n < 1:
         raise ConfigError(f"--eval-n must be at least 1, got {args.eval_n}")
     for spec in args.serve:
@@ -109,6 +111,7 @@ def options_from_args(args: Any) -> Any:
         TrlOptions,
         args,
         model=model,
+        output_dir=getattr(args, "output_dir", None) or _DEFAULT["output_dir"],
         **{field: _shared(args, flag) for flag, field in SHARED_FLAGS.items()},
         report_to="wandb" if getattr(args, "wandb_project", None) else "none",
         run_name=getattr(args, "wandb_run", None),
@@ -199,36 +202,45 @@ def dry_run_text(options: Any, config_source: str, serve: Sequence[str]) -> str:
 
 
 def run(args: Any) -> int:
-    """`train --framework trl`: validate, optionally evaluate, train (or resume), evaluate, save."""
+    """`train --framework trl`: validate everything that needs no model, then optionally evaluate, train (or
+    resume), evaluate, save. An error is raised to the command's boundary (`cli.failures`): one line."""
     from openreward_rl.config import ConfigError, load_config
+    from openreward_rl.engines.transformers import check_device
+    from openreward_rl.env.local_server import check_servable, load_environment_class
     from openreward_rl.loop.rollout import check_extensions
     from openreward_rl.redaction import install_log_redaction
-
-    def fail(message: str, code: int = 2) -> int:
-        print(f"openreward-rl train: {message}", file=sys.stderr)
-        return code
 
     install_log_redaction()
     os.environ.setdefault("OPENREWARD_DISABLE_UPDATE_CHECK", "1")
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     _quiet_libraries()
-    try:
-        options = options_from_args(args)
-        config = load_config(args.config)
-        check_extensions(config)  # an unknown episode or context policy: refused before anything loads, --dry-run included
-    except (ValueError, ConfigError) as error:
-        return fail(str(error))
+    options = options_from_args(args)
+    config = load_config(args.config)
+    check_extensions(config)  # an unknown episode or context policy: refused before anything loads, --dry-run included
     if args.serve and (config.env_base_url or any(env.base_url for env in config.environments.values())):
-        return fail("--serve sets env_base_url; remove env_base_url / base_url from the config or drop --serve")
+        raise ConfigError("--serve sets env_base_url; remove env_base_url / base_url from the config or drop --serve")
     if args.dry_run:
         print(dry_run_text(options, str(config.source), args.serve))
         return 0
+    check_device(options.device)
+    classes = [load_environment_class(spec) for spec in args.serve]
+    check_servable(classes)  # what the SDK's Server refuses (no tools, a concurrent terminal tool), before the model loads
     if options.report_to == "wandb":
         os.environ.setdefault("WANDB_PROJECT", args.wandb_project)
     try:
-        return _train(args, options, config)
-    except (ValueError, ConfigError) as error:
-        return fail(str(error))
+        return _train(args, options, config, classes)
+    except KeyboardInterrupt:
+        kept = last_checkpoint_line(options.output_dir)
+        print(f"openreward-rl train: interrupted{kept}", file=sys.stderr, flush=True)
+        return 130
+
+
+def last_checkpoint_line(output_dir: str) -> str:
+    """What an interrupted run says of its checkpoints: where the newest is and how to go on from it."""
+    from openreward_rl.backends.trl_run import last_checkpoint
+
+    newest = last_checkpoint(output_dir)
+    return f"; checkpoints kept in {output_dir} (newest {os.path.basename(newest)}): --resume continues from it" if newest else "; no checkpoint was saved yet"
 
 
 def _quiet_libraries() -> None:
@@ -244,19 +256,22 @@ def _quiet_libraries() -> None:
         pass
 
 
-def _write(path: str | None, phase: str, episodes: Sequence[Any], model: str) -> None:
-    """Evaluation episodes as a trajectory dump (`openreward-rl show` reads it): `path` after training, `*.before.jsonl` before."""
+def _write(path: str | None, phase: str, episodes: Sequence[Any], options: Any) -> None:
+    """Evaluation episodes as a trajectory dump (`openreward-rl show` reads it): `path` after training, `*.before.jsonl` before.
+    Each line records the sampling settings as `eval` does, the tokenizer included, so `show` renders the token view."""
     if not path:
         return
     from pathlib import Path
 
     from openreward_rl.observe.dumps import TrajectoryWriter
 
+    settings = {"engine": "transformers", "model": options.model, "tokenizer": options.model, "temperature": options.temperature,
+                "top_p": options.top_p, "max_new_tokens": options.max_new_tokens}  # fmt: skip
     target = Path(path) if phase == "after" else Path(path).with_suffix(".before.jsonl")
     target.unlink(missing_ok=True)
     with TrajectoryWriter(target) as writer:
         for episode in episodes:
-            writer.write(episode, model=model, phase=phase)
+            writer.write(episode, model=options.model, phase=phase, eval=settings)
 
 
 def _all_failed(episodes: Sequence[Any]) -> str | None:
@@ -271,12 +286,20 @@ def _all_failed(episodes: Sequence[Any]) -> str | None:
     return "; ".join(broken) or None
 
 
-def _train(args: Any, options: Any, config: Any) -> int:
+def _evaluate(session: Any, tasks: Sequence[Any], n: int, out: Any) -> list[Any]:
+    """`n` episodes of each task with `eval`'s progress bar (an evaluation takes minutes on a CPU)."""
+    from rich.console import Console
+
+    from openreward_rl.cli.eval import episode_bar
+
+    with episode_bar(Console(file=out), len(tasks) * n) as on_done:
+        return session.evaluate(tasks, n, on_done=on_done)
+
+
+def _train(args: Any, options: Any, config: Any, classes: Sequence[type]) -> int:
     from openreward_rl.backends.trl_run import TrlSession, eval_stats, last_checkpoint, quiet_trainer
-    from openreward_rl.env.local_server import load_environment_class
 
     out = sys.stdout
-    classes = [load_environment_class(spec) for spec in args.serve]
     resume = last_checkpoint(options.output_dir) if args.resume else None
     if args.resume and resume is None:
         print(f"no checkpoint in {options.output_dir}; starting from step 0", file=out, flush=True)
@@ -288,8 +311,8 @@ def _train(args: Any, options: Any, config: Any) -> int:
         before = None
         if eval_tasks and resume is None:
             print(f"evaluating {args.eval_split}: {len(eval_tasks)} tasks x {args.eval_n} episodes", file=out, flush=True)
-            episodes = session.evaluate(eval_tasks, args.eval_n)
-            _write(args.eval_output, "before", episodes, options.model)
+            episodes = _evaluate(session, eval_tasks, args.eval_n, out)
+            _write(args.eval_output, "before", episodes, options)
             before = eval_stats(episodes)
             print_summary("before", before, out)
             broken = _all_failed(episodes)
@@ -309,8 +332,9 @@ def _train(args: Any, options: Any, config: Any) -> int:
             trainer.save_model(options.output_dir)
             print(f"model saved to {options.output_dir}", file=out, flush=True)
         if eval_tasks:
-            episodes = session.evaluate(eval_tasks, args.eval_n)
-            _write(args.eval_output, "after", episodes, options.model)
+            print(f"evaluating {args.eval_split} after training", file=out, flush=True)
+            episodes = _evaluate(session, eval_tasks, args.eval_n, out)
+            _write(args.eval_output, "after", episodes, options)
             after = eval_stats(episodes)
             if before is not None:
                 print_summary("before", before, out)

@@ -60,7 +60,7 @@ import attrs
 from openreward_rl.engines.base import ContextLengthError, EngineError, FinishReason, Generation, GenerationRequest
 from openreward_rl.errors import ConfigError
 
-__all__ = ["SamplingConfig", "TransformersEngine", "UnsupportedSamplingError", "load_model"]
+__all__ = ["SamplingConfig", "TransformersEngine", "UnsupportedSamplingError", "check_device", "check_model_name", "load_model"]
 
 logger = logging.getLogger(__name__)
 
@@ -144,6 +144,37 @@ def _default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def check_model_name(name_or_path: str) -> None:
+    """`ConfigError` for an `offline:` name that names no packaged model (only `offline:smollm2` is one),
+    before anything loads.
+
+    >>> check_model_name("offline:qwen3")
+    Traceback (most recent call last):
+    ...
+    openreward_rl.errors.ConfigError: unknown offline model 'offline:qwen3'; the packaged model is offline:smollm2 (offline:qwen3 and the like are tokenizers only)
+    """
+    from openreward_rl.assets import OFFLINE_PREFIX
+
+    if name_or_path.startswith(OFFLINE_PREFIX) and name_or_path != OFFLINE_PREFIX + "smollm2":
+        raise ConfigError(f"unknown offline model {name_or_path!r}; the packaged model is {OFFLINE_PREFIX}smollm2 (offline:qwen3 and the like are tokenizers only)")
+
+
+def check_device(device: str | None) -> None:
+    """`ConfigError` unless torch can run on `device` (None: whichever is available), before any model loads.
+
+    >>> check_device("cpu"), check_device(None)
+    (None, None)
+    """
+    if not device or not device.startswith("cuda"):
+        return
+    import torch
+
+    if not torch.backends.cuda.is_built():
+        raise ConfigError(f"device {device!r}: this torch build ({torch.__version__}) has no CUDA; install a CUDA build of torch, or use --device cpu")
+    if not torch.cuda.is_available():
+        raise ConfigError(f"device {device!r}: torch sees no CUDA device (torch.cuda.is_available() is false); use --device cpu")
+
+
 def load_model(name_or_path: str, *, gguf_file: str | None = None, device: str | None = None, dtype: Any = None) -> tuple[Any, Any]:
     """(model, tokenizer) from a hub name, a local directory or a GGUF file; `offline:smollm2` is the packaged SmolLM2.
 
@@ -154,9 +185,9 @@ def load_model(name_or_path: str, *, gguf_file: str | None = None, device: str |
 
     from openreward_rl.assets import OFFLINE_PREFIX, smollm2_gguf
 
+    check_model_name(name_or_path)
+    requested = name_or_path
     if name_or_path.startswith(OFFLINE_PREFIX):
-        if name_or_path != OFFLINE_PREFIX + "smollm2":
-            raise ValueError(f"unknown offline model {name_or_path!r}; the packaged model is {OFFLINE_PREFIX}smollm2")
         directory, gguf_file = smollm2_gguf()
         name_or_path = str(directory)
     device = device or _default_device()
@@ -170,6 +201,8 @@ def load_model(name_or_path: str, *, gguf_file: str | None = None, device: str |
     extra = {"gguf_file": gguf_file} if gguf_file else {}
     tokenizer = AutoTokenizer.from_pretrained(name_or_path, **extra)
     model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype, **extra).to(device)
+    if requested != name_or_path:  # an offline name: record it, not the package folder it resolved to
+        model.name_or_path = model.config._name_or_path = requested  # what a LoRA adapter's base_model_name_or_path and TRL's model card read
     return model.eval(), tokenizer
 
 
@@ -494,7 +527,10 @@ class TransformersEngine:
         self._halt(keep=True)
 
     def stop(self) -> None:
-        """Stop the manager and the reader thread and release the cache (blocking); waiting callers get `EngineError`."""
+        """Stop the manager and the reader thread and release the cache (blocking); waiting callers get `EngineError`.
+
+        Requests still generating are dropped after the current forward step (a hard stop), not run to
+        the end: their callers are failed anyway, and Ctrl-C must not wait for them."""
         self._closing.set()
         self._halt(keep=False)
 
@@ -503,7 +539,7 @@ class TransformersEngine:
             manager = self._manager
             if manager is not None and self._running:
                 self._reader_done.set()
-                manager.stop(block=True, keep_for_next_session=keep)
+                manager.stop(block=True, keep_for_next_session=keep, hard_stop=not keep)
                 vars(self.model).pop("_cached_continuous_batching_manager", None)  # the engine keeps its own reference
                 if self._reader is not None:
                     self._reader.join()

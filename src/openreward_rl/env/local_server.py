@@ -44,7 +44,7 @@ import uvicorn
 from openreward.environments import Environment, Server
 
 from openreward_rl._registry import FILE_MODULE_PREFIX, import_file, import_plugin
-from openreward_rl.errors import EnvError
+from openreward_rl.errors import ConfigError, EnvError, boundary
 
 if TYPE_CHECKING:
     from openreward import AsyncOpenReward
@@ -52,6 +52,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "load_environment_class",
+    "check_servable",
     "import_file",
     "class_spec",
     "variant_name",
@@ -103,6 +104,15 @@ def load_environment_class(spec: str) -> type[Environment]:
     if not (inspect.isclass(cls) and issubclass(cls, Environment)):
         raise TypeError(f"environment spec {spec!r}: {class_name} is {cls!r}, not an openreward Environment subclass")
     return cls
+
+
+def check_servable(classes: Sequence[type[Environment]]) -> None:
+    """`ConfigError` naming the classes and the SDK's reason unless its `Server` accepts them (each has a
+    tool, no terminal tool is concurrent, names differ, ...): what serving them would fail on, checked
+    without taking a port, so a command can refuse them before it loads a model."""
+    if classes:
+        with boundary(ConfigError, f"cannot serve {', '.join(cls.__name__ for cls in classes)}"):
+            Server(list(classes))
 
 
 def class_spec(cls: type[Environment]) -> str:
@@ -245,7 +255,7 @@ class LocalEnvServer:
     def __attrs_post_init__(self) -> None:
         if not self.classes:
             raise ValueError("LocalEnvServer needs at least one environment class")
-        Server(list(self.classes))  # validates tools/splits/prompt and duplicate names, before any port is taken
+        check_servable(self.classes)  # tools, splits, prompt and duplicate names, before any port is taken
 
     @property
     def specs(self) -> tuple[str, ...]:

