@@ -55,7 +55,9 @@ def train_sft(model: Any, tokenizer: Any, rows: list[dict[str, list[int]]], *, o
         gradient_accumulation_steps=1, logging_steps=1, save_strategy="no", report_to="none", seed=seed, bf16=bf16,
         max_length=None, lr_scheduler_type="constant", use_cpu=str(model.device) == "cpu", gradient_checkpointing=False,
     )  # fmt: skip
+    from openreward_rl.backends.trl_run import quiet_trainer
+
     trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer, callbacks=list(callbacks))
-    trainer.train()
+    quiet_trainer(trainer).train()
     model.config.use_cache = True  # the Trainer turns the KV cache off for training; the saved model samples with it
     return trainer

@@ -1,0 +1,82 @@
+"""The warm start: a scripted teacher's episodes in the student's own format, and `openreward-rl sft` on them.
+
+Real parts: PaintOrder on the SDK's `Server` (127.0.0.1), SmolLM2's tokenizer and chat template (the chatml
+family, Hermes calls in its tool preamble's format), TRL's `SFTTrainer` on the packaged SmolLM2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from openreward_rl import TaskRef
+from openreward_rl.assets import load_tokenizer
+from openreward_rl.backends.trl_sft import sft_rows
+from openreward_rl.config import parse_config
+from openreward_rl.engines.teacher import TeacherEngine, turn_text
+from openreward_rl.env.local_server import import_file, serve_environments
+from openreward_rl.loop.rollout import Rollouts
+
+REPO = Path(__file__).resolve().parents[1]
+SERVE = str(REPO / "examples" / "environments" / "paint_order.py") + ":PaintOrder"
+TEACHER = import_file(REPO / "examples" / "paint_order_teacher.py").teacher
+
+
+@pytest.mark.anyio
+async def test_teacher_episodes_are_token_exact_in_the_students_format_and_solve_the_task(openreward_client) -> None:
+    tokenizer = load_tokenizer("offline:smollm2")
+    with serve_environments([SERVE]) as server:
+        config = parse_config({"environments": {"PaintOrder": {"max_turns": 3}}, "on_no_tool_call": "end", "upload": False})
+        renderer = Rollouts.from_config(config, engine=None, tokenizer=tokenizer, client=openreward_client, model="offline:smollm2").renderer
+        engine = TeacherEngine(renderer, TEACHER)
+        rollouts = Rollouts.from_config(config, engine=engine, tokenizer=tokenizer, client=openreward_client, model="offline:smollm2")
+        task = TaskRef("PaintOrder", "train", index=5, base_url=server.base_url, variant=server.variant_for("PaintOrder"))
+        trajectory = await rollouts.run(task)
+    assert trajectory.reward == pytest.approx(1.2) and trajectory.metrics["tool_calls"] == 1 and not trajectory.metrics["parse_errors"]
+    first, answer = trajectory.turns
+    assert tokenizer.decode(first.sampled_ids).startswith("<tool_call>\n{\"name\": \"read_order\"")
+    assert tokenizer.decode(answer.sampled_ids) == f"{PaintOrderColour(task)}<|im_end|>"
+    # each turn is exactly what the student's template writes for that message, token for token
+    messages = trajectory.messages
+    assert list(first.sampled_ids) == renderer.encode(turn_text(renderer, messages[:2], TEACHER(messages[:2], []), []))
+    [segment] = trajectory.segments
+    assert segment.context()[: len(segment.prompt_ids)] == renderer.render_prompt(messages[:2], [])  # the preamble-bearing first prompt
+    rows = sft_rows([trajectory], min_reward=1.0)
+    trained = [i for row in rows for i, m in zip(row["input_ids"], row["assistant_masks"], strict=True) if m]
+    assert trained == [*first.sampled_ids, *answer.sampled_ids]  # the loss covers what the policy wrote, nothing else
+
+
+def PaintOrderColour(task: TaskRef) -> str:  # noqa: N802 (reads like the value it returns)
+    return import_file(REPO / "examples" / "environments" / "paint_order.py").PaintOrder.task(task.split, task.index)["colour"]
+
+
+def test_sft_without_episodes_to_learn_from_is_one_line() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "openreward_rl.cli", "sft", "--config", "examples/train_tool_agent_config.yaml", "--model", "offline:smollm2"],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == ["openreward-rl sft: give the episodes to learn from: --teacher FILE.py:function and/or --from-results FILE.jsonl"]
+
+
+@pytest.mark.slow
+def test_sft_fine_tunes_on_the_teacher_and_saves_a_model_that_loads_and_samples(tmp_path: Path) -> None:
+    out = tmp_path / "warm"
+    done = subprocess.run(
+        [sys.executable, "-m", "openreward_rl.cli", "sft", "--config", "examples/train_tool_agent_config.yaml", "--serve", SERVE,
+         "--model", "offline:smollm2", "--device", "cpu", "--teacher", "examples/paint_order_teacher.py:teacher", "--max-tasks", "2",
+         "--epochs", "1", "--output-dir", str(out)],
+        cwd=REPO, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "fine-tuning on 2 episode contexts of 2 episodes" in done.stdout and f"model saved to {out}" in done.stdout
+    assert json.loads((out / "config.json").read_text())["use_cache"] is True  # the Trainer's training switch is undone
+    from openreward_rl.engines.transformers import load_model
+    from openreward_rl.families import family_for
+
+    model, tokenizer = load_model(str(out), device="cpu")
+    assert family_for(tokenizer).name == "chatml"  # found by its chat template: runs with the tool preamble
+    assert model.config.use_cache
