@@ -87,3 +87,14 @@ async def test_the_episode_first_prompt_shows_every_tool_in_the_hermes_format(en
     assert first.startswith("<|im_start|>system\n# Tools") and "<tools>" in first
     assert names and all(f'"name": "{name}"' in first for name in names)
     assert run.trajectory.metrics["tool_calls"] >= 3
+
+
+def test_check_model_says_go_for_the_quickstarts_own_model_and_how_it_shows_the_tools() -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "openreward_rl.cli", "check-model", "--model", "offline:smollm2"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "family     chatml (by the model name); parser hermes" in done.stdout
+    assert "tools      the chatml family's tool preamble (hermes calls): the chat template drops them" in done.stdout
+    assert "verdict    go" in done.stdout

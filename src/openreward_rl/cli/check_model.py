@@ -74,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
     stops = " / ".join(" ".join(s) or "eos" for s in (family.tool_turn_stops, family.final_turn_stops))
     print(f"family     {family.name} ({how}); parser {family.parser}; stops {stops}; parallel calls: {'yes' if family.parallel_calls else 'no'}")
     print(f"proof      {'tests here: ' + family.template_source if family.proven_here else 'none in this repository: this check is the proof'}")
+    print(f"tools      {_tools_shown(family, tokenizer)}")
     exact = True
     for label, kwargs in _settings(args, config):
         verdict = probe_family(tokenizer, family, kwargs)
@@ -88,6 +89,16 @@ def run(args: argparse.Namespace) -> int:
     hint = opt_in_hint(family.name)
     print(f"verdict    refused: not token-exact on this tokenizer\n{hint + chr(10) if hint else ''}{OVERRIDE}")
     return 2
+
+
+def _tools_shown(family: Any, tokenizer: Any) -> str:
+    """How the first prompt shows the environment's tools: the template writes them, the family's preamble does, or nothing does."""
+    renderer = family.renderer(tokenizer)
+    if renderer.renders_tools:
+        return "the chat template writes them"
+    if family.tool_preamble is not None:
+        return f"the {family.name} family's tool preamble ({family.parser} calls): the chat template drops them"
+    return "NOT SHOWN: the chat template drops them and the family has no tool preamble; put {tools} in system_prompt_template"
 
 
 def _settings(args: argparse.Namespace, config: Any) -> list[tuple[str, dict[str, Any]]]:
