@@ -2,10 +2,11 @@
 # Quickstart: install into .venv, serve PaintOrder (a tool-use task) on 127.0.0.1, and train the packaged
 # SmolLM2-135M-Instruct to use its tool, on the CPU:
 #   1. warm start (`openreward-rl sft`): one supervised step on 8 episodes of a scripted teacher, written in
-#      the model's own format; evaluated on the 20 held-out test tasks x 2 before (the untrained model
-#      never calls the tool) and after;
+#      the model's own format; evaluated on 10 held-out test tasks x 2 before (the untrained model
+#      hardly ever calls the tool) and after;
 #   2. GRPO (`openreward-rl train --framework trl`): 8 steps of 4 tasks x 4 episodes sampled from the model
-#      being trained; evaluated after; the HTML report of the trained model's episodes (quickstart_report.html).
+#      being trained, evaluated before and after; the HTML report of the trained model's episodes
+#      (quickstart_report.html).
 # Needs Python 3.11+ and pip (PyPI); no model hub.
 #
 #   scripts/quickstart.sh                              # packaged SmolLM2 (offline)
@@ -26,12 +27,12 @@ SERVE=examples/environments/paint_order.py:PaintOrder
 RESULTS="${RESULTS:-quickstart_results.jsonl}"
 "$VENV/bin/openreward-rl" sft --config "$CONFIG" --serve "$SERVE" --model offline:smollm2 --device cpu \
   --teacher examples/paint_order_teacher.py:teacher --max-tasks 8 --epochs 1 \
-  --eval-split test --eval-n 2 --max-response-len 48 --temperature 0.7 --seed 0 --output-dir quickstart_warm
+  --eval-split test --eval-n 2 --eval-max-tasks 10 --max-response-len 40 --temperature 0.7 --seed 0 --output-dir quickstart_warm
 "$VENV/bin/openreward-rl" train --framework trl --config "$CONFIG" --serve "$SERVE" \
   --model quickstart_warm --device cpu \
   --max-steps 8 --rollout-batch-size 4 --n-samples 4 \
-  --max-response-len 48 --temperature 0.7 --lr 2e-5 --seed 0 \
-  --eval-split test --eval-n 2 --eval-output "$RESULTS" \
+  --max-response-len 40 --temperature 0.7 --lr 2e-5 --seed 0 \
+  --eval-split test --eval-n 2 --eval-max-tasks 10 --eval-output "$RESULTS" \
   --save-interval 0 --output-dir quickstart_model \
   "$@"
 "$VENV/bin/openreward-rl" show "$RESULTS" --html quickstart_report.html

@@ -38,7 +38,7 @@ async def test_teacher_episodes_are_token_exact_in_the_students_format_and_solve
     assert trajectory.reward == pytest.approx(1.2) and trajectory.metrics["tool_calls"] == 1 and not trajectory.metrics["parse_errors"]
     first, answer = trajectory.turns
     assert tokenizer.decode(first.sampled_ids).startswith("<tool_call>\n{\"name\": \"read_order\"")
-    assert tokenizer.decode(answer.sampled_ids) == f"{PaintOrderColour(task)}<|im_end|>"
+    assert tokenizer.decode(answer.sampled_ids) == f"{ordered_colour(task)}<|im_end|>"
     # each turn is exactly what the student's template writes for that message, token for token
     messages = trajectory.messages
     assert list(first.sampled_ids) == renderer.encode(turn_text(renderer, messages[:2], TEACHER(messages[:2], []), []))
@@ -49,7 +49,8 @@ async def test_teacher_episodes_are_token_exact_in_the_students_format_and_solve
     assert trained == [*first.sampled_ids, *answer.sampled_ids]  # the loss covers what the policy wrote, nothing else
 
 
-def PaintOrderColour(task: TaskRef) -> str:  # noqa: N802 (reads like the value it returns)
+def ordered_colour(task: TaskRef) -> str:
+    """The colour the task's order names (PaintOrder's own task spec)."""
     return import_file(REPO / "examples" / "environments" / "paint_order.py").PaintOrder.task(task.split, task.index)["colour"]
 
 
