@@ -22,15 +22,11 @@ from typing import Any
 
 from openreward_rl.parsers.base import ParsedTurn, ParseError, ParseErrorKind, register_parser
 from openreward_rl.parsers.common import (
-    JsonValueError,
     add_result,
-    decode_json_prefix,
-    is_cut_off,
+    decode_tagged_json,
     join_content,
     scan_blocks,
-    skip_spaces,
     split_turn_reasoning,
-    unclosed_error,
     validate_call,
 )
 
@@ -61,27 +57,10 @@ class CohereParser:
     def _parse_action(
         self, body: str, start: int, tools: Sequence[Mapping[str, Any]] | None, finish_reason: str | None, calls: list, errors: list[ParseError]
     ) -> int:
-        cursor = skip_spaces(body, start + len(ACTION_OPEN))
-        if cursor >= len(body) and is_cut_off(finish_reason):
-            errors.append(unclosed_error(body[start:]))
-            return len(body)
-        try:
-            items, end = decode_json_prefix(body, cursor)
-        except JsonValueError as error:
-            close = body.find(ACTION_CLOSE, start)
-            if close < 0 and is_cut_off(finish_reason):
-                errors.append(unclosed_error(body[start:]))
-                return len(body)
-            stop = len(body) if close < 0 else close + len(ACTION_CLOSE)
-            errors.append(ParseError(ParseErrorKind.INVALID_JSON, f"the action list is not JSON: {error}", raw=body[start:stop]))
-            return stop
-        after = skip_spaces(body, end)
-        if body.startswith(ACTION_CLOSE, after):
-            end = after + len(ACTION_CLOSE)
-        elif after >= len(body) and is_cut_off(finish_reason):
-            errors.append(unclosed_error(body[start:]))
-            return len(body)
-        raw = body[start:end]
+        block = decode_tagged_json(body, start, ACTION_OPEN, ACTION_CLOSE, finish_reason, errors, "action list")
+        if isinstance(block, int):
+            return block
+        items, raw, end = block.value, block.raw, block.end
         if not isinstance(items, list):
             errors.append(ParseError(ParseErrorKind.MALFORMED_CALL, "an action must be a JSON list of calls", raw=raw))
             return end

@@ -24,6 +24,8 @@ __all__ = [
     "skip_spaces",
     "is_cut_off",
     "unclosed_error",
+    "TaggedJson",
+    "decode_tagged_json",
     "call_in_reasoning_error",
     "calls_in_reasoning",
     "scan_blocks",
@@ -275,6 +277,50 @@ def unclosed_error(raw: str, *, tool_name: str | None = None, what: str = "tool 
         raw=raw,
         tool_name=tool_name,
     )
+
+
+@attrs.frozen
+class TaggedJson:
+    """A JSON value read between an opener and an optional closer: the value, the block's text, where it ends."""
+
+    value: Any
+    raw: str
+    end: int
+
+
+def decode_tagged_json(
+    body: str, start: int, opener: str, closer: str, finish_reason: str | None, errors: list[ParseError], what: str
+) -> TaggedJson | int:
+    """The JSON value after `opener` (at `start`), then `closer` where it follows: a `TaggedJson`; or, once the
+    reason it cannot be read is in `errors` (cut off before its closer, or not JSON), the index to scan on from.
+
+    >>> errors = []
+    >>> decode_tagged_json('<a>[{"x": 1}]</a> rest', 0, "<a>", "</a>", "stop", errors, "call list")
+    TaggedJson(value=[{'x': 1}], raw='<a>[{"x": 1}]</a>', end=17)
+    >>> decode_tagged_json("<a>[oops]</a>", 0, "<a>", "</a>", "stop", errors, "call list"), errors[0].message
+    (13, 'the call list is not JSON: Expecting value at offset 1')
+    """
+    cursor = skip_spaces(body, start + len(opener))
+    if cursor >= len(body) and is_cut_off(finish_reason):
+        errors.append(unclosed_error(body[start:]))
+        return len(body)
+    try:
+        value, end = decode_json_prefix(body, cursor)
+    except JsonValueError as error:
+        close = body.find(closer, start)
+        if close < 0 and is_cut_off(finish_reason):
+            errors.append(unclosed_error(body[start:]))
+            return len(body)
+        stop = len(body) if close < 0 else close + len(closer)
+        errors.append(ParseError(ParseErrorKind.INVALID_JSON, f"the {what} is not JSON: {error}", raw=body[start:stop]))
+        return stop
+    after = skip_spaces(body, end)
+    if body.startswith(closer, after):
+        end = after + len(closer)
+    elif after >= len(body) and is_cut_off(finish_reason):
+        errors.append(unclosed_error(body[start:]))
+        return len(body)
+    return TaggedJson(value, body[start:end], end)
 
 
 def call_in_reasoning_error(reasoning: str) -> ParseError:

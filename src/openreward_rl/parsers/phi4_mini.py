@@ -19,14 +19,10 @@ from typing import Any
 
 from openreward_rl.parsers.base import ParsedTurn, ParseError, ParseErrorKind, register_parser
 from openreward_rl.parsers.common import (
-    JsonValueError,
     add_result,
-    decode_json_prefix,
-    is_cut_off,
+    decode_tagged_json,
     join_content,
     scan_blocks,
-    skip_spaces,
-    unclosed_error,
     validate_call,
 )
 
@@ -48,27 +44,10 @@ class Phi4MiniParser:
     def _parse_list(
         self, body: str, start: int, tools: Sequence[Mapping[str, Any]] | None, finish_reason: str | None, calls: list, errors: list[ParseError]
     ) -> int:
-        cursor = skip_spaces(body, start + len(CALL_OPEN))
-        if cursor >= len(body) and is_cut_off(finish_reason):
-            errors.append(unclosed_error(body[start:]))
-            return len(body)
-        try:
-            items, end = decode_json_prefix(body, cursor)
-        except JsonValueError as error:
-            close = body.find(CALL_CLOSE, start)
-            if close < 0 and is_cut_off(finish_reason):
-                errors.append(unclosed_error(body[start:]))
-                return len(body)
-            stop = len(body) if close < 0 else close + len(CALL_CLOSE)
-            errors.append(ParseError(ParseErrorKind.INVALID_JSON, f"the tool-call list is not JSON: {error}", raw=body[start:stop]))
-            return stop
-        after = skip_spaces(body, end)
-        if body.startswith(CALL_CLOSE, after):
-            end = after + len(CALL_CLOSE)
-        elif after >= len(body) and is_cut_off(finish_reason):
-            errors.append(unclosed_error(body[start:]))
-            return len(body)
-        raw = body[start:end]
+        block = decode_tagged_json(body, start, CALL_OPEN, CALL_CLOSE, finish_reason, errors, "tool-call list")
+        if isinstance(block, int):
+            return block
+        items, raw, end = block.value, block.raw, block.end
         for item in items if isinstance(items, list) else [items]:
             if not isinstance(item, Mapping):
                 errors.append(ParseError(ParseErrorKind.MALFORMED_CALL, "each call must be a JSON object", raw=raw))
