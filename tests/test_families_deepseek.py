@@ -23,7 +23,7 @@ from tml_renderers import chat as tml_chat
 from tml_renderers import renderers as tml  # the test extra installs it: a missing package fails here, never skips
 
 from openreward_rl.assets import load_tokenizer
-from openreward_rl.config import parse_config
+from openreward_rl.config import ConfigError, parse_config
 from openreward_rl.families import family_for, get_family
 from openreward_rl.families.deepseek import DeepSeekV3Format, deepseek_v3_format
 from openreward_rl.families.probe import ModelCheckError, check_model, probe_family
@@ -152,11 +152,15 @@ def test_the_official_family_runs_r1_0528_and_names_the_format_elsewhere(r1: Any
         assert verdict.exact and verdict.departs.startswith("the official template (deepseek-v3 family): turn 0")
         assert "a stated training format, departing from the official template" in verdict.summary()
     assert probe_family(r1_0528, get_family("deepseek-v3-format")).departs == ""  # R1-0528's template writes the same
-    config = parse_config({"environments": {"e": {}}, "model_family": "deepseek-v3-format"})
+    # V3/R1 templates write no tools: the run must show them through the system prompt ({tools}), or it is refused
+    tools_in_prompt = {"system_prompt_template": "You may call these tools:\n{tools}"}
+    config = parse_config({"environments": {"e": {}}, "model_family": "deepseek-v3-format", **tools_in_prompt})
     renderer, parser = episode_stack(config, r1, "deepseek-ai/DeepSeek-R1")
     assert renderer.family.name == "deepseek-v3-format" and parser.name == "deepseek_v3"
+    with pytest.raises(ConfigError, match="none of the environment's tools"):
+        episode_stack(parse_config({"environments": {"e": {}}, "model_family": "deepseek-v3-format"}), r1, "deepseek-ai/DeepSeek-R1")
     with pytest.raises(ModelCheckError, match="deepseek-v3-format"):
-        episode_stack(parse_config({"environments": {"e": {}}}), r1, "deepseek-ai/DeepSeek-R1")
+        episode_stack(parse_config({"environments": {"e": {}}, **tools_in_prompt}), r1, "deepseek-ai/DeepSeek-R1")
 
 
 def test_check_model_names_the_opt_in_and_the_departure(capsys: Any) -> None:

@@ -235,7 +235,10 @@ def context_policy(name: str, options: Mapping[str, Any] | None = None) -> Conte
     True
     """
     options = dict(options or {})
-    factory = _REGISTRY.resolve(name)
+    try:
+        factory = _REGISTRY.resolve(name)
+    except ValueError as error:  # an unknown or unimportable name is a bad config value
+        raise ConfigError(str(error)) from None
     if not callable(factory):
         raise ConfigError(f"context policy {name!r} is {factory!r}, not a policy class or factory")
     try:
