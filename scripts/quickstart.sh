@@ -4,9 +4,9 @@
 #   1. warm start (`openreward-rl sft`): one supervised step on 8 episodes of a scripted teacher, written in
 #      the model's own format; evaluated on 10 held-out test tasks x 2 before (the untrained model
 #      hardly ever calls the tool) and after;
-#   2. GRPO (`openreward-rl train --framework trl`): 8 steps of 4 tasks x 4 episodes sampled from the model
-#      being trained, evaluated before and after; the HTML report of the trained model's episodes
-#      (quickstart_report.html).
+#   2. GRPO (`openreward-rl train --framework trl`): 4 steps of 4 tasks x 4 episodes sampled from the model
+#      being trained, evaluated after (step 1 evaluated it before); the HTML report of the trained model's
+#      episodes (quickstart_report.html).
 # Needs Python 3.11+ and pip (PyPI); no model hub.
 #
 #   scripts/quickstart.sh                              # packaged SmolLM2 (offline)
@@ -30,9 +30,9 @@ RESULTS="${RESULTS:-quickstart_results.jsonl}"
   --eval-split test --eval-n 2 --eval-max-tasks 10 --max-response-len 40 --temperature 0.7 --seed 0 --output-dir quickstart_warm
 "$VENV/bin/openreward-rl" train --framework trl --config "$CONFIG" --serve "$SERVE" \
   --model quickstart_warm --device cpu \
-  --max-steps 8 --rollout-batch-size 4 --n-samples 4 \
+  --max-steps 4 --rollout-batch-size 4 --n-samples 4 \
   --max-response-len 40 --temperature 0.7 --lr 2e-5 --seed 0 \
-  --eval-split test --eval-n 2 --eval-max-tasks 10 --eval-output "$RESULTS" \
+  --eval-split test --eval-n 2 --eval-max-tasks 10 --no-eval-before --eval-output "$RESULTS" \
   --save-interval 0 --output-dir quickstart_model \
   "$@"
 "$VENV/bin/openreward-rl" show "$RESULTS" --html quickstart_report.html

@@ -40,3 +40,19 @@ def test_evaluations_inside_train_show_progress_and_record_the_tokenizer_for_sho
         assert len(records) == 4 and recorded_tokenizer(records) == str(tiny_model_dir)
     assert main(["show", str(results), "--index", "0", "--no-color"]) == 0
     assert f"tokens decoded with {tiny_model_dir} (recorded in the file)" in " ".join(capsys.readouterr().out.split())
+
+
+def test_no_eval_before_evaluates_after_training_only(capsys, tmp_path: Path, tiny_model_dir: Path) -> None:
+    """`--no-eval-before` (the quickstart's second command, whose model its first command just evaluated):
+    one evaluation, after training, and no `.before.jsonl`."""
+    config = tmp_path / "c.yaml"
+    config.write_text("environments:\n  PaintColour:\n    splits: [train]\n    max_turns: 1\nparser: hermes\non_no_tool_call: end\nupload: false\n")
+    results = tmp_path / "results.jsonl"
+    code = main(["train", "--framework", "trl", "--config", str(config), "--model", str(tiny_model_dir), "--serve", PAINT, "--device", "cpu",
+                 "--output-dir", str(tmp_path / "out"), "--max-steps", "1", "--rollout-batch-size", "1", "--n-samples", "2",
+                 "--max-response-len", "4", "--save-interval", "0", "--no-save-model", "--no-eval-before",
+                 "--eval-split", "test", "--eval-max-tasks", "2", "--eval-n", "2", "--eval-output", str(results)])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert out.count("4/4") == 1 and "before " not in out and "after " in out, out
+    assert results.exists() and not results.with_suffix(".before.jsonl").exists()

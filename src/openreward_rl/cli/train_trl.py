@@ -72,6 +72,7 @@ def add_trl_arguments(parser: Any) -> None:
     group.add_argument("--eval-max-tasks", type=int, default=None, help="cap on evaluation tasks per environment")
     group.add_argument("--eval-output", default=None, metavar="FILE.jsonl", help="write the evaluation episodes: after training to FILE.jsonl, before to FILE.before.jsonl (for `openreward-rl show`)")
     group.add_argument("--no-save-model", action="store_true", help="do not write the final model to --output-dir")
+    group.add_argument("--no-eval-before", action="store_true", help="with --eval-split: evaluate after training only (e.g. the model was just evaluated)")
     group.add_argument("--group-rm", action="store_true", help="score each group with the environment's score_group where it has one")
     group.add_argument("--family", default=None, help="model family, overriding the config's model_family (docs/families.md)")
     group.add_argument("--seed", type=int, default=_DEFAULT["seed"], help=f"training seed and task shuffle seed (default {_DEFAULT['seed']})")
@@ -309,7 +310,7 @@ def _train(args: Any, options: Any, config: Any, classes: Sequence[type]) -> int
         print(f"{len(session.train_tasks)} training tasks; {options.prompts_per_step} tasks x {options.n_samples} episodes per step, {options.max_steps} steps", file=out, flush=True)
         eval_tasks = session.tasks_of(args.eval_split, args.eval_max_tasks) if args.eval_split else []
         before = None
-        if eval_tasks and resume is None:
+        if eval_tasks and resume is None and not args.no_eval_before:
             print(f"evaluating {args.eval_split}: {len(eval_tasks)} tasks x {args.eval_n} episodes", file=out, flush=True)
             episodes = _evaluate(session, eval_tasks, args.eval_n, out)
             _write(args.eval_output, "before", episodes, options)
