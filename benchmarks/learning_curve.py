@@ -71,6 +71,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--temperature", type=float, default=0.7)
     parser.add_argument("--lora", action="store_true", help="train a LoRA adapter instead of all weights")
     parser.add_argument("--sampler-memory", type=float, default=0.5, help="GPU: share of its memory for the sampler's KV cache (default 0.5)")
+    parser.add_argument("--gradient-checkpointing", action="store_true",
+                        help="recompute activations in the backward pass (less GPU memory, same updates)")
+    parser.add_argument("--gpu-memory-fraction", type=float, default=None,
+                        help="GPU: the most of its memory this process may hold (torch's per-process cap; for several runs on one GPU)")
     from openreward_rl.config import ADVANTAGE_ESTIMATORS
 
     parser.add_argument("--estimator", action="append", choices=ADVANTAGE_ESTIMATORS,
@@ -142,7 +146,7 @@ def run_seed(args: argparse.Namespace, seed: int, estimator: str | None = None, 
     options = TrlOptions(
         model=args.model, device=args.device, bf16=args.bf16, max_steps=args.steps, prompts_per_step=args.rollout_batch_size,
         n_samples=args.n_samples, lr=args.lr, temperature=args.temperature, max_new_tokens=args.max_response_len,
-        save_interval=0, lora=args.lora, seed=seed, sampler_memory=args.sampler_memory, output_dir=tempfile.mkdtemp(prefix=f"learning_curve_seed{seed}_"),  # no checkpoints
+        save_interval=0, lora=args.lora, seed=seed, sampler_memory=args.sampler_memory, gradient_checkpointing=args.gradient_checkpointing, output_dir=tempfile.mkdtemp(prefix=f"learning_curve_seed{seed}_"),  # no checkpoints
     )  # fmt: skip
     started = time.monotonic()
     curve: list[dict[str, Any]] = []
@@ -239,6 +243,8 @@ def main(argv: list[str] | None = None) -> int:
     if device.startswith("cuda"):
         import torch
 
+        if args.gpu_memory_fraction:
+            torch.cuda.set_per_process_memory_fraction(args.gpu_memory_fraction)
         device = f"{device}: {torch.cuda.get_device_name()}"
     results: dict[str, Any] = {
         "environment": args.serve.rsplit(":", 1)[1], "model": args.model, "device": device, "eval_split": args.eval_split,

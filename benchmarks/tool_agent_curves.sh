@@ -1,54 +1,85 @@
 #!/usr/bin/env bash
 # The tool-using agent's curves on one GPU (docs/training.md, "The tool agent"): a warm start by
-# `openreward-rl sft` on PaintOrder's scripted teacher, then, side by side on the GPU from that warm
-# start: GRPO with `train --framework trl`'s machinery (benchmarks/learning_curve.py) for each
-# advantage estimator and seed, and TRL's own multi-turn tool loop (`environment_factory`,
-# benchmarks/trl_side_by_side.py --sides trl-tools) on the same model, batch, learning rate and seeds.
+# `openreward-rl sft` on PaintOrder's scripted teacher, then GRPO from that warm start.
 #
-#   bash benchmarks/tool_agent_curves.sh OUT_DIR [STEPS] [ESTIMATOR_STEPS] [TRL_STEPS]
+#   bash benchmarks/tool_agent_curves.sh OUT_DIR tools       # ours beside TRL's own tool loop
+#   bash benchmarks/tool_agent_curves.sh OUT_DIR estimators  # advantage estimators and seeds
+#
+# `tools`: first, alone on the GPU, seconds per step of TRL's own multi-turn tool loop
+# (`environment_factory`, benchmarks/trl_side_by_side.py --sides trl-tools) and of ours, same model, batch,
+# learning rate and seed (TIMED_STEPS after one untimed step: OUT_DIR/timing.json); then, side by side,
+# STEPS (100) GRPO steps of each for every seed in SEEDS ("0 1"): ours evaluated on the test split every
+# 10 steps (benchmarks/learning_curve.py), both recording the training reward of every step.
+# `estimators`: ESTIMATOR_STEPS (50) steps for each estimator in ESTIMATORS ("turn turn_index mix") and seed
+# in ESTIMATOR_SEEDS ("0 1 2"), plus `episode` with RESAMPLE rounds of zero-spread resampling
+# (--resample-zero-spread) for the same seeds when RESAMPLE is set, and `episode` for EXTRA_EPISODE_SEEDS.
 #
 # The warm start is deliberately light (one SFT step on 8 of the teacher's episodes, WARM_TASKS): it gets the
-# first calls (about half the test episodes call read_order) and leaves GRPO the rest to learn.
+# first calls (about half the test episodes call read_order) and leaves GRPO the rest to learn. It is made once
+# per OUT_DIR. Runs that share the GPU each hold at most GPU_SHARE of its memory (torch's per-process cap).
 #
 # Every run writes OUT_DIR/<name>.json as it goes (a run cut short keeps its points) and OUT_DIR/<name>.log.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT="${1:?usage: tool_agent_curves.sh OUT_DIR [STEPS] [ESTIMATOR_STEPS]}"
-STEPS="${2:-100}"
-ESTIMATOR_STEPS="${3:-40}"
-TRL_STEPS="${4:-$STEPS}"
+OUT="${1:?usage: tool_agent_curves.sh OUT_DIR tools|estimators}"
+PHASE="${2:-tools}"
 PYTHON="${PYTHON:-python3}"
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 OPENREWARD_DISABLE_UPDATE_CHECK=1 OPENREWARD_LOG_LEVEL=WARNING TRL_EXPERIMENTAL_SILENCE=1 \
-    TRANSFORMERS_VERBOSITY=error WANDB_MODE=disabled NO_PROXY=127.0.0.1,localhost
+    TRANSFORMERS_VERBOSITY=error WANDB_MODE=disabled NO_PROXY=127.0.0.1,localhost OMP_NUM_THREADS=1
 CONFIG=examples/train_tool_agent_config.yaml
 SERVE=examples/environments/paint_order.py:PaintOrder
 WARM="$OUT/warm"
+SHAPE=(--config "$CONFIG" --serve "$SERVE" --model "$WARM")
 
 if [ ! -f "$WARM/config.json" ]; then  # the warm start, once
     "$PYTHON" -m openreward_rl.cli sft --config "$CONFIG" --serve "$SERVE" --model offline:smollm2 --device cuda \
         --teacher examples/paint_order_teacher.py:teacher --max-tasks "${WARM_TASKS:-8}" --epochs 1 --max-response-len 48 --temperature 0.7 \
         --output-dir "$WARM" 2>&1 | grep -v "it/s\]" | tee "$OUT/sft.log" || exit 1
 fi
-[ -n "${SFT_ONLY:-}" ] && exit 0
 
-curve() {  # name, then learning_curve.py arguments
-    local name="$1"; shift
-    "$PYTHON" benchmarks/learning_curve.py --config "$CONFIG" --serve "$SERVE" --model "$WARM" --device cuda \
+curve() {  # name, GPU share, then learning_curve.py arguments
+    local name="$1" share="$2"; shift 2
+    "$PYTHON" benchmarks/learning_curve.py "${SHAPE[@]}" --device cuda \
         --rollout-batch-size 4 --n-samples 8 --max-response-len 48 --temperature 0.7 --lr 2e-5 \
-        --eval-n 2 --sampler-memory 0.04 --out "$OUT/$name" "$@" >"$OUT/$name.log" 2>&1
+        --eval-n 2 --eval-every 10 --sampler-memory 0.04 --gpu-memory-fraction "$share" --out "$OUT/$name" "$@" >"$OUT/$name.log" 2>&1
 }
-for seed in 0 1; do
-    curve "episode_$seed" --estimator episode --seed "$seed" --steps "$STEPS" --eval-every 10 &
-    [ "${TRL_TOOLS:-1}" = 0 ] || "$PYTHON" benchmarks/trl_side_by_side.py --config "$CONFIG" --serve "$SERVE" --model "$WARM" --sides trl-tools \
-        --tasks 4 --n 8 --max-new-tokens 48 --temperature 0.7 --lr 2e-5 --seed "$seed" --warmup 1 --steps "$TRL_STEPS" \
-        --json "$OUT/trl_tools_$seed.json" >"$OUT/trl_tools_$seed.log" 2>&1 &
-done
-for estimator in ${ESTIMATORS:-turn turn_index mix}; do
-    for seed in ${ESTIMATOR_SEEDS:-0 1 2}; do
-        curve "${estimator}_$seed" --estimator "$estimator" --seed "$seed" --steps "$ESTIMATOR_STEPS" --eval-every 10 &
+trl_tools() {  # seed, steps, json name, then trl_side_by_side.py arguments
+    local seed="$1" steps="$2" name="$3"; shift 3
+    "$PYTHON" benchmarks/trl_side_by_side.py "${SHAPE[@]}" --tasks 4 --n 8 --max-new-tokens 48 --temperature 0.7 --lr 2e-5 \
+        --seed "$seed" --warmup 1 --steps "$steps" --json "$OUT/$name.json" "$@" >"$OUT/$name.log" 2>&1
+}
+
+case "$PHASE" in
+tools)
+    trl_tools 0 "${TIMED_STEPS:-5}" timing --sides trl-tools,ours
+    tail -n 4 "$OUT/timing.log"
+    share="${GPU_SHARE:-0.2}"
+    for seed in ${SEEDS:-0 1}; do
+        curve "episode_$seed" "$share" --estimator episode --seed "$seed" --steps "${STEPS:-100}" &
+        trl_tools "$seed" "$(( ${STEPS:-100} - 1 ))" "trl_tools_$seed" --sides trl-tools --gpu-memory-fraction "$share" &
     done
-done
-curve episode_2 --estimator episode --seed 2 --steps "$ESTIMATOR_STEPS" --eval-every 10 &
+    ;;
+estimators)
+    share="${GPU_SHARE:-0.12}"
+    for estimator in ${ESTIMATORS:-turn turn_index mix}; do
+        for seed in ${ESTIMATOR_SEEDS:-0 1 2}; do
+            curve "${estimator}_$seed" "$share" --estimator "$estimator" --seed "$seed" --steps "${ESTIMATOR_STEPS:-50}" &
+        done
+    done
+    for seed in ${EXTRA_EPISODE_SEEDS:-}; do
+        curve "episode_$seed" "$share" --estimator episode --seed "$seed" --steps "${ESTIMATOR_STEPS:-50}" &
+    done
+    if [ -n "${RESAMPLE:-}" ]; then
+        for seed in ${ESTIMATOR_SEEDS:-0 1 2}; do
+            curve "resample_$seed" "$share" --estimator episode --resample-zero-spread "$RESAMPLE" --seed "$seed" --steps "${ESTIMATOR_STEPS:-50}" &
+        done
+    fi
+    ;;
+*)
+    echo "unknown phase $PHASE (tools or estimators)" >&2
+    exit 2
+    ;;
+esac
 wait
 tail -n 3 "$OUT"/*.log

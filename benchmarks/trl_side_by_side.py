@@ -63,6 +63,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps first")
     parser.add_argument("--steps", type=int, default=3, help="timed steps")
     parser.add_argument("--sides", default="trl,trl-tools,ours")
+    parser.add_argument("--gpu-memory-fraction", type=float, default=None,
+                        help="the most of the GPU's memory this process may hold (torch's per-process cap; for several runs on one GPU)")
     parser.add_argument("--json", default=None, metavar="FILE")
     return parser.parse_args(argv)
 
@@ -107,10 +109,19 @@ class Bridge:
         self.specs, self.system = self.adapter.run(self._tools_and_system(first))
 
     async def _tools_and_system(self, task: Any) -> tuple[list[dict[str, Any]], str | None]:
+        """The tools and the system prompt our episodes show (`ToolEpisode._start`): the config's template, then,
+        where the chat template drops `tools`, the family's tool preamble — so both sides show the same tools."""
+        from openreward_rl.loop.episode import format_system_prompt, has_tools_placeholder
+
         async with self.open(task) as env:
             specs = await env.tools()
         template = self.config.system_prompt_template
-        return specs, template.replace("{tools}", json.dumps(specs)) if template else None
+        system = format_system_prompt(template, specs)
+        if self.config.tool_preamble and not has_tools_placeholder(template):
+            preamble = self.adapter.rollouts.renderer.tool_preamble(specs, example=self.config.tool_call_example)
+            if preamble:
+                system = f"{system}\n\n{preamble}" if system else preamble
+        return specs, system
 
     def open(self, task: Any) -> Any:
         from openreward_rl.env.environment import open_session
@@ -228,7 +239,9 @@ class Bridge:
             setattr(OpenRewardEpisode, name, function)
         return OpenRewardEpisode
 
-    def tool_reward(self) -> Any:
+    def tool_reward(self, scored: list[float] | None = None) -> Any:
+        """TRL's reward function for the tool loop; each batch's rewards are also appended to `scored`."""
+
         def openreward_reward(prompts: list[Any], completions: list[Any], environments: list[Any], **_: Any) -> list[float]:
             rewards = []
             for completion, episode in zip(completions, environments):
@@ -237,6 +250,8 @@ class Bridge:
                     self.respond(episode._env, last.get("content") or "", episode.state)  # a plain last reply: terminal tool
                 rewards.append(self.reward(episode.state))
                 episode._close()
+            if scored is not None:
+                scored.extend(rewards)
             return rewards
 
         return openreward_reward
@@ -349,7 +364,8 @@ def run_side(side: str, session: Any, bridge: Any, options: Any, args: argparse.
         else:
             bridge.patch_trl()
             tokenizer.response_template = "bridged: benchmarks/trl_side_by_side.py parses replies with the config's parser"
-            trainer = GRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=[bridge.tool_reward()],
+            trainer = GRPOTrainer(model=model, processing_class=tokenizer,
+                                  reward_funcs=[bridge.tool_reward(rewards)],
                                   args=grpo_args(options, f"{workdir}/{side}", max_tool_calling_iterations=max(max_turns - 1, 0)),
                                   train_dataset=Dataset.from_list(rows), environment_factory=bridge.environment_class(), callbacks=[clock.callback()])  # fmt: skip
         counts = count_sampled(trainer)
@@ -368,7 +384,7 @@ def run_side(side: str, session: Any, bridge: Any, options: Any, args: argparse.
         trainer.add_callback(Tokens())
     quiet_trainer(trainer)
     trainer.train()
-    if side != "ours":
+    if side == "trl":  # the tool loop's and ours are recorded as they are scored
         rewards = [float(x) for x in trainer._logs["rewards"][next(iter(trainer._logs["rewards"]))] if x == x]
     timed = clock.seconds[args.warmup :]
     tokens = sampled[args.warmup :]
@@ -413,6 +429,8 @@ def main(argv: list[str] | None = None) -> None:
         lr=args.lr, temperature=args.temperature, max_new_tokens=args.max_new_tokens, save_interval=0, seed=args.seed,
     )  # fmt: skip
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+    if args.gpu_memory_fraction and torch.cuda.is_available():
+        torch.cuda.set_per_process_memory_fraction(args.gpu_memory_fraction)
     import transformers
     import trl
 
