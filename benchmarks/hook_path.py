@@ -135,7 +135,7 @@ class HookBench:
         return {"least": min(process), "median": median(process), "main": median(main), "threads": median(process) - median(main)}
 
     async def close(self) -> None:
-        from openreward_rl.backends import _state
+        from openreward_rl.backends._sample import state as _state
 
         await _state.close_states()
 
@@ -174,7 +174,7 @@ async def throughput(worker_counts: list[int], turns: int, concurrency: int, epi
     with the CPU each process spent per turn."""
     from common import process_cpu_seconds
 
-    from openreward_rl.backends import _state
+    from openreward_rl.backends._sample import state as _state
 
     print(f"machine: {machine()}")
     load = os.getloadavg()

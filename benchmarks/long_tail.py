@@ -104,7 +104,7 @@ def slime_args(port: int, batch: int, partial: bool) -> SimpleNamespace:
 def run_mode(name: str, loop_thread: Any, server: Any, lengths: list[int], env_url: str, steps: int, batch: int) -> dict[str, Any]:
     import slime_double
     import slime_rollout_double as slime_rollout
-    from openreward_rl.backends import _suspended
+    from openreward_rl.backends._sample import suspended as _suspended
 
     def prompt(index: int) -> Any:
         return slime_double.task_sample(corridor_task(lengths[index], REPLY_WORDS, base_url=env_url))
@@ -145,7 +145,7 @@ def main() -> None:
 
     import slime_rollout_double as slime_rollout
     from openreward_rl.assets import load_tokenizer
-    from openreward_rl.backends import _state
+    from openreward_rl.backends._sample import state as _state
     from openreward_rl.env.local_server import serve_environments
     from openreward_rl.testing import SGLangTestServer
 

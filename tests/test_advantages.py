@@ -17,8 +17,9 @@ import miles_double
 import miles_train_double
 import slime_double
 import slime_train_double
-from openreward_rl.backends import _state, advantages, miles, slime, task_sampling
-from openreward_rl.backends.episode_record import EpisodeRecord
+from openreward_rl.backends import advantages, miles, slime, task_sampling
+from openreward_rl.backends._sample import state as _state
+from openreward_rl.backends._sample.record import EpisodeRecord
 from openreward_rl.credit.estimators import token_advantages
 from openreward_rl.env.tasks import TaskRef, task_row
 from openreward_rl.errors import TrainerError

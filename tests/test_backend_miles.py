@@ -12,7 +12,8 @@ import pytest
 
 import miles_double
 from openreward_rl.assets import load_tokenizer
-from openreward_rl.backends import _state, miles
+from openreward_rl.backends import miles
+from openreward_rl.backends._sample import state as _state
 from openreward_rl.env.tasks import TaskRef, task_row
 from openreward_rl.testing import ScriptedCompletion, SGLangTestServer
 from test_backend_slime import SAMPLING, SUBMIT_OK, SUBMIT_WRONG, config_file, make_args, record_of  # noqa: F401  (fixture)

@@ -15,9 +15,10 @@ import pytest
 
 import slime_double
 from openreward_rl.assets import load_tokenizer
-from openreward_rl.backends import _state, filters, slime
-from openreward_rl.backends._samples import samples_from_trajectory
-from openreward_rl.backends.episode_record import EpisodeRecord
+from openreward_rl.backends import filters, slime
+from openreward_rl.backends._sample import state as _state
+from openreward_rl.backends._sample.fill import samples_from_trajectory
+from openreward_rl.backends._sample.record import EpisodeRecord
 from openreward_rl.config import ConfigError
 from openreward_rl.env.tasks import TaskRef
 from openreward_rl.loop.trajectory import StopReason, TokenSegment, Trajectory

@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 import slime_double
-from openreward_rl.backends import _state, slime
-from openreward_rl.backends.episode_record import EpisodeRecord
+from openreward_rl.backends import slime
+from openreward_rl.backends._sample import state as _state
+from openreward_rl.backends._sample.record import EpisodeRecord
 from openreward_rl.config import ConfigError, parse_config
 from openreward_rl.credit.returns import TurnCredit, reward_to_go, token_rewards, turn_spans
 from openreward_rl.engines.base import FinishReason

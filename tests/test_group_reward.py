@@ -18,7 +18,8 @@ from openreward.api.environments.types import GroupCandidate, Message, TextBlock
 import miles_double
 import slime_double
 from examples.environments.closest_guess import make_question, rank_rewards
-from openreward_rl.backends import _state, miles, slime
+from openreward_rl.backends import miles, slime
+from openreward_rl.backends._sample import state as _state
 from openreward_rl.env.tasks import TaskRef, task_row
 from openreward_rl.testing import ScriptedCompletion, SGLangTestServer
 from test_backend_slime import SAMPLING, make_args, record_of, sglang, tokenizer  # noqa: F401  (fixtures)

@@ -23,8 +23,9 @@ import journal_env
 import slime_double
 import slime_rollout_double as slime_rollout
 from openreward_rl.assets import load_tokenizer
-from openreward_rl.backends import _state, _suspended
 from openreward_rl.backends import slime as slime_hooks
+from openreward_rl.backends._sample import state as _state
+from openreward_rl.backends._sample import suspended as _suspended
 from openreward_rl.env.local_server import serve_environments
 from openreward_rl.env.tasks import TaskRef
 from openreward_rl.testing import ScriptedCompletion, SGLangTestServer

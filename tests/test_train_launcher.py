@@ -461,8 +461,8 @@ def test_dry_run_passes_the_advantage_hooks_the_config_asks_for(framework: str, 
     train = submit[submit.index("--") + 1 :]
     assert value(train, "--advantage-estimator") == "grpo"
     if estimator == "episode":  # Slime keeps only the fork-aware GRPO normalisation; Miles' own is right
-        fork_normalization = ["openreward_rl.backends.fork_normalization.post_process_rewards"] if framework == "slime" else []
-        assert [train[i + 1] for i, flag in enumerate(train) if flag == "--custom-reward-post-process-path"] == fork_normalization
+        episode_post_process = ["openreward_rl.backends.advantages.slime_episode_post_process"] if framework == "slime" else []
+        assert [train[i + 1] for i, flag in enumerate(train) if flag == "--custom-reward-post-process-path"] == episode_post_process
         assert "--custom-advantage-function-path" not in train and "--use-opd" not in train
     elif framework == "slime":
         assert value(train, "--custom-reward-post-process-path") == "openreward_rl.backends.advantages.slime_reward_post_process"
@@ -507,7 +507,7 @@ def test_partial_rollout_with_a_compacting_context_policy_is_refused_before_ray(
 def test_the_hooks_skip_the_model_check_only_when_the_launch_says_so(tmp_path: Path, monkeypatch) -> None:
     """`train --skip-check-model` sets OPENREWARD_RL_CHECK_MODEL=0 in the job's environment; the hooks'
     config then has check_model false, as `check_model: false` in the file would give."""
-    from openreward_rl.backends._state import load_process_parts
+    from openreward_rl.backends._sample.state import load_process_parts
 
     config = tmp_path / "train_config.yaml"
     config.write_text("env_base_url: http://127.0.0.1:9\nenvironments:\n  MathEnv: {}\n")

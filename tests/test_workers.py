@@ -18,12 +18,13 @@ from typing import Any
 import pytest
 
 import slime_double
-from openreward_rl.backends import _state, slime
-from openreward_rl.backends.episode_record import EpisodeRecord
-from openreward_rl.backends.workers import ProcessWorkers, WorkerRollouts, make_workers
+from openreward_rl.backends import slime
+from openreward_rl.backends._sample import state as _state
+from openreward_rl.backends._sample.record import EpisodeRecord
 from openreward_rl.config import ConfigError, parse_config
 from openreward_rl.env.tasks import TaskRef
 from openreward_rl.loop.trajectory import StopReason
+from openreward_rl.loop.workers import ProcessWorkers, WorkerRollouts, make_workers
 from openreward_rl.testing import ScriptedCompletion, SGLangTestServer
 from test_backend_slime import SAMPLING, make_args, make_sample
 

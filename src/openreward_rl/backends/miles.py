@@ -40,8 +40,8 @@ from typing import Any
 
 import attrs
 
-from openreward_rl.backends._abort import MILES_LEGACY_ROLLOUT_MODULE, singleton_abort_signal, state_abort_signal
-from openreward_rl.backends._generate import generate_samples, trainer_output
+from openreward_rl.backends._sample.abort import MILES_LEGACY_ROLLOUT_MODULE, singleton_abort_signal, state_abort_signal
+from openreward_rl.backends._sample.generate import generate_samples, trainer_output
 from openreward_rl.backends.slime import reward
 
 __all__ = ["generate", "generate_fn", "reward", "GenerateOutput"]

@@ -55,10 +55,10 @@ from typing import Any
 
 import attrs
 
-from openreward_rl.backends._samples import episode_metadata, fill_placeholder, non_generation_seconds, sample_fields, status_for
-from openreward_rl.backends._state import load_process_parts
-from openreward_rl.backends.episode_record import EpisodeRecord
-from openreward_rl.backends.group_reward import flatten
+from openreward_rl.backends._sample.fill import episode_metadata, fill_placeholder, non_generation_seconds, sample_fields, status_for
+from openreward_rl.backends._sample.record import EpisodeRecord
+from openreward_rl.backends._sample.reward import flatten
+from openreward_rl.backends._sample.state import load_process_parts
 from openreward_rl.config import ConfigError, TrainConfig, config_path
 from openreward_rl.engines.base import EngineError, FinishReason, Generation, GenerationRequest
 from openreward_rl.engines.openai_chat import CHAT_FINISH_REASONS, OpenAIChatEngine, parse_chat_completion

@@ -32,10 +32,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from openreward_rl.backends._abort import SLIME_ROLLOUT_MODULE, singleton_abort_signal
-from openreward_rl.backends._generate import generate_samples, trainer_output
-from openreward_rl.backends._state import state_for
-from openreward_rl.backends.group_reward import group_rewards
+from openreward_rl.backends._sample.abort import SLIME_ROLLOUT_MODULE, singleton_abort_signal
+from openreward_rl.backends._sample.generate import generate_samples, trainer_output
+from openreward_rl.backends._sample.reward import group_rewards
+from openreward_rl.backends._sample.state import state_for
 
 __all__ = ["generate", "reward"]
 

@@ -71,7 +71,7 @@ from typing import Any
 
 import attrs
 
-from openreward_rl.backends._samples import placeholder_ids
+from openreward_rl.backends._sample.fill import placeholder_ids
 from openreward_rl.config import TrainConfig
 from openreward_rl.credit.group import trajectory_group_signal
 from openreward_rl.credit.signal import StepSignal

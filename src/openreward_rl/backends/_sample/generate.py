@@ -21,17 +21,17 @@ from typing import Any
 
 import attrs
 
-from openreward_rl.backends._samples import sample_fields, samples_from_trajectory
-from openreward_rl.backends._state import BackendState, state_for
-from openreward_rl.backends._suspended import RESUME_KEY, ResumeRecord, store_for
-from openreward_rl.backends.resumable import AbortSignal, ContinuingEngine, Finished, LiveEpisode, Outcome, ParkingEngine, mask_before
-from openreward_rl.backends.workers import WorkerRollouts
+from openreward_rl.backends._sample.fill import sample_fields, samples_from_trajectory
+from openreward_rl.backends._sample.state import BackendState, state_for
+from openreward_rl.backends._sample.suspended import RESUME_KEY, ResumeRecord, store_for
 from openreward_rl.config import ConfigError
 from openreward_rl.credit.returns import TurnCredit
 from openreward_rl.env.group_score import transcript
 from openreward_rl.env.tasks import TaskRef, task_from_metadata
 from openreward_rl.loop.episode import failed_trajectory
+from openreward_rl.loop.resumable import AbortSignal, ContinuingEngine, Finished, LiveEpisode, Outcome, ParkingEngine, mask_before
 from openreward_rl.loop.trajectory import StopReason, Trajectory
+from openreward_rl.loop.workers import WorkerRollouts
 
 __all__ = ["generate_samples", "trainer_output", "turn_credit"]
 

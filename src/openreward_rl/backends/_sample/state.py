@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from openreward_rl.assets import load_tokenizer
-from openreward_rl.backends.workers import IN_WORKER_ENV, WorkerRollouts, make_workers
 from openreward_rl.config import CHECK_MODEL_ENV, ConfigError, TrainConfig, config_path, load_config
 from openreward_rl.loop.rollout import Rollouts
+from openreward_rl.loop.workers import IN_WORKER_ENV, WorkerRollouts, make_workers
 from openreward_rl.observe.upload import TrajectoryUploader
 from openreward_rl.preflight import check_ready
 from openreward_rl.redaction import install_log_redaction

@@ -31,7 +31,7 @@ from typing import Any
 
 import attrs
 
-from openreward_rl.backends.episode_record import EpisodeRecord, metadata_dict
+from openreward_rl.backends._sample.record import EpisodeRecord, metadata_dict
 from openreward_rl.credit.returns import TurnCredit
 from openreward_rl.families.token_text import decode_ids
 from openreward_rl.loop.trajectory import StopReason, TokenSegment, Trajectory

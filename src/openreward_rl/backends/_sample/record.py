@@ -1,6 +1,6 @@
 """`EpisodeRecord`: what the hooks store in a trainer `Sample.metadata`, as one typed record.
 
-The generate hook writes it (`backends/_samples.py`); the reward hook (`group_reward.py`), the
+The generate hook writes it (`backends/_sample/fill.py`); the reward hook (`group_reward.py`), the
 rollout log (`rollout_log.py`) and tests read it back with `from_metadata` / `of_sample`. Nothing
 else parses these keys. The metadata stays a JSON-serialisable dict (Slime and Miles keep it in
 their data buffer) and keeps every key the row already had (`openreward-rl prepare`'s task keys).
