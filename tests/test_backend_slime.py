@@ -8,11 +8,14 @@ from __future__ import annotations
 import copy
 import inspect
 import json
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+import openreward_rl
 import slime_double
 from openreward_rl.assets import load_tokenizer
 from openreward_rl.backends import filters, slime
@@ -115,6 +118,59 @@ async def test_completed_episode_fills_sample_token_exactly(config_file, sglang,
     assert record.episode_reward == 1.0 and record.reward_observed and record.metrics["turns"] == 1.0
     assert metadata["variant"] is None and "task_hash" in metadata  # prepare's keys kept
     assert await slime.reward(args, sample) == 1.0
+
+
+PACKAGE = Path(openreward_rl.__file__).resolve().parent
+
+
+def _holds(value: Any, sample: Any) -> bool:
+    return value is sample or (isinstance(value, list) and any(item is sample for item in value))
+
+
+async def files_entered(sample: Any, call: Any) -> list[str]:
+    """The package's files `sample` is passed into while `call` runs, in order: a function of the package
+    that receives `sample` (or a list holding it) and is called from another file enters that file. A
+    coroutine resumed after an await is not entered again."""
+    entered: list[str] = []
+    started: dict[int, Any] = {}
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event != "call" or started.get(id(frame)) is frame:
+            return
+        started[id(frame)] = frame
+        path = Path(frame.f_code.co_filename)
+        if PACKAGE not in path.parents or not any(_holds(value, sample) for value in frame.f_locals.values()):
+            return
+        caller = frame.f_back
+        if caller is None or caller.f_code.co_filename != frame.f_code.co_filename:
+            entered.append(path.relative_to(PACKAGE).as_posix())
+
+    sys.setprofile(profile)
+    try:
+        await call()
+    finally:
+        sys.setprofile(None)
+    return entered
+
+
+@pytest.mark.parametrize("evaluation", [False, True])
+async def test_the_plain_generate_path_enters_each_file_once(config_file, sglang, evaluation) -> None:
+    """Following a sample through the plain Slime hook: down the house once, no file entered twice, and the
+    partial-rollout path never entered."""
+    sglang.push(ScriptedCompletion(text=SUBMIT_OK))
+    sample = make_sample()
+    entered = await files_entered(sample, lambda: run(make_args(sglang), sample, evaluation=evaluation))
+    assert entered == ["backends/slime.py", "backends/_sample/generate.py", "backends/_sample/fill.py"]
+    assert sample.status is slime_double.Sample.Status.COMPLETED and sample.reward == 1.0
+
+
+async def test_the_partial_rollout_path_is_its_own(config_file, sglang) -> None:
+    """Under --partial-rollout the sample leaves the plain path for `_sample/partial.py`, then gets the same one fill."""
+    sglang.push(ScriptedCompletion(text=SUBMIT_OK))
+    sample = make_sample()
+    entered = await files_entered(sample, lambda: run(make_args(sglang, partial_rollout=True), sample))
+    assert entered == ["backends/slime.py", "backends/_sample/generate.py", "backends/_sample/partial.py", "backends/_sample/fill.py"]
+    assert sample.status is slime_double.Sample.Status.COMPLETED and sample.reward == 1.0
 
 
 async def test_wrong_answer_is_a_real_zero(config_file, sglang) -> None:

@@ -110,6 +110,16 @@ def test_without_normalisation_the_raw_rewards_pass(qwen3_tokenizer) -> None:
     assert centred == [0.5, 0.5, -0.5]
 
 
+def test_the_former_hook_path_still_works_with_a_warning(qwen3_tokenizer) -> None:
+    """`backends.fork_normalization.post_process_rewards`, the path a Slime flag named before, for one release."""
+    from openreward_rl.backends import fork_normalization
+
+    samples = train_data_double.flatten_step([[rollout(0, 0, 2, 1.0, qwen3_tokenizer), rollout(0, 1, 1, 0.0, qwen3_tokenizer)]])
+    with pytest.warns(DeprecationWarning, match="advantages.slime_episode_post_process"):
+        former = fork_normalization.post_process_rewards(trainer_args(), samples)
+    assert former == slime_episode_post_process(trainer_args(), samples) and former[1] != former[0]
+
+
 def test_mixed_nesting_breaks_the_trainers_flatten(qwen3_tokenizer) -> None:
     """Why the hooks return a list for every rollout when episodes may fork: the trainers flatten by the first element."""
     forked = rollout(0, 0, 2, 1.0, qwen3_tokenizer)

@@ -41,7 +41,7 @@ from typing import Any
 import attrs
 
 from openreward_rl.backends._sample.abort import MILES_LEGACY_ROLLOUT_MODULE, singleton_abort_signal, state_abort_signal
-from openreward_rl.backends._sample.generate import generate_samples, trainer_output
+from openreward_rl.backends._sample.generate import generate_samples
 from openreward_rl.backends.slime import reward
 
 __all__ = ["generate", "generate_fn", "reward", "GenerateOutput"]
@@ -53,7 +53,7 @@ async def generate(args: Any, sample: Any, sampling_params: Mapping[str, Any], e
 
 
 async def _generate(args: Any, sample: Any, sampling_params: Mapping[str, Any], evaluation: bool, abort_signal: Any) -> Any:
-    samples = await generate_samples(
+    return await generate_samples(
         args,
         sample,
         sampling_params,
@@ -62,7 +62,6 @@ async def _generate(args: Any, sample: Any, sampling_params: Mapping[str, Any], 
         preset_reward=not getattr(args, "group_rm", False),
         abort_signal=abort_signal,
     )
-    return trainer_output(args, samples, evaluation=evaluation)
 
 
 @attrs.frozen

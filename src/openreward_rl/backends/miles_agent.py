@@ -22,7 +22,7 @@ first model call: a retried episode would rewrite the session's history). The mo
 `SessionChatEngine`, which reads the sampled ids, log-probs, finish reason and weight version from
 the session server's `meta_info`; tool calls come parsed by SGLang's tool-call parser
 (`--sglang-tool-call-parser`). `run` returns the episode record (`episode_reward`, `stop_reason`,
-`stop_detail`, `metrics`, ...; see episode_record.py) plus `agent_metrics.total_tool_time`, which Miles
+`stop_detail`, `metrics`, ...; see `_sample/record.py`) plus `agent_metrics.total_tool_time`, which Miles
 turns into `non_generation_time`; `openreward_rl.backends.miles.reward` reads the reward from it.
 
 `generate` wraps Miles' own agentic generate: it hands the trainer's `args` to `run` (Miles does not

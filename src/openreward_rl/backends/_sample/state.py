@@ -89,7 +89,7 @@ class BackendState:
         rollouts = Rollouts.from_config(
             config, engine=engine, tokenizer=tokenizer, client=client, model=str(checkpoint), max_context_len=train_context, max_new_tokens=max_new_tokens
         )
-        # With `rollout_workers: N` episodes run in N worker processes (or Ray actors); see workers.py.
+        # With `rollout_workers: N` episodes run in N worker processes (or Ray actors); see `loop/workers.py`.
         rollouts, eval_rollouts = spread_over_workers(config, args, rollouts, attrs.evolve(rollouts, max_context_len=eval_context))
         return cls(
             config=config,
