@@ -196,10 +196,10 @@ def test_a_step_samples_all_its_episodes_at_once_on_one_engine_kept_between_step
     adapter.rollouts.client = adapter.run(client())
     tasks = [TaskRef("GradedGuess", "train", index=i) for i in range(3) for _ in range(2)]
     try:
-        first = adapter.run_episodes(model, tasks)
+        first = adapter.run_episodes(tasks, model=model)
         engine, processor = adapter._engine, adapter._engine._manager.batch_processor
         assert model.config._attn_implementation == attention and model.training
-        second = adapter.run_episodes(model, tasks)
+        second = adapter.run_episodes(tasks, model=model)
         assert adapter._engine is engine and engine._manager.batch_processor is processor
         assert model.config._attn_implementation == attention
     finally:

@@ -122,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
             if teacher is not None:
                 tasks = [task for task in session.train_tasks for _ in range(args.teacher_n)]
                 engine = TeacherEngine(session.adapter.rollouts.renderer, teacher)
-                taught = session.adapter.run(session.adapter._episodes(engine, tasks))
+                taught = session.adapter.run_episodes(tasks, engine=engine)
                 print_summary("teacher", eval_stats(taught))
                 episodes.extend(taught)
             rows = sft_rows(episodes, min_reward=args.min_reward)

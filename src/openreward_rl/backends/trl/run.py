@@ -268,7 +268,7 @@ class TrlSession:
         """`n` episodes of each task sampled from the current model (the training sampler); trajectories in task order.
         `on_done` is called with each trajectory as it finishes (a progress bar)."""
         model = self._trainer.model if self._trainer is not None else self.model
-        return self.adapter.run_episodes(model, [task for task in tasks for _ in range(n)], on_done=on_done)
+        return self.adapter.run_episodes([task for task in tasks for _ in range(n)], model=model, on_done=on_done)
 
     def trainer(self, callbacks: Sequence[Any] = (), *, fresh: bool = False) -> Any:
         """The `GRPOTrainer` (built once; `fresh` builds a new one, e.g. to resume): the adapter as `rollout_func`,
