@@ -1,6 +1,6 @@
 """The Slime hooks end to end: the SDK's real environment server (Faulty, MathEnv) on 127.0.0.1,
 the SGLang wire-format double (`SGLangTestServer`, scripted completions, real Qwen3 tokenizer),
-and a test double of Slime's `Sample` (tests/slime_double.py) that asserts every rule Slime
+and a test double of Slime's `Sample` (tests/doubles/slime_double.py) that asserts every rule Slime
 relies on."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import openreward_rl
-import slime_double
+from doubles import slime_double
 from openreward_rl.assets import load_tokenizer
 from openreward_rl.backends import filters, slime
 from openreward_rl.backends._sample import state as _state

@@ -19,7 +19,7 @@ import attrs
 import pytest
 from openreward import AsyncOpenReward
 
-import slime_double
+from doubles import slime_double
 from openreward_rl import ChatRenderer, EpisodeSettings, StopReason, TaskRef, ToolEpisode, Trajectory, run_episode
 from openreward_rl.assets import load_tokenizer
 from openreward_rl.backends._sample.fill import samples_from_trajectory

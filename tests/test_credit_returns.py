@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-import slime_double
+from doubles import slime_double
 from openreward_rl.backends import slime
 from openreward_rl.backends._sample import state as _state
 from openreward_rl.backends._sample.record import EpisodeRecord

@@ -1,7 +1,7 @@
 """GRPO normalisation when episodes fork into several samples (one per context).
 
 A sample's advantage must be its episode's group-normalised reward. The trainers' own post-processing is
-reproduced in tests/train_data_double.py from their source (Slime 624b824, Miles 31f1ca9); the episodes
+reproduced in tests/doubles/train_data_double.py from their source (Slime 624b824, Miles 31f1ca9); the episodes
 come from the real Slime hook on the Corridor environment (SDK Server on 127.0.0.1, SGLang double,
 real Qwen3 tokenizer), where a walker's episode is compacted into several contexts and a quitter's is not.
 """
@@ -14,8 +14,7 @@ from typing import Any
 
 import pytest
 
-import slime_double
-import train_data_double
+from doubles import slime_double, train_data_double
 from openreward_rl.backends import slime
 from openreward_rl.backends._sample import state as _state
 from openreward_rl.backends._sample.fill import samples_from_trajectory
@@ -224,7 +223,7 @@ async def test_forked_episodes_through_the_slime_hook_keep_their_group_advantage
 async def test_forked_episodes_through_the_miles_hook(corridor_config, qwen3_tokenizer) -> None:
     """The same through the Miles hook and Miles' Sample: a list for every rollout, siblings sharing their
     rollout's reward (Miles refuses otherwise), and Miles' own normalisation giving each episode its advantage."""
-    import miles_double
+    from doubles import miles_double
     from openreward_rl.backends import miles
 
     def miles_sample(index: int, group: int, route: str) -> Any:

@@ -1,8 +1,8 @@
 """Group rewards through the SDK's real `score_group`: the ClosestGuess example environment served by
 the SDK's own `Server` on 127.0.0.1 (it ranks a group's estimates), the Slime/Miles hooks driven end
 to end against the SGLang wire-format double (`SGLangTestServer`, scripted completions, real Qwen3
-tokenizer), checked by the test doubles of Slime's and Miles' `Sample` (tests/slime_double.py,
-tests/miles_double.py: Slime and Miles cannot run here)."""
+tokenizer), checked by the test doubles of Slime's and Miles' `Sample` (tests/doubles/slime_double.py,
+tests/doubles/miles_double.py: Slime and Miles cannot run here)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,7 @@ import attrs
 import pytest
 from openreward.api.environments.types import GroupCandidate, Message, TextBlock
 
-import miles_double
-import slime_double
+from doubles import miles_double, slime_double
 from examples.environments.closest_guess import make_question, rank_rewards
 from openreward_rl.backends import miles, slime
 from openreward_rl.backends._sample import state as _state

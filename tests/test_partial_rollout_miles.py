@@ -1,4 +1,4 @@
-"""Partial rollout through the Miles hooks: Miles' rollout driver (tests/miles_rollout_double.py,
+"""Partial rollout through the Miles hooks: Miles' rollout driver (tests/doubles/miles_rollout_double.py,
 written from radixark/miles 31f1ca9) aborts a step while an episode is in flight; the next step
 resumes it. Both of Miles' rollouts — the legacy one (`MILES_USE_LEGACY_ROLLOUT_V1=1`, a singleton
 `GenerateState` in `miles.rollout.sglang_rollout`) and the class-based one (a per-rollout
@@ -24,10 +24,9 @@ from typing import Any
 import pytest
 
 import journal_env
-import miles_double
-import miles_rollout_double as miles_rollout
-import slime_double
-import slime_rollout_double as slime_rollout
+from doubles import miles_double, slime_double
+from doubles import miles_rollout_double as miles_rollout
+from doubles import slime_rollout_double as slime_rollout
 from openreward_rl.backends import miles as miles_hooks
 from openreward_rl.env.tasks import TaskRef
 from test_backend_slime import record_of

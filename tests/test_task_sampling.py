@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-import slime_double
+from doubles import slime_double
 from openreward_rl.backends import filters, task_sampling
 from openreward_rl.backends._sample.record import EpisodeRecord
 from openreward_rl.config import ConfigError, parse_config

@@ -360,9 +360,9 @@ def train_command(submit: list[str]) -> list[str]:
 
 def test_slime_command_parses_through_slime_argument_contract(config_file: Path, tmp_path: Path, capsys, monkeypatch, megatron) -> None:
     """The printed Slime command, parsed by a double of slime's parser and its Megatron checks (built from
-    THUDM/slime 624b824, tests/slime_arguments_double.py): every flag is one they define, the model's
+    THUDM/slime 624b824, tests/doubles/slime_arguments_double.py): every flag is one they define, the model's
     architecture flags come from slime's scripts/models file, and training starts from --ref-load."""
-    from slime_arguments_double import parse_train_args
+    from doubles.slime_arguments_double import parse_train_args
 
     monkeypatch.setenv("MODEL_ARGS_ROTARY_BASE", "5000000")  # the model files' own override, read when sourced
     checkout = slime_checkout(tmp_path / "slime", "qwen3-4B")
@@ -381,8 +381,8 @@ def test_slime_command_parses_through_slime_argument_contract(config_file: Path,
 
 def test_slime_double_refuses_a_command_without_megatron_model_args(tmp_path: Path) -> None:
     """The double is not a rubber stamp: without the architecture flags or a checkpoint, Megatron would stop."""
+    from doubles.slime_arguments_double import SlimeArgumentError, parse_train_args
     from openreward_rl.cli.launcher import train_arguments
-    from slime_arguments_double import SlimeArgumentError, parse_train_args
 
     argv = train_arguments(megatron_spec(tmp_path))
     start = argv.index("--num-layers")

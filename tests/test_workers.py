@@ -3,7 +3,7 @@ episodes in spawned workers gives the same samples as in process, and a worker t
 its episodes into ABORTED samples (never lost ones, never rewards), after which a fresh worker
 runs the next episode. Real parts: the SDK's environment server (conftest `env_server`), the
 SGLang wire double with scripted completions and the real Qwen3 tokenizer, real spawned
-processes; Slime's `Sample` is the double of tests/slime_double.py."""
+processes; Slime's `Sample` is the double of tests/doubles/slime_double.py."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-import slime_double
+from doubles import slime_double
 from openreward_rl.backends import slime
 from openreward_rl.backends._sample import state as _state
 from openreward_rl.backends._sample.record import EpisodeRecord

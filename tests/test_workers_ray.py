@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import ray  # the `test` extra installs it: a missing Ray fails collection here, never skips the file
 
-import slime_double
+from doubles import slime_double
 from openreward_rl.backends._sample import state as _state
 from openreward_rl.env.tasks import TaskRef
 from openreward_rl.loop.trajectory import StopReason

@@ -14,7 +14,7 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Any
 
-import slime_double
+from doubles import slime_double
 
 
 # miles/rollout/base_types.py: what a new-form generate function takes and returns.

@@ -86,10 +86,10 @@ class EpisodeRun:
 
 
 def slime_samples(trajectory: Trajectory, tokenizer_name: str = "offline:qwen3") -> list[Any]:
-    """The trajectory as the Slime adapter writes it into Slime's `Sample` (tests/slime_double.py,
+    """The trajectory as the Slime adapter writes it into Slime's `Sample` (tests/doubles/slime_double.py,
     a double of Slime's `Sample` and of the checks Slime applies; Slime cannot run here)."""
+    from doubles.slime_double import Sample, check_output
     from openreward_rl.backends._sample.fill import samples_from_trajectory
-    from slime_double import Sample, check_output
 
     row = Sample(index=0, prompt="", metadata={"environment": trajectory.task.get("environment"), "source": "faults"})
     samples = samples_from_trajectory(row, trajectory, tokenizer=load_tokenizer(tokenizer_name))
