@@ -45,22 +45,8 @@ def tokenizer() -> Any:
 
 
 @pytest.fixture
-def config_file(train_config, env_server) -> Any:
-    return train_config(
-        f"""
-environments:
-  Faulty:
-    variant: faulty
-    base_url: {env_server.base_url}
-  MathEnv:
-    variant: mathenv
-    base_url: {env_server.base_url}
-    max_turns: 3
-parser: hermes
-attempts: 1
-upload: false
-"""
-    )
+def config_file(served_config) -> Any:
+    return served_config({"Faulty": {}, "MathEnv": {"max_turns": 3}})
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ import pytest
 from openreward import AsyncOpenReward
 
 from doubles import slime_double
+from hermes_calls import call
 from openreward_rl import ChatRenderer, EpisodeSettings, StopReason, TaskRef, ToolEpisode, Trajectory, run_episode
 from openreward_rl.assets import load_tokenizer
 from openreward_rl.backends._sample.fill import samples_from_trajectory
@@ -39,12 +40,6 @@ pytestmark = pytest.mark.anyio
 SAMPLING = {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 256}
 BUDGET = 2048  # tokens: the corridor's 6 rooms need about 3,000 without compaction
 KEY = re.compile(r"(?:THE EXIT KEY IS|The exit key is) ([a-z]+-\d{4})")
-
-
-def call(name: str, **arguments: Any) -> str:
-    import json
-
-    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
 
 
 @attrs.define

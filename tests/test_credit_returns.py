@@ -31,24 +31,8 @@ def digit(d: int) -> str:
 
 
 @pytest.fixture
-def lock_config(train_config, env_server) -> Any:
-    return train_config(
-        f"""
-environments:
-  CombinationLock:
-    variant: combinationlock
-    base_url: {env_server.base_url}
-    max_turns: 3
-    nonterminal_reward: -0.5
-  Faulty:
-    variant: faulty
-    base_url: {env_server.base_url}
-parser: hermes
-attempts: 1
-upload: false
-advantage: {{estimator: turn, gamma: 0.5}}
-"""
-    )
+def lock_config(served_config) -> Any:
+    return served_config({"CombinationLock": {"max_turns": 3, "nonterminal_reward": -0.5}, "Faulty": {}}, advantage={"estimator": "turn", "gamma": 0.5})
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from doubles import slime_double, train_data_double
+from hermes_calls import call
 from openreward_rl.backends import slime
 from openreward_rl.backends._sample import state as _state
 from openreward_rl.backends._sample.fill import samples_from_trajectory
@@ -26,7 +27,7 @@ from openreward_rl.env.tasks import TaskRef, task_row
 from openreward_rl.loop.trajectory import StopReason, TokenSegment, Trajectory
 from openreward_rl.testing import ScriptedCompletion, SGLangTestServer
 from openreward_rl.testing.sglang_server import RecordedRequest
-from test_context_policy import CorridorAgent, call
+from test_context_policy import CorridorAgent
 
 pytestmark = pytest.mark.anyio
 
@@ -149,20 +150,9 @@ class WalkerOrQuitter(CorridorAgent):
 
 
 @pytest.fixture
-def corridor_config(train_config, env_server) -> Any:
-    return train_config(
-        f"""
-environments:
-  Corridor:
-    variant: corridor
-    base_url: {env_server.base_url}
-    max_turns: 20
-    context_policy: {{name: summarize, threshold: 0.6, keep_recent_turns: 1, summary_tokens: 128}}
-parser: hermes
-attempts: 1
-upload: false
-"""
-    )
+def corridor_config(served_config) -> Any:
+    summarize = {"name": "summarize", "threshold": 0.6, "keep_recent_turns": 1, "summary_tokens": 128}
+    return served_config({"Corridor": {"max_turns": 20, "context_policy": summarize}})
 
 
 def slime_args(server: SGLangTestServer, **overrides: Any) -> SimpleNamespace:

@@ -30,24 +30,9 @@ _, TARGET_1 = make_question("closest/train/1")
 
 
 @pytest.fixture
-def config_file(train_config, env_server) -> Any:
+def config_file(served_config) -> Any:
     """As a user writes it: the rows carry no variant, the config names each environment's class."""
-    return train_config(
-        f"""
-environments:
-  ClosestGuess:
-    variant: closestguess
-    base_url: {env_server.base_url}
-    max_turns: 2
-  MathEnv:
-    variant: mathenv
-    base_url: {env_server.base_url}
-    max_turns: 2
-parser: hermes
-attempts: 1
-upload: false
-"""
-    )
+    return served_config({"ClosestGuess": {"max_turns": 2}, "MathEnv": {"max_turns": 2}})
 
 
 def slime_sample(environment: str = "ClosestGuess", index: int = 0, sample_index: int = 0) -> slime_double.Sample:

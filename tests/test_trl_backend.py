@@ -233,14 +233,19 @@ class FlakyPaint(PaintColour):
         return PaintColour.paint(self, args)
 
 
-CONFIG = {
-    "environments": {"FlakyPaint": {"splits": ["train"], "max_turns": 2}},
-    "system_prompt_template": "You are a painter. Reply with the colour only, one word.",
-    "parser": "hermes",
-    "on_no_tool_call": "nudge",
-    "attempts": 1,
-    "upload": False,
-}
+def painter_config(environment: str, *, max_turns: int, on_no_tool_call: str) -> dict[str, Any]:
+    """A config of one train-split painting environment, whose model is told to reply with the colour only."""
+    return {
+        "environments": {environment: {"splits": ["train"], "max_turns": max_turns}},
+        "system_prompt_template": "You are a painter. Reply with the colour only, one word.",
+        "parser": "hermes",
+        "on_no_tool_call": on_no_tool_call,
+        "attempts": 1,
+        "upload": False,
+    }
+
+
+CONFIG = painter_config("FlakyPaint", max_turns=2, on_no_tool_call="nudge")
 
 
 @pytest.fixture(scope="module")
@@ -582,14 +587,7 @@ class CountingPaint(PaintColour):
         return ToolOutput(blocks=[TextBlock(text=f"reward {reward:.2f}.")], reward=reward, finished=True)
 
 
-COUNTING_CONFIG = {
-    "environments": {"CountingPaint": {"splits": ["train"], "max_turns": 1}},
-    "system_prompt_template": "You are a painter. Reply with the colour only, one word.",
-    "parser": "hermes",
-    "on_no_tool_call": "end",
-    "attempts": 1,
-    "upload": False,
-}
+COUNTING_CONFIG = painter_config("CountingPaint", max_turns=1, on_no_tool_call="end")
 
 
 def _one_counting_step(tmp_path: Path, smollm2: tuple[Any, Any], resample: int | None, config: dict[str, Any] = COUNTING_CONFIG) -> tuple[Any, list[Trajectory], Any]:

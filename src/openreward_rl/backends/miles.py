@@ -53,15 +53,8 @@ async def generate(args: Any, sample: Any, sampling_params: Mapping[str, Any], e
 
 
 async def _generate(args: Any, sample: Any, sampling_params: Mapping[str, Any], evaluation: bool, abort_signal: Any) -> Any:
-    return await generate_samples(
-        args,
-        sample,
-        sampling_params,
-        evaluation=evaluation,
-        routing_key=getattr(sample, "routing_key", None),
-        preset_reward=not getattr(args, "group_rm", False),
-        abort_signal=abort_signal,
-    )
+    routing_key, preset_reward = getattr(sample, "routing_key", None), not getattr(args, "group_rm", False)
+    return await generate_samples(args, sample, sampling_params, evaluation=evaluation, routing_key=routing_key, preset_reward=preset_reward, abort_signal=abort_signal)
 
 
 @attrs.frozen

@@ -92,14 +92,7 @@ class BackendState:
         # With `rollout_workers: N` episodes run in N worker processes (or Ray actors); see `loop/workers.py`.
         rollouts, eval_rollouts = spread_over_workers(config, args, rollouts, attrs.evolve(rollouts, max_context_len=eval_context))
         return cls(
-            config=config,
-            tokenizer=tokenizer,
-            engine=engine,
-            client=client,
-            rollouts=rollouts,
-            eval_rollouts=eval_rollouts,
-            uploader=uploader,
-            loop=_running_loop(),
+            config=config, tokenizer=tokenizer, engine=engine, client=client, rollouts=rollouts, eval_rollouts=eval_rollouts, uploader=uploader, loop=_running_loop()
         )
 
 

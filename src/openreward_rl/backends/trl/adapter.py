@@ -207,18 +207,9 @@ class TrlAdapter:
 
     @classmethod
     def build(
-        cls,
-        config: TrainConfig,
-        tokenizer: Any,
-        client: Any,
-        *,
-        model: str | None = None,
-        sampling: SamplingConfig | None = None,
-        max_new_tokens: int = 1024,
-        max_context_len: int | None = None,
-        episode: EpisodeBuilder | None = None,
-        **options: Any,
-    ) -> TrlAdapter:
+        cls, config: TrainConfig, tokenizer: Any, client: Any, *, model: str | None = None, sampling: SamplingConfig | None = None,
+        max_new_tokens: int = 1024, max_context_len: int | None = None, episode: EpisodeBuilder | None = None, **options: Any,
+    ) -> TrlAdapter:  # fmt: skip
         """The adapter for `config`: `Rollouts.from_config` (the one episode stack) with no engine yet; `episode`
         None takes the config's (`ToolEpisode` by default)."""
         rollouts = Rollouts.from_config(
