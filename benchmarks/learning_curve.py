@@ -137,7 +137,7 @@ def run_seed(args: argparse.Namespace, seed: int, estimator: str | None = None, 
     gets the run so far after each evaluation (a run cut short keeps its points)."""
     from transformers import TrainerCallback, set_seed
 
-    from openreward_rl.backends.trl.run import TrlOptions, TrlSession, eval_stats, quiet_trainer
+    from openreward_rl.backends.trl import TrlOptions, TrlSession, eval_stats, quiet_trainer
     set_seed(seed)
     options = TrlOptions(
         model=args.model, device=args.device, bf16=args.bf16, max_steps=args.steps, prompts_per_step=args.rollout_batch_size,
@@ -233,7 +233,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from openreward_rl.backends.trl.run import TrlOptions
+    from openreward_rl.backends.trl import TrlOptions
 
     device = TrlOptions(model=args.model, device=args.device).resolved_device
     if device.startswith("cuda"):

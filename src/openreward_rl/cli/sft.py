@@ -87,8 +87,7 @@ def _recorded(paths: list[str], tokenizer: Any) -> list[Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from openreward_rl.backends.trl.run import TrlOptions, TrlSession, eval_stats
-    from openreward_rl.backends.trl.sft import sft_rows, train_sft
+    from openreward_rl.backends.trl import TrlOptions, TrlSession, eval_stats, sft_rows, train_sft
     from openreward_rl.cli.train_trl import print_summary
     from openreward_rl.config import ConfigError, load_config
     from openreward_rl.engines.teacher import TeacherEngine
