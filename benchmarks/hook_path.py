@@ -1,7 +1,7 @@
 """Client CPU per turn on the trainer hook path (`openreward_rl.backends.slime.generate`), with its split.
 
 What runs: Slime's call into the hook, as Slime makes it (a Slime-like `args` namespace and the
-`Sample` double of tests/slime_double.py, rows written by `task_row`), for 5, 10, 20 and 50-turn
+`Sample` double of tests/doubles/slime_double.py, rows written by `task_row`), for 5, 10, 20 and 50-turn
 `Corridor` episodes whose tool replies are 300 words (~1,930 characters, ~440 Qwen3 tokens). The
 hook builds its own state from `args` and a training config file, exactly as under Slime: the
 Qwen3 tokenizer and template, `SGLangEngine` on the zero-latency SGLang double (a child process)
@@ -64,20 +64,20 @@ def write_config(directory: Path, base_url: str, workers: int = 0) -> Path:
 
 
 def slime_args(sglang_url: str) -> SimpleNamespace:
-    import slime_double
+    from doubles import slime_double
 
     host, port = sglang_url.removeprefix("http://").rsplit(":", 1)
     return slime_double.rollout_args(host, int(port), rollout_max_context_len=CONTEXT_LEN, rollout_max_response_len=512)
 
 
 def new_sample(turns: int, number: int) -> Any:
-    import slime_double
+    from doubles import slime_double
 
     return slime_double.task_sample(corridor_task(turns, REPLY_WORDS), index=number, group_index=0, session_id=f"bench-{number}")
 
 
 def check(sample: Any, turns: int) -> None:
-    import slime_double
+    from doubles import slime_double
 
     if sample.status is not slime_double.Sample.Status.COMPLETED or sample.reward != 1.0:
         raise RuntimeError(f"episode did not complete: {sample.status} {sample.metadata.get('stop_reason')} {sample.metadata.get('stop_detail')}")
@@ -135,7 +135,7 @@ class HookBench:
         return {"least": min(process), "median": median(process), "main": median(main), "threads": median(process) - median(main)}
 
     async def close(self) -> None:
-        from openreward_rl.backends import _state
+        from openreward_rl.backends._sample import state as _state
 
         await _state.close_states()
 
@@ -174,7 +174,7 @@ async def throughput(worker_counts: list[int], turns: int, concurrency: int, epi
     with the CPU each process spent per turn."""
     from common import process_cpu_seconds
 
-    from openreward_rl.backends import _state
+    from openreward_rl.backends._sample import state as _state
 
     print(f"machine: {machine()}")
     load = os.getloadavg()

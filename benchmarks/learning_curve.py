@@ -5,7 +5,7 @@
 
 For each seed: load the model fresh, evaluate the `--eval-split` tasks (`--eval-n` episodes each) at
 step 0 (the untrained model), train with `openreward-rl train --framework trl`'s machinery
-(`openreward_rl.backends.trl_run`), evaluate again every `--eval-every` steps and at the end.
+(`openreward_rl.backends.trl.run`), evaluate again every `--eval-every` steps and at the end.
 Prints the curve (reward mean ± std with unrewarded episodes counted as 0, success, pass@k,
 truncation rate, tool calls and parse errors per episode) and writes `<out>.json` (every number) and `<out>.png` (reward per seed against
 steps, with the environment's best constant reply as a baseline where its module defines
@@ -141,7 +141,7 @@ def run_seed(args: argparse.Namespace, seed: int, estimator: str | None = None, 
     gets the run so far after each evaluation (a run cut short keeps its points)."""
     from transformers import TrainerCallback, set_seed
 
-    from openreward_rl.backends.trl_run import TrlOptions, TrlSession, eval_stats, quiet_trainer
+    from openreward_rl.backends.trl import TrlOptions, TrlSession, eval_stats, quiet_trainer
     set_seed(seed)
     options = TrlOptions(
         model=args.model, device=args.device, bf16=args.bf16, max_steps=args.steps, prompts_per_step=args.rollout_batch_size,
@@ -237,7 +237,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from openreward_rl.backends.trl_run import TrlOptions
+    from openreward_rl.backends.trl import TrlOptions
 
     device = TrlOptions(model=args.model, device=args.device).resolved_device
     if device.startswith("cuda"):

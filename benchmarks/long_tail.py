@@ -1,6 +1,6 @@
 """Rollout-step wall time on a long-tailed multi-turn workload, with and without partial rollout.
 
-What runs: Slime's rollout driver as tests/slime_rollout_double.py reproduces it (written from
+What runs: Slime's rollout driver as tests/doubles/slime_rollout_double.py reproduces it (written from
 THUDM/slime: `generate_rollout_async`, `abort`, the data buffer, the background loop thread) calling
 this library's hooks (`openreward_rl.backends.slime.generate` / `.reward`) for `Corridor` episodes on
 the SDK's environment `Server` (a child process on 127.0.0.1), against `SGLangTestServer` (the SGLang
@@ -102,9 +102,9 @@ def slime_args(port: int, batch: int, partial: bool) -> SimpleNamespace:
 
 
 def run_mode(name: str, loop_thread: Any, server: Any, lengths: list[int], env_url: str, steps: int, batch: int) -> dict[str, Any]:
-    import slime_double
-    import slime_rollout_double as slime_rollout
-    from openreward_rl.backends import _suspended
+    from doubles import slime_double
+    from doubles import slime_rollout_double as slime_rollout
+    from openreward_rl.backends._sample import suspended as _suspended
 
     def prompt(index: int) -> Any:
         return slime_double.task_sample(corridor_task(lengths[index], REPLY_WORDS, base_url=env_url))
@@ -143,9 +143,9 @@ def main() -> None:
     options = parser.parse_args()
     os.environ.setdefault("WANDB_MODE", "offline")
 
-    import slime_rollout_double as slime_rollout
+    from doubles import slime_rollout_double as slime_rollout
     from openreward_rl.assets import load_tokenizer
-    from openreward_rl.backends import _state
+    from openreward_rl.backends._sample import state as _state
     from openreward_rl.env.local_server import serve_environments
     from openreward_rl.testing import SGLangTestServer
 

@@ -279,7 +279,7 @@ def grpo_args(options: Any, output_dir: str, *, max_tool_calling_iterations: int
     """TRL's config for a side. In TRL's tool loop `max_completion_length` caps the whole episode (every reply
     and tool result), not one reply: it gets each of its turns a reply's tokens plus as many for the tool's
     answer, so the loop is not cut where ours (`max_new_tokens` per reply) goes on."""
-    from openreward_rl.backends.trl_run import grpo_config
+    from openreward_rl.backends.trl import grpo_config
 
     args = grpo_config(options)
     args.output_dir = output_dir
@@ -310,7 +310,7 @@ RANDOM_WEIGHTS = False
 def fresh_model(options: Any) -> tuple[Any, Any]:
     import torch
 
-    from openreward_rl.backends.trl_run import trainable_gguf
+    from openreward_rl.backends.trl import trainable_gguf
     from openreward_rl.engines.transformers import load_model
 
     torch.manual_seed(options.seed)
@@ -327,8 +327,7 @@ def run_side(side: str, session: Any, bridge: Any, options: Any, args: argparse.
     import torch
     from datasets import Dataset
 
-    from openreward_rl.backends.trl import task_prompt
-    from openreward_rl.backends.trl_run import quiet_trainer
+    from openreward_rl.backends.trl import quiet_trainer, task_prompt
 
     cuda = torch.cuda.is_available() and options.resolved_device.startswith("cuda")
     gc.collect()
@@ -412,7 +411,7 @@ def run_side(side: str, session: Any, bridge: Any, options: Any, args: argparse.
 def main(argv: list[str] | None = None) -> None:
     import torch
 
-    from openreward_rl.backends.trl_run import TrlOptions, TrlSession
+    from openreward_rl.backends.trl import TrlOptions, TrlSession
     from openreward_rl.config import load_config, prepare_config
     from openreward_rl.env.local_server import import_file, load_environment_class
 

@@ -93,7 +93,7 @@ class AnswerEpisode:
 
 def train(output_dir: str, *, model: Any = None, tokenizer: Any = None, steps: int = 2) -> dict[str, Any]:
     """`steps` GRPO steps of SmolLM2 on PaintColour with `AnswerEpisode`; `model`/`tokenizer`: an already loaded SmolLM2."""
-    from openreward_rl.backends.trl_run import TrlOptions, TrlSession, quiet_trainer
+    from openreward_rl.backends.trl import TrlOptions, TrlSession, quiet_trainer
     from openreward_rl.config import parse_config
 
     config = parse_config({

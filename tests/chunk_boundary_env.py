@@ -15,10 +15,12 @@ from __future__ import annotations
 import string
 from typing import Literal
 
-from openreward.environments import Environment, TextBlock, ToolOutput, tool
+from openreward.environments import TextBlock, ToolOutput, tool
 from openreward.environments.reconnect import CHUNK_SIZE
 from openreward.environments.types import RunToolOutput, RunToolSuccess
 from pydantic import BaseModel, Field
+
+from one_task_env import OneTask
 
 KINDS = ("space", "indent", "mixed")
 CHUNKS = 4  # the text spans this many chunks of the streamed result
@@ -57,16 +59,10 @@ class EmitArgs(BaseModel):
     kind: Literal["space", "indent", "mixed"] = Field(description="Which whitespace to put at the chunk boundaries.")
 
 
-class ChunkBoundary(Environment):
+class ChunkBoundary(OneTask):
     """Call `emit`; its long output is the test."""
 
-    @classmethod
-    def list_splits(cls) -> list[str]:
-        return ["train"]
-
-    @classmethod
-    def list_tasks(cls, split: str) -> list[dict]:
-        return [{"id": "chunks-0"}]
+    SPLIT, TASK = "train", {"id": "chunks-0"}
 
     def get_prompt(self) -> list[TextBlock]:
         return [TextBlock(text="Call emit.")]

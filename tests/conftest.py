@@ -9,11 +9,12 @@ Async tests use anyio's pytest plugin: mark them ``@pytest.mark.anyio``.
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 # Before the SDK is imported anywhere: no PyPI update check, no hub downloads, loopback never via a proxy.
 os.environ["OPENREWARD_DISABLE_UPDATE_CHECK"] = "1"
@@ -75,6 +76,21 @@ def train_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[s
         file.write_text(text)
         monkeypatch.setenv("OPENREWARD_RL_CONFIG", str(file))
         return file
+
+    return write
+
+
+@pytest.fixture
+def served_config(train_config: Callable[[str], Path], env_server: LocalEnvServer) -> Callable[..., Path]:
+    """`train_config` for environments of the session's `env_server`: each named one served by its lower-cased
+    variant with its own settings, then the hooks' usual `parser: hermes`, one attempt, no upload, and `settings`.
+
+    `served_config({"MathEnv": {"max_turns": 3}}, advantage={"estimator": "turn"})`"""
+
+    def write(environments: Mapping[str, Mapping[str, Any]], **settings: Any) -> Path:
+        served = {name: {"variant": name.lower(), "base_url": env_server.base_url, **extra} for name, extra in environments.items()}
+        config = {"environments": served, "parser": "hermes", "attempts": 1, "upload": False, **settings}
+        return train_config(yaml.safe_dump(config, sort_keys=False))
 
     return write
 

@@ -18,6 +18,8 @@ from typing import Any
 from openreward.environments import Environment, ImageBlock, TextBlock, ToolOutput, tool
 from pydantic import BaseModel
 
+from one_task_env import OneTask
+
 # A 1x1 PNG.
 PIXEL = base64.b64encode(
     bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010806000000"
@@ -86,9 +88,11 @@ class Seconds(BaseModel):
     seconds: float
 
 
-class Workbench(Environment):
+class Workbench(OneTask):
     """Find the word in notes.txt with the session's toolset (`claude-code`: bash, read, ...) and submit it.
     Without a toolset it has only `submit` and `run_tests`."""
+
+    TASK = {"word": "marigold"}
 
     def __init__(self, task_spec: dict = {}, secrets: dict[str, str] = {}) -> None:  # noqa: B006 - the SDK's signature
         super().__init__(task_spec, secrets)
@@ -96,14 +100,6 @@ class Workbench(Environment):
 
     async def setup(self) -> None:
         await self.sandbox.run(f"printf '%s\\n' {self.task_spec['word']} > notes.txt")
-
-    @classmethod
-    def list_splits(cls) -> list[str]:
-        return ["test"]
-
-    @classmethod
-    def list_tasks(cls, split: str) -> list[dict]:
-        return [{"word": "marigold"}]
 
     def get_prompt(self) -> list[TextBlock]:
         return [TextBlock(text="Workbench: read the word in notes.txt and submit it.")]
@@ -126,21 +122,15 @@ class Report(BaseModel):
     text: str
 
 
-class Leaky(Environment):
+class Leaky(OneTask):
     """A careless environment: it shows the model its secrets (`openai_api_key`, `leak_token`) in the
     prompt, in `login`'s error text and in `login`'s metadata. `report` takes what the model saw."""
+
+    TASK = {"id": "leak-0"}
 
     def __init__(self, task_spec: dict = {}, secrets: dict[str, str] = {}) -> None:  # noqa: B006 - the SDK's signature
         super().__init__(task_spec, secrets)
         self.secrets = dict(secrets)
-
-    @classmethod
-    def list_splits(cls) -> list[str]:
-        return ["test"]
-
-    @classmethod
-    def list_tasks(cls, split: str) -> list[dict]:
-        return [{"id": "leak-0"}]
 
     def get_prompt(self) -> list[TextBlock]:
         return [TextBlock(text=f"Leaky: log in, then report what the server said. (debug: session token {self.secrets.get('leak_token')})")]
@@ -157,16 +147,10 @@ class Leaky(Environment):
         return ToolOutput(blocks=[TextBlock(text="noted")], reward=1.0, finished=True, metadata={"reported": args.text})
 
 
-class Gallery(Environment):
+class Gallery(OneTask):
     """Shows an image in the prompt and another from `look`; `describe` ends the episode."""
 
-    @classmethod
-    def list_splits(cls) -> list[str]:
-        return ["test"]
-
-    @classmethod
-    def list_tasks(cls, split: str) -> list[dict]:
-        return [{"id": "picture-0"}]
+    TASK = {"id": "picture-0"}
 
     def get_prompt(self) -> list[TextBlock | ImageBlock]:
         return [TextBlock(text="Gallery: what colour is this pixel? Call look for another view."), ImageBlock(data=PIXEL, mimeType="image/png")]

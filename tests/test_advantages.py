@@ -1,7 +1,7 @@
 """The turn and mix estimators through the trainers: real CombinationLock episodes (the SDK's environment
 server, the SGLang wire double, the Qwen3 tokenizer) filled by our generate hooks into Slime's and Miles'
-`Sample` doubles, then Slime's and Miles' own path to advantages (tests/slime_train_double.py and
-tests/miles_train_double.py, written from their source) with our hooks plugged in as the flags say."""
+`Sample` doubles, then Slime's and Miles' own path to advantages (tests/doubles/slime_train_double.py and
+tests/doubles/miles_train_double.py, written from their source) with our hooks plugged in as the flags say."""
 
 from __future__ import annotations
 
@@ -13,12 +13,10 @@ from typing import Any
 import pytest
 import torch
 
-import miles_double
-import miles_train_double
-import slime_double
-import slime_train_double
-from openreward_rl.backends import _state, advantages, miles, slime, task_sampling
-from openreward_rl.backends.episode_record import EpisodeRecord
+from doubles import miles_double, miles_train_double, slime_double, slime_train_double
+from openreward_rl.backends import advantages, miles, slime, task_sampling
+from openreward_rl.backends._sample import state as _state
+from openreward_rl.backends._sample.record import EpisodeRecord
 from openreward_rl.credit.estimators import token_advantages
 from openreward_rl.env.tasks import TaskRef, task_row
 from openreward_rl.errors import TrainerError

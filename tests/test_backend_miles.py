@@ -1,5 +1,5 @@
 """The Miles hooks end to end against the SDK's environment server and the SGLang wire-format double,
-checked by a test double of Miles' `Sample` (tests/miles_double.py)."""
+checked by a test double of Miles' `Sample` (tests/doubles/miles_double.py)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
-import miles_double
+from doubles import miles_double
 from openreward_rl.assets import load_tokenizer
-from openreward_rl.backends import _state, miles
+from openreward_rl.backends import miles
+from openreward_rl.backends._sample import state as _state
 from openreward_rl.env.tasks import TaskRef, task_row
 from openreward_rl.testing import ScriptedCompletion, SGLangTestServer
 from test_backend_slime import SAMPLING, SUBMIT_OK, SUBMIT_WRONG, config_file, make_args, record_of  # noqa: F401  (fixture)

@@ -1,6 +1,6 @@
 """The Slime hooks end to end: the SDK's real environment server (Faulty, MathEnv) on 127.0.0.1,
 the SGLang wire-format double (`SGLangTestServer`, scripted completions, real Qwen3 tokenizer),
-and a test double of Slime's `Sample` (tests/slime_double.py) that asserts every rule Slime
+and a test double of Slime's `Sample` (tests/doubles/slime_double.py) that asserts every rule Slime
 relies on."""
 
 from __future__ import annotations
@@ -8,16 +8,20 @@ from __future__ import annotations
 import copy
 import inspect
 import json
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-import slime_double
+import openreward_rl
+from doubles import slime_double
 from openreward_rl.assets import load_tokenizer
-from openreward_rl.backends import _state, filters, slime
-from openreward_rl.backends._samples import samples_from_trajectory
-from openreward_rl.backends.episode_record import EpisodeRecord
+from openreward_rl.backends import filters, slime
+from openreward_rl.backends._sample import state as _state
+from openreward_rl.backends._sample.fill import samples_from_trajectory
+from openreward_rl.backends._sample.record import EpisodeRecord
 from openreward_rl.config import ConfigError
 from openreward_rl.env.tasks import TaskRef
 from openreward_rl.loop.trajectory import StopReason, TokenSegment, Trajectory
@@ -41,22 +45,8 @@ def tokenizer() -> Any:
 
 
 @pytest.fixture
-def config_file(train_config, env_server) -> Any:
-    return train_config(
-        f"""
-environments:
-  Faulty:
-    variant: faulty
-    base_url: {env_server.base_url}
-  MathEnv:
-    variant: mathenv
-    base_url: {env_server.base_url}
-    max_turns: 3
-parser: hermes
-attempts: 1
-upload: false
-"""
-    )
+def config_file(served_config) -> Any:
+    return served_config({"Faulty": {}, "MathEnv": {"max_turns": 3}})
 
 
 @pytest.fixture
@@ -114,6 +104,59 @@ async def test_completed_episode_fills_sample_token_exactly(config_file, sglang,
     assert record.episode_reward == 1.0 and record.reward_observed and record.metrics["turns"] == 1.0
     assert metadata["variant"] is None and "task_hash" in metadata  # prepare's keys kept
     assert await slime.reward(args, sample) == 1.0
+
+
+PACKAGE = Path(openreward_rl.__file__).resolve().parent
+
+
+def _holds(value: Any, sample: Any) -> bool:
+    return value is sample or (isinstance(value, list) and any(item is sample for item in value))
+
+
+async def files_entered(sample: Any, call: Any) -> list[str]:
+    """The package's files `sample` is passed into while `call` runs, in order: a function of the package
+    that receives `sample` (or a list holding it) and is called from another file enters that file. A
+    coroutine resumed after an await is not entered again."""
+    entered: list[str] = []
+    started: dict[int, Any] = {}
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event != "call" or started.get(id(frame)) is frame:
+            return
+        started[id(frame)] = frame
+        path = Path(frame.f_code.co_filename)
+        if PACKAGE not in path.parents or not any(_holds(value, sample) for value in frame.f_locals.values()):
+            return
+        caller = frame.f_back
+        if caller is None or caller.f_code.co_filename != frame.f_code.co_filename:
+            entered.append(path.relative_to(PACKAGE).as_posix())
+
+    sys.setprofile(profile)
+    try:
+        await call()
+    finally:
+        sys.setprofile(None)
+    return entered
+
+
+@pytest.mark.parametrize("evaluation", [False, True])
+async def test_the_plain_generate_path_enters_each_file_once(config_file, sglang, evaluation) -> None:
+    """Following a sample through the plain Slime hook: down the house once, no file entered twice, and the
+    partial-rollout path never entered."""
+    sglang.push(ScriptedCompletion(text=SUBMIT_OK))
+    sample = make_sample()
+    entered = await files_entered(sample, lambda: run(make_args(sglang), sample, evaluation=evaluation))
+    assert entered == ["backends/slime.py", "backends/_sample/generate.py", "backends/_sample/fill.py"]
+    assert sample.status is slime_double.Sample.Status.COMPLETED and sample.reward == 1.0
+
+
+async def test_the_partial_rollout_path_is_its_own(config_file, sglang) -> None:
+    """Under --partial-rollout the sample leaves the plain path for `_sample/partial.py`, then gets the same one fill."""
+    sglang.push(ScriptedCompletion(text=SUBMIT_OK))
+    sample = make_sample()
+    entered = await files_entered(sample, lambda: run(make_args(sglang, partial_rollout=True), sample))
+    assert entered == ["backends/slime.py", "backends/_sample/generate.py", "backends/_sample/partial.py", "backends/_sample/fill.py"]
+    assert sample.status is slime_double.Sample.Status.COMPLETED and sample.reward == 1.0
 
 
 async def test_wrong_answer_is_a_real_zero(config_file, sglang) -> None:

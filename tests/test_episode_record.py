@@ -9,7 +9,7 @@ import attrs
 import pytest
 
 from observe_fixtures import real_trajectory
-from openreward_rl.backends.episode_record import EpisodeRecord
+from openreward_rl.backends._sample.record import EpisodeRecord
 from openreward_rl.loop.trajectory import StopReason
 
 

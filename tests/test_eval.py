@@ -267,7 +267,7 @@ def test_eval_without_flags_runs_with_the_eval_options_defaults() -> None:
 
 def test_a_bad_flag_or_option_of_every_command_is_a_config_error() -> None:
     """Bad input raises `ConfigError` where it enters (errors.py's rule), whichever command reads it."""
-    from openreward_rl.backends.trl_run import TrlOptions
+    from openreward_rl.backends.trl.run import TrlOptions
     from openreward_rl.cli import build_parser
     from openreward_rl.cli.train_trl import options_from_args
     from openreward_rl.errors import ConfigError, ResultsError

@@ -54,7 +54,7 @@ def table_cells(table) -> dict[str, str]:
 def test_train_and_eval_report_the_same_pass_at_k_and_success_on_one_results_file(tmp_path) -> None:
     """`train --framework trl`'s before/after line (`eval_stats`) and `openreward-rl eval`'s table read the
     same results file alike, tasks with fewer scored samples (an infrastructure failure) included."""
-    from openreward_rl.backends.trl_run import eval_stats
+    from openreward_rl.backends.trl.run import eval_stats
     from openreward_rl.cli.evaluation import EvalJob, ResultsFile, read_results
     from openreward_rl.env.tasks import TaskRef
 
@@ -83,7 +83,7 @@ def test_train_and_eval_report_the_same_pass_at_k_and_success_on_one_results_fil
 
 def test_every_reader_takes_the_trained_reward_from_the_trajectory() -> None:
     """The eval summary, the Slime/Miles record, `show`'s index and TRL's reward all read `Trajectory.trained_reward`."""
-    from openreward_rl.backends.episode_record import EpisodeRecord
+    from openreward_rl.backends._sample.record import EpisodeRecord
     from openreward_rl.observe.metrics import EpisodeStats
     from openreward_rl.show.index import episode_rows
 
@@ -101,7 +101,7 @@ def test_train_eval_line_gives_tool_calls_and_parse_errors_per_episode() -> None
     (the `tool_calls_mean` and `parse_errors_mean` of `openreward-rl eval`'s metrics)."""
     import attrs
 
-    from openreward_rl.backends.trl_run import eval_stats
+    from openreward_rl.backends.trl.run import eval_stats
     from openreward_rl.observe.metrics import flat_metrics
 
     counts = [(3.0, 0.0), (1.0, 2.0), (2.0, 1.0)]  # (tool calls, parse errors) per episode

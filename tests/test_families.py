@@ -140,7 +140,7 @@ async def test_training_hooks_pick_the_family_from_hf_checkpoint(tmp_path: Any, 
     start-up check finds not token-exact on the tokenizer, fails right there."""
     from types import SimpleNamespace
 
-    from openreward_rl.backends._state import BackendState
+    from openreward_rl.backends._sample.state import BackendState
     from openreward_rl.families.probe import ModelCheckError
 
     config = tmp_path / "train_config.yaml"

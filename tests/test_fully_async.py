@@ -36,10 +36,9 @@ import attrs
 import pytest
 
 import journal_env
-import miles_double
-import miles_rollout_double as miles_rollout
-import slime_double
-import slime_rollout_double as slime_rollout
+from doubles import miles_double, slime_double
+from doubles import miles_rollout_double as miles_rollout
+from doubles import slime_rollout_double as slime_rollout
 from openreward_rl.testing import SGLangTestServer
 from test_backend_slime import record_of
 from test_partial_rollout import (  # noqa: F401

@@ -1,7 +1,7 @@
 """GRPO normalisation when episodes fork into several samples (one per context).
 
 A sample's advantage must be its episode's group-normalised reward. The trainers' own post-processing is
-reproduced in tests/train_data_double.py from their source (Slime 624b824, Miles 31f1ca9); the episodes
+reproduced in tests/doubles/train_data_double.py from their source (Slime 624b824, Miles 31f1ca9); the episodes
 come from the real Slime hook on the Corridor environment (SDK Server on 127.0.0.1, SGLang double,
 real Qwen3 tokenizer), where a walker's episode is compacted into several contexts and a quitter's is not.
 """
@@ -14,19 +14,20 @@ from typing import Any
 
 import pytest
 
-import slime_double
-import train_data_double
-from openreward_rl.backends import _state, slime
-from openreward_rl.backends._samples import samples_from_trajectory
-from openreward_rl.backends.episode_record import EpisodeRecord
-from openreward_rl.backends.fork_normalization import post_process_rewards
-from openreward_rl.cli.launcher import LaunchSpec, fork_normalization_arguments
+from doubles import slime_double, train_data_double
+from hermes_calls import call
+from openreward_rl.backends import slime
+from openreward_rl.backends._sample import state as _state
+from openreward_rl.backends._sample.fill import samples_from_trajectory
+from openreward_rl.backends._sample.record import EpisodeRecord
+from openreward_rl.backends.advantages import slime_episode_post_process
+from openreward_rl.cli.launcher import LaunchSpec, episode_post_process_arguments
 from openreward_rl.config import ConfigError
 from openreward_rl.env.tasks import TaskRef, task_row
 from openreward_rl.loop.trajectory import StopReason, TokenSegment, Trajectory
 from openreward_rl.testing import ScriptedCompletion, SGLangTestServer
 from openreward_rl.testing.sglang_server import RecordedRequest
-from test_context_policy import CorridorAgent, call
+from test_context_policy import CorridorAgent
 
 pytestmark = pytest.mark.anyio
 
@@ -73,7 +74,7 @@ def test_slime_default_normalises_a_forked_batch_as_one_group_and_ours_per_episo
     assert wrong[2] != {0.0} and wrong[3] != {0.0}, "Slime's default centres prompt 1 on the batch mean"
     assert wrong[1] != expected[1]
 
-    raw, ours = train_data_double.slime_post_process_rewards(args, samples, custom=post_process_rewards)
+    raw, ours = train_data_double.slime_post_process_rewards(args, samples, custom=slime_episode_post_process)
     assert raw == [s.reward for s in samples] and len(ours) == len(samples)
     assert by_episode(samples, ours) == expected
 
@@ -88,7 +89,7 @@ def test_a_failed_episode_takes_no_part_in_its_group(qwen3_tokenizer) -> None:
     ]
     samples = train_data_double.flatten_step(groups)
     assert [s.remove_sample for s in samples] == [False, False, False, True, True]
-    _, ours = post_process_rewards(trainer_args(n_samples_per_prompt=3, rollout_batch_size=1), samples)
+    _, ours = slime_episode_post_process(trainer_args(n_samples_per_prompt=3, rollout_batch_size=1), samples)
     assert by_episode(samples, ours) == {0: {0.707106}, 1: {-0.707106}, 2: {0.0}}  # the placeholder 0.0 is no reward
     _, miles_default = train_data_double.miles_post_process_rewards(trainer_args(n_samples_per_prompt=3, rollout_batch_size=1), samples)
     assert by_episode(samples, miles_default)[2] != {0.0}  # Miles counts the placeholder as a reward
@@ -98,15 +99,25 @@ def test_siblings_with_different_rewards_are_refused(qwen3_tokenizer) -> None:
     samples = train_data_double.flatten_step([[rollout(0, 0, 2, 1.0, qwen3_tokenizer), rollout(0, 1, 1, 0.0, qwen3_tokenizer)]])
     samples[1].reward = 0.5
     with pytest.raises(ValueError, match="carry different rewards"):
-        post_process_rewards(trainer_args(), samples)
+        slime_episode_post_process(trainer_args(), samples)
 
 
 def test_without_normalisation_the_raw_rewards_pass(qwen3_tokenizer) -> None:
     samples = train_data_double.flatten_step([[rollout(0, 0, 2, 1.0, qwen3_tokenizer), rollout(0, 1, 1, 0.0, qwen3_tokenizer)]])
-    assert post_process_rewards(trainer_args(advantage_estimator="ppo"), samples) == ([1.0, 1.0, 0.0], [1.0, 1.0, 0.0])
-    assert post_process_rewards(trainer_args(rewards_normalization=False), samples)[1] == [1.0, 1.0, 0.0]
-    _, centred = post_process_rewards(trainer_args(grpo_std_normalization=False), samples)
+    assert slime_episode_post_process(trainer_args(advantage_estimator="ppo"), samples) == ([1.0, 1.0, 0.0], [1.0, 1.0, 0.0])
+    assert slime_episode_post_process(trainer_args(rewards_normalization=False), samples)[1] == [1.0, 1.0, 0.0]
+    _, centred = slime_episode_post_process(trainer_args(grpo_std_normalization=False), samples)
     assert centred == [0.5, 0.5, -0.5]
+
+
+def test_the_former_hook_path_still_works_with_a_warning(qwen3_tokenizer) -> None:
+    """`backends.fork_normalization.post_process_rewards`, the path a Slime flag named before, for one release."""
+    from openreward_rl.backends import fork_normalization
+
+    samples = train_data_double.flatten_step([[rollout(0, 0, 2, 1.0, qwen3_tokenizer), rollout(0, 1, 1, 0.0, qwen3_tokenizer)]])
+    with pytest.warns(DeprecationWarning, match="advantages.slime_episode_post_process"):
+        former = fork_normalization.post_process_rewards(trainer_args(), samples)
+    assert former == slime_episode_post_process(trainer_args(), samples) and former[1] != former[0]
 
 
 def test_mixed_nesting_breaks_the_trainers_flatten(qwen3_tokenizer) -> None:
@@ -121,9 +132,9 @@ def test_mixed_nesting_breaks_the_trainers_flatten(qwen3_tokenizer) -> None:
 
 def test_train_passes_the_fix_to_slime_only() -> None:
     """The hook choice; the whole printed command is checked in test_train_launcher (with the turn/mix estimators)."""
-    slime_args = fork_normalization_arguments(LaunchSpec(framework="slime", framework_path="/opt/slime"))
-    assert slime_args == ["--custom-reward-post-process-path", "openreward_rl.backends.fork_normalization.post_process_rewards"]
-    assert fork_normalization_arguments(LaunchSpec(framework="miles", framework_path="/opt/miles")) == []
+    slime_args = episode_post_process_arguments(LaunchSpec(framework="slime", framework_path="/opt/slime"))
+    assert slime_args == ["--custom-reward-post-process-path", "openreward_rl.backends.advantages.slime_episode_post_process"]
+    assert episode_post_process_arguments(LaunchSpec(framework="miles", framework_path="/opt/miles")) == []
 
 
 # --- end to end through the Slime hook ---------------------------------------------------------------
@@ -139,20 +150,9 @@ class WalkerOrQuitter(CorridorAgent):
 
 
 @pytest.fixture
-def corridor_config(train_config, env_server) -> Any:
-    return train_config(
-        f"""
-environments:
-  Corridor:
-    variant: corridor
-    base_url: {env_server.base_url}
-    max_turns: 20
-    context_policy: {{name: summarize, threshold: 0.6, keep_recent_turns: 1, summary_tokens: 128}}
-parser: hermes
-attempts: 1
-upload: false
-"""
-    )
+def corridor_config(served_config) -> Any:
+    summarize = {"name": "summarize", "threshold": 0.6, "keep_recent_turns": 1, "summary_tokens": 128}
+    return served_config({"Corridor": {"max_turns": 20, "context_policy": summarize}})
 
 
 def slime_args(server: SGLangTestServer, **overrides: Any) -> SimpleNamespace:
@@ -204,7 +204,7 @@ async def test_forked_episodes_through_the_slime_hook_keep_their_group_advantage
     assert len(samples) == len(walker) + 3
     rollouts = trainer_args()
     _, slime_default = train_data_double.slime_post_process_rewards(rollouts, samples)
-    _, ours = train_data_double.slime_post_process_rewards(rollouts, samples, custom=post_process_rewards)
+    _, ours = train_data_double.slime_post_process_rewards(rollouts, samples, custom=slime_episode_post_process)
     assert by_episode(samples, ours) == {0: {0.707106}, 1: {-0.707106}, 2: {0.0}, 3: {0.0}}
     assert by_episode(samples, slime_default)[2] != {0.0}  # the quitters of prompt 1 pay for prompt 0's walker
     assert ours == pytest.approx(train_data_double.miles_post_process_rewards(rollouts, samples)[1])
@@ -213,7 +213,7 @@ async def test_forked_episodes_through_the_slime_hook_keep_their_group_advantage
 async def test_forked_episodes_through_the_miles_hook(corridor_config, qwen3_tokenizer) -> None:
     """The same through the Miles hook and Miles' Sample: a list for every rollout, siblings sharing their
     rollout's reward (Miles refuses otherwise), and Miles' own normalisation giving each episode its advantage."""
-    import miles_double
+    from doubles import miles_double
     from openreward_rl.backends import miles
 
     def miles_sample(index: int, group: int, route: str) -> Any:
@@ -234,13 +234,13 @@ async def test_forked_episodes_through_the_miles_hook(corridor_config, qwen3_tok
     miles_double.check_sibling_rewards(samples)
     _, miles_default = train_data_double.miles_post_process_rewards(trainer_args(), samples)
     assert by_episode(samples, miles_default) == {0: {0.707106}, 1: {-0.707106}, 2: {0.0}, 3: {0.0}}
-    assert post_process_rewards(trainer_args(), samples)[1] == pytest.approx(miles_default)
+    assert slime_episode_post_process(trainer_args(), samples)[1] == pytest.approx(miles_default)
 
 
 def test_every_hook_groups_a_forked_batch_without_group_index_by_rollouts() -> None:
-    """`backends._groups` is the one grouping the advantage hooks, fork normalisation, the filter and the
+    """`backends._sample.groups` is the one grouping the advantage hooks, fork normalisation, the filter and the
     group RM use: blocks of `n_samples_per_prompt` *rollouts*, so a fork does not shift later groups."""
-    from openreward_rl.backends._groups import prompt_groups, rollout_key
+    from openreward_rl.backends._sample.groups import prompt_groups, rollout_key
     from openreward_rl.errors import TrainerError
 
     batch = [SimpleNamespace(rollout_id=r, index=i) for i, r in enumerate([0, 0, 0, 1, 2, 3])]  # rollout 0 forked into 3 samples

@@ -1,8 +1,8 @@
 """Group rewards through the SDK's real `score_group`: the ClosestGuess example environment served by
 the SDK's own `Server` on 127.0.0.1 (it ranks a group's estimates), the Slime/Miles hooks driven end
 to end against the SGLang wire-format double (`SGLangTestServer`, scripted completions, real Qwen3
-tokenizer), checked by the test doubles of Slime's and Miles' `Sample` (tests/slime_double.py,
-tests/miles_double.py: Slime and Miles cannot run here)."""
+tokenizer), checked by the test doubles of Slime's and Miles' `Sample` (tests/doubles/slime_double.py,
+tests/doubles/miles_double.py: Slime and Miles cannot run here)."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ import attrs
 import pytest
 from openreward.api.environments.types import GroupCandidate, Message, TextBlock
 
-import miles_double
-import slime_double
+from doubles import miles_double, slime_double
 from examples.environments.closest_guess import make_question, rank_rewards
-from openreward_rl.backends import _state, miles, slime
+from openreward_rl.backends import miles, slime
+from openreward_rl.backends._sample import state as _state
 from openreward_rl.env.tasks import TaskRef, task_row
 from openreward_rl.testing import ScriptedCompletion, SGLangTestServer
 from test_backend_slime import SAMPLING, make_args, record_of, sglang, tokenizer  # noqa: F401  (fixtures)
@@ -30,24 +30,9 @@ _, TARGET_1 = make_question("closest/train/1")
 
 
 @pytest.fixture
-def config_file(train_config, env_server) -> Any:
+def config_file(served_config) -> Any:
     """As a user writes it: the rows carry no variant, the config names each environment's class."""
-    return train_config(
-        f"""
-environments:
-  ClosestGuess:
-    variant: closestguess
-    base_url: {env_server.base_url}
-    max_turns: 2
-  MathEnv:
-    variant: mathenv
-    base_url: {env_server.base_url}
-    max_turns: 2
-parser: hermes
-attempts: 1
-upload: false
-"""
-    )
+    return served_config({"ClosestGuess": {"max_turns": 2}, "MathEnv": {"max_turns": 2}})
 
 
 def slime_sample(environment: str = "ClosestGuess", index: int = 0, sample_index: int = 0) -> slime_double.Sample:

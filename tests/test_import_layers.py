@@ -13,7 +13,7 @@ SOURCE = Path(__file__).resolve().parents[1] / "src" / "openreward_rl"
 
 # Lowest first. A module may import its own package's modules and any package of a lower layer.
 LAYERS: list[set[str]] = [
-    {"_lazy", "_registry", "errors"},
+    {"_lazy", "_registry", "errors", "_options"},
     {"redaction", "retry", "assets"},
     {"parsers", "reducers"},
     {"families"},  # names its parser: imports parsers
@@ -116,6 +116,30 @@ def test_imports_point_down_the_layers(graph: dict[str, set[str]]) -> None:
         if unit(source) != unit(target) and rank[unit(target)] >= rank[unit(source)]
     ]
     assert upward == []
+
+
+# The hook faces a trainer flag (or TRL user) names, the private plumbing they share, and one deprecated alias.
+BACKENDS = {
+    "advantages", "filters", "miles", "miles_agent", "rollout_log", "slime", "task_sampling", "trl", "_sample",
+    "fork_normalization",  # deprecated alias of advantages.slime_episode_post_process, for one release
+}  # fmt: skip
+
+
+def test_backends_holds_only_trainer_glue() -> None:
+    """`backends/` keeps the hook faces at their public paths; code that knows no trainer lives below it."""
+    names = {p.stem if p.suffix == ".py" else p.name for p in (SOURCE / "backends").iterdir() if p.name not in ("__init__.py", "__pycache__")}
+    assert names == BACKENDS
+
+
+def test_sample_plumbing_is_private_to_backends(graph: dict[str, set[str]]) -> None:
+    """`backends._sample` is imported by the hooks only, never from another package."""
+    outside = sorted(
+        f"{source} -> {target}"
+        for source, targets in graph.items()
+        for target in targets
+        if target.startswith("openreward_rl.backends._sample") and not source.startswith("openreward_rl.backends")
+    )
+    assert outside == []
 
 
 def test_type_only_imports_are_in_the_graph(tmp_path: Path) -> None:

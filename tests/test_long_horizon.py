@@ -7,7 +7,6 @@ options and leaves `max_compactions` at its default; the task needs 61 turns, so
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
@@ -15,6 +14,7 @@ import attrs
 import pytest
 from openreward import AsyncOpenReward
 
+from hermes_calls import call
 from long_read_env import PAGES, LongRead, number_of
 from openreward_rl.assets import load_tokenizer
 from openreward_rl.config import parse_config
@@ -23,7 +23,7 @@ from openreward_rl.env.local_server import serve_environments
 from openreward_rl.env.tasks import TaskRef
 from openreward_rl.loop.context import DEFAULT_SUMMARY_REQUEST
 from openreward_rl.loop.rollout import Rollouts
-from openreward_rl.loop.trajectory import StopReason
+from openreward_rl.loop.trajectory import StopReason, Trajectory
 from openreward_rl.testing import ScriptedCompletion, SGLangTestServer
 from openreward_rl.testing.sglang_server import RecordedRequest
 
@@ -31,10 +31,6 @@ pytestmark = pytest.mark.anyio
 WINDOW = 32768
 TOTAL = re.compile(r"Running total after page (\d+): (\d+)\.")
 PAGE = re.compile(r"The number on page (\d+) is (\d+)\.")
-
-
-def call(name: str, **arguments: Any) -> str:
-    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
 
 
 @attrs.define
@@ -58,6 +54,21 @@ class Reader:
         return ScriptedCompletion(text=note + "\n" + (call("answer", total=total) if page == PAGES else call("read")))
 
 
+async def read(config: Any, reader: Reader, *, index: int, max_new_tokens: int) -> Trajectory:
+    """LongRead task `index` played by `reader` at a `WINDOW`-token context, through the config's runner."""
+    client = AsyncOpenReward(api_key="local")
+    async with SGLangTestServer(reader.tokenizer, script=reader) as sglang:
+        engine = SGLangEngine(sglang.url, max_attempts=1)
+        rollouts = Rollouts.from_config(
+            config, engine=engine, tokenizer=reader.tokenizer, client=client, model="Qwen/Qwen3-8B", max_context_len=WINDOW, max_new_tokens=max_new_tokens
+        )
+        try:
+            return await rollouts.run(TaskRef("LongRead", "train", index=index))
+        finally:
+            await engine.aclose()
+            await client.environments.aclose()
+
+
 @pytest.fixture(scope="module")
 def long_read_server() -> Any:
     with serve_environments([LongRead]) as server:
@@ -74,15 +85,7 @@ async def test_a_60_read_task_finishes_at_a_32k_window_with_the_default_compacti
     })  # fmt: skip
     assert config.environment("LongRead").max_compactions is None  # the default: no cap
     reader = Reader(tokenizer)
-    client = AsyncOpenReward(api_key="local")
-    async with SGLangTestServer(tokenizer, script=reader) as sglang:
-        engine = SGLangEngine(sglang.url, max_attempts=1)
-        rollouts = Rollouts.from_config(config, engine=engine, tokenizer=tokenizer, client=client, model="Qwen/Qwen3-8B", max_context_len=WINDOW, max_new_tokens=512)
-        try:
-            trajectory = await rollouts.run(TaskRef("LongRead", "train", index=0))
-        finally:
-            await engine.aclose()
-            await client.environments.aclose()
+    trajectory = await read(config, reader, index=0, max_new_tokens=512)
     assert trajectory.stop_reason is StopReason.COMPLETED and trajectory.reward == 1.0, trajectory.stop_detail
     expected = sum(number_of("long-0", p) for p in range(1, PAGES + 1))
     assert f'"total": {expected}' in tokenizer.decode(trajectory.turns[-1].sampled_ids)
@@ -112,15 +115,7 @@ async def test_uncapped_compaction_stops_when_a_boundary_no_longer_frees_room(lo
     environment = {"base_url": long_read_server.base_url, "variant": long_read_server.variant_for("LongRead"), "context_policy": "clear_tool_outputs",
                    "max_turns": PAGES + 5, **({} if cap is None else {"max_compactions": cap})}  # fmt: skip
     config = parse_config({"environments": {"LongRead": environment}, "parser": "hermes", "attempts": 1, "upload": False})
-    client = AsyncOpenReward(api_key="local")
-    async with SGLangTestServer(tokenizer, script=VerboseReader(tokenizer)) as sglang:
-        engine = SGLangEngine(sglang.url, max_attempts=1)
-        rollouts = Rollouts.from_config(config, engine=engine, tokenizer=tokenizer, client=client, model="Qwen/Qwen3-8B", max_context_len=WINDOW, max_new_tokens=2048)
-        try:
-            trajectory = await rollouts.run(TaskRef("LongRead", "train", index=1))
-        finally:
-            await engine.aclose()
-            await client.environments.aclose()
+    trajectory = await read(config, VerboseReader(tokenizer), index=1, max_new_tokens=2048)
     assert trajectory.stop_reason is StopReason.CONTEXT_OVERFLOW
     compactions = trajectory.compactions
     assert len(compactions) > 1

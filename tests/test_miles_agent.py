@@ -2,8 +2,8 @@
 
 Real parts: the SDK's environment server on 127.0.0.1 (Faulty, MathEnv), the Qwen3 tokenizer and
 chat template, the SGLang `/generate` wire double. Doubles written from Miles' source (see
-tests/miles_session_double.py): Miles' TITO session server (v1) and `agentic_tool_call.generate`,
-and Miles' `Sample` (tests/miles_double.py)."""
+tests/doubles/miles_session_double.py): Miles' TITO session server (v1) and `agentic_tool_call.generate`,
+and Miles' `Sample` (tests/doubles/miles_double.py)."""
 
 from __future__ import annotations
 
@@ -15,10 +15,7 @@ from typing import Any
 
 import pytest
 
-import miles_double
-import miles_rollout_double
-import miles_session_double
-import slime_double
+from doubles import miles_double, miles_rollout_double, miles_session_double, slime_double
 from openreward_rl.assets import load_tokenizer
 from openreward_rl.backends import miles, miles_agent
 from openreward_rl.backends.filters import group_verdict
@@ -114,7 +111,7 @@ async def test_environment_fault_mid_episode_is_aborted_not_a_zero_reward(config
 
 
 async def miles_generate_and_rm(args: Any, sample: miles_double.Sample) -> miles_double.Sample:
-    """Through Miles' generate_and_rm (tests/miles_rollout_double.py): no reward model for an ABORTED sample."""
+    """Through Miles' generate_and_rm (tests/doubles/miles_rollout_double.py): no reward model for an ABORTED sample."""
     args.custom_generate_function_path = "openreward_rl.backends.miles_agent.generate"
     args.custom_rm_path = "openreward_rl.backends.miles.reward"
     args.mask_offpolicy_in_partial_rollout = False

@@ -3,7 +3,7 @@ stack with the same constructor (`Rollouts.from_config`), so the first prompt ea
 task is the same token ids, the config's `thinking: false` included.
 
 Both run against the real local environment server and the SGLang wire-format double; the Slime side
-goes through `tests/slime_double.py` (Slime cannot run here).
+goes through `tests/doubles/slime_double.py` (Slime cannot run here).
 """
 
 from __future__ import annotations

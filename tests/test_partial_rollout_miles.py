@@ -1,4 +1,4 @@
-"""Partial rollout through the Miles hooks: Miles' rollout driver (tests/miles_rollout_double.py,
+"""Partial rollout through the Miles hooks: Miles' rollout driver (tests/doubles/miles_rollout_double.py,
 written from radixark/miles 31f1ca9) aborts a step while an episode is in flight; the next step
 resumes it. Both of Miles' rollouts — the legacy one (`MILES_USE_LEGACY_ROLLOUT_V1=1`, a singleton
 `GenerateState` in `miles.rollout.sglang_rollout`) and the class-based one (a per-rollout
@@ -24,10 +24,9 @@ from typing import Any
 import pytest
 
 import journal_env
-import miles_double
-import miles_rollout_double as miles_rollout
-import slime_double
-import slime_rollout_double as slime_rollout
+from doubles import miles_double, slime_double
+from doubles import miles_rollout_double as miles_rollout
+from doubles import slime_rollout_double as slime_rollout
 from openreward_rl.backends import miles as miles_hooks
 from openreward_rl.env.tasks import TaskRef
 from test_backend_slime import record_of
@@ -96,12 +95,17 @@ async def uninterrupted(loop_thread: Any, tokenizer: Any, lengths: dict[int, int
         journal_env.reset()  # the run under test starts from an empty journal
 
 
+async def interrupted(loop_thread: Any, tokenizer: Any, lengths: dict[int, int], interrupt: dict[tuple[int, int], int]) -> tuple[Sample, JournalModel, Any]:
+    """Task 1's uninterrupted reference, then a server whose model cuts the turns `interrupt` names."""
+    reference = await uninterrupted(loop_thread, tokenizer, lengths, task=1)
+    model = JournalModel(tokenizer, lengths, interrupt=interrupt)
+    return reference, model, await make_server(tokenizer, model)
+
+
 @pytest.mark.parametrize("form", list(FORMS))
 async def test_mid_turn_abort_resumes_token_exactly(config_file, tokenizer, loop_thread, form) -> None:
     lengths = {0: 1, 1: 4}
-    reference = await uninterrupted(loop_thread, tokenizer, lengths, task=1)
-    model = JournalModel(tokenizer, lengths, interrupt={(1, 2): 7})
-    server = await make_server(tokenizer, model)
+    reference, model, server = await interrupted(loop_thread, tokenizer, lengths, {(1, 2): 7})
     try:
         args, state, source = rollout_parts(server, form)
         (first,) = await step(loop_thread, state, 0, source, aborter(server))
@@ -156,9 +160,7 @@ async def test_abort_between_turns_parks_at_the_next_model_call(config_file, tok
 @pytest.mark.parametrize("form", LEGACY_ROLLOUT)
 async def test_mask_offpolicy_on_the_legacy_rollout(config_file, tokenizer, loop_thread, form) -> None:
     lengths = {0: 1, 1: 3}
-    reference = await uninterrupted(loop_thread, tokenizer, lengths, task=1)
-    model = JournalModel(tokenizer, lengths, interrupt={(1, 1): 5})
-    server = await make_server(tokenizer, model)
+    reference, _, server = await interrupted(loop_thread, tokenizer, lengths, {(1, 1): 5})
     try:
         args, state, source = rollout_parts(server, form, mask_offpolicy_in_partial_rollout=True)
         await step(loop_thread, state, 0, source, aborter(server))

@@ -17,7 +17,7 @@ import wandb
 
 from observe_fixtures import read_offline_run, real_trajectory
 from openreward_rl.backends import rollout_log
-from openreward_rl.backends.episode_record import EpisodeRecord
+from openreward_rl.backends._sample.record import EpisodeRecord
 from openreward_rl.backends.rollout_log import episode_of_sample, log_eval_rollout, log_rollout
 from openreward_rl.loop.trajectory import StopReason, Trajectory
 from openreward_rl.observe.metrics import EpisodeStats, aggregate, summarize

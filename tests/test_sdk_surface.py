@@ -30,6 +30,7 @@ from aiohttp import web
 from openreward import AsyncOpenReward
 from rich.console import Console
 
+from hermes_calls import call
 from openreward_rl.assets import load_tokenizer
 from openreward_rl.cli import main
 from openreward_rl.cli.eval import EvalOptions, run_eval
@@ -47,10 +48,6 @@ ENV_FILE = Path(__file__).resolve().parent / "sdk_surface_env.py"
 SPECS = {name: f"{ENV_FILE}:{name}" for name in ("IndexedTasks", "Workbench", "Leaky", "Gallery")}
 OPENAI_KEY = "sk-leaky-openai-5c1d9e7a3f"  # read from OPENAI_API_KEY (a global secret)
 LEAK_TOKEN = "lt-leaky-token-8b2e4f6a0d"  # read from LEAK_TOKEN (Leaky's own secret, with its domains)
-
-
-def call(name: str, **arguments: Any) -> str:
-    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
 
 
 class ScriptedModel:

@@ -14,7 +14,7 @@ import pytest
 
 from openreward_rl import TaskRef
 from openreward_rl.assets import load_tokenizer
-from openreward_rl.backends.trl_sft import sft_rows
+from openreward_rl.backends.trl.sft import sft_rows
 from openreward_rl.config import parse_config
 from openreward_rl.engines.teacher import TeacherEngine, turn_text
 from openreward_rl.env.local_server import import_file, serve_environments

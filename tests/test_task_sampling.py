@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-import slime_double
+from doubles import slime_double
 from openreward_rl.backends import filters, task_sampling
-from openreward_rl.backends.episode_record import EpisodeRecord
+from openreward_rl.backends._sample.record import EpisodeRecord
 from openreward_rl.config import ConfigError, parse_config
 from openreward_rl.env.tasks import TaskRef, task_row
 from openreward_rl.loop.trajectory import StopReason

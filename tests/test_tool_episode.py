@@ -6,7 +6,6 @@ SGLang's `/generate` wire format (SGLang itself cannot run here) that records ev
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -15,6 +14,7 @@ import attrs
 import pytest
 from openreward import AsyncOpenReward
 
+from hermes_calls import call
 from openreward_rl import ChatRenderer, EpisodeSettings, StopReason, TaskRef, ToolEpisode, Trajectory, run_episode
 from openreward_rl.assets import load_tokenizer
 from openreward_rl.engines.sglang import SGLangEngine
@@ -26,10 +26,6 @@ from scripted_training_view import expected_mask_and_logprobs
 
 pytestmark = pytest.mark.anyio
 SAMPLING = {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 512}
-
-
-def call(name: str, **arguments: Any) -> str:
-    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
 
 
 def culprit_of(env_server: LocalEnvServer, index: int, split: str = "train") -> str:

@@ -360,9 +360,9 @@ def train_command(submit: list[str]) -> list[str]:
 
 def test_slime_command_parses_through_slime_argument_contract(config_file: Path, tmp_path: Path, capsys, monkeypatch, megatron) -> None:
     """The printed Slime command, parsed by a double of slime's parser and its Megatron checks (built from
-    THUDM/slime 624b824, tests/slime_arguments_double.py): every flag is one they define, the model's
+    THUDM/slime 624b824, tests/doubles/slime_arguments_double.py): every flag is one they define, the model's
     architecture flags come from slime's scripts/models file, and training starts from --ref-load."""
-    from slime_arguments_double import parse_train_args
+    from doubles.slime_arguments_double import parse_train_args
 
     monkeypatch.setenv("MODEL_ARGS_ROTARY_BASE", "5000000")  # the model files' own override, read when sourced
     checkout = slime_checkout(tmp_path / "slime", "qwen3-4B")
@@ -381,8 +381,8 @@ def test_slime_command_parses_through_slime_argument_contract(config_file: Path,
 
 def test_slime_double_refuses_a_command_without_megatron_model_args(tmp_path: Path) -> None:
     """The double is not a rubber stamp: without the architecture flags or a checkpoint, Megatron would stop."""
+    from doubles.slime_arguments_double import SlimeArgumentError, parse_train_args
     from openreward_rl.cli.launcher import train_arguments
-    from slime_arguments_double import SlimeArgumentError, parse_train_args
 
     argv = train_arguments(megatron_spec(tmp_path))
     start = argv.index("--num-layers")
@@ -461,8 +461,8 @@ def test_dry_run_passes_the_advantage_hooks_the_config_asks_for(framework: str, 
     train = submit[submit.index("--") + 1 :]
     assert value(train, "--advantage-estimator") == "grpo"
     if estimator == "episode":  # Slime keeps only the fork-aware GRPO normalisation; Miles' own is right
-        fork_normalization = ["openreward_rl.backends.fork_normalization.post_process_rewards"] if framework == "slime" else []
-        assert [train[i + 1] for i, flag in enumerate(train) if flag == "--custom-reward-post-process-path"] == fork_normalization
+        episode_post_process = ["openreward_rl.backends.advantages.slime_episode_post_process"] if framework == "slime" else []
+        assert [train[i + 1] for i, flag in enumerate(train) if flag == "--custom-reward-post-process-path"] == episode_post_process
         assert "--custom-advantage-function-path" not in train and "--use-opd" not in train
     elif framework == "slime":
         assert value(train, "--custom-reward-post-process-path") == "openreward_rl.backends.advantages.slime_reward_post_process"
@@ -507,7 +507,7 @@ def test_partial_rollout_with_a_compacting_context_policy_is_refused_before_ray(
 def test_the_hooks_skip_the_model_check_only_when_the_launch_says_so(tmp_path: Path, monkeypatch) -> None:
     """`train --skip-check-model` sets OPENREWARD_RL_CHECK_MODEL=0 in the job's environment; the hooks'
     config then has check_model false, as `check_model: false` in the file would give."""
-    from openreward_rl.backends._state import load_process_parts
+    from openreward_rl.backends._sample.state import load_process_parts
 
     config = tmp_path / "train_config.yaml"
     config.write_text("env_base_url: http://127.0.0.1:9\nenvironments:\n  MathEnv: {}\n")

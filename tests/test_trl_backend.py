@@ -110,7 +110,7 @@ def test_dry_run_prints_the_trainer_config_without_loading_anything(capsys: pyte
 
 def test_train_without_flags_runs_with_the_trl_options_defaults() -> None:
     """`train --framework trl` restates no default: flags left out give `TrlOptions`' own (one table)."""
-    from openreward_rl.backends.trl_run import TrlOptions
+    from openreward_rl.backends.trl.run import TrlOptions
     from openreward_rl.cli import build_parser
     from openreward_rl.cli.train_trl import options_from_args
 
@@ -196,10 +196,10 @@ def test_a_step_samples_all_its_episodes_at_once_on_one_engine_kept_between_step
     adapter.rollouts.client = adapter.run(client())
     tasks = [TaskRef("GradedGuess", "train", index=i) for i in range(3) for _ in range(2)]
     try:
-        first = adapter.run_episodes(model, tasks)
+        first = adapter.run_episodes(tasks, model=model)
         engine, processor = adapter._engine, adapter._engine._manager.batch_processor
         assert model.config._attn_implementation == attention and model.training
-        second = adapter.run_episodes(model, tasks)
+        second = adapter.run_episodes(tasks, model=model)
         assert adapter._engine is engine and engine._manager.batch_processor is processor
         assert model.config._attn_implementation == attention
     finally:
@@ -233,19 +233,24 @@ class FlakyPaint(PaintColour):
         return PaintColour.paint(self, args)
 
 
-CONFIG = {
-    "environments": {"FlakyPaint": {"splits": ["train"], "max_turns": 2}},
-    "system_prompt_template": "You are a painter. Reply with the colour only, one word.",
-    "parser": "hermes",
-    "on_no_tool_call": "nudge",
-    "attempts": 1,
-    "upload": False,
-}
+def painter_config(environment: str, *, max_turns: int, on_no_tool_call: str) -> dict[str, Any]:
+    """A config of one train-split painting environment, whose model is told to reply with the colour only."""
+    return {
+        "environments": {environment: {"splits": ["train"], "max_turns": max_turns}},
+        "system_prompt_template": "You are a painter. Reply with the colour only, one word.",
+        "parser": "hermes",
+        "on_no_tool_call": on_no_tool_call,
+        "attempts": 1,
+        "upload": False,
+    }
+
+
+CONFIG = painter_config("FlakyPaint", max_turns=2, on_no_tool_call="nudge")
 
 
 @pytest.fixture(scope="module")
 def smollm2() -> tuple[Any, Any]:
-    from openreward_rl.backends.trl_run import trainable_gguf
+    from openreward_rl.backends.trl.run import trainable_gguf
     from openreward_rl.engines.transformers import load_model
 
     model, tokenizer = load_model("offline:smollm2", device="cpu")
@@ -253,7 +258,7 @@ def smollm2() -> tuple[Any, Any]:
 
 
 def _session(tmp_path: Path, smollm2: tuple[Any, Any], **options: Any) -> Any:
-    from openreward_rl.backends.trl_run import TrlOptions, TrlSession
+    from openreward_rl.backends.trl.run import TrlOptions, TrlSession
 
     model, tokenizer = smollm2
     settings = {"model": "offline:smollm2", "device": "cpu", "output_dir": str(tmp_path / "run"), "max_steps": 2, "prompts_per_step": 2,
@@ -348,7 +353,7 @@ class _Interrupted(Exception):
 def test_a_run_interrupted_after_its_first_checkpoint_resumes_at_step_one(tmp_path: Path, smollm2: tuple[Any, Any]) -> None:
     from transformers import TrainerCallback
 
-    from openreward_rl.backends.trl_run import last_checkpoint
+    from openreward_rl.backends.trl.run import last_checkpoint
 
     class CrashAfterFirstSave(TrainerCallback):
         def on_save(self, args: Any, state: Any, control: Any, **_: Any) -> None:
@@ -378,7 +383,7 @@ def test_with_lora_the_sampler_is_the_adapted_model(smollm2: tuple[Any, Any]) ->
     import torch
     from peft import LoraConfig, get_peft_model
 
-    from openreward_rl.backends.trl import _generation_model, sampling_mode
+    from openreward_rl.backends.trl.adapter import _generation_model, sampling_mode
     from openreward_rl.engines import GenerationRequest
     from openreward_rl.engines.transformers import SamplingConfig, TransformersEngine
 
@@ -430,7 +435,7 @@ def test_a_lora_adapter_and_the_model_card_name_the_model_as_the_user_did(smollm
     from peft import get_peft_model
     from trl.trainer.utils import get_config_model_id
 
-    from openreward_rl.backends.trl_run import TrlOptions, lora_config
+    from openreward_rl.backends.trl.run import TrlOptions, lora_config
 
     model, _ = smollm2
     trainable = {name for name, parameter in model.named_parameters() if parameter.requires_grad}
@@ -499,8 +504,8 @@ def test_turn_credit_trains_each_turn_with_its_own_return(tmp_path: Path, smollm
     from paint_room import PaintRoom
 
     import examples.reply_as_call  # noqa: F401  (registers the parser)
-    from openreward_rl.backends.trl_credit import turn_credit_trainer_class
-    from openreward_rl.backends.trl_run import TrlOptions, TrlSession
+    from openreward_rl.backends.trl.credit import turn_credit_trainer_class
+    from openreward_rl.backends.trl.run import TrlOptions, TrlSession
 
     model, tokenizer = smollm2
     # replies long enough that most episodes reach a second wall (a reply cut off ends the episode)
@@ -552,7 +557,7 @@ def test_turn_credit_trains_each_turn_with_its_own_return(tmp_path: Path, smollm
 def test_turn_credit_refuses_group_scores_and_needs_the_adapter() -> None:
     from types import SimpleNamespace
 
-    from openreward_rl.backends.trl_credit import turn_credit_trainer_class
+    from openreward_rl.backends.trl.credit import turn_credit_trainer_class
     from openreward_rl.errors import TrainerError
 
     config = parse_config(ROOM_CONFIG)
@@ -582,19 +587,12 @@ class CountingPaint(PaintColour):
         return ToolOutput(blocks=[TextBlock(text=f"reward {reward:.2f}.")], reward=reward, finished=True)
 
 
-COUNTING_CONFIG = {
-    "environments": {"CountingPaint": {"splits": ["train"], "max_turns": 1}},
-    "system_prompt_template": "You are a painter. Reply with the colour only, one word.",
-    "parser": "hermes",
-    "on_no_tool_call": "end",
-    "attempts": 1,
-    "upload": False,
-}
+COUNTING_CONFIG = painter_config("CountingPaint", max_turns=1, on_no_tool_call="end")
 
 
 def _one_counting_step(tmp_path: Path, smollm2: tuple[Any, Any], resample: int | None, config: dict[str, Any] = COUNTING_CONFIG) -> tuple[Any, list[Trajectory], Any]:
     """One GRPO step of one task x 2 episodes, sampled greedily (top_p near 0); the trainer, the episodes trained, the batch."""
-    from openreward_rl.backends.trl_run import TrlOptions, TrlSession
+    from openreward_rl.backends.trl.run import TrlOptions, TrlSession
 
     model, tokenizer = smollm2
     CountingPaint.graded = 0
@@ -633,7 +631,7 @@ def test_resampling_reruns_a_group_without_reward_spread_and_trains_its_rerun(tm
     assert not any("this step trains nothing" in r.getMessage() for r in caplog.records)
 
     # the flag (TrlOptions) overrides the config's rounds
-    from openreward_rl.backends.trl_run import TrlOptions, TrlSession
+    from openreward_rl.backends.trl.run import TrlOptions, TrlSession
 
     model, tokenizer = smollm2
     options = TrlOptions(model="offline:smollm2", device="cpu", output_dir=str(tmp_path / "flag"), resample_zero_spread=0)

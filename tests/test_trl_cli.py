@@ -106,10 +106,9 @@ def _config(tmp_path: Path, text: str) -> Path:
     return path
 
 
-@pytest.mark.slow
-def test_a_run_whose_steps_all_fail_stops_after_max_failed_steps_with_one_line_and_keeps_its_checkpoints(
-    tmp_path: Path, loads: list[str], capsys: pytest.CaptureFixture[str]
-) -> None:
+@pytest.fixture
+def broken_paint(tmp_path: Path) -> list[str]:
+    """`openreward-rl train --framework trl` on BrokenPaint, whose every episode fails (the run's flags follow)."""
     config = _config(tmp_path, """
         environments:
           BrokenPaint: {splits: [train], max_turns: 1}
@@ -117,9 +116,15 @@ def test_a_run_whose_steps_all_fail_stops_after_max_failed_steps_with_one_line_a
         attempts: 1
         upload: false
     """)
+    return ["train", "--framework", "trl", "--config", str(config), "--serve", BROKEN, *CHEAP]
+
+
+@pytest.mark.slow
+def test_a_run_whose_steps_all_fail_stops_after_max_failed_steps_with_one_line_and_keeps_its_checkpoints(
+    tmp_path: Path, broken_paint: list[str], loads: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
     output = tmp_path / "run"
-    code = main(["train", "--framework", "trl", "--config", str(config), "--serve", BROKEN, *CHEAP, "--max-steps", "6",
-                 "--max-failed-steps", "2", "--save-interval", "2", "--output-dir", str(output)])  # fmt: skip
+    code = main([*broken_paint, "--max-steps", "6", "--max-failed-steps", "2", "--save-interval", "2", "--output-dir", str(output)])
     captured = capsys.readouterr()
     assert code == 1 and loads == ["offline:smollm2"], captured.err
     steps = [line for line in captured.out.splitlines() if line.startswith("step ")]
@@ -138,18 +143,10 @@ def test_a_run_whose_steps_all_fail_stops_after_max_failed_steps_with_one_line_a
 
 @pytest.mark.slow
 def test_a_before_evaluation_in_which_every_episode_failed_stops_the_run_before_training(
-    tmp_path: Path, loads: list[str], capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, broken_paint: list[str], loads: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    config = _config(tmp_path, """
-        environments:
-          BrokenPaint: {splits: [train], max_turns: 1}
-        parser: hermes
-        attempts: 1
-        upload: false
-    """)
     output = tmp_path / "run"
-    code = main(["train", "--framework", "trl", "--config", str(config), "--serve", BROKEN, *CHEAP, "--max-steps", "2",
-                 "--eval-split", "test", "--eval-n", "2", "--eval-max-tasks", "2", "--output-dir", str(output)])  # fmt: skip
+    code = main([*broken_paint, "--max-steps", "2", "--eval-split", "test", "--eval-n", "2", "--eval-max-tasks", "2", "--output-dir", str(output)])
     captured = capsys.readouterr()
     assert code == 1
     assert captured.err.strip() == (

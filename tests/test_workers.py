@@ -3,7 +3,7 @@ episodes in spawned workers gives the same samples as in process, and a worker t
 its episodes into ABORTED samples (never lost ones, never rewards), after which a fresh worker
 runs the next episode. Real parts: the SDK's environment server (conftest `env_server`), the
 SGLang wire double with scripted completions and the real Qwen3 tokenizer, real spawned
-processes; Slime's `Sample` is the double of tests/slime_double.py."""
+processes; Slime's `Sample` is the double of tests/doubles/slime_double.py."""
 
 from __future__ import annotations
 
@@ -17,13 +17,14 @@ from typing import Any
 
 import pytest
 
-import slime_double
-from openreward_rl.backends import _state, slime
-from openreward_rl.backends.episode_record import EpisodeRecord
-from openreward_rl.backends.workers import ProcessWorkers, WorkerRollouts, make_workers
+from doubles import slime_double
+from openreward_rl.backends import slime
+from openreward_rl.backends._sample import state as _state
+from openreward_rl.backends._sample.record import EpisodeRecord
 from openreward_rl.config import ConfigError, parse_config
 from openreward_rl.env.tasks import TaskRef
 from openreward_rl.loop.trajectory import StopReason
+from openreward_rl.loop.workers import ProcessWorkers, WorkerRollouts, make_workers
 from openreward_rl.testing import ScriptedCompletion, SGLangTestServer
 from test_backend_slime import SAMPLING, make_args, make_sample
 

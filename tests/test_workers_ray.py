@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 import ray  # the `test` extra installs it: a missing Ray fails collection here, never skips the file
 
-import slime_double
-from openreward_rl.backends import _state
-from openreward_rl.backends.workers import RayWorkers, WorkerRollouts
+from doubles import slime_double
+from openreward_rl.backends._sample import state as _state
 from openreward_rl.env.tasks import TaskRef
 from openreward_rl.loop.trajectory import StopReason
+from openreward_rl.loop.workers import RayWorkers, WorkerRollouts
 from openreward_rl.testing import ScriptedCompletion
 from test_backend_slime import make_args
 from test_workers import GARBLE, SUBMIT_OK, FaultyRunner, comparable, episode, lose_the_worker_mid_episode, sglang, write_config  # noqa: F401

@@ -8,12 +8,12 @@ The packages, by concern:
 
 | package | what it holds |
 |---|---|
-| `loop` | the episode loop: `Episode`, `ToolEpisode`, `Trajectory`, `Rollouts` |
+| `loop` | the episode loop: `Episode`, `ToolEpisode`, `Trajectory`, `Rollouts`; worker processes, resumable episodes |
 | `env` | the OpenReward side: tasks (`TaskRef`), sessions, transport, local servers, tool output |
 | `families` | one object per model family, the chat renderer and token text |
 | `parsers`, `reducers`, `engines` | the ToolParser and RewardReducer protocols and their formats; sampling engines |
 | `observe` | metrics, dumps, conversations, trajectory upload, WandB |
-| `backends` | Slime/Miles/TRL hooks, worker processes, resumable episodes |
+| `backends` | Slime/Miles/TRL hooks (trainer glue only) |
 | `cli`, `show` | the `openreward-rl` command; the rollout viewer |
 
 Names are imported lazily, so `import openreward_rl.engines` (e.g. on a GPU host running only the

@@ -4,7 +4,6 @@ checks every fault test makes on the sample it produced."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -22,10 +21,6 @@ from openreward_rl.testing import ScriptedCompletion, SGLangTestServer
 SAMPLING = {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 512}
 # Short waits: the suite must stay fast; the shapes of the policies are what is under test.
 FAST_RETRY = RetryPolicy(attempts=3, initial_s=0.01, max_s=0.05, jitter_s=0.01)
-
-
-def call(name: str, **arguments: Any) -> str:
-    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
 
 
 @attrs.define
@@ -86,10 +81,10 @@ class EpisodeRun:
 
 
 def slime_samples(trajectory: Trajectory, tokenizer_name: str = "offline:qwen3") -> list[Any]:
-    """The trajectory as the Slime adapter writes it into Slime's `Sample` (tests/slime_double.py,
+    """The trajectory as the Slime adapter writes it into Slime's `Sample` (tests/doubles/slime_double.py,
     a double of Slime's `Sample` and of the checks Slime applies; Slime cannot run here)."""
-    from openreward_rl.backends._samples import samples_from_trajectory
-    from slime_double import Sample, check_output
+    from doubles.slime_double import Sample, check_output
+    from openreward_rl.backends._sample.fill import samples_from_trajectory
 
     row = Sample(index=0, prompt="", metadata={"environment": trajectory.task.get("environment"), "source": "faults"})
     samples = samples_from_trajectory(row, trajectory, tokenizer=load_tokenizer(tokenizer_name))

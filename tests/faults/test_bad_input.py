@@ -5,9 +5,10 @@ network) and `preflight.check_environments` against the SDK's real environment `
 from __future__ import annotations
 
 import pytest
-from fault_harness import EpisodeRun, assert_sample, call
+from fault_harness import EpisodeRun, assert_sample
 from openreward import AsyncOpenReward
 
+from hermes_calls import call
 from openreward_rl import StopReason
 from openreward_rl.config import ConfigError, parse_config
 from openreward_rl.env.local_server import LocalEnvServer

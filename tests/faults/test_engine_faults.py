@@ -7,9 +7,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
-from fault_harness import SAMPLING, EpisodeRun, assert_sample, call
+from fault_harness import SAMPLING, EpisodeRun, assert_sample
 from openreward import AsyncOpenReward
 
+from hermes_calls import call
 from openreward_rl import EpisodeSettings, StopReason
 from openreward_rl.env.local_server import LocalEnvServer
 from openreward_rl.reducers import RewardPolicy, get_reducer

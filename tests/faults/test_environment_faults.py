@@ -9,9 +9,10 @@ import time
 from collections.abc import AsyncIterator
 
 import pytest
-from fault_harness import SAMPLING, EpisodeRun, assert_sample, call
+from fault_harness import SAMPLING, EpisodeRun, assert_sample
 from openreward import AsyncOpenReward
 
+from hermes_calls import call
 from openreward_rl import EpisodeSettings, StopReason
 from openreward_rl.assets import load_tokenizer
 from openreward_rl.env.local_server import LocalEnvServer, serve_environments

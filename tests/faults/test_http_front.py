@@ -6,10 +6,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
-from fault_harness import FAST_RETRY, EpisodeRun, assert_sample, call
+from fault_harness import FAST_RETRY, EpisodeRun, assert_sample
 from http_front import HttpFront
 from openreward import AsyncOpenReward
 
+from hermes_calls import call
 from openreward_rl import StopReason
 from openreward_rl.env.local_server import LocalEnvServer
 from openreward_rl.testing import ScriptedCompletion

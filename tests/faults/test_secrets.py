@@ -19,9 +19,10 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from fault_harness import EpisodeRun, assert_sample, call, slime_samples
+from fault_harness import EpisodeRun, assert_sample, slime_samples
 from openreward import AsyncOpenReward
 
+from hermes_calls import call
 from openreward_rl import StopReason
 from openreward_rl.config import parse_config
 from openreward_rl.env.local_server import LocalEnvServer, serve_environments

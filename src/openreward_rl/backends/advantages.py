@@ -1,5 +1,41 @@
-"""Per-token advantages in Slime and Miles: the config's `advantage.estimator` (`turn` or `mix`) applied
-to whole groups of episodes where the trainer sees them, then carried to the training step.
+"""Advantages in Slime and Miles: GRPO's group normalisation kept right when episodes fork (the
+`episode` estimator on Slime), and the config's per-token `advantage.estimator` (`turn` or `mix`) applied
+to whole groups of episodes where the trainer sees them, then carried to the training step. Every hook
+groups a batch one way (`_sample.groups.prompt_groups`: a prompt's episodes, each named by its rollout key).
+
+The `episode` estimator on Slime. With a context policy (or a prefix break) one episode becomes one sample
+per context, all sharing the episode's `rollout_id` and reward, so a prompt's group holds a different
+number of samples per episode. A sample's advantage must then be its *episode's* group-normalised reward:
+the group is the prompt's episodes, each counted once however many samples it forked into. What the
+trainers do without help (read at the commits docs/training.md pins):
+
+- Slime (THUDM/slime 624b824, `RolloutManager._post_process_rewards` in slime/ray/rollout.py) reshapes
+  the flat reward list to `(-1, n_samples_per_prompt)` only when it holds exactly
+  `n_samples_per_prompt * rollout_batch_size` rewards; any fork breaks that count and the whole
+  batch becomes ONE group: every prompt is centred on the batch mean, and an episode that forked
+  into k samples weighs k times in the mean and the standard deviation. Wrong under forks.
+- Miles (radixark/miles 31f1ca9, `_normalize_rewards_by_rollout` in
+  miles/ray/rollout/train_data_conversion.py) groups by `group_index` and normalises one reward per
+  rollout, then broadcasts it to the siblings. Right under forks.
+
+`slime_episode_post_process` is the fix for Slime, through its own hook
+(`--custom-reward-post-process-path openreward_rl.backends.advantages.slime_episode_post_process`, which
+`openreward-rl train --framework slime` passes). It computes what Miles computes, with one more rule of
+this library: an episode the machinery failed (`remove_sample`: aborted, environment error, timeout;
+its 0.0 is a placeholder, never a reward) takes no part in its group's mean and spread and gets
+advantage 0.0. A group left with a single scored episode gets advantage 0.0 (no baseline; Slime's
+own formula would give NaN there). The standard deviation is the unbiased one (`torch.std`'s default),
+divided as `(r - mean) / (std + 1e-6)` under `--grpo-std-normalization` for grpo, gspo and cispo, and
+skipped when the spread is 0, as Miles does.
+
+>>> from types import SimpleNamespace as S
+>>> args = S(advantage_estimator="grpo", rewards_normalization=True, grpo_std_normalization=False, reward_key=None)
+>>> def sample(group, rollout, reward): return S(group_index=group, rollout_id=rollout, index=rollout, reward=reward, remove_sample=False)
+>>> batch = [sample(0, 0, 1.0), sample(0, 0, 1.0), sample(0, 0, 1.0), sample(0, 1, 0.0)]   # episode 0 forked into 3 samples
+>>> slime_episode_post_process(args, batch)[1]
+[0.5, 0.5, 0.5, -0.5]
+
+The per-token estimators (`turn`, `mix`).
 
 Slime (`openreward-rl train` passes these when the config asks for `turn` or `mix`):
 
@@ -45,16 +81,21 @@ from typing import Any
 
 import attrs
 
-from openreward_rl.backends._groups import flatten, prompt_groups
-from openreward_rl.backends.episode_record import EpisodeRecord
+from openreward_rl.backends._sample.groups import flatten, prompt_groups
+from openreward_rl.backends._sample.record import EpisodeRecord
 from openreward_rl.config import AdvantageSettings, load_config
 from openreward_rl.credit.estimators import episode_advantages, group_advantages
 from openreward_rl.credit.signal import StepSignal, group_signal
 from openreward_rl.errors import TrainerError
 
-__all__ = ["SampleCredit", "sample_credits", "step_signal", "slime_reward_post_process", "slime_advantages", "miles_reward_post_process", "expand_runs", "settings_for"]
+__all__ = [
+    "NORMALIZED_ESTIMATORS", "STD_ESTIMATORS", "SampleCredit", "sample_credits", "step_signal", "slime_episode_post_process",
+    "slime_reward_post_process", "slime_advantages", "miles_reward_post_process", "expand_runs", "settings_for",
+]  # fmt: skip
 
 POST_PROCESS = "openreward_rl.backends.advantages.slime_reward_post_process"
+NORMALIZED_ESTIMATORS = ("grpo", "gspo", "cispo", "reinforce_plus_plus_baseline")  # Slime's list at 624b824
+STD_ESTIMATORS = ("grpo", "gspo", "cispo")
 _NOT_OURS = "was not produced by openreward_rl's generate hook; the turn and mix estimators need its per-turn returns"
 
 
@@ -118,7 +159,7 @@ class _Episode:
 
 
 def _episode_groups(args: Any, samples: Sequence[Any]) -> list[list[_Episode]]:
-    """The batch's prompt groups (`backends._groups.prompt_groups`), each as its episodes (fan-out siblings: one episode)."""
+    """The batch's prompt groups (`backends._sample.groups.prompt_groups`), each as its episodes (fan-out siblings: one episode)."""
     out = []
     for episodes in prompt_groups(args, samples):
         members = []
@@ -231,3 +272,36 @@ def miles_reward_post_process(args: Any, samples: list[Any]) -> tuple[list[float
     for sample, credit in zip(samples, credits):
         sample.opd_reverse_kl = [-value / coef for value in credit.tokens()]
     return [float(s.get_reward_value(args)) for s in samples], [0.0] * len(samples)
+
+
+def _reward_value(sample: Any, args: Any) -> float:
+    getter = getattr(sample, "get_reward_value", None)
+    if getter is not None:
+        return float(getter(args))
+    key = getattr(args, "reward_key", None)
+    return float(sample.reward[key] if key else sample.reward)
+
+
+def slime_episode_post_process(args: Any, samples: list[Any]) -> tuple[list[float], list[float]]:
+    """Slime's `--custom-reward-post-process-path` for the `episode` estimator: `(raw_rewards, rewards)`, one
+    each per sample of the flat batch, in its order, GRPO-normalised per episode (see the module docstring)."""
+    samples = flatten(samples)
+    raw = [_reward_value(s, args) for s in samples]
+    estimator = getattr(args, "advantage_estimator", "grpo")
+    if estimator not in NORMALIZED_ESTIMATORS or not getattr(args, "rewards_normalization", True):
+        return raw, list(raw)
+    std_normalization = estimator in STD_ESTIMATORS and bool(getattr(args, "grpo_std_normalization", True))
+    out = [0.0] * len(samples)
+    for rollouts in prompt_groups(args, samples):
+        scored: list[tuple[list[int], float]] = []
+        for key, positions in rollouts.items():
+            values = {raw[p] for p in positions}
+            if len(values) > 1:
+                raise ValueError(f"the samples of rollout {key[1]!r} carry different rewards {sorted(values)}; one episode has one reward")
+            if any(getattr(samples[p], "remove_sample", False) for p in positions):
+                continue  # a failed episode: no reward, no part in the baseline, advantage 0.0
+            scored.append((positions, raw[positions[0]]))
+        for (positions, _), advantage in zip(scored, episode_advantages([r for _, r in scored], std_normalization=std_normalization)):
+            for p in positions:
+                out[p] = advantage
+    return raw, out

@@ -23,7 +23,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from openreward_rl.backends._groups import flatten, rollout_key
+from openreward_rl.backends._sample.groups import flatten, rollout_key
 from openreward_rl.backends.task_sampling import record_group
 
 __all__ = ["keep_informative_groups", "group_verdict", "caller_trainer"]

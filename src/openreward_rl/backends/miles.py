@@ -40,8 +40,8 @@ from typing import Any
 
 import attrs
 
-from openreward_rl.backends._abort import MILES_LEGACY_ROLLOUT_MODULE, singleton_abort_signal, state_abort_signal
-from openreward_rl.backends._generate import generate_samples, trainer_output
+from openreward_rl.backends._sample.abort import MILES_LEGACY_ROLLOUT_MODULE, singleton_abort_signal, state_abort_signal
+from openreward_rl.backends._sample.generate import generate_samples
 from openreward_rl.backends.slime import reward
 
 __all__ = ["generate", "generate_fn", "reward", "GenerateOutput"]
@@ -53,16 +53,8 @@ async def generate(args: Any, sample: Any, sampling_params: Mapping[str, Any], e
 
 
 async def _generate(args: Any, sample: Any, sampling_params: Mapping[str, Any], evaluation: bool, abort_signal: Any) -> Any:
-    samples = await generate_samples(
-        args,
-        sample,
-        sampling_params,
-        evaluation=evaluation,
-        routing_key=getattr(sample, "routing_key", None),
-        preset_reward=not getattr(args, "group_rm", False),
-        abort_signal=abort_signal,
-    )
-    return trainer_output(args, samples, evaluation=evaluation)
+    routing_key, preset_reward = getattr(sample, "routing_key", None), not getattr(args, "group_rm", False)
+    return await generate_samples(args, sample, sampling_params, evaluation=evaluation, routing_key=routing_key, preset_reward=preset_reward, abort_signal=abort_signal)
 
 
 @attrs.frozen

@@ -22,7 +22,7 @@ first model call: a retried episode would rewrite the session's history). The mo
 `SessionChatEngine`, which reads the sampled ids, log-probs, finish reason and weight version from
 the session server's `meta_info`; tool calls come parsed by SGLang's tool-call parser
 (`--sglang-tool-call-parser`). `run` returns the episode record (`episode_reward`, `stop_reason`,
-`stop_detail`, `metrics`, ...; see episode_record.py) plus `agent_metrics.total_tool_time`, which Miles
+`stop_detail`, `metrics`, ...; see `_sample/record.py`) plus `agent_metrics.total_tool_time`, which Miles
 turns into `non_generation_time`; `openreward_rl.backends.miles.reward` reads the reward from it.
 
 `generate` wraps Miles' own agentic generate: it hands the trainer's `args` to `run` (Miles does not
@@ -55,10 +55,10 @@ from typing import Any
 
 import attrs
 
-from openreward_rl.backends._samples import episode_metadata, fill_placeholder, non_generation_seconds, sample_fields, status_for
-from openreward_rl.backends._state import load_process_parts
-from openreward_rl.backends.episode_record import EpisodeRecord
-from openreward_rl.backends.group_reward import flatten
+from openreward_rl.backends._sample.fill import episode_metadata, fill_placeholder, non_generation_seconds, sample_fields, status_for
+from openreward_rl.backends._sample.record import EpisodeRecord
+from openreward_rl.backends._sample.reward import flatten
+from openreward_rl.backends._sample.state import load_process_parts
 from openreward_rl.config import ConfigError, TrainConfig, config_path
 from openreward_rl.engines.base import EngineError, FinishReason, Generation, GenerationRequest
 from openreward_rl.engines.openai_chat import CHAT_FINISH_REASONS, OpenAIChatEngine, parse_chat_completion

@@ -14,7 +14,7 @@ whose advantages are all zero, failures included) and their counts, with a warni
 batch trains nothing (with the dynamic filter on, groups without spread never reach it).
 
 The adapters store an `EpisodeRecord` on each `sample.metadata` (see
-`openreward_rl.backends.episode_record`), read back here with `EpisodeRecord.of_sample`. An episode
+`openreward_rl.backends._sample.record`), read back here with `EpisodeRecord.of_sample`. An episode
 split at prefix breaks gives one sample per segment; only segment 0 is counted. The record's
 `episode_reward` (None when none was observed) is preferred over `sample.reward`, which Slime needs
 as a number. Split, index and variant name the task, so a group of samples of one prompt gives pass@k. The aggregation itself is
@@ -34,7 +34,7 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from openreward_rl.backends.episode_record import EpisodeRecord
+from openreward_rl.backends._sample.record import EpisodeRecord
 from openreward_rl.observe.metrics import EpisodeStats, aggregate
 from openreward_rl.observe.wandb_logging import WandbLogger
 

@@ -8,7 +8,7 @@
 --dynamic-sampling-filter-path openreward_rl.backends.filters.keep_informative_groups   # recommended
 ```
 
-The process builds its state once from `args` (see `_state.py`): `SGLangEngine` on
+The process builds its state once from `args` (see `_sample/state.py`): `SGLangEngine` on
 `http://{sglang_router_ip}:{sglang_router_port}`, the tokenizer of `hf_checkpoint`, the training
 config from `$OPENREWARD_RL_CONFIG` / `$TRAIN_CONFIG`, the tool parser and an `AsyncOpenReward` client.
 
@@ -18,11 +18,11 @@ has one, under every `--router-policy`: it pins an episode's turns to one worker
 `max_new_tokens`, clamped per turn to what the context budget leaves. An engine abort the trainer
 ordered (`GenerateState.aborted`) ends the episode as ABORTED at once and is never retried; one it
 did not order (a weight update's `/pause_generation` under fully-async rollout) is continued in
-place from the turn's tokens, at most `max_turn_continuations` times (config, default 3). See `_samples.py` for how a trajectory fills the
+place from the turn's tokens, at most `max_turn_continuations` times (config, default 3). See `_sample/fill.py` for how a trajectory fills the
 `Sample` (statuses, placeholders, fan-out with a shared `rollout_id`).
 
 Under `--partial-rollout` an episode the trainer aborts is suspended with its environment session
-open and resumed when its sample comes back (see `_generate.py`, `resumable.py` and the long-tail
+open and resumed when its sample comes back (see `_sample/partial.py`, `loop/resumable.py` and the long-tail
 section of docs/training.md); the hook reads Slime's `GenerateState.aborted` to park episodes
 between turns as soon as the step is aborting.
 """
@@ -32,10 +32,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from openreward_rl.backends._abort import SLIME_ROLLOUT_MODULE, singleton_abort_signal
-from openreward_rl.backends._generate import generate_samples, trainer_output
-from openreward_rl.backends._state import state_for
-from openreward_rl.backends.group_reward import group_rewards
+from openreward_rl.backends._sample.abort import SLIME_ROLLOUT_MODULE, singleton_abort_signal
+from openreward_rl.backends._sample.generate import generate_samples
+from openreward_rl.backends._sample.reward import group_rewards
+from openreward_rl.backends._sample.state import state_for
 
 __all__ = ["generate", "reward"]
 
@@ -46,16 +46,8 @@ async def generate(args: Any, sample: Any, sampling_params: Mapping[str, Any], e
     The parameter named `evaluation` matters: Slime passes `evaluation=True` in its eval loop only to
     a function with a parameter of exactly that name; eval episodes use `--eval-max-context-len`.
     """
-    samples = await generate_samples(
-        args,
-        sample,
-        sampling_params,
-        evaluation=evaluation,
-        routing_key=getattr(sample, "session_id", None),
-        preset_reward=True,
-        abort_signal=singleton_abort_signal(SLIME_ROLLOUT_MODULE),
-    )
-    return trainer_output(args, samples, evaluation=evaluation)
+    routing_key, abort_signal = getattr(sample, "session_id", None), singleton_abort_signal(SLIME_ROLLOUT_MODULE)
+    return await generate_samples(args, sample, sampling_params, evaluation=evaluation, routing_key=routing_key, preset_reward=True, abort_signal=abort_signal)
 
 
 async def reward(args: Any, sample_or_samples: Any, **kwargs: Any) -> Any:

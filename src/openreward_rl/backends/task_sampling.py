@@ -32,7 +32,7 @@ from typing import Any
 
 import attrs
 
-from openreward_rl.backends.episode_record import EpisodeRecord
+from openreward_rl.backends._sample.record import EpisodeRecord
 from openreward_rl.config import ConfigError, TaskSamplingSettings, load_config
 
 __all__ = ["SlimeDataSource", "MilesDataSource", "SkipPolicy", "TaskRecord", "task_record", "record_group", "skipping_source", "task_key_of"]

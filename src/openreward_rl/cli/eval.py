@@ -25,7 +25,7 @@ from typing import Any
 
 import attrs
 
-from openreward_rl.backends._options import from_attributes
+from openreward_rl._options import from_attributes
 from openreward_rl.config import ConfigError, TrainConfig, load_config, prepare_config
 from openreward_rl.errors import boundary, first_line
 from openreward_rl.preflight import check_environments, check_ready

@@ -14,7 +14,7 @@ reach the job that way. The dashboard listens on 127.0.0.1 unless `dashboard_hos
 
 The job's arguments follow the cookbook's run.sh plus what it forgot: `--custom-rm-path`,
 `--rollout-max-context-len` and `--metadata-key metadata`; on Slime also
-`--custom-reward-post-process-path openreward_rl.backends.fork_normalization.post_process_rewards` (GRPO groups
+`--custom-reward-post-process-path openreward_rl.backends.advantages.slime_episode_post_process` (GRPO groups
 that stay right when episodes fork into several samples, see backends/advantages.py); arguments after `--` go to train.py last,
 so they can override anything.
 
@@ -260,7 +260,7 @@ def train_arguments(spec: LaunchSpec) -> list[str]:
     if spec.framework == "miles":
         args += ["--train-backend", spec.backend]
     args += rollout_mode_arguments(spec)
-    args += advantage_arguments(spec) or fork_normalization_arguments(spec)
+    args += advantage_arguments(spec) or episode_post_process_arguments(spec)
     if spec.task_sampling:
         args += ["--data-source-path", f"openreward_rl.backends.task_sampling.{spec.framework.capitalize()}DataSource"]
     if spec.dynamic_filter:
@@ -318,12 +318,12 @@ def read_model_args(script: Path) -> list[str]:
     return args
 
 
-def fork_normalization_arguments(spec: LaunchSpec) -> list[str]:
-    """Slime's GRPO groups made right under forks (`backends.fork_normalization`); Miles' own are right.
+def episode_post_process_arguments(spec: LaunchSpec) -> list[str]:
+    """Slime's GRPO groups made right under forks (`backends.advantages`, the `episode` estimator); Miles' own are right.
     The `turn`/`mix` estimators' post-process (`advantage_arguments`) groups by episode itself."""
     if spec.framework != "slime":
         return []
-    return ["--custom-reward-post-process-path", "openreward_rl.backends.fork_normalization.post_process_rewards"]
+    return ["--custom-reward-post-process-path", "openreward_rl.backends.advantages.slime_episode_post_process"]
 
 
 def advantage_arguments(spec: LaunchSpec) -> list[str]:

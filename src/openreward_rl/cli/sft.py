@@ -10,7 +10,7 @@ written in the student model's own format by `engines.teacher`), or from `--from
 (`openreward-rl eval --output`: a hosted teacher's episodes, or the model's own, kept by reward:
 rejection sampling); both together are fine. Episodes with reward >= `--min-reward` are kept; the
 loss covers the tokens the policy produced, never prompts, tool output or bridge tokens
-(`backends.trl_sft`). `--eval-split` evaluates the model on that split before and after, as
+(`backends.trl.sft`). `--eval-split` evaluates the model on that split before and after, as
 `train --framework trl` does. The fine-tuned model and tokenizer are saved to `--output-dir`.
 """
 
@@ -87,8 +87,7 @@ def _recorded(paths: list[str], tokenizer: Any) -> list[Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from openreward_rl.backends.trl_run import TrlOptions, TrlSession, eval_stats
-    from openreward_rl.backends.trl_sft import sft_rows, train_sft
+    from openreward_rl.backends.trl import TrlOptions, TrlSession, eval_stats, sft_rows, train_sft
     from openreward_rl.cli.train_trl import print_summary
     from openreward_rl.config import ConfigError, load_config
     from openreward_rl.engines.teacher import TeacherEngine
@@ -122,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
             if teacher is not None:
                 tasks = [task for task in session.train_tasks for _ in range(args.teacher_n)]
                 engine = TeacherEngine(session.adapter.rollouts.renderer, teacher)
-                taught = session.adapter.run(session.adapter._episodes(engine, tasks))
+                taught = session.adapter.run_episodes(tasks, engine=engine)
                 print_summary("teacher", eval_stats(taught))
                 episodes.extend(taught)
             rows = sft_rows(episodes, min_reward=args.min_reward)

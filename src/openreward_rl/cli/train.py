@@ -15,7 +15,7 @@ import os
 import sys
 from typing import Any
 
-from openreward_rl.backends._options import from_attributes
+from openreward_rl._options import from_attributes
 from openreward_rl.cli.launcher import LaunchError, LaunchSpec, plan_launch, ray_is_running, run_plan, train_arguments
 from openreward_rl.config import ConfigError, load_config
 from openreward_rl.errors import first_line

@@ -28,7 +28,7 @@ from typing import Any
 
 import attrs
 
-from openreward_rl.backends.trl_run import TrlOptions
+from openreward_rl.backends.trl import TrlOptions
 from openreward_rl.errors import ConfigError
 
 __all__ = ["SHARED_FLAGS", "TRL_DEFAULTS", "add_trl_arguments", "options_from_args", "run", "print_summary"]
@@ -95,7 +95,7 @@ def _shared(args: Any, name: str) -> Any:
 
 def options_from_args(args: Any) -> Any:
     """`TrlOptions` from the parsed flags; `ConfigError` names a bad one."""
-    from openreward_rl.backends._options import from_attributes
+    from openreward_rl._options import from_attributes
 
     model = getattr(args, "model", None)
     if not model:
@@ -187,7 +187,7 @@ def dry_run_text(options: Any, config_source: str, serve: Sequence[str]) -> str:
 
     import attrs
 
-    from openreward_rl.backends.trl_run import grpo_config, lora_config
+    from openreward_rl.backends.trl import grpo_config, lora_config
 
     grpo = grpo_config(options)
     defaults = {f.name: f.default for f in dataclasses.fields(grpo) if f.default is not dataclasses.MISSING}
@@ -238,7 +238,7 @@ def run(args: Any) -> int:
 
 def last_checkpoint_line(output_dir: str) -> str:
     """What an interrupted run says of its checkpoints: where the newest is and how to go on from it."""
-    from openreward_rl.backends.trl_run import last_checkpoint
+    from openreward_rl.backends.trl import last_checkpoint
 
     newest = last_checkpoint(output_dir)
     return f"; checkpoints kept in {output_dir} (newest {os.path.basename(newest)}): --resume continues from it" if newest else "; no checkpoint was saved yet"
@@ -298,7 +298,7 @@ def _evaluate(session: Any, tasks: Sequence[Any], n: int, out: Any) -> list[Any]
 
 
 def _train(args: Any, options: Any, config: Any, classes: Sequence[type]) -> int:
-    from openreward_rl.backends.trl_run import TrlSession, eval_stats, last_checkpoint, quiet_trainer
+    from openreward_rl.backends.trl import TrlSession, eval_stats, last_checkpoint, quiet_trainer
 
     out = sys.stdout
     resume = last_checkpoint(options.output_dir) if args.resume else None

@@ -37,15 +37,14 @@ class RewardValue:
 
 
 @dataclass
-class Sample(RewardValue):
-    """Slime's rollout sample (fields as of 2026-08-21)."""
+class CommonFields(RewardValue):
+    """The fields Slime's and Miles' `Sample` share (Miles' is a fork of Slime's); each double adds its own."""
 
     group_index: int | None = None
     index: int | None = None
     rollout_id: int | None = None
     prompt: str | list[dict[str, Any]] = ""
     tokens: list[int] = field(default_factory=list)
-    multimodal_inputs: Any = None
     response: str = ""
     response_length: int = 0
     label: Any = None
@@ -54,16 +53,23 @@ class Sample(RewardValue):
     weight_versions: list[str] = field(default_factory=list)
     rollout_log_probs: list[float] | None = None
     rollout_routed_experts: Any = None
-    rollout_top_p_token_ids: list[Any] | None = None
-    rollout_top_p_offsets: list[int] | None = None
     remove_sample: bool = False
     teacher_log_probs: list[float] | None = None
     train_metadata: dict[str, Any] | None = None
-    session_id: str | None = None
     non_generation_time: float = 0.0
-    custom_rm_path: str | None = None
     generate_function_path: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Sample(CommonFields):
+    """Slime's rollout sample (fields as of 2026-08-21): the common fields and these."""
+
+    multimodal_inputs: Any = None
+    rollout_top_p_token_ids: list[Any] | None = None
+    rollout_top_p_offsets: list[int] | None = None
+    session_id: str | None = None
+    custom_rm_path: str | None = None
 
     Status = status_enum(__name__)
     status: Status = Status.PENDING

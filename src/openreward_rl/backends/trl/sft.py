@@ -55,7 +55,7 @@ def train_sft(model: Any, tokenizer: Any, rows: list[dict[str, list[int]]], *, o
         gradient_accumulation_steps=1, logging_steps=1, save_strategy="no", report_to="none", seed=seed, bf16=bf16,
         max_length=None, lr_scheduler_type="constant", use_cpu=str(model.device) == "cpu", gradient_checkpointing=False,
     )  # fmt: skip
-    from openreward_rl.backends.trl_run import quiet_trainer
+    from openreward_rl.backends.trl.run import quiet_trainer
 
     trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer, callbacks=list(callbacks))
     quiet_trainer(trainer).train()

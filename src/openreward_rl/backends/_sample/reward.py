@@ -22,8 +22,8 @@ from typing import Any
 
 import attrs
 
-from openreward_rl.backends._groups import flatten, rollout_key
-from openreward_rl.backends.episode_record import EpisodeRecord
+from openreward_rl.backends._sample.groups import flatten, rollout_key
+from openreward_rl.backends._sample.record import EpisodeRecord
 from openreward_rl.config import TrainConfig
 from openreward_rl.env.group_score import score_group
 from openreward_rl.env.tasks import TaskRef, task_from_metadata

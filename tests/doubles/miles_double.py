@@ -11,10 +11,10 @@ Written from that contract, not copied from Miles.
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-import slime_double
+from doubles import slime_double
 
 
 # miles/rollout/base_types.py: what a new-form generate function takes and returns.
@@ -36,29 +36,12 @@ class GenerateFnOutput:
 
 
 @dataclass
-class Sample(slime_double.RewardValue):
-    group_index: int | None = None
-    index: int | None = None
-    rollout_id: int | None = None
-    prompt: str | list[dict[str, Any]] = ""
-    tokens: list[int] = field(default_factory=list)
-    response: str = ""
-    response_length: int = 0
-    label: Any = None
-    reward: float | dict[str, Any] | None = None
-    loss_mask: list[int] | None = None
-    weight_versions: list[str] = field(default_factory=list)
-    rollout_log_probs: list[float] | None = None
-    rollout_routed_experts: Any = None
-    remove_sample: bool = False
-    teacher_log_probs: list[float] | None = None
+class Sample(slime_double.CommonFields):
+    """Miles' rollout sample (31f1ca9): Slime's common fields and these; no `session_id`, no top-p replay."""
+
     opd_reverse_kl: list[float] | None = None  # miles 31f1ca9: precomputed per-token OPD term
-    train_metadata: dict[str, Any] | None = None
     routing_key: str | None = None
     reward_spec: Any = None
-    non_generation_time: float = 0.0
-    generate_function_path: str | None = None
-    metadata: dict[str, Any] = field(default_factory=dict)
 
     Status = slime_double.status_enum(__name__)
     status: Status = Status.PENDING

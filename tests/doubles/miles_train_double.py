@@ -13,11 +13,12 @@ term are the same rank-local slice.
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 import numpy as np
 import torch
+
+from doubles.slime_train_double import common_train_data, load_function
 
 _SHARD_KEYS = (
     "tokens", "multimodal_train_inputs", "response_lengths", "rewards", "truncated", "loss_masks", "round_number",
@@ -26,28 +27,9 @@ _SHARD_KEYS = (
 )  # fmt: skip
 
 
-def load_function(path: str) -> Any:
-    module, _, name = path.rpartition(".")
-    return getattr(importlib.import_module(module), name)
-
-
 def convert_samples_to_train_data(args: Any, samples: list[Any]) -> dict[str, Any]:
     raw, rewards = load_function(args.custom_reward_post_process_path)(args, samples)
-    assert len(raw) == len(samples) and len(rewards) == len(samples)
-    data: dict[str, Any] = {
-        "tokens": [s.tokens for s in samples],
-        "response_lengths": [s.response_length for s in samples],
-        "rewards": rewards,
-        "raw_reward": raw,
-        "rollout_ids": [s.rollout_id if s.rollout_id is not None else s.index for s in samples],
-    }
-    masks = []
-    for s in samples:
-        if s.remove_sample:
-            s.loss_mask = [0] * s.response_length
-        masks.append(s.loss_mask)
-    data["loss_masks"] = masks
-    data["rollout_log_probs"] = [s.rollout_log_probs for s in samples]
+    data = common_train_data(samples, raw, rewards, check_mask_lengths=False)
     if samples[0].opd_reverse_kl is not None:
         data["opd_reverse_kl"] = [s.opd_reverse_kl for s in samples]
     return data

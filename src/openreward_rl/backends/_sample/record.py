@@ -1,6 +1,6 @@
 """`EpisodeRecord`: what the hooks store in a trainer `Sample.metadata`, as one typed record.
 
-The generate hook writes it (`backends/_samples.py`); the reward hook (`group_reward.py`), the
+The generate hook writes it (`backends/_sample/fill.py`); the reward hook (`_sample/reward.py`), the
 rollout log (`rollout_log.py`) and tests read it back with `from_metadata` / `of_sample`. Nothing
 else parses these keys. The metadata stays a JSON-serialisable dict (Slime and Miles keep it in
 their data buffer) and keeps every key the row already had (`openreward-rl prepare`'s task keys).
@@ -19,7 +19,7 @@ Keys, one per field:
 | placeholder | a masked one-token stand-in for a run with no response tokens |
 | dropped_segments | earlier segments dropped because the `Sample` class has no `rollout_id` (written when > 0) |
 | transcript | text-only messages, kept under `--group-rm` for `score_group` |
-| group_scored, pointwise_reward, group_score, group_score_metadata, group_score_error | group scoring (see `group_reward`) |
+| group_scored, pointwise_reward, group_score, group_score_metadata, group_score_error | group scoring (see `_sample/reward.py`) |
 | resume | state of a suspended, resumable episode (partial rollout); None when there is none |
 | turn_rewards, turn_returns | per turn: the reward (its tool calls' rewards summed) and the return (reward-to-go, discount `returns_gamma`); absent for an infrastructure failure, which has no returns |
 | turn_spans, turn_ends | per turn: `[segment, start, end]`, its tokens in that segment's response (sampled tokens, then the environment's reply), and where its sampled tokens end (its reward sits on token `turn_ends[t] - 1`) |

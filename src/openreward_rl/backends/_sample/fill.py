@@ -27,16 +27,25 @@ import copy
 import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from openreward_rl.backends.episode_record import EpisodeRecord, metadata_dict
+from openreward_rl.backends._sample.record import EpisodeRecord, metadata_dict
 from openreward_rl.credit.returns import TurnCredit
+from openreward_rl.env.group_score import transcript
 from openreward_rl.families.token_text import decode_ids
 from openreward_rl.loop.trajectory import StopReason, TokenSegment, Trajectory
 
-__all__ = ["STATUS_FOR_STOP", "sample_fields", "status_for", "episode_metadata", "samples_from_trajectory", "placeholder_ids", "fill_placeholder"]
+if TYPE_CHECKING:
+    from openreward_rl.backends._sample.state import BackendState
+    from openreward_rl.env.tasks import TaskRef
+    from openreward_rl.loop.resumable import ContinuingEngine
+
+__all__ = [
+    "STATUS_FOR_STOP", "sample_fields", "status_for", "episode_metadata", "samples_from_trajectory", "placeholder_ids", "fill_placeholder",
+    "fill_episode", "fill_suspended", "trainer_output", "turn_credit",
+]  # fmt: skip
 
 logger = logging.getLogger(__name__)
 
@@ -212,3 +221,88 @@ def samples_from_trajectory(
             target.rollout_id = rollout_id
         out.append(target)
     return out
+
+
+def fill_episode(
+    args: Any,
+    state: BackendState,
+    sample: Any,
+    task: TaskRef,
+    trajectory: Trajectory,
+    sampling_params: Mapping[str, Any],
+    *,
+    preset_reward: bool,
+    evaluation: bool,
+    engine: ContinuingEngine | None = None,
+) -> Any:
+    """A finished episode written into `sample` (and its fan-out siblings), its trajectory handed to the
+    uploader; returns what a legacy generate returns (`trainer_output`). Where `engine` recorded its model
+    calls: one weight version per call, the calls' spans in metadata, and how many cut calls it continued."""
+    if engine is not None and engine.continuations:
+        trajectory.metrics["continuations"] = float(engine.continuations)
+    if trajectory.messages:  # returns at once; the upload runs on the uploader's own threads
+        state.uploader.submit(trajectory, sampling_params=sampling_params)
+    if engine is not None:
+        weight_versions = _versions(engine)
+    else:
+        weight_versions = [t.weight_version for t in trajectory.turns if t.weight_version is not None]
+    samples = samples_from_trajectory(
+        sample,
+        trajectory,
+        tokenizer=state.tokenizer,
+        weight_versions=weight_versions,
+        preset_reward=preset_reward,
+        evaluation=evaluation,
+        transcript=transcript(trajectory.messages) if getattr(args, "group_rm", False) else None,
+        credit=turn_credit(state, task, trajectory),
+    )
+    if engine is not None:
+        for filled in samples:
+            filled.metadata["weight_version_spans"] = list(engine.spans)
+    return trainer_output(samples, evaluation=evaluation, forks=state.config.compacts)
+
+
+def fill_suspended(state: BackendState, sample: Any, snapshot: Trajectory, engine: ContinuingEngine, extra: Mapping[str, Any], *, preset_reward: bool) -> Any:
+    """`sample` filled from a suspended episode's tokens so far (ABORTED), `extra` added to its metadata.
+    One sample per suspended episode: Slime's abort() cannot take a fan-out list, so only the last context is kept."""
+    if len(snapshot.segments) > 1:
+        snapshot.segments = snapshot.segments[-1:]
+    (filled,) = samples_from_trajectory(sample, snapshot, tokenizer=state.tokenizer, weight_versions=_versions(engine), preset_reward=preset_reward)
+    filled.metadata.update(extra)
+    filled.metadata["weight_version_spans"] = list(engine.spans)
+    return filled
+
+
+def trainer_output(samples: list[Any], *, evaluation: bool, forks: bool) -> Any:
+    """What a legacy generate returns: one `Sample`, or the list of a fan-out. In training, where the config
+    lets episodes fork (`forks`: a context policy), always a list, so that every rollout of a batch has the same
+    nesting: Slime and Miles flatten a batch by looking at its first element only
+    (`while isinstance(data[0], list)`), and a batch mixing `Sample` and `list[Sample]` members breaks there.
+    In evaluation, one sample per episode (its first context, which carries the episode's record): the
+    trainers' eval loops extend their reward lists with every sample of a list, so a compacted episode
+    would count once per context in the eval reward mean."""
+    if evaluation:
+        return samples[0]
+    if len(samples) > 1:
+        return samples
+    if forks:
+        (only,) = samples
+        if "rollout_id" in sample_fields(only) and only.rollout_id is None:
+            only.rollout_id = only.index  # a list names its rollout, as a fan-out's siblings do
+        return samples
+    return samples[0]
+
+
+def _versions(engine: ContinuingEngine) -> list[str]:
+    """One weight version per engine call, as the trainer appends them (Slime: from each call's meta_info)."""
+    return [span["weight_version"] for span in engine.spans if span["weight_version"] is not None]
+
+
+def turn_credit(state: BackendState, task: TaskRef, trajectory: Trajectory) -> TurnCredit | None:
+    """The episode's per-turn rewards, returns (the config's `advantage.gamma`) and token spans; None for a failure."""
+    nonterminal = state.config.nonterminal_reward(task.environment)
+    try:
+        return TurnCredit.of_trajectory(trajectory, gamma=state.config.advantage.gamma, nonterminal_reward=nonterminal)
+    except ValueError as error:  # the advantage hooks refuse a trained sample without credit, naming it
+        logger.error("episode on %s: no per-turn credit: %s", task.environment, error)
+        return None

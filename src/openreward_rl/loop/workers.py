@@ -21,7 +21,7 @@ Two kinds of workers:
 
 A runner is made in each worker by `factory()`, a picklable zero-argument callable, and must have
 `async run(task, *, sampling_params, routing_key, evaluation) -> Trajectory`; the Slime/Miles hooks
-use `functools.partial(HookRunner, args)` (`openreward_rl.backends._state`).
+use `functools.partial(HookRunner, args)` (`openreward_rl.backends._sample.state`).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from openreward_rl.backends.resumable import AbortSignal
+from openreward_rl.loop.resumable import AbortSignal
 
 __all__ = ["singleton_abort_signal", "state_abort_signal", "SLIME_ROLLOUT_MODULE", "MILES_LEGACY_ROLLOUT_MODULE"]
 

@@ -48,8 +48,8 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-import miles_double
-from miles_double import GenerateFnInput, GenerateFnOutput
+from doubles import miles_double
+from doubles.miles_double import GenerateFnInput, GenerateFnOutput
 
 _TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
 # A subset of SGLang's ChatCompletionRequest fields: what build_chat_request_kwargs lets through.

@@ -25,7 +25,7 @@ from typing import Any
 
 import attrs
 
-from openreward_rl.backends.resumable import LiveEpisode
+from openreward_rl.loop.resumable import LiveEpisode
 
 __all__ = ["RESUME_KEY", "ResumeRecord", "SuspensionStore", "store_for", "reset_store"]
 

@@ -50,26 +50,33 @@ def post_process_rewards(args: Any, samples: list[Any]) -> tuple[list[Any], list
     return raw, rewards.flatten().tolist()
 
 
-def convert_samples_to_train_data(args: Any, samples: list[Any]) -> dict[str, Any]:
-    raw, rewards = post_process_rewards(args, samples)
+def common_train_data(samples: list[Any], raw: list[Any], rewards: list[Any], *, check_mask_lengths: bool) -> dict[str, Any]:
+    """The per-sample keys Slime's and Miles' conversions both build (Miles forked Slime's): a `remove_sample`
+    sample's loss mask zeroed; Slime (`check_mask_lengths`) first asserts each mask is as long as the response."""
     assert len(raw) == len(samples) and len(rewards) == len(samples)
-    data: dict[str, Any] = {
+    masks = []
+    for s in samples:
+        if check_mask_lengths:
+            assert len(s.loss_mask) == s.response_length
+        if s.remove_sample:
+            s.loss_mask = [0] * s.response_length
+        masks.append(s.loss_mask)
+    return {
         "tokens": [s.tokens for s in samples],
         "response_lengths": [s.response_length for s in samples],
         "rewards": rewards,
         "raw_reward": raw,
-        "truncated": [1 if s.status.name == "TRUNCATED" else 0 for s in samples],
-        "sample_indices": [s.index for s in samples],
         "rollout_ids": [s.rollout_id if s.rollout_id is not None else s.index for s in samples],
+        "loss_masks": masks,
+        "rollout_log_probs": [s.rollout_log_probs for s in samples],
     }
-    masks = []
-    for s in samples:
-        assert len(s.loss_mask) == s.response_length
-        if s.remove_sample:
-            s.loss_mask = [0] * s.response_length
-        masks.append(s.loss_mask)
-    data["loss_masks"] = masks
-    data["rollout_log_probs"] = [s.rollout_log_probs for s in samples]
+
+
+def convert_samples_to_train_data(args: Any, samples: list[Any]) -> dict[str, Any]:
+    raw, rewards = post_process_rewards(args, samples)
+    data = common_train_data(samples, raw, rewards, check_mask_lengths=True)
+    data["truncated"] = [1 if s.status.name == "TRUNCATED" else 0 for s in samples]
+    data["sample_indices"] = [s.index for s in samples]
     if samples[0].train_metadata is not None:
         data["metadata"] = [s.train_metadata for s in samples]  # built, but the split does not forward it
     return data

@@ -46,8 +46,8 @@ from typing import Any
 
 import aiohttp
 
-import slime_double
-from slime_double import Sample
+from doubles import slime_double
+from doubles.slime_double import Sample
 
 MODULE_NAME = "slime.rollout.sglang_rollout"  # where Slime's GenerateState lives (the hooks look it up there)
 

@@ -71,10 +71,11 @@ from typing import Any
 
 import attrs
 
-from openreward_rl.backends._samples import placeholder_ids
+from openreward_rl.backends._sample.fill import placeholder_ids
 from openreward_rl.config import TrainConfig
 from openreward_rl.credit.group import trajectory_group_signal
 from openreward_rl.credit.signal import StepSignal
+from openreward_rl.engines.base import Engine
 from openreward_rl.engines.transformers import SamplingConfig, TransformersEngine
 from openreward_rl.env.group_score import score_group, transcript
 from openreward_rl.env.tasks import TaskRef, task_from_metadata, task_row
@@ -206,18 +207,9 @@ class TrlAdapter:
 
     @classmethod
     def build(
-        cls,
-        config: TrainConfig,
-        tokenizer: Any,
-        client: Any,
-        *,
-        model: str | None = None,
-        sampling: SamplingConfig | None = None,
-        max_new_tokens: int = 1024,
-        max_context_len: int | None = None,
-        episode: EpisodeBuilder | None = None,
-        **options: Any,
-    ) -> TrlAdapter:
+        cls, config: TrainConfig, tokenizer: Any, client: Any, *, model: str | None = None, sampling: SamplingConfig | None = None,
+        max_new_tokens: int = 1024, max_context_len: int | None = None, episode: EpisodeBuilder | None = None, **options: Any,
+    ) -> TrlAdapter:  # fmt: skip
         """The adapter for `config`: `Rollouts.from_config` (the one episode stack) with no engine yet; `episode`
         None takes the config's (`ToolEpisode` by default)."""
         rollouts = Rollouts.from_config(
@@ -237,14 +229,25 @@ class TrlAdapter:
 
     # -- episodes --------------------------------------------------------------------------------
 
-    def run_episodes(self, model: Any, tasks: Sequence[TaskRef], *, on_done: Callable[[Trajectory], None] | None = None) -> list[Trajectory]:
-        """One episode per task (in order) sampled from `model` as it is now; blocking. `on_done` sees each trajectory as it ends."""
+    def run_episodes(
+        self, tasks: Sequence[TaskRef], *, model: Any = None, engine: Engine | None = None, on_done: Callable[[Trajectory], None] | None = None
+    ) -> list[Trajectory]:
+        """One episode per task (in order) through the adapter's `Rollouts`, on its event loop; blocking.
+
+        Pass one of: `model`, sampled as it is now (the adapter's `TransformersEngine` over it, in eval mode
+        without gradients, suspended after); or `engine`, any `Engine` (a scripted teacher, a remote server).
+        `on_done` sees each trajectory as it ends.
+        """
+        if (model is None) == (engine is None):
+            raise ConfigError("run_episodes takes one of model= (the policy sampled as it is now) or engine= (any Engine)")
+        if engine is not None:
+            return self.run(self._episodes(engine, tasks, on_done))
         with sampling_mode(model):
-            engine = self.engine_for(model)
+            sampler = self.engine_for(model)
             try:
-                return self.run(self._episodes(engine, tasks, on_done))
+                return self.run(self._episodes(sampler, tasks, on_done))
             finally:
-                engine.suspend()  # restores the attention implementation continuous batching switched; keeps the cache
+                sampler.suspend()  # restores the attention implementation continuous batching switched; keeps the cache
 
     def engine_for(self, model: Any) -> TransformersEngine:
         """The adapter's engine over `model` (one for the run; a new one only if the model object changes)."""
@@ -259,7 +262,7 @@ class TrlAdapter:
             )  # fmt: skip
         return self._engine
 
-    async def _episodes(self, engine: TransformersEngine, tasks: Sequence[TaskRef], on_done: Callable[[Trajectory], None] | None = None) -> list[Trajectory]:
+    async def _episodes(self, engine: Engine, tasks: Sequence[TaskRef], on_done: Callable[[Trajectory], None] | None = None) -> list[Trajectory]:
         gate = asyncio.Semaphore(self.concurrency or max(len(tasks), 1))
         params = {"temperature": self.sampling.temperature, "top_p": self.sampling.top_p}
 
@@ -279,7 +282,7 @@ class TrlAdapter:
         tasks = [task_from_metadata(prompt) for prompt in prompts]
         model = trainer.model
         size = _group_size(trainer)
-        trajectories = self.run_episodes(model, tasks)
+        trajectories = self.run_episodes(tasks, model=model)
         resampled = self._resample_idle_groups(model, tasks, trajectories, size)
         rewards = [_reward(t) for t in trajectories]
         if self.group_rm:
@@ -329,7 +332,7 @@ class TrlAdapter:
                     idle.extend(range(start, min(start + group_size, len(trajectories))))
             if not idle:
                 break
-            for position, trajectory in zip(idle, self.run_episodes(model, [tasks[i] for i in idle])):
+            for position, trajectory in zip(idle, self.run_episodes([tasks[i] for i in idle], model=model)):
                 trajectories[position] = trajectory
             rerun += len(idle) // group_size
         return rerun

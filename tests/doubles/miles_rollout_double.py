@@ -51,8 +51,8 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from miles_double import GenerateFnInput, GenerateFnOutput, Sample
-from slime_rollout_double import SingletonMeta, reward_unless_aborted
+from doubles.miles_double import GenerateFnInput, GenerateFnOutput, Sample
+from doubles.slime_rollout_double import SingletonMeta, reward_unless_aborted
 
 LEGACY_MODULE_NAME = "miles.rollout.sglang_rollout"
 

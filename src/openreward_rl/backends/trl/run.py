@@ -23,8 +23,8 @@ from typing import Any
 
 import attrs
 
-from openreward_rl.backends._options import same_named
-from openreward_rl.backends.trl import TrlAdapter, task_dataset
+from openreward_rl._options import same_named
+from openreward_rl.backends.trl.adapter import TrlAdapter, task_dataset
 from openreward_rl.config import TrainConfig
 from openreward_rl.engines.transformers import SamplingConfig
 from openreward_rl.env.tasks import TaskRef
@@ -268,18 +268,18 @@ class TrlSession:
         """`n` episodes of each task sampled from the current model (the training sampler); trajectories in task order.
         `on_done` is called with each trajectory as it finishes (a progress bar)."""
         model = self._trainer.model if self._trainer is not None else self.model
-        return self.adapter.run_episodes(model, [task for task in tasks for _ in range(n)], on_done=on_done)
+        return self.adapter.run_episodes([task for task in tasks for _ in range(n)], model=model, on_done=on_done)
 
     def trainer(self, callbacks: Sequence[Any] = (), *, fresh: bool = False) -> Any:
         """The `GRPOTrainer` (built once; `fresh` builds a new one, e.g. to resume): the adapter as `rollout_func`,
     `success` is `EnvironmentSummary.success_rate`; `pass_at_k[k]` the unbiased pass@k over tasks;
     `tool_calls` and `parse_errors` are means per episode (`EnvironmentSummary.metric_means`, the
     `tool_calls_mean` and `parse_errors_mean` of `openreward-rl eval`).
-        config, the subclass that trains per-token advantages from the turns' returns (`backends.trl_credit`)."""
+        config, the subclass that trains per-token advantages from the turns' returns (`backends.trl.credit`)."""
         if self._trainer is None or fresh:
             from trl import GRPOTrainer
 
-            from openreward_rl.backends.trl_credit import turn_credit_trainer_class
+            from openreward_rl.backends.trl.credit import turn_credit_trainer_class
 
             trainer_class = turn_credit_trainer_class() if self.config.advantage.per_token else GRPOTrainer
             self._trainer = trainer_class(

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from openreward_rl.assets import load_tokenizer
-from openreward_rl.backends.workers import IN_WORKER_ENV, WorkerRollouts, make_workers
 from openreward_rl.config import CHECK_MODEL_ENV, ConfigError, TrainConfig, config_path, load_config
 from openreward_rl.loop.rollout import Rollouts
+from openreward_rl.loop.workers import IN_WORKER_ENV, WorkerRollouts, make_workers
 from openreward_rl.observe.upload import TrajectoryUploader
 from openreward_rl.preflight import check_ready
 from openreward_rl.redaction import install_log_redaction
@@ -89,17 +89,10 @@ class BackendState:
         rollouts = Rollouts.from_config(
             config, engine=engine, tokenizer=tokenizer, client=client, model=str(checkpoint), max_context_len=train_context, max_new_tokens=max_new_tokens
         )
-        # With `rollout_workers: N` episodes run in N worker processes (or Ray actors); see workers.py.
+        # With `rollout_workers: N` episodes run in N worker processes (or Ray actors); see `loop/workers.py`.
         rollouts, eval_rollouts = spread_over_workers(config, args, rollouts, attrs.evolve(rollouts, max_context_len=eval_context))
         return cls(
-            config=config,
-            tokenizer=tokenizer,
-            engine=engine,
-            client=client,
-            rollouts=rollouts,
-            eval_rollouts=eval_rollouts,
-            uploader=uploader,
-            loop=_running_loop(),
+            config=config, tokenizer=tokenizer, engine=engine, client=client, rollouts=rollouts, eval_rollouts=eval_rollouts, uploader=uploader, loop=_running_loop()
         )
 
 

@@ -25,7 +25,7 @@ import itertools
 import math
 from typing import Any
 
-from slime_double import Sample
+from doubles.slime_double import Sample
 
 
 def validate_rollout_id_annotated(node: Any, depth: int = 0) -> None:

@@ -1,0 +1,65 @@
+"""One trainer `generate` call: the row's task, one episode, the trainer's `Sample`(s) filled from it.
+
+The plain path (`generate_samples`, every call outside `--partial-rollout` training): the task from
+`sample.metadata`, one episode through the process's `Rollouts`, one fill (`fill.fill_episode`). Under
+`--partial-rollout` in training the call goes to `partial.generate_partial` instead, its own path.
+
+In training, a model call cut by an abort the trainer did not order (a weight update's
+`/pause_generation` under fully-async rollout) is continued in place from its tokens, at most
+`max_turn_continuations` times (`ContinuingEngine`); `weight_versions` then has one entry per
+engine call and `metadata["weight_version_spans"]` says how many tokens each call sampled.
+Episodes sent to worker processes (`rollout_workers`) cannot read the trainer's flag and are not continued.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from openreward_rl.backends._sample.fill import fill_episode
+from openreward_rl.backends._sample.partial import generate_partial
+from openreward_rl.backends._sample.state import state_for
+from openreward_rl.config import ConfigError
+from openreward_rl.env.tasks import task_from_metadata
+from openreward_rl.loop.resumable import AbortSignal, ContinuingEngine
+from openreward_rl.loop.workers import WorkerRollouts
+
+__all__ = ["generate_samples"]
+
+
+def check_args(args: Any, sample: Any) -> None:
+    """Trainer settings these hooks cannot honour, refused with the flag to change."""
+    top_p = getattr(args, "rollout_top_p", None)
+    if hasattr(sample, "rollout_top_p_token_ids") and top_p not in (None, 1.0):
+        raise ConfigError(f"--rollout-top-p {top_p} needs top-p replay data that openreward_rl's generate hook does not record; use --rollout-top-p 1.0")
+
+
+async def generate_samples(
+    args: Any,
+    sample: Any,
+    sampling_params: Mapping[str, Any],
+    *,
+    evaluation: bool,
+    routing_key: str | None,
+    preset_reward: bool,
+    abort_signal: AbortSignal | None = None,
+) -> Any:
+    """Run the episode `sample.metadata` names and return what a legacy generate returns: `sample` filled,
+    or the list of a fan-out (`fill.trainer_output`).
+
+    `abort_signal` reads the trainer's "aborting this rollout step" flag, where the hook can see it.
+    """
+    check_args(args, sample)
+    state = state_for(args)
+    if getattr(args, "partial_rollout", False) and not evaluation:
+        return await generate_partial(args, state, sample, sampling_params, routing_key=routing_key, preset_reward=preset_reward, abort_signal=abort_signal)
+    task = task_from_metadata(sample.metadata)
+    rollouts = state.rollouts_for(evaluation)
+    continuations = state.config.max_turn_continuations
+    continuing = None
+    if not evaluation and abort_signal is not None and continuations > 0 and not isinstance(rollouts, WorkerRollouts):
+        continuing = ContinuingEngine(rollouts.engine, abort_signal, continuations)
+    trajectory = await rollouts.run(task, sampling_params=sampling_params, routing_key=routing_key, engine=continuing)
+    # without a continuation each turn is one call, and the turns carry the weight versions
+    recorded = continuing if continuing is not None and continuing.continuations else None
+    return fill_episode(args, state, sample, task, trajectory, sampling_params, preset_reward=preset_reward, evaluation=evaluation, engine=recorded)
