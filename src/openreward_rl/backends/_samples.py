@@ -34,6 +34,7 @@ import attrs
 from openreward_rl.backends.episode_record import EpisodeRecord, metadata_dict
 from openreward_rl.credit.returns import TurnCredit
 from openreward_rl.families.token_text import decode_ids
+from openreward_rl.families.vision import sample_inputs
 from openreward_rl.loop.trajectory import StopReason, TokenSegment, Trajectory
 
 __all__ = ["STATUS_FOR_STOP", "sample_fields", "status_for", "episode_metadata", "samples_from_trajectory", "placeholder_ids", "fill_placeholder"]
@@ -208,6 +209,8 @@ def samples_from_trajectory(
             logprobs=segment.rollout_logprobs, text=decode_ids(tokenizer, segment.response_ids),
             reward=reward, metadata=metadata, remove=infrastructure, **common,
         )  # fmt: skip
+        if segment.images and segment.vision:  # a VLM's images: the trainer's vision inputs (families.vision)
+            target.multimodal_inputs, target.multimodal_train_inputs = sample_inputs(segment.images, segment.vision)
         if len(segments) > 1:
             target.rollout_id = rollout_id
         out.append(target)

@@ -129,6 +129,19 @@ def episode_stack(config: TrainConfig, tokenizer: Any, model: str | None = None)
     return renderer, choose_parser(config, model, tokenizer, family)
 
 
+def check_engine_reads_images(engine: Any, renderer: ChatRenderer) -> None:
+    """ConfigError when the model's family reads images and the engine cannot send them (an engine that
+    says so with `reads_images = False` and `images_refused`, the reason): the model would see image
+    placeholders with no pixels behind them."""
+    if renderer.reads_images and getattr(engine, "reads_images", True) is False:
+        family = renderer.family.name if renderer.family is not None else "model"
+        reason = getattr(engine, "images_refused", "it sends no images")
+        raise ConfigError(
+            f"the {family} family is a vision-language model, and the {type(engine).__name__} engine cannot give it the "
+            f"environment's images: {reason}; serve the model with SGLang (engine sglang), or set model_family to a text family"
+        )
+
+
 def check_tools_shown(config: TrainConfig, renderer: ChatRenderer, model: str | None = None) -> None:
     """ConfigError when the first prompt would show the model none of the environment's tools: the chat
     template drops `tools`, the system prompt has no `{tools}`, and no family tool preamble fills in."""
@@ -184,6 +197,9 @@ class Rollouts:
     max_new_tokens: int = 4096
     episode: EpisodeBuilder = ToolEpisode
     policies: dict[str, ContextPolicy | None] | None = None  # built from the config on first use
+
+    def __attrs_post_init__(self) -> None:
+        check_engine_reads_images(self.engine, self.renderer)
 
     @classmethod
     def from_config(
@@ -241,6 +257,8 @@ class Rollouts:
         task = resolve_task(self.config, task)
         settings = self.settings_for(task.environment, sampling_params)
         episode_engine = engine or self.engine
+        if engine is not None:
+            check_engine_reads_images(engine, self.renderer)
         return await run_episode(
             lambda: self.episode(episode_engine, self.renderer, self.parser, settings, routing_key=routing_key),
             self.client,
