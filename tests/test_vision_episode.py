@@ -192,3 +192,47 @@ def test_the_embedded_engine_refuses_a_vlm_at_start_up_naming_why(easel) -> None
     embedded = object.__new__(TransformersEngine)  # no model is loaded: the refusal comes before any would be
     with pytest.raises(ConfigError, match=r"qwen2.5-vl family is a vision-language model.*TransformersEngine.*no pixel values"):
         Rollouts.from_config(config_for(easel), engine=embedded, tokenizer=tokenizer, client=None, model=VLM)
+
+
+def real_qwen3_vl_processor(tokenizer: Any) -> Any:
+    """transformers' Qwen3-VL processor over the Qwen3 tokenizer and Qwen3-VL's image processor values
+    (constructor class check bypassed as for Qwen2.5-VL: no torchvision for its video processor)."""
+    from transformers import Qwen3VLProcessor
+
+    from openreward_rl.families import get_family
+
+    class ImageOnlyProcessor(Qwen3VLProcessor):
+        def check_argument_for_proper_class(self, *args: Any, **kwargs: Any) -> None:
+            pass
+
+    image_processor = get_family("qwen3-vl").vision.image_processor  # type: ignore[union-attr]
+    return ImageOnlyProcessor(image_processor=image_processor, tokenizer=tokenizer, chat_template=tokenizer.chat_template)
+
+
+async def test_qwen3_vl_tool_images_reach_the_model_as_its_processor_expands_them(easel) -> None:
+    """Qwen3-VL's official template (trl's qwen3_vl.jinja: tools, and images inside tool responses) on the
+    Qwen3 tokenizer (no Qwen3-VL tokenizer ships; it has the same ChatML and vision tokens), with
+    transformers' Qwen3VLProcessor counting the vision tokens (patch 16, so other counts than Qwen2.5-VL's)."""
+    tokenizer = load_tokenizer("offline:qwen3-vl")
+    processor = real_qwen3_vl_processor(tokenizer)
+    pad = tokenizer.convert_tokens_to_ids("<|image_pad|>")
+    async with SGLangTestServer(tokenizer, script=list(SCRIPT), processor=processor) as server:
+        engine = SGLangEngine(server.url)
+        try:
+            trajectory = await one_episode(easel, engine, tokenizer, "Qwen/Qwen3-VL-8B-Instruct")
+        finally:
+            await engine.aclose()
+    assert trajectory.reward == 1.0 and trajectory.token_exact, trajectory.stop_detail
+    (segment,) = trajectory.segments
+    context = segment.prompt_ids + segment.response_ids
+    assert [len(r.body["image_data"]) for r in server.requests] == [1, 2]
+    for request, turn in zip(server.requests, trajectory.turns):
+        assert request.model_input_ids == context[: turn.prompt_length]
+    # the processor's own expansion of the first prompt's text (SGLang's decode-and-process path), image pads included
+    text = tokenizer.decode(server.requests[0].input_ids)
+    expected = processor(text=[text], images=[pil(ENV.PROMPT_IMAGE)])["input_ids"][0]
+    assert segment.prompt_ids == list(expected)
+    counts = processor._get_num_multimodal_tokens(image_sizes=[(60, 100), (84, 56)]).num_image_tokens
+    assert context.count(pad) == sum(counts) and counts[0] != 8  # Qwen3-VL's own grid, not Qwen2.5-VL's
+    assert "<tool_response>\nthe second picture:<|vision_start|>" in tokenizer.decode(context)
+
