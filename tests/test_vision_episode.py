@@ -142,6 +142,14 @@ async def test_a_vlm_sees_the_prompt_and_tool_images_token_exact_through_sglang(
         {"type": "text", "text": "the second picture:"}, {"type": "image", "image": look_url}
     ]  # fmt: skip
 
+    # `show` names the images (never their base64) and counts them
+    from openreward_rl.show.episode import conversation, episode_html, summary_rows
+
+    assert dict(summary_rows(trajectory))["images shown"].startswith("2: the model saw them")
+    texts = [entry.text for entry in conversation(trajectory)]
+    assert any(text.startswith("Easel: what colour") and "[image image/png" in text for text in texts)
+    assert ENV.LOOK_IMAGE[:40] not in episode_html(trajectory, tokenizer)
+
     # Slime's sample: the ids as the model saw them, with the processor's vision tensors for the trainer
     from slime_double import Sample
 

@@ -31,7 +31,7 @@ import attrs
 
 from openreward_rl.errors import ModelFamilyError
 
-__all__ = ["VisionSpec", "VisionError", "get_vision", "image_part", "images_in", "image_url", "is_image_part", "one_pad_per_image", "sample_inputs"]
+__all__ = ["VisionSpec", "VisionError", "get_vision", "image_part", "images_in", "image_url", "is_image_part", "one_pad_per_image", "sample_inputs", "describe_content"]
 
 
 class VisionError(ModelFamilyError):
@@ -194,3 +194,23 @@ def sample_inputs(images: Sequence[str], vision: str) -> tuple[dict[str, Any], d
     PIL images, and the processor's `pixel_values` / `image_grid_thw` the trainer feeds the vision tower."""
     spec = get_vision(vision)
     return {"images": [load_image(url) for url in images]}, spec.train_inputs(images)
+
+
+def describe_content(content: Any) -> str:
+    """A message's content as text for people: text parts as they are, each image as `[image <mime type>, <n> kB]`
+    (never its base64).
+
+    >>> describe_content([{"type": "text", "text": "a chart:"}, image_part("data:image/png;base64," + "A" * 2048)])
+    'a chart:\\n[image image/png, 1.5 kB]'
+    """
+    if isinstance(content, str) or content is None:
+        return content or ""
+    lines = []
+    for part in content if isinstance(content, list) else [content]:
+        if is_image_part(part):
+            url = _part_url(part)
+            mime = url[5 : url.index(";")] if url.startswith("data:") and ";" in url else "image"
+            lines.append(f"[image {mime}, {len(url.split(',', 1)[-1]) * 3 / 4 / 1024:.1f} kB]")
+        elif isinstance(part, Mapping):
+            lines.append(str(part.get("text", "")))
+    return "\n".join(lines)
