@@ -244,3 +244,10 @@ async def test_qwen3_vl_tool_images_reach_the_model_as_its_processor_expands_the
     assert context.count(pad) == sum(counts) and counts[0] != 8  # Qwen3-VL's own grid, not Qwen2.5-VL's
     assert "<tool_response>\nthe second picture:<|vision_start|>" in tokenizer.decode(context)
 
+
+
+def test_the_trl_backend_refuses_a_vlm_before_its_engine_exists(easel) -> None:
+    from openreward_rl.backends.trl import TrlAdapter
+
+    with pytest.raises(ConfigError, match=r"qwen2.5-vl family is a vision-language model.*TransformersEngine engine"):
+        TrlAdapter.build(config_for(easel), load_tokenizer("offline:qwen2.5-vl"), None, model=VLM)

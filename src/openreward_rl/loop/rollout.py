@@ -20,7 +20,7 @@ from openreward_rl.loop.trajectory import Trajectory
 from openreward_rl.parsers.base import ToolParser, get_parser
 
 __all__ = [
-    "EpisodeBuilder", "Rollouts", "available_episodes", "check_extensions", "check_tools_shown", "choose_family", "choose_parser",
+    "EpisodeBuilder", "Rollouts", "available_episodes", "check_engine_reads_images", "check_extensions", "check_tools_shown", "choose_family", "choose_parser",
     "context_policies", "episode_builder", "episode_stack", "register_episode", "resolve_task",
 ]  # fmt: skip
 
@@ -130,14 +130,15 @@ def episode_stack(config: TrainConfig, tokenizer: Any, model: str | None = None)
 
 
 def check_engine_reads_images(engine: Any, renderer: ChatRenderer) -> None:
-    """ConfigError when the model's family reads images and the engine cannot send them (an engine that
-    says so with `reads_images = False` and `images_refused`, the reason): the model would see image
-    placeholders with no pixels behind them."""
+    """ConfigError when the model's family reads images and the engine (an engine, or its class) cannot
+    send them (it says so with `reads_images = False` and `images_refused`, the reason): the model would
+    see image placeholders with no pixels behind them."""
     if renderer.reads_images and getattr(engine, "reads_images", True) is False:
         family = renderer.family.name if renderer.family is not None else "model"
         reason = getattr(engine, "images_refused", "it sends no images")
+        name = engine.__name__ if isinstance(engine, type) else type(engine).__name__
         raise ConfigError(
-            f"the {family} family is a vision-language model, and the {type(engine).__name__} engine cannot give it the "
+            f"the {family} family is a vision-language model, and the {name} engine cannot give it the "
             f"environment's images: {reason}; serve the model with SGLang (engine sglang), or set model_family to a text family"
         )
 
