@@ -125,6 +125,8 @@ def episode_stack(config: TrainConfig, tokenizer: Any, model: str | None = None)
         from openreward_rl.families.probe import check_model
 
         check_model(tokenizer, family, template_kwargs)
+    if renderer.vision is not None:
+        renderer.image_token_id  # noqa: B018 - a VisionError now when this tokenizer lacks the family's image pad as one token
     check_tools_shown(config, renderer, model)
     return renderer, choose_parser(config, model, tokenizer, family)
 
