@@ -115,7 +115,7 @@ def test_config_and_cli_override_the_family() -> None:
     generic, parser = episode_stack(parse_config({"environments": {"e": {}}, "model_family": "generic"}), llama, "meta-llama/Llama-3.1-8B-Instruct")
     assert generic.family is None and generic.engine_stop_token_ids == () and parser.name == "llama3_json"
     known = (
-        "deepseek-v3, deepseek-v3-format, nemotron-3, qwen3.5, qwen3, qwen, gpt-oss, glm-4.5, glm-4.7, hermes, granite-4, nemotron, qwen-xml, llama3, deepseek-v3.1, "
+        "deepseek-v3, deepseek-v3-format, nemotron-3, qwen3.5, qwen3-vl, qwen2.5-vl, qwen3, qwen, gpt-oss, glm-4.5, glm-4.7, hermes, granite-4, nemotron, qwen-xml, llama3, deepseek-v3.1, "
         "deepseek-v4, deepseek-v3.2, minimax-m2, kimi-k2.5, kimi-k2, gemma-4"
     )
     with pytest.raises(ConfigError, match=f"unknown model family 'llama-3'; known: {known}"):

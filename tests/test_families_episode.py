@@ -114,6 +114,9 @@ CASES = {
     # SmolLM2's plain ChatML renders no tools and no calls: the family's Hermes preamble shows the tools in the
     # system prompt (the episode's first prompt, compared like every other), the calls are text in the turn
     "chatml-smollm2": FamilyCase("offline:smollm2", thinks=False, calls_as_text=HERMES_PREAMBLE),
+    # Qwen2.5-VL's official template is the same plain ChatML (no tools; images as vision placeholders):
+    # the text episode here, its images in tests/test_vision_episode.py
+    "qwen2.5-vl": FamilyCase("offline:qwen2.5-vl", thinks=False, calls_as_text=HERMES_PREAMBLE),
     # R1-0528's template (on DeepSeek-R1's tokenizer: V3's vocabulary) holds the episode append-only; it writes
     # no reasoning, and keeps only the text after </think> of each assistant turn
     "deepseek-r1-0528": FamilyCase("offline:deepseek-r1-0528", arguments_as_strings=True, thinks=False),

@@ -23,7 +23,7 @@ OFFLINE = {
     "qwen3": "qwen3", "qwen2.5": "qwen", "qwen3.5": "qwen3.5", "qwen3.6": "qwen3.5", "qwen3.8": "qwen3.5", "qwen3-2507": "qwen",
     "llama3.1": "llama3", "llama3.2": "llama3", "gpt-oss": "gpt-oss", "glm-4.5": "glm-4.5", "glm-4.7": "glm-4.7",
     "deepseek-v3.1": "deepseek-v3.1", "deepseek-v3.2": "deepseek-v3.2", "deepseek-v4": "deepseek-v4", "minimax-m2": "minimax-m2",
-    "mistral-nemo": "mistral",
+    "mistral-nemo": "mistral", "qwen2.5-vl": "qwen2.5-vl", "qwen3-vl": "qwen3-vl",
 }
 
 

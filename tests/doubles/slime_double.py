@@ -45,6 +45,8 @@ class CommonFields(RewardValue):
     rollout_id: int | None = None
     prompt: str | list[dict[str, Any]] = ""
     tokens: list[int] = field(default_factory=list)
+    multimodal_inputs: Any = None
+    multimodal_train_inputs: Any = None  # the processor's vision tensors (pixel_values, image_grid_thw, ...)
     response: str = ""
     response_length: int = 0
     label: Any = None

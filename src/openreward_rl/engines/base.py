@@ -58,6 +58,10 @@ class GenerationRequest:
     tools: Sequence[Mapping[str, Any]] | None = None
     request_id: str | None = None
     routing_key: str | None = None
+    # a vision-language model's images, as data URLs, in the order of their placeholder runs in
+    # `input_ids` (which hold each image's pads expanded, exactly as the model sees them), and the pad's id
+    image_data: Sequence[str] = ()
+    image_token_id: int | None = None
 
 
 @attrs.frozen

@@ -24,7 +24,7 @@ import asyncio
 import json
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import aiohttp
 import attrs
@@ -120,6 +120,9 @@ class OpenAIChatEngine:
     - `extra_body`: merged into every request (e.g. `{"reasoning_effort": "low"}`).
     """
 
+    # a vision-language family's images are refused at start-up (`loop.rollout.check_engine_reads_images`)
+    reads_images: ClassVar[bool] = False
+    images_refused: ClassVar[str] = "it sends the conversation as text messages and re-tokenizes the reply; images would not be token-exact"
     base_url: str
     model: str
     tokenizer: Any

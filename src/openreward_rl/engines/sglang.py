@@ -9,6 +9,13 @@ The sampled ids and their log-probs are both read from `meta_info.output_token_l
 The matched EOS / stop token is part of those ids (SGLang includes it); `Generation.matched_stop`
 tells the caller so that it never appends another end-of-turn token.
 
+Images (a vision-language family's `GenerationRequest.image_data`): `image_data` carries them as data
+URLs, and `input_ids` hold one image pad per image (each run of pads collapsed): SGLang's Qwen-VL
+processor expands a pad per image itself (it refuses pre-expanded runs on its fast path). The answer's
+`meta_info.prompt_tokens` must then equal the expanded ids the episode records, or the request fails
+with `EngineError` (SGLang's processor settings differ from the family's; the trajectory would not be
+what the model saw).
+
 Errors: HTTP 400 about the context length -> `ContextLengthError`; any other 4xx -> `EngineRequestError`
 (never retried); connection errors, timeouts, 5xx and 429 are retried with exponential backoff and
 jitter, then -> `EngineError` naming the URL and the number of attempts. A retried request carries
@@ -54,6 +61,7 @@ from openreward_rl.engines.base import (
     Generation,
     GenerationRequest,
 )
+from openreward_rl.families.vision import one_pad_per_image
 from openreward_rl.retry import RetryPolicy, call_with_retries
 
 __all__ = ["SGLangEngine", "ROUTING_HEADER", "parse_generate_response"]
@@ -110,16 +118,25 @@ class SGLangEngine:
 
     async def generate(self, request: GenerationRequest) -> Generation:
         """POST /generate once (plus bounded retries on transient faults) and parse the answer."""
-        ids_json = _ids_json(request.input_ids)
         payload: dict[str, Any] = {
             "sampling_params": _as_json_dict(request.sampling_params),
             "return_logprob": True,
         }
+        if request.image_data:
+            if request.image_token_id is None:
+                raise EngineRequestError("a request with image_data needs image_token_id (the pad each image's run is made of)")
+            ids_json = json.dumps(one_pad_per_image(request.input_ids, request.image_token_id))
+            payload["image_data"] = list(request.image_data)
+        else:
+            ids_json = _ids_json(request.input_ids)
         headers = {ROUTING_HEADER: request.routing_key} if request.routing_key is not None else None
         if request.request_id is not None:
             payload["rid"] = request.request_id
         body = await self._generate_with_retries(payload, ids_json, headers, request.request_id)
-        return parse_generate_response(body, url=self._generate_url)
+        generation = parse_generate_response(body, url=self._generate_url)
+        if request.image_data:
+            _check_image_expansion(generation, len(request.input_ids), self._generate_url)
+        return generation
 
     async def abort(self, request_id: str) -> None:
         """Abort in-flight requests whose rid starts with `request_id` (SGLang matches by prefix).
@@ -280,6 +297,16 @@ def parse_generate_response(body: Any, *, url: str = "/generate") -> Generation:
         text=body.get("text"),
         meta={key: value for key, value in meta.items() if key != "output_token_logprobs"},
     )
+
+
+def _check_image_expansion(generation: Generation, expected: int, url: str) -> None:
+    """SGLang expanded the images to as many prompt tokens as the episode records, where it says how many."""
+    reported = generation.meta.get("prompt_tokens")
+    if isinstance(reported, int) and reported != expected:
+        raise EngineError(
+            f"SGLang {url} expanded the images to a {reported}-token prompt, the model family to {expected}: its image "
+            "processor settings (e.g. max_pixels) differ from the family's, so the trajectory would not hold what the model saw"
+        )
 
 
 def _ids_json(ids: Any) -> str:

@@ -53,7 +53,7 @@ import math
 import threading
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 
@@ -291,6 +291,10 @@ class TransformersEngine:
       hold that many of `context_length` tokens (capped by `max_memory_percent` of free memory) instead of taking
       a share of all free memory (tens of GiB for a small model), unless `num_blocks` is given.
     """
+
+    # a vision-language family's images are refused at start-up (`loop.rollout.check_engine_reads_images`)
+    reads_images: ClassVar[bool] = False
+    images_refused: ClassVar[str] = "it runs the model on token ids alone, with no image processor and no pixel values for the vision tower"
 
     model: Any
     tokenizer: Any = None

@@ -45,13 +45,16 @@ __all__ = [
 @attrs.frozen
 class ToolOutcome:
     """What a tool call gave back. `error` is the SDK's reason when the call was rejected (model's fault).
-    `metadata` is the environment's `ToolOutput.metadata`, kept for the record (the model does not see it)."""
+    `metadata` is the environment's `ToolOutput.metadata`, kept for the record (the model does not see it).
+    `content`: the output's text and image parts in order, where the model reads images and the output
+    holds one (`ShownText.parts`); None otherwise (`text` is then all of it)."""
 
     text: str
     reward: float | None = None
     finished: bool = False
     error: str | None = None
     metadata: Mapping[str, Any] | None = None
+    content: tuple[Mapping[str, Any], ...] | None = None
 
 
 class EnvironmentFault(EnvError, RuntimeError):
@@ -320,8 +323,10 @@ class EnvSession:
                 f"if it needs longer (a sandbox's test run may take 600 s), raise {self.tool_timeout.knob(name)}",
                 kind="Timeout",
             ) from fault
+        text, content = self.shown.parts(output.blocks, where)
         return ToolOutcome(
-            text=self.shown.blocks(output.blocks, where),
+            text=text,
+            content=content,
             reward=None if output.reward is None else float(output.reward),
             finished=bool(output.finished),
             metadata=None if output.metadata is None else self.shown.value(output.metadata, where),

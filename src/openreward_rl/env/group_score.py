@@ -1,6 +1,6 @@
 """An environment's `score_group`: it judges the episodes of one task together, from their transcripts.
 
-Nothing here knows a trainer. The Slime/Miles reward hook (`backends.group_reward`, under `--group-rm`)
+Nothing here knows a trainer. The Slime/Miles reward hook (`backends._sample.reward`, under `--group-rm`)
 and the TRL adapter (`group_rm=True`) both hand `score_group` one task and the text transcripts of its
 live episodes (`transcript`: infrastructure failures are never scored), and get back one
 `MemberScore` per transcript, in order: the environment's value clamped to its `min_reward` /

@@ -8,8 +8,10 @@ descriptions, tool outputs, tool-call errors) and every tool's metadata passes t
   credentials) is replaced with ``***``, and a warning names the environment and the tool (never
   the value). The model then sees and samples the masked text, so the records stay token-exact and
   no file a run writes holds the value;
-- an image block becomes `IMAGE_PLACEHOLDER` (the models served here read text), counted in
-  `images_dropped` and reported once per session with where it came from.
+- an image block reaches a vision-language model (`reads_images`, set by the episode from its
+  model family) as an image content part (`families.vision.image_part`, a data URL), counted in
+  `images_shown`; for a model that reads text only it becomes `IMAGE_PLACEHOLDER`, counted in
+  `images_dropped` and reported once per session with where it came from (never silently).
 
 >>> from openreward_rl.redaction import register_secrets
 >>> register_secrets(["sk-doctest-shown-0042"])
@@ -20,6 +22,9 @@ descriptions, tool outputs, tool-call errors) and every tool's metadata passes t
 'a chart:\\n[image omitted: this model reads text only]'
 >>> shown.redacted_values, shown.images_dropped
 (1, 1)
+>>> seeing = ShownText("Env", reads_images=True)
+>>> seeing.parts([{"type": "text", "text": "a chart:"}, {"type": "image", "data": "iVBO", "mimeType": "image/png"}], "tool 'plot'")
+('a chart:', ({'type': 'text', 'text': 'a chart:'}, {'type': 'image', 'image': 'data:image/png;base64,iVBO'}))
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from typing import Any
 
 import attrs
 
+from openreward_rl.families.vision import image_part, image_url, is_image_part
 from openreward_rl.redaction import MASK, redact
 
 __all__ = ["ShownText", "IMAGE_PLACEHOLDER"]
@@ -46,6 +52,8 @@ class ShownText:
     environment: str
     redacted_values: int = 0
     images_dropped: int = 0
+    reads_images: bool = False  # the model sees images (a vision-language family): keep them as content parts
+    images_shown: int = 0
     _warned: set[str] = attrs.field(factory=set, repr=False)
 
     def text(self, text: str, where: str) -> str:
@@ -77,14 +85,40 @@ class ShownText:
             parts.append(self._image(where) if text is None else str(text))
         return self.text("\n".join(parts), where)
 
-    def content(self, content: Any, where: str) -> str:
-        """A chat message's content (a string, or OpenAI content parts) as text; image parts become `IMAGE_PLACEHOLDER`."""
+    def parts(self, blocks: Iterable[Any], where: str) -> tuple[str, tuple[dict[str, Any], ...] | None]:
+        """(the text of SDK blocks, their content parts in order); the parts are None unless the model reads
+        images and a block is one (then `blocks` is not asked: no placeholder, nothing dropped)."""
+        listed = list(blocks or ())
+        if not self.reads_images or all(_block_text(b) is not None for b in listed):
+            return self.blocks(listed, where), None
+        parts: list[dict[str, Any]] = []
+        for block in listed:
+            text = _block_text(block)
+            if text is None:
+                self.images_shown += 1
+                parts.append(image_part(image_url(str(_field(block, "data") or ""), _field(block, "mimeType"))))
+            else:
+                parts.append({"type": "text", "text": self.text(str(text), where)})
+        return "\n".join(p["text"] for p in parts if p["type"] == "text"), tuple(parts)
+
+    def content(self, content: Any, where: str) -> Any:
+        """A chat message's content (a string, or OpenAI content parts) as text; image parts become `IMAGE_PLACEHOLDER`,
+        or, for a model that reads images, stay content parts (text masked, images as `families.vision.image_part`)."""
         if content is None:
             return ""
+        if isinstance(content, list) and self.reads_images and any(is_image_part(p) for p in content):
+            return [self._kept_part(part, where) for part in content if isinstance(part, Mapping)]
         if isinstance(content, list):
             parts = [part for part in content if isinstance(part, Mapping)]
             return self.text("\n".join(str(p["text"]) if "text" in p else self._image(where) for p in parts), where)
         return self.text(str(content), where)
+
+    def _kept_part(self, part: Mapping[str, Any], where: str) -> dict[str, Any]:
+        if not is_image_part(part):
+            return {"type": "text", "text": self.text(str(part.get("text", "")), where)}
+        self.images_shown += 1
+        url = part.get("image_url")
+        return image_part(str(url.get("url", "") if isinstance(url, Mapping) else url or part.get("image", "")))
 
     def _image(self, where: str) -> str:
         self.images_dropped += 1
@@ -100,3 +134,11 @@ class ShownText:
         if key not in self._warned:  # once per session and source: a careless environment repeats itself every call
             self._warned.add(key)
             logger.warning(message, *args)
+
+
+def _field(block: Any, name: str) -> Any:
+    return block.get(name) if isinstance(block, Mapping) else getattr(block, name, None)
+
+
+def _block_text(block: Any) -> Any:
+    return _field(block, "text")

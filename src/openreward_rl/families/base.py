@@ -24,6 +24,7 @@ from openreward_rl.families.chat import ChatRenderer
 from openreward_rl.families.history import HistoryRule
 from openreward_rl.families.thinking import THINK_TAGS, ThinkingMarkers
 from openreward_rl.families.tool_preamble import ToolPreamble
+from openreward_rl.families.vision import VisionSpec
 
 __all__ = ["ModelFamily", "THINK_TAGS", "ThinkingMarkers", "TurnBridge", "UnsupportedModelError"]
 
@@ -93,6 +94,10 @@ class ModelFamily:
     # the tools are written into the system prompt (`families.tool_preamble`); the model then writes its
     # calls as text in its turn's content, which the template renders verbatim
     tool_preamble: ToolPreamble | None = None
+    # for a vision-language family: its image placeholder and image processor (`families.vision`). The
+    # renderer expands each image's placeholder as the processor does; None: the model reads text only,
+    # and an image the environment sends becomes a counted placeholder text (`env.shown_text`)
+    vision: VisionSpec | None = None
 
     @property
     def stops(self) -> tuple[str, ...]:

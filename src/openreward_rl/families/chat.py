@@ -25,6 +25,7 @@ import attrs
 from openreward_rl.errors import ModelFamilyError
 from openreward_rl.families.thinking import THINK_TAGS, ThinkingMarkers
 from openreward_rl.families.token_text import decode_ids
+from openreward_rl.families.vision import VisionSpec, images_in
 
 __all__ = ["ChatRenderer", "RenderedFamily", "TemplateBridgeError"]
 
@@ -53,6 +54,8 @@ class RenderedFamily(Protocol):
     def bridge_factory(self) -> Callable[[Any, Mapping[str, Any]], Any] | None: ...
     @property
     def encoder_factory(self) -> Callable[[Any], Any] | None: ...
+    @property
+    def vision(self) -> VisionSpec | None: ...
     def stop_token_ids(self, tokenizer: Any) -> tuple[int, ...]: ...
 
 
@@ -110,8 +113,29 @@ class ChatRenderer:
         return decode_ids(self.tokenizer, ids)
 
     def render_prompt(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None = None) -> list[int]:
-        """The first prompt: messages (system prompt included) + tools in the model's native format."""
-        return self.encode(self._render(messages, tools, add_generation_prompt=True))
+        """The first prompt: messages (system prompt included) + tools in the model's native format; each
+        image's placeholder expanded as the family's processor expands it (`families.vision`)."""
+        return self._with_images(self.encode(self._render(messages, tools, add_generation_prompt=True)), messages)
+
+    @property
+    def vision(self) -> VisionSpec | None:
+        """The family's vision spec; None for a model that reads text only."""
+        return self.family.vision if self.family is not None else None
+
+    @property
+    def reads_images(self) -> bool:
+        return self.vision is not None
+
+    @functools.cached_property
+    def image_token_id(self) -> int | None:
+        """The id of the image placeholder the processor repeats; None for a text model."""
+        return self.vision.pad_id(self.tokenizer) if self.vision is not None else None
+
+    def _with_images(self, ids: list[int], messages: Sequence[Mapping[str, Any]]) -> list[int]:
+        if self.vision is None:
+            return ids
+        assert self.image_token_id is not None
+        return self.vision.expand(ids, images_in(messages), self.image_token_id)
 
     @functools.cached_property
     def renders_tools(self) -> bool:
@@ -222,11 +246,11 @@ class ChatRenderer:
         if self._family_bridge is not None and context_ids is not None and sampled_ids is not None:
             ids = self._family_bridge.bridge(context_ids=context_ids, sampled_ids=sampled_ids, new_messages=new_messages, tools=tools)
             if ids is not None:
-                return ids
+                return self._with_images(ids, new_messages)
         text = self.bridge_text(
             sampled_tail=sampled_tail, assistant_tool_calls=assistant_tool_calls, new_messages=new_messages, tools=tools
         )
-        return self.encode(text)
+        return self._with_images(self.encode(text), new_messages)
 
     def bridge_text(
         self,

@@ -20,7 +20,7 @@ from openreward_rl.loop.trajectory import Trajectory
 from openreward_rl.parsers.base import ToolParser, get_parser
 
 __all__ = [
-    "EpisodeBuilder", "Rollouts", "available_episodes", "check_extensions", "check_tools_shown", "choose_family", "choose_parser",
+    "EpisodeBuilder", "Rollouts", "available_episodes", "check_engine_reads_images", "check_extensions", "check_tools_shown", "choose_family", "choose_parser",
     "context_policies", "episode_builder", "episode_stack", "register_episode", "resolve_task",
 ]  # fmt: skip
 
@@ -125,8 +125,24 @@ def episode_stack(config: TrainConfig, tokenizer: Any, model: str | None = None)
         from openreward_rl.families.probe import check_model
 
         check_model(tokenizer, family, template_kwargs)
+    if renderer.vision is not None:
+        renderer.image_token_id  # noqa: B018 - a VisionError now when this tokenizer lacks the family's image pad as one token
     check_tools_shown(config, renderer, model)
     return renderer, choose_parser(config, model, tokenizer, family)
+
+
+def check_engine_reads_images(engine: Any, renderer: ChatRenderer) -> None:
+    """ConfigError when the model's family reads images and the engine (an engine, or its class) cannot
+    send them (it says so with `reads_images = False` and `images_refused`, the reason): the model would
+    see image placeholders with no pixels behind them."""
+    if renderer.reads_images and getattr(engine, "reads_images", True) is False:
+        family = renderer.family.name if renderer.family is not None else "model"
+        reason = getattr(engine, "images_refused", "it sends no images")
+        name = engine.__name__ if isinstance(engine, type) else type(engine).__name__
+        raise ConfigError(
+            f"the {family} family is a vision-language model, and the {name} engine cannot give it the "
+            f"environment's images: {reason}; serve the model with SGLang (engine sglang), or set model_family to a text family"
+        )
 
 
 def check_tools_shown(config: TrainConfig, renderer: ChatRenderer, model: str | None = None) -> None:
@@ -185,6 +201,9 @@ class Rollouts:
     episode: EpisodeBuilder = ToolEpisode
     policies: dict[str, ContextPolicy | None] | None = None  # built from the config on first use
 
+    def __attrs_post_init__(self) -> None:
+        check_engine_reads_images(self.engine, self.renderer)
+
     @classmethod
     def from_config(
         cls,
@@ -241,6 +260,8 @@ class Rollouts:
         task = resolve_task(self.config, task)
         settings = self.settings_for(task.environment, sampling_params)
         episode_engine = engine or self.engine
+        if engine is not None:
+            check_engine_reads_images(engine, self.renderer)
         return await run_episode(
             lambda: self.episode(episode_engine, self.renderer, self.parser, settings, routing_key=routing_key),
             self.client,

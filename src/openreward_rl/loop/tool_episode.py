@@ -16,6 +16,7 @@ from openreward_rl.env.environment import EnvSession, ToolOutcome
 from openreward_rl.env.tool_output import clean_tool_text
 from openreward_rl.errors import EnvError, ModelFamilyError
 from openreward_rl.families.chat import ChatRenderer
+from openreward_rl.families.vision import images_in
 from openreward_rl.loop.context import ContextView, Rewrite, Summarize
 from openreward_rl.loop.episode import EpisodeSettings, fault_stop, format_system_prompt, has_tools_placeholder
 from openreward_rl.loop.trajectory import Compaction, StopReason, TokenLedger, ToolResult, Trajectory, Turn
@@ -115,6 +116,7 @@ class ToolEpisode:
     async def _start(self, state: _Run) -> None:
         """Tools, the system prompt and the task's prompt: the first context."""
         session = state.session
+        session.shown.reads_images = self.renderer.reads_images  # a VLM sees the environment's images, a text model a counted placeholder
         state.tools = await session.tools()
         system_prompt = format_system_prompt(self.settings.system_prompt, state.tools)
         if self.settings.tool_preamble and not has_tools_placeholder(self.settings.system_prompt):
@@ -126,7 +128,10 @@ class ToolEpisode:
         state.messages.extend(await session.prompt_messages())
         state.context, state.prompt_messages = list(state.messages), len(state.messages)
         state.has_terminal_tool = await session.terminal_tool() is not None
-        state.ledger = TokenLedger.start(self.renderer.render_prompt(state.messages, state.tools))
+        vision = self.renderer.vision
+        state.ledger = TokenLedger.start(
+            self.renderer.render_prompt(state.messages, state.tools), images_in(state.messages), vision.name if vision else None
+        )
         state.run_id = uuid.uuid4().hex
         state.per_call_cap = int(self.settings.sampling_params.get("max_new_tokens") or self.settings.max_new_tokens)
 
@@ -150,6 +155,8 @@ class ToolEpisode:
             tools=state.tools,
             request_id=f"{state.run_id}_{label}",
             routing_key=self.routing_key,
+            image_data=tuple(state.ledger.current.images),
+            image_token_id=self.renderer.image_token_id if state.ledger.current.images else None,
         )
         model_started = time.perf_counter()
         try:
@@ -253,7 +260,7 @@ class ToolEpisode:
                 return True
             if state.stop_reason is not None:  # the stall guard ended it
                 return False
-        return self._bridge(state, bridge)
+        return self._bridge(state, bridge, images_in(new_messages))
 
     def _stalled(self, state: _Run, kind: str, before: int, after: int) -> str | None:
         """Why a boundary is futile under uncapped compaction (`max_compactions` None): it would free less than
@@ -290,7 +297,7 @@ class ToolEpisode:
         max_context_len = self.settings.max_context_len
         if max_context_len is not None and state.ledger.context_length + len(ids) + cap > max_context_len:
             return None
-        state.ledger.append_environment(ids)
+        state.ledger.append_environment(ids, images_in(new_messages))
         state.messages.append(request)
         state.context.append(request)
         summary_turn = await self._sample_turn(state, f"s{len(state.compactions)}", summary_cap=cap)
@@ -329,7 +336,7 @@ class ToolEpisode:
                 tokens_after=len(prompt),
             )
         )
-        state.ledger.compact(prompt)
+        state.ledger.compact(prompt, images_in(messages))
         state.context = messages
         return True
 
@@ -347,14 +354,14 @@ class ToolEpisode:
             sampled_ids=draft.generation.output_ids if hand_written else None,
         )
 
-    def _bridge(self, state: _Run, bridge: list[int]) -> bool:
+    def _bridge(self, state: _Run, bridge: list[int], images: Sequence[str] = ()) -> bool:
         """Append the bridge; False when it overflows the budget."""
         assert state.ledger is not None
         max_context_len = self.settings.max_context_len
         if max_context_len is not None and state.ledger.context_length + len(bridge) >= max_context_len:
             state.stop(StopReason.CONTEXT_OVERFLOW, f"the environment's reply ({len(bridge)} tokens) leaves no room under {max_context_len}")
             return False
-        state.ledger.append_environment(bridge)
+        state.ledger.append_environment(bridge, images)
         return True
 
     def _record(
@@ -423,10 +430,16 @@ class ToolEpisode:
         return results
 
     def _result(self, call: ToolCall, outcome: ToolOutcome, seconds: float) -> ToolResult:
-        text, truncated = clean_tool_text(outcome.text, self.renderer, self.settings.max_tool_output_tokens)
+        limit = self.settings.max_tool_output_tokens
+        text, truncated = clean_tool_text(outcome.text, self.renderer, limit)
+        content = None
+        if outcome.content is not None:  # a VLM's text and images: each text part cleaned and held to the budget
+            cleaned = [clean_tool_text(p["text"], self.renderer, limit) if p.get("type") == "text" else (None, False) for p in outcome.content]
+            content = tuple({"type": "text", "text": c} if c is not None else dict(p) for p, (c, _) in zip(outcome.content, cleaned))
+            truncated = any(cut for _, cut in cleaned)
         return ToolResult(
             call=call, text=text, reward=outcome.reward, finished=outcome.finished, error=outcome.error, truncated=truncated, seconds=seconds,
-            metadata=outcome.metadata,
+            metadata=outcome.metadata, content=content,
         )  # fmt: skip
 
     def _trajectory(self, state: _Run, seconds: float) -> Trajectory:
@@ -459,7 +472,8 @@ def _assistant_message(parsed: ParsedTurn) -> dict[str, Any]:
 
 
 def _tool_message(result: ToolResult) -> dict[str, Any]:
-    return {"role": "tool", "tool_call_id": result.call.id, "name": result.call.name, "content": result.text}
+    content: Any = [dict(p) for p in result.content] if result.content is not None else result.text
+    return {"role": "tool", "tool_call_id": result.call.id, "name": result.call.name, "content": content}
 
 
 def _error_feedback(parsed: ParsedTurn) -> str | None:
@@ -496,6 +510,7 @@ def _metrics(state: _Run, seconds: float) -> dict[str, float]:
         "segments": float(len(state.ledger.segments) if state.ledger else 0),
         # what the environment showed that the model could not be shown as is (env.shown_text)
         "images_dropped": float(state.session.shown.images_dropped),
+        "images_shown": float(state.session.shown.images_shown),
         "redacted_values": float(state.session.shown.redacted_values),
     }
     metrics.update({f"parse_errors/{kind}": float(n) for kind, n in parse_errors.items()})

@@ -62,6 +62,7 @@ class ToolResult:
     truncated: bool = False  # the text was cut to the tool-output token budget
     seconds: float = 0.0
     metadata: Mapping[str, Any] | None = None  # the environment's `ToolOutput.metadata` (the model does not see it)
+    content: tuple[Mapping[str, Any], ...] | None = None  # text and image parts in order, where the model saw images
 
 
 @attrs.frozen
@@ -110,12 +111,17 @@ class Compaction:
 
 @attrs.define
 class TokenSegment:
-    """One contiguous training sequence: a prompt and everything appended after it."""
+    """One contiguous training sequence: a prompt and everything appended after it.
+
+    `images`: the data URLs of the images in it, in the order of their placeholder runs in the ids (a
+    vision-language family's, `families.vision`), and `vision` the name of the spec that expanded them."""
 
     prompt_ids: list[int]
     response_ids: list[int] = attrs.Factory(list)
     loss_mask: list[int] = attrs.Factory(list)
     rollout_logprobs: list[float] = attrs.Factory(list)
+    images: list[str] = attrs.Factory(list)
+    vision: str | None = None
 
     @property
     def length(self) -> int:
@@ -141,10 +147,10 @@ class TokenLedger:
     _json_count: int = attrs.field(default=0, init=False, repr=False, eq=False)
 
     @classmethod
-    def start(cls, prompt_ids: Sequence[int]) -> TokenLedger:
+    def start(cls, prompt_ids: Sequence[int], images: Sequence[str] = (), vision: str | None = None) -> TokenLedger:
         if not prompt_ids:
             raise ValueError("an episode's first prompt must have at least one token")
-        return cls(segments=[TokenSegment(prompt_ids=list(prompt_ids))])
+        return cls(segments=[TokenSegment(prompt_ids=list(prompt_ids), images=list(images), vision=vision)])
 
     @property
     def current(self) -> TokenSegment:
@@ -177,9 +183,11 @@ class TokenLedger:
             self._json_count = len(ids)
         return EncodedIds(ids, json_text="[" + ", ".join(self._json_chunks) + "]")
 
-    def append_environment(self, ids: Sequence[int]) -> None:
-        """Tokens the model did not sample (tool results, template glue): mask 0, log-prob 0.0."""
+    def append_environment(self, ids: Sequence[int], images: Sequence[str] = ()) -> None:
+        """Tokens the model did not sample (tool results, template glue): mask 0, log-prob 0.0; `images`
+        are the ones whose placeholders `ids` hold."""
         segment = self.current
+        segment.images.extend(images)
         segment.response_ids.extend(ids)
         segment.loss_mask.extend([0] * len(ids))
         segment.rollout_logprobs.extend([0.0] * len(ids))
@@ -196,11 +204,11 @@ class TokenLedger:
             segment.loss_mask.extend(int(t) for t in trained)
             segment.rollout_logprobs.extend(lp if t else 0.0 for lp, t in zip(logprobs, trained))
 
-    def compact(self, prompt_ids: Sequence[int]) -> None:
+    def compact(self, prompt_ids: Sequence[int], images: Sequence[str] = ()) -> None:
         """Start a new segment on a context a `ContextPolicy` rewrote: a boundary, not a prefix break."""
         if not prompt_ids:
             raise ValueError("a compacted context must have at least one token")
-        self.segments.append(TokenSegment(prompt_ids=list(prompt_ids)))
+        self.segments.append(TokenSegment(prompt_ids=list(prompt_ids), images=list(images), vision=self.current.vision))
 
     def add_turn_prompt(self, prompt_ids: Sequence[int]) -> bool:
         """Record the full prompt of the next model call. Returns False on a prefix break."""
@@ -321,6 +329,7 @@ class Trajectory:
                             "truncated": r.truncated,
                             "seconds": r.seconds,
                             "metadata": r.metadata,
+                            "content": None if r.content is None else [dict(p) for p in r.content],
                         }
                         for r in t.tool_results
                     ],
@@ -350,6 +359,7 @@ class Trajectory:
                     truncated=r.get("truncated", False),
                     seconds=r.get("seconds", 0.0),
                     metadata=r.get("metadata"),
+                    content=None if r.get("content") is None else tuple(r["content"]),
                 )
                 for r in t["tool_results"]
             )

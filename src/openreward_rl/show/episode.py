@@ -24,6 +24,7 @@ import attrs
 
 from openreward_rl.credit.returns import reward_to_go, turn_rewards
 from openreward_rl.families.token_text import decode_ids
+from openreward_rl.families.vision import describe_content
 from openreward_rl.loop.trajectory import Compaction, ToolResult, Trajectory
 from openreward_rl.observe.conversation import conversation_steps
 from openreward_rl.show.style import CSS, LEGEND, badge, terminal_reward_style
@@ -95,7 +96,9 @@ def conversation(trajectory: Trajectory) -> Iterator[Entry]:
             continue
         role = message.get("role", "user")
         content = message.get("content") or ""
-        if not isinstance(content, str):
+        if isinstance(content, list):  # a VLM's text and images
+            content = describe_content(content)
+        elif not isinstance(content, str):
             content = json.dumps(content, ensure_ascii=False)
         if role == "assistant":
             turn = step.turn
@@ -154,6 +157,9 @@ def summary_rows(trajectory: Trajectory) -> list[tuple[str, str]]:
         kinds = ", ".join(sorted({c.kind for c in trajectory.compactions}))
         saved = sum(c.tokens_saved for c in trajectory.compactions)
         rows.append(("contexts", f"{len(trajectory.segments)} ({len(trajectory.compactions)} compactions: {kinds}; {saved} tokens saved); each is a trained sample"))
+    shown = int(trajectory.metrics.get("images_shown", 0))
+    if shown:
+        rows.append(("images shown", f"{shown}: the model saw them (a vision-language family; each one's placeholder expanded as its processor does)"))
     images = int(trajectory.metrics.get("images_dropped", 0))
     if images:
         rows.append(("images dropped", f"{images}: this model reads text only; it saw a placeholder in each one's place"))

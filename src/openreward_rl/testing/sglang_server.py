@@ -28,9 +28,18 @@ the project reference sglang-generate-api.md):
 
 Not reproduced: sampling itself (completions come from the script; log-probs are a deterministic
 function of token id and position, see `scripted_logprob`), batches, streaming, `n > 1`, grammars,
-`min_new_tokens` (validated only), the prefix cache (`cached_tokens` is always 0), multimodal input,
+`min_new_tokens` (validated only), the prefix cache (`cached_tokens` is always 0), video and audio,
 prompt log-probs (`logprob_start_len` is recorded, not honoured). Out-of-vocabulary `input_ids` get a
 400 here; a real server's behaviour there is undefined.
+
+Images (`image_data`, data URLs), only with `processor=` (the model's transformers processor, e.g.
+`Qwen2_5_VLProcessor`): as SGLang's multimodal processor does for pre-tokenized input
+(`BaseMultimodalProcessor._expand_input_ids` with `resolve_image_token_counts`), the prompt must hold
+one image pad per image (HTTP 400 otherwise), and the i-th pad becomes as many pads as the processor's
+`_get_num_multimodal_tokens` gives the i-th image; the model "sees" the expanded ids
+(`RecordedRequest.model_input_ids`, `meta_info.prompt_tokens`). Not reproduced: SGLang's own Qwen-VL
+pre-resize to multiples of 28 pixels (the identity for Qwen2-VL/2.5-VL's 28-pixel grid within its
+pixel bounds), the vision tower.
 
 Fault injection: `fail_next` (HTTP 5xx/429), `hang_next`, `drop_next` (close the connection),
 `abort_next` (scheduler abort before any token), `latency_s` (added per request), and per-completion
@@ -148,6 +157,7 @@ class RecordedRequest:
     path: str
     body: Mapping[str, Any]
     headers: Mapping[str, str]
+    model_input_ids: list[int] = attrs.field(factory=list, eq=False)  # the prompt as the model saw it (images expanded)
 
     @property
     def input_ids(self) -> list[int] | None:
@@ -207,8 +217,10 @@ class SGLangTestServer:
         record: bool = True,
         host: str = "127.0.0.1",
         port: int = 0,
+        processor: Any = None,
     ) -> None:
         self.tokenizer = tokenizer
+        self.processor = processor
         self.context_len = context_len
         self.weight_version = weight_version
         self.latency_s = latency_s
@@ -430,6 +442,7 @@ class SGLangTestServer:
             prompt_ids, params = self._validate(body)
         except _BadRequest as error:
             return _error(400, str(error))
+        recorded.model_input_ids.extend(prompt_ids)
 
         if self._faults and self._faults[0].kind == "abort":
             fault = self._faults.popleft()
@@ -471,6 +484,8 @@ class SGLangTestServer:
                 raise _BadRequest(f"input_ids must be token ids in [0, {self.vocab_size})")
         if not prompt_ids:
             raise _BadRequest("The input is empty")
+        if body.get("image_data"):
+            prompt_ids = self._expand_images(list(prompt_ids), body["image_data"])
         params = body.get("sampling_params") or {}
         if not isinstance(params, dict):
             raise _BadRequest("sampling_params must be a JSON object (batches are not emulated)")
@@ -496,6 +511,23 @@ class SGLangTestServer:
                 "tokens in the input messages or the completion to fit within the limit."
             )
         return prompt_ids, params
+
+    def _expand_images(self, prompt_ids: list[int], image_data: Any) -> list[int]:
+        """The prompt with each image's one pad expanded as the processor counts the image's tokens."""
+        if self.processor is None:
+            raise _BadRequest("SGLangTestServer emulates image_data only when given the model's processor (processor=)")
+        if not isinstance(image_data, list) or not all(isinstance(item, str) for item in image_data):
+            raise _BadRequest("image_data must be a list of image URLs / base64 strings (batches are not emulated)")
+        images = [_load_image(item) for item in image_data]
+        pad = self.processor.image_token_id
+        pads = prompt_ids.count(pad)
+        if pads != len(images):
+            raise _BadRequest(f"prompt has {pads} image placeholder token(s) but {len(images)} image(s) were provided")
+        counts = iter(self.processor._get_num_multimodal_tokens(image_sizes=[(im.height, im.width) for im in images]).num_image_tokens)
+        expanded: list[int] = []
+        for token in prompt_ids:
+            expanded.extend([pad] * int(next(counts)) if token == pad else [token])
+        return expanded
 
     def _next_completion(self, recorded: RecordedRequest) -> ScriptedCompletion:
         if self._script_fn is not None:
@@ -651,6 +683,21 @@ def _token_stream(planned: tuple[int, ...], finish: str, eos_id: int, ignore_eos
             yield from itertools.cycle(planned + (eos_id,))
     elif finish == "length":
         yield from itertools.cycle(planned or (eos_id,))
+
+
+def _load_image(data: str) -> Any:
+    """An RGB PIL image from a data URL or bare base64 (as SGLang's `load_image` reads them)."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    try:
+        image = Image.open(io.BytesIO(base64.b64decode(data.split(",", 1)[1] if data.startswith("data:") else data)))
+        image.load()
+    except Exception as error:
+        raise _BadRequest(f"Error while loading data {data[:60]}...: {error}") from error
+    return image.convert("RGB")
 
 
 def _abort_reason(message: str) -> dict[str, Any]:

@@ -35,6 +35,7 @@ from openreward_rl.backends._sample.record import EpisodeRecord, metadata_dict
 from openreward_rl.credit.returns import TurnCredit
 from openreward_rl.env.group_score import transcript
 from openreward_rl.families.token_text import decode_ids
+from openreward_rl.families.vision import sample_inputs
 from openreward_rl.loop.trajectory import StopReason, TokenSegment, Trajectory
 
 if TYPE_CHECKING:
@@ -217,6 +218,8 @@ def samples_from_trajectory(
             logprobs=segment.rollout_logprobs, text=decode_ids(tokenizer, segment.response_ids),
             reward=reward, metadata=metadata, remove=infrastructure, **common,
         )  # fmt: skip
+        if segment.images and segment.vision:  # a VLM's images: the trainer's vision inputs (families.vision)
+            target.multimodal_inputs, target.multimodal_train_inputs = sample_inputs(segment.images, segment.vision)
         if len(segments) > 1:
             target.rollout_id = rollout_id
         out.append(target)

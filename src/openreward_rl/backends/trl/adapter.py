@@ -80,7 +80,7 @@ from openreward_rl.engines.transformers import SamplingConfig, TransformersEngin
 from openreward_rl.env.group_score import score_group, transcript
 from openreward_rl.env.tasks import TaskRef, task_from_metadata, task_row
 from openreward_rl.errors import ConfigError
-from openreward_rl.loop.rollout import EpisodeBuilder, Rollouts
+from openreward_rl.loop.rollout import EpisodeBuilder, Rollouts, check_engine_reads_images
 from openreward_rl.loop.trajectory import Trajectory
 from openreward_rl.observe.metrics import flat_metrics, summarize
 
@@ -215,6 +215,7 @@ class TrlAdapter:
         rollouts = Rollouts.from_config(
             config, engine=None, tokenizer=tokenizer, client=client, model=model, max_context_len=max_context_len, max_new_tokens=max_new_tokens, episode=episode
         )  # type: ignore[arg-type]
+        check_engine_reads_images(TransformersEngine, rollouts.renderer)  # the engine comes later; a VLM is refused now
         return cls(rollouts, tokenizer, sampling=sampling or SamplingConfig(), **options)
 
     @property
