@@ -146,7 +146,8 @@ def run_seed(args: argparse.Namespace, seed: int, estimator: str | None = None, 
     options = TrlOptions(
         model=args.model, device=args.device, bf16=args.bf16, max_steps=args.steps, prompts_per_step=args.rollout_batch_size,
         n_samples=args.n_samples, lr=args.lr, temperature=args.temperature, max_new_tokens=args.max_response_len,
-        save_interval=0, lora=args.lora, seed=seed, sampler_memory=args.sampler_memory, gradient_checkpointing=args.gradient_checkpointing, output_dir=tempfile.mkdtemp(prefix=f"learning_curve_seed{seed}_"),  # no checkpoints
+        save_interval=0, lora=args.lora, seed=seed, sampler_memory=args.sampler_memory, gradient_checkpointing=args.gradient_checkpointing,
+        output_dir=tempfile.mkdtemp(prefix=f"learning_curve_seed{seed}_"),  # no checkpoints
     )  # fmt: skip
     started = time.monotonic()
     curve: list[dict[str, Any]] = []

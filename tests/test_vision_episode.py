@@ -151,7 +151,7 @@ async def test_a_vlm_sees_the_prompt_and_tool_images_token_exact_through_sglang(
     assert ENV.LOOK_IMAGE[:40] not in episode_html(trajectory, tokenizer)
 
     # Slime's sample: the ids as the model saw them, with the processor's vision tensors for the trainer
-    from slime_double import Sample
+    from doubles.slime_double import Sample
 
     (sample,) = samples_from_trajectory(Sample(index=0, metadata={}), trajectory, tokenizer=tokenizer)
     assert sample.tokens == context
