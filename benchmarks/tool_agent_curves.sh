@@ -7,16 +7,18 @@
 #
 # `tools`: first, alone on the GPU, seconds per step of TRL's own multi-turn tool loop
 # (`environment_factory`, benchmarks/trl_side_by_side.py --sides trl-tools) and of ours, same model, batch,
-# learning rate and seed (TIMED_STEPS after one untimed step: OUT_DIR/timing.json); then, side by side,
-# STEPS (100) GRPO steps of each for every seed in SEEDS ("0 1"): ours evaluated on the test split every
-# 10 steps (benchmarks/learning_curve.py), both recording the training reward of every step.
-# `estimators`: ESTIMATOR_STEPS (50) steps for each estimator in ESTIMATORS ("turn turn_index mix") and seed
-# in ESTIMATOR_SEEDS ("0 1 2"), plus `episode` with RESAMPLE rounds of zero-spread resampling
-# (--resample-zero-spread) for the same seeds when RESAMPLE is set, and `episode` for EXTRA_EPISODE_SEEDS.
+# learning rate and seed (TIMED_STEPS after one untimed step: OUT_DIR/timing.json); then, for each seed in
+# SEEDS ("0 1") in turn, STEPS (100) GRPO steps of ours and of TRL's tool loop side by side on the GPU (each
+# holding at most GPU_SHARE, 0.4, of its memory): ours evaluated on the test split every 10 steps
+# (benchmarks/learning_curve.py), both recording the training reward of every step.
+# `estimators`: ESTIMATOR_STEPS (20) steps, evaluated every 5, for each estimator in ESTIMATORS
+# ("episode turn turn_index mix") and seed in ESTIMATOR_SEEDS ("0 1 2"), plus `episode` with RESAMPLE rounds
+# of zero-spread resampling (--resample-zero-spread) for the same seeds when RESAMPLE is set; one seed's runs
+# share the GPU at a time (gradient checkpointing, a 0.02 KV share and at most GPU_SHARE, 0.11, each).
 #
 # The warm start is deliberately light (one SFT step on 8 of the teacher's episodes, WARM_TASKS): it gets the
 # first calls (about half the test episodes call read_order) and leaves GRPO the rest to learn. It is made once
-# per OUT_DIR. Runs that share the GPU each hold at most GPU_SHARE of its memory (torch's per-process cap).
+# per OUT_DIR.
 #
 # Every run writes OUT_DIR/<name>.json as it goes (a run cut short keeps its points) and OUT_DIR/<name>.log.
 set -uo pipefail
@@ -42,7 +44,7 @@ curve() {  # name, GPU share, then learning_curve.py arguments
     local name="$1" share="$2"; shift 2
     "$PYTHON" benchmarks/learning_curve.py "${SHAPE[@]}" --device cuda \
         --rollout-batch-size 4 --n-samples 8 --max-response-len 48 --temperature 0.7 --lr 2e-5 \
-        --eval-n 2 --eval-every 10 --sampler-memory 0.04 --gpu-memory-fraction "$share" --out "$OUT/$name" "$@" >"$OUT/$name.log" 2>&1
+        --eval-n 2 --gpu-memory-fraction "$share" --out "$OUT/$name" "$@" >"$OUT/$name.log" 2>&1
 }
 trl_tools() {  # seed, steps, json name, then trl_side_by_side.py arguments
     local seed="$1" steps="$2" name="$3"; shift 3
@@ -54,27 +56,23 @@ case "$PHASE" in
 tools)
     trl_tools 0 "${TIMED_STEPS:-5}" timing --sides trl-tools,ours
     tail -n 4 "$OUT/timing.log"
-    share="${GPU_SHARE:-0.2}"
+    share="${GPU_SHARE:-0.4}"
     for seed in ${SEEDS:-0 1}; do
-        curve "episode_$seed" "$share" --estimator episode --seed "$seed" --steps "${STEPS:-100}" &
+        curve "episode_$seed" "$share" --sampler-memory 0.04 --estimator episode --seed "$seed" --steps "${STEPS:-100}" --eval-every 10 &
         trl_tools "$seed" "$(( ${STEPS:-100} - 1 ))" "trl_tools_$seed" --sides trl-tools --gpu-memory-fraction "$share" &
+        wait
     done
     ;;
 estimators)
-    share="${GPU_SHARE:-0.12}"
-    for estimator in ${ESTIMATORS:-turn turn_index mix}; do
-        for seed in ${ESTIMATOR_SEEDS:-0 1 2}; do
-            curve "${estimator}_$seed" "$share" --estimator "$estimator" --seed "$seed" --steps "${ESTIMATOR_STEPS:-50}" &
+    share="${GPU_SHARE:-0.11}"
+    each=(--sampler-memory 0.02 --gradient-checkpointing --steps "${ESTIMATOR_STEPS:-20}" --eval-every 5)
+    for seed in ${ESTIMATOR_SEEDS:-0 1 2}; do  # one seed's runs at a time share the GPU
+        for estimator in ${ESTIMATORS:-episode turn turn_index mix}; do
+            curve "${estimator}_$seed" "$share" "${each[@]}" --estimator "$estimator" --seed "$seed" &
         done
+        [ -z "${RESAMPLE:-}" ] || curve "resample_$seed" "$share" "${each[@]}" --estimator episode --resample-zero-spread "$RESAMPLE" --seed "$seed" &
+        wait
     done
-    for seed in ${EXTRA_EPISODE_SEEDS:-}; do
-        curve "episode_$seed" "$share" --estimator episode --seed "$seed" --steps "${ESTIMATOR_STEPS:-50}" &
-    done
-    if [ -n "${RESAMPLE:-}" ]; then
-        for seed in ${ESTIMATOR_SEEDS:-0 1 2}; do
-            curve "resample_$seed" "$share" --estimator episode --resample-zero-spread "$RESAMPLE" --seed "$seed" --steps "${ESTIMATOR_STEPS:-50}" &
-        done
-    fi
     ;;
 *)
     echo "unknown phase $PHASE (tools or estimators)" >&2

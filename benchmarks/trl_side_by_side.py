@@ -18,7 +18,7 @@ and prompt tokens excluded), episodes per second, mean reward, and peak GPU memo
   `Rollouts` on the embedded `TransformersEngine`.
 
     python benchmarks/trl_side_by_side.py --config examples/quickstart_config.yaml \\
-        --serve examples/environments/closest_guess.py:GradedGuess --split test --tasks 8 --n 8 --max-new-tokens 64 --bf16
+        --serve examples/environments/closest_guess.py:GradedGuess --split train --tasks 8 --n 8 --max-new-tokens 64 --bf16
     python benchmarks/trl_side_by_side.py --config examples/train_paint_room_config.yaml \\
         --serve examples/environments/paint_room.py:PaintRoom --plugin examples/reply_as_call.py --tasks 8 --n 8 --bf16
 
@@ -441,6 +441,8 @@ def main(argv: list[str] | None = None) -> None:
         options = attrs_evolve(options, output_dir=workdir)
         model, tokenizer = fresh_model(options)
         with TrlSession.open(config, options, serve=[load_environment_class(args.serve)], model=model, tokenizer=tokenizer) as session:
+            if len(session.train_tasks) < args.tasks:  # TRL would form no batch and train no step
+                raise SystemExit(f"--tasks {args.tasks}: the split has only {len(session.train_tasks)} tasks")
             bridge = Bridge(session)
             for side in args.sides.split(","):
                 try:
