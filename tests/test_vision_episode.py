@@ -105,17 +105,22 @@ async def one_episode(server: LocalEnvServer, engine: Any, tokenizer: Any, model
 SCRIPT = [ScriptedCompletion(text=call("look")), ScriptedCompletion(text=call("describe", answer="red, then blue"))]
 
 
+async def through_sglang(server: LocalEnvServer, tokenizer: Any, model: str, processor: Any = None) -> tuple[Any, SGLangTestServer]:
+    """One scripted episode through the SGLang double (`processor`: the vision expansion it answers with)."""
+    async with SGLangTestServer(tokenizer, script=list(SCRIPT), processor=processor) as sglang:
+        engine = SGLangEngine(sglang.url)
+        try:
+            return await one_episode(server, engine, tokenizer, model), sglang
+        finally:
+            await engine.aclose()
+
+
 async def test_a_vlm_sees_the_prompt_and_tool_images_token_exact_through_sglang(easel) -> None:
     tokenizer = load_tokenizer("offline:qwen2.5-vl")
     processor = real_processor(tokenizer)
     pad = tokenizer.convert_tokens_to_ids("<|image_pad|>")
     prompt_url, look_url = (f"data:image/png;base64,{data}" for data in (ENV.PROMPT_IMAGE, ENV.LOOK_IMAGE))
-    async with SGLangTestServer(tokenizer, script=list(SCRIPT), processor=processor) as server:
-        engine = SGLangEngine(server.url)
-        try:
-            trajectory = await one_episode(easel, engine, tokenizer, VLM)
-        finally:
-            await engine.aclose()
+    trajectory, server = await through_sglang(easel, tokenizer, VLM, processor)
     assert trajectory.stop_reason.value == "completed" and trajectory.reward == 1.0 and trajectory.token_exact, trajectory.stop_detail
     assert trajectory.metrics["images_shown"] == 2.0 and trajectory.metrics["images_dropped"] == 0.0
     first, second = server.requests
@@ -168,12 +173,7 @@ async def test_sglang_answering_another_expansion_fails_the_episode_instead_of_r
     tokenizer = load_tokenizer("offline:qwen2.5-vl")
     processor = real_processor(tokenizer)
     processor.image_processor = type(processor.image_processor)(patch_size=14, merge_size=2, temporal_patch_size=2, size={"shortest_edge": 3136 * 4, "longest_edge": 12845056})
-    async with SGLangTestServer(tokenizer, script=list(SCRIPT), processor=processor) as server:
-        engine = SGLangEngine(server.url)
-        try:
-            trajectory = await one_episode(easel, engine, tokenizer, VLM)
-        finally:
-            await engine.aclose()
+    trajectory, server = await through_sglang(easel, tokenizer, VLM, processor)
     assert trajectory.stop_reason.is_infrastructure_failure and trajectory.reward is None
     assert "expanded the images to a" in trajectory.stop_detail and "processor settings" in trajectory.stop_detail
 
@@ -181,12 +181,7 @@ async def test_sglang_answering_another_expansion_fails_the_episode_instead_of_r
 async def test_a_text_model_facing_the_same_images_gets_a_placeholder_a_warning_and_a_count(easel, caplog) -> None:
     caplog.set_level(logging.WARNING, logger="openreward_rl")
     tokenizer = load_tokenizer("offline:qwen2.5")
-    async with SGLangTestServer(tokenizer, script=list(SCRIPT)) as server:
-        engine = SGLangEngine(server.url)
-        try:
-            trajectory = await one_episode(easel, engine, tokenizer, "Qwen/Qwen2.5-7B-Instruct")
-        finally:
-            await engine.aclose()
+    trajectory, server = await through_sglang(easel, tokenizer, "Qwen/Qwen2.5-7B-Instruct")
     assert trajectory.reward == 1.0 and trajectory.metrics["images_dropped"] == 2.0 and trajectory.metrics["images_shown"] == 0.0
     assert all("image_data" not in request.body for request in server.requests)
     assert tokenizer.decode(server.requests[1].input_ids).count(IMAGE_PLACEHOLDER) == 2
@@ -224,12 +219,7 @@ async def test_qwen3_vl_tool_images_reach_the_model_as_its_processor_expands_the
     tokenizer = load_tokenizer("offline:qwen3-vl")
     processor = real_qwen3_vl_processor(tokenizer)
     pad = tokenizer.convert_tokens_to_ids("<|image_pad|>")
-    async with SGLangTestServer(tokenizer, script=list(SCRIPT), processor=processor) as server:
-        engine = SGLangEngine(server.url)
-        try:
-            trajectory = await one_episode(easel, engine, tokenizer, "Qwen/Qwen3-VL-8B-Instruct")
-        finally:
-            await engine.aclose()
+    trajectory, server = await through_sglang(easel, tokenizer, "Qwen/Qwen3-VL-8B-Instruct", processor)
     assert trajectory.reward == 1.0 and trajectory.token_exact, trajectory.stop_detail
     (segment,) = trajectory.segments
     context = segment.prompt_ids + segment.response_ids
