@@ -142,7 +142,8 @@ def assert_segments_token_exact(run: Run) -> None:
         assert context == last, f"segment {number} ends with its last call's context and sample"
         mask, logprobs = expected_mask_and_logprobs([requests[i] for i in mine], sampled)
         assert segment.loss_mask == mask and segment.rollout_logprobs == pytest.approx(logprobs)
-        assert tokenizer.decode(segment.prompt_ids).endswith("<|im_start|>assistant\n")
+        # the generation prompt: the template's, or the Qwen3 family's with thinking off (an empty think block)
+        assert tokenizer.decode(segment.prompt_ids).endswith(("<|im_start|>assistant\n", "<|im_start|>assistant\n<think>\n\n</think>\n\n"))
     assert position == len(requests)
     assert trajectory.prefix_breaks == 0
 

@@ -82,6 +82,8 @@ class BackendState:
         if not checkpoint:
             raise ConfigError("the trainer's args have no hf_checkpoint; the hooks load the tokenizer from it (--hf-checkpoint)")
         config, tokenizer, client, uploader = load_process_parts(str(checkpoint))
+        if getattr(args, "partial_rollout", False):  # its abort() cannot hold a compacted episode's samples: no default compaction
+            config = config.without_default_compaction()
         engine = SGLangEngine(router_url(args))
         train_context = _positive_or_none(args, "rollout_max_context_len")
         eval_context = _positive_or_none(args, "eval_max_context_len") or train_context
