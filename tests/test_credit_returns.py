@@ -31,6 +31,8 @@ def digit(d: int) -> str:
 
 @pytest.fixture
 def lock_config(train_config, env_server) -> Any:
+    """context_policy: none: these tests read one Sample per rollout; with the default policy the hook returns a list
+    for every rollout in training (test_backend_slime.py::test_the_default_context_policy_makes_a_list_of_every_training_rollout)."""
     return train_config(
         f"""
 environments:
@@ -39,9 +41,11 @@ environments:
     base_url: {env_server.base_url}
     max_turns: 3
     nonterminal_reward: -0.5
+    context_policy: none
   Faulty:
     variant: faulty
     base_url: {env_server.base_url}
+    context_policy: none
 parser: hermes
 attempts: 1
 upload: false

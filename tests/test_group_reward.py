@@ -31,17 +31,20 @@ _, TARGET_1 = make_question("closest/train/1")
 
 @pytest.fixture
 def config_file(train_config, env_server) -> Any:
-    """As a user writes it: the rows carry no variant, the config names each environment's class."""
+    """As a user writes it: the rows carry no variant, the config names each environment's class. context_policy: none:
+    these tests read one Sample per rollout (test_backend_slime.py::test_the_default_context_policy_makes_a_list_of_every_training_rollout)."""
     return train_config(
         f"""
 environments:
   ClosestGuess:
     variant: closestguess
     base_url: {env_server.base_url}
+    context_policy: none
     max_turns: 2
   MathEnv:
     variant: mathenv
     base_url: {env_server.base_url}
+    context_policy: none
     max_turns: 2
 parser: hermes
 attempts: 1

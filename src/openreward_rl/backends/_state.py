@@ -144,6 +144,7 @@ def _key(args: Any) -> tuple[Any, ...]:
         getattr(args, "rollout_max_context_len", None),
         getattr(args, "eval_max_context_len", None),
         getattr(args, "rollout_max_response_len", None),
+        bool(getattr(args, "partial_rollout", False)),  # partial rollout runs without the default context policy
         str(config_path().resolve()),
     )
 
