@@ -4,7 +4,9 @@ tokenizer), 120k tokens in all at the default 60, far past a 32k context window.
 Each `read` returns the next page: a number to add up inside a page of filler. `answer(total)` with the
 sum of every page's number finishes the episode with reward 1.0 (a wrong sum, or answering before the
 last page, 0.0). Only an agent that carries its running total across context boundaries (in its own
-words, or in a summary) can finish.
+words, or in a summary) can finish. The `train` split has two such tasks; the `oversized` split has one
+whose prompt opens with a preface of `PREFACE_SENTENCES` filler sentences (about 29k tokens): the prompt
+fits a 32k window, but no compaction can make room for more than one page beside it.
 
 >>> number_of("long-0", 3) == number_of("long-0", 3) and 10 <= number_of("long-0", 3) < 100
 True
@@ -18,7 +20,8 @@ from openreward.environments import Environment, Split, TextBlock, ToolOutput, t
 from pydantic import BaseModel, Field
 
 PAGES = 60
-FILLER_SENTENCES = 80  # about 2,000 tokens a page
+FILLER_SENTENCES = 47  # about 2,000 tokens a page
+PREFACE_SENTENCES = 690
 _FILLER = (
     "The archive's shelves run on past the lamplight, ledgers bound in cracked leather and stacked two deep, "
     "their spines stamped with the years of harvests, tolls and weddings nobody alive remembers."
@@ -51,15 +54,19 @@ class LongRead(Environment):
 
     @classmethod
     def list_splits(cls) -> list[Split]:
-        return [Split(name="train", type="train")]
+        return [Split(name="train", type="train"), Split(name="oversized", type="test")]
 
     @classmethod
     def list_tasks(cls, split: str) -> list[dict]:
+        if split == "oversized":
+            return [{"id": "long-preface", "pages": PAGES, "preface": PREFACE_SENTENCES}]
         return [{"id": f"long-{i}", "pages": PAGES} for i in range(2)]
 
     def get_prompt(self) -> list[TextBlock]:
-        return [TextBlock(text=f"A ledger has {self.task_spec['pages']} pages, each with one number. Call read to read the next page; "
-                               "when you have read them all, call answer with the sum of the numbers.")]  # fmt: skip
+        preface = "\n".join([_FILLER] * self.task_spec.get("preface", 0))
+        task = (f"A ledger has {self.task_spec['pages']} pages, each with one number. Call read to read the next page; "
+                "when you have read them all, call answer with the sum of the numbers.")  # fmt: skip
+        return [TextBlock(text=f"{preface}\n\n{task}" if preface else task)]
 
     @tool
     def read(self) -> ToolOutput:

@@ -32,11 +32,13 @@ TURN_S = math.sqrt((0.5**2 + 0.4**2 + 0.5**2 + 0.5**2 + 0.6**2) / 4)
 
 
 def write_config(tmp_path: Any, env_server: Any, monkeypatch: Any, advantage: str) -> None:
+    """context_policy: none: these tests read one Sample per rollout; with the default policy the hook returns a list
+    for every rollout in training (test_backend_slime.py::test_the_default_context_policy_makes_a_list_of_every_training_rollout)."""
     file = tmp_path / "train_config.yaml"
     file.write_text(
         f"""
 environments:
-  CombinationLock: {{variant: combinationlock, base_url: {env_server.base_url}, max_turns: 3}}
+  CombinationLock: {{variant: combinationlock, base_url: {env_server.base_url}, max_turns: 3, context_policy: none}}
 parser: hermes
 attempts: 1
 upload: false

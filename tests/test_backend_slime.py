@@ -46,7 +46,9 @@ def tokenizer() -> Any:
 
 @pytest.fixture
 def config_file(served_config) -> Any:
-    return served_config({"Faulty": {}, "MathEnv": {"max_turns": 3}})
+    """context_policy: none: these tests read one Sample per rollout; with the default policy the hook returns a list
+    for every rollout in training (test_the_default_context_policy_makes_a_list_of_every_training_rollout)."""
+    return served_config({"Faulty": {"context_policy": "none"}, "MathEnv": {"max_turns": 3, "context_policy": "none"}})
 
 
 @pytest.fixture
@@ -157,6 +159,25 @@ async def test_the_partial_rollout_path_is_its_own(config_file, sglang) -> None:
     entered = await files_entered(sample, lambda: run(make_args(sglang, partial_rollout=True), sample))
     assert entered == ["backends/slime.py", "backends/_sample/generate.py", "backends/_sample/partial.py", "backends/_sample/fill.py"]
     assert sample.status is slime_double.Sample.Status.COMPLETED and sample.reward == 1.0
+
+
+async def test_the_default_context_policy_makes_a_list_of_every_training_rollout(config_file, sglang) -> None:
+    """No context_policy in the config: the default (clear_then_summarize) may cut an episode into several
+    contexts, so in training the hook returns a list for every rollout (of one here: the episode is short)
+    naming its rollout, as Slime's flattening needs; in evaluation one Sample; under --partial-rollout, whose
+    abort() cannot hold a list, the default is off and the hook returns one Sample."""
+    config_file.write_text(config_file.read_text().replace("    context_policy: none\n", ""))
+    for index, (evaluation, partial) in enumerate([(False, False), (True, False), (False, True)]):
+        sglang.push(ScriptedCompletion(text=SUBMIT_OK))
+        args = make_args(sglang, partial_rollout=partial)
+        sample = make_sample(sample_index=index)
+        out = await slime_double.call_generate(slime.generate, args, sample, copy.deepcopy(SAMPLING), evaluation=evaluation)
+        slime_double.check_output(out, args)
+        if evaluation or partial:
+            assert out is sample
+        else:
+            assert out == [sample] and sample.rollout_id == sample.index == index
+        assert sample.status is slime_double.Sample.Status.COMPLETED and sample.reward == 1.0
 
 
 async def test_wrong_answer_is_a_real_zero(config_file, sglang) -> None:

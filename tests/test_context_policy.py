@@ -29,7 +29,15 @@ from openreward_rl.config import ConfigError, parse_config
 from openreward_rl.engines.sglang import SGLangEngine
 from openreward_rl.env.environment import open_session
 from openreward_rl.env.local_server import LocalEnvServer
-from openreward_rl.loop.context import CLEARED_MARKER, DEFAULT_SUMMARY_REQUEST, SUMMARY_PREFIX, ClearToolOutputs, SummarizeContext, context_policy
+from openreward_rl.loop.context import (
+    CLEARED_MARKER,
+    DEFAULT_SUMMARY_REQUEST,
+    SUMMARY_PREFIX,
+    ClearThenSummarize,
+    ClearToolOutputs,
+    SummarizeContext,
+    context_policy,
+)
 from openreward_rl.loop.rollout import context_policies
 from openreward_rl.parsers import get_parser
 from openreward_rl.testing import ScriptedCompletion, SGLangTestServer
@@ -137,7 +145,8 @@ def assert_segments_token_exact(run: Run) -> None:
         assert context == last, f"segment {number} ends with its last call's context and sample"
         mask, logprobs = expected_mask_and_logprobs([requests[i] for i in mine], sampled)
         assert segment.loss_mask == mask and segment.rollout_logprobs == pytest.approx(logprobs)
-        assert tokenizer.decode(segment.prompt_ids).endswith("<|im_start|>assistant\n")
+        # the generation prompt: the template's, or the Qwen3 family's with thinking off (an empty think block)
+        assert tokenizer.decode(segment.prompt_ids).endswith(("<|im_start|>assistant\n", "<|im_start|>assistant\n<think>\n\n</think>\n\n"))
     assert position == len(requests)
     assert trajectory.prefix_breaks == 0
 
@@ -249,13 +258,25 @@ def test_config_chooses_and_validates_the_policy() -> None:
                 "A": {},
                 "B": {"context_policy": "clear_tool_outputs"},
                 "C": {"context_policy": {"name": "summarize", "threshold": 0.5, "keep_recent_turns": 2}, "max_compactions": 5},
+                "D": {"context_policy": "none"},
+                "E": {"context_policy": None},
+                "F": {"context_policy": {"name": "clear_then_summarize", "clear_target": 0.4, "summary_tokens": 512}},
             }
         }
     )
     policies = context_policies(config)
-    assert policies["A"] is None and isinstance(policies["B"], ClearToolOutputs)
+    assert policies["A"] == ClearThenSummarize(threshold=0.8, clear_target=0.5, keep_last=2, keep_recent_turns=1, summary_tokens=1024)
+    assert isinstance(policies["B"], ClearToolOutputs) and policies["D"] is None and policies["E"] is None
     assert policies["C"] == SummarizeContext(threshold=0.5, keep_recent_turns=2)
-    assert config.environment("C").max_compactions == 5 and config.compacts and not config.environment("A").compacts
+    assert policies["F"] == ClearThenSummarize(clear_target=0.4, summary_tokens=512)
+    assert config.environment("C").max_compactions == 5 and config.compacts and not config.environment("D").compacts
+    # the default compacts too, but a path that cannot carry several contexts turns only the default off
+    assert config.environment("A").compacts and not config.environment("A").context_policy_chosen
+    plain = config.without_default_compaction()
+    assert {n: e.context_policy for n, e in plain.environments.items()} == {
+        "A": "none", "B": "clear_tool_outputs", "C": "summarize", "D": "none", "E": "none", "F": "clear_then_summarize",
+    }  # fmt: skip
+    assert not parse_config({"environments": {"A": {}}}).without_default_compaction().compacts
     for bad, message in [
         ({"context_policy": 3}, "policy name or a mapping"),
         ({"context_policy": {"threshold": 0.5}}, "needs a 'name'"),
@@ -268,6 +289,8 @@ def test_config_chooses_and_validates_the_policy() -> None:
         ({"context_policy": "squash"}, "unknown context policy 'squash'"),
         ({"context_policy": {"name": "summarize", "threshold": 0}}, r"threshold must be in \(0, 1\]"),
         ({"context_policy": {"name": "clear_tool_outputs", "keep": 1}}, "unexpected keyword argument 'keep'"),
+        ({"context_policy": {"name": "clear_then_summarize", "clear_target": 1.5}}, r"clear_target must be in \(0, 1\]"),
+        ({"context_policy": {"name": "clear_then_summarize", "summary_tokens": 0}}, "summary_tokens must be at least 1"),
         ({"context_policy": "no_such_module:Policy"}, "cannot import module 'no_such_module'"),
         ({"context_policy": "fractions:Fraction"}, "built Fraction"),
     ]:

@@ -32,7 +32,10 @@ def digit(d: int) -> str:
 
 @pytest.fixture
 def lock_config(served_config) -> Any:
-    return served_config({"CombinationLock": {"max_turns": 3, "nonterminal_reward": -0.5}, "Faulty": {}}, advantage={"estimator": "turn", "gamma": 0.5})
+    """context_policy: none: these tests read one Sample per rollout; with the default policy the hook returns a list
+    for every rollout in training (test_backend_slime.py::test_the_default_context_policy_makes_a_list_of_every_training_rollout)."""
+    none = {"context_policy": "none"}
+    return served_config({"CombinationLock": {"max_turns": 3, "nonterminal_reward": -0.5, **none}, "Faulty": none}, advantage={"estimator": "turn", "gamma": 0.5})
 
 
 @pytest.fixture

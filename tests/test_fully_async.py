@@ -39,6 +39,7 @@ import journal_env
 from doubles import miles_double, slime_double
 from doubles import miles_rollout_double as miles_rollout
 from doubles import slime_rollout_double as slime_rollout
+from openreward_rl.cli.launcher import SLIME_FULLY_ASYNC_ROLLOUT
 from openreward_rl.testing import SGLangTestServer
 from test_backend_slime import record_of
 from test_partial_rollout import (  # noqa: F401
@@ -63,6 +64,7 @@ def miles_fully_async_args(server: SGLangTestServer) -> Any:
     return make_args(
         server,
         partial_rollout=False,
+        fully_async=True,  # `--fully-async`: one Sample per rollout, so no default context policy
         rollout_batch_size=2,
         custom_generate_function_path="openreward_rl.backends.miles.generate_fn",
         custom_rm_path="openreward_rl.backends.miles.reward",
@@ -113,7 +115,7 @@ async def start_slime_worker(tokenizer: Any, model: Any) -> tuple[SGLangTestServ
     """The SGLang double serving `model` at weight version "1", and a started Slime fully-async worker
     on it (two prompts a batch, two in flight, no partial rollout): the server, the args, the worker."""
     server = await SGLangTestServer(tokenizer, model, weight_version="1").start()
-    args = make_args(server, partial_rollout=False, rollout_batch_size=2)
+    args = make_args(server, partial_rollout=False, rollout_batch_size=2, rollout_function_path=SLIME_FULLY_ASYNC_ROLLOUT)  # what `train --rollout-mode fully-async` passes
     worker = slime_rollout.AsyncRolloutWorker(args, slime_rollout.RolloutDataSourceWithBuffer(args, prompt_sample), concurrency=2)
     worker.start()
     return server, args, worker
@@ -234,7 +236,7 @@ async def test_trainer_abort_is_not_continued(config_file, tokenizer, loop_threa
     try:
         args = make_args(server, partial_rollout=False)
         source = slime_rollout.RolloutDataSourceWithBuffer(args, prompt_sample)
-        ((first,),) = await step(loop_thread, args, 0, source, aborter(server))
+        (((first,),),) = await step(loop_thread, args, 0, source, aborter(server))  # sync: the default context policy makes a list of each rollout
     finally:
         await server.close()
     assert first.metadata["index"] == 0 and first.status is slime_double.Sample.Status.COMPLETED

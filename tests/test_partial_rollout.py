@@ -182,7 +182,9 @@ async def uninterrupted(loop_thread: Any, tokenizer: Any, lengths: dict[int, int
         args = make_args(server, partial_rollout=False)
         sample = prompt_sample(task)
         sample.index = 0
-        return await asyncio.to_thread(loop_thread.run, slime_double.call_generate(slime_hooks.generate, args, sample, copy.deepcopy(SAMPLING)))
+        out = await asyncio.to_thread(loop_thread.run, slime_double.call_generate(slime_hooks.generate, args, sample, copy.deepcopy(SAMPLING)))
+        (only,) = out  # the default context policy is on without partial rollout: a list for every rollout
+        return only
     finally:
         await server.close()
         journal_env.reset()  # the run under test starts from an empty journal

@@ -502,6 +502,8 @@ def test_partial_rollout_with_a_compacting_context_policy_is_refused_before_ray(
     compacting.write_text("environments:\n  Corridor:\n    context_policy: {name: summarize, threshold: 1.5}\n")
     assert main(argv) == 2
     assert "environments.Corridor.context_policy: context policy 'summarize': threshold must be in (0, 1]" in capsys.readouterr().err
+    compacting.write_text("environments:\n  Corridor: {}\n")  # the default policy: partial rollout runs it without compaction
+    assert main([*argv, "--rollout-mode", "partial"]) == 0
 
 
 def test_the_hooks_skip_the_model_check_only_when_the_launch_says_so(tmp_path: Path, monkeypatch) -> None:

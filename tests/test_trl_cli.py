@@ -66,7 +66,7 @@ def test_the_progress_line_names_environments_whose_names_hold_a_slash() -> None
         ("parser: at_kall", "parser: unknown tool parser 'at_kall'; registered parsers: "),
         ("episode: re_rendering", "episode: unknown episode 're_rendering'; choose one of: tool; or name your own as package.module:attribute or path/to/file.py:attribute"),
         ("episode: math:pi", "episode: episode 'math:pi' is 3.141592653589793, not an EpisodeBuilder"),
-        ("environments: {PaintColour: {context_policy: squash}}", "context_policy: unknown context policy 'squash'; choose one of: clear_tool_outputs, none, summarize; or name"),
+        ("environments: {PaintColour: {context_policy: squash}}", "context_policy: unknown context policy 'squash'; choose one of: clear_then_summarize, clear_tool_outputs, none, summarize; or name"),
         ("system_prompt_template: 'Tools: {tools}. Call as {\"name\": ...}'", "system_prompt_template: only {tools} may be a placeholder"),
     ],
 )

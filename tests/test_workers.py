@@ -61,8 +61,11 @@ async def sglang(qwen3_tokenizer: Any) -> Any:
 
 
 async def episode(args: Any, sample_index: int) -> Any:
+    """One training rollout's sample; the default context policy makes the hook return a list (of one:
+    these episodes are short), in workers as in process."""
     sample = make_sample(sample_index=sample_index)
-    return await slime_double.call_generate(slime.generate, args, sample, copy.deepcopy(SAMPLING))
+    (only,) = await slime_double.call_generate(slime.generate, args, sample, copy.deepcopy(SAMPLING))
+    return only
 
 
 def comparable(sample: Any) -> dict[str, Any]:

@@ -13,8 +13,9 @@ environments:
     secrets: {}
     variant: null                     # ours: environment class on a multi-environment server
     base_url: null                    # ours: this environment's server
-    context_policy: none              # ours: none | clear_tool_outputs | summarize | a registered name | module:factory,
-                                      #   or {name: summarize, threshold: 0.75, keep_recent_turns: 1, summary_tokens: 1024}
+    context_policy: clear_then_summarize  # ours: at 80% of the window clear old tool outputs, summarise when that is not enough
+                                      #   (docs/training.md); none | clear_tool_outputs | summarize | a registered name | module:factory,
+                                      #   or {name: clear_then_summarize, threshold: 0.8, clear_target: 0.5, summary_tokens: 1024}
     max_compactions: null             # ours: cap on context boundaries per episode (null: none; a stall guard stops compaction that cannot keep up)
     toolset: null                     # ours: a session toolset of the SDK (claude-code, codex, gemini-cli, hermes, openclaw, backsearch)
     tool_timeout: null                # ours: seconds one tool call of this environment may take (null: the run's tool_timeout)
@@ -81,6 +82,8 @@ __all__ = [
 
 
 ADVANTAGE_ESTIMATORS = ("episode", "turn", "turn_index", "mix")
+# The context policy of an environment whose config names none (openreward_rl.loop.context.ClearThenSummarize).
+DEFAULT_CONTEXT_POLICY = "clear_then_summarize"
 # Seconds one tool call may take unless the config says otherwise: sandbox environments run test suites
 # for up to 600 s inside one call, with room to spare.
 DEFAULT_TOOL_TIMEOUT_S = 900.0
@@ -178,8 +181,9 @@ class EnvironmentConfig:
     secret_domains: Mapping[str, tuple[str, ...]] = attrs.field(factory=dict)
     variant: str | None = None
     base_url: str | None = None
-    context_policy: str = "none"
+    context_policy: str = DEFAULT_CONTEXT_POLICY
     context_policy_options: Mapping[str, Any] = attrs.field(factory=dict)
+    context_policy_chosen: bool = False  # the config names a policy (else the default, which some rollout paths turn off)
     max_compactions: int | None = None  # None: no cap, the loop's stall guard ends an episode compaction cannot keep going
     toolset: str | None = None
     tool_timeout: float | None = None  # None: the run's `tool_timeout`
@@ -189,6 +193,10 @@ class EnvironmentConfig:
     def compacts(self) -> bool:
         """Whether episodes of this environment may be cut into several contexts (several samples)."""
         return self.context_policy != "none" and self.max_compactions != 0
+
+    def without_default_compaction(self) -> EnvironmentConfig:
+        """This environment with `context_policy: none` where the config left the policy at its default."""
+        return self if self.context_policy_chosen else attrs.evolve(self, context_policy="none", context_policy_options={})
 
     def reward_policy(self) -> RewardPolicy:
         options = {"gamma": self.discount} if self.reward_reduction == "discounted" else {}
@@ -251,6 +259,17 @@ class TrainConfig:
     def compacts(self) -> bool:
         """Whether any environment's episodes may be cut into several contexts (fan-out samples)."""
         return any(e.compacts for e in self.environments.values())
+
+    def without_default_compaction(self) -> TrainConfig:
+        """The config for a rollout path that cannot carry an episode's several contexts (partial rollout, Miles'
+        session server): every environment left at the default context policy gets `none`; one that names
+        a policy keeps it (and the path refuses it).
+
+        >>> config = parse_config({"environments": {"A": {}, "B": {"context_policy": "summarize"}}})
+        >>> {n: e.context_policy for n, e in config.without_default_compaction().environments.items()}
+        {'A': 'none', 'B': 'summarize'}
+        """
+        return attrs.evolve(self, environments={n: e.without_default_compaction() for n, e in self.environments.items()})
 
     def nonterminal_reward(self, name: str) -> float | None:
         """The `nonterminal_reward` of environment `name`; None for one the config does not name."""
@@ -317,7 +336,7 @@ class TrainConfig:
         }
 
 
-_ENV_KEYS = {f.name for f in attrs.fields(EnvironmentConfig)} - {"name", "secret_domains", "context_policy_options"}
+_ENV_KEYS = {f.name for f in attrs.fields(EnvironmentConfig)} - {"name", "secret_domains", "context_policy_options", "context_policy_chosen"}
 GENERIC_FAMILY = "generic"  # model_family value: the template-derived bridge, no family's stop tokens
 # "0" in a training job's environment (`openreward-rl train --skip-check-model`): its hooks run with check_model false
 CHECK_MODEL_ENV = "OPENREWARD_RL_CHECK_MODEL"
@@ -467,7 +486,7 @@ def _context_policy(raw: Any, where: str) -> tuple[str, dict[str, Any]]:
         options = dict(raw)
         name = options.pop("name", None)
         if not isinstance(name, str):
-            raise ConfigError(f"{where}.name: a context policy mapping needs a 'name' (none, clear_tool_outputs, summarize or module:factory)")
+            raise ConfigError(f"{where}.name: a context policy mapping needs a 'name' (clear_then_summarize, none, clear_tool_outputs, summarize or module:factory)")
     else:
         raise ConfigError(f"{where}: must be a policy name or a mapping with 'name' and its options, got {raw!r}")
     if not name.strip():
@@ -515,6 +534,7 @@ def _environment(name: str, raw: Any, source: str) -> EnvironmentConfig:
         values["secrets"], values["secret_domains"] = _secrets(raw["secrets"], f"{where}.secrets")
     if "context_policy" in raw:
         values["context_policy"], values["context_policy_options"] = _context_policy(raw["context_policy"], f"{where}.context_policy")
+        values["context_policy_chosen"] = True
     if "max_compactions" in raw:
         values["max_compactions"] = _check(raw["max_compactions"], (int,), f"{where}.max_compactions", "a non-negative integer or null", optional=True, minimum=0)
     if raw.get("toolset") is not None:

@@ -168,7 +168,8 @@ def _state(args: Any) -> _AgentState:
     state = _STATES.get(key)
     if state is None:
         config, tokenizer, client, uploader = load_process_parts(checkpoint)
-        state = _AgentState(config, tokenizer, checkpoint, client, uploader)
+        # Miles' session server takes a later request only if it replays the stored history: no default compaction
+        state = _AgentState(config.without_default_compaction(), tokenizer, checkpoint, client, uploader)
         _STATES[key] = state
     return state
 

@@ -205,10 +205,12 @@ def _check_model(config: Any, spec: LaunchSpec, *, required: bool) -> None:
 
 def _check_compaction(config: Any, spec: LaunchSpec) -> None:
     """Every environment's context policy builds (ConfigError otherwise, before Ray starts); context
-    policies fork episodes into several samples, which the trainers' partial-rollout abort cannot hold."""
+    policies fork episodes into several samples, which the trainers' partial-rollout abort cannot hold:
+    partial rollout runs the environments left at the default policy without one, and refuses a named one."""
     from openreward_rl.loop.rollout import context_policies
 
     context_policies(config)
+    config = config.without_default_compaction()  # partial rollout turns the default policy off (the hooks do so too)
     if spec.rollout_mode == "partial" and config.compacts:
         names = ", ".join(name for name, env in config.environments.items() if env.compacts)
         raise LaunchError(

@@ -18,7 +18,8 @@ stops an episode whose boundaries no longer free room (`tool_episode.STALL_FRACT
 would save no tokens is not taken. When a summary turn does not fit in what is left of the budget, the policy's
 `fallback` is asked for a rewrite instead (None: no compaction).
 
-Built-ins, chosen per environment in the config (`context_policy`): `none`, `clear_tool_outputs`
+Built-ins, chosen per environment in the config (`context_policy`): `clear_then_summarize` (the
+config's default: OpenReward's harness order, see `ClearThenSummarize`), `none`, `clear_tool_outputs`
 and `summarize`. A policy of your own is any object with these three methods; register it with
 `register_context_policy` or name it in the config as `module:factory` (see
 examples/custom_context_policy.py).
@@ -44,6 +45,7 @@ from openreward_rl.errors import ConfigError
 
 __all__ = [
     "CLEARED_MARKER",
+    "ClearThenSummarize",
     "ClearToolOutputs",
     "ContextPolicy",
     "ContextView",
@@ -72,7 +74,9 @@ class ContextView:
     - `prompt_messages`: how many leading messages are the system prompt and the task's prompt;
     - `context_length`: tokens in the current context before the reply;
     - `incoming`: tokens the reply would append (its bridge, ending in the next generation prompt);
-    - `compactions`: boundaries taken so far in this episode.
+    - `compactions`: boundaries taken so far in this episode;
+    - `measure`: the tokens a conversation would take as a new context (the loop renders it with the chat
+      template); None where no renderer is at hand (`tokens_of` then estimates by characters).
     """
 
     messages: tuple[Mapping[str, Any], ...]
@@ -81,6 +85,22 @@ class ContextView:
     incoming: int
     max_context_len: int | None
     compactions: int
+    measure: Callable[[Sequence[Mapping[str, Any]]], int] | None = attrs.field(default=None, eq=False, repr=False)
+
+    def tokens_of(self, messages: Sequence[Mapping[str, Any]]) -> int:
+        """Tokens `messages` would take as a new context: `measure`'s count, else the current context's
+        tokens scaled by the share of its characters that `messages` keeps.
+
+        >>> view = ContextView(messages=({"role": "user", "content": "x" * 90},), prompt_messages=1, context_length=80, incoming=20,
+        ...                    max_context_len=100, compactions=0)
+        >>> view.tokens_of([{"role": "user", "content": "x" * 45}])
+        50
+        """
+        if self.measure is not None:
+            return int(self.measure(messages))
+        before = sum(len(str(m.get("content") or "")) for m in self.messages) or 1
+        after = sum(len(str(m.get("content") or "")) for m in messages)
+        return round((self.context_length + self.incoming) * after / before)
 
     @property
     def fraction(self) -> float:
@@ -206,11 +226,63 @@ class SummarizeContext:
         return self.fallback_policy.fallback(view) if self.fallback_policy is not None else None
 
 
+def _check_summary_tokens(_: Any, attribute: attrs.Attribute, value: int) -> None:
+    if value < 1:
+        raise ConfigError(f"{attribute.name} must be at least 1, got {value}")
+
+
+@attrs.frozen
+class ClearThenSummarize:
+    """OpenReward's harness order, the config's default: at `threshold` (0.8) of the budget, tool outputs
+    older than the last `keep_last` become `marker`; when that alone would leave the context above
+    `clear_target` (0.5) of the budget, the model summarises instead (a summary turn capped at
+    `summary_tokens`, 1024), and the next context is the system prompt, the task's prompt, the summary
+    and the last `keep_recent_turns` turns. A summary turn that does not fit falls back to clearing.
+
+    >>> turn = lambda n, size: ({"role": "assistant", "content": f"a{n}"}, {"role": "tool", "content": "x" * size})
+    >>> view = ContextView(messages=({"role": "user", "content": "task"}, *turn(1, 500), *turn(2, 50), *turn(3, 50)), prompt_messages=1,
+    ...                    context_length=700, incoming=150, max_context_len=1000, compactions=0)
+    >>> [m["content"][:5] for m in ClearThenSummarize().plan(view).messages]  # clearing leaves ~18% of the budget
+    ['task', 'a1', '[Tool', 'a2', 'xxxxx', 'a3', 'xxxxx']
+    >>> type(ClearThenSummarize(clear_target=0.1).plan(view)).__name__  # not enough: summarise
+    'Summarize'
+    """
+
+    threshold: float = attrs.field(default=0.8, validator=_check_threshold)
+    clear_target: float = attrs.field(default=0.5, validator=_check_threshold)
+    keep_last: int = attrs.field(default=2, validator=_non_negative)
+    keep_recent_turns: int = attrs.field(default=1, validator=_non_negative)
+    summary_tokens: int = attrs.field(default=1024, validator=_check_summary_tokens)
+    request: str = DEFAULT_SUMMARY_REQUEST
+    summary_prefix: str = SUMMARY_PREFIX
+    marker: str = CLEARED_MARKER
+    name: str = "clear_then_summarize"
+
+    def plan(self, view: ContextView) -> Rewrite | Summarize | None:
+        if view.fraction < self.threshold:
+            return None
+        cleared = self.fallback(view)
+        if cleared is not None and view.max_context_len and view.tokens_of(cleared.messages) <= self.clear_target * view.max_context_len:
+            return cleared
+        return Summarize(self.request, self.summary_tokens)
+
+    def after_summary(self, view: ContextView, summary: str) -> Rewrite:
+        head = SummarizeContext(keep_recent_turns=self.keep_recent_turns, summary_prefix=self.summary_prefix, name=self.name)
+        return head.after_summary(view, summary)
+
+    def fallback(self, view: ContextView) -> Rewrite | None:
+        """Clearing, whatever it frees; None when no old tool output is left to clear."""
+        clearing = ClearToolOutputs(threshold=1.0, keep_last=self.keep_last, marker=self.marker, name="clear_tool_outputs")
+        return clearing.fallback(view)
+
+
 _REGISTRY: Registry[Callable[..., ContextPolicy | None]] = Registry(
     duplicate="a context policy named {name!r} is already registered",
     unknown="unknown context policy {name!r}; choose one of: {known}",
 )
-_REGISTRY.update({"none": lambda **options: None, "clear_tool_outputs": ClearToolOutputs, "summarize": SummarizeContext})
+_REGISTRY.update({
+    "none": lambda **options: None, "clear_tool_outputs": ClearToolOutputs, "summarize": SummarizeContext, "clear_then_summarize": ClearThenSummarize,
+})  # fmt: skip
 
 
 def register_context_policy(name: str, factory: Callable[..., ContextPolicy | None]) -> None:

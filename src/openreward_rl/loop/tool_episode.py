@@ -25,8 +25,10 @@ from openreward_rl.parsers.base import ParsedTurn, ToolCall, ToolParser
 __all__ = ["ToolEpisode"]
 
 # Uncapped compaction (`max_compactions` None) stops an episode whose next boundary would free less than
-# this share of the room its first boundary freed: the compacted context no longer shrinks.
+# this share of the room its first boundary freed (the compacted context no longer shrinks), or less than
+# MIN_FREED_FRACTION of the context budget (what must stay, the prompt and the kept turns, fills it).
 STALL_FRACTION = 0.25
+MIN_FREED_FRACTION = 0.05
 
 
 @attrs.define
@@ -49,6 +51,7 @@ class _Run:
     has_terminal_tool: bool = False
     run_id: str = ""
     per_call_cap: int = 0
+    rendered: tuple[Any, list[int]] | None = None  # the last conversation a policy measured, and its prompt ids
 
     def stop(self, reason: StopReason, detail: str = "") -> None:
         self.stop_reason, self.stop_detail = reason, detail
@@ -264,16 +267,23 @@ class ToolEpisode:
 
     def _stalled(self, state: _Run, kind: str, before: int, after: int) -> str | None:
         """Why a boundary is futile under uncapped compaction (`max_compactions` None): it would free less than
+        `MIN_FREED_FRACTION` of the budget (what the new context must keep fills it), or less than
         `STALL_FRACTION` of the room the episode's first boundary freed (the compacted context no longer
         shrinks: its kept turns or its summaries have grown). None when it still frees room."""
-        if self.settings.max_compactions is not None or not state.compactions:
+        if self.settings.max_compactions is not None:
             return None
-        first = state.compactions[0]
-        if before - after >= STALL_FRACTION * first.tokens_saved:
+        freed, budget = before - after, self.settings.max_context_len
+        if budget is not None and freed < MIN_FREED_FRACTION * budget:
+            return (
+                f"compaction stalled: a {kind} boundary would free {freed} tokens ({before} -> {after}), less than "
+                f"{MIN_FREED_FRACTION:.0%} of the {budget}-token budget; what the new context must keep (the prompt, "
+                "the summary, the kept turns) leaves no room for the episode to go on"
+            )
+        if not state.compactions or freed >= STALL_FRACTION * state.compactions[0].tokens_saved:
             return None
         return (
-            f"compaction stalled: a {kind} boundary would free {before - after} tokens ({before} -> {after}), "
-            f"less than {STALL_FRACTION:.0%} of the {first.tokens_saved} the first one freed"
+            f"compaction stalled: a {kind} boundary would free {freed} tokens ({before} -> {after}), "
+            f"less than {STALL_FRACTION:.0%} of the {state.compactions[0].tokens_saved} the first one freed"
         )
 
     def _view(self, state: _Run, incoming: int) -> ContextView:
@@ -285,7 +295,17 @@ class ToolEpisode:
             incoming=incoming,
             max_context_len=self.settings.max_context_len,
             compactions=len(state.compactions),
+            measure=lambda messages: len(self._render(state, messages)),
         )
+
+    def _render(self, state: _Run, messages: Any) -> list[int]:
+        """The prompt ids of `messages` as a new context; the last conversation a policy measured is kept,
+        so the boundary it then asks for is not rendered twice."""
+        if state.rendered is not None and state.rendered[0] is messages:
+            return state.rendered[1]
+        prompt = self.renderer.render_prompt([dict(m) for m in messages], state.tools)
+        state.rendered = (messages, prompt)
+        return prompt
 
     async def _summarize(self, state: _Run, draft: _TurnDraft, new_messages: list[dict[str, Any]], action: Summarize) -> bool | None:
         """The summary turn, then the policy's next context. None when it does not fit (the caller falls
@@ -318,7 +338,8 @@ class ToolEpisode:
         changed) when it would save no tokens or leave no room."""
         assert state.ledger is not None
         messages = [dict(m) for m in rewrite.messages]
-        prompt = self.renderer.render_prompt(messages, state.tools)
+        prompt = self._render(state, rewrite.messages)
+        state.rendered = None
         max_context_len = self.settings.max_context_len
         if len(prompt) >= before or (max_context_len is not None and len(prompt) >= max_context_len):
             return False

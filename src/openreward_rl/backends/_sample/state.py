@@ -82,6 +82,8 @@ class BackendState:
         if not checkpoint:
             raise ConfigError("the trainer's args have no hf_checkpoint; the hooks load the tokenizer from it (--hf-checkpoint)")
         config, tokenizer, client, uploader = load_process_parts(str(checkpoint))
+        if one_sample_per_rollout(args):
+            config = config.without_default_compaction()
         engine = SGLangEngine(router_url(args))
         train_context = _positive_or_none(args, "rollout_max_context_len")
         eval_context = _positive_or_none(args, "eval_max_context_len") or train_context
@@ -94,6 +96,15 @@ class BackendState:
         return cls(
             config=config, tokenizer=tokenizer, engine=engine, client=client, rollouts=rollouts, eval_rollouts=eval_rollouts, uploader=uploader, loop=_running_loop()
         )
+
+
+def one_sample_per_rollout(args: Any) -> bool:
+    """Whether the trainer's rollout driver takes one `Sample` per rollout, never a list: partial rollout
+    (both trainers' `abort()`) and fully-async rollout (Slime's `generate_rollout_fully_async` and Miles'
+    `--fully-async` sort groups by `group[0].index`, at the pinned commits). There the environments left
+    at the default context policy run without one."""
+    fully_async = bool(getattr(args, "fully_async", False)) or "fully_async" in str(getattr(args, "rollout_function_path", None) or "")
+    return bool(getattr(args, "partial_rollout", False)) or fully_async
 
 
 def load_process_parts(checkpoint: str) -> tuple[TrainConfig, Any, Any, TrajectoryUploader]:
@@ -135,6 +146,7 @@ def _key(args: Any) -> tuple[Any, ...]:
         getattr(args, "rollout_max_context_len", None),
         getattr(args, "eval_max_context_len", None),
         getattr(args, "rollout_max_response_len", None),
+        one_sample_per_rollout(args),
         str(config_path().resolve()),
     )
 

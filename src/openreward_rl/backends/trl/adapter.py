@@ -25,10 +25,11 @@ What a step does (`TrlAdapter.__call__`, TRL's `rollout_func(prompts, trainer)`)
   `env_mask` = the loss mask (1 on sampled tokens, 0 on tool/bridge tokens). TRL multiplies
   `env_mask` into its loss mask, so it trains on exactly what was sampled.
 - One completion per episode. The default loop (`ToolEpisode`) never breaks the prefix, so a
-  trajectory has one segment. A custom loop that re-renders history gets several; TRL cannot take
-  more completions than prompts, so only the last segment is trained and the earlier ones are
-  counted (`dropped_segments` in the metrics, and a warning), as the Slime hook does for a `Sample`
-  class without `rollout_id`.
+  trajectory has one segment until its context policy compacts it (the config's default does so at
+  80% of the window); a compacted episode, or a custom loop that re-renders history, has several.
+  TRL cannot take more completions than prompts, so only the last segment is trained and the
+  earlier ones are counted (`dropped_segments` in the metrics, and a warning), as the Slime hook
+  does for a `Sample` class without `rollout_id`.
 
 Rewards (`TrlAdapter.trained_reward`, a TRL reward function reading the `trained_reward` column the
 rollout returns): `Trajectory.trained_reward`, the environment's reduced reward under the config's
@@ -143,7 +144,10 @@ def completion_of(trajectory: Trajectory, tokenizer: Any) -> Completion:
     segment = segments[-1]
     dropped = len(segments) - 1
     if dropped:
-        logger.warning("an episode of %s has %d prefix breaks; TRL takes one completion per episode, so only its last segment is trained", trajectory.task.get("environment"), dropped)
+        logger.warning(
+            "an episode of %s has %d earlier contexts (compactions or prefix breaks); TRL takes one completion per episode, so only its last is trained",
+            trajectory.task.get("environment"), dropped,
+        )  # fmt: skip
     mask = list(map(int, segment.loss_mask)) if trajectory.trainable else [0] * len(segment.response_ids)
     logprobs = list(map(float, segment.rollout_logprobs)) if trajectory.trainable else [0.0] * len(segment.response_ids)
     return Completion(list(map(int, segment.prompt_ids)), list(map(int, segment.response_ids)), logprobs, mask, dropped_segments=dropped)
