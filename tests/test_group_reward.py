@@ -33,7 +33,7 @@ _, TARGET_1 = make_question("closest/train/1")
 def config_file(served_config) -> Any:
     """As a user writes it: the rows carry no variant, the config names each environment's class. context_policy: none:
     these tests read one Sample per rollout (test_backend_slime.py::test_the_default_context_policy_makes_a_list_of_every_training_rollout)."""
-    return served_config({"ClosestGuess": {"max_turns": 2, "context_policy": "none"}, "MathEnv": {"max_turns": 2, "context_policy": "none"}})
+    return served_config({"ClosestGuess": {"context_policy": "none", "max_turns": 2}, "MathEnv": {"context_policy": "none", "max_turns": 2}})
 
 
 def slime_sample(environment: str = "ClosestGuess", index: int = 0, sample_index: int = 0) -> slime_double.Sample:
