@@ -174,15 +174,15 @@ async def step(loop_thread: Any, args: Any, rollout_id: int, source: Any, abort_
     return await asyncio.to_thread(slime_rollout.generate_rollout, loop_thread, args, rollout_id, source, abort_servers)
 
 
-async def uninterrupted(loop_thread: Any, tokenizer: Any, lengths: dict[int, int], task: int, waits: set = frozenset()) -> Sample:
+async def uninterrupted(loop_thread: Any, tokenizer: Any, lengths: dict[int, int], task: int, waits: set = frozenset(), *, hook: Any = None) -> Sample:
     """The reference: the same model and task, one episode without partial rollout; the journal is
-    emptied after it."""
+    emptied after it. `hook(server, sample)`: the generate call (default: Slime's, without partial rollout)."""
     server = await make_server(tokenizer, JournalModel(tokenizer, lengths, waits))
     try:
-        args = make_args(server, partial_rollout=False)
         sample = prompt_sample(task)
         sample.index = 0
-        out = await asyncio.to_thread(loop_thread.run, slime_double.call_generate(slime_hooks.generate, args, sample, copy.deepcopy(SAMPLING)))
+        call = hook or (lambda server, sample: slime_double.call_generate(slime_hooks.generate, make_args(server, partial_rollout=False), sample, copy.deepcopy(SAMPLING)))
+        out = await asyncio.to_thread(loop_thread.run, call(server, sample))
         (only,) = out  # the default context policy is on without partial rollout: a list for every rollout
         return only
     finally:

@@ -31,6 +31,7 @@ from openreward_rl.backends import miles as miles_hooks
 from openreward_rl.env.tasks import TaskRef
 from test_backend_slime import record_of
 from test_partial_rollout import SAMPLING, JournalModel, aborter, close_loop_thread, config_file, journal_server, make_args, make_server, tokenizer  # noqa: F401
+from test_partial_rollout import uninterrupted as slime_reference
 
 pytestmark = pytest.mark.anyio
 
@@ -84,17 +85,12 @@ async def step(loop_thread: Any, state: Any, rollout_id: int, source: Any, abort
 
 async def uninterrupted(loop_thread: Any, tokenizer: Any, lengths: dict[int, int], task: int, waits: set = frozenset()) -> Sample:
     """The reference through the Miles hook, as test_partial_rollout's; the journal is emptied after it."""
-    server = await make_server(tokenizer, JournalModel(tokenizer, lengths, waits))
-    try:
+
+    def hook(server: Any, sample: Any) -> Any:
         args = miles_args(server, "legacy-rollout/legacy-fn", partial_rollout=False)
-        sample = prompt_sample(task)
-        sample.index = 0
-        out = await asyncio.to_thread(loop_thread.run, miles_double.call_generate(miles_hooks.generate, args, sample, copy.deepcopy(SAMPLING)))
-        (only,) = out  # the default context policy is on without partial rollout: a list for every rollout
-        return only
-    finally:
-        await server.close()
-        journal_env.reset()  # the run under test starts from an empty journal
+        return miles_double.call_generate(miles_hooks.generate, args, sample, copy.deepcopy(SAMPLING))
+
+    return await slime_reference(loop_thread, tokenizer, lengths, task, waits, hook=hook)
 
 
 async def interrupted(loop_thread: Any, tokenizer: Any, lengths: dict[int, int], interrupt: dict[tuple[int, int], int]) -> tuple[Sample, JournalModel, Any]:
