@@ -140,7 +140,7 @@ class LivenessProbe:
     failures: int = 2
     request_timeout_s: float = 2.0
     _watch: asyncio.Task[str] | None = attrs.field(default=None, init=False)
-    _waiting: int = attrs.field(default=0, init=False)
+    _waiting: dict[asyncio.Task[str], int] = attrs.field(factory=dict, init=False)  # calls waiting on each watch
 
     @classmethod
     def for_environment(cls, environment: Any, **options: Any) -> LivenessProbe | None:
@@ -172,19 +172,21 @@ class LivenessProbe:
         """The running watch (started if none runs), with one more call waiting on it."""
         loop = asyncio.get_running_loop()
         if self._watch is None or self._watch.done() or self._watch.get_loop() is not loop:
-            self._watch, self._waiting = loop.create_task(self.watch()), 0
-        self._waiting += 1
+            self._watch = loop.create_task(self.watch())
+            self._watch.add_done_callback(_retrieve)
+        self._waiting[self._watch] = self._waiting.get(self._watch, 0) + 1
         return self._watch
 
     def unsubscribe(self, watch: asyncio.Task[str]) -> None:
         """One call stopped waiting on `watch`; the last one to leave stops it."""
-        self._waiting -= 1
-        if self._waiting <= 0:
-            self._waiting = 0
-            if not watch.done():
-                watch.cancel()
-            if self._watch is watch:
-                self._watch = None
+        left = self._waiting.pop(watch, 1) - 1
+        if left > 0:
+            self._waiting[watch] = left
+            return
+        if not watch.done():
+            watch.cancel()
+        if self._watch is watch:
+            self._watch = None
 
     async def _probe_once(self) -> str | None:
         try:
@@ -195,6 +197,12 @@ class LivenessProbe:
         except (TimeoutError, aiohttp.ClientError):
             return None  # answered badly or slowly: alive as far as we can tell
         return None
+
+
+def _retrieve(watch: asyncio.Task[str]) -> None:
+    """A watch that failed (its client closed under it) has no verdict: its error is dropped."""
+    if not watch.cancelled():
+        watch.exception()
 
 
 # One probe per (HTTP client, settings): every session on a client shares its watch.
