@@ -74,7 +74,9 @@ class SessionStandIn:
 
 
 async def test_failed_pings_mark_the_session_dead() -> None:
-    answers = iter([200, 404, 404, 200, 404, 404, 404, 404, 404, 200])
+    # a success, 5 failures (strike 1), a success (the streak starts over, the strikes do not), then
+    # 20 failures (strikes 2 to 5): dead after 27 pings, and no more pings
+    answers = iter([200, *[404] * 5, 200, *[404] * 20, 200])
     seen: list[str | None] = []
 
     async def ping(request: web.Request) -> web.Response:
@@ -86,9 +88,8 @@ async def test_failed_pings_mark_the_session_dead() -> None:
     async with serve_app(app) as base, aiohttp.ClientSession(base) as http:
         stand_in = SessionStandIn(base, http)
         await asyncio.wait_for(keepalive.keep_alive(stand_in, interval_s=0.01), 10)
-    # one success, two failures, a success (the count starts over), then five failures: dead, no more pings
-    assert len(seen) == 9 and set(seen) == {"sid-1"}
-    assert len(stand_in.dead) == 1 and stand_in.dead[0].startswith("5 consecutive ping failures: SessionResponseError")
+    assert len(seen) == 27 and set(seen) == {"sid-1"}
+    assert len(stand_in.dead) == 1 and stand_in.dead[0].startswith("5 x 5 consecutive ping failures: SessionResponseError")
 
 
 @pytest.mark.filterwarnings("ignore:coroutine .resumable_sse. was never awaited")  # the SDK refuses a dead session before awaiting it
@@ -96,7 +97,8 @@ async def test_a_session_marked_dead_by_pings_fails_its_next_call(env_server: Lo
     """The SDK's own `_mark_dead` path: the next call raises `SessionTerminatedError`, which the library
     reports as an environment fault (never a reward)."""
     monkeypatch.setattr(keepalive, "PING_INTERVAL_S", 0.01)
-    monkeypatch.setattr(keepalive, "MAX_FAILURES", 2)
+    monkeypatch.setattr(keepalive, "STREAK", 2)
+    monkeypatch.setattr(keepalive, "STRIKES", 1)
     real_request = keepalive.request_retryable
 
     async def failing(client: Any, method: str, url: str, **kwargs: Any) -> Any:

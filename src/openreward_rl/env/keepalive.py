@@ -11,11 +11,12 @@ in flight, so this cost per turn grew with concurrency (~0.4 ms/turn of the epis
 `adopt_pings(session)` replaces an SDK session's ping task, right after the session opened (before
 that task first runs), with `keep_alive`: the same request (`request_retryable`, the SDK's
 env-server retry policy and headers) on the session's own HTTP client, which `open_session` made
-pooled (`env.transport`), in the episode's event loop, at the SDK's cadence, each ping bounded
-by `PING_TIMEOUT_S` (the SDK's ping client's total timeout). `MAX_FAILURES` pings in a row that
-fail mark the session dead through the SDK's own `_mark_dead`, so its next call raises
-`SessionTerminatedError` (an infrastructure fault), as the SDK does after its own failed pings.
-A session that does not look like the SDK's (another SDK version's internals) keeps its own pings.
+pooled (`env.transport`), in the episode's event loop, at the SDK's cadence, each ping (its up to
+three attempts) bounded by `PING_TIMEOUT_S`. The SDK's tolerance is kept: its ping loop gives up
+after `STREAK` failed pings in a row, and its session is marked dead the `STRIKES`-th time that
+happens (the strikes are never reset); then `keep_alive` marks the session dead through the SDK's
+own `_mark_dead`, so its next call raises `SessionTerminatedError` (an infrastructure fault). A
+session that does not look like the SDK's (another SDK version's internals) keeps its own pings.
 """
 
 from __future__ import annotations
@@ -29,19 +30,20 @@ import aiohttp
 from openreward.api._session.http import request_retryable
 from openreward.api._session.ping import ErrorResponse
 
-__all__ = ["adopt_pings", "keep_alive", "PING_INTERVAL_S", "PING_TIMEOUT_S", "MAX_FAILURES"]
+__all__ = ["adopt_pings", "keep_alive", "PING_INTERVAL_S", "PING_TIMEOUT_S", "STREAK", "STRIKES"]
 
 logger = logging.getLogger(__name__)
 
 PING_INTERVAL_S = 10.0  # the SDK's cadence (`BaseAsyncSession.__aenter__`: sleep_time=10)
-PING_TIMEOUT_S = 30.0  # the SDK's ping client: ClientTimeout(total=30)
-MAX_FAILURES = 5  # the SDK's _MAX_CONSECUTIVE_PING_FAILURES: ~50 s of failures, under the server's 120 s TTL
+PING_TIMEOUT_S = 90.0  # the SDK's ping client bounds each of its (up to 3) attempts by 30 s
+STREAK = 5  # the SDK's ping(): _MAX_CONSECUTIVE_PING_FAILURES failed pings in a row end one ping loop
+STRIKES = 5  # the SDK's _run_ping: the session is dead when its ping loop has ended this many times
 
 
 async def keep_alive(session: Any, interval_s: float = PING_INTERVAL_S) -> None:
     """Ping `session`'s server every `interval_s` (from the start of one ping to the next) until
-    cancelled; after `MAX_FAILURES` failed pings in a row, mark the session dead and stop."""
-    url, failures = f"{session.base_url}/ping", 0
+    cancelled; mark the session dead and stop as the SDK would (`STREAK`, `STRIKES`)."""
+    url, streak, strikes = f"{session.base_url}/ping", 0, 0
     loop = asyncio.get_running_loop()
     while True:
         started = loop.time()
@@ -51,13 +53,15 @@ async def keep_alive(session: Any, interval_s: float = PING_INTERVAL_S) -> None:
                     session.client, "POST", url, expect_json=False, token=session.api_key,
                     sid=session.sid, deployment=session.deployment,
                 )
-            failures = 0
+            streak = 0
         except Exception as error:  # as the SDK's ping: any failure counts (HTTP errors, 401, timeouts)
-            failures += 1
-            logger.warning("ping failed sid=%s (%d/%d): %s: %s", session.sid, failures, MAX_FAILURES, type(error).__name__, error)
-            if failures >= MAX_FAILURES:
-                session._mark_dead(ErrorResponse(type="error", message=f"{failures} consecutive ping failures: {type(error).__name__}: {error}"))
-                return
+            streak += 1
+            logger.warning("ping failed sid=%s (%d/%d, strike %d/%d): %s: %s", session.sid, streak, STREAK, strikes + 1, STRIKES, type(error).__name__, error)
+            if streak >= STREAK:
+                streak, strikes = 0, strikes + 1
+                if strikes >= STRIKES:
+                    session._mark_dead(ErrorResponse(type="error", message=f"{strikes} x {STREAK} consecutive ping failures: {type(error).__name__}: {error}"))
+                    return
         await asyncio.sleep(max(0.0, interval_s - (loop.time() - started)))
 
 
