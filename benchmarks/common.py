@@ -8,7 +8,7 @@ by turn), so every turn costs the library the same work and the context grows li
 
 Two ways to run an episode:
 
-- over the wire: `SGLangTestServer` (zero latency, `ids` scripts, `record=False`) in a child process,
+- over the wire: `SGLangTestServer` (zero latency unless asked, `ids` scripts, `record=False`) in a child process,
   `LocalEnvServer` in subprocess mode, the SDK's real `AsyncOpenReward` client and `SGLangEngine`;
 - in process (`InProcessEngine`, `InProcessSdkSession`): the same library code (`ToolEpisode`,
   `ChatRenderer`, the Hermes parser, `TokenLedger`, `EnvSession`, `SGLangEngine`'s payload building,
@@ -123,11 +123,12 @@ def model_turn_ids(tokenizer: Any, turn: int) -> tuple[int, ...]:
 class SGLangDoubleProcess:
     """`SGLangTestServer` in a child process answering each request with the pre-tokenized turn of its turn index."""
 
-    def __init__(self, tokenizer_name: str = TOKENIZER, context_len: int = 65536) -> None:
+    def __init__(self, tokenizer_name: str = TOKENIZER, context_len: int = 65536, latency_s: float = 0.0) -> None:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT / "src"), env.get("PYTHONPATH", "")])
         self.process = subprocess.Popen(
-            [sys.executable, str(THIS_FILE), "sglang-double", "--tokenizer", tokenizer_name, "--context-len", str(context_len)],
+            [sys.executable, str(THIS_FILE), "sglang-double", "--tokenizer", tokenizer_name, "--context-len", str(context_len),
+             "--latency", str(latency_s)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True,
         )
         assert self.process.stdout is not None
@@ -162,7 +163,7 @@ def process_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _serve_double(tokenizer_name: str, context_len: int) -> None:
+def _serve_double(tokenizer_name: str, context_len: int, latency_s: float = 0.0) -> None:
     from openreward_rl.assets import load_tokenizer
     from openreward_rl.testing import ScriptedCompletion, SGLangTestServer
 
@@ -174,7 +175,8 @@ def _serve_double(tokenizer_name: str, context_len: int) -> None:
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, stop.set)
         loop.add_reader(sys.stdin.fileno(), lambda: stop.set() if not sys.stdin.readline() else None)
-        async with SGLangTestServer(tokenizer, lambda request: completions[turn_of_rid(request.rid or "_t0")], context_len=context_len, record=False) as server:
+        async with SGLangTestServer(tokenizer, lambda request: completions[turn_of_rid(request.rid or "_t0")], context_len=context_len, record=False,
+                                   latency_s=latency_s) as server:
             print(f"PORT {server.port}", flush=True)
             await stop.wait()
 
@@ -316,5 +318,6 @@ if __name__ == "__main__":
     double = commands.add_parser("sglang-double", help="serve the SGLang double for the scripted turn")
     double.add_argument("--tokenizer", default=TOKENIZER)
     double.add_argument("--context-len", type=int, default=65536)
+    double.add_argument("--latency", type=float, default=0.0, help="seconds each answer waits")
     args = parser.parse_args()
-    _serve_double(args.tokenizer, args.context_len)
+    _serve_double(args.tokenizer, args.context_len, args.latency)

@@ -1,16 +1,21 @@
 """Many concurrent `ToolEpisode`s in one process against the SDK's local env server and the SGLang double.
 
-All episodes start at once (`asyncio.gather`) and share one `SGLangEngine`, one `AsyncOpenReward`
-client and one `ChatRenderer` (one tokenizer), as `Rollouts` does. The env server (the SDK's
-`Server` under uvicorn, `LocalEnvServer` subprocess mode) and the zero-latency `SGLangTestServer`
-each run in a child process, so on 2 cores the three processes share the CPUs: the figures say
-how the CPU time splits between the episode process (the library plus its HTTP clients) and the
-two servers, which are stand-ins and cost what they cost.
+Each level of `--episodes` starts that many episodes at once (`asyncio.gather`); all share one
+`SGLangEngine`, one `AsyncOpenReward` client and one `ChatRenderer` (one tokenizer), as `Rollouts`
+does, and the levels run one after another in the same process against the same servers (level 1
+runs `--serial` episodes one at a time). The env server (the SDK's `Server` under uvicorn,
+`LocalEnvServer` subprocess mode) and the `SGLangTestServer` double (`--latency` seconds per answer,
+0 by default) each run in a child process, so on 2 cores the three processes share the CPUs: the
+figures say how the CPU time splits between the episode process (the library plus its HTTP clients)
+and the two servers, which are stand-ins and cost what they cost.
 
-Printed: wall time, episodes/s, turns/s, errors (episodes that did not complete, by stop reason),
-peak RSS of each process, CPU seconds of each process, and CPU ms per turn in the episode process.
+Printed, one row per level: wall time, episodes/s, turns/s, errors (episodes that did not
+complete), CPU ms per turn of each process (the episode process's: `time.process_time`, all
+threads), the episode process's peak RSS so far and the load average at the level's end; then the largest level's CPU per turn over the
+100 level's, and each level's failures by stop reason.
 
-    PYTHONPATH=src python benchmarks/concurrency.py [--episodes 1000] [--turns 5] [--reply-words 40]
+    PYTHONPATH=src python benchmarks/concurrency.py [--episodes 1 100 1000 2000] [--turns 5] [--reply-words 40]
+    PYTHONPATH=src python benchmarks/concurrency.py --episodes 10000 --latency 1.0
     PYTHONPATH=src python benchmarks/concurrency.py --in-process --episodes 10000 [--latency 1.0]
 
 `--in-process`: the memory of many live episodes in one rollout process, without the servers: the
@@ -24,10 +29,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import os
 import resource
 import sys
 import time
+from collections.abc import Awaitable
 from pathlib import Path
+
+import attrs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -50,7 +59,31 @@ def peak_rss_mib(pid: int | None = None) -> float:
     return float("nan")
 
 
-async def run(episodes: int, turns: int, reply_words: int, env_url: str, sglang_url: str) -> tuple[list[Trajectory | BaseException], float, float]:
+@attrs.define
+class Level:
+    """One level's results: trajectories (or exceptions) and the CPU each process spent."""
+
+    concurrency: int
+    results: list[Trajectory | BaseException]
+    wall: float
+    cpu: float
+    env_cpu: float
+    double_cpu: float
+    peak_rss: float
+
+    @property
+    def turns(self) -> int:
+        return sum(len(r.turns) for r in self.results if isinstance(r, Trajectory))
+
+    @property
+    def errors(self) -> int:
+        return sum(not isinstance(r, Trajectory) or r.stop_reason is not StopReason.COMPLETED for r in self.results)
+
+    def per_turn(self, seconds: float) -> float:
+        return seconds * 1000 / max(self.turns, 1)
+
+
+async def run(levels: list[int], serial: int, turns: int, reply_words: int, env_pid: int, env_url: str, double: SGLangDoubleProcess) -> list[Level]:
     from openreward import AsyncOpenReward
 
     from openreward_rl.engines.sglang import SGLangEngine
@@ -58,22 +91,64 @@ async def run(episodes: int, turns: int, reply_words: int, env_url: str, sglang_
     tokenizer = load_tokenizer(TOKENIZER)
     renderer, parser = ChatRenderer(tokenizer), get_parser("hermes")
     settings = EpisodeSettings(max_turns=turns, max_context_len=65536, sampling_params=SAMPLING)
-    engine = SGLangEngine(sglang_url)
+    engine = SGLangEngine(double.url)
     client = AsyncOpenReward(api_key="local")
     task = corridor_task(turns, reply_words, env_url)
+
+    def episode(i: int) -> Awaitable[Trajectory]:
+        return run_episode(lambda: ToolEpisode(engine, renderer, parser, settings, routing_key=f"ep{i}"), client, task, attempts=1)
+
+    measured: list[Level] = []
     try:
-        # warm-up: template compile, connection pools
-        await run_episode(lambda: ToolEpisode(engine, renderer, parser, settings), client, task, attempts=1)
-        cpu_started, wall_started = time.process_time(), time.perf_counter()
-        results = await asyncio.gather(
-            *(run_episode(lambda i=i: ToolEpisode(engine, renderer, parser, settings, routing_key=f"ep{i}"), client, task, attempts=1)
-              for i in range(episodes)),
-            return_exceptions=True,
-        )
-        return results, time.perf_counter() - wall_started, time.process_time() - cpu_started
+        await episode(-1)  # warm-up: template compile, connection pools
+        for count in levels:
+            cpu0, env0, double0 = time.process_time(), process_cpu_seconds(env_pid), double.cpu_seconds()
+            started = time.perf_counter()
+            if count == 1:
+                results: list[Trajectory | BaseException] = [await episode(i) for i in range(serial)]
+            else:
+                results = await asyncio.gather(*(episode(i) for i in range(count)), return_exceptions=True)
+            wall = time.perf_counter() - started
+            level = Level(count, results, wall, time.process_time() - cpu0, process_cpu_seconds(env_pid) - env0,
+                          double.cpu_seconds() - double0, peak_rss_mib())
+            measured.append(level)
+            report_level(level, serial, turns)
     finally:
         await engine.aclose()
         await client.environments.aclose()
+    return measured
+
+
+HEADER = (f"{'concurrent':>10} {'wall s':>7} {'episodes/s':>10} {'turns/s':>8} {'errors':>6} {'episode ms/turn':>15}"
+          f" {'env server ms/turn':>18} {'SGLang ms/turn':>14} {'peak RSS MiB':>12} {'load':>5}")
+
+
+def report_level(level: Level, serial: int, turns: int) -> None:
+    name = f"1 (x{serial})" if level.concurrency == 1 else str(level.concurrency)
+    print(f"{name:>10} {level.wall:>7.1f} {len(level.results) / level.wall:>10.1f} {level.turns / level.wall:>8.0f} {level.errors:>6}"
+          f" {level.per_turn(level.cpu):>15.2f} {level.per_turn(level.env_cpu):>18.2f} {level.per_turn(level.double_cpu):>14.2f}"
+          f" {level.peak_rss:>12.0f} {os.getloadavg()[0]:>5.1f}", flush=True)
+
+
+def report_outcomes(levels: list[Level]) -> None:
+    by_level = {level.concurrency: level for level in levels}
+    largest = max(by_level)
+    if 100 in by_level and largest != 100:
+        ratio = by_level[largest].per_turn(by_level[largest].cpu) / by_level[100].per_turn(by_level[100].cpu)
+        print(f"episode process CPU per turn at {largest} / at 100: {ratio:.2f}")
+    for level in levels:
+        done = [r for r in level.results if isinstance(r, Trajectory)]
+        mean = {key: sum(r.metrics.get(key, 0.0) for r in done) / max(len(done), 1) for key in ("model_seconds", "env_seconds", "episode_seconds")}
+        print(f"{level.concurrency}: mean per episode {mean['episode_seconds']:.2f} s in the loop, waiting on the model "
+              f"{mean['model_seconds']:.2f} s and on tools {mean['env_seconds']:.2f} s")
+        outcomes: collections.Counter[str] = collections.Counter()
+        for result in level.results:
+            if isinstance(result, BaseException):
+                outcomes[f"exception {type(result).__name__}: {str(result)[:120]}"] += 1
+            elif result.stop_reason is not StopReason.COMPLETED:
+                outcomes[f"{result.stop_reason.value}: {result.stop_detail[:160]}"] += 1
+        for outcome, count in sorted(outcomes.items()):
+            print(f"  {count} x {outcome}")
 
 
 async def run_in_process(episodes: int, turns: int, reply_words: int, latency: float) -> None:
@@ -125,49 +200,31 @@ def current_rss_mib() -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--episodes", type=int, default=1000)
+    parser.add_argument("--episodes", type=int, nargs="+", default=[1, 100, 1000, 2000], help="concurrency levels, run in turn")
+    parser.add_argument("--serial", type=int, default=20, help="level 1: episodes run one at a time")
     parser.add_argument("--turns", type=int, default=5)
     parser.add_argument("--reply-words", type=int, default=40)
     parser.add_argument("--in-process", action="store_true", help="memory of live episodes, environment and engine in process")
-    parser.add_argument("--latency", type=float, default=1.0, help="--in-process: seconds each model call waits")
+    parser.add_argument("--latency", type=float, help="seconds each model call waits (default: 1.0 in process, 0 over HTTP)")
     args = parser.parse_args()
     if args.in_process:
         print(f"machine: {machine()}")
-        asyncio.run(run_in_process(args.episodes, args.turns, args.reply_words, args.latency))
+        asyncio.run(run_in_process(max(args.episodes), args.turns, args.reply_words, 1.0 if args.latency is None else args.latency))
         return
     from openreward_rl.env.local_server import serve_environments
 
+    args.latency = args.latency or 0.0
     print(f"machine: {machine()}")
-    with SGLangDoubleProcess() as double, serve_environments([CORRIDOR_SPEC], subprocess=True) as env_server:
+    print(f"\n{args.turns}-turn Corridor episodes ({args.reply_words}-word replies), model answers {args.latency:g} s late; levels one after another")
+    print(HEADER)
+    with SGLangDoubleProcess(latency_s=args.latency) as double, serve_environments([CORRIDOR_SPEC], subprocess=True) as env_server:
         assert env_server.pid is not None
-        env_cpu0, double_cpu0 = process_cpu_seconds(env_server.pid), double.cpu_seconds()
-        results, wall, cpu = asyncio.run(run(args.episodes, args.turns, args.reply_words, env_server.base_url, double.url))
-        env_cpu, double_cpu = process_cpu_seconds(env_server.pid) - env_cpu0, double.cpu_seconds() - double_cpu0
+        levels = asyncio.run(run(args.episodes, args.serial, args.turns, args.reply_words, env_server.pid, env_server.base_url, double))
         env_rss, double_rss = peak_rss_mib(env_server.pid), peak_rss_mib(double.process.pid)
-    outcomes: collections.Counter[str] = collections.Counter()
-    turns_done = 0
-    for result in results:
-        if isinstance(result, BaseException):
-            outcomes[f"exception {type(result).__name__}: {str(result)[:120]}"] += 1
-            continue
-        turns_done += len(result.turns)
-        outcomes[result.stop_reason.value if result.stop_reason is not StopReason.COMPLETED else "completed"] += 1
-        if result.stop_reason is not StopReason.COMPLETED:
-            outcomes[f"  detail: {result.stop_detail[:160]}"] += 1
-    errors = args.episodes - outcomes["completed"]
-    done = [r for r in results if isinstance(r, Trajectory)]
-    mean = {key: sum(r.metrics.get(key, 0.0) for r in done) / max(len(done), 1) for key in ("model_seconds", "env_seconds", "episode_seconds")}
-    print(f"\n{args.episodes} concurrent episodes x {args.turns} turns (Corridor, {args.reply_words}-word replies)")
-    print(f"wall {wall:.1f} s   episodes/s {args.episodes / wall:.1f}   turns/s {turns_done / wall:.0f}   errors {errors}")
-    print(f"mean per episode: {mean['episode_seconds']:.2f} s in the loop, of which waiting on the model "
-          f"{mean['model_seconds']:.2f} s and on tools {mean['env_seconds']:.2f} s (the rest of the wall time: opening "
-          "and closing sessions, and queueing for the CPU)")
-    for outcome, count in sorted(outcomes.items()):
-        print(f"  {outcome}: {count}")
-    print(f"{'process':<22} {'CPU s':>8} {'CPU ms/turn':>12} {'peak RSS MiB':>13}")
-    for name, seconds, rss in (("episode process", cpu, peak_rss_mib()), ("env server (SDK)", env_cpu, env_rss),
-                               ("SGLang double", double_cpu, double_rss)):
-        print(f"{name:<22} {seconds:>8.1f} {seconds * 1000 / max(turns_done, 1):>12.2f} {rss:>13.0f}")
+    print(f"peak RSS MiB: episode process {peak_rss_mib():.0f}, env server {env_rss:.0f}, SGLang double {double_rss:.0f}")
+    report_outcomes(levels)
+    load = os.getloadavg()
+    print(f"load average after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
 
 
 if __name__ == "__main__":

@@ -86,3 +86,36 @@ async def test_outside_cancellation_stays_a_cancellation() -> None:
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
+
+
+async def test_concurrent_slow_calls_share_one_watch() -> None:
+    # 200 calls outlasting after_s: one /health watch for all of them, not one per call.
+    app = web.Application()
+    app.router.add_get("/health", lambda request: web.json_response({"ok": True}))
+    async with serve_app(app) as base:
+        async with aiohttp.ClientSession(base) as http:
+            probe = CountingProbe(http, after_s=0.02, interval_s=0.05)
+            results = await asyncio.gather(*(_race_liveness(asyncio.sleep(0.3, result=i), probe) for i in range(200)))
+            assert results == list(range(200))
+            assert 2 <= probe.probes <= 8  # ~0.28 s / 0.05 s of one watch; a watch per call would be ~1,000
+            await asyncio.sleep(0.15)
+            settled = probe.probes
+            await asyncio.sleep(0.15)
+            assert probe.probes == settled  # the watch stopped with the last call
+
+
+async def test_a_verdict_reaches_every_waiting_call() -> None:
+    async with aiohttp.ClientSession(f"http://127.0.0.1:{closed_port()}") as http:
+        probe = CountingProbe(http, after_s=0.02, interval_s=0.01, failures=2)
+        outcomes = await asyncio.gather(*(_race_liveness(asyncio.sleep(30), probe) for _ in range(50)), return_exceptions=True)
+    assert all(isinstance(outcome, ServerUnreachable) for outcome in outcomes)
+    assert probe.probes == 2  # one watch found it down for all 50
+
+
+async def test_sessions_on_one_client_share_a_probe() -> None:
+    async with aiohttp.ClientSession(f"http://127.0.0.1:{closed_port()}") as http:
+        first = LivenessProbe.for_environment(type("Env", (), {"client": http})())
+        second = LivenessProbe.for_environment(type("Env", (), {"client": http})())
+        other = LivenessProbe.for_environment(type("Env", (), {"client": http})(), after_s=5.0)
+        assert first is second and other is not first and other.after_s == 5.0
+        assert LivenessProbe.for_environment(type("Env", (), {"client": None})()) is None

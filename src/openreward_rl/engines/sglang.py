@@ -52,6 +52,7 @@ from typing import Any
 import aiohttp
 import attrs
 
+from openreward_rl._limits import pool_limit
 from openreward_rl.engines.base import (
     ContextLengthError,
     EncodedIds,
@@ -88,8 +89,10 @@ class SGLangEngine:
 
     `session`: an aiohttp session to share (the caller closes it); without one the engine opens its own
     per event loop and `aclose()` closes it. `timeout_s` bounds one HTTP attempt; `max_attempts` bounds
-    the attempts on transient faults. `max_connections` caps the owned session's pool (0 = unlimited,
-    since rollouts keep hundreds of requests in flight).
+    the attempts on transient faults. `max_connections` caps the owned session's pool (0: no cap of
+    its own, since rollouts keep thousands of requests in flight; it is then 40% of the process's
+    open-file limit, `_limits.pool_limit`, so that requests past it wait for a connection instead
+    of failing to open one).
     """
 
     base_url: str = attrs.field(converter=lambda url: str(url).rstrip("/"))
@@ -201,7 +204,7 @@ class SGLangEngine:
                 close_now = getattr(stale_connector, "_close", None)
                 if close_now is not None:
                     close_now()
-            connector = aiohttp.TCPConnector(limit=self.max_connections)
+            connector = aiohttp.TCPConnector(limit=pool_limit(self.max_connections))
             owned = aiohttp.ClientSession(connector=connector)
             self._owned_session, self._owned_loop = owned, loop
         return owned

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
@@ -14,6 +15,7 @@ from openreward.api.environments import OpenRewardError, ToolCallError
 from openreward.api.environments.types import AuthenticationError
 
 from openreward_rl.config import ToolTimeouts
+from openreward_rl.env.keepalive import adopt_pings
 from openreward_rl.env.shown_text import ShownText
 from openreward_rl.env.tasks import TaskRef
 from openreward_rl.env.tool_output import has_lone_surrogate
@@ -120,13 +122,19 @@ def _fault(error: BaseException, action: str) -> EnvironmentFault:
 
 @attrs.define(eq=False)
 class LivenessProbe:
-    """Tells a dead environment server from a slow one while a call is in flight.
+    """Tells a dead environment server from a slow one while calls are in flight.
 
     The SDK keeps retrying a dead server for ~15 s per tool call (and ~6 s more to close the
-    session). While an operation has been running for `after_s`, the probe GETs `/health` every
+    session). While any call has been running for `after_s`, the probe GETs `/health` every
     `interval_s` over the SDK's own HTTP client (same proxy settings); `failures` consecutive
     *connection* failures (refused, DNS) mean the server is down. Any HTTP answer, even an error
     status, or a slow answer, counts as alive: a busy server is left to the timeouts.
+
+    One probe serves every session on the same HTTP client (`for_environment` hands out one per
+    client and settings), and it runs one watch at a time however many calls wait: the calls that
+    outlast `after_s` subscribe to it, a verdict reaches all of them, and the watch stops once no
+    call waits. (A watch per call made /health requests grow with the calls in flight: at 1,000
+    concurrent episodes on 2 cores, ~8 probes per tool call, as many requests as the calls.)
     """
 
     http: Any  # the SDK's aiohttp.ClientSession for the environment's base URL
@@ -134,13 +142,19 @@ class LivenessProbe:
     interval_s: float = 0.5
     failures: int = 2
     request_timeout_s: float = 2.0
+    _watch: asyncio.Task[str] | None = attrs.field(default=None, init=False)
+    _waiting: dict[asyncio.Task[str], int] = attrs.field(factory=dict, init=False)  # calls waiting on each watch
 
     @classmethod
     def for_environment(cls, environment: Any, **options: Any) -> LivenessProbe | None:
         http = getattr(environment, "client", None)
         if not isinstance(http, aiohttp.ClientSession):
             return None
-        return cls(http, **options)
+        shared = _PROBES.setdefault(http, {})
+        key = tuple(sorted(options.items()))
+        if key not in shared:
+            shared[key] = cls(http, **options)
+        return shared[key]
 
     async def unreachable(self) -> str:
         """Return (a reason) only once the server is down; runs until cancelled otherwise."""
@@ -157,6 +171,26 @@ class LivenessProbe:
                 return f"{failed} connection attempts to /health failed: {reason}"
             await asyncio.sleep(self.interval_s)
 
+    def subscribe(self) -> asyncio.Task[str]:
+        """The running watch (started if none runs), with one more call waiting on it."""
+        loop = asyncio.get_running_loop()
+        if self._watch is None or self._watch.done() or self._watch.get_loop() is not loop:
+            self._watch = loop.create_task(self.watch())
+            self._watch.add_done_callback(_retrieve)
+        self._waiting[self._watch] = self._waiting.get(self._watch, 0) + 1
+        return self._watch
+
+    def unsubscribe(self, watch: asyncio.Task[str]) -> None:
+        """One call stopped waiting on `watch`; the last one to leave stops it."""
+        left = self._waiting.pop(watch, 1) - 1
+        if left > 0:
+            self._waiting[watch] = left
+            return
+        if not watch.done():
+            watch.cancel()
+        if self._watch is watch:
+            self._watch = None
+
     async def _probe_once(self) -> str | None:
         try:
             async with self.http.get("/health", timeout=aiohttp.ClientTimeout(total=self.request_timeout_s)) as response:
@@ -168,12 +202,23 @@ class LivenessProbe:
         return None
 
 
+def _retrieve(watch: asyncio.Task[str]) -> None:
+    """A watch that failed (its client closed under it) has no verdict: its error is dropped."""
+    if not watch.cancelled():
+        watch.exception()
+
+
+# One probe per (HTTP client, settings): every session on a client shares its watch.
+_PROBES: weakref.WeakKeyDictionary[aiohttp.ClientSession, dict[tuple[Any, ...], LivenessProbe]] = weakref.WeakKeyDictionary()
+
+
 async def _race_liveness(operation: Awaitable[Any], probe: LivenessProbe | None) -> Any:
     """Await `operation`, unless the probe finds the server down first (then `ServerUnreachable`).
 
-    The operation runs in the calling task; the probe starts only once it has run `after_s` (a
-    timer, not a task, until then: most calls end sooner and cost no extra task). A probe that
-    finds the server down cancels the caller, and that cancellation becomes `ServerUnreachable`."""
+    The operation runs in the calling task; once it has run `after_s` (a timer, not a task, until
+    then: most calls end sooner and cost no extra task) it subscribes to the probe's shared watch.
+    A watch that finds the server down cancels every subscribed caller, and that cancellation
+    becomes `ServerUnreachable`."""
     if probe is None:
         return await operation
     loop = asyncio.get_running_loop()
@@ -181,14 +226,16 @@ async def _race_liveness(operation: Awaitable[Any], probe: LivenessProbe | None)
     assert caller is not None
     found: list[str] = []
     watcher: list[asyncio.Task[str]] = []
+    waiting = [True]
 
     def on_verdict(watch: asyncio.Task[str]) -> None:
-        if not watch.cancelled() and watch.exception() is None:
+        # A verdict scheduled as the operation ended must not cancel the caller after it left.
+        if not watch.cancelled() and watch.exception() is None and waiting[0]:
             found.append(watch.result())
             caller.cancel()
 
     def start_watch() -> None:
-        watcher.append(loop.create_task(probe.watch()))
+        watcher.append(probe.subscribe())
         watcher[0].add_done_callback(on_verdict)
 
     timer = loop.call_later(probe.after_s, start_watch)
@@ -199,9 +246,11 @@ async def _race_liveness(operation: Awaitable[Any], probe: LivenessProbe | None)
             raise ServerUnreachable(found[0]) from None
         raise
     finally:
+        waiting[0] = False
         timer.cancel()
-        if watcher and not watcher[0].done():
-            watcher[0].cancel()
+        if watcher:
+            watcher[0].remove_done_callback(on_verdict)
+            probe.unsubscribe(watcher[0])
     if found:  # the verdict came as the operation ended, which absorbed the cancellation: the result stands
         caller.uncancel()
     return result
@@ -382,7 +431,9 @@ async def open_session(
         except ValueError as error:  # e.g. a secret name the SDK has no allowed domains for, an unknown toolset
             raise EnvironmentFault(f"cannot open a session for {task.environment}: {error}", kind="Configuration") from error
         try:
-            return context, await _bounded(context.__aenter__(), open_timeout, probe)
+            sdk_session = await _bounded(context.__aenter__(), open_timeout, probe)
+            adopt_pings(sdk_session)  # its pings on this loop and the pooled client (env.keepalive)
+            return context, sdk_session
         except Exception as error:
             # Delete whatever half-exists (the SDK does not when __aenter__ fails), bounded.
             down = isinstance(error, ServerUnreachable)

@@ -47,6 +47,8 @@ from openreward.api._session.http import set_retry_policy
 from openreward.api.environments.client import AsyncEnvironmentsAPI
 from yarl import URL
 
+from openreward_rl._limits import pool_limit
+
 __all__ = ["PooledEnvironmentsAPI", "DrainingResponse", "parse_sse_events", "use_pooled_transport", "DRAIN_TIMEOUT_S", "DRAIN_LIMIT_BYTES"]
 
 # How long, and how many bytes, a response left early may take to reach its end before its
@@ -151,7 +153,14 @@ def _env_settings(url: str) -> dict[str, Any]:
 
 
 class PooledEnvironmentsAPI(AsyncEnvironmentsAPI):
-    """`AsyncEnvironmentsAPI` whose per-URL HTTP sessions pool their connections (see the module)."""
+    """`AsyncEnvironmentsAPI` whose per-URL HTTP sessions pool their connections (see the module),
+    in one pool of at most 40% of the process's open-file limit (`_limits.pool_limit`; the SDK's own
+    pool is unbounded, and past the limit requests failed to open a connection)."""
+
+    def _get_connector(self) -> aiohttp.TCPConnector:
+        if self._connector is None or self._connector.closed:
+            self._connector = aiohttp.TCPConnector(limit=pool_limit())
+        return self._connector
 
     def _pooled_session(self, url: str) -> aiohttp.ClientSession:
         _install_sse_parser()

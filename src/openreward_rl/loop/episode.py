@@ -15,6 +15,7 @@ from openreward_rl.env.environment import DEFAULT_CLOSE_TIMEOUT_S, DEFAULT_OPEN_
 from openreward_rl.env.tasks import TaskRef
 from openreward_rl.errors import ConfigError, EnvError, ModelFamilyError
 from openreward_rl.loop.context import ContextPolicy
+from openreward_rl.loop.heap import settle_heap
 from openreward_rl.loop.trajectory import StopReason, Trajectory
 from openreward_rl.redaction import redact
 from openreward_rl.reducers.base import RewardPolicy, get_reducer
@@ -201,6 +202,7 @@ async def run_episode(
     """
     if attempts < 1:
         raise ConfigError(f"attempts must be at least 1, got {attempts}")
+    settle_heap()  # once per process: the collector set for many episodes in flight (loop.heap)
     policy = reward_policy or RewardPolicy(get_reducer("sum"))
     limits = _SessionLimits(tool_timeout, open_timeout, attempt_timeout, close_timeout, open_retry, read_retry, toolset)
     trajectory: Trajectory | None = None

@@ -1,0 +1,81 @@
+"""Session keep-alive pings on the episode's own event loop, over the pooled environment transport.
+
+An open SDK session pings its server (`POST /ping` with the session id) every 10 s so the server
+keeps it. The SDK runs every session's pings on one dedicated thread with its own event loop and
+its own `aiohttp` session made with `trust_env=True`: each ping crosses threads and makes two
+thread-pool hops (a `~/.netrc` read and a proxy lookup), and the thread contends with the episode
+loop for the GIL. An episode's session lives as long as the episode, which grows with the episodes
+in flight, so this cost per turn grew with concurrency (~0.4 ms/turn of the episode process at
+1,000 concurrent episodes on 2 cores).
+
+`adopt_pings(session)` replaces an SDK session's ping task, right after the session opened (before
+that task first runs), with `keep_alive`: the same request (`request_retryable`, the SDK's
+env-server retry policy and headers) on the session's own HTTP client, which `open_session` made
+pooled (`env.transport`), in the episode's event loop, at the SDK's cadence, each ping (its up to
+three attempts) bounded by `PING_TIMEOUT_S`. The SDK's tolerance is kept: its ping loop gives up
+after `STREAK` failed pings in a row, and its session is marked dead the `STRIKES`-th time that
+happens (the strikes are never reset); then `keep_alive` marks the session dead through the SDK's
+own `_mark_dead`, so its next call raises `SessionTerminatedError` (an infrastructure fault). A
+session that does not look like the SDK's (another SDK version's internals) keeps its own pings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from typing import Any
+
+import aiohttp
+from openreward.api._session.http import request_retryable
+from openreward.api._session.ping import ErrorResponse
+
+__all__ = ["adopt_pings", "keep_alive", "PING_INTERVAL_S", "PING_TIMEOUT_S", "STREAK", "STRIKES"]
+
+logger = logging.getLogger(__name__)
+
+PING_INTERVAL_S = 10.0  # the SDK's cadence (`BaseAsyncSession.__aenter__`: sleep_time=10)
+PING_TIMEOUT_S = 90.0  # the SDK's ping client bounds each of its (up to 3) attempts by 30 s
+STREAK = 5  # the SDK's ping(): _MAX_CONSECUTIVE_PING_FAILURES failed pings in a row end one ping loop
+STRIKES = 5  # the SDK's _run_ping: the session is dead when its ping loop has ended this many times
+
+
+async def keep_alive(session: Any, interval_s: float = PING_INTERVAL_S) -> None:
+    """Ping `session`'s server every `interval_s` (from the start of one ping to the next) until
+    cancelled; mark the session dead and stop as the SDK would (`STREAK`, `STRIKES`)."""
+    url, streak, strikes = f"{session.base_url}/ping", 0, 0
+    loop = asyncio.get_running_loop()
+    while True:
+        started = loop.time()
+        try:
+            async with asyncio.timeout(PING_TIMEOUT_S):
+                await request_retryable(
+                    session.client, "POST", url, expect_json=False, token=session.api_key,
+                    sid=session.sid, deployment=session.deployment,
+                )
+            streak = 0
+        except Exception as error:  # as the SDK's ping: any failure counts (HTTP errors, 401, timeouts)
+            streak += 1
+            logger.warning("ping failed sid=%s (%d/%d, strike %d/%d): %s: %s", session.sid, streak, STREAK, strikes + 1, STRIKES, type(error).__name__, error)
+            if streak >= STREAK:
+                streak, strikes = 0, strikes + 1
+                if strikes >= STRIKES:
+                    session._mark_dead(ErrorResponse(type="error", message=f"{strikes} x {STREAK} consecutive ping failures: {type(error).__name__}: {error}"))
+                    return
+        await asyncio.sleep(max(0.0, interval_s - (loop.time() - started)))
+
+
+def adopt_pings(session: Any) -> bool:
+    """Swap the SDK session's pending ping task for `keep_alive` on this loop; False (nothing
+    changed) where the session's ping task has already started or is not the SDK's."""
+    task = getattr(session, "_ping_task", None)
+    client = getattr(session, "client", None)
+    if not isinstance(task, asyncio.Task) or task.done() or not isinstance(client, aiohttp.ClientSession):
+        return False
+    if not all(hasattr(session, name) for name in ("sid", "api_key", "base_url", "deployment", "_mark_dead")):
+        return False
+    if inspect.getcoroutinestate(task.get_coro()) != inspect.CORO_CREATED:
+        return False  # already started: its ping thread holds a schedule we cannot take back cleanly
+    task.cancel()
+    session._ping_task = asyncio.get_running_loop().create_task(keep_alive(session, PING_INTERVAL_S))
+    return True

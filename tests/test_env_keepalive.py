@@ -1,0 +1,146 @@
+"""Session keep-alive pings on the episode's loop (`env.keepalive`): an episode's session pings its
+server from the episode's event loop over the pooled client, not from the SDK's ping thread; pings
+reach the server with the session's id; failed pings in a row mark the session dead the SDK's way.
+Real parts: the SDK's environment `Server` in a child process and the SDK's `AsyncOpenReward`; for the
+failures, a real aiohttp server answering /ping 404 and a stand-in for the SDK session's attributes
+(the SDK session cannot be opened against a server that refuses its pings)."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+from openreward import AsyncOpenReward
+from openreward.api._session import ping as sdk_ping
+from openreward.api._session import session as sdk_session_module
+from openreward.api.errors import SessionTerminatedError
+
+from local_http import serve_app
+from openreward_rl.env import keepalive
+from openreward_rl.env.environment import open_session
+from openreward_rl.env.local_server import LocalEnvServer, serve_environments
+from openreward_rl.env.tasks import TaskRef
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(scope="module")
+def env_server(example_env_specs: dict[str, str]) -> Any:
+    with serve_environments([example_env_specs["Faulty"]], subprocess=True) as server:
+        yield server
+
+
+async def test_pings_run_on_the_episode_loop(env_server: LocalEnvServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    scheduled: list[str] = []
+    monkeypatch.setattr(sdk_ping.ping_thread, "schedule", lambda *args, **kwargs: scheduled.append(args[1]))
+    monkeypatch.setattr(keepalive, "PING_INTERVAL_S", 0.05)
+    pings: list[tuple[str, str | None]] = []
+    real_request = keepalive.request_retryable
+
+    async def counting(client: Any, method: str, url: str, **kwargs: Any) -> Any:
+        pings.append((url, kwargs.get("sid")))
+        return await real_request(client, method, url, **kwargs)
+
+    monkeypatch.setattr(keepalive, "request_retryable", counting)
+    client = AsyncOpenReward(api_key="local")
+    task = TaskRef("Faulty", "train", index=0, variant=env_server.variant_for("Faulty"), base_url=env_server.base_url)
+    try:
+        async with open_session(client, task, liveness=False) as session:
+            sdk = session.sdk_session
+            assert sdk._ping_task.get_coro().__name__ == "keep_alive"
+            await asyncio.sleep(0.3)
+            assert sdk._dead_exception is None  # the server took every ping
+            outcome = await session.call_tool("garble", {})
+            assert outcome.error is None
+        assert sdk._ping_task is None  # the SDK's exit cancelled ours
+    finally:
+        await client.environments.aclose()
+    assert scheduled == []  # nothing went to the SDK's ping thread
+    assert len(pings) >= 3 and {p for p in pings} == {(f"{env_server.base_url}/ping", sdk.sid)}
+
+
+class SessionStandIn:
+    """The attributes of an SDK session `keep_alive` reads, and a `_mark_dead` that records."""
+
+    def __init__(self, base_url: str, client: aiohttp.ClientSession) -> None:
+        self.base_url, self.client, self.sid, self.api_key, self.deployment = base_url, client, "sid-1", "key", None
+        self.dead: list[str] = []
+
+    def _mark_dead(self, error: Any) -> None:
+        self.dead.append(error.message)
+
+
+async def test_failed_pings_mark_the_session_dead() -> None:
+    # a success, 5 failures (strike 1), a success (the streak starts over, the strikes do not), then
+    # 20 failures (strikes 2 to 5): dead after 27 pings, and no more pings
+    answers = iter([200, *[404] * 5, 200, *[404] * 20, 200])
+    seen: list[str | None] = []
+
+    async def ping(request: web.Request) -> web.Response:
+        seen.append(request.headers.get("X-Session-ID"))
+        return web.json_response({"detail": "Active environment not found"}, status=next(answers))
+
+    app = web.Application()
+    app.router.add_post("/ping", ping)
+    async with serve_app(app) as base, aiohttp.ClientSession(base) as http:
+        stand_in = SessionStandIn(base, http)
+        await asyncio.wait_for(keepalive.keep_alive(stand_in, interval_s=0.01), 10)
+    assert len(seen) == 27 and set(seen) == {"sid-1"}
+    assert len(stand_in.dead) == 1 and stand_in.dead[0].startswith("5 x 5 consecutive ping failures: SessionResponseError")
+
+
+@pytest.mark.filterwarnings("ignore:coroutine .resumable_sse. was never awaited")  # the SDK refuses a dead session before awaiting it
+async def test_a_session_marked_dead_by_pings_fails_its_next_call(env_server: LocalEnvServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The SDK's own `_mark_dead` path: the next call raises `SessionTerminatedError`, which the library
+    reports as an environment fault (never a reward)."""
+    monkeypatch.setattr(keepalive, "PING_INTERVAL_S", 0.01)
+    monkeypatch.setattr(keepalive, "STREAK", 2)
+    monkeypatch.setattr(keepalive, "STRIKES", 1)
+    real_request = keepalive.request_retryable
+
+    async def failing(client: Any, method: str, url: str, **kwargs: Any) -> Any:
+        return await real_request(client, method, url + "-gone", **kwargs)  # 404 from the real server
+
+    monkeypatch.setattr(keepalive, "request_retryable", failing)
+    client = AsyncOpenReward(api_key="local")
+    task = TaskRef("Faulty", "train", index=0, variant=env_server.variant_for("Faulty"), base_url=env_server.base_url)
+    try:
+        async with open_session(client, task, liveness=False) as session:
+            for _ in range(200):
+                if session.sdk_session._dead_exception is not None:
+                    break
+                await asyncio.sleep(0.01)
+            assert isinstance(session.sdk_session._dead_exception, SessionTerminatedError)
+            with pytest.raises(Exception, match="consecutive ping failures") as caught:
+                await session.call_tool("garble", {})
+            assert type(caught.value).__name__ == "EnvironmentFault"
+            dead = session.sdk_session._dead_exception
+    finally:
+        await client.environments.aclose()
+    dead.__traceback__ = None  # it holds the SDK's unawaited call: freed here, under this test's filter
+    del caught, dead, session
+    gc.collect()
+
+
+def test_a_started_ping_task_is_left_alone() -> None:
+    async def scenario() -> bool:
+        class Session:
+            sid, api_key, base_url, deployment = "s", None, "http://127.0.0.1:9", None
+
+            def _mark_dead(self, error: Any) -> None: ...
+
+        session = Session()
+        async with aiohttp.ClientSession() as http:
+            session.client = http  # type: ignore[attr-defined]
+            session._ping_task = asyncio.get_running_loop().create_task(asyncio.sleep(5))  # type: ignore[attr-defined]
+            await asyncio.sleep(0)  # it has started
+            adopted = keepalive.adopt_pings(session)
+            session._ping_task.cancel()  # type: ignore[attr-defined]
+            return adopted
+
+    assert asyncio.run(scenario()) is False
+    assert sdk_session_module.BaseAsyncSession._run_ping is not None  # the SDK's own pings stay available
