@@ -7,7 +7,9 @@ real aiohttp server answering /health (up)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
+from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -68,14 +70,20 @@ async def test_call_to_a_dead_server_ends_unreachable_and_is_cancelled() -> None
     assert asyncio.current_task().cancelling() == 0  # the verdict's cancellation was taken back
 
 
-async def test_slow_call_to_a_live_server_completes() -> None:
+@contextlib.asynccontextmanager
+async def live_server() -> AsyncIterator[aiohttp.ClientSession]:
+    """A client of a local server whose /health always answers."""
     app = web.Application()
     app.router.add_get("/health", lambda request: web.json_response({"ok": True}))
-    async with serve_app(app) as base:
-        async with aiohttp.ClientSession(base) as http:
-            probe = CountingProbe(http, after_s=0.02, interval_s=0.02)
-            assert await _race_liveness(asyncio.sleep(0.2, result="slow"), probe) == "slow"
-            assert probe.probes >= 2
+    async with serve_app(app) as base, aiohttp.ClientSession(base) as http:
+        yield http
+
+
+async def test_slow_call_to_a_live_server_completes() -> None:
+    async with live_server() as http:
+        probe = CountingProbe(http, after_s=0.02, interval_s=0.02)
+        assert await _race_liveness(asyncio.sleep(0.2, result="slow"), probe) == "slow"
+        assert probe.probes >= 2
 
 
 async def test_outside_cancellation_stays_a_cancellation() -> None:
@@ -90,18 +98,15 @@ async def test_outside_cancellation_stays_a_cancellation() -> None:
 
 async def test_concurrent_slow_calls_share_one_watch() -> None:
     # 200 calls outlasting after_s: one /health watch for all of them, not one per call.
-    app = web.Application()
-    app.router.add_get("/health", lambda request: web.json_response({"ok": True}))
-    async with serve_app(app) as base:
-        async with aiohttp.ClientSession(base) as http:
-            probe = CountingProbe(http, after_s=0.02, interval_s=0.05)
-            results = await asyncio.gather(*(_race_liveness(asyncio.sleep(0.3, result=i), probe) for i in range(200)))
-            assert results == list(range(200))
-            assert 2 <= probe.probes <= 8  # ~0.28 s / 0.05 s of one watch; a watch per call would be ~1,000
-            await asyncio.sleep(0.15)
-            settled = probe.probes
-            await asyncio.sleep(0.15)
-            assert probe.probes == settled  # the watch stopped with the last call
+    async with live_server() as http:
+        probe = CountingProbe(http, after_s=0.02, interval_s=0.05)
+        results = await asyncio.gather(*(_race_liveness(asyncio.sleep(0.3, result=i), probe) for i in range(200)))
+        assert results == list(range(200))
+        assert 2 <= probe.probes <= 8  # ~0.28 s / 0.05 s of one watch; a watch per call would be ~1,000
+        await asyncio.sleep(0.15)
+        settled = probe.probes
+        await asyncio.sleep(0.15)
+        assert probe.probes == settled  # the watch stopped with the last call
 
 
 async def test_a_verdict_reaches_every_waiting_call() -> None:

@@ -50,14 +50,7 @@ class CohereBridge:
     tokenizer: Any
     template_kwargs: Mapping[str, Any] = attrs.field(factory=dict)
 
-    def bridge(
-        self,
-        *,
-        context_ids: Sequence[int],
-        sampled_ids: Sequence[int],
-        new_messages: Sequence[Mapping[str, Any]],
-        tools: Sequence[Mapping[str, Any]] | None,
-    ) -> list[int] | None:
+    def bridge(self, *, context_ids: Sequence[int], sampled_ids: Sequence[int], new_messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None) -> list[int] | None:  # fmt: skip
         earlier = count_calls(decode_ids(self.tokenizer, list(context_ids)))
         answered = [m for m in new_messages if m["role"] == "tool"]
         stand_in: list[dict[str, Any]] = [{"role": "user", "content": _USER}]

@@ -47,14 +47,7 @@ class MistralBridge:
     tokenizer: Any
     template_kwargs: Mapping[str, Any] = attrs.field(factory=dict)
 
-    def bridge(
-        self,
-        *,
-        context_ids: Sequence[int],
-        sampled_ids: Sequence[int],
-        new_messages: Sequence[Mapping[str, Any]],
-        tools: Sequence[Mapping[str, Any]] | None,
-    ) -> list[int] | None:
+    def bridge(self, *, context_ids: Sequence[int], sampled_ids: Sequence[int], new_messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None) -> list[int] | None:  # fmt: skip
         text = "".join(self.message_text(m) for m in new_messages)
         return list(self.tokenizer.encode(text, add_special_tokens=False)) if text else []
 

@@ -88,14 +88,7 @@ class RenderersBridge:
 
     renderer: Any
 
-    def bridge(
-        self,
-        *,
-        context_ids: Sequence[int],
-        sampled_ids: Sequence[int],
-        new_messages: Sequence[Mapping[str, Any]],
-        tools: Sequence[Mapping[str, Any]] | None,
-    ) -> list[int] | None:
+    def bridge(self, *, context_ids: Sequence[int], sampled_ids: Sequence[int], new_messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None) -> list[int] | None:  # fmt: skip
         context = context_ids if type(context_ids) is list else list(context_ids)  # O(context): copied only if need be
         sampled = list(sampled_ids)
         extended = self.renderer.bridge_to_next_turn(
