@@ -109,18 +109,15 @@ class Bridge:
         self.specs, self.system = self.adapter.run(self._tools_and_system(first))
 
     async def _tools_and_system(self, task: Any) -> tuple[list[dict[str, Any]], str | None]:
-        """The tools and the system prompt our episodes show (`ToolEpisode._start`): the config's template, then,
-        where the chat template drops `tools`, the family's tool preamble — so both sides show the same tools."""
-        from openreward_rl.loop.episode import format_system_prompt, has_tools_placeholder
+        """The tools and the system prompt our episodes show (tool preamble included), so both sides show the same tools."""
+        from openreward_rl.loop.episode import first_system_prompt
 
         async with self.open(task) as env:
             specs = await env.tools()
-        template = self.config.system_prompt_template
-        system = format_system_prompt(template, specs)
-        if self.config.tool_preamble and not has_tools_placeholder(template):
-            preamble = self.adapter.rollouts.renderer.tool_preamble(specs, example=self.config.tool_call_example)
-            if preamble:
-                system = f"{system}\n\n{preamble}" if system else preamble
+        config = self.config
+        system = first_system_prompt(
+            config.system_prompt_template, specs, self.adapter.rollouts.renderer, tool_preamble=config.tool_preamble, example=config.tool_call_example
+        )
         return specs, system
 
     def open(self, task: Any) -> Any:

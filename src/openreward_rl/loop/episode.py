@@ -21,7 +21,7 @@ from openreward_rl.redaction import redact
 from openreward_rl.reducers.base import RewardPolicy, get_reducer
 from openreward_rl.retry import RetryPolicy
 
-__all__ = ["Episode", "EpisodeSettings", "run_episode", "episode_reward", "failed_trajectory", "fault_stop", "format_system_prompt", "DEFAULT_NUDGE"]
+__all__ = ["Episode", "EpisodeSettings", "run_episode", "episode_reward", "failed_trajectory", "fault_stop", "format_system_prompt", "first_system_prompt", "DEFAULT_NUDGE"]
 
 logger = logging.getLogger(__name__)
 
@@ -117,6 +117,20 @@ def format_system_prompt(template: str | None, tools: Sequence[Mapping[str, Any]
         return fill_system_prompt(template, "\n".join(json.dumps(t.get("function", t), ensure_ascii=False) for t in tools))
     except ValueError as error:
         raise ConfigError(f"system prompt template: {error}") from None
+
+
+def first_system_prompt(
+    template: str | None, tools: Sequence[Mapping[str, Any]], renderer: Any, *, tool_preamble: bool = True, example: bool = False
+) -> str | None:
+    """The system prompt of an episode's first context: `template` (its `{tools}` filled), then, where the
+    template has no `{tools}` and `tool_preamble` is on, the family's tool preamble
+    (`ChatRenderer.tool_preamble`: None where the chat template renders the tools itself)."""
+    system_prompt = format_system_prompt(template, tools)
+    if tool_preamble and not has_tools_placeholder(template):
+        preamble = renderer.tool_preamble(tools, example=example)
+        if preamble:
+            system_prompt = f"{system_prompt}\n\n{preamble}" if system_prompt else preamble
+    return system_prompt
 
 
 def fault_stop(error: BaseException, *, timeout_detail: Callable[[], str]) -> tuple[StopReason, str] | None:

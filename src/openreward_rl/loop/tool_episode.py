@@ -18,7 +18,7 @@ from openreward_rl.errors import EnvError, ModelFamilyError
 from openreward_rl.families.chat import ChatRenderer
 from openreward_rl.families.vision import images_in
 from openreward_rl.loop.context import ContextView, Rewrite, Summarize
-from openreward_rl.loop.episode import EpisodeSettings, fault_stop, format_system_prompt, has_tools_placeholder
+from openreward_rl.loop.episode import EpisodeSettings, fault_stop, first_system_prompt
 from openreward_rl.loop.trajectory import Compaction, StopReason, TokenLedger, ToolResult, Trajectory, Turn
 from openreward_rl.parsers.base import ParsedTurn, ToolCall, ToolParser
 
@@ -121,11 +121,10 @@ class ToolEpisode:
         session = state.session
         session.shown.reads_images = self.renderer.reads_images  # a VLM sees the environment's images, a text model a counted placeholder
         state.tools = await session.tools()
-        system_prompt = format_system_prompt(self.settings.system_prompt, state.tools)
-        if self.settings.tool_preamble and not has_tools_placeholder(self.settings.system_prompt):
-            preamble = self.renderer.tool_preamble(state.tools, example=self.settings.tool_call_example)
-            if preamble:
-                system_prompt = f"{system_prompt}\n\n{preamble}" if system_prompt else preamble
+        settings = self.settings
+        system_prompt = first_system_prompt(
+            settings.system_prompt, state.tools, self.renderer, tool_preamble=settings.tool_preamble, example=settings.tool_call_example
+        )
         if system_prompt:
             state.messages.append({"role": "system", "content": system_prompt})
         state.messages.extend(await session.prompt_messages())
