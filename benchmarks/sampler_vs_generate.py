@@ -10,7 +10,13 @@ tokens) in float32 weights with its forward under bf16 autocast, as a trainer wi
   temperature 1), as `GRPOTrainer._generate_single_turn` does without vLLM;
 - engine: one `TransformersEngine` kept for the run, every sequence a concurrent `generate` request
   (all in flight at once), suspended after each step as `train --framework trl` does;
-- engine, restarted: the same with the engine stopped after each step (the old per-step restart).
+- engine, restarted: the same with the engine stopped after each step (the old per-step restart);
+- waves: one `WaveEngine` kept for the run (`train --framework trl --sampler waves`), every sequence a
+  concurrent `generate` request, sampled in left-padded waves.
+
+`--model offline:smollm2` takes the packaged SmolLM2-135M-Instruct with its real weights instead (replies
+then end at their eos, so the paths sample different numbers of tokens: compare tokens per second).
+On a CPU the forward runs in float32 without autocast, as the CPU quickstart trains.
 
     python benchmarks/sampler_vs_generate.py --model DIR --tasks 8 --n 8 --max-new-tokens 64
 
@@ -36,10 +42,17 @@ def build(model_dir: str, device: str, seed: int) -> tuple[Any, Any]:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
+    from openreward_rl.engines.transformers import load_model
+
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_dir), dtype=torch.float32).to(device).eval()
-    model.forward = torch.autocast(device.split(":")[0], dtype=torch.bfloat16)(model.forward)  # a bf16 trainer's forward
-    return model, AutoTokenizer.from_pretrained(model_dir)
+    if model_dir.startswith("offline:"):
+        model, tokenizer = load_model(model_dir, device=device, dtype=torch.float32)
+    else:
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_dir), dtype=torch.float32).to(device).eval()
+        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    if device.startswith("cuda"):
+        model.forward = torch.autocast("cuda", dtype=torch.bfloat16)(model.forward)  # a bf16 trainer's forward
+    return model, tokenizer
 
 
 def prompt_ids(tokenizer: Any, tasks: int, n: int) -> list[list[int]]:
@@ -115,6 +128,7 @@ def main() -> None:
     import torch
 
     from openreward_rl.engines.transformers import SamplingConfig, TransformersEngine
+    from openreward_rl.engines.waves import WaveEngine
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True)
@@ -124,7 +138,7 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--steps", type=int, default=4, help="steps per path (the first includes start-up)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--paths", default="generate,engine,engine-restarted")
+    parser.add_argument("--paths", default="generate,waves,engine,engine-restarted")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     model, tokenizer = build(args.model, args.device, args.seed)
@@ -147,8 +161,11 @@ def main() -> None:
             restart = path == "engine-restarted"
             holder: dict[str, Any] = {}
 
-            def engine(holder: dict[str, Any] = holder) -> Any:
-                if "engine" not in holder:
+            def engine(holder: dict[str, Any] = holder, path: str = path) -> Any:
+                if "engine" not in holder and path == "waves":
+                    holder["engine"] = WaveEngine(model, tokenizer, sampling=SamplingConfig(temperature=1.0), default_max_new_tokens=args.max_new_tokens,
+                                                  context_length=1024)  # fmt: skip
+                elif "engine" not in holder:
                     holder["engine"] = TransformersEngine(model, tokenizer, sampling=SamplingConfig(temperature=1.0), default_max_new_tokens=args.max_new_tokens,
                                                           context_length=1024, max_sequences=len(prompts), continuous_batching={"max_memory_percent": 0.5})  # fmt: skip
                 return holder["engine"]

@@ -15,7 +15,9 @@ and prompt tokens excluded), episodes per second, mean reward, and peak GPU memo
   config's parser: both sides read replies the same way. TRL stops an episode when a reply has no tool
   call or after `max_turns - 1` tool rounds.
 - `ours`: `TrlSession` (what `train --framework trl` runs): every episode through the config's
-  `Rollouts` on the embedded `TransformersEngine`.
+  `Rollouts` on the embedded sampler, `WaveEngine` (the default `--sampler waves`);
+- `ours-continuous`: the same on `TransformersEngine` (`--sampler continuous`, transformers' continuous
+  batching). Each `ours` side starts from the same fresh weights.
 
     python benchmarks/trl_side_by_side.py --config examples/quickstart_config.yaml \\
         --serve examples/environments/closest_guess.py:GradedGuess --split train --tasks 8 --n 8 --max-new-tokens 64 --bf16
@@ -31,6 +33,7 @@ import argparse
 import contextlib
 import gc
 import json
+import logging
 import sys
 import tempfile
 import time
@@ -304,6 +307,43 @@ def count_sampled(trainer: Any) -> list[int]:
 RANDOM_WEIGHTS = False
 
 
+class WaveLog(logging.Handler):
+    """`WaveEngine`'s debug record of each wave, kept as (requests, sampled tokens, seconds)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.rows: list[tuple[int, int, float]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        requests, tokens, seconds = record.args  # type: ignore[misc]
+        self.rows.append((int(requests), int(tokens), round(float(seconds), 3)))
+
+    @contextlib.contextmanager
+    def recording(self) -> Any:
+        engine_logger = logging.getLogger("openreward_rl.engines.waves")
+        level = engine_logger.level
+        engine_logger.setLevel(logging.DEBUG)
+        engine_logger.addHandler(self)
+        try:
+            yield
+        finally:
+            engine_logger.removeHandler(self)
+            engine_logger.setLevel(level)
+OURS = {"ours": "waves", "ours-continuous": "continuous"}
+
+
+def use_sampler(session: Any, sampler: str, options: Any) -> None:
+    """Fresh weights in the session's model and its adapter on `sampler` (a new engine over the model)."""
+    fresh, _ = fresh_model(options)
+    session.model.load_state_dict(fresh.state_dict())
+    del fresh
+    adapter = session.adapter
+    if adapter.sampler != sampler and adapter._engine is not None:
+        adapter._engine.stop()
+        adapter._engine = None
+    adapter.sampler = sampler
+
+
 def fresh_model(options: Any) -> tuple[Any, Any]:
     import torch
 
@@ -335,12 +375,17 @@ def run_side(side: str, session: Any, bridge: Any, options: Any, args: argparse.
     sampled: list[int] = []
     rewards: list[float] = []
     max_turns = session.config.environment(session.train_tasks[0].environment).max_turns or 1
-    if side == "ours":
+    rollout_seconds: list[float] = []
+    waves = WaveLog()
+    if side in OURS:
+        use_sampler(session, OURS[side], options)
         trainer = session.trainer(callbacks=[clock.callback()])
         rollout = trainer.rollout_func
 
         def recording(prompts: Any, trainer_: Any) -> Any:
+            started = time.perf_counter()
             out = rollout(prompts, trainer_)
+            rollout_seconds.append(time.perf_counter() - started)
             sampled.append(sum(sum(t.loss_mask) for t in session.adapter.last_trajectories))
             rewards.extend(r for r in out["trained_reward"] if r is not None)
             return out
@@ -379,7 +424,8 @@ def run_side(side: str, session: Any, bridge: Any, options: Any, args: argparse.
 
         trainer.add_callback(Tokens())
     quiet_trainer(trainer)
-    trainer.train()
+    with waves.recording():
+        trainer.train()
     if side == "trl":  # the tool loop's and ours are recorded as they are scored
         rewards = [float(x) for x in trainer._logs["rewards"][next(iter(trainer._logs["rewards"]))] if x == x]
     timed = clock.seconds[args.warmup :]
@@ -397,8 +443,10 @@ def run_side(side: str, session: Any, bridge: Any, options: Any, args: argparse.
         "reward_per_step": [round(sum(chunk) / len(chunk), 4) for i in range(0, len(rewards), episodes) if (chunk := rewards[i : i + episodes])],
         "peak_gpu_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
         "first_prompt_tokens": prompt_tokens,
+        "rollout_seconds": [round(x, 3) for x in rollout_seconds],  # ours: TRL's call into the adapter, per step
+        "waves": waves.rows,  # ours on WaveEngine: (requests, sampled tokens, seconds) per wave, in order
     }
-    if side != "ours":
+    if side not in OURS:
         del trainer, model
     else:
         session._trainer = None
@@ -451,13 +499,13 @@ def main(argv: list[str] | None = None) -> None:
                     result = {"side": side, "error": f"{type(error).__name__}: {error}"}
                 results.append(result)
                 print(json.dumps(result), flush=True)
-    print(f"\n{'side':<10} {'s/step':>8} {'sampled tok/s':>14} {'episodes/s':>11} {'tok/step':>9} {'reward':>7} {'peak GiB':>9}")
+    print(f"\n{'side':<16} {'s/step':>8} {'sampled tok/s':>14} {'episodes/s':>11} {'tok/step':>9} {'reward':>7} {'peak GiB':>9}")
     for r in results:
         if "error" in r:
-            print(f"{r['side']:<10} failed: {r['error'][:100]}")
+            print(f"{r['side']:<16} failed: {r['error'][:100]}")
             continue
         peak = f"{r['peak_gpu_gib']:.2f}" if r["peak_gpu_gib"] is not None else "-"
-        print(f"{r['side']:<10} {r['s_per_step']:>8.2f} {r['sampled_tokens_per_s']:>14,.0f} {r['episodes_per_s']:>11.1f} "
+        print(f"{r['side']:<16} {r['s_per_step']:>8.2f} {r['sampled_tokens_per_s']:>14,.0f} {r['episodes_per_s']:>11.1f} "
               f"{r['sampled_tokens_per_step']:>9.0f} {r['reward_mean_last']:>7.3f} {peak:>9}")  # fmt: skip
     if args.json:
         Path(args.json).write_text(json.dumps({"device": gpu, "args": vars(args), "results": results}, indent=2))

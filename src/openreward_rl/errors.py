@@ -6,7 +6,7 @@ Exception
     ├── ConfigError (ValueError)           input: a bad config value, command-line flag or option, or input file
     │   ├── ResultsError                   an `eval --output` results file this run cannot use
     │   ├── DumpError                      a trajectory dump that cannot be read (observe.dumps)
-    │   └── UnsupportedSamplingError       a sampling parameter the engine cannot honour (engines.transformers)
+    │   └── UnsupportedSamplingError       a sampling parameter the engine cannot honour (engines.sampling)
     ├── ModelFamilyError (ValueError)      model family: unknown or refused, a chat template the bridge cannot cut
     │   ├── UnsupportedModelError          (families.base)
     │   ├── TemplateBridgeError            (families.chat)

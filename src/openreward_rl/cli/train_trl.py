@@ -28,7 +28,7 @@ from typing import Any
 
 import attrs
 
-from openreward_rl.backends.trl import TrlOptions
+from openreward_rl.backends.trl import SAMPLERS, TrlOptions
 from openreward_rl.errors import ConfigError
 
 __all__ = ["SHARED_FLAGS", "TRL_DEFAULTS", "add_trl_arguments", "options_from_args", "run", "print_summary"]
@@ -77,8 +77,11 @@ def add_trl_arguments(parser: Any) -> None:
     group.add_argument("--family", default=None, help="model family, overriding the config's model_family (docs/families.md)")
     group.add_argument("--seed", type=int, default=_DEFAULT["seed"], help=f"training seed and task shuffle seed (default {_DEFAULT['seed']})")
     group.add_argument("--concurrency", type=int, default=_DEFAULT["concurrency"], help="episodes in flight at once (default: all of a step's, rollout batch x n samples)")
+    group.add_argument("--sampler", choices=SAMPLERS, default=_DEFAULT["sampler"],
+                       help="how the model samples: waves (a step's waiting turns as one padded batch, as TRL generates) or continuous "
+                       f"(transformers' continuous batching) (default {_DEFAULT['sampler']})")
     group.add_argument("--sampler-memory", type=float, default=_DEFAULT["sampler_memory"],
-                       help=f"GPU: the most of its free memory the sampler's KV cache may take; it is sized to a step's episodes (default {_DEFAULT['sampler_memory']:g})")
+                       help=f"--sampler continuous on a GPU: the most of its free memory the paged KV cache may take; it is sized to a step's episodes (default {_DEFAULT['sampler_memory']:g})")
     group.add_argument("--resample-zero-spread", type=int, default=_DEFAULT["resample_zero_spread"], metavar="N",
                        help="rerun groups that would train nothing (no reward spread), at most N rounds per step (default: the config's resample_zero_spread, 0: off)")
     group.add_argument(

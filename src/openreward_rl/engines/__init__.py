@@ -1,4 +1,4 @@
-"""Inference engines behind one protocol: SGLang over HTTP, embedded transformers, OpenAI-compatible chat."""
+"""Inference engines behind one protocol: SGLang over HTTP, embedded transformers (continuous batching or waves), OpenAI-compatible chat."""
 
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +18,7 @@ if TYPE_CHECKING:  # the lazily loaded engines, for type checkers and editors
     from openreward_rl.engines.openai_chat import OpenAIChatEngine
     from openreward_rl.engines.sglang import SGLangEngine
     from openreward_rl.engines.transformers import TransformersEngine
+    from openreward_rl.engines.waves import WaveEngine
 
 __all__ = [
     "ContextLengthError",
@@ -32,12 +33,14 @@ __all__ = [
     "SGLangEngine",
     "AttachesEpisode",
     "TransformersEngine",
+    "WaveEngine",
 ]
 
 _LAZY = {
     "SGLangEngine": "openreward_rl.engines.sglang",
     "TransformersEngine": "openreward_rl.engines.transformers",
     "OpenAIChatEngine": "openreward_rl.engines.openai_chat",
+    "WaveEngine": "openreward_rl.engines.waves",
 }
 
 

@@ -52,90 +52,24 @@ import logging
 import math
 import threading
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import attrs
 
 from openreward_rl.engines.base import ContextLengthError, EngineError, FinishReason, Generation, GenerationRequest
+from openreward_rl.engines.sampling import SamplingConfig, UnsupportedSamplingError, check_sampling_params, eos_ids
 from openreward_rl.errors import ConfigError
 
 __all__ = ["SamplingConfig", "TransformersEngine", "UnsupportedSamplingError", "check_device", "check_model_name", "load_model"]
 
 logger = logging.getLogger(__name__)
 
-_TEXT_ONLY_KEYS = frozenset({"skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim"})
-_ENGINE_KEYS = ("temperature", "top_p", "top_k")
-_PER_REQUEST_KEYS = frozenset({"max_new_tokens", "stop_token_ids"})
 _POLL_S = 0.1
 # On CPU, transformers sizes the paged cache from free RAM and attends over all of it at every step,
 # which makes steps slow; a modest cache (16 blocks of 256 tokens, shared by all requests) keeps them fast.
 _CPU_CB_DEFAULTS = {"num_blocks": 16, "max_batch_tokens": 1024}
 _DEFAULT_PAGE_SIZE = 256
-
-
-class UnsupportedSamplingError(ConfigError):
-    """A sampling parameter this engine cannot honour (unknown, or per-request where it is per-engine)."""
-
-
-def _check_temperature(instance: Any, attribute: attrs.Attribute, value: float) -> None:
-    if not (math.isfinite(value) and value >= 0):
-        raise ValueError(f"temperature must be a finite number >= 0, got {value!r}")
-
-
-def _check_top_p(instance: Any, attribute: attrs.Attribute, value: float) -> None:
-    if not 0 < value <= 1:
-        raise ValueError(f"top_p must be in (0, 1], got {value!r}")
-
-
-def _check_top_k(instance: Any, attribute: attrs.Attribute, value: int) -> None:
-    if value != -1 and value < 1:
-        raise ValueError(f"top_k must be -1 (whole vocabulary) or >= 1, got {value!r}")
-
-
-@attrs.frozen
-class SamplingConfig:
-    """The engine's sampler. `temperature` 0 (below 1e-6) is greedy; `top_k` -1 is the whole vocabulary.
-
-    >>> SamplingConfig(temperature=0).greedy, SamplingConfig().greedy
-    (True, False)
-    """
-
-    temperature: float = attrs.field(default=1.0, converter=float, validator=_check_temperature)
-    top_p: float = attrs.field(default=1.0, converter=float, validator=_check_top_p)
-    top_k: int = attrs.field(default=-1, validator=_check_top_k)
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature < 1e-6
-
-    def matches(self, key: str, value: Any) -> bool:
-        if key == "temperature" and self.greedy:
-            return float(value) < 1e-6
-        return float(value) == float(getattr(self, key))
-
-    def generation_config(self, eos_token_ids: Sequence[int], max_new_tokens: int) -> Any:
-        from transformers import GenerationConfig
-
-        if self.greedy:
-            return GenerationConfig(do_sample=False, eos_token_id=list(eos_token_ids), max_new_tokens=max_new_tokens)
-        return GenerationConfig(
-            do_sample=True,
-            temperature=self.temperature,
-            top_p=self.top_p,
-            top_k=None if self.top_k == -1 else self.top_k,
-            eos_token_id=list(eos_token_ids),
-            max_new_tokens=max_new_tokens,
-        )
-
-
-def _eos_ids(model: Any, tokenizer: Any) -> tuple[int, ...]:
-    ids: list[int] = []
-    for source in (getattr(tokenizer, "eos_token_id", None), getattr(model.generation_config, "eos_token_id", None), model.config.eos_token_id):
-        for token in source if isinstance(source, (list, tuple)) else [source]:
-            if isinstance(token, int) and token >= 0 and token not in ids:
-                ids.append(token)
-    return tuple(ids)
 
 
 def _default_device() -> str:
@@ -316,7 +250,7 @@ class TransformersEngine:
     _shape: Any = attrs.field(init=False, default=None)
 
     def __attrs_post_init__(self) -> None:
-        self._eos = _eos_ids(self.model, self.tokenizer)
+        self._eos = eos_ids(self.model, self.tokenizer)
         if not self._eos:
             raise ValueError("TransformersEngine: neither the tokenizer nor the model config names an eos token id")
         if self.context_length is None:
@@ -381,28 +315,7 @@ class TransformersEngine:
 
     def check_sampling_params(self, params: Mapping[str, Any]) -> None:
         """Raise `UnsupportedSamplingError` unless every key can be honoured as given."""
-        for key, value in params.items():
-            if value is None or key in _TEXT_ONLY_KEYS:
-                continue
-            if key in _ENGINE_KEYS:
-                if not self.sampling.matches(key, value):
-                    raise UnsupportedSamplingError(
-                        f"TransformersEngine samples with {key}={getattr(self.sampling, key)!r} for every request "
-                        f"(continuous batching fixes the sampler per engine); got {key}={value!r}. Create the engine "
-                        f"with sampling=SamplingConfig({key}={value!r})"
-                    )
-            elif key == "max_new_tokens":
-                if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                    raise UnsupportedSamplingError(f"max_new_tokens must be a positive integer, got {value!r}")
-            elif key == "stop_token_ids":
-                if not isinstance(value, (list, tuple)) or not all(isinstance(t, int) and not isinstance(t, bool) for t in value):
-                    raise UnsupportedSamplingError(f"stop_token_ids must be a list of token ids, got {value!r}")
-            else:
-                supported = ", ".join(sorted({*_ENGINE_KEYS, *_PER_REQUEST_KEYS}))
-                raise UnsupportedSamplingError(
-                    f"TransformersEngine does not support the sampling parameter {key!r} (supported: {supported}; "
-                    f"ignored as text-only: {', '.join(sorted(_TEXT_ONLY_KEYS))})"
-                )
+        check_sampling_params(self.sampling, params, "TransformersEngine", "continuous batching fixes the sampler per engine")
 
     async def generate(self, request: GenerationRequest) -> Generation:
         params = dict(request.sampling_params)

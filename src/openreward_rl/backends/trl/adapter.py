@@ -12,12 +12,14 @@ What a step does (`TrlAdapter.__call__`, TRL's `rollout_func(prompts, trainer)`)
   completion per prompt, in order (its GRPO groups are `rewards.view(-1, num_generations)`).
 - Every prompt runs one episode of its task through the config's one `Rollouts` runner
   (`episode_stack`: the same renderer, parser, reward policy, retries and timeouts as Slime, Miles
-  and `openreward-rl eval`), sampling from the trainer's live model: one `TransformersEngine` over
-  `trainer.model` for the whole run, in eval mode and without gradients while a step samples, and
-  suspended after it (the continuous-batching manager switches the attention implementation;
-  suspending restores it and keeps the paged cache, sized to the step's episodes, for the next step),
-  then the model's training mode is restored. On-policy: no weight copy, no sync. Under the trainer's
-  bf16 autocast the sampler computes in bf16 as the trainer's forward does.
+  and `openreward-rl eval`), sampling from the trainer's live model: one engine over `trainer.model`
+  for the whole run, in eval mode and without gradients while a step samples, then the model's
+  training mode is restored. On-policy: no weight copy, no sync. Under the trainer's bf16 autocast the
+  sampler computes in bf16 as the trainer's forward does. The engine is the `sampler`'s: `waves` (the
+  default, `WaveEngine`: the step's episodes declare themselves, so their turns run in lockstep waves,
+  each one left-padded batch, as TRL's own generation runs) or `continuous` (`TransformersEngine`,
+  suspended after each step: the continuous-batching manager switches the attention implementation;
+  suspending restores it and keeps the paged cache, sized to the step's episodes, for the next step).
 - All of a step's episodes are in flight at once unless `concurrency` caps them.
 - An episode's training sequence (`Trajectory.segments[-1]`) becomes its completion, token for token:
   `prompt_ids` = the segment's prompt, `completion_ids` = its response ids (sampled turns and the
@@ -78,6 +80,7 @@ from openreward_rl.credit.group import trajectory_group_signal
 from openreward_rl.credit.signal import StepSignal
 from openreward_rl.engines.base import Engine
 from openreward_rl.engines.transformers import SamplingConfig, TransformersEngine
+from openreward_rl.engines.waves import WaveEngine
 from openreward_rl.env.group_score import score_group, transcript
 from openreward_rl.env.tasks import TaskRef, task_from_metadata, task_row
 from openreward_rl.errors import ConfigError
@@ -186,7 +189,9 @@ class TrlAdapter:
     - `sampling`: the sampler (temperature, top_p); TRL's `GRPOConfig.temperature` should match (the CLI sets both).
     - `concurrency`: episodes in flight at once within a step (None: all of them).
     - `group_rm`: score each group with the environment's `score_group` where it has one.
-    - `continuous_batching`: extra `ContinuousBatchingConfig` fields for the engine.
+    - `sampler`: `waves` (`WaveEngine`) or `continuous` (`TransformersEngine`) over the live model.
+    - `continuous_batching`, `max_sequences`: the `continuous` engine's `ContinuousBatchingConfig` fields and
+      sizing (`TransformersEngine`).
     - `resample_zero_spread`: rounds of rerunning the groups that would train nothing (0: off).
     - `failed_steps`: how many steps in a row had no trainable episode (every one an infrastructure
       failure); `last_failure` says why the last such step failed (`failures`), None after a step
@@ -201,9 +206,10 @@ class TrlAdapter:
     continuous_batching: Mapping[str, Any] = attrs.field(factory=dict)
     resample_zero_spread: int = attrs.field(default=0)
     max_sequences: int | None = None
+    sampler: str = "waves"
     last_trajectories: list[Trajectory] = attrs.field(factory=list)
     last_signal: StepSignal = attrs.field(factory=StepSignal)
-    _engine: TransformersEngine | None = attrs.field(default=None)
+    _engine: WaveEngine | TransformersEngine | None = attrs.field(default=None)
     failed_steps: int = 0
     last_failure: str | None = None
     _pending_metrics: dict[str, float] = attrs.field(factory=dict)
@@ -239,8 +245,8 @@ class TrlAdapter:
     ) -> list[Trajectory]:
         """One episode per task (in order) through the adapter's `Rollouts`, on its event loop; blocking.
 
-        Pass one of: `model`, sampled as it is now (the adapter's `TransformersEngine` over it, in eval mode
-        without gradients, suspended after); or `engine`, any `Engine` (a scripted teacher, a remote server).
+        Pass one of: `model`, sampled as it is now (the adapter's engine over it, in eval mode without gradients,
+        suspended after); or `engine`, any `Engine` (a scripted teacher, a remote server).
         `on_done` sees each trajectory as it ends.
         """
         if (model is None) == (engine is None):
@@ -252,15 +258,20 @@ class TrlAdapter:
             try:
                 return self.run(self._episodes(sampler, tasks, on_done))
             finally:
-                sampler.suspend()  # restores the attention implementation continuous batching switched; keeps the cache
+                sampler.suspend()  # continuous: restores the attention implementation it switched; keeps the cache
 
-    def engine_for(self, model: Any) -> TransformersEngine:
+    def engine_for(self, model: Any) -> WaveEngine | TransformersEngine:
         """The adapter's engine over `model` (one for the run; a new one only if the model object changes)."""
         generation_model = _generation_model(model)
         if self._engine is not None and self._engine.model is not generation_model:
             self._engine.stop()
             self._engine = None
-        if self._engine is None:
+        if self._engine is None and self.sampler == "waves":
+            self._engine = WaveEngine(
+                generation_model, self.tokenizer, sampling=self.sampling, default_max_new_tokens=self.rollouts.max_new_tokens,
+                context_length=self.rollouts.max_context_len,
+            )  # fmt: skip
+        elif self._engine is None:
             self._engine = TransformersEngine(
                 generation_model, self.tokenizer, sampling=self.sampling, default_max_new_tokens=self.rollouts.max_new_tokens,
                 context_length=self.rollouts.max_context_len, continuous_batching=self.continuous_batching, max_sequences=self.max_sequences,
@@ -271,9 +282,12 @@ class TrlAdapter:
         gate = asyncio.Semaphore(self.concurrency or max(len(tasks), 1))
         params = {"temperature": self.sampling.temperature, "top_p": self.sampling.top_p}
 
+        declare = engine.episode if isinstance(engine, WaveEngine) else contextlib.nullcontext
+
         async def one(task: TaskRef) -> Trajectory:
             async with gate:
-                trajectory = await self.rollouts.run(task, sampling_params=params, engine=engine)
+                with declare():  # a wave waits for every episode in flight (`WaveEngine.episode`)
+                    trajectory = await self.rollouts.run(task, sampling_params=params, engine=engine)
             if on_done is not None:
                 on_done(trajectory)
             return trajectory

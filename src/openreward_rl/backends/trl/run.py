@@ -32,7 +32,10 @@ from openreward_rl.errors import ConfigError
 from openreward_rl.loop.trajectory import StopReason, Trajectory
 from openreward_rl.observe.metrics import EnvironmentSummary, summarize
 
-__all__ = ["EvalStats", "TrlOptions", "TrlSession", "eval_stats", "grpo_config", "last_checkpoint", "lora_config", "quiet_trainer", "trainable_gguf"]
+__all__ = ["SAMPLERS", "EvalStats", "TrlOptions", "TrlSession", "eval_stats", "grpo_config", "last_checkpoint", "lora_config", "quiet_trainer", "trainable_gguf"]
+
+
+SAMPLERS = ("waves", "continuous")
 
 
 @attrs.frozen
@@ -43,8 +46,12 @@ class TrlOptions:
       the step trains on `prompts_per_step * n_samples` episodes.
     - `max_new_tokens` per model call, `max_context_len` per episode (None: the model's).
     - `concurrency`: episodes in flight at once (None: all of a step's, `prompts_per_step * n_samples`).
-    - `sampler_memory`: on a GPU, the most of its free memory the sampler's KV cache may take; the cache is sized
-      to hold a step's episodes at `max_context_len` (or the model's context) and takes less when that is enough.
+    - `sampler`: how the live model is sampled: `waves` (the default; `engines.waves.WaveEngine`, a step's waiting
+      turns run together as one left-padded batch, as TRL's own generation runs them) or `continuous`
+      (`TransformersEngine`, transformers' continuous batching: a turn joins the running batch as it arrives).
+    - `sampler_memory`: `continuous` on a GPU: the most of its free memory the sampler's paged KV cache may take; the
+      cache is sized to hold a step's episodes at `max_context_len` (or the model's context) and takes less when that
+      is enough. A wave's cache is as large as the wave itself.
     - `save_interval`: steps between checkpoints in `output_dir` (TRL's `checkpoint-N` folders, each
       with the optimizer state to resume from; the last step is always saved); 0: no checkpoints.
     - `resample_zero_spread`: rounds of rerunning groups that would train nothing (`TrlAdapter`); None: the config's.
@@ -79,6 +86,7 @@ class TrlOptions:
     logging_steps: int = 1
     family: str | None = None
     gradient_checkpointing: bool = False
+    sampler: str = "waves"
     sampler_memory: float = 0.5
     resample_zero_spread: int | None = None
     max_failed_steps: int = 3
@@ -99,6 +107,14 @@ class TrlOptions:
             raise ConfigError(f"n-samples must be at least 2 (GRPO compares the samples of a group), got {self.n_samples}")
         if not self.temperature > 0:
             raise ConfigError(f"temperature must be > 0 for GRPO sampling, got {self.temperature}")
+        if self.sampler not in SAMPLERS:
+            raise ConfigError(f"sampler must be one of {', '.join(SAMPLERS)}, got {self.sampler!r}")
+        if self.bf16 and self.sampler == "continuous":
+            raise ConfigError(
+                "--sampler continuous cannot sample under --bf16: accelerate's mixed precision converts the model's outputs to "
+                "float32, and transformers' continuous batching returns its paged cache among them (every episode aborts with "
+                "\"'PagedAttentionCache' object has no attribute 'float'\"); use --sampler waves (the default)"
+            )
         if not 0 < self.sampler_memory < 1:
             raise ConfigError(f"sampler-memory must be in (0, 1), got {self.sampler_memory}")
         if not 0 < self.top_p <= 1:
@@ -245,7 +261,7 @@ class TrlSession:
                 max_context_len=options.max_context_len, episode=episode, concurrency=options.concurrency, group_rm=options.group_rm,
                 resample_zero_spread=prepared.resample_zero_spread if options.resample_zero_spread is None else options.resample_zero_spread,
                 continuous_batching={} if options.resolved_device == "cpu" else {"max_memory_percent": options.sampler_memory},  # GPU: leave the trainer room
-                max_sequences=options.concurrency or options.episodes_per_step,
+                max_sequences=options.concurrency or options.episodes_per_step, sampler=options.sampler,
             )  # fmt: skip
 
             async def make_client() -> Any:

@@ -1,0 +1,332 @@
+"""`WaveEngine`: an in-process model sampled in waves, each a left-padded batch of every request waiting.
+
+What TRL's own generation does for a step (`model.generate` over the left-padded prompts), made
+an `Engine`: requests from concurrent episodes gather while the model is busy; when it is free they
+run together as one wave (a prefill of the padded prompts, then one forward per token), each row
+stopping at its own stop ids and `max_new_tokens`. As in `model.generate`, a finished row rides
+along (its draws are not kept) until the wave's last row finishes.
+One thread runs the waves; a finished wave resolves all of its callers' futures in one event-loop
+callback, so the episodes it wakes send their next requests back to back.
+
+**When a wave starts.** As soon as the model is free and requests are waiting, after a short gather:
+the wave starts when every episode that declared itself (`episode()`) is waiting on the model, or
+when `max_rows` are waiting, or when no new request came for a while: `gather_s`, or, while declared
+episodes are still missing, half the last wave's time (0.25 s before the first wave; leaving a straggler out costs it a whole wave
+of its own; waiting for it costs the others part of one). A trainer's step declares its episodes, so
+a step's turns run in lockstep waves as TRL's run; an episode slow in a tool call holds a wave back
+at most that long past the last arrival.
+
+**What comes back** is what the model sampled, as `TransformersEngine` returns it: the ids (the eos or
+stop id included), the log-prob of each under the distribution it was drawn from (`sampling.draw`),
+`stop` when the last id is a stop id and `length` when `max_new_tokens` ran out; `meta["wave_rows"]`
+says how many requests the wave held. The sampler is fixed
+per engine (`SamplingConfig`); `max_new_tokens` and `stop_token_ids` are per request.
+
+Against continuous batching (`TransformersEngine`): a wave does not take new rows while it decodes,
+so a request that arrives mid-wave waits for the wave's end; in return each decode step is one plain
+forward over a dense batch, which on a GPU runs several times faster than transformers' continuous
+batching for small models (docs/benchmarks.md).
+
+>>> import asyncio, torch
+>>> from transformers import Qwen3Config, Qwen3ForCausalLM
+>>> from openreward_rl.assets import load_tokenizer
+>>> from openreward_rl.engines import GenerationRequest
+>>> tokenizer = load_tokenizer("offline:qwen3")
+>>> _ = torch.manual_seed(0)
+>>> model = Qwen3ForCausalLM(Qwen3Config(vocab_size=151936, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+...     num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=512)).eval()
+>>> async def demo():
+...     engine = WaveEngine(model, tokenizer, sampling=SamplingConfig(temperature=0.0))
+...     try:
+...         return await engine.generate(GenerationRequest(input_ids=[9707, 11], sampling_params={"max_new_tokens": 3}))
+...     finally:
+...         await engine.aclose()
+>>> generation = asyncio.run(demo())
+>>> len(generation.output_ids), len(generation.logprobs), generation.finish_reason.value
+(3, 3, 'length')
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any, ClassVar
+
+import attrs
+
+from openreward_rl.engines.base import ContextLengthError, EngineError, FinishReason, Generation, GenerationRequest
+from openreward_rl.engines.sampling import SamplingConfig, check_sampling_params, draw, eos_ids
+
+__all__ = ["WaveEngine"]
+
+logger = logging.getLogger(__name__)
+
+_FIRST_PATIENCE_S = 0.25  # before any wave has run, for declared episodes still missing
+
+
+@attrs.define(eq=False)
+class _Waiting:
+    input_ids: list[int]
+    max_new_tokens: int
+    stop_ids: frozenset[int]
+    future: asyncio.Future[Generation]
+
+
+@attrs.define(eq=False)
+class WaveEngine:
+    """An `Engine` sampling `model` in this process in waves (see the module docstring). Its thread starts on
+    the first `generate`; `aclose()` (or `stop()`) ends it.
+
+    - `sampling`: the engine's one sampler.
+    - `default_max_new_tokens`: used when a request gives no `max_new_tokens`.
+    - `context_length`: prompt + max_new_tokens limit; defaults to the model's `max_position_embeddings`.
+    - `gather_s`: how long a wave waits for one more request once requests are waiting.
+    - `max_rows`: the most requests in one wave (None: every one waiting).
+    """
+
+    reads_images: ClassVar[bool] = False
+    images_refused: ClassVar[str] = "it runs the model on token ids alone, with no image processor and no pixel values for the vision tower"
+
+    model: Any
+    tokenizer: Any = None
+    sampling: SamplingConfig = attrs.field(factory=SamplingConfig)
+    default_max_new_tokens: int = 128
+    context_length: int | None = None
+    gather_s: float = 0.02
+    max_rows: int | None = None
+    _eos: tuple[int, ...] = attrs.field(init=False, default=())
+    _waiting: list[_Waiting] = attrs.field(init=False, factory=list)
+    _episodes: int = attrs.field(init=False, default=0)
+    _last_arrival: float = attrs.field(init=False, default=0.0)
+    _changed: threading.Condition = attrs.field(init=False, factory=threading.Condition)
+    _thread: threading.Thread | None = attrs.field(init=False, default=None)
+    _closing: bool = attrs.field(init=False, default=False)
+    _failure: str | None = attrs.field(init=False, default=None)
+    _forward_options: dict[str, Any] | None = attrs.field(init=False, default=None)
+    last_wave_s: float = attrs.field(init=False, default=0.0)
+
+    def __attrs_post_init__(self) -> None:
+        self._eos = eos_ids(self.model, self.tokenizer)
+        if not self._eos:
+            raise ValueError("WaveEngine: neither the tokenizer nor the model config names an eos token id")
+        if self.context_length is None:
+            self.context_length = getattr(self.model.config.get_text_config(), "max_position_embeddings", None)
+
+    @property
+    def eos_token_ids(self) -> tuple[int, ...]:
+        return self._eos
+
+    def check_sampling_params(self, params: Mapping[str, Any]) -> None:
+        """Raise `UnsupportedSamplingError` unless every key can be honoured as given."""
+        check_sampling_params(self.sampling, params, "WaveEngine", "a wave samples all of its rows alike")
+
+    @contextlib.contextmanager
+    def episode(self) -> Iterator[None]:
+        """Declare one episode for as long as it runs: a wave waits for every declared episode to wait on the
+        model (within the patience the module docstring gives)."""
+        with self._changed:
+            self._episodes += 1
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._episodes -= 1
+                self._changed.notify_all()
+
+    async def generate(self, request: GenerationRequest) -> Generation:
+        params = dict(request.sampling_params)
+        self.check_sampling_params(params)
+        input_ids = [int(t) for t in request.input_ids]
+        if not input_ids:
+            raise EngineError("WaveEngine: a request needs at least one input id")
+        max_new_tokens = int(params.get("max_new_tokens") or self.default_max_new_tokens)
+        if self.context_length is not None and len(input_ids) + max_new_tokens > self.context_length:
+            raise ContextLengthError(
+                f"{len(input_ids)} prompt tokens + max_new_tokens={max_new_tokens} exceed the model's context length {self.context_length}"
+            )
+        waiting = _Waiting(input_ids, max_new_tokens, frozenset(self._eos) | frozenset(params.get("stop_token_ids") or ()),
+                           asyncio.get_running_loop().create_future())  # fmt: skip
+        with self._changed:
+            self._check_open()
+            self._waiting.append(waiting)
+            self._last_arrival = time.monotonic()
+            self._changed.notify_all()
+        try:
+            return await waiting.future
+        except asyncio.CancelledError:
+            with self._changed:
+                if waiting in self._waiting:  # not yet in a wave; one in a wave runs on, its result dropped
+                    self._waiting.remove(waiting)
+            raise
+
+    def _check_open(self) -> None:
+        if self._failure is not None:
+            raise EngineError(f"WaveEngine: the sampling thread failed: {self._failure}")
+        if self._closing:
+            raise EngineError("WaveEngine is closed")
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="wave-engine", daemon=True)
+            self._thread.start()
+
+    # -- the sampling thread ---------------------------------------------------------------------
+
+    def _next_wave(self) -> list[_Waiting] | None:
+        with self._changed:
+            while not self._closing:
+                if self._waiting:
+                    full = self.max_rows is not None and len(self._waiting) >= self.max_rows
+                    quiet = time.monotonic() - self._last_arrival
+                    patience = self._patience()
+                    if full or (self._episodes and len(self._waiting) >= self._episodes) or quiet >= patience:
+                        wave = self._waiting[: self.max_rows] if self.max_rows else list(self._waiting)
+                        del self._waiting[: len(wave)]
+                        return wave
+                    self._changed.wait(patience - quiet)
+                else:
+                    self._changed.wait()
+            return None
+
+    def _patience(self) -> float:
+        """How long after the last arrival a wave waits for more: `gather_s`; while declared episodes are still
+        missing, up to half the last wave's time (a straggler left out costs a whole wave of its own)."""
+        if self._episodes and len(self._waiting) < self._episodes:
+            return max(self.gather_s, self.last_wave_s / 2 if self.last_wave_s else _FIRST_PATIENCE_S)
+        return self.gather_s
+
+    def _run(self) -> None:
+        import torch
+
+        wave: list[_Waiting] | None = None
+        try:
+            while (wave := self._next_wave()) is not None:
+                started = time.monotonic()
+                with torch.no_grad():
+                    generations = self._sample_wave(wave)
+                self.last_wave_s = time.monotonic() - started
+                logger.debug("wave of %d requests: %d tokens in %.3f s", len(wave), sum(len(g.output_ids) for g in generations), self.last_wave_s)
+                _resolve(wave, generations)
+        except BaseException as error:  # the thread must not die silently: its callers would wait forever
+            logger.exception("WaveEngine: the sampling thread failed")
+            with self._changed:
+                self._failure = f"{type(error).__name__}: {error}"
+                stranded, self._waiting = list(self._waiting), []
+            _reject(stranded + (wave or []), EngineError(f"WaveEngine: the sampling thread failed: {self._failure}"))
+
+    def _sample_wave(self, wave: list[_Waiting]) -> list[Generation]:
+        import torch
+        from transformers import DynamicCache
+
+        device = self.model.device
+        rows = len(wave)
+        width = max(len(w.input_ids) for w in wave)
+        ids = torch.full((rows, width), self._eos[0], dtype=torch.long)
+        mask = torch.zeros((rows, width), dtype=torch.long)
+        for row, waiting in enumerate(wave):
+            ids[row, width - len(waiting.input_ids) :] = torch.tensor(waiting.input_ids)
+            mask[row, width - len(waiting.input_ids) :] = 1
+        stops = torch.full((rows, max(len(w.stop_ids) for w in wave)), -1, dtype=torch.long)
+        for row, waiting in enumerate(wave):
+            stops[row, : len(waiting.stop_ids)] = torch.tensor(sorted(waiting.stop_ids))
+        limits = torch.tensor([w.max_new_tokens for w in wave])
+        ids, mask, stops, limits = (t.to(device) for t in (ids, mask, stops, limits))
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        cache = DynamicCache(config=self.model.config)
+        logits = self._forward(ids, mask, positions, cache)
+        alive = torch.ones(rows, dtype=torch.bool, device=device)  # rows still sampling
+        sampled: list[tuple[Any, Any, Any]] = []  # per step: (tokens, log-probs, which rows they count for)
+        lengths = torch.zeros(rows, dtype=torch.long, device=device)
+        position = positions[:, -1:]
+        for _ in range(int(limits.max())):
+            tokens, logprobs = draw(logits, self.sampling)
+            sampled.append((tokens, logprobs, alive))
+            lengths += alive.long()
+            alive = alive & ~((tokens[:, None] == stops).any(-1) | (lengths >= limits))
+            if not bool(alive.any()):
+                break
+            # finished rows stay in the batch, as in `model.generate`: dropping them changes the batch's shape, and
+            # doing so whenever a row finished made a wave 2.5x slower than `generate` on an H100
+            mask = torch.cat([mask, mask.new_ones((rows, 1))], dim=-1)
+            position = position + 1
+            logits = self._forward(tokens[:, None], mask, position, cache)
+        return self._generations(wave, sampled)
+
+    def _forward(self, ids: Any, mask: Any, positions: Any, cache: Any) -> Any:
+        if self._forward_options is None:
+            try:
+                accepted = set(inspect.signature(self.model.forward).parameters)
+            except (TypeError, ValueError):
+                accepted = set()
+            # transformers 5.24 names the cache `cache` (`past_key_values` deprecated); older releases only know the latter
+            self._forward_options = {"cache_name": "cache" if "cache" in accepted else "past_key_values"}
+            if "logits_to_keep" in accepted:  # only the last position's logits, where the model can skip the rest
+                self._forward_options["logits_to_keep"] = 1
+        options = dict(self._forward_options)
+        options[options.pop("cache_name")] = cache
+        output = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **options)
+        return output.logits[:, -1]
+
+    def _generations(self, wave: list[_Waiting], sampled: list[tuple[Any, Any, Any]]) -> list[Generation]:
+        outputs: list[tuple[list[int], list[float]]] = [([], []) for _ in wave]
+        for tokens, logprobs, alive in sampled:
+            for output, token, logprob, counts in zip(outputs, tokens.tolist(), logprobs.tolist(), alive.tolist(), strict=True):
+                if counts:
+                    output[0].append(token)
+                    output[1].append(logprob)
+        generations, meta = [], {"wave_rows": len(wave)}
+        for waiting, (ids, logprobs) in zip(wave, outputs, strict=True):
+            if ids[-1] in waiting.stop_ids:
+                generations.append(Generation(tuple(ids), tuple(logprobs), FinishReason.STOP, matched_stop=ids[-1], meta=meta))
+            else:
+                generations.append(Generation(tuple(ids), tuple(logprobs), FinishReason.LENGTH, meta=meta))
+        return generations
+
+    # -- stopping --------------------------------------------------------------------------------
+
+    def suspend(self) -> None:
+        """Nothing to hand back between uses: a wave holds no cache after it ends (for the adapter's protocol)."""
+
+    def stop(self) -> None:
+        """End the sampling thread after its current wave (blocking); callers still waiting get `EngineError`."""
+        with self._changed:
+            self._closing = True
+            stranded, self._waiting = list(self._waiting), []
+            self._changed.notify_all()
+            thread, self._thread = self._thread, None
+        _reject(stranded, EngineError("WaveEngine was closed"))
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+
+    async def aclose(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(None, self.stop)
+
+
+def _resolve(wave: list[_Waiting], generations: list[Generation]) -> None:
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Generation], Generation]]] = {}
+    for waiting, generation in zip(wave, generations, strict=True):
+        by_loop.setdefault(waiting.future.get_loop(), []).append((waiting.future, generation))
+    for loop, resolved in by_loop.items():
+        if not loop.is_closed():
+            loop.call_soon_threadsafe(_set_results, resolved)
+
+
+def _set_results(resolved: list[tuple[asyncio.Future[Generation], Generation]]) -> None:
+    for future, generation in resolved:
+        if not future.done():
+            future.set_result(generation)
+
+
+def _reject(waiting: list[_Waiting], error: BaseException) -> None:
+    for item in waiting:
+        loop = item.future.get_loop()
+        if not loop.is_closed():
+            loop.call_soon_threadsafe(_fail, item.future, error)
+
+
+def _fail(future: asyncio.Future[Generation], error: BaseException) -> None:
+    if not future.done():
+        future.set_exception(error)
