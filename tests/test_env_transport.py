@@ -7,6 +7,7 @@ connection-per-call behaviour) and the SDK's `AsyncOpenReward`."""
 from __future__ import annotations
 
 import asyncio
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +86,28 @@ async def test_stock_transport_gives_the_same_outcomes(env_server: LocalEnvServe
     finally:
         await client.environments.aclose()
     assert len({o.text for o in outcomes}) == 1 and outcomes[0].error is None
+
+
+async def test_tool_calls_leave_no_async_generator_for_the_loop_to_close(env_server: LocalEnvServer) -> None:
+    """The SDK leaves each tool call's event stream at its `end` event. Our parser is an iterator
+    object, not an async generator: nothing is left for the loop's finalizer hook (a thread-safe
+    wake-up and an `aclose()` task per unfinished generator, two per call with a generator parser)."""
+    finalized: list[str] = []
+    hooks = sys.get_asyncgen_hooks()  # the running loop's
+
+    def counting(agen: Any) -> None:
+        finalized.append(agen.__qualname__)
+        hooks.finalizer(agen)
+
+    sys.set_asyncgen_hooks(firstiter=hooks.firstiter, finalizer=counting)
+    client = AsyncOpenReward(api_key="local")
+    try:
+        outcomes, _ = await call_five_times(client, env_server)
+    finally:
+        sys.set_asyncgen_hooks(firstiter=hooks.firstiter, finalizer=hooks.finalizer)
+        await client.environments.aclose()
+    assert len(outcomes) == 5 and outcomes[0].error is None
+    assert [name for name in finalized if "sse" in name or "lines" in name] == []
 
 
 @pytest.mark.parametrize("response_class", [aiohttp.ClientResponse, DrainingResponse])
