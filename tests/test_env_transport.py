@@ -234,3 +234,32 @@ async def test_events_are_parsed_as_the_sse_specification_says() -> None:
         ("end", "first\n\n last"),
         ("message", "plain message"),
     ]
+
+
+async def test_the_terminal_tool_is_read_from_the_tool_listing_not_a_second_one(example_env_specs: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """An episode lists the tools, then asks for the terminal tool: one listing request, and the same
+    terminal tool as a session that asks for it alone (the SDK's own listing)."""
+    listings: list[str] = []
+    request = aiohttp.ClientSession._request
+
+    def counting(self: aiohttp.ClientSession, method: str, url: Any, *args: Any, **kwargs: Any) -> Any:
+        if str(url).endswith("tools"):
+            listings.append(str(url))
+        return request(self, method, url, *args, **kwargs)
+
+    monkeypatch.setattr(aiohttp.ClientSession, "_request", counting)
+    with serve_environments([example_env_specs["ClosestGuess"]], subprocess=True) as server:
+        client = AsyncOpenReward(api_key="local")
+        task = TaskRef("ClosestGuess", "train", index=0, variant=server.variant_for("ClosestGuess"), base_url=server.base_url)
+        try:
+            async with open_session(client, task, liveness=False) as session:
+                tools = await session.tools()
+                terminal = await session.terminal_tool()
+                assert await session.terminal_tool() is terminal
+            assert len(listings) == 1
+            async with open_session(client, task, liveness=False) as session:
+                alone = await session.terminal_tool()
+            assert len(listings) == 2
+        finally:
+            await client.environments.aclose()
+    assert terminal is not None and terminal == alone and isinstance(tools, list)
