@@ -95,6 +95,7 @@ def test_the_shortcuts_give_the_whole_context_bridge_ids(tokenizer, thinking: bo
                     [{"role": "tool", "tool_call_id": "c2", "name": "step", "content": reply}],
                     [{"role": "tool", "tool_call_id": "c2", "content": reply}, {"role": "tool", "tool_call_id": "c3", "content": "Room 2."}],
                     [{"role": "tool", "tool_call_id": "c2", "content": [{"type": "text", "text": reply}]}],
+                    [{"role": "tool", "tool_call_id": "c2", "content": "Room 2."}, {"role": "user", "content": reply}],
                 ):
                     expected = whole.bridge(context_ids=context, sampled_ids=sampled, new_messages=new_messages, tools=TOOLS)
                     got = shortcut.bridge(context_ids=context, sampled_ids=sampled, new_messages=new_messages, tools=TOOLS)
