@@ -7,6 +7,7 @@ connection-per-call behaviour) and the SDK's `AsyncOpenReward`."""
 from __future__ import annotations
 
 import asyncio
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +86,28 @@ async def test_stock_transport_gives_the_same_outcomes(env_server: LocalEnvServe
     finally:
         await client.environments.aclose()
     assert len({o.text for o in outcomes}) == 1 and outcomes[0].error is None
+
+
+async def test_tool_calls_leave_no_async_generator_for_the_loop_to_close(env_server: LocalEnvServer) -> None:
+    """The SDK leaves each tool call's event stream at its `end` event. Our parser is an iterator
+    object, not an async generator: nothing is left for the loop's finalizer hook (a thread-safe
+    wake-up and an `aclose()` task per unfinished generator, two per call with a generator parser)."""
+    finalized: list[str] = []
+    hooks = sys.get_asyncgen_hooks()  # the running loop's
+
+    def counting(agen: Any) -> None:
+        finalized.append(agen.__qualname__)
+        hooks.finalizer(agen)
+
+    sys.set_asyncgen_hooks(firstiter=hooks.firstiter, finalizer=counting)
+    client = AsyncOpenReward(api_key="local")
+    try:
+        outcomes, _ = await call_five_times(client, env_server)
+    finally:
+        sys.set_asyncgen_hooks(firstiter=hooks.firstiter, finalizer=hooks.finalizer)
+        await client.environments.aclose()
+    assert len(outcomes) == 5 and outcomes[0].error is None
+    assert [name for name in finalized if "sse" in name or "lines" in name] == []
 
 
 @pytest.mark.parametrize("response_class", [aiohttp.ClientResponse, DrainingResponse])
@@ -211,3 +234,32 @@ async def test_events_are_parsed_as_the_sse_specification_says() -> None:
         ("end", "first\n\n last"),
         ("message", "plain message"),
     ]
+
+
+async def test_the_terminal_tool_is_read_from_the_tool_listing_not_a_second_one(example_env_specs: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """An episode lists the tools, then asks for the terminal tool: one listing request, and the same
+    terminal tool as a session that asks for it alone (the SDK's own listing)."""
+    listings: list[str] = []
+    request = aiohttp.ClientSession._request
+
+    def counting(self: aiohttp.ClientSession, method: str, url: Any, *args: Any, **kwargs: Any) -> Any:
+        if str(url).endswith("tools"):
+            listings.append(str(url))
+        return request(self, method, url, *args, **kwargs)
+
+    monkeypatch.setattr(aiohttp.ClientSession, "_request", counting)
+    with serve_environments([example_env_specs["ClosestGuess"]], subprocess=True) as server:
+        client = AsyncOpenReward(api_key="local")
+        task = TaskRef("ClosestGuess", "train", index=0, variant=server.variant_for("ClosestGuess"), base_url=server.base_url)
+        try:
+            async with open_session(client, task, liveness=False) as session:
+                tools = await session.tools()
+                terminal = await session.terminal_tool()
+                assert await session.terminal_tool() is terminal
+            assert len(listings) == 1
+            async with open_session(client, task, liveness=False) as session:
+                alone = await session.terminal_tool()
+            assert len(listings) == 2
+        finally:
+            await client.environments.aclose()
+    assert terminal is not None and terminal == alone and isinstance(tools, list)

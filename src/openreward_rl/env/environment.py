@@ -338,6 +338,7 @@ class EnvSession:
         return self.shown.value(nested_tool_specs(flat), "the tool list")
 
     async def terminal_tool(self) -> Any:
+        _adopt_listed_terminal_tool(self.sdk_session)
         return await self._guard("reading the terminal tool", lambda: self.sdk_session.terminal_tool(), retry=self.read_retry)
 
     async def call_tool(self, name: str, arguments: Mapping[str, Any]) -> ToolOutcome:
@@ -385,6 +386,16 @@ class EnvSession:
         plain = {k: self.shown.value(v, "the prompt") for k, v in message.items() if k != "content"}
         plain["content"] = self.shown.content(message.get("content"), "the prompt")
         return plain
+
+
+def _adopt_listed_terminal_tool(sdk_session: Any) -> None:
+    """The SDK's session reads its terminal tool out of every tool listing (`list_tools` stores it, with the
+    listing's other session facts, and marks those fetched), yet its `terminal_tool()`, which caches for the
+    session's life, lists the tools again unless it made the listing itself: an episode's `tools()` then
+    `terminal_tool()` cost two identical requests. Where a listing already ran on this session, its stored
+    answer is marked as the cached one. Sessions without these fields (another SDK version) are left alone."""
+    if getattr(sdk_session, "_score_group_fetched", None) is True and getattr(sdk_session, "_terminal_tool_fetched", None) is False and hasattr(sdk_session, "_terminal_tool"):
+        sdk_session._terminal_tool_fetched = True
 
 
 @contextlib.asynccontextmanager

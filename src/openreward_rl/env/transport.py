@@ -36,7 +36,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-from collections.abc import AsyncIterator
 from types import TracebackType
 from typing import Any
 
@@ -88,48 +87,73 @@ class DrainingResponse(aiohttp.ClientResponse):
 _LINE_END = re.compile(rb"\r\n|\r|\n")
 
 
-async def _stream_lines(content: aiohttp.StreamReader) -> AsyncIterator[str]:
-    """The lines of an event stream, whatever their length; CRLF, LF and a lone CR each end one."""
-    pending = b""
-    async for block in content.iter_any():
-        pending += block
-        held_cr = pending.endswith(b"\r")  # perhaps the first half of a CRLF split between blocks
-        *complete, pending = _LINE_END.split(pending[:-1] if held_cr else pending)
-        if held_cr:
-            pending += b"\r"
-        for line in complete:
-            yield line.decode("utf-8", "replace")
-    # An unterminated last line ends no event: the specification discards it.
-
-
-async def parse_sse_events(response: aiohttp.ClientResponse) -> AsyncIterator[tuple[str, str]]:
+class parse_sse_events:  # noqa: N801 - used as the SDK's parser function; an iterator class, not a generator (see below)
     """(event type, data) of each event `response` streams, parsed as the SSE specification says
     (WHATWG HTML, "Parsing an event stream"): one space after a field's colon is removed, no more;
     data lines join with a newline; an event without data is not dispatched; the type defaults to
     "message". The same pairs as the SDK's `_parse_sse_events`, without its whitespace loss.
+
+    Lines may be of any length and split anywhere between blocks; CRLF, LF and a lone CR each end
+    one; an unterminated last line ends no event (the specification discards it).
+
+    An async iterator object rather than an async generator: the SDK leaves the stream at its `end`
+    event, and an async generator left unfinished is closed through the event loop's finalizer hook
+    (a thread-safe wake-up of the loop and a task running `aclose()`, for it and the line reader
+    inside it), on every tool call. This object is simply dropped.
     """
-    event_type, data, first = "", [], True
-    async for line in _stream_lines(response.content):
-        if first:
-            line, first = line.removeprefix("\ufeff"), False
-        if not line:
-            if data:
-                yield event_type or "message", "\n".join(data)
-            event_type, data = "", []
-        elif not line.startswith(":"):  # a comment (the server's keep-alive pings) otherwise
-            field, colon, value = line.partition(":")
-            if colon and value.startswith(" "):
-                value = value[1:]
-            if field == "event":
-                event_type = value
-            elif field == "data":
-                data.append(value)  # `id` and `retry` are not used by the session protocol
+
+    def __init__(self, response: aiohttp.ClientResponse) -> None:
+        self._content = response.content
+        self._lines: list[bytes] = []  # complete lines not yet parsed, in reverse order
+        self._pending = b""
+        self._first = True
+        self._ended = False
+
+    def __aiter__(self) -> parse_sse_events:
+        return self
+
+    async def __anext__(self) -> tuple[str, str]:
+        event_type, data = "", []
+        while True:
+            line = await self._next_line()
+            if line is None:
+                raise StopAsyncIteration
+            if self._first:
+                line, self._first = line.removeprefix("\ufeff"), False
+            if not line:
+                if data:
+                    return event_type or "message", "\n".join(data)
+                event_type = ""
+            elif not line.startswith(":"):  # a comment (the server's keep-alive pings) otherwise
+                field, colon, value = line.partition(":")
+                if colon and value.startswith(" "):
+                    value = value[1:]
+                if field == "event":
+                    event_type = value
+                elif field == "data":
+                    data.append(value)  # `id` and `retry` are not used by the session protocol
+
+    async def _next_line(self) -> str | None:
+        while not self._lines:
+            if self._ended:
+                return None
+            block = await self._content.readany()
+            if not block:
+                self._ended = True
+                return None
+            pending = self._pending + block
+            held_cr = pending.endswith(b"\r")  # perhaps the first half of a CRLF split between blocks
+            *complete, pending = _LINE_END.split(pending[:-1] if held_cr else pending)
+            self._pending = pending + b"\r" if held_cr else pending
+            complete.reverse()
+            self._lines = complete
+        return self._lines.pop().decode("utf-8", "replace")
 
 
 _sdk_parse_sse_events = sdk_http._parse_sse_events
 
 
-def _parse_sse_events(response: aiohttp.ClientResponse) -> AsyncIterator[tuple[str, str]]:
+def _parse_sse_events(response: aiohttp.ClientResponse) -> Any:
     """The SDK's parser, replaced: our pooled sessions' responses parsed by `parse_sse_events`."""
     if isinstance(response, DrainingResponse):
         return parse_sse_events(response)

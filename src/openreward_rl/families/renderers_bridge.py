@@ -82,18 +82,60 @@ def _make_room(memo: dict[Any, Any]) -> None:
         memo.clear()
 
 
+# Renderers whose bridge reads the earlier prompt only after its last stop token and a tool reply's
+# text only as one encoded "\n" + text + "\n" run (audited: renderers.qwen3.Qwen3Renderer.bridge_to_next_turn,
+# its scan_reasoning/prompt_ends_in_reasoning, trim_to_turn_close and _render_tool), as (module, class).
+# tests/test_renderers_splice.py checks the shortcut against the whole-context bridge on the real tokenizer.
+_AUDITED = frozenset({("renderers.qwen3", "Qwen3Renderer")})
+_PROBE = "probe"  # the stand-in tool reply whose encoded run is replaced by the real reply's
+
+
 @attrs.define(eq=False)
 class RenderersBridge:
-    """Wraps one `renderers.Renderer`; returns only the ids after `context + sampled`."""
+    """Wraps one `renderers.Renderer`; returns only the ids after `context + sampled`.
+
+    For an audited renderer (`_AUDITED`) two shortcuts give the same ids with less work per turn:
+    the renderer sees the prompt from its last stop token on (what it reads of the prompt: whether
+    the assistant header there opened a reasoning block), not the whole context it would copy
+    several times; and a lone tool reply is rendered as a short stand-in (`_PROBE`) whose encoded
+    run `"\n" + probe + "\n"` is then replaced by the reply's (the one place its text goes), instead
+    of renderers' per-token bookkeeping over the whole reply. Where the stand-in's run cannot be
+    found once, the renderer gets the whole context and the real reply."""
 
     renderer: Any
+    encoder: Any = None  # the tokenizer (view) the renderer encodes with; needed for the reply shortcut
+    _audited: bool = attrs.field(init=False)
+    _stops: frozenset[int] = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        kind = type(self.renderer)
+        self._audited = (kind.__module__, kind.__qualname__) in _AUDITED and self.encoder is not None
+        self._stops = frozenset(self.renderer.get_stop_token_ids()) if self._audited else frozenset()
 
     def bridge(self, *, context_ids: Sequence[int], sampled_ids: Sequence[int], new_messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None) -> list[int] | None:  # fmt: skip
         context = context_ids if type(context_ids) is list else list(context_ids)  # O(context): copied only if need be
         sampled = list(sampled_ids)
-        extended = self.renderer.bridge_to_next_turn(
-            context, sampled, [dict(m) for m in new_messages], tools=list(tools) if tools else None
-        )
+        messages = [dict(m) for m in new_messages]
+        if not self._audited:
+            return self._whole(context, sampled, messages, tools)
+        reply = messages[0].get("content") if len(messages) == 1 and messages[0].get("role") == "tool" else None
+        if not isinstance(reply, str):
+            return self._whole(context[_last_stop(context, self._stops) :], sampled, messages, tools)
+        ids = self._whole(context[_last_stop(context, self._stops) :], sampled, [{**messages[0], "content": _PROBE}], tools)
+        if ids is None:
+            return None  # nothing the renderer refuses here depends on a tool reply's text
+        probe = self._run(_PROBE)
+        at = _find_once(ids, probe)
+        if at < 0:
+            return self._whole(context, sampled, messages, tools)
+        return [*ids[:at], *self._run(reply), *ids[at + len(probe) :]]
+
+    def _run(self, text: str) -> list[int]:
+        """The ids of a tool reply's run, encoded as the renderer encodes it (one pass over the joined text)."""
+        return list(self.encoder.encode("\n" + text + "\n", add_special_tokens=False))
+
+    def _whole(self, context: list[int], sampled: list[int], messages: list[dict[str, Any]], tools: Sequence[Mapping[str, Any]] | None) -> list[int] | None:  # fmt: skip
+        extended = self.renderer.bridge_to_next_turn(context, sampled, messages, tools=list(tools) if tools else None)
         if extended is None:
             return None
         ids = extended.token_ids
@@ -101,6 +143,25 @@ class RenderersBridge:
         if ids[known : known + len(sampled)] != sampled or ids[:known] != context:
             return None  # it closed a turn the model left open: not ours to keep
         return list(ids[known + len(sampled) :])
+
+
+def _last_stop(ids: list[int], stops: frozenset[int]) -> int:
+    """The index of the last id in `stops` (0 when none is)."""
+    for index in range(len(ids) - 1, -1, -1):
+        if ids[index] in stops:
+            return index
+    return 0
+
+
+def _find_once(ids: list[int], run: list[int]) -> int:
+    """Where `run` starts in `ids`, if it occurs exactly once; else -1."""
+    found, width = -1, len(run)
+    for index in range(len(ids) - width + 1):
+        if ids[index : index + width] == run:
+            if found >= 0:
+                return -1
+            found = index
+    return found
 
 
 def renderers_bridge(config_class: str, **config: Any) -> Callable[[Any, Mapping[str, Any]], RenderersBridge]:
@@ -118,6 +179,7 @@ def renderers_bridge(config_class: str, **config: Any) -> Callable[[Any, Mapping
         for key, value in template_kwargs.items():
             if key in template_fields:
                 settings[key] = value
-        return RenderersBridge(renderers.create_renderer(_TokenizerView(tokenizer), config_type(**settings)))
+        view = _TokenizerView(tokenizer)
+        return RenderersBridge(renderers.create_renderer(view, config_type(**settings)), encoder=view)
 
     return build

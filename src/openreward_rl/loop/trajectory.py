@@ -175,13 +175,15 @@ class TokenLedger:
         ([1, 2, 3], '[1, 2, 3]')
         """
         segment = self.current
-        ids = segment.context()
+        ids = EncodedIds(segment.prompt_ids, json_text="")  # one copy of the context, then its text
+        ids.extend(segment.response_ids)
         if self._json_segment is not segment or len(ids) < self._json_count:
             self._json_segment, self._json_chunks, self._json_count = segment, [], 0
         if len(ids) > self._json_count:
             self._json_chunks.append(json.dumps(ids[self._json_count :])[1:-1])
             self._json_count = len(ids)
-        return EncodedIds(ids, json_text="[" + ", ".join(self._json_chunks) + "]")
+        ids.json_text = "[" + ", ".join(self._json_chunks) + "]"
+        return ids
 
     def append_environment(self, ids: Sequence[int], images: Sequence[str] = ()) -> None:
         """Tokens the model did not sample (tool results, template glue): mask 0, log-prob 0.0; `images`
