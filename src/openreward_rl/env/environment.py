@@ -431,8 +431,9 @@ async def open_session(
         except ValueError as error:  # e.g. a secret name the SDK has no allowed domains for, an unknown toolset
             raise EnvironmentFault(f"cannot open a session for {task.environment}: {error}", kind="Configuration") from error
         try:
+            opening = asyncio.get_running_loop().time()  # the server knows the session from after this on
             sdk_session = await _bounded(context.__aenter__(), open_timeout, probe)
-            adopt_pings(sdk_session)  # its pings on this loop and the pooled client (env.keepalive)
+            adopt_pings(sdk_session, heard_at=opening)  # its pings on this loop and the pooled client (env.keepalive)
             return context, sdk_session
         except Exception as error:
             # Delete whatever half-exists (the SDK does not when __aenter__ fails), bounded.
