@@ -306,6 +306,9 @@ class EnvSession:
     probe: LivenessProbe | None = None
     read_retry: RetryPolicy = DEFAULT_READ_RETRY
     unreachable: bool = False  # set once the probe found the server down
+    finished: bool = False  # set once a tool call's answer said the episode is over
+    _in_flight: int = attrs.field(default=0, init=False)
+    _overlapped: bool = attrs.field(default=False, init=False)  # two calls were ever in flight at once
     shown: ShownText = attrs.field(default=attrs.Factory(lambda self: ShownText(self.task.environment), takes_self=True))
 
     async def _guard(
@@ -360,9 +363,15 @@ class EnvSession:
     async def _call(self, name: str | None, operation: Callable[[], Awaitable[Any]], action: str | None = None) -> ToolOutcome:
         where = f"tool {name!r}" if name else "the terminal tool"
         timeout = self.tool_timeout.seconds(name)
+        self._in_flight += 1
+        self._overlapped = self._overlapped or self._in_flight > 1
         try:
             output = await self._guard(action or f"calling tool {name!r}", operation, timeout=timeout)
         except ToolCallError as error:
+            # Refused as finished though no answer said so, and no other call could have finished it
+            # (parallel calls of one turn may): an answer was lost.
+            if error.reason == "episode_finished" and not self.finished and not self._overlapped:
+                raise _lost_result(where, self.task.environment, error) from error
             return ToolOutcome(text=self.shown.text(f"Error: {error.detail}", where), error=str(error.reason))
         except EnvironmentFault as fault:
             if fault.kind != "Timeout" or timeout is None:
@@ -372,6 +381,9 @@ class EnvSession:
                 f"if it needs longer (a sandbox's test run may take 600 s), raise {self.tool_timeout.knob(name)}",
                 kind="Timeout",
             ) from fault
+        finally:
+            self._in_flight -= 1
+        self.finished = self.finished or bool(output.finished)
         text, content = self.shown.parts(output.blocks, where)
         return ToolOutcome(
             text=text,
@@ -385,6 +397,17 @@ class EnvSession:
         plain = {k: self.shown.value(v, "the prompt") for k, v in message.items() if k != "content"}
         plain["content"] = self.shown.content(message.get("content"), "the prompt")
         return plain
+
+
+def _lost_result(where: str, environment: str, error: ToolCallError) -> EnvironmentFault:
+    """The server refused a call because the episode is over, though no answer this session read
+    said so: a call's answer was lost on the way (the SDK sends a `/call` again when the first
+    attempt got no answer in time, and the server may have run both). Not the model's doing."""
+    return EnvironmentFault(
+        f"{where} of {environment} was refused because the episode had already finished, but no answer "
+        f"this session received said so: an earlier call's answer was lost in transport ({error.detail})",
+        kind="LostResult",
+    )
 
 
 @contextlib.asynccontextmanager
