@@ -242,3 +242,40 @@ async def test_only_an_answered_request_stands_for_a_ping(call_status: int, dead
         with contextlib.suppress(asyncio.CancelledError):
             await pinging
     assert bool(stand_in.dead) is dead
+
+
+@pytest.mark.parametrize(("stands_s", "pinged_while_waiting"), [(keepalive.WAITING_STANDS_S, False), (0.2, True)])
+async def test_a_request_waiting_for_its_answer_stands_for_a_ping(monkeypatch: pytest.MonkeyPatch, stands_s: float, pinged_while_waiting: bool) -> None:
+    """A server that has fallen behind answers every request late: while a request for the session
+    waits for its answer, no ping is sent (it would queue behind it), for up to `WAITING_STANDS_S`."""
+    monkeypatch.setattr(keepalive, "WAITING_STANDS_S", stands_s)
+    pings: list[float] = []
+    loop = asyncio.get_running_loop()
+
+    async def ping(request: web.Request) -> web.Response:
+        pings.append(loop.time())
+        return web.json_response({"status": "ok"})
+
+    async def slow(request: web.Request) -> web.Response:
+        await asyncio.sleep(1.0)
+        return web.json_response({})
+
+    app = web.Application()
+    app.router.add_post("/ping", ping)
+    app.router.add_post("/slow", slow)
+    traffic = SessionTraffic()
+    async with serve_app(app) as base, aiohttp.ClientSession(base, trace_configs=[traffic.trace_config]) as http:
+        traffic.attach(http)
+        pinging = asyncio.create_task(keepalive.keep_alive(SessionStandIn(base, http), interval_s=0.1, heard_at=loop.time()))
+        await asyncio.sleep(0)
+        sent = loop.time()
+        async with http.post("/slow", headers={"X-Session-ID": "sid-1"}):
+            answered = loop.time()
+        await asyncio.sleep(0.3)
+        pinging.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await pinging
+    while_waiting = [t for t in pings if sent + 0.15 < t < answered]
+    assert bool(while_waiting) is pinged_while_waiting
+    assert any(t > answered for t in pings)  # answered 1 s after it was sent: pings resume
+    assert traffic.latest_waiting("sid-1") == float("-inf")

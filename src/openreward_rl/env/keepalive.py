@@ -22,10 +22,13 @@ A session the server has heard from within the last interval is not pinged. The 
 refreshes a session's liveness on every request that names it, not only `/ping` (`env.traffic`),
 so a ping is due only `interval_s` after the latest of: the session's open (`adopt_pings(session,
 heard_at=...)`: the open's start, before the SDK's `/create` was sent), its latest request the server
-answered 2xx (`env.traffic`, recorded on the pooled transport), its latest ping attempt. A session
-in a busy episode (a tool call or a prompt read every few seconds) then sends no pings, and one that
-is idle (parked between turns, or waiting on a slow model or a call longer than the interval) pings
-at the SDK's cadence with the SDK's tolerance as before. The server's own answer to another request
+answered 2xx (`env.traffic`, recorded on the pooled transport), its latest ping attempt; and a due
+ping waits while another request for the session, sent under `WAITING_STANDS_S` ago, still waits
+for its answer (the server refreshes the session when it handles that one; a ping would queue
+behind it). A session in a busy episode (a tool call or a prompt read every few seconds, or
+requests queued at a server that has fallen behind) then sends no pings, and one that is idle
+(parked between turns, waiting on a slow model, or in a call the server answered but has not
+finished, longer than the interval) pings at the SDK's cadence with the SDK's tolerance as before. The server's own answer to another request
 shows it holds the session, so it also ends a streak of failed pings (the strikes stay).
 At 10,000 concurrent episodes pinging at the SDK's cadence is ~1,000 pings/s, and a single local
 environment server spent most of its CPU on them (docs/performance.md, section 4).
@@ -44,12 +47,14 @@ from openreward.api._session.ping import ErrorResponse
 
 from openreward_rl.env.traffic import SessionTraffic, traffic_of
 
-__all__ = ["adopt_pings", "keep_alive", "PING_INTERVAL_S", "PING_TIMEOUT_S", "STREAK", "STRIKES"]
+__all__ = ["adopt_pings", "keep_alive", "PING_INTERVAL_S", "PING_TIMEOUT_S", "STREAK", "STRIKES", "WAITING_STANDS_S"]
 
 logger = logging.getLogger(__name__)
 
 PING_INTERVAL_S = 10.0  # the SDK's cadence (`BaseAsyncSession.__aenter__`: sleep_time=10)
 PING_TIMEOUT_S = 90.0  # the SDK's ping client bounds each of its (up to 3) attempts by 30 s
+# A request still waiting for its answer stands for a ping this long after it was sent, no longer.
+WAITING_STANDS_S = PING_TIMEOUT_S
 STREAK = 5  # the SDK's ping(): _MAX_CONSECUTIVE_PING_FAILURES failed pings in a row end one ping loop
 STRIKES = 5  # the SDK's _run_ping: the session is dead when its ping loop has ended this many times
 
@@ -79,6 +84,8 @@ async def _ping_when_quiet(session: Any, interval_s: float, heard_at: float, tra
             if heard > attempted:
                 streak = 0  # the server answered another request for the session after the failed pings
         wait = max(heard, attempted) + interval_s - loop.time()
+        if wait <= 0 and traffic is not None:  # due, unless a request the server has yet to answer stands for it
+            wait = min(interval_s, traffic.latest_waiting(session.sid) + WAITING_STANDS_S - loop.time())
         if wait > 0:
             await asyncio.sleep(wait)
             continue
