@@ -12,7 +12,7 @@ and the two servers, which are stand-ins and cost what they cost.
 Printed, one row per level: wall time, episodes/s, turns/s, errors (episodes that did not
 complete), CPU ms per turn of each process (the episode process's: `time.process_time`, all
 threads), the episode process's peak RSS so far and the load average at the level's end; then the largest level's CPU per turn over the
-100 level's, and each level's failures by stop reason.
+100 level's, and each level's failures by stop reason (with the tool errors the model was shown in them).
 
     PYTHONPATH=src python benchmarks/concurrency.py [--episodes 1 100 1000 2000] [--turns 5] [--reply-words 40]
     PYTHONPATH=src python benchmarks/concurrency.py --episodes 10000 --latency 1.0
@@ -146,7 +146,9 @@ def report_outcomes(levels: list[Level]) -> None:
             if isinstance(result, BaseException):
                 outcomes[f"exception {type(result).__name__}: {str(result)[:120]}"] += 1
             elif result.stop_reason is not StopReason.COMPLETED:
-                outcomes[f"{result.stop_reason.value}: {result.stop_detail[:160]}"] += 1
+                tool_errors = sorted({r.error for turn in result.turns for r in turn.tool_results if r.error})
+                seen = f" (tool errors: {', '.join(tool_errors)})" if tool_errors else ""
+                outcomes[f"{result.stop_reason.value}: {result.stop_detail[:160]}{seen}"] += 1
         for outcome, count in sorted(outcomes.items()):
             print(f"  {count} x {outcome}")
 

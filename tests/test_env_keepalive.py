@@ -1,6 +1,8 @@
 """Session keep-alive pings on the episode's loop (`env.keepalive`): an episode's session pings its
 server from the episode's event loop over the pooled client, not from the SDK's ping thread; pings
-reach the server with the session's id; failed pings in a row mark the session dead the SDK's way.
+reach the server with the session's id; failed pings in a row mark the session dead the SDK's way; a
+session the server has heard from within the ping interval (a call it answered) is not pinged, an idle
+one is.
 Real parts: the SDK's environment `Server` in a child process and the SDK's `AsyncOpenReward`; for the
 failures, a real aiohttp server answering /ping 404 and a stand-in for the SDK session's attributes
 (the SDK session cannot be opened against a server that refuses its pings)."""
@@ -8,6 +10,7 @@ failures, a real aiohttp server answering /ping 404 and a stand-in for the SDK s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 from typing import Any
 
@@ -24,6 +27,7 @@ from openreward_rl.env import keepalive
 from openreward_rl.env.environment import open_session
 from openreward_rl.env.local_server import LocalEnvServer, serve_environments
 from openreward_rl.env.tasks import TaskRef
+from openreward_rl.env.traffic import SessionTraffic, traffic_of
 
 pytestmark = pytest.mark.anyio
 
@@ -144,3 +148,134 @@ def test_a_started_ping_task_is_left_alone() -> None:
 
     assert asyncio.run(scenario()) is False
     assert sdk_session_module.BaseAsyncSession._run_ping is not None  # the SDK's own pings stay available
+
+
+def counting_pings(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """Replace keepalive's request with one that records the loop time of each ping, then sends it."""
+    pings: list[float] = []
+    real_request = keepalive.request_retryable
+
+    async def counting(client: Any, method: str, url: str, **kwargs: Any) -> Any:
+        pings.append(asyncio.get_running_loop().time())
+        return await real_request(client, method, url, **kwargs)
+
+    monkeypatch.setattr(keepalive, "request_retryable", counting)
+    return pings
+
+
+async def test_a_session_with_recent_calls_is_not_pinged_and_an_idle_one_is(env_server: LocalEnvServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The SDK's `Server` refreshes a session on every request naming it: while the episode calls a
+    tool more often than the ping interval no ping is sent; once it is idle, pings resume at the
+    interval, and the server keeps the session throughout (its calls and pings succeed)."""
+    monkeypatch.setattr(keepalive, "PING_INTERVAL_S", 0.5)
+    pings = counting_pings(monkeypatch)
+    client = AsyncOpenReward(api_key="local")
+    task = TaskRef("Faulty", "train", index=0, variant=env_server.variant_for("Faulty"), base_url=env_server.base_url)
+    loop = asyncio.get_running_loop()
+    try:
+        async with open_session(client, task, liveness=False) as session:
+            sdk = session.sdk_session
+            assert traffic_of(sdk.client) is not None
+            busy_until = loop.time() + 2.0
+            while loop.time() < busy_until:  # a call every ~0.05 s, 10x the ping rate
+                assert (await session.call_tool("garble", {})).error is None
+                await asyncio.sleep(0.05)
+            assert pings == []
+            idle_from = loop.time()
+            await asyncio.sleep(1.6)
+            assert 2 <= len(pings) <= 4 and pings[0] - idle_from < 0.55  # the cadence, from the last call
+            assert sdk._dead_exception is None
+            assert (await session.call_tool("garble", {})).error is None
+    finally:
+        await client.environments.aclose()
+
+
+class FlakyPingServer:
+    """/ping answers 404 (the session unknown to it); /call answers `call_status`."""
+
+    def __init__(self, call_status: int = 200) -> None:
+        self.pings, self.call_status = 0, call_status
+        self.app = web.Application()
+        self.app.router.add_post("/ping", self.ping)
+        self.app.router.add_post("/call", self.call)
+
+    async def ping(self, request: web.Request) -> web.Response:
+        self.pings += 1
+        return web.json_response({"detail": "Active environment not found"}, status=404)
+
+    async def call(self, request: web.Request) -> web.Response:
+        return web.json_response({}, status=self.call_status)
+
+
+async def test_an_idle_session_on_the_pooled_transport_is_still_marked_dead() -> None:
+    """Traffic recording does not weaken the SDK's tolerance: an idle session whose pings all fail
+    is marked dead after `STRIKES` x `STREAK` pings, as without it."""
+    server = FlakyPingServer()
+    traffic = SessionTraffic()
+    async with serve_app(server.app) as base, aiohttp.ClientSession(base, trace_configs=[traffic.trace_config]) as http:
+        traffic.attach(http)
+        stand_in = SessionStandIn(base, http)
+        await asyncio.wait_for(keepalive.keep_alive(stand_in, interval_s=0.01), 10)
+        assert traffic.last_heard("sid-1") == float("-inf")  # forgotten once its keep-alive ended
+    assert server.pings == keepalive.STREAK * keepalive.STRIKES
+    assert len(stand_in.dead) == 1 and stand_in.dead[0].startswith("5 x 5 consecutive ping failures")
+
+
+@pytest.mark.parametrize(("call_status", "dead"), [(200, False), (502, True)])
+async def test_only_an_answered_request_stands_for_a_ping(call_status: int, dead: bool) -> None:
+    """A request for the session answered 2xx ends a streak of failed pings (the server holds the
+    session); a 502 (a proxy's, or a server that did not handle it) proves nothing and does not."""
+    server = FlakyPingServer(call_status)
+    traffic = SessionTraffic()
+    async with serve_app(server.app) as base, aiohttp.ClientSession(base, trace_configs=[traffic.trace_config]) as http:
+        traffic.attach(http)
+        stand_in = SessionStandIn(base, http)
+        pinging = asyncio.create_task(keepalive.keep_alive(stand_in, interval_s=0.05))
+        answered = 0
+        while not pinging.done() and server.pings < keepalive.STREAK * keepalive.STRIKES + 10:
+            if server.pings % 3 == 0 and server.pings > answered:  # one call after every third failed ping
+                answered = server.pings
+                async with http.post("/call", headers={"X-Session-ID": "sid-1"}):
+                    pass
+            await asyncio.sleep(0.005)
+        pinging.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await pinging
+    assert bool(stand_in.dead) is dead
+
+
+@pytest.mark.parametrize(("stands_s", "pinged_while_waiting"), [(keepalive.WAITING_STANDS_S, False), (0.2, True)])
+async def test_a_request_waiting_for_its_answer_stands_for_a_ping(monkeypatch: pytest.MonkeyPatch, stands_s: float, pinged_while_waiting: bool) -> None:
+    """A server that has fallen behind answers every request late: while a request for the session
+    waits for its answer, no ping is sent (it would queue behind it), for up to `WAITING_STANDS_S`."""
+    monkeypatch.setattr(keepalive, "WAITING_STANDS_S", stands_s)
+    pings: list[float] = []
+    loop = asyncio.get_running_loop()
+
+    async def ping(request: web.Request) -> web.Response:
+        pings.append(loop.time())
+        return web.json_response({"status": "ok"})
+
+    async def slow(request: web.Request) -> web.Response:
+        await asyncio.sleep(1.0)
+        return web.json_response({})
+
+    app = web.Application()
+    app.router.add_post("/ping", ping)
+    app.router.add_post("/slow", slow)
+    traffic = SessionTraffic()
+    async with serve_app(app) as base, aiohttp.ClientSession(base, trace_configs=[traffic.trace_config]) as http:
+        traffic.attach(http)
+        pinging = asyncio.create_task(keepalive.keep_alive(SessionStandIn(base, http), interval_s=0.1, heard_at=loop.time()))
+        await asyncio.sleep(0)
+        sent = loop.time()
+        async with http.post("/slow", headers={"X-Session-ID": "sid-1"}):
+            answered = loop.time()
+        await asyncio.sleep(0.3)
+        pinging.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await pinging
+    while_waiting = [t for t in pings if sent + 0.15 < t < answered]
+    assert bool(while_waiting) is pinged_while_waiting
+    assert any(t > answered for t in pings)  # answered 1 s after it was sent: pings resume
+    assert traffic.latest_waiting("sid-1") == float("-inf")

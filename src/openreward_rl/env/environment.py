@@ -306,6 +306,9 @@ class EnvSession:
     probe: LivenessProbe | None = None
     read_retry: RetryPolicy = DEFAULT_READ_RETRY
     unreachable: bool = False  # set once the probe found the server down
+    finished: bool = False  # set once a tool call's answer said the episode is over
+    _in_flight: int = attrs.field(default=0, init=False)
+    _overlapped: bool = attrs.field(default=False, init=False)  # two calls were ever in flight at once
     shown: ShownText = attrs.field(default=attrs.Factory(lambda self: ShownText(self.task.environment), takes_self=True))
 
     async def _guard(
@@ -361,9 +364,15 @@ class EnvSession:
     async def _call(self, name: str | None, operation: Callable[[], Awaitable[Any]], action: str | None = None) -> ToolOutcome:
         where = f"tool {name!r}" if name else "the terminal tool"
         timeout = self.tool_timeout.seconds(name)
+        self._in_flight += 1
+        self._overlapped = self._overlapped or self._in_flight > 1
         try:
             output = await self._guard(action or f"calling tool {name!r}", operation, timeout=timeout)
         except ToolCallError as error:
+            # Refused as finished though no answer said so, and no other call could have finished it
+            # (parallel calls of one turn may): an answer was lost.
+            if error.reason == "episode_finished" and not self.finished and not self._overlapped:
+                raise _lost_result(where, self.task.environment, error) from error
             return ToolOutcome(text=self.shown.text(f"Error: {error.detail}", where), error=str(error.reason))
         except EnvironmentFault as fault:
             if fault.kind != "Timeout" or timeout is None:
@@ -373,6 +382,9 @@ class EnvSession:
                 f"if it needs longer (a sandbox's test run may take 600 s), raise {self.tool_timeout.knob(name)}",
                 kind="Timeout",
             ) from fault
+        finally:
+            self._in_flight -= 1
+        self.finished = self.finished or bool(output.finished)
         text, content = self.shown.parts(output.blocks, where)
         return ToolOutcome(
             text=text,
@@ -396,6 +408,17 @@ def _adopt_listed_terminal_tool(sdk_session: Any) -> None:
     answer is marked as the cached one. Sessions without these fields (another SDK version) are left alone."""
     if getattr(sdk_session, "_score_group_fetched", None) is True and getattr(sdk_session, "_terminal_tool_fetched", None) is False and hasattr(sdk_session, "_terminal_tool"):
         sdk_session._terminal_tool_fetched = True
+
+
+def _lost_result(where: str, environment: str, error: ToolCallError) -> EnvironmentFault:
+    """The server refused a call because the episode is over, though no answer this session read
+    said so: a call's answer was lost on the way (the SDK sends a `/call` again when the first
+    attempt got no answer in time, and the server may have run both). Not the model's doing."""
+    return EnvironmentFault(
+        f"{where} of {environment} was refused because the episode had already finished, but no answer "
+        f"this session received said so: an earlier call's answer was lost in transport ({error.detail})",
+        kind="LostResult",
+    )
 
 
 @contextlib.asynccontextmanager
@@ -442,8 +465,9 @@ async def open_session(
         except ValueError as error:  # e.g. a secret name the SDK has no allowed domains for, an unknown toolset
             raise EnvironmentFault(f"cannot open a session for {task.environment}: {error}", kind="Configuration") from error
         try:
+            opening = asyncio.get_running_loop().time()  # the server knows the session from after this on
             sdk_session = await _bounded(context.__aenter__(), open_timeout, probe)
-            adopt_pings(sdk_session)  # its pings on this loop and the pooled client (env.keepalive)
+            adopt_pings(sdk_session, heard_at=opening)  # its pings on this loop and the pooled client (env.keepalive)
             return context, sdk_session
         except Exception as error:
             # Delete whatever half-exists (the SDK does not when __aenter__ fails), bounded.

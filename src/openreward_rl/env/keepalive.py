@@ -17,6 +17,21 @@ after `STREAK` failed pings in a row, and its session is marked dead the `STRIKE
 happens (the strikes are never reset); then `keep_alive` marks the session dead through the SDK's
 own `_mark_dead`, so its next call raises `SessionTerminatedError` (an infrastructure fault). A
 session that does not look like the SDK's (another SDK version's internals) keeps its own pings.
+
+A session the server has heard from within the last interval is not pinged. The SDK's `Server`
+refreshes a session's liveness on every request that names it, not only `/ping` (`env.traffic`),
+so a ping is due only `interval_s` after the latest of: the session's open (`adopt_pings(session,
+heard_at=...)`: the open's start, before the SDK's `/create` was sent), its latest request the server
+answered 2xx (`env.traffic`, recorded on the pooled transport), its latest ping attempt; and a due
+ping waits while another request for the session, sent under `WAITING_STANDS_S` ago, still waits
+for its answer (the server refreshes the session when it handles that one; a ping would queue
+behind it). A session in a busy episode (a tool call or a prompt read every few seconds, or
+requests queued at a server that has fallen behind) then sends no pings, and one that is idle
+(parked between turns, waiting on a slow model, or in a call the server answered but has not
+finished, longer than the interval) pings at the SDK's cadence with the SDK's tolerance as before. The server's own answer to another request
+shows it holds the session, so it also ends a streak of failed pings (the strikes stay).
+At 10,000 concurrent episodes pinging at the SDK's cadence is ~1,000 pings/s, and a single local
+environment server spent most of its CPU on them (docs/performance.md, section 4).
 """
 
 from __future__ import annotations
@@ -30,30 +45,58 @@ import aiohttp
 from openreward.api._session.http import request_retryable
 from openreward.api._session.ping import ErrorResponse
 
-__all__ = ["adopt_pings", "keep_alive", "PING_INTERVAL_S", "PING_TIMEOUT_S", "STREAK", "STRIKES"]
+from openreward_rl.env.traffic import SessionTraffic, traffic_of
+
+__all__ = ["adopt_pings", "keep_alive", "PING_INTERVAL_S", "PING_TIMEOUT_S", "STREAK", "STRIKES", "WAITING_STANDS_S"]
 
 logger = logging.getLogger(__name__)
 
 PING_INTERVAL_S = 10.0  # the SDK's cadence (`BaseAsyncSession.__aenter__`: sleep_time=10)
 PING_TIMEOUT_S = 90.0  # the SDK's ping client bounds each of its (up to 3) attempts by 30 s
+# A request still waiting for its answer stands for a ping this long after it was sent, no longer.
+WAITING_STANDS_S = PING_TIMEOUT_S
 STREAK = 5  # the SDK's ping(): _MAX_CONSECUTIVE_PING_FAILURES failed pings in a row end one ping loop
 STRIKES = 5  # the SDK's _run_ping: the session is dead when its ping loop has ended this many times
 
 
-async def keep_alive(session: Any, interval_s: float = PING_INTERVAL_S) -> None:
-    """Ping `session`'s server every `interval_s` (from the start of one ping to the next) until
-    cancelled; mark the session dead and stop as the SDK would (`STREAK`, `STRIKES`)."""
+async def keep_alive(session: Any, interval_s: float = PING_INTERVAL_S, heard_at: float | None = None) -> None:
+    """Ping `session`'s server whenever it has not heard from the session for `interval_s` (see the
+    module; `heard_at`: a loop time by which the server knew the session, e.g. its open's start; None:
+    ping at once) until cancelled; mark the session dead and stop as the SDK would (`STREAK`, `STRIKES`)."""
+    traffic = traffic_of(session.client)
+    if traffic is not None:
+        traffic.watch(session.sid)
+    try:
+        await _ping_when_quiet(session, interval_s, float("-inf") if heard_at is None else heard_at, traffic)
+    finally:
+        if traffic is not None:
+            traffic.forget(session.sid)
+
+
+async def _ping_when_quiet(session: Any, interval_s: float, heard_at: float, traffic: SessionTraffic | None) -> None:
     url, streak, strikes = f"{session.base_url}/ping", 0, 0
     loop = asyncio.get_running_loop()
+    attempted = float("-inf")  # the start of the latest ping (failed or not)
+    heard = heard_at
     while True:
-        started = loop.time()
+        if traffic is not None and traffic.last_heard(session.sid) > heard:
+            heard = traffic.last_heard(session.sid)
+            if heard > attempted:
+                streak = 0  # the server answered another request for the session after the failed pings
+        wait = max(heard, attempted) + interval_s - loop.time()
+        if wait <= 0 and traffic is not None:  # due, unless a request the server has yet to answer stands for it
+            wait = min(interval_s, traffic.latest_waiting(session.sid) + WAITING_STANDS_S - loop.time())
+        if wait > 0:
+            await asyncio.sleep(wait)
+            continue
+        attempted = loop.time()
         try:
             async with asyncio.timeout(PING_TIMEOUT_S):
                 await request_retryable(
                     session.client, "POST", url, expect_json=False, token=session.api_key,
                     sid=session.sid, deployment=session.deployment,
                 )
-            streak = 0
+            streak, heard = 0, max(heard, attempted)
         except Exception as error:  # as the SDK's ping: any failure counts (HTTP errors, 401, timeouts)
             streak += 1
             logger.warning("ping failed sid=%s (%d/%d, strike %d/%d): %s: %s", session.sid, streak, STREAK, strikes + 1, STRIKES, type(error).__name__, error)
@@ -62,12 +105,13 @@ async def keep_alive(session: Any, interval_s: float = PING_INTERVAL_S) -> None:
                 if strikes >= STRIKES:
                     session._mark_dead(ErrorResponse(type="error", message=f"{strikes} x {STREAK} consecutive ping failures: {type(error).__name__}: {error}"))
                     return
-        await asyncio.sleep(max(0.0, interval_s - (loop.time() - started)))
 
 
-def adopt_pings(session: Any) -> bool:
+def adopt_pings(session: Any, heard_at: float | None = None) -> bool:
     """Swap the SDK session's pending ping task for `keep_alive` on this loop; False (nothing
-    changed) where the session's ping task has already started or is not the SDK's."""
+    changed) where the session's ping task has already started or is not the SDK's. `heard_at`: a
+    loop time before the session's open began (its first ping is due `PING_INTERVAL_S` after it);
+    None: ping at once."""
     task = getattr(session, "_ping_task", None)
     client = getattr(session, "client", None)
     if not isinstance(task, asyncio.Task) or task.done() or not isinstance(client, aiohttp.ClientSession):
@@ -77,5 +121,5 @@ def adopt_pings(session: Any) -> bool:
     if inspect.getcoroutinestate(task.get_coro()) != inspect.CORO_CREATED:
         return False  # already started: its ping thread holds a schedule we cannot take back cleanly
     task.cancel()
-    session._ping_task = asyncio.get_running_loop().create_task(keep_alive(session, PING_INTERVAL_S))
+    session._ping_task = asyncio.get_running_loop().create_task(keep_alive(session, PING_INTERVAL_S, heard_at))
     return True

@@ -13,7 +13,7 @@ value (`value.lstrip()`), where the SSE specification removes one space, the one
 Whitespace that opens a chunk (a space between two words, an indent, a chunk of only spaces, a
 no-break space) is lost from what the model reads.
 
-`PooledEnvironmentsAPI` is the SDK's API with only those three things changed. It places its own
+`PooledEnvironmentsAPI` is the SDK's API with only these things changed. It places its own
 sessions in the SDK's per-URL table before the SDK would make one, and the SDK does everything
 else (requests, retries, the session protocol):
 
@@ -22,6 +22,8 @@ else (requests, retries, the session protocol):
 - a response left cleanly (no exception) before its end is read to its end first, within
   `DRAIN_TIMEOUT_S` and `DRAIN_LIMIT_BYTES`, so its connection returns to the pool; otherwise it is
   closed as before;
+- it records when the server last answered a request for each session (`env.traffic`), so that
+  `env.keepalive` pings only sessions the server has not heard from lately;
 - server-sent events on its responses are parsed as the specification says (`parse_sse_events`):
   the SDK's stream reader (`resumable_sse`, behind every tool call, session open and group score)
   looks its parser up by name at each call, and the replacement installed there hands our
@@ -47,6 +49,7 @@ from openreward.api.environments.client import AsyncEnvironmentsAPI
 from yarl import URL
 
 from openreward_rl._limits import pool_limit
+from openreward_rl.env.traffic import SessionTraffic
 
 __all__ = ["PooledEnvironmentsAPI", "DrainingResponse", "parse_sse_events", "use_pooled_transport", "DRAIN_TIMEOUT_S", "DRAIN_LIMIT_BYTES"]
 
@@ -188,14 +191,18 @@ class PooledEnvironmentsAPI(AsyncEnvironmentsAPI):
 
     def _pooled_session(self, url: str) -> aiohttp.ClientSession:
         _install_sse_parser()
-        return aiohttp.ClientSession(
+        traffic = SessionTraffic()
+        client = aiohttp.ClientSession(
             base_url=url,
             timeout=self.timeout,
             connector=self._get_connector(),
             trust_env=False,
             response_class=DrainingResponse,
+            trace_configs=[traffic.trace_config],
             **_env_settings(url),
         )
+        traffic.attach(client)
+        return client
 
     def get(self, name: str, variant: str | None = None, base_url: str | None = None) -> Any:
         url = base_url if base_url is not None else self.base_url
