@@ -280,6 +280,10 @@ def test_a_bad_flag_or_option_of_every_command_is_a_config_error() -> None:
         options_from_args(build_parser().parse_args(["train", "--framework", "trl", "--model", "m", "--eval-n", "0"]))
     with pytest.raises(ConfigError, match="n-samples must be at least 2"):
         TrlOptions(model="m", n_samples=1)
+    with pytest.raises(ConfigError, match="--sampler continuous cannot sample under --bf16"):
+        options_from_args(build_parser().parse_args(["train", "--framework", "trl", "--model", "m", "--sampler", "continuous", "--bf16"]))
+    with pytest.raises(ConfigError, match="sampler must be one of waves, continuous, got 'vllm'"):
+        TrlOptions(model="m", sampler="vllm")
     with pytest.raises(ConfigError, match="unknown context policy"):
         context_policy("no-such-policy")
     with pytest.raises(ConfigError, match="max_turns must be at least 1"):

@@ -156,6 +156,53 @@ def test_group_rm_scores_each_group_with_score_group_and_keeps_faults_unscored(e
     assert rewards == [1.0, 0.5, 0.0, None]  # ranks among the three live members; the fault is not scored
 
 
+def test_the_default_sampler_runs_a_steps_first_turns_as_one_wave_on_one_engine_for_the_run(env_server: Any, qwen3_tokenizer: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`sampler="waves"` (the default): every episode of a step declares itself, so their first turns run as
+    one wave however their session openings spread them; one engine serves every step; the model is back
+    in training mode after each."""
+    import torch
+    from openreward import AsyncOpenReward
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from openreward_rl.backends.trl import TrlAdapter
+    from openreward_rl.engines.transformers import SamplingConfig
+    from openreward_rl.engines.waves import WaveEngine
+
+    torch.manual_seed(0)
+    model = Qwen3ForCausalLM(Qwen3Config(vocab_size=151936, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                                         num_key_value_heads=1, head_dim=16, max_position_embeddings=4096))  # fmt: skip
+    model.train()
+    wave_sizes: list[int] = []
+    generate = WaveEngine.generate
+
+    async def recording(self: Any, request: Any) -> Any:
+        generation = await generate(self, request)
+        wave_sizes.append(generation.meta["wave_rows"])
+        return generation
+
+    monkeypatch.setattr(WaveEngine, "generate", recording)
+    config = parse_config({"environments": {"GradedGuess": {"variant": "gradedguess", "base_url": env_server.base_url}}, "parser": "hermes", "upload": False})
+    adapter = TrlAdapter.build(config, qwen3_tokenizer, None, model="Qwen/Qwen3-8B", sampling=SamplingConfig(temperature=1.0), max_new_tokens=4)
+
+    async def client() -> Any:
+        return AsyncOpenReward(api_key="local")
+
+    adapter.rollouts.client = adapter.run(client())
+    tasks = [TaskRef("GradedGuess", "train", index=i) for i in range(3) for _ in range(2)]
+    try:
+        first = adapter.run_episodes(tasks, model=model)
+        engine = adapter._engine
+        assert isinstance(engine, WaveEngine) and model.training
+        first_waves, wave_sizes[:] = list(wave_sizes), []
+        second = adapter.run_episodes(tasks, model=model)
+        assert adapter._engine is engine and model.training
+    finally:
+        adapter.close()
+    assert all(not t.stop_reason.is_infrastructure_failure for t in first + second)
+    # GradedGuess is one reply per episode: each step is one wave of all its episodes
+    assert first_waves == [len(tasks)] * len(tasks) and wave_sizes == [len(tasks)] * len(tasks)
+
+
 def test_a_step_samples_all_its_episodes_at_once_on_one_engine_kept_between_steps(env_server: Any, qwen3_tokenizer: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every episode of a step is in flight at once (no cap by default), and the engine is suspended between
     steps, not rebuilt: the same engine and paged cache serve the next step, and the model's attention
@@ -188,7 +235,8 @@ def test_a_step_samples_all_its_episodes_at_once_on_one_engine_kept_between_step
 
     monkeypatch.setattr(TransformersEngine, "generate", counting)
     config = parse_config({"environments": {"GradedGuess": {"variant": "gradedguess", "base_url": env_server.base_url}}, "parser": "hermes", "upload": False})
-    adapter = TrlAdapter.build(config, qwen3_tokenizer, None, model="Qwen/Qwen3-8B", sampling=SamplingConfig(temperature=1.0), max_new_tokens=4)
+    adapter = TrlAdapter.build(config, qwen3_tokenizer, None, model="Qwen/Qwen3-8B", sampling=SamplingConfig(temperature=1.0), max_new_tokens=4,
+                               sampler="continuous")  # fmt: skip
 
     async def client() -> Any:
         return AsyncOpenReward(api_key="local")
