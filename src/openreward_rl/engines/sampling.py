@@ -17,14 +17,15 @@ E samples with temperature=1.0 for every request (one sampler per engine); got t
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
 
+from openreward_rl.engines.base import ContextLengthError, EngineError, GenerationRequest
 from openreward_rl.errors import ConfigError
 
-__all__ = ["SamplingConfig", "UnsupportedSamplingError", "check_sampling_params", "draw", "eos_ids"]
+__all__ = ["SamplingConfig", "UnsupportedSamplingError", "admit", "check_sampling_params", "draw", "eos_ids"]
 
 TEXT_ONLY_KEYS = frozenset({"skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim"})
 ENGINE_KEYS = ("temperature", "top_p", "top_k")
@@ -120,6 +121,23 @@ def check_sampling_params(sampling: SamplingConfig, params: Mapping[str, Any], e
                 f"{engine} does not support the sampling parameter {key!r} (supported: {supported}; "
                 f"ignored as text-only: {', '.join(sorted(TEXT_ONLY_KEYS))})"
             )
+
+
+def admit(
+    request: GenerationRequest, check: Callable[[Mapping[str, Any]], None], *, engine: str, default_max_new_tokens: int,
+    context_length: int | None, eos: Sequence[int],
+) -> tuple[list[int], int, frozenset[int]]:  # fmt: skip
+    """(input ids, max_new_tokens, stop ids: the eos ids and the request's) for an embedded engine's request, after
+    `check` (the engine's `check_sampling_params`); `EngineError` for no ids, `ContextLengthError` past the context."""
+    params = request.sampling_params
+    check(params)
+    input_ids = [int(t) for t in request.input_ids]
+    if not input_ids:
+        raise EngineError(f"{engine}: a request needs at least one input id")
+    max_new_tokens = int(params.get("max_new_tokens") or default_max_new_tokens)
+    if context_length is not None and len(input_ids) + max_new_tokens > context_length:
+        raise ContextLengthError(f"{len(input_ids)} prompt tokens + max_new_tokens={max_new_tokens} exceed the model's context length {context_length}")
+    return input_ids, max_new_tokens, frozenset(eos) | frozenset(params.get("stop_token_ids") or ())
 
 
 def draw(logits: Any, sampling: SamplingConfig) -> tuple[Any, Any]:

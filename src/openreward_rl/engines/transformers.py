@@ -57,8 +57,8 @@ from typing import Any, ClassVar
 
 import attrs
 
-from openreward_rl.engines.base import ContextLengthError, EngineError, FinishReason, Generation, GenerationRequest
-from openreward_rl.engines.sampling import SamplingConfig, UnsupportedSamplingError, check_sampling_params, eos_ids
+from openreward_rl.engines.base import EngineError, FinishReason, Generation, GenerationRequest
+from openreward_rl.engines.sampling import SamplingConfig, UnsupportedSamplingError, admit, check_sampling_params, eos_ids
 from openreward_rl.errors import ConfigError
 
 __all__ = ["SamplingConfig", "TransformersEngine", "UnsupportedSamplingError", "check_device", "check_model_name", "load_model"]
@@ -318,17 +318,8 @@ class TransformersEngine:
         check_sampling_params(self.sampling, params, "TransformersEngine", "continuous batching fixes the sampler per engine")
 
     async def generate(self, request: GenerationRequest) -> Generation:
-        params = dict(request.sampling_params)
-        self.check_sampling_params(params)
-        input_ids = [int(t) for t in request.input_ids]
-        if not input_ids:
-            raise EngineError("TransformersEngine: a request needs at least one input id")
-        max_new_tokens = int(params.get("max_new_tokens") or self.default_max_new_tokens)
-        if self.context_length is not None and len(input_ids) + max_new_tokens > self.context_length:
-            raise ContextLengthError(
-                f"{len(input_ids)} prompt tokens + max_new_tokens={max_new_tokens} exceed the model's context length {self.context_length}"
-            )
-        stop_ids = frozenset(self._eos) | frozenset(params.get("stop_token_ids") or ())
+        input_ids, max_new_tokens, stop_ids = admit(request, self.check_sampling_params, engine="TransformersEngine",
+                                                    default_max_new_tokens=self.default_max_new_tokens, context_length=self.context_length, eos=self._eos)  # fmt: skip
         manager = self._started()
         request_id = f"{request.request_id or 'req'}-{uuid.uuid4().hex[:12]}"
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()

@@ -59,8 +59,8 @@ from typing import Any, ClassVar
 
 import attrs
 
-from openreward_rl.engines.base import ContextLengthError, EngineError, FinishReason, Generation, GenerationRequest
-from openreward_rl.engines.sampling import SamplingConfig, check_sampling_params, draw, eos_ids
+from openreward_rl.engines.base import EngineError, FinishReason, Generation, GenerationRequest
+from openreward_rl.engines.sampling import SamplingConfig, admit, check_sampling_params, draw, eos_ids
 
 __all__ = ["WaveEngine"]
 
@@ -139,18 +139,9 @@ class WaveEngine:
                 self._changed.notify_all()
 
     async def generate(self, request: GenerationRequest) -> Generation:
-        params = dict(request.sampling_params)
-        self.check_sampling_params(params)
-        input_ids = [int(t) for t in request.input_ids]
-        if not input_ids:
-            raise EngineError("WaveEngine: a request needs at least one input id")
-        max_new_tokens = int(params.get("max_new_tokens") or self.default_max_new_tokens)
-        if self.context_length is not None and len(input_ids) + max_new_tokens > self.context_length:
-            raise ContextLengthError(
-                f"{len(input_ids)} prompt tokens + max_new_tokens={max_new_tokens} exceed the model's context length {self.context_length}"
-            )
-        waiting = _Waiting(input_ids, max_new_tokens, frozenset(self._eos) | frozenset(params.get("stop_token_ids") or ()),
-                           asyncio.get_running_loop().create_future())  # fmt: skip
+        input_ids, max_new_tokens, stop_ids = admit(request, self.check_sampling_params, engine="WaveEngine", default_max_new_tokens=self.default_max_new_tokens,
+                                                    context_length=self.context_length, eos=self._eos)  # fmt: skip
+        waiting = _Waiting(input_ids, max_new_tokens, stop_ids, asyncio.get_running_loop().create_future())
         with self._changed:
             self._check_open()
             self._waiting.append(waiting)
