@@ -57,6 +57,7 @@ from typing import Any, ClassVar
 
 import attrs
 
+from openreward_rl.engines._handoff import reject_from_thread, resolve_from_thread
 from openreward_rl.engines.base import EngineError, FinishReason, Generation, GenerationRequest
 from openreward_rl.engines.sampling import SamplingConfig, UnsupportedSamplingError, admit, check_sampling_params, eos_ids
 from openreward_rl.errors import ConfigError
@@ -392,12 +393,8 @@ class TransformersEngine:
         self._running = True
 
     def _read_results(self, manager: Any, done: threading.Event) -> None:
-        """Reader thread: hand finished outputs to the futures waiting for them, on their loops.
-
-        Outputs that are ready together are resolved in one event-loop callback, so the episodes they
-        wake add their next requests back to back and the manager refills its batch at once (one
-        callback per output let the batch restart half empty at every turn boundary).
-        """
+        """Reader thread: hand finished outputs to the futures waiting for them, on their loops; outputs that are
+        ready together in one callback (`engines._handoff`), so the manager refills its batch at once."""
         while not done.is_set():
             output = manager.get_result(timeout=_POLL_S)
             if output is None:
@@ -410,24 +407,20 @@ class TransformersEngine:
             ready = [output]
             while (more := manager.get_result(timeout=0)) is not None:
                 ready.append(more)
-            by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Any]]] = {}
+            resolved = []
             with self._lock:
                 for item in ready:
                     if not item.is_finished():
                         continue
                     pending = self._pending.pop(item.request_id, None)
                     if pending is not None:  # None: cancelled by its caller
-                        by_loop.setdefault(pending.future.get_loop(), []).append((pending.future, item))
-            for loop, resolved in by_loop.items():
-                loop.call_soon_threadsafe(_resolve_all, resolved)
+                        resolved.append((pending.future, item))
+            resolve_from_thread(resolved)
 
     def _fail_pending(self, error: BaseException) -> None:
         with self._lock:
             pending, self._pending = list(self._pending.values()), {}
-        for item in pending:
-            loop = item.future.get_loop()
-            if not loop.is_closed():
-                loop.call_soon_threadsafe(_reject, item.future, error)
+        reject_from_thread((item.future for item in pending), error)
 
     def suspend(self) -> None:
         """Stop the generation thread and restore the model's attention implementation, keeping the paged cache
@@ -461,13 +454,3 @@ class TransformersEngine:
     async def aclose(self) -> None:
         await asyncio.get_running_loop().run_in_executor(None, self.stop)
 
-
-def _resolve_all(resolved: list[tuple[asyncio.Future[Any], Any]]) -> None:
-    for future, output in resolved:
-        if not future.done():
-            future.set_result(output)
-
-
-def _reject(future: asyncio.Future[Any], error: BaseException) -> None:
-    if not future.done():
-        future.set_exception(error)

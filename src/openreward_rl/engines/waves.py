@@ -59,6 +59,7 @@ from typing import Any, ClassVar
 
 import attrs
 
+from openreward_rl.engines._handoff import reject_from_thread, resolve_from_thread
 from openreward_rl.engines.base import EngineError, FinishReason, Generation, GenerationRequest
 from openreward_rl.engines.sampling import SamplingConfig, admit, check_sampling_params, draw, eos_ids
 
@@ -107,7 +108,7 @@ class WaveEngine:
     _thread: threading.Thread | None = attrs.field(init=False, default=None)
     _closing: bool = attrs.field(init=False, default=False)
     _failure: str | None = attrs.field(init=False, default=None)
-    _forward_options: dict[str, Any] | None = attrs.field(init=False, default=None)
+    _forward_keywords: tuple[str, dict[str, Any]] | None = attrs.field(init=False, default=None)
     last_wave_s: float = attrs.field(init=False, default=0.0)
 
     def __attrs_post_init__(self) -> None:
@@ -174,7 +175,7 @@ class WaveEngine:
                     quiet = time.monotonic() - self._last_arrival
                     patience = self._patience()
                     if full or (self._episodes and len(self._waiting) >= self._episodes) or quiet >= patience:
-                        wave = self._waiting[: self.max_rows] if self.max_rows else list(self._waiting)
+                        wave = self._waiting[: self.max_rows]
                         del self._waiting[: len(wave)]
                         return wave
                     self._changed.wait(patience - quiet)
@@ -200,13 +201,13 @@ class WaveEngine:
                     generations = self._sample_wave(wave)
                 self.last_wave_s = time.monotonic() - started
                 logger.debug("wave of %d requests: %d tokens in %.3f s", len(wave), sum(len(g.output_ids) for g in generations), self.last_wave_s)
-                _resolve(wave, generations)
+                resolve_from_thread(zip((w.future for w in wave), generations, strict=True))
         except BaseException as error:  # the thread must not die silently: its callers would wait forever
             logger.exception("WaveEngine: the sampling thread failed")
             with self._changed:
                 self._failure = f"{type(error).__name__}: {error}"
                 stranded, self._waiting = list(self._waiting), []
-            _reject(stranded + (wave or []), EngineError(f"WaveEngine: the sampling thread failed: {self._failure}"))
+            reject_from_thread((w.future for w in stranded + (wave or [])), EngineError(f"WaveEngine: the sampling thread failed: {self._failure}"))
 
     def _sample_wave(self, wave: list[_Waiting]) -> list[Generation]:
         import torch
@@ -217,11 +218,10 @@ class WaveEngine:
         width = max(len(w.input_ids) for w in wave)
         ids = torch.full((rows, width), self._eos[0], dtype=torch.long)
         mask = torch.zeros((rows, width), dtype=torch.long)
+        stops = torch.full((rows, max(len(w.stop_ids) for w in wave)), -1, dtype=torch.long)
         for row, waiting in enumerate(wave):
             ids[row, width - len(waiting.input_ids) :] = torch.tensor(waiting.input_ids)
             mask[row, width - len(waiting.input_ids) :] = 1
-        stops = torch.full((rows, max(len(w.stop_ids) for w in wave)), -1, dtype=torch.long)
-        for row, waiting in enumerate(wave):
             stops[row, : len(waiting.stop_ids)] = torch.tensor(sorted(waiting.stop_ids))
         limits = torch.tensor([w.max_new_tokens for w in wave])
         ids, mask, stops, limits = (t.to(device) for t in (ids, mask, stops, limits))
@@ -232,7 +232,7 @@ class WaveEngine:
         sampled: list[tuple[Any, Any, Any]] = []  # per step: (tokens, log-probs, which rows they count for)
         lengths = torch.zeros(rows, dtype=torch.long, device=device)
         position = positions[:, -1:]
-        for _ in range(int(limits.max())):
+        for _ in range(max(w.max_new_tokens for w in wave)):
             tokens, logprobs = draw(logits, self.sampling)
             sampled.append((tokens, logprobs, alive))
             lengths += alive.long()
@@ -247,18 +247,10 @@ class WaveEngine:
         return self._generations(wave, sampled)
 
     def _forward(self, ids: Any, mask: Any, positions: Any, cache: Any) -> Any:
-        if self._forward_options is None:
-            try:
-                accepted = set(inspect.signature(self.model.forward).parameters)
-            except (TypeError, ValueError):
-                accepted = set()
-            # transformers 5.24 names the cache `cache` (`past_key_values` deprecated); older releases only know the latter
-            self._forward_options = {"cache_name": "cache" if "cache" in accepted else "past_key_values"}
-            if "logits_to_keep" in accepted:  # only the last position's logits, where the model can skip the rest
-                self._forward_options["logits_to_keep"] = 1
-        options = dict(self._forward_options)
-        options[options.pop("cache_name")] = cache
-        output = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **options)
+        if self._forward_keywords is None:
+            self._forward_keywords = _forward_keywords(self.model.forward)
+        cache_name, extra = self._forward_keywords
+        output = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **{cache_name: cache}, **extra)
         return output.logits[:, -1]
 
     def _generations(self, wave: list[_Waiting], sampled: list[tuple[Any, Any, Any]]) -> list[Generation]:
@@ -288,7 +280,7 @@ class WaveEngine:
             stranded, self._waiting = list(self._waiting), []
             self._changed.notify_all()
             thread, self._thread = self._thread, None
-        _reject(stranded, EngineError("WaveEngine was closed"))
+        reject_from_thread((w.future for w in stranded), EngineError("WaveEngine was closed"))
         if thread is not None and thread is not threading.current_thread():
             thread.join()
 
@@ -296,28 +288,12 @@ class WaveEngine:
         await asyncio.get_running_loop().run_in_executor(None, self.stop)
 
 
-def _resolve(wave: list[_Waiting], generations: list[Generation]) -> None:
-    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Generation], Generation]]] = {}
-    for waiting, generation in zip(wave, generations, strict=True):
-        by_loop.setdefault(waiting.future.get_loop(), []).append((waiting.future, generation))
-    for loop, resolved in by_loop.items():
-        if not loop.is_closed():
-            loop.call_soon_threadsafe(_set_results, resolved)
-
-
-def _set_results(resolved: list[tuple[asyncio.Future[Generation], Generation]]) -> None:
-    for future, generation in resolved:
-        if not future.done():
-            future.set_result(generation)
-
-
-def _reject(waiting: list[_Waiting], error: BaseException) -> None:
-    for item in waiting:
-        loop = item.future.get_loop()
-        if not loop.is_closed():
-            loop.call_soon_threadsafe(_fail, item.future, error)
-
-
-def _fail(future: asyncio.Future[Generation], error: BaseException) -> None:
-    if not future.done():
-        future.set_exception(error)
+def _forward_keywords(forward: Any) -> tuple[str, dict[str, Any]]:
+    """The name `forward` takes the key/value cache by, and the keywords that keep only the last position's logits."""
+    try:
+        accepted = set(inspect.signature(forward).parameters)
+    except (TypeError, ValueError):
+        accepted = set()
+    # transformers 5.24 names the cache `cache` (`past_key_values` deprecated); older releases only know the latter
+    cache_name = "cache" if "cache" in accepted else "past_key_values"
+    return cache_name, {"logits_to_keep": 1} if "logits_to_keep" in accepted else {}
