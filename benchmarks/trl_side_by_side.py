@@ -333,15 +333,11 @@ OURS = {"ours": "waves", "ours-continuous": "continuous"}
 
 
 def use_sampler(session: Any, sampler: str, options: Any) -> None:
-    """Fresh weights in the session's model and its adapter on `sampler` (a new engine over the model)."""
+    """Fresh weights in the session's model and its adapter on `sampler` (its next step builds that engine)."""
     fresh, _ = fresh_model(options)
     session.model.load_state_dict(fresh.state_dict())
     del fresh
-    adapter = session.adapter
-    if adapter.sampler != sampler and adapter._engine is not None:
-        adapter._engine.stop()
-        adapter._engine = None
-    adapter.sampler = sampler
+    session.adapter.sampler = sampler
 
 
 def fresh_model(options: Any) -> tuple[Any, Any]:

@@ -261,20 +261,17 @@ class TrlAdapter:
                 sampler.suspend()  # continuous: restores the attention implementation it switched; keeps the cache
 
     def engine_for(self, model: Any) -> WaveEngine | TransformersEngine:
-        """The adapter's engine over `model` (one for the run; a new one only if the model object changes)."""
+        """The adapter's engine over `model` (one for the run; a new one only if the model object or `sampler` changes)."""
         generation_model = _generation_model(model)
-        if self._engine is not None and self._engine.model is not generation_model:
+        kind = WaveEngine if self.sampler == "waves" else TransformersEngine
+        if self._engine is not None and (self._engine.model is not generation_model or type(self._engine) is not kind):
             self._engine.stop()
             self._engine = None
-        if self._engine is None and self.sampler == "waves":
-            self._engine = WaveEngine(
+        if self._engine is None:
+            options = {} if kind is WaveEngine else {"continuous_batching": self.continuous_batching, "max_sequences": self.max_sequences}
+            self._engine = kind(
                 generation_model, self.tokenizer, sampling=self.sampling, default_max_new_tokens=self.rollouts.max_new_tokens,
-                context_length=self.rollouts.max_context_len,
-            )  # fmt: skip
-        elif self._engine is None:
-            self._engine = TransformersEngine(
-                generation_model, self.tokenizer, sampling=self.sampling, default_max_new_tokens=self.rollouts.max_new_tokens,
-                context_length=self.rollouts.max_context_len, continuous_batching=self.continuous_batching, max_sequences=self.max_sequences,
+                context_length=self.rollouts.max_context_len, **options,
             )  # fmt: skip
         return self._engine
 
