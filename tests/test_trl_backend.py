@@ -156,22 +156,34 @@ def test_group_rm_scores_each_group_with_score_group_and_keeps_faults_unscored(e
     assert rewards == [1.0, 0.5, 0.0, None]  # ranks among the three live members; the fault is not scored
 
 
-def test_the_default_sampler_runs_a_steps_first_turns_as_one_wave_on_one_engine_for_the_run(env_server: Any, qwen3_tokenizer: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """`sampler="waves"` (the default): every episode of a step declares itself, so their first turns run as
-    one wave however their session openings spread them; one engine serves every step; the model is back
-    in training mode after each."""
+def graded_guess_adapter(env_server: Any, tokenizer: Any, **options: Any) -> tuple[Any, Any, list[TaskRef]]:
+    """(a one-layer random Qwen3, a `TrlAdapter` over the local GradedGuess server with a client, 3 tasks x 2)."""
     import torch
     from openreward import AsyncOpenReward
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     from openreward_rl.backends.trl import TrlAdapter
     from openreward_rl.engines.transformers import SamplingConfig
-    from openreward_rl.engines.waves import WaveEngine
 
     torch.manual_seed(0)
     model = Qwen3ForCausalLM(Qwen3Config(vocab_size=151936, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
                                          num_key_value_heads=1, head_dim=16, max_position_embeddings=4096))  # fmt: skip
-    model.train()
+    config = parse_config({"environments": {"GradedGuess": {"variant": "gradedguess", "base_url": env_server.base_url}}, "parser": "hermes", "upload": False})
+    adapter = TrlAdapter.build(config, tokenizer, None, model="Qwen/Qwen3-8B", sampling=SamplingConfig(temperature=1.0), max_new_tokens=4, **options)
+
+    async def client() -> Any:
+        return AsyncOpenReward(api_key="local")
+
+    adapter.rollouts.client = adapter.run(client())
+    return model, adapter, [TaskRef("GradedGuess", "train", index=i) for i in range(3) for _ in range(2)]
+
+
+def test_the_default_sampler_runs_a_steps_first_turns_as_one_wave_on_one_engine_for_the_run(env_server: Any, qwen3_tokenizer: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`sampler="waves"` (the default): every episode of a step declares itself, so their first turns run as
+    one wave however their session openings spread them; one engine serves every step; the model is back
+    in training mode after each."""
+    from openreward_rl.engines.waves import WaveEngine
+
     wave_sizes: list[int] = []
     generate = WaveEngine.generate
 
@@ -181,14 +193,7 @@ def test_the_default_sampler_runs_a_steps_first_turns_as_one_wave_on_one_engine_
         return generation
 
     monkeypatch.setattr(WaveEngine, "generate", recording)
-    config = parse_config({"environments": {"GradedGuess": {"variant": "gradedguess", "base_url": env_server.base_url}}, "parser": "hermes", "upload": False})
-    adapter = TrlAdapter.build(config, qwen3_tokenizer, None, model="Qwen/Qwen3-8B", sampling=SamplingConfig(temperature=1.0), max_new_tokens=4)
-
-    async def client() -> Any:
-        return AsyncOpenReward(api_key="local")
-
-    adapter.rollouts.client = adapter.run(client())
-    tasks = [TaskRef("GradedGuess", "train", index=i) for i in range(3) for _ in range(2)]
+    model, adapter, tasks = graded_guess_adapter(env_server, qwen3_tokenizer)
     try:
         first = adapter.run_episodes(tasks, model=model)
         engine = adapter._engine
@@ -196,6 +201,8 @@ def test_the_default_sampler_runs_a_steps_first_turns_as_one_wave_on_one_engine_
         first_waves, wave_sizes[:] = list(wave_sizes), []
         second = adapter.run_episodes(tasks, model=model)
         assert adapter._engine is engine and model.training
+        adapter.sampler = "continuous"  # a changed sampler gets its own engine
+        assert type(adapter.engine_for(model)).__name__ == "TransformersEngine"
     finally:
         adapter.close()
     assert all(not t.stop_reason.is_infrastructure_failure for t in first + second)
@@ -209,17 +216,8 @@ def test_a_step_samples_all_its_episodes_at_once_on_one_engine_kept_between_step
     implementation is its own again while the trainer uses it."""
     import asyncio
 
-    import torch
-    from openreward import AsyncOpenReward
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+    from openreward_rl.engines.transformers import TransformersEngine
 
-    from openreward_rl.backends.trl import TrlAdapter
-    from openreward_rl.engines.transformers import SamplingConfig, TransformersEngine
-
-    torch.manual_seed(0)
-    model = Qwen3ForCausalLM(Qwen3Config(vocab_size=151936, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-                                         num_key_value_heads=1, head_dim=16, max_position_embeddings=4096))  # fmt: skip
-    attention = model.config._attn_implementation
     in_flight, most = 0, 0
     generate = TransformersEngine.generate
 
@@ -234,15 +232,8 @@ def test_a_step_samples_all_its_episodes_at_once_on_one_engine_kept_between_step
             in_flight -= 1
 
     monkeypatch.setattr(TransformersEngine, "generate", counting)
-    config = parse_config({"environments": {"GradedGuess": {"variant": "gradedguess", "base_url": env_server.base_url}}, "parser": "hermes", "upload": False})
-    adapter = TrlAdapter.build(config, qwen3_tokenizer, None, model="Qwen/Qwen3-8B", sampling=SamplingConfig(temperature=1.0), max_new_tokens=4,
-                               sampler="continuous")  # fmt: skip
-
-    async def client() -> Any:
-        return AsyncOpenReward(api_key="local")
-
-    adapter.rollouts.client = adapter.run(client())
-    tasks = [TaskRef("GradedGuess", "train", index=i) for i in range(3) for _ in range(2)]
+    model, adapter, tasks = graded_guess_adapter(env_server, qwen3_tokenizer, sampler="continuous")
+    attention = model.config._attn_implementation
     try:
         first = adapter.run_episodes(tasks, model=model)
         engine, processor = adapter._engine, adapter._engine._manager.batch_processor

@@ -10,37 +10,10 @@ import asyncio
 import pytest
 import torch
 
-from openreward_rl.assets import load_tokenizer
 from openreward_rl.engines import ContextLengthError, EngineError, FinishReason, GenerationRequest
 from openreward_rl.engines.sampling import SamplingConfig, UnsupportedSamplingError, draw
 from openreward_rl.engines.waves import WaveEngine
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return load_tokenizer("offline:qwen3")
-
-
-@pytest.fixture(scope="module")
-def tiny_model():
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    torch.manual_seed(1234)
-    config = Qwen3Config(
-        vocab_size=151936, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=512,
-    )  # fmt: skip
-    model = Qwen3ForCausalLM(config).eval()
-    with torch.no_grad():  # sharper than the default init, so sampled tokens differ from argmax and log-probs vary
-        model.lm_head.weight.mul_(40.0)
-    return model
-
-
-def teacher_forced_logprobs(model, prompt, sampled, temperature: float = 1.0) -> list[float]:
-    with torch.no_grad():
-        logits = model(torch.tensor([list(prompt) + list(sampled)])).logits[0].float()
-    logprobs = torch.log_softmax(logits / temperature, dim=-1)
-    return [logprobs[len(prompt) - 1 + i, token].item() for i, token in enumerate(sampled)]
+from test_transformers_engine import teacher_forced_logprobs, tiny_model, tokenizer  # noqa: F401  (fixtures)
 
 
 def alone(model, prompt, max_new_tokens: int, stop_ids) -> list[int]:
