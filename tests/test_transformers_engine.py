@@ -5,6 +5,7 @@ teacher-forced forward pass of the same model."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 import torch
@@ -41,7 +42,8 @@ def teacher_forced_logprobs(model, prompt, sampled, temperature: float = 1.0) ->
     return [logprobs[len(prompt) - 1 + i, token].item() for i, token in enumerate(sampled)]
 
 
-def run(engine: TransformersEngine, *requests: GenerationRequest):
+def run(engine: Any, *requests: GenerationRequest) -> list[Any]:
+    """Every request at once on `engine` (any `Engine`), then close it."""
     async def go():
         try:
             return await asyncio.gather(*(engine.generate(r) for r in requests))

@@ -13,7 +13,7 @@ import torch
 from openreward_rl.engines import ContextLengthError, EngineError, FinishReason, GenerationRequest
 from openreward_rl.engines.sampling import SamplingConfig, UnsupportedSamplingError, draw
 from openreward_rl.engines.waves import WaveEngine
-from test_transformers_engine import teacher_forced_logprobs, tiny_model, tokenizer  # noqa: F401  (fixtures)
+from test_transformers_engine import run, teacher_forced_logprobs, tiny_model, tokenizer  # noqa: F401  (fixtures)
 
 
 def alone(model, prompt, max_new_tokens: int, stop_ids) -> list[int]:
@@ -21,16 +21,6 @@ def alone(model, prompt, max_new_tokens: int, stop_ids) -> list[int]:
     with torch.no_grad():
         out = model.generate(torch.tensor([prompt]), max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=list(stop_ids), pad_token_id=0)
     return out[0, len(prompt) :].tolist()
-
-
-def run(engine: WaveEngine, *requests: GenerationRequest):
-    async def go():
-        try:
-            return await asyncio.gather(*(engine.generate(r) for r in requests))
-        finally:
-            await engine.aclose()
-
-    return asyncio.run(go())
 
 
 def uneven_prompts(tokenizer) -> list[list[int]]:
