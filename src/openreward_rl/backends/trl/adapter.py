@@ -88,7 +88,7 @@ from openreward_rl.loop.rollout import EpisodeBuilder, Rollouts, check_engine_re
 from openreward_rl.loop.trajectory import Trajectory
 from openreward_rl.observe.metrics import flat_metrics, summarize
 
-__all__ = ["Completion", "TrlAdapter", "completion_of", "failures", "task_dataset", "task_prompt"]
+__all__ = ["SAMPLERS", "Completion", "TrlAdapter", "completion_of", "failures", "task_dataset", "task_prompt"]
 
 logger = logging.getLogger(__name__)
 
@@ -161,6 +161,9 @@ def _reward(trajectory: Trajectory) -> float | None:
     return trajectory.trained_reward if trajectory.trainable else None
 
 
+SAMPLERS = ("waves", "continuous")  # how the live model is sampled (`TrlAdapter.sampler`); the first is the default
+
+
 @contextlib.contextmanager
 def sampling_mode(model: Any) -> Iterator[None]:
     """Eval mode and no gradients while sampling; the model's training mode comes back after."""
@@ -206,7 +209,7 @@ class TrlAdapter:
     continuous_batching: Mapping[str, Any] = attrs.field(factory=dict)
     resample_zero_spread: int = attrs.field(default=0)
     max_sequences: int | None = None
-    sampler: str = "waves"
+    sampler: str = SAMPLERS[0]
     last_trajectories: list[Trajectory] = attrs.field(factory=list)
     last_signal: StepSignal = attrs.field(factory=StepSignal)
     _engine: WaveEngine | TransformersEngine | None = attrs.field(default=None)

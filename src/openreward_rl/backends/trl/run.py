@@ -24,7 +24,7 @@ from typing import Any
 import attrs
 
 from openreward_rl._options import same_named
-from openreward_rl.backends.trl.adapter import TrlAdapter, task_dataset
+from openreward_rl.backends.trl.adapter import SAMPLERS, TrlAdapter, task_dataset
 from openreward_rl.config import TrainConfig
 from openreward_rl.engines.transformers import SamplingConfig
 from openreward_rl.env.tasks import TaskRef
@@ -32,10 +32,8 @@ from openreward_rl.errors import ConfigError
 from openreward_rl.loop.trajectory import StopReason, Trajectory
 from openreward_rl.observe.metrics import EnvironmentSummary, summarize
 
-__all__ = ["SAMPLERS", "EvalStats", "TrlOptions", "TrlSession", "eval_stats", "grpo_config", "last_checkpoint", "lora_config", "quiet_trainer", "trainable_gguf"]
+__all__ = ["EvalStats", "TrlOptions", "TrlSession", "eval_stats", "grpo_config", "last_checkpoint", "lora_config", "quiet_trainer", "trainable_gguf"]
 
-
-SAMPLERS = ("waves", "continuous")
 
 
 @attrs.frozen
@@ -86,7 +84,7 @@ class TrlOptions:
     logging_steps: int = 1
     family: str | None = None
     gradient_checkpointing: bool = False
-    sampler: str = "waves"
+    sampler: str = SAMPLERS[0]
     sampler_memory: float = 0.5
     resample_zero_spread: int | None = None
     max_failed_steps: int = 3
