@@ -154,7 +154,9 @@ def loopback_environ(base: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def _free_loopback_socket() -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # proto IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on accepted sockets whose proto says TCP, and
+    # without it every answer on a kept-alive connection waited ~40 ms for the client's delayed ACK (Nagle)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((LOOPBACK, 0))
     return sock
