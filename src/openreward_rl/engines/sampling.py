@@ -153,7 +153,8 @@ def draw(logits: Any, sampling: SamplingConfig) -> tuple[Any, Any]:
     if sampling.greedy:
         tokens = logits.argmax(dim=-1)
         return tokens, torch.log_softmax(logits, dim=-1).gather(-1, tokens[:, None]).squeeze(-1)
-    logits = logits / sampling.temperature
+    if sampling.temperature != 1.0:
+        logits = logits / sampling.temperature
     if sampling.top_k != -1 and sampling.top_k < logits.shape[-1]:
         kth = torch.topk(logits, sampling.top_k, dim=-1).values[:, -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
