@@ -12,7 +12,9 @@ tokens) in float32 weights with its forward under bf16 autocast, as a trainer wi
   (all in flight at once), suspended after each step as `train --framework trl` does;
 - engine, restarted: the same with the engine stopped after each step (the old per-step restart);
 - waves: one `WaveEngine` kept for the run (`train --framework trl --sampler waves`), every sequence a
-  concurrent `generate` request, sampled in left-padded waves.
+  concurrent `generate` request, sampled in left-padded waves; on CUDA each wave's decode step is a
+  replayed CUDA graph over a static cache (`decode="auto"`);
+- waves-eager: the same with every forward run eagerly over a growing cache (`decode="eager"`).
 
 `--model offline:smollm2` takes the packaged SmolLM2-135M-Instruct with its real weights instead (replies
 then end at their eos, so the paths sample different numbers of tokens: compare tokens per second).
@@ -162,9 +164,9 @@ def main() -> None:
             holder: dict[str, Any] = {}
 
             def engine(holder: dict[str, Any] = holder, path: str = path) -> Any:
-                if "engine" not in holder and path == "waves":
+                if "engine" not in holder and path.startswith("waves"):
                     holder["engine"] = WaveEngine(model, tokenizer, sampling=SamplingConfig(temperature=1.0), default_max_new_tokens=args.max_new_tokens,
-                                                  context_length=1024)  # fmt: skip
+                                                  context_length=1024, decode="eager" if path == "waves-eager" else "auto")  # fmt: skip
                 elif "engine" not in holder:
                     holder["engine"] = TransformersEngine(model, tokenizer, sampling=SamplingConfig(temperature=1.0), default_max_new_tokens=args.max_new_tokens,
                                                           context_length=1024, max_sequences=len(prompts), continuous_batching={"max_memory_percent": 0.5})  # fmt: skip

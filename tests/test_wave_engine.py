@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from openreward_rl.engines import ContextLengthError, EngineError, FinishReason, GenerationRequest
+from openreward_rl.engines._decode import StaticDecoder
 from openreward_rl.engines.sampling import SamplingConfig, UnsupportedSamplingError, draw
 from openreward_rl.engines.waves import WaveEngine
 from test_transformers_engine import run, teacher_forced_logprobs, tiny_model, tokenizer  # noqa: F401  (fixtures)
@@ -28,8 +29,9 @@ def uneven_prompts(tokenizer) -> list[list[int]]:
     return [tokenizer.encode(text) for text in texts]
 
 
-def test_a_wave_of_uneven_prompts_samples_what_each_prompt_alone_samples(tiny_model, tokenizer) -> None:
-    engine = WaveEngine(tiny_model, tokenizer, sampling=SamplingConfig(temperature=0))
+@pytest.mark.parametrize("decode", ["eager", "static"])
+def test_a_wave_of_uneven_prompts_samples_what_each_prompt_alone_samples(tiny_model, tokenizer, decode: str) -> None:
+    engine = WaveEngine(tiny_model, tokenizer, sampling=SamplingConfig(temperature=0), decode=decode)
     inputs = uneven_prompts(tokenizer)
     limits = [6, 11, 3, 8]  # rows leave the batch at different steps
     outputs = run(engine, *(GenerationRequest(p, {"max_new_tokens": m}) for p, m in zip(inputs, limits, strict=True)))
@@ -41,11 +43,12 @@ def test_a_wave_of_uneven_prompts_samples_what_each_prompt_alone_samples(tiny_mo
         assert output.meta["wave_rows"] == len(inputs)
 
 
-def test_a_row_that_meets_its_stop_id_ends_with_it_while_the_others_go_on(tiny_model, tokenizer) -> None:
+@pytest.mark.parametrize("decode", ["eager", "static"])
+def test_a_row_that_meets_its_stop_id_ends_with_it_while_the_others_go_on(tiny_model, tokenizer, decode: str) -> None:
     inputs = uneven_prompts(tokenizer)
     free = alone(tiny_model, inputs[1], 8, [tokenizer.eos_token_id])
     stop = free[2]  # the third id the row samples, made a stop id for that request only
-    engine = WaveEngine(tiny_model, tokenizer, sampling=SamplingConfig(temperature=0))
+    engine = WaveEngine(tiny_model, tokenizer, sampling=SamplingConfig(temperature=0), decode=decode)
     stopped, other = run(
         engine,
         GenerationRequest(inputs[1], {"max_new_tokens": 8, "stop_token_ids": [stop]}),
@@ -56,9 +59,10 @@ def test_a_row_that_meets_its_stop_id_ends_with_it_while_the_others_go_on(tiny_m
     assert list(other.output_ids) == alone(tiny_model, inputs[0], 8, engine.eos_token_ids)
 
 
-def test_sampled_logprobs_are_the_temperature_scaled_distribution(tiny_model, tokenizer) -> None:
+@pytest.mark.parametrize("decode", ["eager", "static"])
+def test_sampled_logprobs_are_the_temperature_scaled_distribution(tiny_model, tokenizer, decode: str) -> None:
     torch.manual_seed(7)
-    engine = WaveEngine(tiny_model, tokenizer, sampling=SamplingConfig(temperature=0.7))
+    engine = WaveEngine(tiny_model, tokenizer, sampling=SamplingConfig(temperature=0.7), decode=decode)
     inputs = uneven_prompts(tokenizer)
     outputs = run(engine, *(GenerationRequest(p, {"max_new_tokens": 6, "temperature": 0.7}) for p in inputs))
     for prompt, output in zip(inputs, outputs, strict=True):
@@ -222,14 +226,54 @@ def test_a_request_longer_than_the_context_is_a_context_length_error(tiny_model,
         run(engine, GenerationRequest(list(range(100, 600)), {"max_new_tokens": 20}))
 
 
-def test_smollm2_answers_and_its_logprobs_match_a_forward_pass() -> None:
+@pytest.mark.parametrize("decode", ["eager", "static"])
+def test_smollm2_answers_and_its_logprobs_match_a_forward_pass(decode: str) -> None:
     from openreward_rl.engines.transformers import load_model
 
     model, tokenizer = load_model("offline:smollm2", device="cpu")
     messages = [[{"role": "user", "content": text}] for text in ("What is 2 + 2?", "Name a colour of the sky, in one word.")]
     inputs = [tokenizer.apply_chat_template(m, add_generation_prompt=True, tokenize=True, return_dict=False) for m in messages]
-    engine = WaveEngine(model, tokenizer, sampling=SamplingConfig(temperature=0))
+    engine = WaveEngine(model, tokenizer, sampling=SamplingConfig(temperature=0), decode=decode)
     outputs = run(engine, *(GenerationRequest(list(p), {"max_new_tokens": 24}) for p in inputs))
     for prompt, output in zip(inputs, outputs, strict=True):
         assert list(output.output_ids) == alone(model, list(prompt), 24, engine.eos_token_ids)
         assert output.logprobs == pytest.approx(teacher_forced_logprobs(model, prompt, output.output_ids), abs=2e-3)
+
+
+def test_the_static_decoder_serves_full_attention_under_sdpa_only(tiny_model) -> None:
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    assert tiny_model.config._attn_implementation == "sdpa" and StaticDecoder.serves(tiny_model)
+    sliding = Qwen3ForCausalLM(Qwen3Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                                           num_key_value_heads=1, head_dim=16, use_sliding_window=True, sliding_window=8,
+                                           max_window_layers=1, layer_types=["full_attention", "sliding_attention"]))  # fmt: skip
+    assert not StaticDecoder.serves(sliding)  # one 4D mask cannot say two layers' windows
+    eager = Qwen3ForCausalLM(Qwen3Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                                         num_key_value_heads=1, head_dim=16, attn_implementation="eager"))  # fmt: skip
+    assert not StaticDecoder.serves(eager)  # eager attention adds a float mask; the decoder builds sdpa's boolean one
+
+
+def test_a_static_decode_that_fails_is_sampled_again_eagerly_and_the_engine_stays_eager(tiny_model, tokenizer, monkeypatch, caplog) -> None:
+    steps: list[int] = []
+
+    def cannot_capture(self, index, tokens, positions):
+        steps.append(index)
+        raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(StaticDecoder, "step", cannot_capture)
+    engine = WaveEngine(tiny_model, tokenizer, sampling=SamplingConfig(temperature=0), decode="static")
+    inputs = uneven_prompts(tokenizer)
+
+    async def two_waves():
+        try:
+            first = await asyncio.gather(*(engine.generate(GenerationRequest(p, {"max_new_tokens": 5})) for p in inputs))
+            return first, [await engine.generate(GenerationRequest(inputs[0], {"max_new_tokens": 5}))]
+        finally:
+            await engine.aclose()
+
+    with caplog.at_level("WARNING", logger="openreward_rl.engines.waves"):
+        first, second = asyncio.run(two_waves())
+    assert steps == [0]  # the second wave never tried the static decoder
+    for prompt, output in zip([*inputs, inputs[0]], [*first, *second], strict=True):
+        assert list(output.output_ids) == alone(tiny_model, prompt, 5, engine.eos_token_ids)
+    assert "static-cache decode failed (RuntimeError: CUDA error: operation not permitted" in caplog.text

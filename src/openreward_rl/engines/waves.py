@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import logging
 import threading
 import time
@@ -59,6 +58,7 @@ from typing import Any, ClassVar
 
 import attrs
 
+from openreward_rl.engines._decode import EagerDecoder, StaticDecoder, forward_keywords
 from openreward_rl.engines._handoff import reject_from_thread, resolve_from_thread
 from openreward_rl.engines.base import EngineError, FinishReason, Generation, GenerationRequest
 from openreward_rl.engines.sampling import SamplingConfig, admit, check_sampling_params, draw, eos_ids
@@ -67,6 +67,7 @@ __all__ = ["WaveEngine"]
 
 logger = logging.getLogger(__name__)
 
+DECODES = ("auto", "eager", "static")  # `WaveEngine.decode`; see engines/_decode.py
 _FIRST_PATIENCE_S = 0.25  # before any wave has run, for declared episodes still missing
 
 
@@ -88,6 +89,10 @@ class WaveEngine:
     - `context_length`: prompt + max_new_tokens limit; defaults to the model's `max_position_embeddings`.
     - `gather_s`: how long a wave waits for one more request once requests are waiting.
     - `max_rows`: the most requests in one wave (None: every one waiting).
+    - `decode`: how a wave's forwards run (engines/_decode.py): `auto` replays each wave's decode step as a CUDA
+      graph over a static cache where the model is on CUDA and `StaticDecoder.serves` it, else decodes eagerly;
+      `eager` always decodes over a growing cache; `static` always over a static cache (graphs on CUDA only).
+      A wave whose static decode fails is sampled again eagerly, and the engine decodes eagerly from then on.
     """
 
     reads_images: ClassVar[bool] = False
@@ -100,6 +105,7 @@ class WaveEngine:
     context_length: int | None = None
     gather_s: float = 0.02
     max_rows: int | None = None
+    decode: str = attrs.field(default="auto", validator=attrs.validators.in_(DECODES))
     _eos: tuple[int, ...] = attrs.field(init=False, default=())
     _waiting: list[_Waiting] = attrs.field(init=False, factory=list)
     _episodes: int = attrs.field(init=False, default=0)
@@ -108,7 +114,9 @@ class WaveEngine:
     _thread: threading.Thread | None = attrs.field(init=False, default=None)
     _closing: bool = attrs.field(init=False, default=False)
     _failure: str | None = attrs.field(init=False, default=None)
-    _forward_keywords: tuple[str, dict[str, Any]] | None = attrs.field(init=False, default=None)
+    _keywords: tuple[str, dict[str, Any]] | None = attrs.field(init=False, default=None)
+    _serves_static: bool | None = attrs.field(init=False, default=None)
+    _static_failure: str | None = attrs.field(init=False, default=None)
     last_wave_s: float = attrs.field(init=False, default=0.0)
 
     def __attrs_post_init__(self) -> None:
@@ -211,7 +219,6 @@ class WaveEngine:
 
     def _sample_wave(self, wave: list[_Waiting]) -> list[Generation]:
         import torch
-        from transformers import DynamicCache
 
         device = self.model.device
         rows = len(wave)
@@ -227,12 +234,38 @@ class WaveEngine:
         ids, mask, stops, limits = (t.to(device) for t in (ids, mask, stops, limits))
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         steps = max(w.max_new_tokens for w in wave)
-        mask = torch.cat([mask, mask.new_ones((rows, steps))], dim=-1)  # each step's mask is a view of its first columns
-        cache = DynamicCache(config=self.model.config)
-        logits = self._forward(ids, mask[:, :width], positions, cache)
-        alive = torch.ones(rows, dtype=torch.bool, device=device)  # rows still sampling
+        decoder = self._decoder(mask, steps)
+        try:
+            return self._decode(wave, decoder, ids, positions, stops, limits, steps)
+        except Exception as error:
+            if not isinstance(decoder, StaticDecoder):
+                raise
+            # a model whose forward cannot be captured (a host sync, an unsupported op): this engine decodes eagerly from now on
+            self._static_failure = f"{type(error).__name__}: {error}"
+            logger.warning("WaveEngine: the static-cache decode failed (%s); decoding eagerly from now on", self._static_failure)
+            return self._decode(wave, self._decoder(mask, steps), ids, positions, stops, limits, steps)
+
+    def _decoder(self, mask: Any, steps: int) -> EagerDecoder | StaticDecoder:
+        if self._keywords is None:
+            self._keywords = forward_keywords(self.model.forward)
+        cuda = mask.device.type == "cuda"
+        if self._static_failure is None and (self.decode == "static" or (self.decode == "auto" and cuda and self._static_serves())):
+            return StaticDecoder(self.model, self._keywords, mask, steps, graphs=cuda)
+        return EagerDecoder(self.model, self._keywords, mask, steps)
+
+    def _static_serves(self) -> bool:
+        if self._serves_static is None:
+            self._serves_static = StaticDecoder.serves(self.model)
+        return self._serves_static
+
+    def _decode(self, wave: list[_Waiting], decoder: EagerDecoder | StaticDecoder, ids: Any, positions: Any, stops: Any, limits: Any, steps: int) -> list[Generation]:
+        import torch
+
+        rows = len(wave)
+        logits = decoder.prefill(ids, positions)
+        alive = torch.ones(rows, dtype=torch.bool, device=ids.device)  # rows still sampling
         sampled: list[tuple[Any, Any, Any]] = []  # per step: (tokens, log-probs, which rows they count for)
-        lengths = torch.zeros(rows, dtype=torch.long, device=device)
+        lengths = torch.zeros(rows, dtype=torch.long, device=ids.device)
         position = positions[:, -1:]
         for step in range(steps):
             tokens, logprobs = draw(logits, self.sampling)
@@ -244,15 +277,8 @@ class WaveEngine:
             # finished rows stay in the batch, as in `model.generate`: dropping them changes the batch's shape, and
             # doing so whenever a row finished made a wave 2.5x slower than `generate` on an H100
             position = position + 1
-            logits = self._forward(tokens[:, None], mask[:, : width + step + 1], position, cache)
+            logits = decoder.step(step, tokens, position)
         return self._generations(wave, sampled)
-
-    def _forward(self, ids: Any, mask: Any, positions: Any, cache: Any) -> Any:
-        if self._forward_keywords is None:
-            self._forward_keywords = _forward_keywords(self.model.forward)
-        cache_name, extra = self._forward_keywords
-        output = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **{cache_name: cache}, **extra)
-        return output.logits[:, -1]
 
     def _generations(self, wave: list[_Waiting], sampled: list[tuple[Any, Any, Any]]) -> list[Generation]:
         import torch
@@ -289,13 +315,3 @@ class WaveEngine:
     async def aclose(self) -> None:
         await asyncio.get_running_loop().run_in_executor(None, self.stop)
 
-
-def _forward_keywords(forward: Any) -> tuple[str, dict[str, Any]]:
-    """The name `forward` takes the key/value cache by, and the keywords that keep only the last position's logits."""
-    try:
-        accepted = set(inspect.signature(forward).parameters)
-    except (TypeError, ValueError):
-        accepted = set()
-    # transformers 5.24 names the cache `cache` (`past_key_values` deprecated); older releases only know the latter
-    cache_name = "cache" if "cache" in accepted else "past_key_values"
-    return cache_name, {"logits_to_keep": 1} if "logits_to_keep" in accepted else {}
