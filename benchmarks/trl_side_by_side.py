@@ -96,6 +96,7 @@ class StepClock:
 
                 torch.cuda.synchronize() if torch.cuda.is_available() else None
                 clock.seconds.append(time.perf_counter() - clock._started)
+                print(f"  step {len(clock.seconds)}: {clock.seconds[-1]:.2f} s", file=sys.stderr, flush=True)  # a side cut short keeps its steps
 
         return Clock()
 
