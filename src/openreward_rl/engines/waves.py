@@ -4,7 +4,8 @@ What TRL's own generation does for a step (`model.generate` over the left-padded
 an `Engine`: requests from concurrent episodes gather while the model is busy; when it is free they
 run together as one wave (a prefill of the padded prompts, then one forward per token), each row
 stopping at its own stop ids and `max_new_tokens`. As in `model.generate`, a finished row rides
-along (its draws are not kept) until the wave's last row finishes.
+along (its draws are not kept) until the wave's last row finishes. On CUDA the decode step is a CUDA
+graph captured once a wave and replayed per token (`decode`, engines/_decode.py).
 One thread runs the waves; a finished wave resolves all of its callers' futures in one event-loop
 callback, so the episodes it wakes send their next requests back to back.
 
@@ -24,8 +25,8 @@ per engine (`SamplingConfig`); `max_new_tokens` and `stop_token_ids` are per req
 
 Against continuous batching (`TransformersEngine`): a wave does not take new rows while it decodes,
 so a request that arrives mid-wave waits for the wave's end; in return each decode step is one plain
-forward over a dense batch, which on a GPU runs several times faster than transformers' continuous
-batching for small models (docs/benchmarks.md).
+forward over a dense batch (a graph replay on CUDA), which on a GPU runs several times faster than
+transformers' continuous batching and than `model.generate` for small models (docs/benchmarks.md).
 
 >>> import asyncio, torch
 >>> from transformers import Qwen3Config, Qwen3ForCausalLM
