@@ -241,10 +241,12 @@ class WaveEngine:
         except Exception as error:
             if not isinstance(decoder, StaticDecoder):
                 raise
-            # a model whose forward cannot be captured (a host sync, an unsupported op): this engine decodes eagerly from now on
+            # a forward that cannot be captured (a host sync, an unsupported op) or a static cache too large for the
+            # device: this engine decodes eagerly from now on
             self._static_failure = f"{type(error).__name__}: {error}"
             logger.warning("WaveEngine: the static-cache decode failed (%s); decoding eagerly from now on", self._static_failure)
-            return self._decode(wave, self._decoder(mask, steps), ids, positions, stops, limits, steps)
+        del decoder  # its cache and graph go before the eager retry (the traceback that held them is gone)
+        return self._decode(wave, self._decoder(mask, steps), ids, positions, stops, limits, steps)
 
     def _decoder(self, mask: Any, steps: int) -> EagerDecoder | StaticDecoder:
         if self._keywords is None:
