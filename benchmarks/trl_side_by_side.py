@@ -279,7 +279,9 @@ class Bridge:
 def grpo_args(options: Any, output_dir: str, *, max_tool_calling_iterations: int | None = None) -> Any:
     """TRL's config for a side. In TRL's tool loop `max_completion_length` caps the whole episode (every reply
     and tool result), not one reply: it gets each of its turns a reply's tokens plus as many for the tool's
-    answer, so the loop is not cut where ours (`max_new_tokens` per reply) goes on."""
+    answer, so the loop is not cut where ours (`max_new_tokens` per reply) goes on. TRL also passes it to
+    every turn's `generate` as `max_new_tokens` and truncates afterwards, so a turn may sample up to the
+    whole episode's budget (its sampled tokens per step say how many it did)."""
     from openreward_rl.backends.trl import grpo_config
 
     args = grpo_config(options)
