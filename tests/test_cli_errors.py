@@ -171,7 +171,8 @@ def test_ctrl_c_during_training_is_one_line_and_keeps_the_checkpoints(capsys, tm
 
     watcher = threading.Thread(target=interrupt_after_first_checkpoint, daemon=True)
     watcher.start()
-    argv = train(tmp_path, paint_config, "--model", str(tiny_model_dir), "--serve", PAINT, "--max-steps", "1000", "--save-interval", "1",
+    # at most 40 steps: an interrupt that went missing ends the run there (and fails below), not after 1,000 checkpoints
+    argv = train(tmp_path, paint_config, "--model", str(tiny_model_dir), "--serve", PAINT, "--max-steps", "40", "--save-interval", "1",
                  "--rollout-batch-size", "1", "--n-samples", "2", "--max-response-len", "4", "--no-save-model")  # fmt: skip
     try:
         code, line = one_line(capsys, argv)
@@ -182,3 +183,25 @@ def test_ctrl_c_during_training_is_one_line_and_keeps_the_checkpoints(capsys, tm
     assert line.startswith(f"openreward-rl train: interrupted; checkpoints kept in {out} (newest checkpoint-"), line
     assert line.endswith("--resume continues from it")
     assert (out / "checkpoint-1" / "trainer_state.json").is_file()
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the dropped KeyboardInterrupt, reported
+def test_a_ctrl_c_dropped_inside_a_finalizer_still_ends_training_at_the_next_step_end() -> None:
+    """Python drops a KeyboardInterrupt raised while a finalizer runs; the handler remembers it for the step's end."""
+    from openreward_rl.cli.interrupts import Interrupts
+
+    before = signal.getsignal(signal.SIGINT)
+    interrupts = Interrupts()
+    with interrupts.installed():
+        assert signal.getsignal(signal.SIGINT) == interrupts.handle
+
+        class Collected:
+            def __del__(self) -> None:
+                os.kill(os.getpid(), signal.SIGINT)  # delivered while this finalizer runs: its KeyboardInterrupt is dropped
+                time.sleep(0.2)
+
+        Collected()
+        step_end = interrupts.callback()
+        with pytest.raises(KeyboardInterrupt):
+            step_end.on_step_end(None, None, None)
+    assert signal.getsignal(signal.SIGINT) == before

@@ -29,6 +29,7 @@ from typing import Any
 import attrs
 
 from openreward_rl.backends.trl import SAMPLERS, TrlOptions
+from openreward_rl.cli.interrupts import Interrupts
 from openreward_rl.errors import ConfigError
 
 __all__ = ["SHARED_FLAGS", "TRL_DEFAULTS", "add_trl_arguments", "options_from_args", "run", "print_summary"]
@@ -231,8 +232,10 @@ def run(args: Any) -> int:
     check_servable(classes)  # what the SDK's Server refuses (no tools, a concurrent terminal tool), before the model loads
     if options.report_to == "wandb":
         os.environ.setdefault("WANDB_PROJECT", args.wandb_project)
+    interrupts = Interrupts()
     try:
-        return _train(args, options, config, classes)
+        with interrupts.installed():
+            return _train(args, options, config, classes, interrupts)
     except KeyboardInterrupt:
         kept = last_checkpoint_line(options.output_dir)
         print(f"openreward-rl train: interrupted{kept}", file=sys.stderr, flush=True)
@@ -300,7 +303,7 @@ def _evaluate(session: Any, tasks: Sequence[Any], n: int, out: Any) -> list[Any]
         return session.evaluate(tasks, n, on_done=on_done)
 
 
-def _train(args: Any, options: Any, config: Any, classes: Sequence[type]) -> int:
+def _train(args: Any, options: Any, config: Any, classes: Sequence[type], interrupts: Interrupts) -> int:
     from openreward_rl.backends.trl import TrlSession, eval_stats, last_checkpoint, quiet_trainer
 
     out = sys.stdout
@@ -323,7 +326,7 @@ def _train(args: Any, options: Any, config: Any, classes: Sequence[type]) -> int
             if broken:
                 print(f"openreward-rl train: the before-evaluation failed entirely ({broken}); nothing was trained: fix the environment and rerun", file=sys.stderr, flush=True)
                 return 1
-        trainer = session.trainer(callbacks=[_Progress(out, session.adapter).callback()])
+        trainer = session.trainer(callbacks=[_Progress(out, session.adapter).callback(), interrupts.callback()])
         quiet_trainer(trainer)
         if resume:
             print(f"resuming from {resume}", file=out, flush=True)
