@@ -48,11 +48,13 @@ import asyncio
 import json
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import attrs
 
 from openreward_rl._limits import pool_limit
+from openreward_rl.engines._http1 import HttpExchangeError, OriginPool
 from openreward_rl.engines.base import (
     ContextLengthError,
     EncodedIds,
@@ -87,12 +89,13 @@ def _positive(instance: Any, attribute: attrs.Attribute, value: float) -> None:
 class SGLangEngine:
     """Token-in/token-out client for one SGLang server or router (`base_url`, e.g. http://127.0.0.1:30000).
 
-    `session`: an aiohttp session to share (the caller closes it); without one the engine opens its own
-    per event loop and `aclose()` closes it. `timeout_s` bounds one HTTP attempt; `max_attempts` bounds
-    the attempts on transient faults. `max_connections` caps the owned session's pool (0: no cap of
-    its own, since rollouts keep thousands of requests in flight; it is then 40% of the process's
-    open-file limit, `_limits.pool_limit`, so that requests past it wait for a connection instead
-    of failing to open one).
+    `session`: an aiohttp session to share (the caller closes it; every request then goes through it).
+    Without one the engine keeps its own keep-alive connections per event loop (`engines._http1`, a
+    lighter client than aiohttp for this one exchange) and `aclose()` closes them. `timeout_s` bounds
+    one HTTP attempt; `max_attempts` bounds the attempts on transient faults. `max_connections` caps
+    the requests in flight on the engine's own connections (0: no cap of its own, since rollouts keep
+    thousands of requests in flight; it is then 40% of the process's open-file limit,
+    `_limits.pool_limit`, so that requests past it wait for a connection instead of failing to open one).
     """
 
     base_url: str = attrs.field(converter=lambda url: str(url).rstrip("/"))
@@ -106,15 +109,16 @@ class SGLangEngine:
 
     _generate_url: str = attrs.field(init=False)
     _abort_url: str = attrs.field(init=False)
+    _path: str = attrs.field(init=False)  # the base URL's own path, before /generate and /abort_request
     _timeout: aiohttp.ClientTimeout = attrs.field(init=False)
-    _owned_session: aiohttp.ClientSession | None = attrs.field(default=None, init=False)
-    _owned_loop: asyncio.AbstractEventLoop | None = attrs.field(default=None, init=False)
+    _pool: OriginPool | None = attrs.field(default=None, init=False)
 
     def __attrs_post_init__(self) -> None:
         if not self.base_url.startswith(("http://", "https://")):
             raise ValueError(f"SGLangEngine.base_url must start with http:// or https://, got {self.base_url!r}")
         self._generate_url = self.base_url + "/generate"
         self._abort_url = self.base_url + "/abort_request"
+        self._path = urlsplit(self.base_url).path
         self._timeout = aiohttp.ClientTimeout(total=self.timeout_s, sock_connect=self.connect_timeout_s)
 
     # ------------------------------------------------------------------ public API
@@ -155,10 +159,10 @@ class SGLangEngine:
         await self._post_abort({"abort_all": True})
 
     async def aclose(self) -> None:
-        """Close the session the engine opened itself; a session passed in stays open."""
-        owned, self._owned_session, self._owned_loop = self._owned_session, None, None
-        if owned is not None and not owned.closed:
-            await owned.close()
+        """Close the engine's own connections; a session passed in stays open."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
 
     # ------------------------------------------------------------------ internals
 
@@ -189,33 +193,24 @@ class SGLangEngine:
         """`max_attempts` tries, backoff from `backoff_initial_s` doubling up to `backoff_max_s`, as much jitter as the first wait."""
         return RetryPolicy(attempts=self.max_attempts, initial_s=self.backoff_initial_s, max_s=self.backoff_max_s, jitter_s=self.backoff_initial_s)
 
-    def _client(self) -> aiohttp.ClientSession:
-        if self.session is not None:
-            return self.session
+    def _own_pool(self) -> OriginPool:
+        """The engine's connections on the running event loop (a pool made on an earlier loop is dropped:
+        `asyncio.run` per call gives a new loop each time, where the old connections cannot be used)."""
         loop = asyncio.get_running_loop()
-        owned = self._owned_session
-        if owned is None or owned.closed or self._owned_loop is not loop:
-            if owned is not None and not owned.closed:
-                # Opened on another event loop (asyncio.run per call), where it can no longer be awaited
-                # closed. aiohttp's synchronous part of close() marks the pool closed (and closes the
-                # sockets while that loop still runs); the public close() is a coroutine on this loop.
-                stale_connector = owned.connector
-                owned.detach()
-                close_now = getattr(stale_connector, "_close", None)
-                if close_now is not None:
-                    close_now()
-            connector = aiohttp.TCPConnector(limit=pool_limit(self.max_connections))
-            owned = aiohttp.ClientSession(connector=connector)
-            self._owned_session, self._owned_loop = owned, loop
-        return owned
+        pool = self._pool
+        if pool is None or pool.closed or pool.loop is not loop:
+            if pool is not None:
+                pool.close()
+            pool = self._pool = OriginPool(self.base_url, limit=pool_limit(self.max_connections), connect_timeout_s=self.connect_timeout_s)
+        return pool
 
     async def _post_generate(self, payload: dict[str, Any], ids_json: str, headers: Mapping[str, str] | None) -> Any:
         """One attempt: `payload` plus the ids' JSON text (`ids_json`, spliced in, never re-encoded)."""
         try:
-            status, raw = await self._exchange(self._generate_url, _generate_body(ids_json, payload), headers)
+            status, raw = await self._exchange("/generate", _generate_body(ids_json, payload), headers)
         except TimeoutError as error:
             raise _TransientError(f"no answer within timeout_s={self.timeout_s}") from error
-        except aiohttp.ClientError as error:
+        except (aiohttp.ClientError, HttpExchangeError, OSError) as error:
             raise _TransientError(f"{type(error).__name__}: {error}") from error
         if status == 200:
             try:
@@ -232,18 +227,18 @@ class SGLangEngine:
             f"[sampling_params keys: {sorted(payload['sampling_params'])}]"
         )
 
-    async def _exchange(self, url: str, body: bytes, headers: Mapping[str, str] | None) -> tuple[int, bytes]:
-        """POST a JSON body; (status, raw answer)."""
+    async def _exchange(self, endpoint: str, body: bytes, headers: Mapping[str, str] | None) -> tuple[int, bytes]:
+        """POST a JSON body to `endpoint` (e.g. "/generate") under the base URL; (status, raw answer)."""
         sent_headers = {**headers, **_JSON_HEADERS} if headers else _JSON_HEADERS
-        async with self._client().post(url, data=body, headers=sent_headers, timeout=self._timeout) as response:
+        if self.session is None:
+            return await self._own_pool().post(self._path + endpoint, body, sent_headers, self.timeout_s)
+        async with self.session.post(self.base_url + endpoint, data=body, headers=sent_headers, timeout=self._timeout) as response:
             return response.status, await response.read()
 
     async def _post_abort(self, body: dict[str, Any]) -> None:
         try:
-            async with self._client().post(self._abort_url, json=body, timeout=self._timeout) as response:
-                status = response.status
-                raw = await response.read()
-        except (TimeoutError, aiohttp.ClientError) as error:
+            status, raw = await self._exchange("/abort_request", json.dumps(body).encode(), None)
+        except (TimeoutError, aiohttp.ClientError, HttpExchangeError, OSError) as error:
             raise EngineError(f"SGLang {self._abort_url} unreachable: {type(error).__name__}: {error}") from error
         if status != 200:
             raise EngineError(f"SGLang {self._abort_url} answered HTTP {status}: {_error_message(raw)}")
