@@ -16,6 +16,7 @@ from openreward.api.environments.types import AuthenticationError
 
 from openreward_rl.config import ToolTimeouts
 from openreward_rl.env.keepalive import adopt_pings
+from openreward_rl.env.session_calls import run_calls_in_caller
 from openreward_rl.env.shown_text import ShownText
 from openreward_rl.env.tasks import TaskRef
 from openreward_rl.env.tool_output import has_lone_surrogate
@@ -468,6 +469,7 @@ async def open_session(
             opening = asyncio.get_running_loop().time()  # the server knows the session from after this on
             sdk_session = await _bounded(context.__aenter__(), open_timeout, probe)
             adopt_pings(sdk_session, heard_at=opening)  # its pings on this loop and the pooled client (env.keepalive)
+            run_calls_in_caller(sdk_session)  # no tasks of its own per call (env.session_calls)
             return context, sdk_session
         except Exception as error:
             # Delete whatever half-exists (the SDK does not when __aenter__ fails), bounded.
