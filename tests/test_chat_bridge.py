@@ -115,3 +115,26 @@ def test_generation_prompt_with_thinking_disabled() -> None:
     assert renderer.generation_prompt == "<|im_start|>assistant\n<think>\n\n</think>\n\n"
     bridge = renderer.bridge(sampled_tail="<|im_end|>", assistant_tool_calls=[], new_messages=[{"role": "user", "content": "go on"}], tools=None)
     assert renderer.decode(bridge).endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+
+
+def test_a_repeated_first_prompt_is_encoded_once_and_each_caller_gets_its_own_ids() -> None:
+    """A group of episodes on one task opens with one prompt: its text is tokenized once per renderer."""
+    tokenizer = load_tokenizer("offline:qwen3")
+    encoded: list[str] = []
+
+    class Counting:
+        def __getattr__(self, name: str) -> object:
+            return getattr(tokenizer, name)
+
+        def encode(self, text: str, **kwargs: object) -> list[int]:
+            encoded.append(text)
+            return tokenizer.encode(text, **kwargs)
+
+    renderer = ChatRenderer(Counting())
+    messages = [{"role": "user", "content": "Weather in SF?"}]
+    first = renderer.render_prompt(messages, TOOLS)
+    first.append(-1)  # a caller extending its prompt changes no later answer
+    second = renderer.render_prompt(messages, TOOLS)
+    other = renderer.render_prompt([{"role": "user", "content": "Weather in NYC?"}], TOOLS)
+    assert second == first[:-1] == tokenizer.apply_chat_template(messages, tools=TOOLS, add_generation_prompt=True, tokenize=True, return_dict=False)
+    assert other != second and len(encoded) == 2

@@ -59,6 +59,9 @@ class RenderedFamily(Protocol):
     def stop_token_ids(self, tokenizer: Any) -> tuple[int, ...]: ...
 
 
+_PROMPTS_REMEMBERED = 64  # first prompts kept per renderer (a group of episodes starts together); starts over when full
+
+
 class TemplateBridgeError(ModelFamilyError):
     """The chat template renders the stand-in conversation in a way the bridge cannot be cut from."""
 
@@ -78,6 +81,8 @@ class ChatRenderer:
     tokenizer: Any
     template_kwargs: Mapping[str, Any] = attrs.field(factory=dict)
     family: RenderedFamily | None = None
+    # first-prompt text -> its ids: a group of episodes on one task (GRPO's n samples) opens with the same prompt
+    _prompt_ids: dict[str, tuple[int, ...]] = attrs.field(factory=dict, init=False, repr=False)
 
     @functools.cached_property
     def _encoder(self) -> Any:
@@ -115,7 +120,13 @@ class ChatRenderer:
     def render_prompt(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None = None) -> list[int]:
         """The first prompt: messages (system prompt included) + tools in the model's native format; each
         image's placeholder expanded as the family's processor expands it (`families.vision`)."""
-        return self._with_images(self.encode(self._render(messages, tools, add_generation_prompt=True)), messages)
+        text = self._render(messages, tools, add_generation_prompt=True)
+        ids = self._prompt_ids.get(text)
+        if ids is None:
+            if len(self._prompt_ids) >= _PROMPTS_REMEMBERED:
+                self._prompt_ids.clear()
+            ids = self._prompt_ids[text] = tuple(self.encode(text))
+        return self._with_images(list(ids), messages)
 
     @property
     def vision(self) -> VisionSpec | None:
