@@ -137,6 +137,44 @@ async def test_a_stream_left_before_its_tail_keeps_its_connection_only_when_drai
     assert opened[0] == (1 if response_class is DrainingResponse else 3)
 
 
+async def test_a_tool_call_waits_past_the_heartbeat_for_its_answers_head_and_not_between_events(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A saturated server answers late: the SDK reads with a 30-s heartbeat (here 0.2 s) and sends a `/call`
+    that timed out again as a new call, which runs the tool twice. `DrainingResponse` waits for a
+    tool call's answer head up to `CALL_ANSWER_WAIT_S` (here 2 s), then holds the stream to the heartbeat."""
+    from openreward_rl.env import transport
+
+    monkeypatch.setattr(transport, "CALL_ANSWER_WAIT_S", 2.0)
+    runs: list[str] = []
+
+    async def late(request: web.Request) -> web.StreamResponse:
+        runs.append(request.path)
+        await asyncio.sleep(0.6)  # queued behind other requests: past the heartbeat, under the answer wait
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(b"event: task_id\ndata: t1\n\n")
+        if request.query.get("stall"):
+            await asyncio.sleep(0.6)  # silent mid-stream for longer than the heartbeat: a dead stream
+        await response.write(b"event: end\ndata: {}\n\n")
+        await response.write_eof()
+        return response
+
+    app = web.Application()
+    for path in ("/env/call", "/env/create_session"):
+        app.router.add_post(path, late)
+    heartbeat = aiohttp.ClientTimeout(total=None, sock_read=0.2)  # as the SDK's resumable_sse sets it (30 s there)
+    async with serve_app(app) as base:
+        async with aiohttp.ClientSession(base, response_class=DrainingResponse) as http:
+            async with http.post("/env/call", json={"name": "step"}, timeout=heartbeat) as response:
+                assert b"event: end" in await response.read()
+            with pytest.raises(aiohttp.ServerTimeoutError):  # another request keeps the heartbeat for its head
+                async with http.post("/env/create_session", timeout=heartbeat) as response:
+                    await response.read()
+            with pytest.raises(aiohttp.ServerTimeoutError):  # and a call's stream keeps it between events
+                async with http.post("/env/call?stall=1", json={"name": "step"}, timeout=heartbeat) as response:
+                    await response.read()
+    assert runs == ["/env/call", "/env/create_session", "/env/call"]  # each sent once
+
+
 async def test_proxy_from_the_environment_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HTTP_PROXY", "http://user:secret@proxy.invalid:3128")
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")

@@ -24,6 +24,12 @@ else (requests, retries, the session protocol):
   closed as before;
 - it records when the server last answered a request for each session (`env.traffic`), so that
   `env.keepalive` pings only sessions the server has not heard from lately;
+- a tool call waits up to `CALL_ANSWER_WAIT_S` for the head of its answer, not the SDK's 30-s
+  heartbeat: the SDK sends a `/call` that got no answer again as a new call (its `resumable_sse`
+  re-POSTs without a `task_id` on a read timeout), and a server that was only slow (a saturated
+  environment server queues requests for longer than that) then runs the tool twice, which the
+  episode sees as a lost answer (`LostResult`). Between the stream's events the heartbeat applies as
+  before; a server that is down is found by the liveness probe, and a call is bounded by `tool_timeout`;
 - server-sent events on its responses are parsed as the specification says (`parse_sse_events`):
   the SDK's stream reader (`resumable_sse`, behind every tool call, session open and group score)
   looks its parser up by name at each call, and the replacement installed there hands our
@@ -51,16 +57,33 @@ from yarl import URL
 from openreward_rl._limits import pool_limit
 from openreward_rl.env.traffic import SessionTraffic
 
-__all__ = ["PooledEnvironmentsAPI", "DrainingResponse", "parse_sse_events", "use_pooled_transport", "DRAIN_TIMEOUT_S", "DRAIN_LIMIT_BYTES"]
+__all__ = ["PooledEnvironmentsAPI", "DrainingResponse", "parse_sse_events", "use_pooled_transport", "DRAIN_TIMEOUT_S", "DRAIN_LIMIT_BYTES", "CALL_ANSWER_WAIT_S"]
 
 # How long, and how many bytes, a response left early may take to reach its end before its
 # connection is closed instead of pooled (an SSE stream's tail is a few bytes, milliseconds away).
 DRAIN_TIMEOUT_S = 1.0
 DRAIN_LIMIT_BYTES = 64 * 1024
+# How long a tool call waits for the head of its answer before the SDK's heartbeat (30 s) applies.
+CALL_ANSWER_WAIT_S = 300.0
 
 
 class DrainingResponse(aiohttp.ClientResponse):
-    """A response that, left cleanly before its end, reads the rest so its connection is reused."""
+    """A response that, left cleanly before its end, reads the rest so its connection is reused; and
+    whose tool call (`POST .../call`) waits up to `CALL_ANSWER_WAIT_S` for the head of its answer."""
+
+    async def start(self, connection: Any) -> DrainingResponse:
+        protocol = connection.protocol
+        heartbeat = getattr(protocol, "read_timeout", None)
+        waits_longer = heartbeat is not None and self.method == "POST" and self.url.path.endswith("/call")
+        if waits_longer:
+            protocol.read_timeout = max(heartbeat, CALL_ANSWER_WAIT_S)
+            protocol.start_timeout()  # the timer the request's send started, started again with the longer wait
+        try:
+            return await super().start(connection)
+        finally:
+            if waits_longer:
+                protocol.read_timeout = heartbeat  # the SDK's heartbeat between the stream's events
+                protocol.start_timeout()
 
     async def __aexit__(
         self,
