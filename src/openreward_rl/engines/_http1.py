@@ -100,6 +100,8 @@ class _Connection(asyncio.Protocol):
     # the exchange
     async def exchange(self, request: bytes) -> tuple[int, bytes]:
         assert self.transport is not None
+        if self.closed:
+            raise HttpExchangeError("the connection closed before the request was sent")
         self._answer = _Answer()
         self._waiter = self._loop.create_future()
         self.transport.write(request)
