@@ -3,6 +3,7 @@ shipped by PyPI/npm packages."""
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 
@@ -58,6 +59,9 @@ def test_the_byte_table_gives_the_rust_decodes_text(name: str) -> None:
         return got
 
     added = sorted(backend.get_added_tokens_decoder())
+    if json.loads(backend.decoder.__getstate__())["type"] != "ByteLevel":  # e.g. SmolLM2's GGUF as an older transformers converts it
+        assert text.decode(list(tokenizer.encode(TEXT, add_special_tokens=False))) is None
+        return
     assert all(same([token_id]) is not None for token_id in added)  # every added token alone, through the table
     for sample in [TEXT, WORLD, Path(__file__).read_text(), TEXT + WORLD * 3]:
         ids = list(tokenizer.encode(sample, add_special_tokens=False))
