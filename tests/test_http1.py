@@ -37,9 +37,11 @@ class ScriptedServer:
     async def __aenter__(self) -> ScriptedServer:
         self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
         self.url = f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+        self.pool = OriginPool(self.url)  # the client under test, closed with the server
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        self.pool.close()
         self.server.close()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.server.wait_closed(), 2)
@@ -78,12 +80,9 @@ def chunked(*parts: bytes, trailer: bytes = b"") -> bytes:
 
 async def test_a_content_length_answer_is_read_whole_and_the_connection_reused() -> None:
     async with ScriptedServer([length_answer(b'{"a":1}'), length_answer(b'{"b":2}')]) as server:
-        pool = OriginPool(server.url)
-        try:
-            assert await pool.post("/generate", b'{"x":1}', JSON, timeout_s=5) == (200, b'{"a":1}')
-            assert await pool.post("/generate", b'{"x":2}', JSON, timeout_s=5) == (200, b'{"b":2}')
-        finally:
-            pool.close()
+        pool = server.pool
+        assert await pool.post("/generate", b'{"x":1}', JSON, timeout_s=5) == (200, b'{"a":1}')
+        assert await pool.post("/generate", b'{"x":2}', JSON, timeout_s=5) == (200, b'{"b":2}')
     assert server.connections == 1
     first = server.requests[0]
     assert first.startswith(b"POST /generate HTTP/1.1\r\nHost: 127.0.0.1:")
@@ -101,14 +100,11 @@ async def test_chunked_answers_split_anywhere_with_and_without_trailers_are_join
         length_answer(b"after"),
     ]
     async with ScriptedServer(answers) as server:
-        pool = OriginPool(server.url)
-        try:
-            status, raw = await pool.post("/generate", b"{}", JSON, timeout_s=10)
-            assert status == 200 and json.loads(raw) == {"text": "a" * 3000}
-            assert await pool.post("/generate", b"{}", JSON, timeout_s=5) == (200, b"{}")
-            assert await pool.post("/generate", b"{}", JSON, timeout_s=5) == (200, b"after")  # still in step on one connection
-        finally:
-            pool.close()
+        pool = server.pool
+        status, raw = await pool.post("/generate", b"{}", JSON, timeout_s=10)
+        assert status == 200 and json.loads(raw) == {"text": "a" * 3000}
+        assert await pool.post("/generate", b"{}", JSON, timeout_s=5) == (200, b"{}")
+        assert await pool.post("/generate", b"{}", JSON, timeout_s=5) == (200, b"after")  # still in step on one connection
     assert server.connections == 1
 
 
@@ -119,23 +115,17 @@ async def test_interim_answers_are_skipped_and_error_statuses_come_back_with_the
         length_answer(b'{"error": {"message": "busy"}}', status=b"503 Service Unavailable"),
     ]
     async with ScriptedServer(answers) as server:
-        pool = OriginPool(server.url)
-        try:
-            assert await pool.post("/generate", b"{}", None, timeout_s=5) == (200, b"ok")
-            assert await pool.post("/generate", b"{}", None, timeout_s=5) == (503, b'{"error": {"message": "busy"}}')
-        finally:
-            pool.close()
+        pool = server.pool
+        assert await pool.post("/generate", b"{}", None, timeout_s=5) == (200, b"ok")
+        assert await pool.post("/generate", b"{}", None, timeout_s=5) == (503, b'{"error": {"message": "busy"}}')
 
 
 async def test_an_answer_saying_connection_close_is_read_and_its_connection_not_reused() -> None:
     answers = [length_answer(b"one", extra=b"Connection: close\r\n"), length_answer(b"two")]
     async with ScriptedServer(answers) as server:
-        pool = OriginPool(server.url)
-        try:
-            assert await pool.post("/generate", b"{}", None, timeout_s=5) == (200, b"one")
-            assert await pool.post("/generate", b"{}", None, timeout_s=5) == (200, b"two")
-        finally:
-            pool.close()
+        pool = server.pool
+        assert await pool.post("/generate", b"{}", None, timeout_s=5) == (200, b"one")
+        assert await pool.post("/generate", b"{}", None, timeout_s=5) == (200, b"two")
     assert server.connections == 2
 
 
@@ -161,11 +151,8 @@ async def test_an_answer_delimited_by_the_close_is_read_to_the_close() -> None:
 async def test_a_gzip_answer_is_decompressed() -> None:
     packed = gzip.compress(b'{"zipped": true}')
     async with ScriptedServer([length_answer(packed, extra=b"Content-Encoding: gzip\r\n")]) as server:
-        pool = OriginPool(server.url)
-        try:
-            assert await pool.post("/generate", b"{}", None, timeout_s=5) == (200, b'{"zipped": true}')
-        finally:
-            pool.close()
+        pool = server.pool
+        assert await pool.post("/generate", b"{}", None, timeout_s=5) == (200, b'{"zipped": true}')
     assert b"\r\nAccept-Encoding: identity\r\n" in server.requests[0]
 
 
@@ -183,13 +170,10 @@ async def test_a_gzip_answer_is_decompressed() -> None:
 )
 async def test_an_exchange_that_cannot_complete_is_an_error_naming_why(answer: Callable[[bytes], bytes | None], message: str) -> None:
     async with ScriptedServer([answer, length_answer(b"fine")]) as server:
-        pool = OriginPool(server.url)
-        try:
-            with pytest.raises(HttpExchangeError, match=message):
-                await pool.post("/generate", b"{}", None, timeout_s=5)
-            assert await pool.post("/generate", b"{}", None, timeout_s=5) == (200, b"fine")  # a fresh connection
-        finally:
-            pool.close()
+        pool = server.pool
+        with pytest.raises(HttpExchangeError, match=message):
+            await pool.post("/generate", b"{}", None, timeout_s=5)
+        assert await pool.post("/generate", b"{}", None, timeout_s=5) == (200, b"fine")  # a fresh connection
     assert server.connections == 2
 
 
@@ -208,33 +192,27 @@ async def test_a_refused_connection_is_an_error_naming_the_address() -> None:
 async def test_a_timeout_or_a_cancel_drops_the_connection_it_was_waiting_on() -> None:
     hang = [lambda r: [b"HTTP/1.1 200 OK\r\n"]]  # a head that never ends
     async with ScriptedServer(hang * 2 + [length_answer(b"fresh")]) as server:
-        pool = OriginPool(server.url)
-        try:
-            with pytest.raises(TimeoutError):
-                await pool.post("/generate", b"{}", None, timeout_s=0.2)
-            task = asyncio.create_task(pool.post("/generate", b"{}", None, timeout_s=5))
-            await asyncio.sleep(0.2)
-            task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await task
-            assert await pool.post("/generate", b"{}", None, timeout_s=5) == (200, b"fresh")
-        finally:
-            pool.close()
+        pool = server.pool
+        with pytest.raises(TimeoutError):
+            await pool.post("/generate", b"{}", None, timeout_s=0.2)
+        task = asyncio.create_task(pool.post("/generate", b"{}", None, timeout_s=5))
+        await asyncio.sleep(0.2)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert await pool.post("/generate", b"{}", None, timeout_s=5) == (200, b"fresh")
     assert server.connections == 3  # neither half-read connection was reused
 
 
 async def test_a_connection_the_server_closed_or_idle_too_long_is_not_reused(monkeypatch: pytest.MonkeyPatch) -> None:
     closes_after = lambda r: [length_answer(b"one")(r), None]  # noqa: E731 - as a keep-alive timer closes an idle connection
     async with ScriptedServer([closes_after, length_answer(b"two"), length_answer(b"three")]) as server:
-        pool = OriginPool(server.url)
-        try:
-            assert await pool.post("/generate", b"{}", None, timeout_s=5) == (200, b"one")
-            await asyncio.sleep(0.05)
-            assert await pool.post("/generate", b"{}", None, timeout_s=5) == (200, b"two")
-            monkeypatch.setattr(_http1, "KEEPALIVE_S", 0.0)
-            assert await pool.post("/generate", b"{}", None, timeout_s=5) == (200, b"three")
-        finally:
-            pool.close()
+        pool = server.pool
+        assert await pool.post("/generate", b"{}", None, timeout_s=5) == (200, b"one")
+        await asyncio.sleep(0.05)
+        assert await pool.post("/generate", b"{}", None, timeout_s=5) == (200, b"two")
+        monkeypatch.setattr(_http1, "KEEPALIVE_S", 0.0)
+        assert await pool.post("/generate", b"{}", None, timeout_s=5) == (200, b"three")
     assert server.connections == 3
 
 

@@ -13,9 +13,10 @@ import pytest
 from openreward import AsyncOpenReward
 from openreward.api._session.ping import ErrorResponse
 from openreward.api.errors import SessionTerminatedError
-from openreward.environments import Environment, TextBlock, ToolOutput, tool
+from openreward.environments import TextBlock, ToolOutput, tool
 from pydantic import BaseModel
 
+from one_task_env import OneTask
 from openreward_rl.env.local_server import LocalEnvServer, serve_environments
 from openreward_rl.env.session_calls import run_calls_in_caller
 from openreward_rl.env.transport import use_pooled_transport
@@ -27,16 +28,10 @@ class SleepArgs(BaseModel):
     seconds: float = 0.0
 
 
-class Sleepy(Environment):
+class Sleepy(OneTask):
     """One tool, `sleep`, that answers after the given number of seconds."""
 
-    @classmethod
-    def list_splits(cls) -> list[str]:
-        return ["test"]
-
-    @classmethod
-    def list_tasks(cls, split: str) -> list[dict]:
-        return [{"id": 0}]
+    TASK = {"id": 0}
 
     def get_prompt(self) -> list[TextBlock]:
         return [TextBlock(text="Sleep.")]

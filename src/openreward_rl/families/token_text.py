@@ -23,6 +23,8 @@ import weakref
 from collections.abc import Sequence
 from typing import Any
 
+from openreward_rl.families.plain_text_encoder import _byte_level_alphabet
+
 __all__ = ["decode_ids", "ByteLevelText"]
 
 
@@ -70,20 +72,7 @@ def _plain_backend(tokenizer: Any) -> Any:
     return tokenizer._tokenizer
 
 
-def _byte_alphabet() -> dict[str, int]:
-    """GPT-2's printable character -> byte map, the inverse of what the ByteLevel pre-tokenizer applies."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    characters = list(printable)
-    extra = 0
-    for byte in range(256):
-        if byte not in printable:
-            printable.append(byte)
-            characters.append(256 + extra)
-            extra += 1
-    return {chr(character): byte for byte, character in zip(printable, characters)}
-
-
-_TO_BYTE = _byte_alphabet()
+_TO_BYTE = {character: byte for byte, character in _byte_level_alphabet().items()}  # the inverse of the pre-tokenizer's map
 _TO_LATIN1 = str.maketrans({character: chr(byte) for character, byte in _TO_BYTE.items()})
 _ALPHABET = frozenset(_TO_BYTE)
 
