@@ -39,6 +39,7 @@ pytestmark = pytest.mark.anyio
 Sample = slime_double.Sample
 ASSISTANT = (151644, 77091)  # "<|im_start|>" "assistant": one per model turn in the context
 SAMPLING = {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 96, "no_stop_trim": True}
+FINISH_LATE_S = 0.3  # a JournalModel's `finish_late` where a test's abort must find the long tail mid-turn
 
 
 def note_turn(task: int, turn: int) -> str:
@@ -56,6 +57,12 @@ class JournalModel:
     flight until aborted (mid-turn). `interrupt_continued[(task, turn)] = m`: the same for the first
     request that continues an already started turn. Otherwise the turn continues from whatever part
     of it the context already ends with.
+
+    `finish_late` (seconds): a task's last turn (its submit) is answered that late while another task
+    still has an interrupt to reach. The trainer aborts a step as soon as enough groups are done; a test
+    whose long tail must be cut mid-turn by that abort needs its interrupted request in flight first,
+    which would otherwise follow the event loop's scheduling (the long tail runs a turn or two more
+    than the task that finishes).
     """
 
     def __init__(
@@ -66,8 +73,9 @@ class JournalModel:
         *,
         interrupt: dict[tuple[int, int], int] | None = None,
         interrupt_continued: dict[tuple[int, int], int] | None = None,
+        finish_late: float = 0.0,
     ) -> None:
-        self.tokenizer, self.lengths, self.waits = tokenizer, lengths, set(waits)
+        self.tokenizer, self.lengths, self.waits, self.finish_late = tokenizer, lengths, set(waits), finish_late
         self.interrupt: dict[tuple[int, int], int] = dict(interrupt or {})
         self.interrupt_continued: dict[tuple[int, int], int] = dict(interrupt_continued or {})
         self.turn_ids: dict[tuple[int, int], list[int]] = {}
@@ -92,7 +100,9 @@ class JournalModel:
         cut = (self.interrupt if done == 0 else self.interrupt_continued).pop((task, turn), None)
         if cut is not None:
             return ScriptedCompletion(ids=plan[done : done + cut], hold=True)
-        return ScriptedCompletion(ids=plan[done:])
+        pending = {other for other, _ in (*self.interrupt, *self.interrupt_continued)} - {task}
+        late = self.finish_late if turn >= self.lengths.get(task, 0) and pending else 0.0
+        return ScriptedCompletion(ids=plan[done:], latency_s=late)
 
 
 @pytest.fixture(scope="module")
@@ -199,7 +209,7 @@ async def test_mid_turn_abort_resumes_token_exactly(config_file, tokenizer, loop
     lengths = {0: 1, 1: 4}  # task 0 finishes at once; task 1 is the long tail
     reference = await uninterrupted(loop_thread, tokenizer, lengths, task=1)
 
-    model = JournalModel(tokenizer, lengths, interrupt={(1, 2): 7})  # the third turn of task 1 is cut after 7 tokens
+    model = JournalModel(tokenizer, lengths, interrupt={(1, 2): 7}, finish_late=FINISH_LATE_S)  # the third turn of task 1 is cut after 7 tokens
     server = await make_server(tokenizer, model)
     try:
         args = make_args(server, mask_offpolicy_in_partial_rollout=mask_offpolicy)

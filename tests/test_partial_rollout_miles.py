@@ -30,7 +30,18 @@ from doubles import slime_rollout_double as slime_rollout
 from openreward_rl.backends import miles as miles_hooks
 from openreward_rl.env.tasks import TaskRef
 from test_backend_slime import record_of
-from test_partial_rollout import SAMPLING, JournalModel, aborter, close_loop_thread, config_file, journal_server, make_args, make_server, tokenizer  # noqa: F401
+from test_partial_rollout import (  # noqa: F401
+    FINISH_LATE_S,
+    SAMPLING,
+    JournalModel,
+    aborter,
+    close_loop_thread,
+    config_file,
+    journal_server,
+    make_args,
+    make_server,
+    tokenizer,
+)
 from test_partial_rollout import uninterrupted as slime_reference
 
 pytestmark = pytest.mark.anyio
@@ -93,17 +104,19 @@ async def uninterrupted(loop_thread: Any, tokenizer: Any, lengths: dict[int, int
     return await slime_reference(loop_thread, tokenizer, lengths, task, waits, hook=hook)
 
 
-async def interrupted(loop_thread: Any, tokenizer: Any, lengths: dict[int, int], interrupt: dict[tuple[int, int], int]) -> tuple[Sample, JournalModel, Any]:
+async def interrupted(
+    loop_thread: Any, tokenizer: Any, lengths: dict[int, int], interrupt: dict[tuple[int, int], int], finish_late: float = 0.0
+) -> tuple[Sample, JournalModel, Any]:
     """Task 1's uninterrupted reference, then a server whose model cuts the turns `interrupt` names."""
     reference = await uninterrupted(loop_thread, tokenizer, lengths, task=1)
-    model = JournalModel(tokenizer, lengths, interrupt=interrupt)
+    model = JournalModel(tokenizer, lengths, interrupt=interrupt, finish_late=finish_late)
     return reference, model, await make_server(tokenizer, model)
 
 
 @pytest.mark.parametrize("form", list(FORMS))
 async def test_mid_turn_abort_resumes_token_exactly(config_file, tokenizer, loop_thread, form) -> None:
     lengths = {0: 1, 1: 4}
-    reference, model, server = await interrupted(loop_thread, tokenizer, lengths, {(1, 2): 7})
+    reference, model, server = await interrupted(loop_thread, tokenizer, lengths, {(1, 2): 7}, finish_late=FINISH_LATE_S)
     try:
         args, state, source = rollout_parts(server, form)
         (first,) = await step(loop_thread, state, 0, source, aborter(server))
