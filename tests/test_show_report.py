@@ -352,3 +352,14 @@ def test_index_and_groups_name_each_task_by_its_question_and_expected_answer(rep
     for number, record in enumerate(records):
         head = head_of[number]
         assert html_escape(_question(record)) in head and f"expected {html_escape(_expected(record))}" in head
+
+
+@pytest.mark.timeout(30)  # without the remembered request the server would serve on
+def test_serve_stops_on_a_ctrl_c_that_python_dropped(capsys):
+    """A Ctrl-C whose KeyboardInterrupt Python dropped (raised inside a finalizer) is remembered, and the
+    server stops at its next poll instead of serving on."""
+    from openreward_rl.cli.interrupts import Interrupts
+    from openreward_rl.cli.show import _serve
+
+    assert _serve("<p>report</p>", 0, Interrupts(requested=True)) == 0
+    assert "serving the report on http://127.0.0.1:" in capsys.readouterr().out

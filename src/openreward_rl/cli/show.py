@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from openreward_rl.cli.interrupts import Interrupts
 from openreward_rl.errors import ConfigError
 from openreward_rl.observe.dumps import DumpError, read_records, record_to_trajectory
 
@@ -131,8 +132,8 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _serve(page: str, port: int) -> int:
-    """Serve `page` at / on 127.0.0.1 until Ctrl-C."""
+def _serve(page: str, port: int, interrupts: Interrupts | None = None) -> int:
+    """Serve `page` at / on 127.0.0.1 until Ctrl-C (`interrupts`: the command's, remembered across a dropped one)."""
     import http.server
 
     body = page.encode("utf-8")
@@ -151,7 +152,13 @@ def _serve(page: str, port: int) -> int:
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's name
             pass
 
-    with http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler) as server:
+    interrupts = interrupts or Interrupts()
+
+    class Server(http.server.ThreadingHTTPServer):
+        def service_actions(self) -> None:  # between two polls: a Ctrl-C Python dropped inside a finalizer ends it here
+            interrupts.raise_if_requested()
+
+    with interrupts.installed(), Server(("127.0.0.1", port), Handler) as server:
         print(f"serving the report on http://127.0.0.1:{server.server_address[1]}/ (Ctrl-C stops)", flush=True)
         try:
             server.serve_forever()
