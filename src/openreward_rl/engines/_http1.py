@@ -288,12 +288,8 @@ class OriginPool:
         self._slots = asyncio.Semaphore(limit) if limit > 0 else None
         self._idle: list[_Connection] = []
         self._open: set[_Connection] = set()
-        self._loop = asyncio.get_running_loop()
+        self.loop = asyncio.get_running_loop()  # the connections' loop
         self.closed = False
-
-    @property
-    def loop(self) -> asyncio.AbstractEventLoop:
-        return self._loop
 
     async def post(self, path: str, body: bytes, headers: Mapping[str, str] | None, timeout_s: float) -> tuple[int, bytes]:
         """POST `body` to `path`; (status, whole body). `timeout_s` bounds the wait for a slot, the connect and the answer."""
@@ -323,14 +319,14 @@ class OriginPool:
             raise
         if connection.reusable and not self.closed:
             connection.release()
-            connection.idle_since = self._loop.time()
+            connection.idle_since = self.loop.time()
             self._idle.append(connection)
         else:
             self._drop(connection)
         return answer
 
     def _idle_connection(self) -> _Connection | None:
-        idle, now = self._idle, self._loop.time()
+        idle, now = self._idle, self.loop.time()
         while idle:
             connection = idle.pop()
             if not connection.closed and now - connection.idle_since < KEEPALIVE_S:
@@ -341,8 +337,8 @@ class OriginPool:
     async def _connect(self) -> _Connection:
         try:
             async with asyncio.timeout(self._connect_timeout_s):
-                _, connection = await self._loop.create_connection(
-                    lambda: _Connection(self._loop), self._host, self._port, ssl=self._ssl,
+                _, connection = await self.loop.create_connection(
+                    lambda: _Connection(self.loop), self._host, self._port, ssl=self._ssl,
                     server_hostname=self._host if self._ssl is not None else None,
                 )  # fmt: skip
         except TimeoutError:

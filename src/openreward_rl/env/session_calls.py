@@ -55,7 +55,10 @@ class _CallsInCaller:
 
     def mark_dead(self, error: Any) -> None:
         self._sdk_mark_dead(error)
-        current = asyncio.current_task() if _loop_running() else None
+        try:
+            current = asyncio.current_task()
+        except RuntimeError:  # no running loop: no caller is this one
+            current = None
         for caller in self._callers - self._ended:
             if caller is not current and not caller.done():
                 self._ended.add(caller)
@@ -88,10 +91,3 @@ class _CallsInCaller:
                 self._ended.discard(caller)
                 caller.uncancel()
 
-
-def _loop_running() -> bool:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True

@@ -18,12 +18,11 @@ tokenizers, on text and on random ids.
 
 from __future__ import annotations
 
-import json
 import weakref
 from collections.abc import Sequence
 from typing import Any
 
-from openreward_rl.families.plain_text_encoder import _byte_level_alphabet
+from openreward_rl.families.plain_text_encoder import _byte_level_alphabet, _settings
 
 __all__ = ["decode_ids", "ByteLevelText"]
 
@@ -109,7 +108,7 @@ class ByteLevelText:
     _by_tokenizer: weakref.WeakKeyDictionary[Any, ByteLevelText] = weakref.WeakKeyDictionary()
 
     def __init__(self, backend: Any) -> None:
-        self._bytes: _IdBytes | None = self._table(backend)
+        self._bytes: _IdBytes | None = None if backend is None else self._table(backend)
 
     @classmethod
     def of(cls, tokenizer: Any, backend: Any) -> ByteLevelText:
@@ -133,9 +132,7 @@ class ByteLevelText:
     def _table(backend: Any) -> _IdBytes | None:
         """The id -> bytes table, or None where the tokenizer's decode is not exactly ByteLevel over BPE."""
         try:
-            decoder = json.loads(backend.decoder.__getstate__()) if backend is not None and backend.decoder is not None else None
-            model = type(backend.model).__name__ if backend is not None else None
-            added = backend.get_added_tokens_decoder() if backend is not None else {}
+            decoder, model, added = _settings(backend.decoder), type(backend.model).__name__, backend.get_added_tokens_decoder()
         except (AttributeError, TypeError, ValueError):
             return None
         if not isinstance(decoder, dict) or decoder.get("type") != "ByteLevel" or model != "BPE":
