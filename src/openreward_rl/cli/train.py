@@ -205,18 +205,19 @@ def _check_model(config: Any, spec: LaunchSpec, *, required: bool) -> None:
 
 def _check_compaction(config: Any, spec: LaunchSpec) -> None:
     """Every environment's context policy builds (ConfigError otherwise, before Ray starts); context
-    policies fork episodes into several samples, which the trainers' partial-rollout abort cannot hold:
-    partial rollout runs the environments left at the default policy without one, and refuses a named one."""
+    policies fork episodes into several samples, which partial rollout, fully-async rollout and `--group-rm`
+    cannot hold (the trainer reads each group member as one Sample there): those run the environments left at
+    the default policy without one, and refuse a named one (the hooks do the same)."""
     from openreward_rl.loop.rollout import context_policies
 
     context_policies(config)
-    config = config.without_default_compaction()  # partial rollout turns the default policy off (the hooks do so too)
-    if spec.rollout_mode == "partial" and config.compacts:
+    config = config.without_default_compaction()
+    rule = {"partial": "--rollout-mode partial", "fully-async": "--rollout-mode fully-async"}.get(spec.rollout_mode)
+    if rule is None and any(arg == "--group-rm" for arg in spec.extra):
+        rule = "--group-rm"
+    if rule is not None and config.compacts:
         names = ", ".join(name for name, env in config.environments.items() if env.compacts)
-        raise LaunchError(
-            f"--rollout-mode partial cannot take the fan-out samples of a context policy ({names}); "
-            "use --rollout-mode sync or fully-async, or context_policy: none"
-        )
+        raise LaunchError(f"{rule} cannot take the fan-out samples of a context policy ({names}); use --rollout-mode sync without --group-rm, or context_policy: none")
 
 
 async def _check_environments(config_file: str) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 
 from openreward_rl.backends._sample.fill import fill_episode
 from openreward_rl.backends._sample.partial import generate_partial
-from openreward_rl.backends._sample.state import state_for
+from openreward_rl.backends._sample.state import BackendState, one_sample_rule, state_for
 from openreward_rl.config import ConfigError
 from openreward_rl.env.tasks import task_from_metadata
 from openreward_rl.loop.resumable import AbortSignal, ContinuingEngine
@@ -27,11 +27,18 @@ from openreward_rl.loop.workers import WorkerRollouts
 __all__ = ["generate_samples"]
 
 
-def check_args(args: Any, sample: Any) -> None:
+def check_args(args: Any, sample: Any, state: BackendState) -> None:
     """Trainer settings these hooks cannot honour, refused with the flag to change."""
     top_p = getattr(args, "rollout_top_p", None)
     if hasattr(sample, "rollout_top_p_token_ids") and top_p not in (None, 1.0):
         raise ConfigError(f"--rollout-top-p {top_p} needs top-p replay data that openreward_rl's generate hook does not record; use --rollout-top-p 1.0")
+    rule = one_sample_rule(args)
+    if rule is not None and state.config.compacts:
+        compacting = ", ".join(name for name, env in state.config.environments.items() if env.compacts)
+        raise ConfigError(
+            f"{rule} cannot take the fan-out samples a context policy makes ({compacting}): the trainer reads each "
+            "group member as one Sample there; use plain synchronous rollout, or context_policy: none"
+        )
 
 
 async def generate_samples(
@@ -49,8 +56,8 @@ async def generate_samples(
 
     `abort_signal` reads the trainer's "aborting this rollout step" flag, where the hook can see it.
     """
-    check_args(args, sample)
     state = state_for(args)
+    check_args(args, sample, state)
     if getattr(args, "partial_rollout", False) and not evaluation:
         return await generate_partial(args, state, sample, sampling_params, routing_key=routing_key, preset_reward=preset_reward, abort_signal=abort_signal)
     task = task_from_metadata(sample.metadata)

@@ -18,23 +18,12 @@ import attrs
 from openreward_rl.backends._sample.fill import fill_episode, fill_suspended
 from openreward_rl.backends._sample.state import BackendState
 from openreward_rl.backends._sample.suspended import RESUME_KEY, ResumeRecord, store_for
-from openreward_rl.config import ConfigError
 from openreward_rl.env.tasks import task_from_metadata
 from openreward_rl.loop.episode import failed_trajectory
 from openreward_rl.loop.resumable import AbortSignal, Finished, LiveEpisode, Outcome, ParkingEngine, mask_before
 from openreward_rl.loop.trajectory import StopReason
 
 __all__ = ["generate_partial"]
-
-
-def check_partial(state: BackendState) -> None:
-    """A config whose episodes fork cannot run under partial rollout, refused with what to change."""
-    if state.config.compacts:
-        compacting = ", ".join(name for name, env in state.config.environments.items() if env.compacts)
-        raise ConfigError(
-            f"--partial-rollout cannot take the fan-out samples a context policy makes ({compacting}): Slime's and Miles' "
-            "abort() read each group member as one Sample; use --rollout-mode sync or fully-async, or context_policy: none"
-        )
 
 
 async def generate_partial(
@@ -49,7 +38,6 @@ async def generate_partial(
 ) -> Any:
     """Start the episode `sample.metadata` names, or resume the one its `metadata["resume"]` parked; return
     `sample` filled: ABORTED with `metadata["resume"]` while the episode is suspended, else the finished episode."""
-    check_partial(state)
     record = ResumeRecord.from_metadata(sample.metadata) if isinstance(sample.metadata, Mapping) else None
     if record is not None:
         sample.metadata = {k: v for k, v in sample.metadata.items() if k != RESUME_KEY}

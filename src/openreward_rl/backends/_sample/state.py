@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from openreward_rl.env.tasks import TaskRef
     from openreward_rl.loop.trajectory import Trajectory
 
-__all__ = ["BackendState", "HookRunner", "state_for", "close_states", "router_url", "spread_over_workers"]
+__all__ = ["BackendState", "HookRunner", "state_for", "close_states", "router_url", "spread_over_workers", "one_sample_per_rollout", "one_sample_rule"]
 
 
 def router_url(args: Any) -> str:
@@ -100,11 +100,22 @@ class BackendState:
 
 def one_sample_per_rollout(args: Any) -> bool:
     """Whether the trainer's rollout driver takes one `Sample` per rollout, never a list: partial rollout
-    (both trainers' `abort()`) and fully-async rollout (Slime's `generate_rollout_fully_async` and Miles'
-    `--fully-async` sort groups by `group[0].index`, at the pinned commits). There the environments left
-    at the default context policy run without one."""
-    fully_async = bool(getattr(args, "fully_async", False)) or "fully_async" in str(getattr(args, "rollout_function_path", None) or "")
-    return bool(getattr(args, "partial_rollout", False)) or fully_async
+    (both trainers' `abort()`), `--group-rm` (Slime's `generate_and_rm_group` and Miles' `batched_async_rm`
+    set `.reward` on each group member) and fully-async rollout (Slime's `generate_rollout_fully_async` and
+    Miles' `--fully-async` sort groups by their first sample's `index`, at the pinned commits). There the
+    environments left at the default context policy run without one (`one_sample_rule` names the flag)."""
+    return one_sample_rule(args) is not None
+
+
+def one_sample_rule(args: Any) -> str | None:
+    """The trainer flag that makes a rollout one `Sample` (see `one_sample_per_rollout`), or None."""
+    if getattr(args, "partial_rollout", False):
+        return "--partial-rollout"
+    if getattr(args, "group_rm", False):
+        return "--group-rm"
+    if bool(getattr(args, "fully_async", False)) or "fully_async" in str(getattr(args, "rollout_function_path", None) or ""):
+        return "fully-async rollout"
+    return None
 
 
 def load_process_parts(checkpoint: str) -> tuple[TrainConfig, Any, Any, TrajectoryUploader]:
