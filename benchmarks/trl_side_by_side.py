@@ -30,6 +30,7 @@ Prints one line per side and, with `--json FILE`, writes the figures.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import gc
 import json
@@ -143,21 +144,20 @@ class Bridge:
 
     def respond(self, env: Any, text: str, state: dict[str, Any]) -> str | None:
         """One reply handed to an open session as our episodes hand it; the environment's text, None without a call."""
+        return self.adapter.run(self.respond_async(env, text, state))
+
+    async def respond_async(self, env: Any, text: str, state: dict[str, Any]) -> str | None:
         parsed = self.parse(text)
-
-        async def go() -> str | None:
-            if parsed.tool_calls:
-                outcomes = [await env.call_tool(call.name, call.arguments) for call in parsed.tool_calls]
-            elif not parsed.has_tool_activity and await env.terminal_tool() is not None:
-                outcomes = [await env.call_terminal_tool(parsed.content)]
-            else:
-                return None
-            for outcome in outcomes:
-                state["rewards"] += [outcome.reward] if outcome.reward is not None else []
-                state["finished"] = state["finished"] or outcome.finished
-            return "\n".join(o.text for o in outcomes)
-
-        return self.adapter.run(go())
+        if parsed.tool_calls:
+            outcomes = [await env.call_tool(call.name, call.arguments) for call in parsed.tool_calls]
+        elif not parsed.has_tool_activity and await env.terminal_tool() is not None:
+            outcomes = [await env.call_terminal_tool(parsed.content)]
+        else:
+            return None
+        for outcome in outcomes:
+            state["rewards"] += [outcome.reward] if outcome.reward is not None else []
+            state["finished"] = state["finished"] or outcome.finished
+        return "\n".join(o.text for o in outcomes)
 
     def reward(self, state: dict[str, Any]) -> float:
         return float(sum(state["rewards"]))
@@ -165,17 +165,22 @@ class Bridge:
     # -- TRL's plain GRPOTrainer: one reply per prompt ---------------------------------------------
 
     def plain_reward(self) -> Any:
+        """TRL's reward function for the plain side: each completion scored on its own session, all of a batch's
+        sessions at once (as a TRL user scoring on a remote environment would), replies read as ours are."""
         from openreward_rl.env.tasks import task_from_metadata
 
+        async def score(text: str, row: str) -> float:
+            state = {"rewards": [], "finished": False}
+            async with self.open(task_from_metadata(row)) as env:
+                await self.respond_async(env, text, state)
+            return self.reward(state)
+
+        async def score_all(completions: list[Any], task: list[str]) -> list[float]:
+            texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
+            return list(await asyncio.gather(*(score(text, row) for text, row in zip(texts, task))))
+
         def openreward_reward(prompts: list[Any], completions: list[Any], task: list[str], **_: Any) -> list[float]:
-            rewards = []
-            for completion, row in zip(completions, task):
-                text = completion if isinstance(completion, str) else completion[-1]["content"]
-                state = {"rewards": [], "finished": False}
-                with self._session(task_from_metadata(row)) as env:
-                    self.respond(env, text, state)
-                rewards.append(self.reward(state))
-            return rewards
+            return self.adapter.run(score_all(completions, task))
 
         return openreward_reward
 
@@ -276,21 +281,38 @@ class Bridge:
         grpo.is_chat_template_prefix_preserving = lambda processing_class: True
 
 
-def grpo_args(options: Any, output_dir: str, *, max_tool_calling_iterations: int | None = None) -> Any:
-    """TRL's config for a side. In TRL's tool loop `max_completion_length` caps the whole episode (every reply
-    and tool result), not one reply: it gets each of its turns a reply's tokens plus as many for the tool's
-    answer, so the loop is not cut where ours (`max_new_tokens` per reply) goes on. TRL also passes it to
-    every turn's `generate` as `max_new_tokens` and truncates afterwards, so a turn may sample up to the
-    whole episode's budget (its sampled tokens per step say how many it did)."""
-    from openreward_rl.backends.trl import grpo_config
+def peer_grpo_args(options: Any, output_dir: str, *, max_turns: int | None = None) -> Any:
+    """TRL's own `GRPOConfig` for a TRL side, as its users write it: TRL's defaults (gradient checkpointing on,
+    among them) with only what both sides share set: learning rate, batch (`--tasks` x `--n` in one generation
+    per optimizer step, as ours), group size, temperature, seed, precision, beta, steps. A single-turn side caps
+    the reply at `max_new_tokens` (`max_completion_length`). TRL's tool loop (`max_turns`) gets the per-turn
+    cap a TRL user sets for it, `generation_kwargs={"max_new_tokens": ...}` (TRL passes those to every turn's
+    `generate`), and `max_completion_length` caps the whole episode: each turn's reply and as many tokens again
+    for a tool's answer, so the episode is not cut where ours (per-reply cap, no episode cap) goes on."""
+    from trl import GRPOConfig
 
-    args = grpo_config(options)
-    args.output_dir = output_dir
-    args.disable_tqdm = True
-    if max_tool_calling_iterations is not None:
-        args.max_tool_calling_iterations = max_tool_calling_iterations
-        args.max_completion_length = 2 * options.max_new_tokens * (max_tool_calling_iterations + 1)
-    return args
+    shared = dict(
+        output_dir=output_dir, max_steps=options.max_steps, learning_rate=options.lr, temperature=options.temperature, top_p=options.top_p,
+        beta=options.beta, seed=options.seed, bf16=options.bf16, use_cpu=options.resolved_device == "cpu",
+        per_device_train_batch_size=options.prompts_per_step * options.n_samples, gradient_accumulation_steps=1, num_generations=options.n_samples,
+        logging_steps=1, report_to="none", save_strategy="no", disable_tqdm=True, log_completions=False,
+    )  # fmt: skip
+    if max_turns is None:
+        return GRPOConfig(**shared, max_completion_length=options.max_new_tokens)
+    return GRPOConfig(
+        **shared, max_tool_calling_iterations=max(max_turns - 1, 0), generation_kwargs={"max_new_tokens": options.max_new_tokens},
+        max_completion_length=2 * options.max_new_tokens * max_turns,
+    )  # fmt: skip
+
+
+def peer_settings(trainer: Any) -> dict[str, Any]:
+    """The TRL side's settings as its trainer holds them, printed beside its figures."""
+    args = trainer.args
+    return {
+        "gradient_checkpointing": args.gradient_checkpointing, "bf16": args.bf16, "temperature": args.temperature,
+        "max_completion_length": args.max_completion_length, "per_turn_max_new_tokens": trainer.generation_kwargs.get("max_new_tokens"),
+        "max_tool_calling_iterations": args.max_tool_calling_iterations, "beta": args.beta, "learning_rate": args.learning_rate,
+    }  # fmt: skip
 
 
 def count_sampled(trainer: Any) -> list[int]:
@@ -375,6 +397,7 @@ def run_side(side: str, session: Any, bridge: Any, options: Any, args: argparse.
     rewards: list[float] = []
     max_turns = session.config.environment(session.train_tasks[0].environment).max_turns or 1
     rollout_seconds: list[float] = []
+    first_prompts: list[int] = []
     waves = WaveLog()
     if side in OURS:
         use_sampler(session, OURS[side], options)
@@ -386,28 +409,31 @@ def run_side(side: str, session: Any, bridge: Any, options: Any, args: argparse.
             out = rollout(prompts, trainer_)
             rollout_seconds.append(time.perf_counter() - started)
             sampled.append(sum(sum(t.loss_mask) for t in session.adapter.last_trajectories))
+            first_prompts.extend(len(t.segments[0].prompt_ids) for t in session.adapter.last_trajectories if t.segments)
             rewards.extend(r for r in out["trained_reward"] if r is not None)
             return out
 
         trainer.rollout_func = recording
-        prompt_tokens = None
+        settings = {"gradient_checkpointing": trainer.args.gradient_checkpointing, "bf16": trainer.args.bf16, "temperature": trainer.args.temperature,
+                    "per_turn_max_new_tokens": options.max_new_tokens, "learning_rate": trainer.args.learning_rate}  # fmt: skip
     else:
         from trl import GRPOTrainer
 
         model, tokenizer = fresh_model(options)
         rows = [{"prompt": bridge.messages(task), "task": task_prompt(task)} for task in session.train_tasks]
-        prompt_tokens = sum(len(tokenizer.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=True, return_dict=False)) for r in rows) / len(rows)
+        first_prompts.extend(len(tokenizer.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=True, return_dict=False)) for r in rows)
         if side == "trl":
             reward = bridge.plain_reward()
-            trainer = GRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=[reward], args=grpo_args(options, f"{workdir}/{side}"),
+            trainer = GRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=[reward], args=peer_grpo_args(options, f"{workdir}/{side}"),
                                   train_dataset=Dataset.from_list(rows), callbacks=[clock.callback()])  # fmt: skip
         else:
             bridge.patch_trl()
             tokenizer.response_template = "bridged: benchmarks/trl_side_by_side.py parses replies with the config's parser"
             trainer = GRPOTrainer(model=model, processing_class=tokenizer,
                                   reward_funcs=[bridge.tool_reward(rewards)],
-                                  args=grpo_args(options, f"{workdir}/{side}", max_tool_calling_iterations=max(max_turns - 1, 0)),
+                                  args=peer_grpo_args(options, f"{workdir}/{side}", max_turns=max_turns),
                                   train_dataset=Dataset.from_list(rows), environment_factory=bridge.environment_class(), callbacks=[clock.callback()])  # fmt: skip
+        settings = peer_settings(trainer)
         counts = count_sampled(trainer)
         calls_before = [0]
 
@@ -441,7 +467,8 @@ def run_side(side: str, session: Any, bridge: Any, options: Any, args: argparse.
         "reward_mean_last": sum(rewards[-episodes:]) / max(len(rewards[-episodes:]), 1),
         "reward_per_step": [round(sum(chunk) / len(chunk), 4) for i in range(0, len(rewards), episodes) if (chunk := rewards[i : i + episodes])],
         "peak_gpu_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
-        "first_prompt_tokens": prompt_tokens,
+        "first_prompt_tokens": sum(first_prompts) / max(len(first_prompts), 1),
+        "settings": settings,
         "rollout_seconds": [round(x, 3) for x in rollout_seconds],  # ours: TRL's call into the adapter, per step
         "waves": waves.rows,  # ours on WaveEngine: (requests, sampled tokens, seconds) per wave, in order
     }
@@ -498,14 +525,14 @@ def main(argv: list[str] | None = None) -> None:
                     result = {"side": side, "error": f"{type(error).__name__}: {error}"}
                 results.append(result)
                 print(json.dumps(result), flush=True)
-    print(f"\n{'side':<16} {'s/step':>8} {'sampled tok/s':>14} {'episodes/s':>11} {'tok/step':>9} {'reward':>7} {'peak GiB':>9}")
+    print(f"\n{'side':<16} {'s/step':>8} {'sampled tok/s':>14} {'episodes/s':>11} {'tok/step':>9} {'reward':>7} {'peak GiB':>9} {'prompt':>7}  settings")
     for r in results:
         if "error" in r:
             print(f"{r['side']:<16} failed: {r['error'][:100]}")
             continue
         peak = f"{r['peak_gpu_gib']:.2f}" if r["peak_gpu_gib"] is not None else "-"
         print(f"{r['side']:<16} {r['s_per_step']:>8.2f} {r['sampled_tokens_per_s']:>14,.0f} {r['episodes_per_s']:>11.1f} "
-              f"{r['sampled_tokens_per_step']:>9.0f} {r['reward_mean_last']:>7.3f} {peak:>9}")  # fmt: skip
+              f"{r['sampled_tokens_per_step']:>9.0f} {r['reward_mean_last']:>7.3f} {peak:>9} {r['first_prompt_tokens']:>7.0f}  {r['settings']}")  # fmt: skip
     if args.json:
         Path(args.json).write_text(json.dumps({"device": gpu, "args": vars(args), "results": results}, indent=2))
 
