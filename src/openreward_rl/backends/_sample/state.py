@@ -31,6 +31,9 @@ if TYPE_CHECKING:
 __all__ = ["BackendState", "HookRunner", "state_for", "close_states", "router_url", "spread_over_workers", "one_sample_per_rollout", "one_sample_rule"]
 
 
+SLIME_STOCK_FILTERS = "slime.rollout.filter_hub.dynamic_sampling_filters."
+
+
 def router_url(args: Any) -> str:
     """`http://{sglang_router_ip}:{sglang_router_port}` from the trainer's args."""
     ip, port = getattr(args, "sglang_router_ip", None), getattr(args, "sglang_router_port", None)
@@ -102,8 +105,10 @@ def one_sample_per_rollout(args: Any) -> bool:
     """Whether the trainer's rollout driver takes one `Sample` per rollout, never a list: partial rollout
     (both trainers' `abort()`), `--group-rm` (Slime's `generate_and_rm_group` and Miles' `batched_async_rm`
     set `.reward` on each group member) and fully-async rollout (Slime's `generate_rollout_fully_async` and
-    Miles' `--fully-async` sort groups by their first sample's `index`, at the pinned commits). There the
-    environments left at the default context policy run without one (`one_sample_rule` names the flag)."""
+    Miles' `--fully-async` sort groups by their first sample's `index`, at the pinned commits) and Slime's stock
+    dynamic filters (`check_reward_nonzero_std*` call `get_reward_value` on each group member; Miles' flatten
+    the group first). There the environments left at the default context policy run without one
+    (`one_sample_rule` names the flag)."""
     return one_sample_rule(args) is not None
 
 
@@ -115,6 +120,9 @@ def one_sample_rule(args: Any) -> str | None:
         return "--group-rm"
     if bool(getattr(args, "fully_async", False)) or "fully_async" in str(getattr(args, "rollout_function_path", None) or ""):
         return "fully-async rollout"
+    dynamic_filter = str(getattr(args, "dynamic_sampling_filter_path", None) or "")
+    if dynamic_filter.startswith(SLIME_STOCK_FILTERS):
+        return f"--dynamic-sampling-filter-path {dynamic_filter}"
     return None
 
 
