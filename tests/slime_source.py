@@ -22,6 +22,7 @@ served from Slime's loop thread too, so that it answers while a test's thread wa
 
 from __future__ import annotations
 
+import collections
 import importlib
 import json
 import sys
@@ -198,11 +199,13 @@ class Player(CorridorAgent):
     its summaries, and leaves with it: reward 1.0) with a role per episode, told apart by routing key (Slime's
     `session_id`): in a corridor of 7 rooms every second episode to start quits at once with a wrong key
     (reward 0.0, one turn), in one of 8 rooms every episode does. So a group of a 7-room task is informative,
-    of a 6- or 8-room task not. A quitter answers `quit_latency_s` late (a test's long tail in flight)."""
+    of a 6- or 8-room task not. For a test whose step must end while walks are in flight: a quitter answers
+    `quit_latency_s` late, and a walker's request number `hold_at` stays in flight until it is aborted."""
 
-    def __init__(self, tokenizer: Any, quit_latency_s: float = 0.0) -> None:
+    def __init__(self, tokenizer: Any, *, quit_latency_s: float = 0.0, hold_at: int | None = None) -> None:
         super().__init__(tokenizer)
-        self.quit_latency_s = quit_latency_s
+        self.quit_latency_s, self.hold_at = quit_latency_s, hold_at
+        self.requests: collections.Counter[str] = collections.Counter()  # routing key -> requests so far
         self.roles: dict[str, bool] = {}  # routing key -> quits
         self.seven_room_episodes = 0
 
@@ -218,6 +221,9 @@ class Player(CorridorAgent):
     def __call__(self, request: RecordedRequest) -> ScriptedCompletion:
         if self.quits(request):
             return ScriptedCompletion(text=call("leave", key="none-0000"), latency_s=self.quit_latency_s)
+        self.requests[request.routing_key or ""] += 1
+        if self.requests[request.routing_key or ""] == self.hold_at:
+            return ScriptedCompletion(ids=(), hold=True)
         return super().__call__(request)
 
 
