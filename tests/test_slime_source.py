@@ -8,9 +8,9 @@ and the Qwen3 tokenizer. The config is the default (no `context_policy`): at `--
 2048` a walk down the corridor crosses the default policy's threshold and is compacted, so a walker's
 rollout is several samples, one per context. A config that names a policy is the other case.
 
-Corridor players (`Player`): in a corridor of 7 rooms every second episode to start quits at once with a
-wrong key (reward 0.0, one context); every other episode walks and leaves with the key (reward 1.0). So a
-group of a 7-room task is informative, the others are not.
+The players (tests/slime_source.py `Player`): in a corridor of 7 rooms every second episode quits at once with
+a wrong key (reward 0.0, one context), in one of 8 rooms every episode does; the others walk and leave with
+the key (reward 1.0). So a group of a 7-room task is informative, of a 6- or 8-room task not.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from openreward_rl.backends._sample.state import close_states
 from openreward_rl.config import ConfigError
 from slime_source import (  # noqa: F401
     SEVEN_ROOMS,
-    UNCOMPACTED,
     SIX_ROOMS,
+    UNCOMPACTED,
     SlimeCode,
     corridor_config,
     corridor_rows,

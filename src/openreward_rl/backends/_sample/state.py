@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from openreward_rl.assets import load_tokenizer
+from openreward_rl.backends.filters import reads_members_as_samples
 from openreward_rl.config import CHECK_MODEL_ENV, ConfigError, TrainConfig, config_path, load_config
 from openreward_rl.loop.rollout import Rollouts
 from openreward_rl.loop.workers import IN_WORKER_ENV, WorkerRollouts, make_workers
@@ -29,9 +30,6 @@ if TYPE_CHECKING:
     from openreward_rl.loop.trajectory import Trajectory
 
 __all__ = ["BackendState", "HookRunner", "state_for", "close_states", "router_url", "spread_over_workers", "one_sample_per_rollout", "one_sample_rule"]
-
-
-SLIME_STOCK_FILTERS = "slime.rollout.filter_hub.dynamic_sampling_filters."
 
 
 def router_url(args: Any) -> str:
@@ -120,8 +118,8 @@ def one_sample_rule(args: Any) -> str | None:
         return "--group-rm"
     if bool(getattr(args, "fully_async", False)) or "fully_async" in str(getattr(args, "rollout_function_path", None) or ""):
         return "fully-async rollout"
-    dynamic_filter = str(getattr(args, "dynamic_sampling_filter_path", None) or "")
-    if dynamic_filter.startswith(SLIME_STOCK_FILTERS):
+    dynamic_filter = getattr(args, "dynamic_sampling_filter_path", None)
+    if reads_members_as_samples(dynamic_filter):
         return f"--dynamic-sampling-filter-path {dynamic_filter}"
     return None
 
