@@ -47,11 +47,12 @@ pytestmark = pytest.mark.timeout(120)  # a step that never ends fails here
 
 @pytest.fixture
 def sglang(slime: SlimeCode) -> Iterator[SGLangTestServer]:
-    """The SGLang double playing the Corridor: quitters answer 1.5 s late and a walker's 4th request stays in flight
-    until it is aborted, so a step that ends on quitters finds the walks some rooms in."""
+    """The SGLang double playing the Corridor: quitters answer 2 s late and a walker's 3rd request (after its first
+    room) stays in flight until it is aborted, so a step that ends on quitters finds the walks under way, and a
+    weight update finds both walks in a model call."""
     from openreward_rl.assets import load_tokenizer
 
-    yield from serve_sglang(slime, Player(load_tokenizer("offline:qwen3"), quit_latency_s=1.5, hold_at=4))
+    yield from serve_sglang(slime, Player(load_tokenizer("offline:qwen3"), quit_latency_s=2.0, hold_at=3))
 
 
 def record(sample: Any) -> EpisodeRecord:
@@ -120,7 +121,7 @@ def test_fully_async_rollout_trains_walks_cut_by_a_weight_update(slime, sglang, 
     runner = threading.Thread(target=run_step, daemon=True)
     runner.start()
     deadline = time.monotonic() + 60
-    while sglang.received < 6 or len(sglang.in_flight) < 2:  # both walks a few rooms in, a turn of each in flight
+    while len(sglang.in_flight) < 2:  # both walks a room in, each held in a model call (`Player.hold_at`)
         assert time.monotonic() < deadline and runner.is_alive(), f"the walks never got under way: {step}"
         time.sleep(0.01)
     slime.run(post(sglang, "/pause_generation"))
@@ -132,7 +133,7 @@ def test_fully_async_rollout_trains_walks_cut_by_a_weight_update(slime, sglang, 
     for sample in samples:
         check_trainable(slime, args, sample)
         assert sample.weight_versions[0] == "default" and sample.weight_versions[-1] == "2"
-    assert any(sample.metadata["metrics"].get("continuations", 0.0) >= 1.0 for sample in samples)  # a cut turn continued in place
+        assert sample.metadata["metrics"]["continuations"] == 1.0  # the cut turn continued in place, in the same session
 
     corridor_config(NAMED_POLICY)
     slime.run(close_states())
