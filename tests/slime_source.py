@@ -22,6 +22,7 @@ served from Slime's loop thread too, so that it answers while a test's thread wa
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import importlib
 import json
@@ -36,7 +37,9 @@ import pytest
 
 from hermes_calls import call
 from openreward_rl.assets import offline_tokenizer_dir
+from openreward_rl.backends._sample import state as _state
 from openreward_rl.backends._sample.state import close_states
+from openreward_rl.backends._sample.suspended import reset_store
 from openreward_rl.env.tasks import TaskRef, task_row
 from openreward_rl.testing import ScriptedCompletion, SGLangTestServer
 from openreward_rl.testing.sglang_server import RecordedRequest
@@ -129,7 +132,8 @@ def slime_args(server: SGLangTestServer, prompt_data: str, **overrides: Any) -> 
 
 def serve_sglang(slime: SlimeCode, script: Any) -> Iterator[SGLangTestServer]:
     """The SGLang double (the real Qwen3 tokenizer) on Slime's loop thread, for a fixture to yield; at the end
-    Slime's generate state is cleared and the hooks' process state closed, as a new trainer process starts clean."""
+    Slime's generate state is cleared and the hooks' process state (suspended episodes, backend states) closed,
+    as a new trainer process starts clean."""
     from openreward_rl.assets import load_tokenizer
 
     server = SGLangTestServer(load_tokenizer("offline:qwen3"), script=script)
@@ -139,8 +143,21 @@ def serve_sglang(slime: SlimeCode, script: Any) -> Iterator[SGLangTestServer]:
         yield server
     finally:
         slime.rollout.GenerateState.clear_instances()
+        store = reset_store()  # episodes a partial-rollout step left suspended, with their environment sessions
+        if store is not None:
+            slime.run(store.aclose())
+        close_other_loops_states(slime)
         slime.run(close_states())
         slime.run(server.close())
+
+
+def close_other_loops_states(slime: SlimeCode) -> None:
+    """Close the hooks' states built on loops other than Slime's main one that still run: the fully-async
+    worker's (Slime keeps that worker, and its loop, for the life of the process)."""
+    main = slime.async_utils.get_async_loop().loop
+    for state in list(_state._STATES.values()):
+        if state.loop is not None and state.loop is not main and state.loop.is_running():
+            asyncio.run_coroutine_threadsafe(state.aclose(), state.loop).result(timeout=30)
 
 
 def start_step(slime: SlimeCode, args: Namespace) -> None:

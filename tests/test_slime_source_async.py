@@ -30,6 +30,7 @@ from slime_source import (  # noqa: F401
     UNCOMPACTED,
     Player,
     SlimeCode,
+    close_other_loops_states,
     corridor_config,
     corridor_rows,
     corridor_sample,
@@ -136,6 +137,7 @@ def test_fully_async_rollout_trains_walks_cut_by_a_weight_update(slime, sglang, 
         assert sample.metadata["metrics"]["continuations"] == 1.0  # the cut turn continued in place, in the same session
 
     corridor_config(NAMED_POLICY)
+    close_other_loops_states(slime)  # the worker's hook state, before this loop's call replaces it in the cache
     slime.run(close_states())
     with pytest.raises(ConfigError, match=r"fully-async rollout cannot take the fan-out samples a context policy makes \(Corridor\)"):
         slime.run(slime.rollout.generate_and_rm_group(args, [corridor_sample(slime, 0), corridor_sample(slime, 1)], dict(SAMPLING)))
