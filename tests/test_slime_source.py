@@ -16,13 +16,19 @@ the key (reward 1.0). So a group of a 7-room task is informative, of a 6- or 8-r
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from openreward import AsyncOpenReward
+from openreward.api.environments.types import GroupCandidate, Message, TextBlock
 
+from examples.environments.closest_guess import make_question
 from openreward_rl.backends._sample.record import EpisodeRecord
 from openreward_rl.backends._sample.state import close_states
 from openreward_rl.config import ConfigError
+from openreward_rl.env.tasks import TaskRef, task_row
+from openreward_rl.testing import ScriptedCompletion, SGLangTestServer
 from slime_source import (  # noqa: F401
     SEVEN_ROOMS,
     SIX_ROOMS,
@@ -32,6 +38,7 @@ from slime_source import (  # noqa: F401
     corridor_rows,
     corridor_sample,
     prompts,
+    serve_sglang,
     sglang,
     slime,
     slime_args,
@@ -93,6 +100,52 @@ def test_group_rm_trains_under_the_default_config_one_sample_per_rollout(slime, 
         check_trainable(slime, args, sample)
     filtered = slime.filters.check_reward_nonzero_std(args, out)
     assert isinstance(filtered, slime.filter_types.DynamicFilterOutput) and not filtered.keep  # 0.0 and 0.0: nothing to learn
+
+
+@pytest.fixture
+def scripted_sglang(slime: SlimeCode) -> Iterator[SGLangTestServer]:
+    """The SGLang double answering from a list of completions (`push`)."""
+
+    yield from serve_sglang(slime, [])
+
+
+async def group_scores(env_server: Any, texts: list[str]) -> list[float]:
+    """What ClosestGuess's `score_group` gives these final answers, asked through the SDK directly."""
+    client = AsyncOpenReward(api_key="local")
+    try:
+        candidates = [GroupCandidate(messages=[Message(role="assistant", blocks=[TextBlock(text=t)])]) for t in texts]
+        async with env_server.environment(client, "ClosestGuess").session(split="train", index=0) as session:
+            return [score.reward for score in await session.score_group(candidates)]
+    finally:
+        await client.environments.aclose()
+
+
+def test_group_rm_rewards_are_the_environments_group_scores_under_the_default_config(slime, scripted_sglang, served_config, prompts, env_server) -> None:
+    """`--group-rm` with ClosestGuess (it implements `score_group`), no context_policy in the config: Slime's
+    `generate_and_rm_group` runs the four episodes, then its `batched_async_rm` calls the reward hook with the
+    group, whose rewards are the environment's ranking of the four answers, not their pointwise 0/1."""
+    served_config({"ClosestGuess": {"max_turns": 2}})
+    _, target = make_question("closest/train/0")
+    estimates = [target * 3 // 2, "nothing", target, target * 1005 // 1000]  # pointwise 0, 0, 1, 1
+    scripted_sglang.push(*(ScriptedCompletion(text=f"My estimate is {e}.") for e in estimates))
+    args = slime_args(scripted_sglang, prompts, group_rm=True, n_samples_per_prompt=4)
+    row = task_row(TaskRef("ClosestGuess", "train", index=0))
+    group = [slime.Sample(prompt=row["prompt"], label=row["label"], metadata=row["metadata"], index=i, group_index=0) for i in range(4)]
+    out = slime.run(slime.rollout.generate_and_rm_group(args, group, copy.deepcopy(SAMPLING)))
+    assert [type(sample) for sample in out] == [slime.Sample] * 4
+    texts = [slime_response_text(sample) for sample in out]
+    assert sorted(texts) == sorted(f"My estimate is {e}." for e in estimates)  # each episode got one of the answers
+    assert [s.reward for s in out] == slime.run(group_scores(env_server, texts))
+    assert sorted(s.reward for s in out) == [0.0, 1 / 3, 2 / 3, 1.0]
+    for sample in out:
+        check_trainable(slime, args, sample)
+        assert record(sample).group_scored is True and record(sample).pointwise_reward in (0.0, 1.0)
+
+
+def slime_response_text(sample: Any) -> str:
+    """The episode's final answer (the transcript's last assistant message)."""
+    (answer,) = [m["content"] for m in record(sample).transcript if m["role"] == "assistant"]
+    return answer
 
 
 def test_group_rm_with_a_named_policy_is_refused_through_slime(slime, sglang, corridor_config, prompts) -> None:
