@@ -105,7 +105,6 @@ def test_group_rm_trains_under_the_default_config_one_sample_per_rollout(slime, 
 @pytest.fixture
 def scripted_sglang(slime: SlimeCode) -> Iterator[SGLangTestServer]:
     """The SGLang double answering from a list of completions (`push`)."""
-
     yield from serve_sglang(slime, [])
 
 
