@@ -180,10 +180,11 @@ def _rollout_manager_class() -> Any:
     return manager.__ray_actor_class__  # `@ray.remote` keeps the class it wraps there
 
 
-def train_data(slime: SlimeCode, args: Namespace, data_source: Any, rollout_id: int) -> tuple[list[Any], dict[str, Any]]:
+def train_data(slime: SlimeCode, args: Namespace, data_source: Any, rollout_id: int, metrics: dict[str, Any] | None = None) -> tuple[list[Any], dict[str, Any]]:
     """One training step's rollout as `RolloutManager.generate` makes it: the rollout function's groups
     (`_get_rollout_data`: called, checked for fan-out `rollout_id`s, flattened) and the train data
-    (`_convert_samples_to_train_data`); returns (the flattened samples, the train data)."""
+    (`_convert_samples_to_train_data`); returns (the flattened samples, the train data). `metrics` gets the
+    rollout function's metrics (the dynamic filter's drop counts)."""
     manager = object.__new__(_rollout_manager_class())
     manager.args = args
     manager.data_source = data_source
@@ -191,7 +192,9 @@ def train_data(slime: SlimeCode, args: Namespace, data_source: Any, rollout_id: 
     for name in ("custom_reward_post_process", "custom_convert_samples_to_train_data"):  # as its constructor loads them
         path = getattr(args, f"{name}_path", None)
         setattr(manager, f"{name}_func", slime.misc.load_function(path) if path is not None else None)
-    samples, _ = manager._get_rollout_data(rollout_id)
+    samples, step_metrics = manager._get_rollout_data(rollout_id)
+    if metrics is not None:
+        metrics.update(step_metrics or {})
     return samples, manager._convert_samples_to_train_data(samples)
 
 

@@ -194,7 +194,8 @@ def test_a_training_step_with_the_librarys_filter_under_compaction(slime, sglang
     )  # fmt: skip
     start_step(slime, args)
     data_source = slime.data_source.RolloutDataSourceWithBuffer(args)
-    samples, data = train_data(slime, args, data_source, rollout_id=0)
+    metrics: dict[str, Any] = {}
+    samples, data = train_data(slime, args, data_source, rollout_id=0, metrics=metrics)
     walker = [s for s in samples if s.reward == 1.0]
     assert len(walker) >= 2 and len(samples) == len(walker) + 1  # the walk's contexts and the quitter
     assert {s.metadata["index"] for s in samples} == {SEVEN_ROOMS} and record(walker[0]).segments == len(walker)
@@ -207,6 +208,7 @@ def test_a_training_step_with_the_librarys_filter_under_compaction(slime, sglang
     advantages = {s.rollout_id: a for s, a in zip(samples, data["rewards"])}
     assert sorted(advantages.values()) == pytest.approx([-0.7071, 0.7071], abs=1e-3)  # one GRPO group of two rollouts
     assert data_source.sample_index == 4  # two groups drawn, one dropped by the filter
+    assert metrics == {"rollout/dynamic_filter/drop_zero_std_0.0": 1}  # the library's verdict read as Slime's own, with its reason
 
 
 def test_a_training_step_with_slimes_stock_filter(slime, sglang, corridor_config, prompts) -> None:
