@@ -86,6 +86,22 @@ def test_partial_rollout_parks_the_long_tail_at_the_steps_abort_and_resumes_it_n
     assert data["raw_reward"] == [1.0, 1.0]
 
 
+def test_a_sync_steps_abort_is_the_trainers_and_is_not_continued(slime, sglang, corridor_config, tmp_path, env_server) -> None:
+    """Without `--partial-rollout` Slime's `abort()` sets `GenerateState.aborted` before it aborts the requests in
+    flight: the hook reads that abort as the trainer's, so the held walks end there (no continuation request), and
+    Slime drops them; only the quitters train."""
+    prompts = corridor_rows(tmp_path / "corridor.jsonl", [SIX_ROOMS, EIGHT_ROOMS])
+    args = slime_args(sglang, prompts, rollout_batch_size=1)
+    start_step(slime, args)
+    data_source = slime.data_source.RolloutDataSourceWithBuffer(args)
+    quitters, data = train_data(slime, args, data_source, rollout_id=0)
+    assert [s.metadata["index"] for s in quitters] == [EIGHT_ROOMS] * 2 and data["raw_reward"] == [0.0, 0.0]
+    assert not data_source.buffer and not sglang.in_flight
+    walked = {r.routing_key for r in sglang.requests if "Room 1 of 6" in sglang.tokenizer.decode(r.input_ids)}
+    assert len(walked) == 2  # both walks were a room in when the step ended
+    assert not any("_p" in (r.rid or "") for r in sglang.requests)  # no turn continued after the trainer's abort
+
+
 def test_partial_rollout_with_a_named_policy_is_refused_through_slimes_step(slime, sglang, corridor_config, tmp_path, env_server) -> None:
     corridor_config(NAMED_POLICY)
     args = slime_args(sglang, corridor_rows(tmp_path / "corridor.jsonl", [SIX_ROOMS]), rollout_batch_size=1, partial_rollout=True)
