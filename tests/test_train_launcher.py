@@ -492,6 +492,20 @@ def test_task_sampling_needs_the_dynamic_filter(tmp_path: Path, capsys) -> None:
     assert "task_sampling" in capsys.readouterr().err
 
 
+def test_slimes_stock_dynamic_filter_with_a_compacting_context_policy_is_refused_before_ray(tmp_path: Path, capsys) -> None:
+    """Slime's `check_reward_nonzero_std` reads each group member as one Sample, as `--group-rm` does."""
+    compacting = tmp_path / "compacting.yaml"
+    compacting.write_text("environments:\n  Corridor:\n    context_policy: summarize\n")
+    argv = ["train", "--framework", "slime", *checkout_flags("slime", tmp_path), "--config", str(compacting), "--dry-run"]
+    stock = "slime.rollout.filter_hub.dynamic_sampling_filters.check_reward_nonzero_std"
+    assert main([*argv, "--", "--dynamic-sampling-filter-path", stock]) == 2
+    assert f"--dynamic-sampling-filter-path {stock} cannot take the fan-out samples of a context policy (Corridor)" in capsys.readouterr().err
+    assert main([*argv, "--", f"--dynamic-sampling-filter-path={stock}"]) == 2
+    assert main(argv) == 0  # the default filter reads fan-out groups
+    compacting.write_text("environments:\n  Corridor: {}\n")  # the default policy: off with the stock filter
+    assert main([*argv, "--", "--dynamic-sampling-filter-path", stock]) == 0
+
+
 def test_partial_rollout_with_a_compacting_context_policy_is_refused_before_ray(tmp_path: Path, capsys) -> None:
     compacting = tmp_path / "compacting.yaml"
     compacting.write_text("environments:\n  Corridor:\n    context_policy: summarize\n")

@@ -26,9 +26,12 @@ from typing import Any
 from openreward_rl.backends._sample.groups import flatten, rollout_key
 from openreward_rl.backends.task_sampling import record_group
 
-__all__ = ["keep_informative_groups", "group_verdict", "caller_trainer"]
+__all__ = ["keep_informative_groups", "group_verdict", "caller_trainer", "reads_members_as_samples"]
 
 TRAINERS = ("slime", "miles")
+# Slime's stock filters (`check_reward_nonzero_std` and its `_with_fallback` twin, at 624b824) call
+# `get_reward_value` on each group member; Miles' flatten the group first.
+SLIME_STOCK_FILTERS = "slime.rollout.filter_hub.dynamic_sampling_filters."
 _OUTPUT_MODULE = "{trainer}.rollout.filter_hub.base_types"
 
 
@@ -39,6 +42,18 @@ def caller_trainer(samples: list[Any]) -> str | None:
         return None
     package = type(leaves[0]).__module__.partition(".")[0]
     return package if package in TRAINERS else None
+
+
+def reads_members_as_samples(filter_path: str | None) -> bool:
+    """Whether the dynamic filter at `filter_path` reads each member of a group as one `Sample` (so a fan-out
+    list there breaks it): Slime's stock filters.
+
+    >>> reads_members_as_samples("slime.rollout.filter_hub.dynamic_sampling_filters.check_reward_nonzero_std")
+    True
+    >>> reads_members_as_samples("openreward_rl.backends.filters.keep_informative_groups")
+    False
+    """
+    return str(filter_path or "").startswith(SLIME_STOCK_FILTERS)
 
 
 def _output_class(trainer: str | None) -> Any:

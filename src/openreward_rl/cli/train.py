@@ -205,9 +205,10 @@ def _check_model(config: Any, spec: LaunchSpec, *, required: bool) -> None:
 
 def _check_compaction(config: Any, spec: LaunchSpec) -> None:
     """Every environment's context policy builds (ConfigError otherwise, before Ray starts); context
-    policies fork episodes into several samples, which partial rollout, fully-async rollout and `--group-rm`
-    cannot hold (the trainer reads each group member as one Sample there): those run the environments left at
+    policies fork episodes into several samples, which partial rollout, fully-async rollout, `--group-rm` and
+    Slime's stock dynamic filters cannot hold (the trainer reads each group member as one Sample there): those run the environments left at
     the default policy without one, and refuse a named one (the hooks do the same)."""
+    from openreward_rl.backends.filters import reads_members_as_samples
     from openreward_rl.loop.rollout import context_policies
 
     context_policies(config)
@@ -215,9 +216,26 @@ def _check_compaction(config: Any, spec: LaunchSpec) -> None:
     rule = {"partial": "--rollout-mode partial", "fully-async": "--rollout-mode fully-async"}.get(spec.rollout_mode)
     if rule is None and any(arg == "--group-rm" for arg in spec.extra):
         rule = "--group-rm"
+    dynamic_filter = _last_value(list(spec.extra), "--dynamic-sampling-filter-path")  # the trainer's parser keeps the last
+    if rule is None and reads_members_as_samples(dynamic_filter):
+        rule = f"--dynamic-sampling-filter-path {dynamic_filter}"
     if rule is not None and config.compacts:
         names = ", ".join(name for name, env in config.environments.items() if env.compacts)
-        raise LaunchError(f"{rule} cannot take the fan-out samples of a context policy ({names}); use --rollout-mode sync without --group-rm, or context_policy: none")
+        raise LaunchError(
+            f"{rule} cannot take the fan-out samples of a context policy ({names}); use --rollout-mode sync without --group-rm "
+            "(and the default dynamic filter, which reads fan-out groups), or context_policy: none"
+        )
+
+
+def _last_value(argv: list[str], flag: str) -> str | None:
+    """The value of the last `flag value` / `flag=value` in `argv`, or None."""
+    value = None
+    for position, arg in enumerate(argv):
+        if arg == flag and position + 1 < len(argv):
+            value = argv[position + 1]
+        elif arg.startswith(flag + "="):
+            value = arg.partition("=")[2]
+    return value
 
 
 async def _check_environments(config_file: str) -> None:

@@ -20,6 +20,9 @@ the project reference sglang-generate-api.md):
   (`[logprob, id, text-or-null]`) and `output_token_logprobs_length`;
 - `POST /abort_request` (`rid` prefix match, or `abort_all`): in-flight requests answer HTTP 200 with
   their partial output and `{"type": "abort", "message": "Aborted", ...}`; `GET /health`.
+- as a router over one worker (itself), what a trainer's end-of-step abort reads: `GET /workers`
+  (`{"workers": [{"url": ...}]}`, the SGLang Model Gateway's list) and `GET /v1/loads`
+  (`{"loads": [{"num_reqs": <requests in flight>}]}`), which Slime polls until the worker is idle.
 - `POST /pause_generation` in its default mode "abort" (what Slime's weight updaters send, `{}`): as
   SGLang's tokenizer manager does, it marks the server paused, aborts every request in flight until
   none is left, and answers; `/generate` requests that arrive while paused are held (recorded, not
@@ -270,6 +273,8 @@ class SGLangTestServer:
         app.router.add_post("/pause_generation", self._handle_pause)
         app.router.add_post("/continue_generation", self._handle_continue)
         app.router.add_get("/health", self._handle_health)
+        app.router.add_get("/workers", self._handle_workers)
+        app.router.add_get("/v1/loads", self._handle_loads)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=5.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self._requested_port)
@@ -345,6 +350,12 @@ class SGLangTestServer:
 
     async def _handle_health(self, request: web.Request) -> web.Response:
         return web.Response(status=200)
+
+    async def _handle_workers(self, request: web.Request) -> web.Response:
+        return web.json_response({"workers": [{"url": self.url}]})
+
+    async def _handle_loads(self, request: web.Request) -> web.Response:
+        return web.json_response({"loads": [{"num_reqs": len(self._in_flight)}]})
 
     async def _handle_abort(self, request: web.Request) -> web.Response:
         try:

@@ -37,7 +37,8 @@ def check_args(args: Any, sample: Any, state: BackendState) -> None:
         compacting = ", ".join(name for name, env in state.config.environments.items() if env.compacts)
         raise ConfigError(
             f"{rule} cannot take the fan-out samples a context policy makes ({compacting}): the trainer reads each "
-            "group member as one Sample there; use plain synchronous rollout, or context_policy: none"
+            "group member as one Sample there; use plain synchronous rollout (openreward_rl.backends.filters.keep_informative_groups "
+            "as its dynamic filter reads fan-out groups), or context_policy: none"
         )
 
 

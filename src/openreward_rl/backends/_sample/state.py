@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from openreward_rl.assets import load_tokenizer
+from openreward_rl.backends.filters import reads_members_as_samples
 from openreward_rl.config import CHECK_MODEL_ENV, ConfigError, TrainConfig, config_path, load_config
 from openreward_rl.loop.rollout import Rollouts
 from openreward_rl.loop.workers import IN_WORKER_ENV, WorkerRollouts, make_workers
@@ -102,8 +103,10 @@ def one_sample_per_rollout(args: Any) -> bool:
     """Whether the trainer's rollout driver takes one `Sample` per rollout, never a list: partial rollout
     (both trainers' `abort()`), `--group-rm` (Slime's `generate_and_rm_group` and Miles' `batched_async_rm`
     set `.reward` on each group member) and fully-async rollout (Slime's `generate_rollout_fully_async` and
-    Miles' `--fully-async` sort groups by their first sample's `index`, at the pinned commits). There the
-    environments left at the default context policy run without one (`one_sample_rule` names the flag)."""
+    Miles' `--fully-async` sort groups by their first sample's `index`, at the pinned commits) and Slime's stock
+    dynamic filters (`check_reward_nonzero_std*` call `get_reward_value` on each group member; Miles' flatten
+    the group first). There the environments left at the default context policy run without one
+    (`one_sample_rule` names the flag)."""
     return one_sample_rule(args) is not None
 
 
@@ -115,6 +118,9 @@ def one_sample_rule(args: Any) -> str | None:
         return "--group-rm"
     if bool(getattr(args, "fully_async", False)) or "fully_async" in str(getattr(args, "rollout_function_path", None) or ""):
         return "fully-async rollout"
+    dynamic_filter = getattr(args, "dynamic_sampling_filter_path", None)
+    if reads_members_as_samples(dynamic_filter):
+        return f"--dynamic-sampling-filter-path {dynamic_filter}"
     return None
 
 
