@@ -56,3 +56,52 @@ def test_no_eval_before_evaluates_after_training_only(capsys, tmp_path: Path, ti
     assert code == 0, out
     assert out.count("4/4") == 1 and "before " not in out and "after " in out, out
     assert results.exists() and not results.with_suffix(".before.jsonl").exists()
+
+
+def test_a_run_whose_environment_server_dies_stops_with_one_line(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """The command as a user runs it (a child process), against an environment server in another child process
+    that is hard-killed once training has begun: the run stops within the bound (every episode an
+    infrastructure failure, then `--max-failed-steps`), exit status 1, with one line saying what failed and
+    that it stopped; no ping failures and no line per failed episode."""
+    import os
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    from openreward_rl.env.local_server import loopback_environ, serve_environments
+
+    with serve_environments([f"{REPO}/examples/environments/paint_order.py:PaintOrder"], subprocess=True) as server:
+        config = tmp_path / "c.yaml"
+        config.write_text(f"environments:\n  PaintOrder:\n    splits: [train]\n    max_turns: 3\nattempts: 2\nupload: false\nenv_base_url: {server.base_url}\n")
+        env = loopback_environ()
+        env["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), env.get("PYTHONPATH", "")])
+        command = [sys.executable, "-m", "openreward_rl.cli", "train", "--framework", "trl", "--config", str(config), "--model", str(tiny_model_dir),
+                   "--device", "cpu", "--output-dir", str(tmp_path / "out"), "--max-steps", "6", "--rollout-batch-size", "2", "--n-samples", "2",
+                   "--max-response-len", "8", "--save-interval", "0", "--no-save-model", "--max-failed-steps", "2"]  # fmt: skip
+        run = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        lines: list[str] = []
+        reader = threading.Thread(target=lambda: lines.extend(run.stdout), daemon=True)  # type: ignore[arg-type]
+        reader.start()
+        try:
+            deadline = time.monotonic() + 240
+            while not any("training tasks" in line for line in lines) and run.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert run.poll() is None, "".join(lines)
+            time.sleep(1.0)
+            server.kill()
+            killed = time.monotonic()
+            code = run.wait(timeout=120)  # the bound: a dead server stops the run within 2 minutes
+            stopped_after = time.monotonic() - killed
+        finally:
+            if run.poll() is None:
+                run.kill()
+                run.wait()
+        reader.join(5)
+    out = "".join(lines)
+    assert code == 1, out
+    final = lines[-1]
+    assert final.startswith("openreward-rl train: stopped at step ") and "every episode failed" in final and "environment server unreachable" in final, out
+    assert "ping failed" not in out and "Traceback" not in out, out
+    assert out.count("episode on PaintOrder failed") <= 3, out  # one line per distinct failure, not one per episode
+    print(f"\nenvironment server killed: the run stopped {stopped_after:.1f}s later")
