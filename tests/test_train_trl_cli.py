@@ -105,3 +105,20 @@ def test_a_run_whose_environment_server_dies_stops_with_one_line(tmp_path: Path,
     assert "ping failed" not in out and "Traceback" not in out, out
     assert out.count("episode on PaintOrder failed") <= 3, out  # one line per distinct failure, not one per episode
     print(f"\nenvironment server killed: the run stopped {stopped_after:.1f}s later")
+
+
+def test_a_served_environment_server_that_stopped_stops_training_at_the_steps_end(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """`--serve` runs the environment server in this process: a server that has stopped (its thread ended) is
+    seen directly at the step's end, and training stops there, saying so, without waiting for
+    `max_failed_steps` failed steps."""
+    from openreward_rl.backends.trl import TrlOptions, TrlSession
+    from openreward_rl.config import parse_config
+
+    config = parse_config({"environments": {"PaintColour": {"splits": ["train"], "max_turns": 1}}, "parser": "hermes", "upload": False})
+    options = TrlOptions(model=str(tiny_model_dir), device="cpu", output_dir=str(tmp_path / "out"), max_steps=4, prompts_per_step=1, n_samples=2,
+                         max_new_tokens=4, save_interval=0, max_failed_steps=3)  # fmt: skip
+    with TrlSession.open(config, options, serve=[PAINT]) as session:
+        assert session.server is not None and session.server.running
+        session.server.stop()
+        session.trainer().train()
+        assert session.stopped == f"stopped at step 1: the environment server serving PaintColour ({session.server.base_url}) has stopped"
