@@ -110,6 +110,8 @@ async def _ping_when_quiet(session: Any, interval_s: float, heard_at: float, tra
             if _FAILING.forget(session.base_url):
                 logger.info("pings to %s are answered again", session.base_url)
         except Exception as error:  # as the SDK's ping: any failure counts (HTTP errors, 401, timeouts)
+            if getattr(session.client, "closed", False):
+                return  # the client was closed under it (the run is shutting down): nothing to keep alive
             streak += 1
             _log_failure(session, error, f"{streak}/{STREAK}, strike {strikes + 1}/{STRIKES}")
             refused = probe is not None and isinstance(error, aiohttp.ClientConnectorError)
