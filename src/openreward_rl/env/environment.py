@@ -144,8 +144,8 @@ class LivenessProbe:
     - `failures` probes in a row fail to *connect* (refused, DNS): within ~2 s; or
     - it answered nothing for `unresponsive_s` (`UNRESPONSIVE_S`, 60 s by default) since the watch
       began: no /health answer and no answer to any request on the same HTTP client (`env.traffic`
-      sees every response head there). A server found so stays down for later watches until it
-      answers again: they give the same verdict after `failures` unanswered probes (~5 s).
+      sees every response head there). A server found so stays down until it answers again: a later
+      call watches at once (not after `after_s`) and one unanswered probe repeats the verdict (~2 s).
     Any HTTP answer, even an error status, counts as alive, and so does a server slow on /health
     while it answers other requests: a busy server is left to the timeouts (at 10,000 concurrent
     episodes one saturated local server kept requests waiting over 90 s, yet answered hundreds a
@@ -189,12 +189,11 @@ class LivenessProbe:
         """Probe now and every `interval_s`; return (a reason) once the server is found down (see the class)."""
         loop = asyncio.get_running_loop()
         began = loop.time()
-        refused = unanswered = 0
+        refused = 0
         while True:
             outcome = await self._probe_once()
             now = loop.time()
             refused = refused + 1 if outcome is not None and outcome.refused else 0
-            unanswered = unanswered + 1 if outcome is not None and not outcome.refused else 0
             if outcome is None:
                 self._answered_at = now
             elif refused >= self.failures:
@@ -204,11 +203,15 @@ class LivenessProbe:
                 if self._found_unresponsive_at is not None and heard >= self._found_unresponsive_at:
                     self._found_unresponsive_at = None  # it answered since that verdict
                 silent_s = now - max(began, heard)
-                if silent_s >= self.unresponsive_s or (self._found_unresponsive_at is not None and unanswered >= self.failures):
+                if silent_s >= self.unresponsive_s or self._found_unresponsive_at is not None:
                     self._found_unresponsive_at = now
-                    since = f"for {silent_s:.0f} s" if silent_s >= self.unresponsive_s else f"since it was found unresponsive ({unanswered} probes)"
+                    since = f"for {silent_s:.0f} s" if silent_s >= self.unresponsive_s else "since it was found unresponsive"
                     return f"the server accepts connections but has answered nothing {since}: /health {outcome.reason}"
             await asyncio.sleep(self.interval_s)
+
+    def known_unresponsive(self) -> bool:
+        """Found answering nothing, and has not answered since."""
+        return self._found_unresponsive_at is not None and self.last_answer() < self._found_unresponsive_at
 
     def last_answer(self) -> float:
         """Loop time of the latest answer the server gave: to /health, or to any request on the same client."""
@@ -302,7 +305,7 @@ async def _race_liveness(operation: Awaitable[Any], probe: LivenessProbe | None)
         watcher.append(probe.subscribe())
         watcher[0].add_done_callback(on_verdict)
 
-    timer = loop.call_later(probe.after_s, start_watch)
+    timer = loop.call_later(0.0 if probe.known_unresponsive() else probe.after_s, start_watch)
     try:
         result = await operation
     except asyncio.CancelledError:
