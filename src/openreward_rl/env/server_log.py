@@ -10,6 +10,7 @@ episode (9,155 lines for a 25-s run of 16 episodes per step), and a Ctrl-C print
 first server in installs it, the last one out restores the SDK's loggers) and writes the first line of
 each distinct error (its event, and the exception's last line) to stderr, naming the file once. The
 file gets everything, tracebacks included, at the SDK's level (`OPENREWARD_LOG_LEVEL`, default INFO).
+Both have registered secrets masked (`openreward_rl.redaction`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any, TextIO
 import structlog
 
 from openreward_rl.env.repeats import OncePerKey
+from openreward_rl.redaction import redact
 
 __all__ = ["ServerLog", "route_server_logs", "release_server_logs", "SDK_SERVER_LOGGERS"]
 
@@ -49,7 +51,7 @@ class ServerLog:
 
     def write(self, text: str) -> None:
         with self._lock:
-            self._file.write(text)
+            self._file.write(redact(text))  # registered secrets masked, as in everything the library writes
             self._file.flush()
 
     def flush(self) -> None:
@@ -70,7 +72,7 @@ class ServerLog:
                 first = self._said.first("the file")
                 line = f"environment server (in this process): {event.get('event')}{f' ({where})' if where else ''}: {failure or 'see its log'}"
                 note = f"; its log, tracebacks included: {self.path}" if first else ""
-                print(f"{line}{note}", file=self._terminal or sys.stderr, flush=True)
+                print(redact(f"{line}{note}"), file=self._terminal or sys.stderr, flush=True)
         return event
 
 
