@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import logging
+import socket
 from typing import Any
 
 import aiohttp
@@ -24,7 +26,7 @@ from openreward.api.errors import SessionTerminatedError
 
 from local_http import serve_app
 from openreward_rl.env import keepalive
-from openreward_rl.env.environment import open_session
+from openreward_rl.env.environment import EnvironmentFault, LivenessProbe, open_session
 from openreward_rl.env.local_server import LocalEnvServer, serve_environments
 from openreward_rl.env.tasks import TaskRef
 from openreward_rl.env.traffic import SessionTraffic, traffic_of
@@ -279,3 +281,59 @@ async def test_a_request_waiting_for_its_answer_stands_for_a_ping(monkeypatch: p
     assert bool(while_waiting) is pinged_while_waiting
     assert any(t > answered for t in pings)  # answered 1 s after it was sent: pings resume
     assert traffic.latest_waiting("sid-1") == float("-inf")
+
+
+async def test_a_refused_ping_confirmed_by_the_probe_marks_the_session_dead_at_once() -> None:
+    """A server process that is gone refuses connections: the session is dead after one ping (its SDK
+    retries) and the probe's check, not after the SDK's 25 failed pings (over 5 minutes)."""
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        base = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    async with aiohttp.ClientSession(base) as http:
+        stand_in = SessionStandIn(base, http)
+        probe = LivenessProbe(http, interval_s=0.01)
+        started = asyncio.get_running_loop().time()
+        await asyncio.wait_for(keepalive.keep_alive(stand_in, interval_s=0.01, probe=probe), 30)
+        elapsed = asyncio.get_running_loop().time() - started
+    assert len(stand_in.dead) == 1 and stand_in.dead[0].startswith("environment server unreachable: a ping was refused"), stand_in.dead
+    assert elapsed < 10, elapsed  # one ping's three attempts (~3 s of the SDK's backoff) and two probes
+
+
+async def test_failed_pings_of_many_sessions_are_one_warning(caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every session of a dead server fails its pings: one warning for the server, the rest at debug level."""
+    monkeypatch.setattr(keepalive, "STREAK", 2)
+    monkeypatch.setattr(keepalive, "STRIKES", 2)
+    server = FlakyPingServer()
+    async with serve_app(server.app) as base, aiohttp.ClientSession(base) as http:
+        stand_ins = [SessionStandIn(base, http) for _ in range(8)]
+        for number, stand_in in enumerate(stand_ins):
+            stand_in.sid = f"sid-{number}"
+        with caplog.at_level(logging.DEBUG, logger=keepalive.__name__):
+            await asyncio.wait_for(asyncio.gather(*(keepalive.keep_alive(s, interval_s=0.01) for s in stand_ins)), 30)
+    assert all(len(s.dead) == 1 for s in stand_ins)
+    records = [r for r in caplog.records if r.name == keepalive.__name__]
+    warnings = [r for r in records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and base in warnings[0].getMessage(), [r.getMessage() for r in warnings]
+    assert sum(r.levelno == logging.DEBUG for r in records) == 8 * 2 * 2 - 1  # every other failure, at debug level
+
+
+async def test_an_episode_waiting_on_the_model_ends_when_its_server_dies(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The SDK's real `Server` in a child process, killed while the episode waits on something else (the
+    model): the session's next ping is refused, the probe confirms, and the episode's wait is cut at once as
+    an environment fault, instead of running on until its next environment call."""
+    monkeypatch.setattr(keepalive, "PING_INTERVAL_S", 0.2)
+    client = AsyncOpenReward(api_key="local")
+    try:
+        with serve_environments(["examples/environments/faulty.py:Faulty"], subprocess=True) as server:
+            task = TaskRef("Faulty", "train", index=0, base_url=server.base_url)
+            async with open_session(client, task) as session:
+                waiting = asyncio.ensure_future(session.while_alive(asyncio.sleep(120)))  # the model's turn
+                await asyncio.sleep(0.3)
+                server.kill()
+                started = asyncio.get_running_loop().time()
+                with pytest.raises(EnvironmentFault, match="the environment session ended while the episode ran: environment server unreachable"):
+                    await asyncio.wait_for(waiting, 30)
+                elapsed = asyncio.get_running_loop().time() - started
+    finally:
+        await client.environments.aclose()
+    assert elapsed < 10, elapsed

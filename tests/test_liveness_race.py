@@ -1,8 +1,10 @@
 """The liveness race of `EnvSession` calls: a fast call never starts the probe; a call still
 running when the probe finds the server down ends with `ServerUnreachable` (and is cancelled);
-a slow call to a live server is left alone; outside cancellation stays a cancellation.
-The probe's HTTP client is a real aiohttp session to 127.0.0.1: a closed port (down) or a
-real aiohttp server answering /health (up)."""
+a call to a server that accepts connections but answers nothing ends the same way within the
+probe's window; a slow call to a live server is left alone, and so is one to a server slow on
+/health that still answers other requests; outside cancellation stays a cancellation.
+The probe's HTTP client is a real aiohttp session to 127.0.0.1: a closed port (down), a listening
+socket that never answers (hung), or a real aiohttp server answering /health (up)."""
 
 from __future__ import annotations
 
@@ -17,7 +19,8 @@ import pytest
 from aiohttp import web
 
 from local_http import serve_app
-from openreward_rl.env.environment import LivenessProbe, ServerUnreachable, _race_liveness
+from openreward_rl.env.environment import UNRESPONSIVE_S, LivenessProbe, ServerUnreachable, _race_liveness
+from openreward_rl.env.traffic import SessionTraffic
 
 pytestmark = pytest.mark.anyio
 
@@ -124,3 +127,70 @@ async def test_sessions_on_one_client_share_a_probe() -> None:
         other = LivenessProbe.for_environment(type("Env", (), {"client": http})(), after_s=5.0)
         assert first is second and other is not first and other.after_s == 5.0
         assert LivenessProbe.for_environment(type("Env", (), {"client": None})()) is None
+
+
+@contextlib.contextmanager
+def hung_port() -> Any:
+    """A port on 127.0.0.1 that accepts connections (the kernel completes them) and never answers: a
+    stopped or hung server."""
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen(64)
+        yield listening.getsockname()[1]
+
+
+async def test_a_server_that_answers_nothing_is_found_down_within_its_window() -> None:
+    loop = asyncio.get_running_loop()
+    with hung_port() as port:
+        async with aiohttp.ClientSession(f"http://127.0.0.1:{port}") as http:
+            probe = CountingProbe(http, after_s=0.05, interval_s=0.05, request_timeout_s=0.1, unresponsive_s=0.6)
+            started = loop.time()
+            with pytest.raises(ServerUnreachable, match="accepts connections but has answered nothing for"):
+                await _race_liveness(asyncio.sleep(30), probe)
+            first = loop.time() - started
+            # after_s, then the window, overrun by at most one probe and its pause
+            assert 0.6 <= first <= 0.05 + 0.6 + 0.1 + 0.05 + 0.5, first
+            # A server found so stays down until it answers: the next call watches at once, and one probe repeats the verdict.
+            probes, started = probe.probes, loop.time()
+            with pytest.raises(ServerUnreachable, match="since it was found unresponsive"):
+                await _race_liveness(asyncio.sleep(30), probe)
+            assert probe.probes - probes == 1 and loop.time() - started < 0.6
+
+
+async def test_a_server_slow_on_health_but_answering_other_requests_is_alive() -> None:
+    """A saturated server answers /health late yet answers other requests on the client: not down."""
+
+    async def slow_health(request: web.Request) -> web.Response:
+        await asyncio.sleep(5)
+        return web.json_response({"ok": True})
+
+    app = web.Application()
+    app.router.add_get("/health", slow_health)
+    app.router.add_get("/other", lambda request: web.json_response({}))
+    traffic = SessionTraffic()
+    async with serve_app(app) as base, aiohttp.ClientSession(base, trace_configs=[traffic.trace_config]) as http:
+        traffic.attach(http)
+
+        async def other_requests() -> None:
+            while True:
+                async with http.get("/other") as response:
+                    await response.read()
+                await asyncio.sleep(0.05)
+
+        others = asyncio.ensure_future(other_requests())
+        try:
+            probe = CountingProbe(http, after_s=0.02, interval_s=0.02, request_timeout_s=0.05, unresponsive_s=0.2)
+            assert await _race_liveness(asyncio.sleep(1.0, result="slow"), probe) == "slow"
+            assert probe.probes >= 5  # /health went unanswered the whole time
+        finally:
+            others.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await others
+
+
+async def test_the_default_window_is_bounded() -> None:
+    """A hung server is found within a bounded time by default: the window, plus one probe and its pause."""
+    async with aiohttp.ClientSession(f"http://127.0.0.1:{closed_port()}") as http:
+        probe = LivenessProbe(http)
+    assert probe.unresponsive_s == UNRESPONSIVE_S <= 120
+    assert probe.after_s + probe.unresponsive_s + probe.request_timeout_s + probe.interval_s <= 120

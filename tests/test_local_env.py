@@ -274,3 +274,54 @@ def test_cli_rejects_bad_spec_with_usage_error(capsys):
         main(["no/such/file.py:Env", "--port", "1"])
     assert exit_info.value.code == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+class Raising(Environment):
+    """Every call of `fail` raises inside the environment's own code."""
+
+    def __init__(self, task_spec=None, secrets=None):
+        super().__init__(task_spec or {}, secrets=secrets or {})
+
+    @classmethod
+    def list_splits(cls):
+        return ["train"]
+
+    @classmethod
+    def list_tasks(cls, split):
+        return [{}]
+
+    def get_prompt(self):
+        return [TextBlock(text="fail")]
+
+    @tool
+    def fail(self) -> ToolOutput:
+        raise RuntimeError(f"the environment's own bug in session {id(self)}"[:36])  # the same text in every session
+
+
+def test_an_in_process_servers_failures_are_one_line_each_and_their_tracebacks_go_to_its_log(capfd):
+    """Served in the training process, the environment's own tracebacks do not reach the terminal: its log file
+    holds them, and stderr gets one line per distinct failure (a broken environment printed one per episode)."""
+    import openreward.environments.server as sdk_server
+
+    sdk_logger = sdk_server.logger
+
+    async def fail_in_sessions(server: LocalEnvServer, sessions: int) -> None:
+        client = AsyncOpenReward(api_key="local")
+        try:
+            for _ in range(sessions):
+                async with server.environment(client, Raising).session(split="train", index=0) as session:
+                    with pytest.raises(Exception):  # noqa: B017, PT011 - the SDK's error for a tool that raised
+                        await session.call_tool("fail")
+        finally:
+            await client.environments.aclose()
+
+    with serve_environments(Raising) as server:
+        asyncio.run(fail_in_sessions(server, 4))
+        log_file = server.log_file
+    assert sdk_server.logger is sdk_logger  # as before the server (the SDK's own once no in-process server runs)
+    out, err = capfd.readouterr()
+    assert "Traceback" not in out + err
+    said = [line for line in err.splitlines() if line.startswith("environment server (in this process)")]
+    assert len(said) == 1 and "RuntimeError: the environment's own bug" in said[0], err
+    logged = open(log_file, encoding="utf-8").read()
+    assert logged.count("Traceback") >= 4 and "RuntimeError: the environment's own bug" in logged

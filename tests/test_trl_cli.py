@@ -132,11 +132,13 @@ def test_a_run_whose_steps_all_fail_stops_after_max_failed_steps_with_one_line_a
         "step 1/6  all 2 episodes failed: env_error 2; nothing trained",
         "step 2/6  all 2 episodes failed: env_error 2; nothing trained",
     ]
-    [error] = captured.err.strip().splitlines()
-    assert error == (
-        "openreward-rl train: stopped at step 2: 2 steps in a row in which every episode failed (last: all 2 episodes failed: env_error 2); "
-        f"checkpoints kept, the last {output / 'checkpoint-2'}"
-    )
+    *before, error = captured.err.strip().splitlines()
+    # the environment's own failure: one line (its traceback went to the server's log file), not one per episode
+    assert len(before) == 1 and before[0].startswith("environment server (in this process): ") and "injected environment fault" in before[0], captured.err
+    assert "Traceback" not in captured.out + captured.err
+    assert error.startswith(
+        "openreward-rl train: stopped at step 2: 2 steps in a row in which every episode failed (last: all 2 episodes failed: env_error 2; 2 of them: "
+    ) and error.endswith(f"); checkpoints kept, the last {output / 'checkpoint-2'}"), error  # what failed, in the environment's words
     assert [p.name for p in output.glob("checkpoint-*")] == ["checkpoint-2"]
     assert "model saved" not in captured.out
 
@@ -149,7 +151,9 @@ def test_a_before_evaluation_in_which_every_episode_failed_stops_the_run_before_
     code = main([*broken_paint, "--max-steps", "2", "--eval-split", "test", "--eval-n", "2", "--eval-max-tasks", "2", "--output-dir", str(output)])
     captured = capsys.readouterr()
     assert code == 1
-    assert captured.err.strip() == (
+    *before, error = captured.err.strip().splitlines()
+    assert len(before) == 1 and before[0].startswith("environment server (in this process): "), captured.err  # the environment's failure, once
+    assert error == (
         "openreward-rl train: the before-evaluation failed entirely (BrokenPaint: all 4 episodes failed: env_error 4); nothing was trained: fix the environment and rerun"
     )
     assert not [line for line in captured.out.splitlines() if line.startswith("step ")] and not output.exists()

@@ -5,6 +5,9 @@ the real Qwen3 tokenizer and chat template, and the SGLang /generate test double
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import signal
 import time
 from collections.abc import AsyncIterator
 
@@ -15,6 +18,7 @@ from openreward import AsyncOpenReward
 from hermes_calls import call
 from openreward_rl import EpisodeSettings, StopReason
 from openreward_rl.assets import load_tokenizer
+from openreward_rl.env import environment
 from openreward_rl.env.local_server import LocalEnvServer, serve_environments
 from openreward_rl.env.tool_output import TRUNCATION_MARKER
 from openreward_rl.testing import ScriptedCompletion
@@ -191,3 +195,39 @@ async def test_env_server_killed_during_a_tool_call(faulty_child: LocalEnvServer
     assert trajectory.stop_reason is StopReason.ENV_ERROR
     assert "unreachable" in trajectory.stop_detail and "hang" in trajectory.stop_detail, trajectory.stop_detail
     print(f"\nenv server killed during a tool call: episode ended after {elapsed:.1f}s")
+
+
+@pytest.mark.parametrize("when", ["between turns", "during a tool call"])
+async def test_env_server_that_stops_answering_ends_the_episode_within_the_window(
+    faulty_child: LocalEnvServer, openreward_client: AsyncOpenReward, fault_report, monkeypatch: pytest.MonkeyPatch, when: str
+) -> None:
+    """A server that accepts connections and answers nothing (SIGSTOPped: hung, or its host cut off) ends
+    the episode as env_error within the liveness window (shortened here from 60 s), never as a reward; the
+    second attempt's session open meets the same verdict within seconds, not after `open_timeout` (600 s)."""
+    window_s = 2.0
+    monkeypatch.setattr(environment, "UNRESPONSIVE_S", window_s)
+    run = EpisodeRun(openreward_client, faulty_child.base_url, None)
+    stopped: list[float] = []
+
+    def script(request) -> ScriptedCompletion:
+        if not stopped and (when == "during a tool call" or requests):
+            os.kill(faulty_child.pid, signal.SIGSTOP)  # the model's answer is a call the server will never answer
+            stopped.append(time.perf_counter())
+        requests.append(request)
+        return ScriptedCompletion(text=call("garble") if len(requests) == 1 else call("submit", answer="ok"))
+
+    requests: list = []
+    try:
+        trajectory, _ = await run.run(script_fn=script, attempts=2)
+        elapsed = time.perf_counter() - stopped[0]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(faulty_child.pid, signal.SIGCONT)
+    fault_report.sample(f"env server stopped answering {when}", trajectory)
+    assert_sample(trajectory, infrastructure=True)
+    assert trajectory.stop_reason is StopReason.ENV_ERROR and trajectory.reward is None
+    assert "answered nothing" in trajectory.stop_detail, trajectory.stop_detail
+    assert trajectory.metrics["attempts"] == 2.0
+    # the first attempt: after_s (1 s) then the window; the second: a few unanswered probes; plus the backoff
+    assert elapsed < 1.0 + window_s + 30.0, elapsed  # not open_timeout (600 s) nor CALL_ANSWER_WAIT_S (300 s)
+    print(f"\nenv server stopped answering {when}: episode ended {elapsed:.1f}s after the stop with {trajectory.stop_detail!r}")

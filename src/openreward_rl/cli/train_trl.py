@@ -12,7 +12,9 @@ optimizer and scheduler included). `--eval-split` evaluates that split before an
 
 Failures: a step in which every episode failed (infrastructure failures) is one line, "all N episodes
 failed: <stop reasons>", and trains nothing; after `--max-failed-steps` such steps in a row (default 3)
-training stops with one line and exit status 1, keeping the checkpoints written so far. A
+training stops with one line and exit status 1, keeping the checkpoints written so far; an environment
+server that is gone (refused connections) or hung (answers nothing for 60 s) fails every episode that
+way (docs/reliability.md), and a `--serve` server that has stopped stops training at the step's end. A
 before-evaluation in which every episode of an environment failed stops the run before training, also
 with one line and status 1.
 """

@@ -13,13 +13,15 @@ import aiohttp
 import attrs
 from openreward.api.environments import OpenRewardError, ToolCallError
 from openreward.api.environments.types import AuthenticationError
+from openreward.api.errors import SessionTerminatedError
 
 from openreward_rl.config import ToolTimeouts
 from openreward_rl.env.keepalive import adopt_pings
-from openreward_rl.env.session_calls import run_calls_in_caller
+from openreward_rl.env.session_calls import run_calls_in_caller, until_dead
 from openreward_rl.env.shown_text import ShownText
 from openreward_rl.env.tasks import TaskRef
 from openreward_rl.env.tool_output import has_lone_surrogate
+from openreward_rl.env.traffic import traffic_of
 from openreward_rl.env.transport import use_pooled_transport
 from openreward_rl.errors import EnvError
 from openreward_rl.redaction import redact, register_secrets
@@ -39,6 +41,7 @@ __all__ = [
     "EnvSession",
     "LivenessProbe",
     "ServerUnreachable",
+    "UNRESPONSIVE_S",
     "open_session",
     "nested_tool_specs",
     "blocks_to_text",
@@ -101,7 +104,7 @@ class _Timeout(Exception):
 
 
 class ServerUnreachable(EnvError, ConnectionError):
-    """The liveness probe could not connect to the environment server: it is down."""
+    """The liveness probe found the environment server down: it refuses connections, or answers nothing."""
 
 
 def _fault(error: BaseException, action: str) -> EnvironmentFault:
@@ -113,6 +116,8 @@ def _fault(error: BaseException, action: str) -> EnvironmentFault:
         return EnvironmentFault(str(error), kind="AtCapacity")
     if isinstance(error, ServerUnreachable):
         return EnvironmentFault(f"environment server unreachable while {action}: {error}", kind="ServerUnreachable")
+    if isinstance(error, SessionTerminatedError):  # its reason without the session id: one line for a server's every session
+        return EnvironmentFault(f"the environment session ended while {action}: {error.reason}", kind="SessionTerminated")
     if isinstance(error, AuthenticationError):
         return EnvironmentFault(
             f"authentication failed while {action}: the OpenReward API key is missing or invalid (set OPENREWARD_API_KEY)",
@@ -121,15 +126,30 @@ def _fault(error: BaseException, action: str) -> EnvironmentFault:
     return EnvironmentFault(f"environment failed while {action}: {describe_error(error)}", kind=type(error).__name__)
 
 
+# A server that answers nothing at all for this long while calls wait on it (not /health, not any
+# request on its HTTP client) is unresponsive: stopped, hung, or cut off without a refusal.
+UNRESPONSIVE_S = 60.0
+
+
 @attrs.define(eq=False)
 class LivenessProbe:
-    """Tells a dead environment server from a slow one while calls are in flight.
+    """Tells a dead or hung environment server from a slow one while calls are in flight.
 
     The SDK keeps retrying a dead server for ~15 s per tool call (and ~6 s more to close the
-    session). While any call has been running for `after_s`, the probe GETs `/health` every
-    `interval_s` over the SDK's own HTTP client (same proxy settings); `failures` consecutive
-    *connection* failures (refused, DNS) mean the server is down. Any HTTP answer, even an error
-    status, or a slow answer, counts as alive: a busy server is left to the timeouts.
+    session), and waits for a hung one (it accepts connections, answers nothing) for up to
+    `open_timeout` (600 s) per session open and `env.transport.CALL_ANSWER_WAIT_S` (300 s) per tool
+    call. While any call has been running for `after_s`, the probe GETs `/health` every
+    `interval_s` over the SDK's own HTTP client (same proxy settings), each bounded by
+    `request_timeout_s`. The server is down when:
+    - `failures` probes in a row fail to *connect* (refused, DNS): within ~2 s; or
+    - it answered nothing for `unresponsive_s` (`UNRESPONSIVE_S`, 60 s by default) since the watch
+      began: no /health answer and no answer to any request on the same HTTP client (`env.traffic`
+      sees every response head there). A server found so stays down until it answers again: a later
+      call watches at once (not after `after_s`) and one unanswered probe repeats the verdict (~2 s).
+    Any HTTP answer, even an error status, counts as alive, and so does a server slow on /health
+    while it answers other requests: a busy server is left to the timeouts (at 10,000 concurrent
+    episodes one saturated local server kept requests waiting over 90 s, yet answered hundreds a
+    second).
 
     One probe serves every session on the same HTTP client (`for_environment` hands out one per
     client and settings), and it runs one watch at a time however many calls wait: the calls that
@@ -143,8 +163,11 @@ class LivenessProbe:
     interval_s: float = 0.5
     failures: int = 2
     request_timeout_s: float = 2.0
+    unresponsive_s: float = attrs.field(factory=lambda: UNRESPONSIVE_S)
     _watch: asyncio.Task[str] | None = attrs.field(default=None, init=False)
     _waiting: dict[asyncio.Task[str], int] = attrs.field(factory=dict, init=False)  # calls waiting on each watch
+    _answered_at: float = attrs.field(default=float("-inf"), init=False)  # loop time of the latest /health answer
+    _found_unresponsive_at: float | None = attrs.field(default=None, init=False)  # the latest "answered nothing" verdict
 
     @classmethod
     def for_environment(cls, environment: Any, **options: Any) -> LivenessProbe | None:
@@ -163,14 +186,37 @@ class LivenessProbe:
         return await self.watch()
 
     async def watch(self) -> str:
-        """Probe now and every `interval_s`; return (a reason) once `failures` probes in a row failed to connect."""
-        failed = 0
+        """Probe now and every `interval_s`; return (a reason) once the server is found down (see the class)."""
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        refused = 0
         while True:
-            reason = await self._probe_once()
-            failed = failed + 1 if reason else 0
-            if failed >= self.failures:
-                return f"{failed} connection attempts to /health failed: {reason}"
+            outcome = await self._probe_once()
+            now = loop.time()
+            refused = refused + 1 if outcome is not None and outcome.refused else 0
+            if outcome is None:
+                self._answered_at = now
+            elif refused >= self.failures:
+                return f"{refused} connection attempts to /health failed: {outcome.reason}"
+            elif not outcome.refused:
+                heard = self.last_answer()
+                if self._found_unresponsive_at is not None and heard >= self._found_unresponsive_at:
+                    self._found_unresponsive_at = None  # it answered since that verdict
+                silent_s = now - max(began, heard)
+                if silent_s >= self.unresponsive_s or self._found_unresponsive_at is not None:
+                    self._found_unresponsive_at = now
+                    since = f"for {silent_s:.0f} s" if silent_s >= self.unresponsive_s else "since it was found unresponsive"
+                    return f"the server accepts connections but has answered nothing {since}: /health {outcome.reason}"
             await asyncio.sleep(self.interval_s)
+
+    def known_unresponsive(self) -> bool:
+        """Found answering nothing, and has not answered since."""
+        return self._found_unresponsive_at is not None and self.last_answer() < self._found_unresponsive_at
+
+    def last_answer(self) -> float:
+        """Loop time of the latest answer the server gave: to /health, or to any request on the same client."""
+        traffic = traffic_of(self.http)
+        return max(self._answered_at, traffic.last_answer if traffic is not None else float("-inf"))
 
     def subscribe(self) -> asyncio.Task[str]:
         """The running watch (started if none runs), with one more call waiting on it."""
@@ -192,15 +238,35 @@ class LivenessProbe:
         if self._watch is watch:
             self._watch = None
 
-    async def _probe_once(self) -> str | None:
+    async def check(self) -> str | None:
+        """Whether the server refuses connections now: a reason after `failures` refused probes in a row
+        (`interval_s` apart), None as soon as one is not refused."""
+        for attempt in range(1, self.failures + 1):
+            outcome = await self._probe_once()
+            if outcome is None or not outcome.refused:
+                return None
+            if attempt == self.failures:
+                return f"{attempt} connection attempts to /health failed: {outcome.reason}"
+            await asyncio.sleep(self.interval_s)
+        return None
+
+    async def _probe_once(self) -> _ProbeFailure | None:
         try:
             async with self.http.get("/health", timeout=aiohttp.ClientTimeout(total=self.request_timeout_s)) as response:
                 await response.read()
         except aiohttp.ClientConnectorError as error:
-            return f"{type(error).__name__}: {error}"
-        except (TimeoutError, aiohttp.ClientError):
-            return None  # answered badly or slowly: alive as far as we can tell
+            return _ProbeFailure(refused=True, reason=f"{type(error).__name__}: {error}")
+        except TimeoutError:
+            return _ProbeFailure(refused=False, reason=f"got no answer within {self.request_timeout_s:g} s")
+        except aiohttp.ClientError:
+            return None  # answered badly: alive as far as we can tell
         return None
+
+
+@attrs.frozen
+class _ProbeFailure:
+    refused: bool  # the connection failed (refused, DNS); otherwise it got no answer in time
+    reason: str
 
 
 def _retrieve(watch: asyncio.Task[str]) -> None:
@@ -239,7 +305,7 @@ async def _race_liveness(operation: Awaitable[Any], probe: LivenessProbe | None)
         watcher.append(probe.subscribe())
         watcher[0].add_done_callback(on_verdict)
 
-    timer = loop.call_later(probe.after_s, start_watch)
+    timer = loop.call_later(0.0 if probe.known_unresponsive() else probe.after_s, start_watch)
     try:
         result = await operation
     except asyncio.CancelledError:
@@ -395,6 +461,15 @@ class EnvSession:
             metadata=None if output.metadata is None else self.shown.value(output.metadata, where),
         )
 
+    async def while_alive(self, operation: Awaitable[Any]) -> Any:
+        """Await `operation` (an episode's run on this session); should the session die meanwhile (its pings
+        found the server gone, `env.keepalive`), cancel it wherever it waits, a model call included, and
+        raise an `EnvironmentFault` (`env.session_calls.until_dead`)."""
+        try:
+            return await until_dead(self.sdk_session, operation)
+        except SessionTerminatedError as error:
+            raise _fault(error, "the episode ran") from error
+
     def _plain_message(self, message: Mapping[str, Any]) -> dict[str, Any]:
         plain = {k: self.shown.value(v, "the prompt") for k, v in message.items() if k != "content"}
         plain["content"] = self.shown.content(message.get("content"), "the prompt")
@@ -468,7 +543,7 @@ async def open_session(
         try:
             opening = asyncio.get_running_loop().time()  # the server knows the session from after this on
             sdk_session = await _bounded(context.__aenter__(), open_timeout, probe)
-            adopt_pings(sdk_session, heard_at=opening)  # its pings on this loop and the pooled client (env.keepalive)
+            adopt_pings(sdk_session, heard_at=opening, probe=probe)  # its pings on this loop and the pooled client (env.keepalive)
             run_calls_in_caller(sdk_session)  # no tasks of its own per call (env.session_calls)
             return context, sdk_session
         except Exception as error:

@@ -32,6 +32,12 @@ finished, longer than the interval) pings at the SDK's cadence with the SDK's to
 shows it holds the session, so it also ends a streak of failed pings (the strikes stay).
 At 10,000 concurrent episodes pinging at the SDK's cadence is ~1,000 pings/s, and a single local
 environment server spent most of its CPU on them (docs/performance.md, section 4).
+
+A ping refused a connection (the server process is gone) is not left to the SDK's tolerance (25
+failed pings, over 5 minutes): where the session has a `LivenessProbe` (`adopt_pings(..., probe=)`),
+the probe checks the server at once, and a server that refuses it too marks the session dead then.
+Failed pings are logged once per server until one succeeds there again (warning), each one at debug
+level: every session of a dead server fails its pings, and a line per failed ping was a flood.
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ import aiohttp
 from openreward.api._session.http import request_retryable
 from openreward.api._session.ping import ErrorResponse
 
+from openreward_rl.env.repeats import OncePerKey
 from openreward_rl.env.traffic import SessionTraffic, traffic_of
 
 __all__ = ["adopt_pings", "keep_alive", "PING_INTERVAL_S", "PING_TIMEOUT_S", "STREAK", "STRIKES", "WAITING_STANDS_S"]
@@ -58,22 +65,25 @@ WAITING_STANDS_S = PING_TIMEOUT_S
 STREAK = 5  # the SDK's ping(): _MAX_CONSECUTIVE_PING_FAILURES failed pings in a row end one ping loop
 STRIKES = 5  # the SDK's _run_ping: the session is dead when its ping loop has ended this many times
 
+_FAILING = OncePerKey()  # base URLs whose pings fail: the first failure of each is a warning, the rest debug
 
-async def keep_alive(session: Any, interval_s: float = PING_INTERVAL_S, heard_at: float | None = None) -> None:
+
+async def keep_alive(session: Any, interval_s: float = PING_INTERVAL_S, heard_at: float | None = None, probe: Any = None) -> None:
     """Ping `session`'s server whenever it has not heard from the session for `interval_s` (see the
     module; `heard_at`: a loop time by which the server knew the session, e.g. its open's start; None:
-    ping at once) until cancelled; mark the session dead and stop as the SDK would (`STREAK`, `STRIKES`)."""
+    ping at once) until cancelled; mark the session dead and stop as the SDK would (`STREAK`, `STRIKES`),
+    or at once when a ping's connection is refused and `probe` (a `LivenessProbe`) finds the server refusing too."""
     traffic = traffic_of(session.client)
     if traffic is not None:
         traffic.watch(session.sid)
     try:
-        await _ping_when_quiet(session, interval_s, float("-inf") if heard_at is None else heard_at, traffic)
+        await _ping_when_quiet(session, interval_s, float("-inf") if heard_at is None else heard_at, traffic, probe)
     finally:
         if traffic is not None:
             traffic.forget(session.sid)
 
 
-async def _ping_when_quiet(session: Any, interval_s: float, heard_at: float, traffic: SessionTraffic | None) -> None:
+async def _ping_when_quiet(session: Any, interval_s: float, heard_at: float, traffic: SessionTraffic | None, probe: Any) -> None:
     url, streak, strikes = f"{session.base_url}/ping", 0, 0
     loop = asyncio.get_running_loop()
     attempted = float("-inf")  # the start of the latest ping (failed or not)
@@ -97,9 +107,18 @@ async def _ping_when_quiet(session: Any, interval_s: float, heard_at: float, tra
                     sid=session.sid, deployment=session.deployment,
                 )
             streak, heard = 0, max(heard, attempted)
+            if _FAILING.forget(session.base_url):
+                logger.info("pings to %s are answered again", session.base_url)
         except Exception as error:  # as the SDK's ping: any failure counts (HTTP errors, 401, timeouts)
+            if getattr(session.client, "closed", False):
+                return  # the client was closed under it (the run is shutting down): nothing to keep alive
             streak += 1
-            logger.warning("ping failed sid=%s (%d/%d, strike %d/%d): %s: %s", session.sid, streak, STREAK, strikes + 1, STRIKES, type(error).__name__, error)
+            _log_failure(session, error, f"{streak}/{STREAK}, strike {strikes + 1}/{STRIKES}")
+            refused = probe is not None and isinstance(error, aiohttp.ClientConnectorError)
+            reason = await probe.check() if refused else None
+            if reason is not None:
+                session._mark_dead(ErrorResponse(type="error", message=f"environment server unreachable: a ping was refused, then {reason}"))
+                return
             if streak >= STREAK:
                 streak, strikes = 0, strikes + 1
                 if strikes >= STRIKES:
@@ -107,11 +126,19 @@ async def _ping_when_quiet(session: Any, interval_s: float, heard_at: float, tra
                     return
 
 
-def adopt_pings(session: Any, heard_at: float | None = None) -> bool:
+def _log_failure(session: Any, error: BaseException, count: str) -> None:
+    detail = f"{type(error).__name__}: {error}"
+    if _FAILING.first(session.base_url):
+        logger.warning("pings to %s fail (%s); further ping failures there are logged at debug level until one succeeds", session.base_url, detail)
+    else:
+        logger.debug("ping failed sid=%s (%s): %s", session.sid, count, detail)
+
+
+def adopt_pings(session: Any, heard_at: float | None = None, probe: Any = None) -> bool:
     """Swap the SDK session's pending ping task for `keep_alive` on this loop; False (nothing
     changed) where the session's ping task has already started or is not the SDK's. `heard_at`: a
     loop time before the session's open began (its first ping is due `PING_INTERVAL_S` after it);
-    None: ping at once."""
+    None: ping at once. `probe`: the session's `LivenessProbe`, which confirms a refused ping."""
     task = getattr(session, "_ping_task", None)
     client = getattr(session, "client", None)
     if not isinstance(task, asyncio.Task) or task.done() or not isinstance(client, aiohttp.ClientSession):
@@ -121,5 +148,5 @@ def adopt_pings(session: Any, heard_at: float | None = None) -> bool:
     if inspect.getcoroutinestate(task.get_coro()) != inspect.CORO_CREATED:
         return False  # already started: its ping thread holds a schedule we cannot take back cleanly
     task.cancel()
-    session._ping_task = asyncio.get_running_loop().create_task(keep_alive(session, PING_INTERVAL_S, heard_at))
+    session._ping_task = asyncio.get_running_loop().create_task(keep_alive(session, PING_INTERVAL_S, heard_at, probe))
     return True

@@ -7,7 +7,9 @@ One server can host several classes; the first is the default, and every class i
 a local server ignores the environment name, and without a variant every call on a multi-environment
 server silently goes to the first class.
 
-In-process mode runs uvicorn in a daemon thread (cheap; for test fixtures). Subprocess mode runs
+In-process mode runs uvicorn in a daemon thread (cheap; for test fixtures, and `train`/`eval --serve`); while it
+runs, the SDK's server loggers write to a log file (`LocalEnvServer.log_file`), with one line on stderr per
+distinct failure of the environment's code instead of its traceback (`env.server_log`). Subprocess mode runs
 ``python -m openreward_rl.env.local_server SPEC... --port N`` (for fault tests: :meth:`LocalEnvServer.kill`
 hard-kills it).
 
@@ -44,6 +46,7 @@ import uvicorn
 from openreward.environments import Environment, Server
 
 from openreward_rl._registry import FILE_MODULE_PREFIX, import_file, import_plugin
+from openreward_rl.env.server_log import release_server_logs, route_server_logs
 from openreward_rl.errors import ConfigError, EnvError, boundary
 
 if TYPE_CHECKING:
@@ -253,6 +256,8 @@ class LocalEnvServer:
     _process: _subprocess.Popen[bytes] | None = attrs.field(default=None, init=False, repr=False)
     _log: IO[bytes] | None = attrs.field(default=None, init=False, repr=False)
     _final_logs: str = attrs.field(default="", init=False, repr=False)
+    log_file: str | None = attrs.field(default=None, init=False)  # in-process mode: where the SDK's server loggers write
+    _routes_logs: bool = attrs.field(default=False, init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         if not self.classes:
@@ -323,6 +328,9 @@ class LocalEnvServer:
                 self._thread.join(STOP_TIMEOUT_S)
             self._thread = None
             self._uvicorn = None
+        if self._routes_logs:
+            release_server_logs()
+            self._routes_logs = False
         if self._process is not None:
             if self._process.poll() is None:
                 self._process.send_signal(signal.SIGTERM)
@@ -367,6 +375,7 @@ class LocalEnvServer:
         app = Server(list(self.classes)).app
         _give_each_loop_its_sse_exit_event()
         self._uvicorn = uvicorn.Server(_uvicorn_config(app, self.port, self.log_level))
+        self.log_file, self._routes_logs = route_server_logs().path, True
         failure: list[BaseException] = []
 
         def serve() -> None:

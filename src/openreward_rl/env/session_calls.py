@@ -15,20 +15,27 @@ the request in the calling task instead:
 - any other error is annotated with the session (`_annotate_error`) and propagates, as in the SDK;
 - a cancellation from outside (a timeout, the episode's end) propagates as a cancellation.
 
+`until_dead(session, operation)` ends a longer operation the same way: a whole episode run on the
+session, which spends most of its time waiting on the model, not on the session. When the session dies
+(its pings found the server gone: `env.keepalive`) the episode's task is cancelled wherever it waits,
+a model call included, and `SessionTerminatedError` raised; a dead server no longer costs the model
+calls an episode would make before its next environment call. Calls made inside it nest.
+
 A session that does not look like the SDK's (another SDK version's internals) keeps its own.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+import weakref
+from collections.abc import Awaitable, Coroutine
 from typing import Any
 
 from openreward.api._session.ping import ErrorResponse
 from openreward.api._session.session import BaseAsyncSession
 from openreward.api.errors import SessionTerminatedError
 
-__all__ = ["run_calls_in_caller"]
+__all__ = ["run_calls_in_caller", "until_dead"]
 
 _PARTS = ("_run_or_die", "_mark_dead", "_dead_exception", "_annotate_error")
 
@@ -43,14 +50,28 @@ def run_calls_in_caller(session: Any) -> bool:
     calls = _CallsInCaller(session)
     session._run_or_die = calls.run_or_die
     session._mark_dead = calls.mark_dead
+    _CALLS[id(session)] = calls
     return True
+
+
+async def until_dead(session: Any, operation: Awaitable[Any]) -> Any:
+    """Await `operation` in this task; if `session` dies meanwhile, cancel it and raise the session's
+    `SessionTerminatedError` (see the module). A session `run_calls_in_caller` did not adopt: just awaited."""
+    calls = _CALLS.get(id(session))
+    if calls is None or calls._session is not session:
+        return await operation
+    return await calls.until_dead(operation)
+
+
+# The adopted sessions, by id: an SDK session holds its `_CallsInCaller` (its `_run_or_die`), which holds it.
+_CALLS: weakref.WeakValueDictionary[int, _CallsInCaller] = weakref.WeakValueDictionary()
 
 
 class _CallsInCaller:
     def __init__(self, session: Any) -> None:
         self._session = session
         self._sdk_mark_dead = session._mark_dead
-        self._callers: set[asyncio.Task[Any]] = set()
+        self._callers: dict[asyncio.Task[Any], int] = {}  # callers awaiting a call (or `until_dead`), with how many
         self._ended: set[asyncio.Task[Any]] = set()  # callers this object cancelled because the session died
 
     def mark_dead(self, error: Any) -> None:
@@ -59,7 +80,7 @@ class _CallsInCaller:
             current = asyncio.current_task()
         except RuntimeError:  # no running loop: no caller is this one
             current = None
-        for caller in self._callers - self._ended:
+        for caller in self._callers.keys() - self._ended:
             if caller is not current and not caller.done():
                 self._ended.add(caller)
                 caller.cancel()
@@ -69,16 +90,11 @@ class _CallsInCaller:
         if session._dead_exception is not None:
             coro.close()
             raise session._dead_exception
-        caller = asyncio.current_task()
-        assert caller is not None
-        self._callers.add(caller)
+        caller = self._enter()
         try:
             return await coro
         except asyncio.CancelledError:
-            if caller in self._ended:
-                self._ended.discard(caller)
-                if caller.uncancel() == 0 and session._dead_exception is not None:
-                    raise session._dead_exception from None  # ended by the session's death alone
+            self._raise_if_ended_by_death(caller)
             raise
         except SessionTerminatedError as error:
             session._mark_dead(ErrorResponse(type="error", message=str(error)))
@@ -86,8 +102,39 @@ class _CallsInCaller:
         except Exception as error:
             raise session._annotate_error(error) from error.__cause__
         finally:
-            self._callers.discard(caller)
-            if caller in self._ended:  # the request swallowed the cancellation, or ended as it came: its outcome stands
-                self._ended.discard(caller)
-                caller.uncancel()
+            self._leave(caller)
+
+    async def until_dead(self, operation: Awaitable[Any]) -> Any:
+        session = self._session
+        if session._dead_exception is not None:
+            getattr(operation, "close", lambda: None)()
+            raise session._dead_exception
+        caller = self._enter()
+        try:
+            return await operation
+        except asyncio.CancelledError:
+            self._raise_if_ended_by_death(caller)
+            raise
+        finally:
+            self._leave(caller)
+
+    def _enter(self) -> asyncio.Task[Any]:
+        caller = asyncio.current_task()
+        assert caller is not None
+        self._callers[caller] = self._callers.get(caller, 0) + 1
+        return caller
+
+    def _raise_if_ended_by_death(self, caller: asyncio.Task[Any]) -> None:
+        if caller in self._ended:
+            self._ended.discard(caller)
+            if caller.uncancel() == 0 and self._session._dead_exception is not None:
+                raise self._session._dead_exception from None  # ended by the session's death alone
+
+    def _leave(self, caller: asyncio.Task[Any]) -> None:
+        left = self._callers.pop(caller, 1) - 1
+        if left > 0:
+            self._callers[caller] = left
+        if caller in self._ended:  # the request swallowed the cancellation, or ended as it came: its outcome stands
+            self._ended.discard(caller)
+            caller.uncancel()
 

@@ -18,6 +18,10 @@ session id it records:
   every request waits for its answer longer than the ping interval), and the server refreshes the
   session as it handles the waiting request. aiohttp ends every traced request with an answer or a
   failure (`on_request_end`, `on_request_exception`, cancellation included).
+
+It also records when the server last answered any request on the client (`last_answer`: the arrival
+of a response head, any status, any session or none), which `LivenessProbe` reads to tell a busy
+server (slow, yet answering) from one that answers nothing.
 """
 
 from __future__ import annotations
@@ -37,9 +41,11 @@ _by_client: weakref.WeakKeyDictionary[aiohttp.ClientSession, SessionTraffic] = w
 
 
 class SessionTraffic:
-    """Per watched session id: the send time (event-loop clock) of its latest request answered 2xx."""
+    """Per watched session id: the send time (event-loop clock) of its latest request answered 2xx; and
+    `last_answer`, the arrival time of the latest response head on the client (-inf before any)."""
 
     def __init__(self) -> None:
+        self.last_answer = float("-inf")
         self._heard: dict[str, float] = {}
         self._waiting: dict[str, dict[int, float]] = {}  # sid -> {id(request's trace context): send time}
         self.trace_config = aiohttp.TraceConfig()
@@ -74,6 +80,7 @@ class SessionTraffic:
             self._waiting.setdefault(sid, {})[id(context)] = context.sent
 
     async def _on_end(self, session: aiohttp.ClientSession, context: SimpleNamespace, params: aiohttp.TraceRequestEndParams) -> None:
+        self.last_answer = asyncio.get_running_loop().time()
         sid = self._settle(context)
         if sid is not None and 200 <= params.response.status < 300 and sid in self._heard:
             self._heard[sid] = max(self._heard[sid], context.sent)

@@ -12,6 +12,7 @@ import attrs
 
 from openreward_rl.config import ToolTimeouts, fill_system_prompt
 from openreward_rl.env.environment import DEFAULT_CLOSE_TIMEOUT_S, DEFAULT_OPEN_RETRY, DEFAULT_READ_RETRY, EnvSession, open_session
+from openreward_rl.env.repeats import OncePerKey
 from openreward_rl.env.tasks import TaskRef
 from openreward_rl.errors import ConfigError, EnvError, ModelFamilyError
 from openreward_rl.loop.context import ContextPolicy
@@ -26,6 +27,10 @@ __all__ = ["Episode", "EpisodeSettings", "run_episode", "episode_reward", "faile
 logger = logging.getLogger(__name__)
 
 DEFAULT_NUDGE = "No tool call detected. Please use the provided tools to complete the task."
+
+# Failed attempts already logged as warnings, by (environment, stop reason, detail): a dead server fails
+# every episode the same way, and one line says it; the repeats go to debug level.
+_REPORTED = OncePerKey()
 
 
 @runtime_checkable
@@ -227,7 +232,11 @@ async def run_episode(
         trajectory.reward = episode_reward(trajectory, policy)
         if not trajectory.stop_reason.is_infrastructure_failure or trajectory.stop_reason is StopReason.ABORTED:
             return trajectory
-        logger.warning("episode on %s failed (%s: %s), attempt %d of %d", task.environment, trajectory.stop_reason.value, trajectory.stop_detail, attempt, attempts)
+        first = _REPORTED.first((task.environment, trajectory.stop_reason, trajectory.stop_detail))
+        logger.log(
+            logging.WARNING if first else logging.DEBUG, "episode on %s failed (%s: %s), attempt %d of %d%s", task.environment,
+            trajectory.stop_reason.value, trajectory.stop_detail, attempt, attempts, "; the same failure again is logged at debug level" if first else "",
+        )  # fmt: skip
     assert trajectory is not None
     return trajectory
 
@@ -264,7 +273,7 @@ async def _run_once(
                 open_retry=limits.open_retry,
                 read_retry=limits.read_retry,
             ) as session:
-                return await episode_factory().run(session)
+                return await session.while_alive(episode_factory().run(session))  # ended at once if its session dies
     except Exception as error:
         failure = error  # the name `error` is unbound once the except block ends; the closure reads this one
 

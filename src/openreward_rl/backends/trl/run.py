@@ -220,7 +220,8 @@ class TrlSession:
     tokenizer: Any
     adapter: TrlAdapter
     train_tasks: list[TaskRef]
-    stopped: str | None = None  # why training stopped early (`TrlOptions.max_failed_steps`), else None
+    stopped: str | None = None  # why training stopped early (`TrlOptions.max_failed_steps`, a served environment gone), else None
+    server: Any = None  # the `LocalEnvServer` serving `serve`, if any: a server that stopped stops training at the step's end
     _trainer: Any = None
 
     @classmethod
@@ -239,7 +240,7 @@ class TrlSession:
         from openreward_rl.preflight import check_ready
 
         with contextlib.ExitStack() as stack:
-            base_url, served = None, {}
+            base_url, served, server = None, {}, None
             if serve:
                 server = stack.enter_context(serve_environments(list(serve)))
                 base_url = server.base_url
@@ -267,7 +268,7 @@ class TrlSession:
 
             adapter.rollouts.client = adapter.run(make_client())
             stack.callback(adapter.close)
-            yield cls(prepared, options, model, tokenizer, adapter, tasks)
+            yield cls(prepared, options, model, tokenizer, adapter, tasks, server=server)
 
     def tasks_of(self, split: str, max_tasks: int | None = None) -> list[TaskRef]:
         """The tasks of `split` in every configured environment (first `max_tasks` of each, in order)."""
@@ -310,7 +311,8 @@ class TrlSession:
 
     def _failed_steps_guard(self) -> Any:
         """A TrainerCallback that stops training after `max_failed_steps` steps in a row where every episode
-        failed, and says why in `stopped`; checkpoints already written stay."""
+        failed, or once the served environment server has stopped, and says why in `stopped`; checkpoints
+        already written stay."""
         from transformers import TrainerCallback
 
         session = self
@@ -321,11 +323,37 @@ class TrlSession:
 
             def on_step_end(self, args: Any, state: Any, control: Any, **_: Any) -> None:
                 limit, failed = session.options.max_failed_steps, session.adapter.failed_steps
-                if limit and failed >= limit:
-                    session.stopped = f"stopped at step {state.global_step}: {failed} steps in a row in which every episode failed (last: {session.adapter.last_failure})"
+                server = session.server
+                if server is not None and not server.running:
+                    served = ", ".join(cls_.__name__ for cls_ in server.classes)
+                    session.stopped = f"stopped at step {state.global_step}: the environment server serving {served} ({server.base_url}) has stopped"
+                    control.should_training_stop = True
+                elif limit and failed >= limit:
+                    why = _common_detail(session.adapter.last_trajectories)
+                    session.stopped = (
+                        f"stopped at step {state.global_step}: {failed} steps in a row in which every episode failed "
+                        f"(last: {session.adapter.last_failure}{f'; {why}' if why else ''})"
+                    )
                     control.should_training_stop = True
 
         return FailedStepsGuard()
+
+
+def _common_detail(trajectories: Sequence[Trajectory]) -> str | None:
+    """The stop detail most of the failed `trajectories` share (what failed, e.g. "environment server unreachable
+    while calling tool ..."), with how many of them it ended; None where none failed with one.
+
+    >>> def t(detail): return Trajectory({}, [], [], [], [], None, StopReason.ENV_ERROR, stop_detail=detail)
+    >>> _common_detail([t("server unreachable"), t("server unreachable"), t("tool raised")])
+    '2 of them: server unreachable'
+    """
+    import collections
+
+    details = collections.Counter(t.stop_detail for t in trajectories if not t.trainable and t.stop_detail)
+    if not details:
+        return None
+    detail, count = details.most_common(1)[0]
+    return f"{count} of them: {detail}"
 
 
 async def _training_tasks(config: TrainConfig, options: TrlOptions) -> list[TaskRef]:
