@@ -65,15 +65,23 @@ class WalkersAndQuitters:
     agent: CorridorAgent
     roles: dict[str, str] = attrs.field(factory=dict)
     episodes_per_prompt: dict[tuple[int, ...], int] = attrs.field(factory=dict)
+    hold_walker_of: str | None = None  # "corridor of N rooms": that walker's third call stays in flight until aborted, once
+    held: int = 0
+    calls: dict[str, int] = attrs.field(factory=dict)
 
     def __call__(self, request: RecordedRequest) -> ScriptedCompletion:
-        role = self.roles.get(request.routing_key or "")
+        key = request.routing_key or ""
+        role = self.roles.get(key)
         if role is None:
             prompt = tuple(request.input_ids)
             seen = self.episodes_per_prompt[prompt] = self.episodes_per_prompt.get(prompt, 0) + 1
-            role = self.roles[request.routing_key or ""] = "walk" if seen == 1 else "quit"
+            role = self.roles[key] = "walk" if seen == 1 else "quit"
         if role == "quit":
             return ScriptedCompletion(text=_call("leave", key="none-0000"))
+        self.calls[key] = self.calls.get(key, 0) + 1
+        if self.hold_walker_of and not self.held and self.calls[key] == 3 and self.hold_walker_of in self.agent.tokenizer.decode(request.input_ids):
+            self.held += 1
+            return ScriptedCompletion(text="Onward.", hold=True)
         return self.agent(request)
 
     @property
@@ -326,3 +334,37 @@ async def test_evaluation_gives_one_sample_per_compacted_episode(stack: Stack, p
     out = await blocking(stack.run_on_miles_loop, miles.common.generate_and_rm(state, sample, params, evaluation=True))
     assert_one_sample(miles, out)
     assert out.reward == 1.0 and record_of(out).evaluation and record_of(out).segments >= 2 and record_of(out).segment == 0
+
+
+# --- partial rollout: an episode Miles' abort() cuts is suspended and resumed in the next step ----------
+
+
+async def test_partial_rollout_resumes_an_episode_miles_aborted(stack: Stack, served_config: Any) -> None:
+    """Miles' class-based rollout draws two prompt groups for a step of one; the second group's walker is mid-turn
+    when the first group is done, so Miles' `abort()` posts `abort_all` (through the router's `/workers`), collects
+    the group and puts it back in its data source. The hook parked the walk with its environment session open: in
+    the next step Miles hands the group back and the walk resumes where it stopped and wins."""
+    served_config({"Corridor": {"max_turns": 24}})  # the default policy (off under partial rollout); 8,192 tokens: no overflow
+    stack.script.hold_walker_of = "corridor of 7 rooms"
+    args = stack.args(rollout_max_context_len=8192, rollout_batch_size=1, over_sampling_batch_size=2, **MODES["partial"][0])
+    miles = stack.miles
+    data_source = stack.data_source(args)
+    rollout = miles.compatibility.load_rollout_function(miles.base_types.RolloutFnConstructorInput(args=args, data_source=data_source), CLASS_BASED)
+    steps = []
+    for rollout_id in range(2):
+        output = await blocking(miles.compatibility.call_rollout_function, rollout, miles.base_types.RolloutFnTrainInput(rollout_id=rollout_id))
+        steps.append(output.samples)
+        if rollout_id == 0:  # the aborted group waits in Miles' buffer: its walker suspended, its quitter done
+            (parked,) = data_source.buffer
+            walker = next((member for member in parked if member.status is miles.types.Sample.Status.ABORTED), None)
+            assert walker is not None, [(m.index, m.status, record_of(m).stop_reason if m.metadata.get("stop_reason") else None) for m in parked]
+            assert record_of(walker).resume is not None and walker.metadata["start_rollout_id"] == 0 and walker.response_length > 0
+            assert stack.sglang.aborts  # Miles' abort reached the worker through the router
+            stack.script.hold_walker_of = None  # (had the walk been between calls then, it parked at the next: hold no more)
+    (first,), (second,) = steps
+    assert {member.metadata["index"] for member in first} == {0}  # the step trained the group that finished
+    resumed = next(member for member in second if record_of(member).episode_reward == 1.0)
+    assert resumed.metadata["index"] == 1 and record_of(resumed).metrics["suspensions"] == 1.0 and record_of(resumed).resume is None
+    assert resumed.status is miles.types.Sample.Status.COMPLETED and resumed.reward == 1.0
+    for groups in steps:
+        assert sorted(train_data(miles, args, groups)["raw_reward"]) == [0.0, 1.0]
