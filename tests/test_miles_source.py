@@ -252,15 +252,16 @@ async def run_step(stack: Stack, args: Any, rollout_path: str) -> Any:
     try:
         output = await blocking(miles.compatibility.call_rollout_function, rollout, miles.base_types.RolloutFnTrainInput(rollout_id=0, weight_version=3))
     finally:
-        worker = getattr(rollout, "_worker", None)  # FullyAsyncRolloutFn's producer task: runs until cancelled
-        if worker is not None and not worker.done():
-            await blocking(stack.run_on_miles_loop, _cancel(worker))
+        await blocking(stack.run_on_miles_loop, _cancel_the_rest())  # FullyAsyncRolloutFn's producer runs until cancelled
     return output, data_source
 
 
-async def _cancel(task: asyncio.Task[Any]) -> None:
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
+async def _cancel_the_rest() -> None:
+    """Cancel every task but this one on the running loop (Miles' rollout loop), and wait for them."""
+    tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 @pytest.mark.parametrize("mode", list(MODES))
@@ -368,3 +369,45 @@ async def test_partial_rollout_resumes_an_episode_miles_aborted(stack: Stack, se
     assert resumed.status is miles.types.Sample.Status.COMPLETED and resumed.reward == 1.0
     for groups in steps:
         assert sorted(train_data(miles, args, groups)["raw_reward"]) == [0.0, 1.0]
+
+
+# --- the hook's forms, and the group RM with a failed member ---
+
+
+def test_miles_loads_the_legacy_form_with_evaluation_and_the_new_forms_as_they_are(miles: Any) -> None:
+    """Miles' `load_generate_function`: `generate` is wrapped as a legacy function that receives `evaluation`;
+    `generate_fn` and the agent path's `generate` are called as they are, with `GenerateFnInput`."""
+    load = miles.compatibility.load_generate_function
+    legacy = load("openreward_rl.backends.miles.generate")
+    assert isinstance(legacy, miles.compatibility.LegacyGenerateFnAdapter) and legacy.fn is miles_hooks.generate
+    assert load("openreward_rl.backends.miles.generate_fn") is miles_hooks.generate_fn
+    from openreward_rl.backends import miles_agent
+
+    assert load("openreward_rl.backends.miles_agent.generate") is miles_agent.generate
+
+
+async def test_group_rm_scores_a_group_with_a_failed_member_through_miles(miles: Any, served_config: Any, qwen3_tokenizer: Any) -> None:
+    """Faulty at the default config under --group-rm, through Miles' legacy `generate_and_rm_group`: the hook leaves
+    every reward None (Miles asserts a group RM meets none preset), Miles' `batched_async_rm` calls the reward hook
+    with the group, the failed member (the server rejects its index) gets the placeholder 0.0 and is removed."""
+    served_config({"Faulty": {}})
+    submit_ok, submit_wrong = (f'<tool_call>\n{{"name": "submit", "arguments": {{"answer": "{a}"}}}}\n</tool_call>' for a in ("ok", "nope"))
+    script = [ScriptedCompletion(text=submit_ok), ScriptedCompletion(text=submit_wrong)]
+    async with SGLangTestServer(qwen3_tokenizer, script=script, weight_version="5") as sglang, RouterStandIn(sglang.url) as router:
+        args = miles_args(router.port or 0, str(offline_tokenizer_dir("qwen3")), group_rm=True, n_samples_per_prompt=3, rollout_batch_size=1)
+        miles.http_utils.init_http_client(args)
+        rows = [task_row(TaskRef("Faulty", "train", index=index, variant="faulty")) for index in (0, 0, 999)]
+        group = [miles.types.Sample(group_index=0, index=i, prompt=row["prompt"], metadata=row["metadata"]) for i, row in enumerate(rows)]
+        params = {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 64, "no_stop_trim": True}
+        try:
+            out = await blocking(miles.async_utils.run, miles.legacy.generate_and_rm_group(args, group, params))
+        finally:
+            await blocking(miles.async_utils.run, _state.close_states())
+    for member in out:
+        assert_one_sample(miles, member)
+    live, failed = out[:2], out[2]
+    assert sorted(member.reward for member in live) == [0.0, 1.0] and all(record_of(m).transcript is not None for m in live)
+    assert failed.reward == 0.0 and failed.status is miles.types.Sample.Status.ABORTED and failed.remove_sample and not any(failed.loss_mask)
+    assert {tuple(member.weight_versions) for member in live} == {("5",)}
+    data = train_data(miles, args, [out])
+    assert data["raw_reward"] == [member.reward for member in out] and data["loss_masks"][2] == [0] * failed.response_length
