@@ -80,22 +80,40 @@ class _DumperConfig:
         return dict(pair.split("=", 1) for pair in pairs or [])
 
 
+def _stand_in(name: str, **attributes: Any) -> None:
+    """`name` in `sys.modules` with `attributes`: a new package module, or names added to one already there (another
+    test module's stand-in for the same package), never replacing what is set."""
+    module = sys.modules.get(name)
+    if module is None:
+        module = sys.modules[name] = _module(name)
+        parent, _, leaf = name.rpartition(".")
+        if parent:
+            _stand_in(parent, **{leaf: module})
+    for key, value in attributes.items():
+        if not hasattr(module, key):
+            setattr(module, key, value)
+
+
+def _installed(name: str) -> bool:
+    """Whether the real package `name` is importable (a stand-in registered before does not count)."""
+    module = sys.modules.get(name)
+    if module is not None:
+        return getattr(module, "__file__", None) is not None
+    return importlib.util.find_spec(name) is not None
+
+
 def _install_standins() -> None:
     """Register the stand-ins under their real names, each only where the real package is not installed."""
-    if importlib.util.find_spec("sglang") is None and "sglang" not in sys.modules:
+    if not _installed("sglang"):
         chat_request = pydantic.create_model("ChatCompletionRequest", **{name: (Any, None) for name in _CHAT_REQUEST_FIELDS})
         tool = pydantic.create_model("Tool", type=(str, "function"), function=(dict, {}))
-        names = ["sglang", "sglang.srt", "sglang.srt.entrypoints", "sglang.srt.entrypoints.openai", "sglang.srt.debug_utils"]
-        for name in names:
-            sys.modules[name] = _module(name)
-        sys.modules["sglang.srt.entrypoints.openai.protocol"] = _module("sglang.srt.entrypoints.openai.protocol", ChatCompletionRequest=chat_request, Tool=tool)
-        sys.modules["sglang.srt.entrypoints.openai.encoding_dsv4"] = _module("sglang.srt.entrypoints.openai.encoding_dsv4")
-        sys.modules["sglang.srt.entrypoints.openai"].encoding_dsv4 = sys.modules["sglang.srt.entrypoints.openai.encoding_dsv4"]
-        sys.modules["sglang.srt.debug_utils.dumper"] = _module("sglang.srt.debug_utils.dumper", DumperConfig=_DumperConfig, _get_rank=lambda: 0, dumper=None)
-    if importlib.util.find_spec("sglang_router") is None and "sglang_router" not in sys.modules:
-        sys.modules["sglang_router"] = _module("sglang_router", __version__=SGLANG_ROUTER_VERSION)
-    if importlib.util.find_spec("setproctitle") is None and "setproctitle" not in sys.modules:
-        sys.modules["setproctitle"] = _module("setproctitle", setproctitle=lambda title: None)
+        _stand_in("sglang.srt.entrypoints.openai.protocol", ChatCompletionRequest=chat_request, Tool=tool)
+        _stand_in("sglang.srt.entrypoints.openai.encoding_dsv4")
+        _stand_in("sglang.srt.debug_utils.dumper", DumperConfig=_DumperConfig, _get_rank=lambda: 0, dumper=None)
+    if not _installed("sglang_router"):
+        _stand_in("sglang_router", __version__=SGLANG_ROUTER_VERSION)
+    if not _installed("setproctitle"):
+        _stand_in("setproctitle", setproctitle=lambda title: None)
 
 
 def load_miles() -> types.SimpleNamespace:
