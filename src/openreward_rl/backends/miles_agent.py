@@ -41,6 +41,12 @@ record `run` returned: `generate` makes it the masked one-token placeholder with
 saying why none exists). With Miles' generate used directly, set `$OPENREWARD_RL_TOKENIZER` to the
 checkpoint and keep the dynamic filter, which drops groups whose member's record says the run failed;
 Miles' own aborted samples then keep reward None, which only the filter keeps out of training.
+
+Context policies: Miles' session server takes a later request only if it replays the stored history,
+which a compacted context does not, so the environments left at the default policy run without one here
+and an environment that names a policy is refused. A refused setup (a `ConfigError`) is raised as
+`openreward_rl.backends.miles.RolloutStepError`, which ends the rollout step: Miles' agentic generate logs
+and swallows an `Exception` from the agent function, and its class-based rollout loop one from a group.
 """
 
 from __future__ import annotations
@@ -59,6 +65,7 @@ from openreward_rl.backends._sample.fill import episode_metadata, fill_placehold
 from openreward_rl.backends._sample.record import EpisodeRecord
 from openreward_rl.backends._sample.reward import flatten
 from openreward_rl.backends._sample.state import load_process_parts
+from openreward_rl.backends.miles import step_errors
 from openreward_rl.config import ConfigError, TrainConfig, config_path
 from openreward_rl.engines.base import EngineError, FinishReason, Generation, GenerationRequest
 from openreward_rl.engines.openai_chat import CHAT_FINISH_REASONS, OpenAIChatEngine, parse_chat_completion
@@ -168,10 +175,22 @@ def _state(args: Any) -> _AgentState:
     state = _STATES.get(key)
     if state is None:
         config, tokenizer, client, uploader = load_process_parts(checkpoint)
-        # Miles' session server takes a later request only if it replays the stored history: no default compaction
-        state = _AgentState(config.without_default_compaction(), tokenizer, checkpoint, client, uploader)
+        state = _AgentState(_without_compaction(config), tokenizer, checkpoint, client, uploader)
         _STATES[key] = state
     return state
+
+
+def _without_compaction(config: TrainConfig) -> TrainConfig:
+    """`config` with the default context policy off; an environment that names a policy is refused (the session
+    server takes a later request only if it replays the stored history, which a compacted context does not)."""
+    config = config.without_default_compaction()
+    if config.compacts:
+        names = ", ".join(name for name, env in config.environments.items() if env.compacts)
+        raise ConfigError(
+            f"Miles' agent function cannot compact an episode's context ({names} names a context_policy): Miles' session server "
+            "takes a request only if it replays the stored history; use openreward_rl.backends.miles.generate, or context_policy: none"
+        )
+    return config
 
 
 async def close_agent_states() -> None:
@@ -191,8 +210,9 @@ async def run(base_url: str, prompt: Any, request_kwargs: Mapping[str, Any] | No
     """
     metadata = dict(metadata or {})
     args = _ARGS.get()
-    task = task_from_metadata(metadata)
-    state = _state(args)
+    with step_errors():
+        task = task_from_metadata(metadata)
+        state = _state(args)
     context = metadata.get("max_seq_len") or getattr(args, "rollout_max_context_len", None)
     sampling = chat_sampling_params(request_kwargs or {})
     max_new_tokens = int(sampling.get("max_new_tokens") or getattr(args, "rollout_max_response_len", None) or 4096)
