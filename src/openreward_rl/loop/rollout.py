@@ -13,6 +13,7 @@ from openreward_rl.engines.base import Engine
 from openreward_rl.env.tasks import TaskRef, resolve_task
 from openreward_rl.families.base import ModelFamily
 from openreward_rl.families.chat import ChatRenderer
+from openreward_rl.families.tool_preamble import needs_no_preamble, parser_preamble
 from openreward_rl.loop.context import ContextPolicy, context_policy
 from openreward_rl.loop.episode import DEFAULT_NUDGE, Episode, EpisodeSettings, has_tools_placeholder, run_episode
 from openreward_rl.loop.tool_episode import ToolEpisode
@@ -127,8 +128,9 @@ def episode_stack(config: TrainConfig, tokenizer: Any, model: str | None = None)
         check_model(tokenizer, family, template_kwargs)
     if renderer.vision is not None:
         renderer.image_token_id  # noqa: B018 - a VisionError now when this tokenizer lacks the family's image pad as one token
-    check_tools_shown(config, renderer, model)
-    return renderer, choose_parser(config, model, tokenizer, family)
+    parser = choose_parser(config, model, tokenizer, family)
+    check_tools_shown(config, renderer, parser, model)
+    return renderer, parser
 
 
 def check_engine_reads_images(engine: Any, renderer: ChatRenderer) -> None:
@@ -145,23 +147,30 @@ def check_engine_reads_images(engine: Any, renderer: ChatRenderer) -> None:
         )
 
 
-def check_tools_shown(config: TrainConfig, renderer: ChatRenderer, model: str | None = None) -> None:
-    """ConfigError when the first prompt would show the model none of the environment's tools: the chat
-    template drops `tools`, the system prompt has no `{tools}`, and no family tool preamble fills in."""
-    if renderer.renders_tools or has_tools_placeholder(config.system_prompt_template):
+def check_tools_shown(config: TrainConfig, renderer: ChatRenderer, parser: ToolParser, model: str | None = None) -> None:
+    """ConfigError when the first prompt would show the model none of the environment's tools by default:
+    the chat template drops `tools`, the system prompt has no `{tools}`, and no tool preamble teaches
+    `parser`'s calls (`families.tool_preamble.parser_preamble`). A parser whose reply is the call
+    (`tool_preamble = None`) needs no tools shown; `tool_preamble: false` is the config saying its
+    replies need none (a plain answer to a `@terminal` tool)."""
+    if renderer.renders_tools or has_tools_placeholder(config.system_prompt_template) or not config.tool_preamble:
+        return
+    if needs_no_preamble(parser) or parser_preamble(parser, renderer.family) is not None:
         return
     family = renderer.family
-    if config.tool_preamble and family is not None and family.tool_preamble is not None:
-        return
     name = model or getattr(renderer.tokenizer, "name_or_path", "") or "this model"
-    why = (
-        "tool_preamble is false" if family is not None and family.tool_preamble is not None
-        else f"the {family.name if family else 'generic'} family declares no tool preamble"
-    )
+    if family is not None and family.tool_preamble is not None:
+        why = (
+            f"the {family.name} family's tool preamble teaches {family.parser} calls, and the parser {parser.name} reads "
+            "another format (a parser can declare its own `tool_preamble`: docs/parsers.md)"
+        )
+    else:
+        why = f"the {family.name if family else 'generic'} family declares no tool preamble"
     raise ConfigError(
         f"{config.source}: the first prompt would show the model none of the environment's tools: the chat template of "
         f"{name} drops `tools` and {why}; put {{tools}} in system_prompt_template, or set model_family to a family with a "
-        "tool preamble (chatml: the Hermes format) and tool_preamble: true (docs/families.md)"
+        "tool preamble for this parser (chatml: the Hermes format), or set tool_preamble: false where the replies need "
+        "no tools shown (a plain answer to a @terminal tool) (docs/families.md)"
     )
 
 
