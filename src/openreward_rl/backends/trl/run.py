@@ -184,8 +184,9 @@ def trainable_gguf(model: Any) -> Any:
 
 def _not_unscored_rows(record: logging.LogRecord) -> bool:
     """False for TRL's warning about a row all reward functions scored None: our infrastructure failures are
-    None on purpose (the step's line counts them), and the warning dumps the whole row, prompt included."""
-    return not str(record.msg).startswith("All reward functions returned None")
+    None on purpose (the step's line counts them), and the warning dumps the whole row, prompt included.
+    (TRL logs through accelerate's adapter, which puts "[RANK n] " before the message.)"""
+    return "All reward functions returned None" not in record.getMessage()
 
 
 def quiet_trainer(trainer: Any) -> Any:
