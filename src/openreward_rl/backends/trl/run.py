@@ -257,17 +257,24 @@ class TrlSession:
 
     @classmethod
     @contextlib.contextmanager
-    def open(cls, config: TrainConfig, options: TrlOptions, *, serve: Sequence[str | type] = (), model: Any = None, tokenizer: Any = None, episode: Any = None) -> Iterator[TrlSession]:
+    def open(
+        cls, config: TrainConfig, options: TrlOptions, *, serve: Sequence[str | type] = (), model: Any = None, tokenizer: Any = None, episode: Any = None,
+        announce: Callable[[str], None] | None = None,
+    ) -> Iterator[TrlSession]:
         """Serve `serve` (specs `file.py:Class` or classes), check the environments and list the training tasks,
-        then load the model (or use `model`/`tokenizer`): whatever needs no model is refused before it loads."""
+        check the episode settings on the model's tokenizer (its parser, family and the tools the first prompt
+        shows: `loop.rollout.episode_stack`), then load the model (or use `model`/`tokenizer`): whatever needs no
+        model is refused before it loads. `announce` is called with "loading MODEL on DEVICE" just before."""
         import asyncio
 
         from openreward import AsyncOpenReward
 
+        from openreward_rl.assets import load_tokenizer
         from openreward_rl.config import ConfigError, prepare_config
         from openreward_rl.engines.transformers import load_model
         from openreward_rl.env.local_server import serve_environments, variant_name
         from openreward_rl.errors import boundary
+        from openreward_rl.loop.rollout import episode_stack
         from openreward_rl.preflight import check_ready
 
         with contextlib.ExitStack() as stack:
@@ -281,10 +288,16 @@ class TrlSession:
             tasks = asyncio.run(_training_tasks(prepared, options))
             if not tasks:
                 raise ConfigError("the configured environments and splits have no tasks to train on")
+            if tokenizer is None:
+                with boundary(ConfigError, f"cannot load the model {options.model!r}"):
+                    tokenizer = load_tokenizer.__wrapped__(options.model)  # its own, not the shared cached one: the trainer sets its pad token
+            episode_stack(prepared, tokenizer, options.model)
             if model is None:
+                if announce is not None:
+                    announce(f"loading {options.model} on {options.resolved_device}")
                 # float32 weights unless told otherwise (on CUDA too: `bf16` trains under autocast over them)
                 with boundary(ConfigError, f"cannot load the model {options.model!r}"):
-                    model, tokenizer = load_model(options.model, device=options.resolved_device, dtype=options.dtype or "float32")
+                    model, tokenizer = load_model(options.model, device=options.resolved_device, dtype=options.dtype or "float32", tokenizer=tokenizer)
             trainable_gguf(model)
             recognise_tied_weights(model)
             adapter = TrlAdapter.build(
