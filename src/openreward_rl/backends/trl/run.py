@@ -183,7 +183,7 @@ def trainable_gguf(model: Any) -> Any:
     return model
 
 
-_TIED_HOOKED: weakref.WeakSet[Any] = weakref.WeakSet()
+_MODELS_WITH_TIE_HOOK: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 def recognise_tied_weights(model: Any) -> Any:
@@ -194,7 +194,7 @@ def recognise_tied_weights(model: Any) -> Any:
     missing keys in the checkpoint model loaded: ['lm_head.weight']" every time, though the embedding it
     shares was loaded. A load-state-dict post-hook (PyTorch's) drops those names from `missing_keys`; a
     weight none of whose ties was loaded is still reported. Once per model; returns `model`."""
-    if model in _TIED_HOOKED:
+    if model in _MODELS_WITH_TIE_HOOK:
         return model
     shared: dict[int, list[str]] = {}
     for name, parameter in model.named_parameters(remove_duplicate=False):
@@ -209,7 +209,7 @@ def recognise_tied_weights(model: Any) -> Any:
 
     if ties:
         model.register_load_state_dict_post_hook(drop_loaded_ties)
-    _TIED_HOOKED.add(model)
+    _MODELS_WITH_TIE_HOOK.add(model)
     return model
 
 
