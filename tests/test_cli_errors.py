@@ -129,15 +129,15 @@ def test_an_unknown_environment_is_reported_before_the_model_loads(capsys, tmp_p
 
 @pytest.mark.parametrize("command", ["train", "sft", "eval"])
 def test_episode_settings_the_tokenizer_refuses_are_one_line_before_the_model_is_announced_or_loaded(command: str, capsys, tmp_path: Path, monkeypatch) -> None:
-    """A parser whose calls SmolLM2's first prompt cannot teach (its family's preamble teaches Hermes calls): refused
-    with the tokenizer alone, before "loading offline:smollm2" and the model."""
+    """SmolLM2 as a model of no family (`model_family: generic`): its template drops the tools and nothing writes them,
+    refused with the tokenizer alone, before "loading offline:smollm2" and the model."""
 
     def load_model(*_: object, **__: object) -> None:
         pytest.fail("the model loaded before the episode settings were checked")
 
     monkeypatch.setattr("openreward_rl.engines.transformers.load_model", load_model)
     config = tmp_path / "c.yaml"
-    config.write_text("environments:\n  PaintColour:\n    splits: [train]\n    max_turns: 1\nparser: pythonic\nupload: false\n")
+    config.write_text("environments:\n  PaintColour:\n    splits: [train]\n    max_turns: 1\nmodel_family: generic\nupload: false\n")
     given = ["--config", str(config), "--model", "offline:smollm2", "--serve", PAINT, "--device", "cpu"]
     argv = {
         "train": ["train", "--framework", "trl", "--output-dir", str(tmp_path / "out"), *given],
@@ -147,7 +147,7 @@ def test_episode_settings_the_tokenizer_refuses_are_one_line_before_the_model_is
     code = main(argv)
     captured = capsys.readouterr()
     assert code == 2 and f"openreward-rl {command}: {config}: the first prompt would show the model none of the environment's tools" in captured.err
-    assert "the parser pythonic reads another format" in captured.err
+    assert "the generic family declares no tool preamble" in captured.err
     assert "loading" not in captured.out + captured.err and not (tmp_path / "out").exists()
 
 

@@ -66,7 +66,6 @@ def test_a_call_the_preamble_teaches_is_one_the_family_parser_reads(smollm2) -> 
     ("overrides", "names"),
     [
         ({"model_family": "generic"}, "the generic family declares no tool preamble"),
-        ({"parser": "pythonic"}, "the chatml family's tool preamble teaches hermes calls, and the parser pythonic reads another format"),
     ],
 )
 def test_a_first_prompt_without_the_tools_is_refused_at_start_up(smollm2, overrides, names) -> None:
@@ -75,11 +74,22 @@ def test_a_first_prompt_without_the_tools_is_refused_at_start_up(smollm2, overri
     assert names in str(caught.value)
 
 
-def test_the_preamble_follows_the_parser_not_the_family(smollm2) -> None:
-    """The chatml family's Hermes preamble teaches Hermes calls: a parser of another format gets none of it
-    (and the run is refused, above), a parser that declares its own gets its own."""
-    renderer = get_family("chatml").renderer(smollm2)
-    assert renderer.tool_preamble(TOOLS, parser=get_parser("pythonic")) is None
+def test_the_preamble_follows_the_parser_not_the_family(smollm2, caplog) -> None:
+    """The chatml family's Hermes preamble teaches Hermes calls: a parser of another format gets none of it (the run
+    goes on, with one warning saying so), a subclass of the Hermes parser gets it, a parser that declares its own gets its own."""
+    import logging
+
+    from openreward_rl.parsers.hermes import HermesParser
+
+    with caplog.at_level(logging.WARNING, logger="openreward_rl.loop.rollout"):
+        for _ in range(2):
+            renderer, parser = episode_stack(parse_config({**ONLY_THE_ENVIRONMENT, "parser": "pythonic"}), smollm2, "offline:smollm2")
+    assert renderer.tool_preamble(TOOLS, parser=parser) is None
+    [warning] = [r.getMessage() for r in caplog.records if "does not read" in r.getMessage()]
+    assert warning.startswith("the chatml family's tool preamble teaches hermes calls, which the parser pythonic does not read")
+
+    class LenientHermes(HermesParser):
+        name = "lenient_hermes"
 
     class OwnPreamble:
         name = "own"
@@ -88,7 +98,9 @@ def test_the_preamble_follows_the_parser_not_the_family(smollm2) -> None:
         def parse(self, text, *, tools=None, generation_prompt="", finish_reason=None):
             return get_parser("hermes").parse(text, tools=tools, generation_prompt=generation_prompt, finish_reason=finish_reason)
 
-    assert renderer.tool_preamble(TOOLS, parser=OwnPreamble()) == renderer.tool_preamble(TOOLS, parser=get_parser("hermes"))
+    hermes = renderer.tool_preamble(TOOLS, parser=get_parser("hermes"))
+    assert hermes is not None and renderer.tool_preamble(TOOLS, parser=LenientHermes()) == hermes
+    assert renderer.tool_preamble(TOOLS, parser=OwnPreamble()) == hermes
 
 
 def test_tool_preamble_false_is_accepted_and_shows_no_tools(smollm2) -> None:

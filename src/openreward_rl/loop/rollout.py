@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any, Protocol
 
@@ -24,6 +25,11 @@ __all__ = [
     "EpisodeBuilder", "Rollouts", "available_episodes", "check_engine_reads_images", "check_extensions", "check_tools_shown", "choose_family", "choose_parser",
     "context_policies", "episode_builder", "episode_stack", "register_episode", "resolve_task",
 ]  # fmt: skip
+
+
+logger = logging.getLogger(__name__)
+# (family, parser) pairs already warned of: the family's preamble teaches calls the parser does not read
+_WARNED_UNTAUGHT: set[tuple[str, str]] = set()
 
 
 class EpisodeBuilder(Protocol):
@@ -149,28 +155,32 @@ def check_engine_reads_images(engine: Any, renderer: ChatRenderer) -> None:
 
 def check_tools_shown(config: TrainConfig, renderer: ChatRenderer, parser: ToolParser, model: str | None = None) -> None:
     """ConfigError when the first prompt would show the model none of the environment's tools by default:
-    the chat template drops `tools`, the system prompt has no `{tools}`, and no tool preamble teaches
-    `parser`'s calls (`families.tool_preamble.parser_preamble`). A parser whose reply is the call
-    (`tool_preamble = None`) needs no tools shown; `tool_preamble: false` is the config saying its
-    replies need none (a plain answer to a `@terminal` tool)."""
+    the chat template drops `tools`, the system prompt has no `{tools}`, and the family declares no tool
+    preamble. A parser whose reply is the call (`tool_preamble = None`) needs no tools shown, and
+    `tool_preamble: false` is the config saying its replies need none (a plain answer to a `@terminal` tool).
+    Where the family's preamble teaches calls `parser` does not read, the first prompt gets no preamble
+    (`families.tool_preamble.parser_preamble`) and a warning says so, once."""
     if renderer.renders_tools or has_tools_placeholder(config.system_prompt_template) or not config.tool_preamble:
         return
     if needs_no_preamble(parser) or parser_preamble(parser, renderer.family) is not None:
         return
     family = renderer.family
-    name = model or getattr(renderer.tokenizer, "name_or_path", "") or "this model"
     if family is not None and family.tool_preamble is not None:
-        why = (
-            f"the {family.name} family's tool preamble teaches {family.parser} calls, and the parser {parser.name} reads "
-            "another format (a parser can declare its own `tool_preamble`: docs/parsers.md)"
-        )
-    else:
-        why = f"the {family.name if family else 'generic'} family declares no tool preamble"
+        if (family.name, parser.name) not in _WARNED_UNTAUGHT:
+            _WARNED_UNTAUGHT.add((family.name, parser.name))
+            logger.warning(
+                "the %s family's tool preamble teaches %s calls, which the parser %s does not read: the first prompt shows "
+                "no tools; give the parser a `tool_preamble` (None where the reply is the call: docs/parsers.md) or put "
+                "{tools} in system_prompt_template", family.name, family.parser, parser.name,
+            )  # fmt: skip
+        return
+    name = model or getattr(renderer.tokenizer, "name_or_path", "") or "this model"
     raise ConfigError(
         f"{config.source}: the first prompt would show the model none of the environment's tools: the chat template of "
-        f"{name} drops `tools` and {why}; put {{tools}} in system_prompt_template, or set model_family to a family with a "
-        "tool preamble for this parser (chatml: the Hermes format), or set tool_preamble: false where the replies need "
-        "no tools shown (a plain answer to a @terminal tool) (docs/families.md)"
+        f"{name} drops `tools` and the {family.name if family else 'generic'} family declares no tool preamble; put "
+        "{tools} in system_prompt_template, or set model_family to a family with a tool preamble (chatml: the Hermes "
+        "format), or set tool_preamble: false where the replies need no tools shown (a plain answer to a @terminal tool) "
+        "(docs/families.md)"
     )
 
 

@@ -104,7 +104,7 @@ class ToolParser(Protocol):
     Optional: a `tool_preamble` attribute, for a chat template that drops `tools`
     (`families.tool_preamble.parser_preamble`): a `ToolPreamble` that teaches this parser's calls, or
     None where its replies need no call syntax taught (the reply is the call). Without it, the model
-    family's preamble applies where this is the family's own parser, and none otherwise.
+    family's preamble applies where this is the family's own parser (or a subclass of it), and none otherwise.
     """
 
     name: str
