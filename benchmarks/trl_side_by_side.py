@@ -121,7 +121,8 @@ class Bridge:
             specs = await env.tools()
         config = self.config
         system = first_system_prompt(
-            config.system_prompt_template, specs, self.adapter.rollouts.renderer, tool_preamble=config.tool_preamble, example=config.tool_call_example
+            config.system_prompt_template, specs, self.adapter.rollouts.renderer, parser=self.parser, tool_preamble=config.tool_preamble,
+            example=config.tool_call_example,
         )
         return specs, system
 

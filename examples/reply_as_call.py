@@ -4,8 +4,9 @@ Registered as `reply_as_call` when imported. It takes an environment that offers
 exactly one parameter (CombinationLock's `try_digit(digit)`), and turns the whole reply (reasoning
 split off, surrounding spaces and a final full stop dropped) into that parameter, coerced by the tool's
 JSON schema. A reply that does not fit (`"seven"` for an integer) is a parse error the episode reports
-back to the model, like any malformed call, and costs the turn. The benchmarks use it to train
-SmolLM2-135M on multi-turn episodes (`benchmarks/learning_curve.py --plugin examples/reply_as_call.py`).
+back to the model, like any malformed call, and costs the turn. It declares `tool_preamble = None`: the
+model is taught no call syntax (the system prompt says what to reply), so the first prompt holds no
+tool preamble. The benchmarks use it to train SmolLM2-135M on multi-turn episodes (`benchmarks/learning_curve.py --plugin examples/reply_as_call.py`).
 
 >>> tools = [{"type": "function", "function": {"name": "try_digit", "parameters": {"type": "object",
 ...     "properties": {"digit": {"type": "integer"}}, "required": ["digit"]}}}]
@@ -32,6 +33,9 @@ class ReplyAsCallParser:
     """The reply is the one argument of the one tool offered. Never raises on model output."""
 
     name = "reply_as_call"
+    # The reply is the call: there is no call syntax to teach, so the first prompt gets no tool preamble
+    # (not the model family's, which teaches another parser's calls); the system prompt says what to reply.
+    tool_preamble = None
 
     def parse(self, text: str, *, tools: Sequence[Mapping[str, Any]] | None = None, generation_prompt: str = "", finish_reason: str | None = None) -> ParsedTurn:
         split = split_reasoning(text, generation_prompt=generation_prompt)

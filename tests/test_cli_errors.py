@@ -120,9 +120,59 @@ def test_device_cuda_without_cuda_is_one_line_before_the_model_loads(command: st
 def test_an_unknown_environment_is_reported_before_the_model_loads(capsys, tmp_path: Path) -> None:
     config = tmp_path / "c.yaml"
     config.write_text("environments:\n  NoSuchEnv:\n    splits: [train]\n")
-    code, line = one_line(capsys, train(tmp_path, config, "--model", MISSING_MODEL, "--serve", PAINT))
-    assert code == 2 and "environment 'NoSuchEnv' is not served at http://127.0.0.1:" in line, line
+    code = main(train(tmp_path, config, "--model", MISSING_MODEL, "--serve", PAINT))
+    captured = capsys.readouterr()
+    assert code == 2 and "environment 'NoSuchEnv' is not served at http://127.0.0.1:" in captured.err, captured.err
+    assert "loading" not in captured.out  # nothing announces a model that never loads
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("command", ["train", "sft", "eval"])
+def test_episode_settings_the_tokenizer_refuses_are_one_line_before_the_model_is_announced_or_loaded(command: str, capsys, tmp_path: Path, monkeypatch) -> None:
+    """SmolLM2 as a model of no family (`model_family: generic`): its template drops the tools and nothing writes them,
+    refused with the tokenizer alone, before "loading offline:smollm2" and the model."""
+
+    def load_model(*_: object, **__: object) -> None:
+        pytest.fail("the model loaded before the episode settings were checked")
+
+    monkeypatch.setattr("openreward_rl.engines.transformers.load_model", load_model)
+    config = tmp_path / "c.yaml"
+    config.write_text("environments:\n  PaintColour:\n    splits: [train]\n    max_turns: 1\nmodel_family: generic\nupload: false\n")
+    given = ["--config", str(config), "--model", "offline:smollm2", "--serve", PAINT, "--device", "cpu"]
+    argv = {
+        "train": ["train", "--framework", "trl", "--output-dir", str(tmp_path / "out"), *given],
+        "sft": ["sft", "--teacher", f"{REPO}/examples/paint_order_teacher.py:teacher", "--output-dir", str(tmp_path / "out"), *given],
+        "eval": ["eval", "--engine", "transformers", *given],
+    }[command]
+    code = main(argv)
+    captured = capsys.readouterr()
+    assert code == 2 and f"openreward-rl {command}: {config}: the first prompt would show the model none of the environment's tools" in captured.err
+    assert "the generic family declares no tool preamble" in captured.err
+    assert "loading" not in captured.out + captured.err and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("command", ["train", "sft"])
+@pytest.mark.parametrize("inside", [False, True])
+def test_an_output_dir_that_is_a_file_is_one_line_before_anything_loads(command: str, inside: bool, capsys, tmp_path: Path, paint_config: Path) -> None:
+    """It failed after the model had loaded (296 s), as FileExistsError with exit status 1."""
+    existing = tmp_path / "results.jsonl"
+    existing.write_text("{}\n")
+    output_dir = existing / "run" if inside else existing
+    given = ["--config", str(paint_config), "--model", MISSING_MODEL, "--serve", PAINT, "--device", "cpu", "--output-dir", str(output_dir)]
+    argv = ["train", "--framework", "trl", *given] if command == "train" else ["sft", "--teacher", f"{REPO}/examples/paint_order_teacher.py:teacher", *given]
+    code, line = one_line(capsys, argv)
+    problem = f"cannot be a folder: {existing} is a file" if inside else "is a file"
+    assert code == 2 and line == f"openreward-rl {command}: --output-dir {output_dir} {problem}; name a folder (a new one, or the one of an earlier run)"
+    assert existing.read_text() == "{}\n"
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--rollout-batch-size", "0"], "--rollout-batch-size must be at least 1, got 0"),
+    (["--max-response-len", "0"], "--max-response-len must be at least 1, got 0"),
+])  # fmt: skip
+def test_a_shared_flag_is_named_as_typed_not_by_its_option_field(flags: list[str], message: str, capsys, tmp_path: Path, paint_config: Path) -> None:
+    code, line = one_line(capsys, train(tmp_path, paint_config, "--model", MISSING_MODEL, "--serve", PAINT, *flags))
+    assert code == 2 and line == f"openreward-rl train: {message}"
 
 
 @pytest.mark.parametrize("lr", [["--lr", "-1e-5"], ["--lr=-1e-5"], ["--lr", "-0.00001"], ["--lr", "0"]])

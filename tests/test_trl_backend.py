@@ -389,7 +389,9 @@ class _Interrupted(Exception):
 
 
 @pytest.mark.slow
-def test_a_run_interrupted_after_its_first_checkpoint_resumes_at_step_one(tmp_path: Path, smollm2: tuple[Any, Any]) -> None:
+def test_a_run_interrupted_after_its_first_checkpoint_resumes_at_step_one(tmp_path: Path, smollm2: tuple[Any, Any], caplog: pytest.LogCaptureFixture) -> None:
+    """...without a missing-keys warning for SmolLM2's `lm_head.weight` (its input embedding, loaded), and the
+    model card names the model trained (TRL's card code loaded `model="None"`)."""
     from transformers import TrainerCallback
 
     from openreward_rl.backends.trl.run import last_checkpoint
@@ -411,6 +413,36 @@ def test_a_run_interrupted_after_its_first_checkpoint_resumes_at_step_one(tmp_pa
         resumed.train(resume_from_checkpoint=checkpoint)
     assert resumed.state.global_step == 2 and calls == [2]  # one more step, not two
     assert last_checkpoint(tmp_path / "run").endswith("checkpoint-2")
+    assert not [r.getMessage() for r in caplog.records if "missing keys" in r.getMessage()]
+    card = (tmp_path / "run" / "README.md").read_text()
+    assert f'model="{tmp_path / "run"}"' in card and 'model="None"' not in card
+
+
+def test_a_weight_tied_to_a_loaded_one_is_not_missing_and_a_weight_really_missing_still_is(tmp_path: Path) -> None:
+    """A checkpoint `save_pretrained` wrote holds a tied weight once; loading it back as the Trainer's resume
+    does (`load_state_dict(strict=False)`) reports nothing missing, while an untied weight left out, or a tie
+    with neither of its names loaded, is still reported. A tiny Llama with tied embeddings, as SmolLM2's."""
+    import safetensors.torch
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from openreward_rl.backends.trl.run import recognise_tied_weights
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                         num_key_value_heads=1, tie_word_embeddings=True)  # fmt: skip
+    model = LlamaForCausalLM(config)
+    model.save_pretrained(tmp_path)
+    saved = safetensors.torch.load_file(tmp_path / "model.safetensors")
+    assert "lm_head.weight" not in saved  # written once, as model.embed_tokens.weight
+    assert model.load_state_dict(saved, strict=False).missing_keys == ["lm_head.weight"]  # what the resume warned of
+    recognise_tied_weights(model)
+    assert model.load_state_dict(saved, strict=False).missing_keys == []
+    assert model.get_output_embeddings().weight is model.get_input_embeddings().weight
+    without_norm = {k: v for k, v in saved.items() if k != "model.norm.weight"}
+    assert model.load_state_dict(without_norm, strict=False).missing_keys == ["model.norm.weight"]
+    without_embedding = {k: v for k, v in saved.items() if k != "model.embed_tokens.weight"}
+    assert sorted(model.load_state_dict(without_embedding, strict=False).missing_keys) == ["lm_head.weight", "model.embed_tokens.weight"]
 
 
 @pytest.mark.slow

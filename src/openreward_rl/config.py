@@ -32,7 +32,7 @@ parser: null                          # null: the model family's parser; else a 
 model_family: null                    # null: chosen from the model name / chat template (docs/families.md); "generic": template-derived only; or module:FAMILY
 episode: null                         # null: the tool-calling loop (ToolEpisode); else a registered name or module:builder
 check_model: true                     # prove the family token-exact on this tokenizer before the first episode (docs/families.md)
-tool_preamble: true                   # a template that drops `tools`: write them into the system prompt in the family's format
+tool_preamble: true                   # a template that drops `tools`: write them into the system prompt in the parser's call format; false: replies need no tools shown
 tool_call_example: false              # the preamble adds one worked call of the first tool (placeholder arguments)
 tool_execution: sequential            # or parallel
 on_no_tool_call: nudge                # or end

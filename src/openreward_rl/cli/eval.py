@@ -247,10 +247,22 @@ def summary_table(summary: Mapping[str, Any], title: str = "evaluation") -> Any:
     return table
 
 
-def _build_engine(options: EvalOptions) -> tuple[Any, Any]:
-    """(engine, tokenizer). Loads the model for the transformers engine."""
+def _load_tokenizer(options: EvalOptions) -> Any:
+    """The tokenizer episodes are rendered with: the model's (transformers), else --tokenizer or --model's."""
     from openreward_rl.assets import load_tokenizer
 
+    if options.engine == "transformers":
+        with boundary(ConfigError, f"cannot load the model {options.model!r}"):
+            return load_tokenizer(options.model)
+    tokenizer_name = options.tokenizer or options.model
+    try:
+        return load_tokenizer(tokenizer_name)
+    except Exception as error:
+        raise ConfigError(f"cannot load the tokenizer {tokenizer_name!r} ({type(error).__name__}: {first_line(error)}); pass --tokenizer (a hub name, a local path or offline:qwen3)") from error
+
+
+def _build_engine(options: EvalOptions, tokenizer: Any) -> tuple[Any, Any]:
+    """(engine, tokenizer), `tokenizer` from `_load_tokenizer`. Loads the model for the transformers engine."""
     if options.engine == "transformers":
         from openreward_rl.engines.transformers import SamplingConfig, TransformersEngine
 
@@ -261,13 +273,9 @@ def _build_engine(options: EvalOptions) -> tuple[Any, Any]:
                 dtype=options.dtype,
                 sampling=SamplingConfig(temperature=options.temperature, top_p=options.top_p),
                 default_max_new_tokens=options.max_new_tokens,
+                tokenizer=tokenizer,
             )
         return engine, engine.tokenizer
-    tokenizer_name = options.tokenizer or options.model
-    try:
-        tokenizer = load_tokenizer(tokenizer_name)
-    except Exception as error:
-        raise ConfigError(f"cannot load the tokenizer {tokenizer_name!r} ({type(error).__name__}: {first_line(error)}); pass --tokenizer (a hub name, a local path or offline:qwen3)") from error
     if options.engine == "sglang":
         from openreward_rl.engines.sglang import SGLangEngine
 
@@ -435,6 +443,7 @@ def run(args: Any) -> int:
 def _serve_and_run(options: EvalOptions, config: TrainConfig, classes: Sequence[Any], console: Any, out: Any, results: Any) -> int:
     """Serve `classes`, check every environment, load the model, run the episodes, print the summary."""
     from openreward_rl.env.local_server import loopback_environ, serve_environments, variant_name
+    from openreward_rl.loop.rollout import episode_stack
 
     with contextlib.ExitStack() as stack:
         base_url, served = None, {}
@@ -448,8 +457,10 @@ def _serve_and_run(options: EvalOptions, config: TrainConfig, classes: Sequence[
         check_ready(prepared)
         # an unreachable server, an environment it does not serve, a split it lacks: one line, before the model loads
         asyncio.run(_check_environments(prepared, split_option="--split" if options.split else None))
+        tokenizer = _load_tokenizer(options)
+        episode_stack(prepared, tokenizer, options.model)  # the parser, the family, the tools the first prompt shows
         with console.status(f"loading {options.model} ({options.engine})"):
-            engine, tokenizer = _build_engine(options)
+            engine, tokenizer = _build_engine(options, tokenizer)
         try:
             try:
                 summary = asyncio.run(_episodes(options, prepared, engine, tokenizer, console, results))

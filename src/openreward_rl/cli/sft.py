@@ -88,7 +88,7 @@ def _recorded(paths: list[str], tokenizer: Any) -> list[Any]:
 
 def run(args: argparse.Namespace) -> int:
     from openreward_rl.backends.trl import TrlOptions, TrlSession, eval_stats, sft_rows, train_sft
-    from openreward_rl.cli.train_trl import print_summary
+    from openreward_rl.cli.train_trl import check_output_dir, print_summary
     from openreward_rl.config import ConfigError, load_config
     from openreward_rl.engines.teacher import TeacherEngine
     from openreward_rl.env.local_server import load_environment_class
@@ -100,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     try:
         _check(args)
+        check_output_dir(args.output_dir)
         config = load_config(args.config)
         teacher = _teacher(args.teacher) if args.teacher else None
         classes = [load_environment_class(spec) for spec in args.serve]
@@ -112,9 +113,8 @@ def run(args: argparse.Namespace) -> int:
     from transformers import set_seed
 
     set_seed(args.seed)
-    print(f"loading {args.model} on {options.resolved_device}", flush=True)
     try:
-        with TrlSession.open(config, options, serve=classes) as session:
+        with TrlSession.open(config, options, serve=classes, announce=lambda line: print(line, flush=True)) as session:
             eval_tasks = session.tasks_of(args.eval_split, args.eval_max_tasks) if args.eval_split else []
             before = eval_stats(session.evaluate(eval_tasks, args.eval_n)) if eval_tasks else None
             episodes = _recorded(args.from_results, session.tokenizer)

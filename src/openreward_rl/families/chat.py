@@ -25,6 +25,7 @@ import attrs
 from openreward_rl.errors import ModelFamilyError
 from openreward_rl.families.thinking import THINK_TAGS, ThinkingMarkers
 from openreward_rl.families.token_text import decode_ids
+from openreward_rl.families.tool_preamble import parser_preamble
 from openreward_rl.families.vision import VisionSpec, images_in
 
 __all__ = ["ChatRenderer", "RenderedFamily", "TemplateBridgeError"]
@@ -154,11 +155,11 @@ class ChatRenderer:
         messages = [{"role": "user", "content": _USER_MARK}]
         return _PLACEHOLDER_CALL["function"]["name"] in self._render(messages, [_PLACEHOLDER_TOOL], add_generation_prompt=True)
 
-    def tool_preamble(self, tools: Sequence[Mapping[str, Any]], *, example: bool = False) -> str | None:
-        """The family's tool preamble for `tools` (`families.tool_preamble`), where the template drops
-        `tools` and the family declares one; None otherwise (the template shows the tools itself, or
-        nothing here can)."""
-        preamble = self.family.tool_preamble if self.family is not None else None
+    def tool_preamble(self, tools: Sequence[Mapping[str, Any]], *, parser: Any, example: bool = False) -> str | None:
+        """The tool preamble that teaches `parser`'s calls (`families.tool_preamble.parser_preamble`:
+        the parser's own, else the family's for the family's own parser) for `tools`, where the template
+        drops `tools`; None otherwise (the template shows the tools itself, or no preamble teaches this parser's calls)."""
+        preamble = parser_preamble(parser, self.family)
         if preamble is None or not tools or self.renders_tools:
             return None
         return preamble.render(tools, example=example)

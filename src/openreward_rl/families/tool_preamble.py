@@ -7,6 +7,11 @@ message (after the configured system prompt), so the first prompt shows every to
 own call format. The preamble is part of the rendered prompt, so the trajectory records it exactly as
 the model saw it.
 
+The preamble teaches a call syntax, so it follows the configured parser (`parser_preamble`): a parser
+may declare its own (`tool_preamble`: a `ToolPreamble`, or None where its replies need no call syntax,
+as where the reply is the call); otherwise the family's preamble goes only with the family's own
+parser (or a subclass of it), since it teaches calls in that parser's format.
+
 `example=True` adds one worked call of the first tool, with placeholder arguments derived from its
 schema: a small model that has never seen the format copies its shape (config `tool_call_example`).
 
@@ -34,7 +39,7 @@ from typing import Any, Protocol
 
 import attrs
 
-__all__ = ["HERMES_PREAMBLE", "JsonTagPreamble", "ToolPreamble", "example_arguments"]
+__all__ = ["HERMES_PREAMBLE", "JsonTagPreamble", "ToolPreamble", "example_arguments", "needs_no_preamble", "parser_preamble", "reads_family_calls"]
 
 
 class ToolPreamble(Protocol):
@@ -94,3 +99,38 @@ class JsonTagPreamble:
 
 
 HERMES_PREAMBLE = JsonTagPreamble("<tools>", "</tools>", "<tool_call>", "</tool_call>")
+
+
+def needs_no_preamble(parser: Any) -> bool:
+    """Whether `parser` declares that its replies need no call syntax taught (`tool_preamble = None`:
+    the reply is the call, so the first prompt needs neither call instructions nor the tool list)."""
+    return hasattr(parser, "tool_preamble") and parser.tool_preamble is None
+
+
+def reads_family_calls(parser: Any, family: Any) -> bool:
+    """Whether `parser` reads the calls of `family`'s own parser: it is that parser, or a subclass of it."""
+    from openreward_rl.parsers import get_parser
+
+    return family is not None and isinstance(parser, type(get_parser(family.parser)))
+
+
+def parser_preamble(parser: Any, family: Any) -> ToolPreamble | None:
+    """The preamble that teaches `parser`'s calls on `family`'s template (None: none does).
+
+    The parser's own where it declares one (its `tool_preamble` attribute, None included), else the
+    family's where `parser` reads the family parser's calls (`reads_family_calls`); a parser of another
+    format gets none, since the family's preamble would teach the model calls that parser does not read.
+
+    >>> from types import SimpleNamespace
+    >>> from openreward_rl.parsers import get_parser
+    >>> chatml = SimpleNamespace(parser="hermes", tool_preamble=HERMES_PREAMBLE)
+    >>> parser_preamble(get_parser("hermes"), chatml) is HERMES_PREAMBLE
+    True
+    >>> parser_preamble(get_parser("pythonic"), chatml) is None
+    True
+    >>> parser_preamble(SimpleNamespace(name="reply_as_call", tool_preamble=None), chatml) is None
+    True
+    """
+    if hasattr(parser, "tool_preamble"):
+        return parser.tool_preamble
+    return family.tool_preamble if reads_family_calls(parser, family) else None

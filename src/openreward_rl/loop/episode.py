@@ -57,9 +57,9 @@ class EpisodeSettings:
       with a `@terminal` tool always send a plain answer to that tool instead).
     - `system_prompt`: may hold a `{tools}` placeholder (cookbook templates); the model's chat
       template renders the tools natively either way.
-    - `tool_preamble`: where the chat template drops `tools`, the family's tool preamble
-      (`families.tool_preamble`) follows the system prompt (not when it has `{tools}`), with one
-      worked call of the first tool when `tool_call_example`.
+    - `tool_preamble`: where the chat template drops `tools`, the tool preamble that teaches the
+      parser's calls (`families.tool_preamble.parser_preamble`) follows the system prompt (not when it
+      has `{tools}`), with one worked call of the first tool when `tool_call_example`.
     - `train_thinking`: keep the model's reasoning tokens in the loss (they always stay in context).
     - `max_tool_output_tokens`: longer tool output is cut, with a marker saying so.
     - `context_policy`: what to do as the context fills (`openreward_rl.loop.context`); None keeps
@@ -125,14 +125,15 @@ def format_system_prompt(template: str | None, tools: Sequence[Mapping[str, Any]
 
 
 def first_system_prompt(
-    template: str | None, tools: Sequence[Mapping[str, Any]], renderer: Any, *, tool_preamble: bool = True, example: bool = False
+    template: str | None, tools: Sequence[Mapping[str, Any]], renderer: Any, *, parser: Any, tool_preamble: bool = True, example: bool = False
 ) -> str | None:
     """The system prompt of an episode's first context: `template` (its `{tools}` filled), then, where the
-    template has no `{tools}` and `tool_preamble` is on, the family's tool preamble
-    (`ChatRenderer.tool_preamble`: None where the chat template renders the tools itself)."""
+    template has no `{tools}` and `tool_preamble` is on, the tool preamble that teaches `parser`'s calls
+    (`ChatRenderer.tool_preamble`: None where the chat template renders the tools itself, or where no
+    preamble teaches this parser's calls)."""
     system_prompt = format_system_prompt(template, tools)
     if tool_preamble and not has_tools_placeholder(template):
-        preamble = renderer.tool_preamble(tools, example=example)
+        preamble = renderer.tool_preamble(tools, parser=parser, example=example)
         if preamble:
             system_prompt = f"{system_prompt}\n\n{preamble}" if system_prompt else preamble
     return system_prompt

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any, Protocol
 
@@ -13,6 +14,7 @@ from openreward_rl.engines.base import Engine
 from openreward_rl.env.tasks import TaskRef, resolve_task
 from openreward_rl.families.base import ModelFamily
 from openreward_rl.families.chat import ChatRenderer
+from openreward_rl.families.tool_preamble import needs_no_preamble, parser_preamble
 from openreward_rl.loop.context import ContextPolicy, context_policy
 from openreward_rl.loop.episode import DEFAULT_NUDGE, Episode, EpisodeSettings, has_tools_placeholder, run_episode
 from openreward_rl.loop.tool_episode import ToolEpisode
@@ -23,6 +25,11 @@ __all__ = [
     "EpisodeBuilder", "Rollouts", "available_episodes", "check_engine_reads_images", "check_extensions", "check_tools_shown", "choose_family", "choose_parser",
     "context_policies", "episode_builder", "episode_stack", "register_episode", "resolve_task",
 ]  # fmt: skip
+
+
+logger = logging.getLogger(__name__)
+# (family, parser) pairs already warned of: the family's preamble teaches calls the parser does not read
+_WARNED_UNTAUGHT: set[tuple[str, str]] = set()
 
 
 class EpisodeBuilder(Protocol):
@@ -127,8 +134,9 @@ def episode_stack(config: TrainConfig, tokenizer: Any, model: str | None = None)
         check_model(tokenizer, family, template_kwargs)
     if renderer.vision is not None:
         renderer.image_token_id  # noqa: B018 - a VisionError now when this tokenizer lacks the family's image pad as one token
-    check_tools_shown(config, renderer, model)
-    return renderer, choose_parser(config, model, tokenizer, family)
+    parser = choose_parser(config, model, tokenizer, family)
+    check_tools_shown(config, renderer, parser, model)
+    return renderer, parser
 
 
 def check_engine_reads_images(engine: Any, renderer: ChatRenderer) -> None:
@@ -145,23 +153,34 @@ def check_engine_reads_images(engine: Any, renderer: ChatRenderer) -> None:
         )
 
 
-def check_tools_shown(config: TrainConfig, renderer: ChatRenderer, model: str | None = None) -> None:
-    """ConfigError when the first prompt would show the model none of the environment's tools: the chat
-    template drops `tools`, the system prompt has no `{tools}`, and no family tool preamble fills in."""
-    if renderer.renders_tools or has_tools_placeholder(config.system_prompt_template):
+def check_tools_shown(config: TrainConfig, renderer: ChatRenderer, parser: ToolParser, model: str | None = None) -> None:
+    """ConfigError when the first prompt would show the model none of the environment's tools by default:
+    the chat template drops `tools`, the system prompt has no `{tools}`, and the family declares no tool
+    preamble. A parser whose reply is the call (`tool_preamble = None`) needs no tools shown, and
+    `tool_preamble: false` is the config saying its replies need none (a plain answer to a `@terminal` tool).
+    Where the family's preamble teaches calls `parser` does not read, the first prompt gets no preamble
+    (`families.tool_preamble.parser_preamble`) and a warning says so, once."""
+    if renderer.renders_tools or has_tools_placeholder(config.system_prompt_template) or not config.tool_preamble:
+        return
+    if needs_no_preamble(parser) or parser_preamble(parser, renderer.family) is not None:
         return
     family = renderer.family
-    if config.tool_preamble and family is not None and family.tool_preamble is not None:
+    if family is not None and family.tool_preamble is not None:
+        if (family.name, parser.name) not in _WARNED_UNTAUGHT:
+            _WARNED_UNTAUGHT.add((family.name, parser.name))
+            logger.warning(
+                "the %s family's tool preamble teaches %s calls, which the parser %s does not read: the first prompt shows "
+                "no tools; give the parser a `tool_preamble` (None where the reply is the call: docs/parsers.md) or put "
+                "{tools} in system_prompt_template", family.name, family.parser, parser.name,
+            )  # fmt: skip
         return
     name = model or getattr(renderer.tokenizer, "name_or_path", "") or "this model"
-    why = (
-        "tool_preamble is false" if family is not None and family.tool_preamble is not None
-        else f"the {family.name if family else 'generic'} family declares no tool preamble"
-    )
     raise ConfigError(
         f"{config.source}: the first prompt would show the model none of the environment's tools: the chat template of "
-        f"{name} drops `tools` and {why}; put {{tools}} in system_prompt_template, or set model_family to a family with a "
-        "tool preamble (chatml: the Hermes format) and tool_preamble: true (docs/families.md)"
+        f"{name} drops `tools` and the {family.name if family else 'generic'} family declares no tool preamble; put "
+        "{tools} in system_prompt_template, or set model_family to a family with a tool preamble (chatml: the Hermes "
+        "format), or set tool_preamble: false where the replies need no tools shown (a plain answer to a @terminal tool) "
+        "(docs/families.md)"
     )
 
 

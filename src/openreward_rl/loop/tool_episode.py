@@ -123,7 +123,8 @@ class ToolEpisode:
         state.tools = await session.tools()
         settings = self.settings
         system_prompt = first_system_prompt(
-            settings.system_prompt, state.tools, self.renderer, tool_preamble=settings.tool_preamble, example=settings.tool_call_example
+            settings.system_prompt, state.tools, self.renderer, parser=self.parser, tool_preamble=settings.tool_preamble,
+            example=settings.tool_call_example,
         )
         if system_prompt:
             state.messages.append({"role": "system", "content": system_prompt})

@@ -100,6 +100,11 @@ class ToolParser(Protocol):
     `generation_prompt` is the text the chat template appended before the model's turn: a reasoning
     opener there (`<think>`) means the completion starts inside reasoning.
     `finish_reason` is "stop", "length" or "abort": a call cut off by the length limit is never executed.
+
+    Optional: a `tool_preamble` attribute, for a chat template that drops `tools`
+    (`families.tool_preamble.parser_preamble`): a `ToolPreamble` that teaches this parser's calls, or
+    None where its replies need no call syntax taught (the reply is the call). Without it, the model
+    family's preamble applies where this is the family's own parser (or a subclass of it), and none otherwise.
     """
 
     name: str

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,7 @@ from openreward_rl.errors import ConfigError
 from openreward_rl.loop.trajectory import StopReason, Trajectory
 from openreward_rl.observe.metrics import EnvironmentSummary, summarize
 
-__all__ = ["EvalStats", "TrlOptions", "TrlSession", "eval_stats", "grpo_config", "last_checkpoint", "lora_config", "quiet_trainer", "trainable_gguf"]
+__all__ = ["EvalStats", "TrlOptions", "TrlSession", "eval_stats", "grpo_config", "last_checkpoint", "lora_config", "quiet_trainer", "recognise_tied_weights", "trainable_gguf"]
 
 
 
@@ -182,10 +183,41 @@ def trainable_gguf(model: Any) -> Any:
     return model
 
 
+_MODELS_WITH_TIE_HOOK: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def recognise_tied_weights(model: Any) -> Any:
+    """Make `model.load_state_dict` count a weight tied to one it loaded as loaded, not missing.
+
+    `save_pretrained` writes tied weights once (SmolLM2's `lm_head.weight` is its input embedding), so the
+    Trainer's resume, which loads a checkpoint with `load_state_dict(strict=False)`, warned "There were
+    missing keys in the checkpoint model loaded: ['lm_head.weight']" every time, though the embedding it
+    shares was loaded. A load-state-dict post-hook (PyTorch's) drops those names from `missing_keys`; a
+    weight none of whose ties was loaded is still reported. Once per model; returns `model`."""
+    if model in _MODELS_WITH_TIE_HOOK:
+        return model
+    shared: dict[int, list[str]] = {}
+    for name, parameter in model.named_parameters(remove_duplicate=False):
+        shared.setdefault(id(parameter), []).append(name)
+    ties = [names for names in shared.values() if len(names) > 1]
+
+    def drop_loaded_ties(module: Any, incompatible: Any) -> None:
+        missing = set(incompatible.missing_keys)
+        for names in ties:
+            if any(name not in missing for name in names):
+                incompatible.missing_keys[:] = [key for key in incompatible.missing_keys if key not in names]
+
+    if ties:
+        model.register_load_state_dict_post_hook(drop_loaded_ties)
+    _MODELS_WITH_TIE_HOOK.add(model)
+    return model
+
+
 def _not_unscored_rows(record: logging.LogRecord) -> bool:
     """False for TRL's warning about a row all reward functions scored None: our infrastructure failures are
-    None on purpose (the step's line counts them), and the warning dumps the whole row, prompt included."""
-    return not str(record.msg).startswith("All reward functions returned None")
+    None on purpose (the step's line counts them), and the warning dumps the whole row, prompt included.
+    (TRL logs through accelerate's adapter, which puts "[RANK n] " before the message.)"""
+    return "All reward functions returned None" not in record.getMessage()
 
 
 def quiet_trainer(trainer: Any) -> Any:
@@ -226,17 +258,24 @@ class TrlSession:
 
     @classmethod
     @contextlib.contextmanager
-    def open(cls, config: TrainConfig, options: TrlOptions, *, serve: Sequence[str | type] = (), model: Any = None, tokenizer: Any = None, episode: Any = None) -> Iterator[TrlSession]:
+    def open(
+        cls, config: TrainConfig, options: TrlOptions, *, serve: Sequence[str | type] = (), model: Any = None, tokenizer: Any = None, episode: Any = None,
+        announce: Callable[[str], None] | None = None,
+    ) -> Iterator[TrlSession]:
         """Serve `serve` (specs `file.py:Class` or classes), check the environments and list the training tasks,
-        then load the model (or use `model`/`tokenizer`): whatever needs no model is refused before it loads."""
+        check the episode settings on the model's tokenizer (its parser, family and the tools the first prompt
+        shows: `loop.rollout.episode_stack`), then load the model (or use `model`/`tokenizer`): whatever needs no
+        model is refused before it loads. `announce` is called with "loading MODEL on DEVICE" just before."""
         import asyncio
 
         from openreward import AsyncOpenReward
 
+        from openreward_rl.assets import load_tokenizer
         from openreward_rl.config import ConfigError, prepare_config
         from openreward_rl.engines.transformers import load_model
         from openreward_rl.env.local_server import serve_environments, variant_name
         from openreward_rl.errors import boundary
+        from openreward_rl.loop.rollout import episode_stack
         from openreward_rl.preflight import check_ready
 
         with contextlib.ExitStack() as stack:
@@ -250,11 +289,18 @@ class TrlSession:
             tasks = asyncio.run(_training_tasks(prepared, options))
             if not tasks:
                 raise ConfigError("the configured environments and splits have no tasks to train on")
+            if tokenizer is None:
+                with boundary(ConfigError, f"cannot load the model {options.model!r}"):
+                    tokenizer = load_tokenizer.__wrapped__(options.model)  # its own, not the shared cached one: the trainer sets its pad token
+            episode_stack(prepared, tokenizer, options.model)
             if model is None:
+                if announce is not None:
+                    announce(f"loading {options.model} on {options.resolved_device}")
                 # float32 weights unless told otherwise (on CUDA too: `bf16` trains under autocast over them)
                 with boundary(ConfigError, f"cannot load the model {options.model!r}"):
-                    model, tokenizer = load_model(options.model, device=options.resolved_device, dtype=options.dtype or "float32")
+                    model, tokenizer = load_model(options.model, device=options.resolved_device, dtype=options.dtype or "float32", tokenizer=tokenizer)
             trainable_gguf(model)
+            recognise_tied_weights(model)
             adapter = TrlAdapter.build(
                 prepared, tokenizer, None, model=options.model, sampling=options.sampling, max_new_tokens=options.max_new_tokens,
                 max_context_len=options.max_context_len, episode=episode, concurrency=options.concurrency, group_rm=options.group_rm,
@@ -307,6 +353,8 @@ class TrlSession:
                 peft_config=lora_config(self.options) if self.options.lora else None,
                 callbacks=[*callbacks, self._failed_steps_guard()],
             )
+            if self._trainer.hub_model_id is None:  # set only when pushing to the hub; the model card's code then loads "None"
+                self._trainer.hub_model_id = self.options.output_dir
         return self._trainer
 
     def _failed_steps_guard(self) -> Any:
