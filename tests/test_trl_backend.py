@@ -118,6 +118,18 @@ def test_train_without_flags_runs_with_the_trl_options_defaults() -> None:
     assert options_from_args(args) == TrlOptions(model="offline:smollm2")
 
 
+@pytest.mark.parametrize(("dtype", "lora", "warned"), [("bfloat16", False, True), ("float16", False, True), ("bfloat16", True, False), ("float32", False, False), (None, False, False)])
+def test_training_low_precision_weights_is_warned_with_the_fix(dtype: str | None, lora: bool, warned: bool) -> None:
+    """bf16/fp16 weights under AdamW lose the updates GRPO's learning rates make (issue 39: no reward moved in 14
+    steps at lr 1e-5, where float32 weights under --bf16 autocast rose); the warning names the flags that fix it."""
+    from openreward_rl.backends.trl.run import TrlOptions
+
+    warning = TrlOptions(model="offline:smollm2", dtype=dtype, lora=lora).weight_precision_warning
+    assert (warning is not None) is warned
+    if warned:
+        assert f"--dtype {dtype}" in warning and "--bf16" in warning and "--lora" in warning
+
+
 def test_trl_needs_a_model(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     from openreward_rl.cli import main
 

@@ -346,6 +346,8 @@ def _train(args: Any, options: Any, config: Any, classes: Sequence[type], interr
     resume = last_checkpoint(options.output_dir) if args.resume else None
     if args.resume and resume is None:
         print(f"no checkpoint in {options.output_dir}; starting from step 0", file=out, flush=True)
+    if options.weight_precision_warning:
+        print(f"openreward-rl train: warning: {options.weight_precision_warning}", file=sys.stderr, flush=True)
     started = time.monotonic()
     with TrlSession.open(config, options, serve=classes, announce=lambda line: print(line, file=out, flush=True)) as session:
         print(f"{len(session.train_tasks)} training tasks; {options.prompts_per_step} tasks x {options.n_samples} episodes per step, {options.max_steps} steps", file=out, flush=True)
