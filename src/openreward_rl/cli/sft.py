@@ -28,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", required=True, help="train_config.yaml: the environments and the episode settings")
     parser.add_argument("--model", required=True, help="the student: hub name, local path or offline:smollm2")
     parser.add_argument("--serve", action="append", default=[], metavar="FILE.py:Class", help="serve this environment class on 127.0.0.1 (repeatable)")
-    parser.add_argument("--teacher", default=None, metavar="FILE.py:function", help="a scripted teacher: function(messages, tools) -> engines.teacher.TeacherTurn")
+    parser.add_argument("--teacher", default=None, metavar="FILE.py:function", help="a scripted teacher: function(messages, tools[, task: TeacherTask]) -> TeacherTurn (engines.teacher)")
     parser.add_argument("--teacher-n", type=int, default=1, help="teacher episodes per training task (default 1)")
     parser.add_argument("--max-tasks", type=int, default=None, help="cap on the training tasks the teacher plays (a lighter warm start)")
     parser.add_argument("--from-results", action="append", default=[], metavar="FILE.jsonl", help="recorded episodes (openreward-rl eval --output) of this model's tokenizer (repeatable)")
@@ -86,6 +86,22 @@ def _recorded(paths: list[str], tokenizer: Any) -> list[Any]:
     return episodes
 
 
+def _teach(adapter: Any, engine: Any, tasks: list[Any]) -> list[Any]:
+    """One teacher episode per task, each on the teacher's engine bound to its task (the teacher may read it)."""
+    import asyncio
+
+    gate = asyncio.Semaphore(adapter.concurrency or max(len(tasks), 1))
+
+    async def one(task: Any) -> Any:
+        async with gate:
+            return await adapter.rollouts.run(task, engine=engine.for_task(task))
+
+    async def play() -> list[Any]:
+        return list(await asyncio.gather(*(one(task) for task in tasks)))
+
+    return adapter.run(play())
+
+
 def run(args: argparse.Namespace) -> int:
     from openreward_rl.backends.trl import TrlOptions, TrlSession, eval_stats, sft_rows, train_sft
     from openreward_rl.cli.train_trl import print_summary
@@ -120,8 +136,7 @@ def run(args: argparse.Namespace) -> int:
             episodes = _recorded(args.from_results, session.tokenizer)
             if teacher is not None:
                 tasks = [task for task in session.train_tasks for _ in range(args.teacher_n)]
-                engine = TeacherEngine(session.adapter.rollouts.renderer, teacher)
-                taught = session.adapter.run_episodes(tasks, engine=engine)
+                taught = _teach(session.adapter, TeacherEngine(session.adapter.rollouts.renderer, teacher), tasks)
                 print_summary("teacher", eval_stats(taught))
                 episodes.extend(taught)
             rows = sft_rows(episodes, min_reward=args.min_reward)

@@ -1,7 +1,9 @@
 """`TeacherEngine`: a scripted teacher as an engine, writing each turn in the student's own format.
 
-A teacher is a function of the conversation so far and the tools: it says what the assistant does
-next (`TeacherTurn`: content, calls, reasoning). The engine writes that turn exactly as the student
+A teacher is a function of the conversation so far, the tools and, where it takes a third argument,
+the task it plays (`TeacherTask`: the environment's task spec and the task's prompt): it says what the
+assistant does next (`TeacherTurn`: content, calls, reasoning). `function(messages, tools)` teachers
+work unchanged. The engine writes that turn exactly as the student
 model's chat template writes such a message (the family's call format, closer and all), tokenized by
 the student's tokenizer. Episodes sampled from it are token-exact in the student's format, so they are
 supervised fine-tuning data for it (`openreward-rl sft --teacher`): a warm start for a model that
@@ -19,6 +21,7 @@ never calls a tool on its own.
 
 from __future__ import annotations
 
+import inspect
 import itertools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -26,10 +29,11 @@ from typing import Any
 import attrs
 
 from openreward_rl.engines.base import EngineRequestError, FinishReason, Generation, GenerationRequest
+from openreward_rl.env.tasks import TaskRef
 from openreward_rl.families.chat import ChatRenderer
 from openreward_rl.families.probe import assistant_message, template_turn
 
-__all__ = ["Teacher", "TeacherEngine", "TeacherTurn", "turn_text"]
+__all__ = ["Teacher", "TeacherEngine", "TeacherTask", "TeacherTurn", "prompt_text", "takes_task", "turn_text"]
 
 
 @attrs.frozen
@@ -41,7 +45,53 @@ class TeacherTurn:
     reasoning: str | None = None
 
 
-Teacher = Callable[[Sequence[Mapping[str, Any]], Sequence[Mapping[str, Any]]], TeacherTurn]
+@attrs.frozen
+class TeacherTask:
+    """The task a teacher plays: `ref` (environment, split, index), `prompt` (the text of the task's
+    opening user messages, as the environment gave them) and `spec` (the environment's task spec, as
+    its task listing gave it; None where the environment serves its tasks by index only)."""
+
+    ref: TaskRef
+    prompt: str
+
+    @property
+    def spec(self) -> Mapping[str, Any] | None:
+        return self.ref.task_spec
+
+
+# function(messages, tools) or function(messages, tools, task: TeacherTask)
+Teacher = Callable[..., TeacherTurn]
+
+
+def takes_task(teacher: Callable[..., Any]) -> bool:
+    """Whether `teacher` takes the task as a third argument (else it is a `function(messages, tools)` teacher).
+
+    >>> takes_task(lambda messages, tools: None), takes_task(lambda messages, tools, task: None)
+    (False, True)
+    """
+    try:
+        inspect.signature(teacher).bind(None, None, None)
+    except TypeError:
+        return False
+    except ValueError:  # no signature to read (a builtin): called the old way
+        return False
+    return True
+
+
+def prompt_text(messages: Sequence[Mapping[str, Any]]) -> str:
+    """The text of the user messages before the first assistant message: the task's prompt.
+
+    >>> prompt_text([{"role": "system", "content": "Be brief."}, {"role": "user", "content": [{"type": "text", "text": "Order 12."}]}])
+    'Order 12.'
+    """
+    parts = []
+    for message in messages:
+        if message.get("role") == "assistant":
+            break
+        if message.get("role") == "user":
+            content = message.get("content")
+            parts.extend([content] if isinstance(content, str) else [p.get("text", "") for p in content or () if isinstance(p, Mapping) and p.get("type") == "text"])
+    return "\n".join(parts)
 
 
 def turn_text(renderer: ChatRenderer, messages: Sequence[Mapping[str, Any]], turn: TeacherTurn, tools: Sequence[Mapping[str, Any]], index: int = 0) -> str:
@@ -60,14 +110,28 @@ def turn_text(renderer: ChatRenderer, messages: Sequence[Mapping[str, Any]], tur
 
 @attrs.define
 class TeacherEngine:
-    """An `Engine` whose every turn is the teacher's, written by `turn_text`; log-probs are 0 (not sampled)."""
+    """An `Engine` whose every turn is the teacher's, written by `turn_text`; log-probs are 0 (not sampled).
+
+    A teacher that takes the task needs the engine bound to it: `task`, or one engine per episode from
+    `for_task` (`openreward-rl sft` does this)."""
 
     renderer: ChatRenderer
     teacher: Teacher
+    task: TaskRef | None = None
     _turns: Any = attrs.field(factory=itertools.count, init=False)
 
+    def for_task(self, task: TaskRef) -> TeacherEngine:
+        """The same teacher, bound to `task`: the engine of one episode of it."""
+        return TeacherEngine(self.renderer, self.teacher, task)
+
     async def generate(self, request: GenerationRequest) -> Generation:
-        turn = self.teacher(list(request.messages or ()), list(request.tools or ()))
+        messages, tools = list(request.messages or ()), list(request.tools or ())
+        if takes_task(self.teacher):
+            if self.task is None:
+                raise EngineRequestError("this teacher takes the task (messages, tools, task): give its engine the task it plays (TeacherEngine.for_task)")
+            turn = self.teacher(messages, tools, TeacherTask(self.task, prompt_text(messages)))
+        else:
+            turn = self.teacher(messages, tools)
         ids = self.renderer.encode(turn_text(self.renderer, request.messages or (), turn, request.tools or (), next(self._turns)))
         return Generation(output_ids=tuple(ids), logprobs=(0.0,) * len(ids), finish_reason=FinishReason.STOP, text=self.renderer.decode(ids))
 
