@@ -115,6 +115,9 @@ def test_sft_fine_tunes_on_the_teacher_and_saves_a_model_that_loads_and_samples(
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     assert "fine-tuning on 2 episode contexts of 2 episodes" in done.stdout and f"model saved to {out}" in done.stdout
+    # the student plays training tasks after (no --eval-split) and sft says whether it calls tools, in one line
+    assert re.search(r"^after \(train tasks\) PaintOrder: reward \d\.\d{3} .* tool calls/ep \d\.\d\d  parse errors/ep \d\.\d\d", done.stdout, re.M)
+    assert re.search(r"^the student (calls tools: \d\.\d\d tool calls/ep|still calls no tool \(0\.00 tool calls/ep).* on 4 train episodes", done.stdout, re.M)
     assert json.loads((out / "config.json").read_text())["use_cache"] is True  # the Trainer's training switch is undone
     from openreward_rl.engines.transformers import load_model
     from openreward_rl.families import family_for
@@ -122,3 +125,16 @@ def test_sft_fine_tunes_on_the_teacher_and_saves_a_model_that_loads_and_samples(
     model, tokenizer = load_model(str(out), device="cpu")
     assert family_for(tokenizer).name == "chatml"  # found by its chat template: runs with the tool preamble
     assert model.config.use_cache
+
+
+def test_sft_whose_teacher_fails_every_episode_says_why_in_one_line(tmp_path: Path) -> None:
+    teacher = tmp_path / "broken_teacher.py"
+    teacher.write_text("def teacher(messages, tools, task):\n    raise RuntimeError('no answer here')\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "openreward_rl.cli", "sft", "--config", "examples/train_tool_agent_config.yaml", "--serve", SERVE,
+         "--model", "offline:smollm2", "--device", "cpu", "--teacher", f"{teacher}:teacher", "--max-tasks", "2", "--output-dir", str(tmp_path / "out")],
+        cwd=REPO, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "teacher PaintOrder: no episode of 2 was scored  infra failures 2" in done.stdout and "nan" not in done.stdout
+    assert done.stderr.strip().splitlines()[-1].startswith("openreward-rl sft: every one of the 2 teacher episodes failed (aborted 2; the first: ")

@@ -32,8 +32,9 @@ from openreward_rl.engines.base import EngineRequestError, FinishReason, Generat
 from openreward_rl.env.tasks import TaskRef
 from openreward_rl.families.chat import ChatRenderer
 from openreward_rl.families.probe import assistant_message, template_turn
+from openreward_rl.loop.trajectory import Trajectory
 
-__all__ = ["Teacher", "TeacherEngine", "TeacherTask", "TeacherTurn", "prompt_text", "takes_task", "turn_text"]
+__all__ = ["Replay", "Teacher", "TeacherEngine", "TeacherTask", "TeacherTurn", "prompt_text", "takes_task", "turn_text"]
 
 
 @attrs.frozen
@@ -106,6 +107,49 @@ def turn_text(renderer: ChatRenderer, messages: Sequence[Mapping[str, Any]], tur
     eos = (renderer.tokenizer.eos_token,) if renderer.tokenizer.eos_token else ()
     closers = (family.tool_turn_stops if turn.calls else family.final_turn_stops) or eos
     return template_turn(renderer, list(messages), message, closers, list(tools) or None)
+
+
+@attrs.frozen
+class Replay:
+    """A teacher that plays a recorded episode's turns again, in order: any model's episode (another
+    tokenizer's, a hosted model's) re-written in the student's own format by `TeacherEngine`, against
+    the environment, which answers and rewards the replay itself (`openreward-rl sft --from-results`).
+    A replay that runs past the recorded turns (the environment answered otherwise than when the
+    episode was recorded) fails its episode with an `EngineRequestError` saying so.
+
+    >>> from openreward_rl.loop.trajectory import StopReason, Turn
+    >>> from openreward_rl.parsers.base import ParsedTurn, ToolCall
+    >>> call = Turn(5, (), (), FinishReason.STOP, ParsedTurn(content="", tool_calls=(ToolCall("read_order", {"order": 12}, "c0"),)))
+    >>> answer = Turn(9, (), (), FinishReason.STOP, ParsedTurn(content="teal", reasoning="the book says teal"))
+    >>> replay = Replay.of(Trajectory({}, [], [call, answer], [], [], 1.2, StopReason.COMPLETED), reasoning=False)
+    >>> replay([{"role": "user", "content": "Order 12."}], [])
+    TeacherTurn(content='', calls=(('read_order', {'order': 12}),), reasoning=None)
+    >>> replay([{"role": "user", "content": "Order 12."}, {"role": "assistant", "content": ""}, {"role": "tool", "content": "teal"}], [])
+    TeacherTurn(content='teal', calls=(), reasoning=None)
+    """
+
+    turns: tuple[TeacherTurn, ...]
+
+    @classmethod
+    def of(cls, trajectory: Trajectory, *, reasoning: bool) -> Replay:
+        """The recorded episode's model turns as parsed (content, tool calls; reasoning where `reasoning`:
+        the student's family marks it)."""
+        return cls(tuple(
+            TeacherTurn(
+                content=turn.parsed.content or "",
+                calls=tuple((call.name, call.arguments) for call in turn.parsed.tool_calls),
+                reasoning=turn.parsed.reasoning if reasoning else None,
+            )
+            for turn in trajectory.turns
+        ))  # fmt: skip
+
+    def __call__(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]]) -> TeacherTurn:
+        played = sum(1 for message in messages if message.get("role") == "assistant")
+        if played >= len(self.turns):
+            raise EngineRequestError(
+                f"the replay ran past the {len(self.turns)} recorded turns: the environment answered otherwise than when the episode was recorded"
+            )
+        return self.turns[played]
 
 
 @attrs.define
