@@ -105,6 +105,7 @@ def test_sft_without_episodes_to_learn_from_is_one_line() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # loads and fine-tunes SmolLM2 on the CPU
 def test_sft_fine_tunes_on_the_teacher_and_saves_a_model_that_loads_and_samples(tmp_path: Path) -> None:
     out = tmp_path / "warm"
     done = subprocess.run(
@@ -127,6 +128,7 @@ def test_sft_fine_tunes_on_the_teacher_and_saves_a_model_that_loads_and_samples(
     assert model.config.use_cache
 
 
+@pytest.mark.timeout(900)  # loads SmolLM2 on the CPU before the teacher plays
 def test_sft_whose_teacher_fails_every_episode_says_why_in_one_line(tmp_path: Path) -> None:
     teacher = tmp_path / "broken_teacher.py"
     teacher.write_text("def teacher(messages, tools, task):\n    raise RuntimeError('no answer here')\n")

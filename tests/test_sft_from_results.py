@@ -6,14 +6,13 @@ the SGLang test double (`openreward_rl.testing`), once through `--engine openai`
 OpenAI-compatible double (a hosted model's episodes, not token-exact); SmolLM2's tokenizer and chat template
 for the student (the chatml family, Hermes calls in its tool preamble's format); TRL's `SFTTrainer`.
 
-The "model" behind both doubles plays PaintOrder as a good model would (read the order, answer its colour),
-except that it answers "white" on orders divisible by 3: those episodes score 0.2 and are not kept.
+The "model" behind both doubles (`benchmarks/record_paint_order.py`) plays PaintOrder as a good model would
+(read the order, answer its colour), except that it answers "white" on orders divisible by 3: those episodes
+score 0.2 and are not kept.
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
 import re
 import subprocess
 import sys
@@ -21,86 +20,28 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import web
 
-from local_http import serve_app
 from openreward_rl.assets import load_tokenizer
-from openreward_rl.cli import main
 from openreward_rl.cli.sft import recorded_episodes, replays
 from openreward_rl.config import load_config, prepare_config
 from openreward_rl.engines.teacher import turn_text
-from openreward_rl.env.local_server import serve_environments
+from openreward_rl.env.local_server import import_file, serve_environments
 from openreward_rl.loop.rollout import Rollouts
 from openreward_rl.observe.dumps import read_trajectories
-from openreward_rl.testing import ScriptedCompletion, SGLangTestServer
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = str(REPO / "examples" / "train_tool_agent_config.yaml")
 SERVE = str(REPO / "examples" / "environments" / "paint_order.py") + ":PaintOrder"
-ORDER = re.compile(r"Order (\d+) says which colour")
-READ = re.compile(r"Order (\d+): paint the wall (\w+)\.")
-
-
-def next_move(conversation: str) -> tuple[int | None, str | None]:
-    """(order to read, None) before the order was read; (None, the answer) after: its colour, or "white" on orders divisible by 3."""
-    read = READ.search(conversation)
-    if read is None:
-        return int(ORDER.search(conversation).group(1)), None
-    return None, "white" if int(read.group(1)) % 3 == 0 else read.group(2)
-
-
-def qwen_model(tokenizer: Any):
-    """The SGLang double's script: Qwen3 writes its call in the Hermes format, then the plain answer."""
-
-    def answer(request: Any) -> ScriptedCompletion:
-        order, colour = next_move(tokenizer.decode(request.input_ids))
-        if colour is not None:
-            return ScriptedCompletion(text=colour)
-        return ScriptedCompletion(text=f'<tool_call>\n{{"name": "read_order", "arguments": {{"order": {order}}}}}\n</tool_call>')
-
-    return answer
-
-
-async def chat_completions(request: web.Request) -> web.Response:
-    """An OpenAI-compatible /v1/chat/completions: server-side tool calls, as a hosted model answers."""
-    body = await request.json()
-    order, colour = next_move("\n".join(str(m.get("content") or "") for m in body["messages"]))
-    if colour is not None:
-        message = {"role": "assistant", "content": colour}
-    else:
-        call = {"id": "call_1", "type": "function", "function": {"name": "read_order", "arguments": json.dumps({"order": order})}}
-        message = {"role": "assistant", "content": None, "tool_calls": [call]}
-    choice = {"index": 0, "message": message, "finish_reason": "tool_calls" if colour is None else "stop", "logprobs": None}
-    return web.json_response({"id": "chatcmpl-1", "object": "chat.completion", "model": "hosted", "choices": [choice], "usage": {"prompt_tokens": 9, "completion_tokens": 3}})
-
-
-async def models(request: web.Request) -> web.Response:
-    return web.json_response({"object": "list", "data": [{"id": "hosted", "object": "model"}]})
-
-
-def record(engine: list[str], output: Path) -> None:
-    """`openreward-rl eval` on 6 PaintOrder train tasks, once each, written to `output`."""
-    code = main(["eval", "--config", CONFIG, "--serve", SERVE, "--split", "train", "--max-tasks", "6", "--n", "1", "--output", str(output), *engine])
-    assert code == 0
+RECORDER = import_file(REPO / "benchmarks" / "record_paint_order.py")
 
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Episodes recorded by Qwen3 over SGLang and by a hosted model over the OpenAI chat API."""
+    """`openreward-rl eval` on 6 PaintOrder train tasks, once each: Qwen3 over SGLang, and a hosted model over the OpenAI chat API."""
     folder = tmp_path_factory.mktemp("recorded")
     files = {"qwen": folder / "qwen.jsonl", "hosted": folder / "hosted.jsonl"}
-    qwen = load_tokenizer("offline:qwen3")
-
-    async def serve_and_record() -> None:
-        async with SGLangTestServer(qwen, script=qwen_model(qwen)) as sglang:
-            await asyncio.to_thread(record, ["--engine", "sglang", "--base-url", sglang.url, "--model", "Qwen/Qwen3-8B", "--tokenizer", "offline:qwen3"], files["qwen"])
-        app = web.Application()
-        app.router.add_post("/v1/chat/completions", chat_completions)
-        app.router.add_get("/v1/models", models)
-        async with serve_app(app) as base:
-            await asyncio.to_thread(record, ["--engine", "openai", "--base-url", f"{base}/v1", "--model", "hosted", "--tokenizer", "offline:qwen3"], files["hosted"])
-
-    asyncio.run(serve_and_record())
+    assert RECORDER.record("sglang", files["qwen"], max_tasks=6) == 0
+    assert RECORDER.record("openai", files["hosted"], max_tasks=6) == 0
     return files
 
 
@@ -179,6 +120,7 @@ def sft(flags: list[str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # loads and fine-tunes SmolLM2 on the CPU
 def test_sft_warm_starts_smollm2_from_another_tokenizers_and_a_hosted_models_episodes(tmp_path: Path, recorded: dict[str, Path]) -> None:
     done = sft(["--from-results", str(recorded["qwen"]), "--from-results", str(recorded["hosted"]), "--epochs", "1", "--eval-max-tasks", "2", "--eval-n", "1"], tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -129,7 +129,7 @@ def recorded_episodes(paths: list[str], config: Any, min_reward: float) -> list[
         rewarded = [e for e in episodes if e.turns and e.trained_reward is not None and e.trained_reward >= min_reward]
         print(f"{path}: {len(rewarded)} of {len(episodes)} episodes rewarded >= {min_reward:g}, to replay in the student's format", flush=True)
         kept.extend(rewarded)
-    if not kept:
+    if paths and not kept:
         raise ValueError(f"--from-results: no recorded episode is rewarded >= {min_reward:g} (--min-reward): nothing to learn from")
     return kept
 
@@ -142,12 +142,12 @@ def replays(renderer: Any, config: Any, episodes: list[Any]) -> list[tuple[Any, 
     from openreward_rl.engines.teacher import Replay, TeacherEngine
     from openreward_rl.env.tasks import TaskRef
 
+    reasoning = renderer.family is not None and renderer.family.thinking is not None  # the student's format marks reasoning
     plays = []
     for episode in episodes:
         task = TaskRef.from_description(episode.task)
         if config.environment(task.environment).variant is not None:
             task = attrs.evolve(task, variant=None)  # the served class's variant, not the recording's
-        reasoning = renderer.family is not None and renderer.family.thinking is not None
         plays.append((TeacherEngine(renderer, Replay.of(episode, reasoning=reasoning)), task))
     return plays
 
