@@ -72,9 +72,7 @@ def takes_task(teacher: Callable[..., Any]) -> bool:
     """
     try:
         inspect.signature(teacher).bind(None, None, None)
-    except TypeError:
-        return False
-    except ValueError:  # no signature to read (a builtin): called the old way
+    except (TypeError, ValueError):  # two parameters, or no signature to read (a builtin): called the old way
         return False
     return True
 
