@@ -111,3 +111,15 @@ def test_train_eval_line_gives_tool_calls_and_parse_errors_per_episode() -> None
     assert "tool calls/ep 2.00  parse errors/ep 1.00" in stats.line()
     metrics = flat_metrics(summarize(trajectories))
     assert (metrics["E/tool_calls_mean"], metrics["E/parse_errors_mean"]) == (2.0, 1.0)
+    cells = table_cells(summary_table(summarize(trajectories)))  # `openreward-rl eval`'s table: the same figures
+    assert (cells["tool calls/ep"], cells["parse errors/ep"]) == ("2.00", "1.00")
+
+
+def test_a_line_with_no_scored_episode_says_so_without_nan() -> None:
+    """Every episode an infrastructure failure (e.g. a teacher that failed each one): no "nan ± nan"."""
+    from openreward_rl.backends.trl.run import eval_stats
+
+    [stats] = eval_stats([episode(0, None, StopReason.ABORTED), episode(1, None, StopReason.ENV_ERROR)]).values()
+    assert stats.line() == "E: no episode of 2 was scored  infra failures 2"
+    cells = table_cells(summary_table(summarize([episode(0, None, StopReason.ABORTED)])))
+    assert (cells["reward"], cells["tool calls/ep"], cells["parse errors/ep"]) == ("-", "-", "-")

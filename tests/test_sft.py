@@ -6,6 +6,7 @@ family, Hermes calls in its tool preamble's format), TRL's `SFTTrainer` on the p
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +17,7 @@ from openreward_rl import TaskRef
 from openreward_rl.assets import load_tokenizer
 from openreward_rl.backends.trl.sft import sft_rows
 from openreward_rl.config import parse_config
-from openreward_rl.engines.teacher import TeacherEngine, turn_text
+from openreward_rl.engines.teacher import TeacherEngine, TeacherTask, TeacherTurn, prompt_text, turn_text
 from openreward_rl.env.local_server import import_file, serve_environments
 from openreward_rl.loop.rollout import Rollouts
 
@@ -31,9 +32,9 @@ async def test_teacher_episodes_are_token_exact_in_the_students_format_and_solve
     with serve_environments([SERVE]) as server:
         config = parse_config({"environments": {"PaintOrder": {"max_turns": 3}}, "on_no_tool_call": "end", "upload": False})
         renderer = Rollouts.from_config(config, engine=None, tokenizer=tokenizer, client=openreward_client, model="offline:smollm2").renderer
-        engine = TeacherEngine(renderer, TEACHER)
+        task = listed_task(server, 5)
+        engine = TeacherEngine(renderer, TEACHER).for_task(task)  # the teacher reads the answer from the task spec
         rollouts = Rollouts.from_config(config, engine=engine, tokenizer=tokenizer, client=openreward_client, model="offline:smollm2")
-        task = TaskRef("PaintOrder", "train", index=5, base_url=server.base_url, variant=server.variant_for("PaintOrder"))
         trajectory = await rollouts.run(task)
     assert trajectory.reward == pytest.approx(1.2) and trajectory.metrics["tool_calls"] == 1 and not trajectory.metrics["parse_errors"]
     first, answer = trajectory.turns
@@ -41,12 +42,52 @@ async def test_teacher_episodes_are_token_exact_in_the_students_format_and_solve
     assert tokenizer.decode(answer.sampled_ids) == f"{ordered_colour(task)}<|im_end|>"
     # each turn is exactly what the student's template writes for that message, token for token
     messages = trajectory.messages
-    assert list(first.sampled_ids) == renderer.encode(turn_text(renderer, messages[:2], TEACHER(messages[:2], []), []))
+    played = TeacherTask(task, "Order")
+    assert list(first.sampled_ids) == renderer.encode(turn_text(renderer, messages[:2], TEACHER(messages[:2], [], played), []))
     [segment] = trajectory.segments
     assert segment.context()[: len(segment.prompt_ids)] == renderer.render_prompt(messages[:2], [])  # the preamble-bearing first prompt
     rows = sft_rows([trajectory], min_reward=1.0)
     trained = [i for row in rows for i, m in zip(row["input_ids"], row["assistant_masks"], strict=True) if m]
     assert trained == [*first.sampled_ids, *answer.sampled_ids]  # the loss covers what the policy wrote, nothing else
+
+
+def listed_task(server, index: int) -> TaskRef:
+    """Train task `index` of the served PaintOrder with the task spec its listing gives (`{"id", "order", "colour"}`)."""
+    spec = import_file(REPO / "examples" / "environments" / "paint_order.py").PaintOrder.task("train", index)
+    return TaskRef("PaintOrder", "train", index=index, task_spec=spec, base_url=server.base_url, variant=server.variant_for("PaintOrder"))
+
+
+def prompt_reading_teacher(messages, tools):
+    """A `function(messages, tools)` teacher, as they were before teachers got the task: it finds the order in the prompt."""
+    read = [m for m in messages if m["role"] == "tool" and re.search(r"paint the wall (\w+)", str(m.get("content")))]
+    if read:
+        return TeacherTurn(content=re.search(r"paint the wall (\w+)", str(read[-1]["content"])).group(1))
+    order = int(re.search(r"Order (\d+)", prompt_text(messages)).group(1))
+    return TeacherTurn(calls=(("read_order", {"order": order}),))
+
+
+@pytest.mark.anyio
+async def test_a_teacher_is_given_the_episodes_task_and_one_of_messages_and_tools_still_plays(openreward_client) -> None:
+    tokenizer = load_tokenizer("offline:smollm2")
+    seen = []
+
+    def recording(messages, tools, task):
+        seen.append(task)
+        return TEACHER(messages, tools, task)
+
+    with serve_environments([SERVE]) as server:
+        config = parse_config({"environments": {"PaintOrder": {"max_turns": 3}}, "on_no_tool_call": "end", "upload": False})
+        renderer = Rollouts.from_config(config, engine=None, tokenizer=tokenizer, client=openreward_client, model="offline:smollm2").renderer
+        rollouts = Rollouts.from_config(config, engine=None, tokenizer=tokenizer, client=openreward_client, model="offline:smollm2")
+        task = listed_task(server, 7)
+        recorded = await rollouts.run(task, engine=TeacherEngine(renderer, recording).for_task(task))
+        old_style = await rollouts.run(task, engine=TeacherEngine(renderer, prompt_reading_teacher))
+        unbound = await rollouts.run(task, engine=TeacherEngine(renderer, TEACHER))
+    assert recorded.reward == pytest.approx(1.2) and old_style.reward == pytest.approx(1.2)
+    assert [t.spec for t in seen] == [task.task_spec] * 2 and seen[0].ref == task
+    assert seen[0].prompt == f"Order {task.task_spec['order']} says which colour to paint the wall. Read the order, then paint the wall."
+    assert recorded.turns[0].sampled_ids == old_style.turns[0].sampled_ids  # the same play, token for token
+    assert unbound.stop_reason.value == "aborted" and "give its engine the task it plays" in unbound.stop_detail
 
 
 def ordered_colour(task: TaskRef) -> str:
@@ -64,6 +105,7 @@ def test_sft_without_episodes_to_learn_from_is_one_line() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # loads and fine-tunes SmolLM2 on the CPU
 def test_sft_fine_tunes_on_the_teacher_and_saves_a_model_that_loads_and_samples(tmp_path: Path) -> None:
     out = tmp_path / "warm"
     done = subprocess.run(
@@ -74,6 +116,9 @@ def test_sft_fine_tunes_on_the_teacher_and_saves_a_model_that_loads_and_samples(
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     assert "fine-tuning on 2 episode contexts of 2 episodes" in done.stdout and f"model saved to {out}" in done.stdout
+    # the student plays training tasks after (no --eval-split) and sft says whether it calls tools, in one line
+    assert re.search(r"^after \(train tasks\) PaintOrder: reward \d\.\d{3} .* tool calls/ep \d\.\d\d  parse errors/ep \d\.\d\d", done.stdout, re.M)
+    assert re.search(r"^the student (calls tools: \d\.\d\d tool calls/ep|still calls no tool \(0\.00 tool calls/ep).* on 4 train episodes", done.stdout, re.M)
     assert json.loads((out / "config.json").read_text())["use_cache"] is True  # the Trainer's training switch is undone
     from openreward_rl.engines.transformers import load_model
     from openreward_rl.families import family_for
@@ -81,3 +126,17 @@ def test_sft_fine_tunes_on_the_teacher_and_saves_a_model_that_loads_and_samples(
     model, tokenizer = load_model(str(out), device="cpu")
     assert family_for(tokenizer).name == "chatml"  # found by its chat template: runs with the tool preamble
     assert model.config.use_cache
+
+
+@pytest.mark.timeout(900)  # loads SmolLM2 on the CPU before the teacher plays
+def test_sft_whose_teacher_fails_every_episode_says_why_in_one_line(tmp_path: Path) -> None:
+    teacher = tmp_path / "broken_teacher.py"
+    teacher.write_text("def teacher(messages, tools, task):\n    raise RuntimeError('no answer here')\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "openreward_rl.cli", "sft", "--config", "examples/train_tool_agent_config.yaml", "--serve", SERVE,
+         "--model", "offline:smollm2", "--device", "cpu", "--teacher", f"{teacher}:teacher", "--max-tasks", "2", "--output-dir", str(tmp_path / "out")],
+        cwd=REPO, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "teacher PaintOrder: no episode of 2 was scored  infra failures 2" in done.stdout and "nan" not in done.stdout
+    assert done.stderr.strip().splitlines()[-1].startswith("openreward-rl sft: every one of the 2 teacher episodes failed (aborted 2; the first: ")

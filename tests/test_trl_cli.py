@@ -3,6 +3,8 @@ the real TRL trainer and the real SDK Server on 127.0.0.1 (`--serve`).
 
 - a step in which every episode fails is one line and trains nothing; after `--max-failed-steps` such
   steps in a row the run stops with one line and status 1, keeping its checkpoints;
+- after `--max-untrained-steps` steps in a row that train nothing (no reward spread) the run stops saying why
+  and what to try, and saves the model;
 - a before-evaluation in which every episode fails stops the run before training;
 - a parser and a reward reduction of the user's own module train from the config alone;
 - from Python, `TrlSession.open(..., episode=...)` trains with a custom Episode (examples/trl_custom_episode.py).
@@ -27,6 +29,7 @@ from openreward_rl.cli import main
 REPO = Path(__file__).resolve().parents[1]
 BROKEN = f"{REPO / 'tests' / 'broken_paint_env.py'}:BrokenPaint"
 PAINT = f"{REPO / 'examples' / 'environments' / 'paint.py'}:PaintColour"
+ORDER = f"{REPO / 'examples' / 'environments' / 'paint_order.py'}:PaintOrder"
 CHEAP = ["--model", "offline:smollm2", "--device", "cpu", "--n-samples", "2", "--rollout-batch-size", "1"]
 
 
@@ -143,6 +146,30 @@ def test_a_run_whose_steps_all_fail_stops_after_max_failed_steps_with_one_line_a
     ) and error.endswith(f"); checkpoints kept, the last {output / 'checkpoint-2'}"), error  # what failed, in the environment's words
     assert [p.name for p in output.glob("checkpoint-*")] == ["checkpoint-2"]
     assert "model saved" not in captured.out
+
+
+@pytest.mark.slow
+def test_a_run_whose_steps_all_train_nothing_stops_after_max_untrained_steps_saying_why_and_saves_the_model(
+    tmp_path: Path, loads: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One token per turn: every PaintOrder episode is truncated, rewarded 0, so no group has spread and no step trains."""
+    output = tmp_path / "run"
+    code = main([
+        "train", "--framework", "trl", "--config", str(REPO / "examples" / "train_tool_agent_config.yaml"), "--serve", ORDER, *CHEAP,
+        "--max-response-len", "1", "--max-steps", "6", "--max-untrained-steps", "2", "--save-interval", "0", "--output-dir", str(output),
+    ])  # fmt: skip
+    captured = capsys.readouterr()
+    assert code == 0 and loads == ["offline:smollm2"], captured.err
+    steps = [line for line in captured.out.splitlines() if line.startswith("step ")]
+    assert [line.split("  ")[0] for line in steps] == ["step 1/6", "step 2/6"]
+    assert all("zero-spread 1.00  untrained 1.00  loss 0.0000" in line for line in steps)
+    [error] = [line for line in captured.err.splitlines() if line.startswith("openreward-rl train:")]
+    assert error.startswith(
+        "openreward-rl train: stopped at step 2: 2 steps in a row trained nothing: every group's rewards were equal "
+        "(last step: 1 of 1 groups without spread, mean reward 0.000, 0.00 tool calls/ep), so GRPO had no advantage to follow; "
+        "a model that never calls a tool or never succeeds needs a warm start first (openreward-rl sft, docs/training.md)"
+    )
+    assert f"model saved to {output}" in captured.out
 
 
 @pytest.mark.slow

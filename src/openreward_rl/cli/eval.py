@@ -219,12 +219,14 @@ def summary_table(summary: Mapping[str, Any], title: str = "evaluation") -> Any:
     """A rich Table with one row per environment.
 
     "scored": episodes that were not infrastructure failures; "no reward": those of them that observed
-    none, which "reward" counts 0.0, as the trainer does (`openreward_rl.observe.metrics`).
+    none, which "reward" counts 0.0, as the trainer does (`openreward_rl.observe.metrics`). "tool calls/ep"
+    and "parse errors/ep": per scored episode (a model that never calls a tool shows 0.00 there).
     """
     from rich.table import Table
 
     table = Table(title=title)
-    for column in ("environment", "episodes", "scored", "no reward", "reward", "success", "pass@k", "stop reasons", "turns", "tokens", "infra failures"):
+    columns = ("environment", "episodes", "scored", "no reward", "reward", "success", "pass@k", "tool calls/ep", "parse errors/ep", "stop reasons", "turns", "tokens", "infra failures")
+    for column in columns:
         table.add_column(column, overflow="fold")
     for env, item in summary.items():
         reward = "-" if item.reward_mean is None else f"{item.reward_mean:.3f} ± {item.reward_std:.3f}"
@@ -239,6 +241,8 @@ def summary_table(summary: Mapping[str, Any], title: str = "evaluation") -> Any:
             reward,
             _fmt(item.success_rate, 2),
             pass_k,
+            _fmt(item.metric_means.get("tool_calls"), 2),
+            _fmt(item.metric_means.get("parse_errors"), 2),
             stops,
             _fmt(item.turns_mean, 1),
             _fmt(item.sampled_tokens_mean, 0),

@@ -6,12 +6,18 @@
     openreward-rl train --framework trl --model runs/warm ...     # RL from the warm start
 
 The episodes come from a scripted `--teacher FILE.py:function` (run on the training tasks, each turn
-written in the student model's own format by `engines.teacher`), or from `--from-results FILE.jsonl`
-(`openreward-rl eval --output`: a hosted teacher's episodes, or the model's own, kept by reward:
-rejection sampling); both together are fine. Episodes with reward >= `--min-reward` are kept; the
-loss covers the tokens the policy produced, never prompts, tool output or bridge tokens
+written in the student model's own format by `engines.teacher`; a function taking a third argument gets
+the task it plays, `TeacherTask`: its spec and prompt), or from `--from-results FILE.jsonl` (`openreward-rl
+eval --output` of any model: another tokenizer's, a hosted model's through `--engine openai`, or the
+student's own, kept by reward: rejection sampling); both together are fine. Recorded episodes rewarded
+>= `--min-reward` are replayed against the environment, their turns (content, tool calls) re-written in
+the student's own format and token ids as a teacher's are (`engines.teacher.Replay`); the files are checked
+before any model or environment loads. Episodes (taught or replayed) with reward >= `--min-reward` are
+kept; the loss covers the tokens the policy produced, never prompts, tool output or bridge tokens
 (`backends.trl.sft`). `--eval-split` evaluates the model on that split before and after, as
-`train --framework trl` does. The fine-tuned model and tokenizer are saved to `--output-dir`.
+`train --framework trl` does; without it the fine-tuned student plays a few training tasks. Either way
+`sft` ends saying whether the student now calls tools (tool calls and parse errors per episode), and
+what to try when it calls none. The fine-tuned model and tokenizer are saved to `--output-dir`.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Mapping
 from typing import Any
 
 __all__ = ["add_arguments", "run"]
@@ -28,10 +35,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", required=True, help="train_config.yaml: the environments and the episode settings")
     parser.add_argument("--model", required=True, help="the student: hub name, local path or offline:smollm2")
     parser.add_argument("--serve", action="append", default=[], metavar="FILE.py:Class", help="serve this environment class on 127.0.0.1 (repeatable)")
-    parser.add_argument("--teacher", default=None, metavar="FILE.py:function", help="a scripted teacher: function(messages, tools) -> engines.teacher.TeacherTurn")
+    parser.add_argument("--teacher", default=None, metavar="FILE.py:function", help="a scripted teacher: function(messages, tools[, task: TeacherTask]) -> TeacherTurn (engines.teacher)")
     parser.add_argument("--teacher-n", type=int, default=1, help="teacher episodes per training task (default 1)")
     parser.add_argument("--max-tasks", type=int, default=None, help="cap on the training tasks the teacher plays (a lighter warm start)")
-    parser.add_argument("--from-results", action="append", default=[], metavar="FILE.jsonl", help="recorded episodes (openreward-rl eval --output) of this model's tokenizer (repeatable)")
+    parser.add_argument("--from-results", action="append", default=[], metavar="FILE.jsonl", help="episodes eval --output recorded (any model's), replayed in the student's format (repeatable)")
     parser.add_argument("--min-reward", type=float, default=1.0, help="keep episodes rewarded at least this (default 1.0)")
     parser.add_argument("--epochs", type=float, default=2.0, help="passes over the kept episodes (default 2)")
     parser.add_argument("--lr", type=float, default=5e-5, help="learning rate (default 5e-5, constant)")
@@ -43,9 +50,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature in evaluations (default 1.0)")
     parser.add_argument("--eval-split", default=None, help="evaluate this split before and after (e.g. test)")
     parser.add_argument("--eval-n", type=int, default=2, help="episodes per evaluation task (default 2)")
-    parser.add_argument("--eval-max-tasks", type=int, default=None, help="cap on evaluation tasks per environment")
+    parser.add_argument("--eval-max-tasks", type=int, default=None, help="cap on evaluation tasks per environment (without --eval-split: training tasks the student plays after, default 8)")
     parser.add_argument("--family", default=None, help="model family, overriding the config's model_family (docs/families.md)")
     parser.add_argument("--seed", type=int, default=0, help="training seed and task shuffle seed (default 0)")
+
+
+# Training tasks the fine-tuned student plays to show its tool use, where no --eval-split is given.
+CHECK_TASKS = 8
+
+
+def tool_use(stats: Mapping[str, Any], split: str) -> str:
+    """One line on whether the fine-tuned student calls tools (`stats`: `EvalStats` per environment on `split`),
+    with what to try when it calls none.
+
+    >>> from openreward_rl.backends.trl.run import EvalStats
+    >>> def stats(calls): return {"E": EvalStats("E", 4, 4, 0.0, 0.0, 0.0, 0.0, 0, {}, tool_calls=calls, parse_errors=0.5)}
+    >>> tool_use(stats(1.25), "test")
+    'the student calls tools: 1.25 tool calls/ep, 0.50 parse errors/ep on 4 test episodes'
+    >>> print(tool_use(stats(0.0), "test"))
+    the student still calls no tool (0.00 tool calls/ep, 0.50 parse errors/ep on 4 test episodes): fine-tune on more episodes (--teacher-n, a larger --max-tasks), for more --epochs or at a higher --lr
+    """
+    scored = sum(item.scored for item in stats.values())
+    if not scored:
+        return f"the student's tool use is unknown: none of its {split} episodes was scored (infrastructure failures)"
+    calls = sum(item.tool_calls * item.scored for item in stats.values()) / scored
+    errors = sum(item.parse_errors * item.scored for item in stats.values()) / scored
+    figures = f"{calls:.2f} tool calls/ep, {errors:.2f} parse errors/ep on {scored} {split} episodes"
+    if calls > 0:
+        return f"the student calls tools: {figures}"
+    return f"the student still calls no tool ({figures}): fine-tune on more episodes (--teacher-n, a larger --max-tasks), for more --epochs or at a higher --lr"
 
 
 def _check(args: argparse.Namespace) -> None:
@@ -72,22 +105,72 @@ def _teacher(spec: str) -> Any:
     return function
 
 
-def _recorded(paths: list[str], tokenizer: Any) -> list[Any]:
+def recorded_episodes(paths: list[str], config: Any, min_reward: float) -> list[Any]:
+    """The episodes of `paths` (`openreward-rl eval --output`, any engine and tokenizer) to replay: those whose
+    recorded reward is at least `min_reward`, infrastructure failures left out. Checked before any model or
+    environment loads: a file that is not episodes, an episode that names no task or an environment `config`
+    does not configure, or no episode rewarded enough, is a ValueError naming it."""
+    from openreward_rl.env.tasks import TaskRef
     from openreward_rl.observe.dumps import read_trajectories
 
-    episodes = []
+    kept = []
     for path in paths:
-        episodes.extend(read_trajectories(path))
-    vocabulary = len(tokenizer)
+        episodes = read_trajectories(path)
+        if not episodes:
+            raise ValueError(f"--from-results {path}: no episodes in it")
+        for number, episode in enumerate(episodes):
+            if TaskRef.from_description(episode.task) is None:
+                raise ValueError(f"--from-results {path} record {number}: it names no task (an index or a task spec), so it cannot be replayed")
+            if episode.task.get("environment") not in config.environments:
+                raise ValueError(
+                    f"--from-results {path} record {number}: an episode of {episode.task.get('environment')!r}, which {config.source} does not configure "
+                    f"(configured: {', '.join(config.environments)})"
+                )
+        rewarded = [e for e in episodes if e.turns and e.trained_reward is not None and e.trained_reward >= min_reward]
+        print(f"{path}: {len(rewarded)} of {len(episodes)} episodes rewarded >= {min_reward:g}, to replay in the student's format", flush=True)
+        kept.extend(rewarded)
+    if paths and not kept:
+        raise ValueError(f"--from-results: no recorded episode is rewarded >= {min_reward:g} (--min-reward): nothing to learn from")
+    return kept
+
+
+def replays(renderer: Any, config: Any, episodes: list[Any]) -> list[tuple[Any, Any]]:
+    """A (teacher engine, task) per recorded episode: its turns played again in the student's format, on its task
+    (at the address and variant the run's config gives the environment, where it gives one)."""
+    import attrs
+
+    from openreward_rl.engines.teacher import Replay, TeacherEngine
+    from openreward_rl.env.tasks import TaskRef
+
+    reasoning = renderer.family is not None and renderer.family.thinking is not None  # the student's format marks reasoning
+    plays = []
     for episode in episodes:
-        for segment in episode.segments:
-            if any(i >= vocabulary for i in segment.context()):
-                raise ValueError(f"--from-results: an episode's ids are not this model's tokenizer's ({vocabulary} tokens); record them with this tokenizer")
-    return episodes
+        task = TaskRef.from_description(episode.task)
+        if config.environment(task.environment).variant is not None:
+            task = attrs.evolve(task, variant=None)  # the served class's variant, not the recording's
+        plays.append((TeacherEngine(renderer, Replay.of(episode, reasoning=reasoning)), task))
+    return plays
+
+
+def _play(adapter: Any, plays: list[tuple[Any, Any]]) -> list[Any]:
+    """One episode per (teacher engine, task), each engine bound to its task (a teacher may read it)."""
+    import asyncio
+
+    gate = asyncio.Semaphore(adapter.concurrency or max(len(plays), 1))
+
+    async def one(engine: Any, task: Any) -> Any:
+        async with gate:
+            return await adapter.rollouts.run(task, engine=engine.for_task(task))
+
+    async def play() -> list[Any]:
+        return list(await asyncio.gather(*(one(engine, task) for engine, task in plays)))
+
+    return adapter.run(play())
 
 
 def run(args: argparse.Namespace) -> int:
     from openreward_rl.backends.trl import TrlOptions, TrlSession, eval_stats, sft_rows, train_sft
+    from openreward_rl.backends.trl.adapter import failures
     from openreward_rl.cli.train_trl import check_output_dir, print_summary
     from openreward_rl.config import ConfigError, load_config
     from openreward_rl.engines.teacher import TeacherEngine
@@ -103,6 +186,7 @@ def run(args: argparse.Namespace) -> int:
         check_output_dir(args.output_dir)
         config = load_config(args.config)
         teacher = _teacher(args.teacher) if args.teacher else None
+        recorded = recorded_episodes(args.from_results, config, args.min_reward)
         classes = [load_environment_class(spec) for spec in args.serve]
         options = TrlOptions(
             model=args.model, output_dir=args.output_dir, device=args.device, bf16=args.bf16, max_new_tokens=args.max_response_len,
@@ -117,12 +201,17 @@ def run(args: argparse.Namespace) -> int:
         with TrlSession.open(config, options, serve=classes, announce=lambda line: print(line, flush=True)) as session:
             eval_tasks = session.tasks_of(args.eval_split, args.eval_max_tasks) if args.eval_split else []
             before = eval_stats(session.evaluate(eval_tasks, args.eval_n)) if eval_tasks else None
-            episodes = _recorded(args.from_results, session.tokenizer)
+            renderer, episodes = session.adapter.rollouts.renderer, []
+            if recorded:
+                replayed = _play(session.adapter, replays(renderer, session.adapter.rollouts.config, recorded))
+                print_summary("replay", eval_stats(replayed))
+                episodes.extend(replayed)
             if teacher is not None:
-                tasks = [task for task in session.train_tasks for _ in range(args.teacher_n)]
-                engine = TeacherEngine(session.adapter.rollouts.renderer, teacher)
-                taught = session.adapter.run_episodes(tasks, engine=engine)
+                engine = TeacherEngine(renderer, teacher)
+                taught = _play(session.adapter, [(engine, task) for task in session.train_tasks for _ in range(args.teacher_n)])
                 print_summary("teacher", eval_stats(taught))
+                if taught and not any(t.trainable for t in taught):
+                    return fail(f"every one of the {len(taught)} teacher episodes failed ({failures(taught)}; the first: {taught[0].stop_detail}): nothing to learn from")
                 episodes.extend(taught)
             rows = sft_rows(episodes, min_reward=args.min_reward)
             if not rows:
@@ -137,10 +226,12 @@ def run(args: argparse.Namespace) -> int:
             session.model.save_pretrained(args.output_dir)
             session.tokenizer.save_pretrained(args.output_dir)
             print(f"model saved to {args.output_dir}", flush=True)
-            if eval_tasks:
-                after = eval_stats(session.evaluate(eval_tasks, args.eval_n))
+            checked = eval_tasks or session.train_tasks[: args.eval_max_tasks or CHECK_TASKS]
+            after = eval_stats(session.evaluate(checked, args.eval_n))
+            if before is not None:
                 print_summary("before", before)
-                print_summary("after", after)
+            print_summary("after" if eval_tasks else "after (train tasks)", after)
+            print(tool_use(after, args.eval_split or "train"), flush=True)
     except (ValueError, ConfigError) as error:
         return fail(str(error))
     print(f"done in {time.monotonic() - started:.0f}s", flush=True)

@@ -17,6 +17,10 @@ server that is gone (refused connections) or hung (answers nothing for 60 s) fai
 way (docs/reliability.md), and a `--serve` server that has stopped stops training at the step's end. A
 before-evaluation in which every episode of an environment failed stops the run before training, also
 with one line and status 1.
+
+After `--max-untrained-steps` steps in a row that trained nothing (default 5; no group had reward
+spread, e.g. a model that never calls a tool), training stops with one line on stderr saying why and
+what to try (a warm start with `openreward-rl sft`); the model is then saved and evaluated as at the end.
 """
 
 from __future__ import annotations
@@ -91,6 +95,11 @@ def add_trl_arguments(parser: Any) -> None:
         "--max-failed-steps", type=int, default=_DEFAULT["max_failed_steps"],
         help="stop after this many steps in a row in which every episode failed (infrastructure failures), keeping the checkpoints; "
         f"0: never (default {_DEFAULT['max_failed_steps']})",
+    )  # fmt: skip
+    group.add_argument(
+        "--max-untrained-steps", type=int, default=_DEFAULT["max_untrained_steps"],
+        help="stop after this many steps in a row that trained nothing (no group had reward spread), saying why and what to try; "
+        f"the model is saved and evaluated as at the end; 0: never (default {_DEFAULT['max_untrained_steps']})",
     )  # fmt: skip
 
 
@@ -368,10 +377,12 @@ def _train(args: Any, options: Any, config: Any, classes: Sequence[type], interr
         if resume:
             print(f"resuming from {resume}", file=out, flush=True)
         trainer.train(resume_from_checkpoint=resume)
-        if session.stopped:
+        if session.stopped and session.stopped_failed:
             kept = last_checkpoint(options.output_dir)
             print(f"openreward-rl train: {session.stopped}; {f'checkpoints kept, the last {kept}' if kept else 'no checkpoint was written'}", file=sys.stderr, flush=True)
             return 1
+        if session.stopped:  # steps that trained nothing: what earlier steps trained is saved and evaluated as at the end
+            print(f"openreward-rl train: {session.stopped}", file=sys.stderr, flush=True)
         if not args.no_save_model:
             trainer.save_model(options.output_dir)
             print(f"model saved to {options.output_dir}", file=out, flush=True)

@@ -1,7 +1,9 @@
 """`TeacherEngine`: a scripted teacher as an engine, writing each turn in the student's own format.
 
-A teacher is a function of the conversation so far and the tools: it says what the assistant does
-next (`TeacherTurn`: content, calls, reasoning). The engine writes that turn exactly as the student
+A teacher is a function of the conversation so far, the tools and, where it takes a third argument,
+the task it plays (`TeacherTask`: the environment's task spec and the task's prompt): it says what the
+assistant does next (`TeacherTurn`: content, calls, reasoning). `function(messages, tools)` teachers
+work unchanged. The engine writes that turn exactly as the student
 model's chat template writes such a message (the family's call format, closer and all), tokenized by
 the student's tokenizer. Episodes sampled from it are token-exact in the student's format, so they are
 supervised fine-tuning data for it (`openreward-rl sft --teacher`): a warm start for a model that
@@ -19,6 +21,7 @@ never calls a tool on its own.
 
 from __future__ import annotations
 
+import inspect
 import itertools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -26,10 +29,12 @@ from typing import Any
 import attrs
 
 from openreward_rl.engines.base import EngineRequestError, FinishReason, Generation, GenerationRequest
+from openreward_rl.env.tasks import TaskRef
 from openreward_rl.families.chat import ChatRenderer
 from openreward_rl.families.probe import assistant_message, template_turn
+from openreward_rl.loop.trajectory import Trajectory
 
-__all__ = ["Teacher", "TeacherEngine", "TeacherTurn", "turn_text"]
+__all__ = ["Replay", "Teacher", "TeacherEngine", "TeacherTask", "TeacherTurn", "prompt_text", "takes_task", "turn_text"]
 
 
 @attrs.frozen
@@ -41,7 +46,51 @@ class TeacherTurn:
     reasoning: str | None = None
 
 
-Teacher = Callable[[Sequence[Mapping[str, Any]], Sequence[Mapping[str, Any]]], TeacherTurn]
+@attrs.frozen
+class TeacherTask:
+    """The task a teacher plays: `ref` (environment, split, index), `prompt` (the text of the task's
+    opening user messages, as the environment gave them) and `spec` (the environment's task spec, as
+    its task listing gave it; None where the environment serves its tasks by index only)."""
+
+    ref: TaskRef
+    prompt: str
+
+    @property
+    def spec(self) -> Mapping[str, Any] | None:
+        return self.ref.task_spec
+
+
+# function(messages, tools) or function(messages, tools, task: TeacherTask)
+Teacher = Callable[..., TeacherTurn]
+
+
+def takes_task(teacher: Callable[..., Any]) -> bool:
+    """Whether `teacher` takes the task as a third argument (else it is a `function(messages, tools)` teacher).
+
+    >>> takes_task(lambda messages, tools: None), takes_task(lambda messages, tools, task: None)
+    (False, True)
+    """
+    try:
+        inspect.signature(teacher).bind(None, None, None)
+    except (TypeError, ValueError):  # two parameters, or no signature to read (a builtin): called the old way
+        return False
+    return True
+
+
+def prompt_text(messages: Sequence[Mapping[str, Any]]) -> str:
+    """The text of the user messages before the first assistant message: the task's prompt.
+
+    >>> prompt_text([{"role": "system", "content": "Be brief."}, {"role": "user", "content": [{"type": "text", "text": "Order 12."}]}])
+    'Order 12.'
+    """
+    parts = []
+    for message in messages:
+        if message.get("role") == "assistant":
+            break
+        if message.get("role") == "user":
+            content = message.get("content")
+            parts.extend([content] if isinstance(content, str) else [p.get("text", "") for p in content or () if isinstance(p, Mapping) and p.get("type") == "text"])
+    return "\n".join(parts)
 
 
 def turn_text(renderer: ChatRenderer, messages: Sequence[Mapping[str, Any]], turn: TeacherTurn, tools: Sequence[Mapping[str, Any]], index: int = 0) -> str:
@@ -58,16 +107,73 @@ def turn_text(renderer: ChatRenderer, messages: Sequence[Mapping[str, Any]], tur
     return template_turn(renderer, list(messages), message, closers, list(tools) or None)
 
 
+@attrs.frozen
+class Replay:
+    """A teacher that plays a recorded episode's turns again, in order: any model's episode (another
+    tokenizer's, a hosted model's) re-written in the student's own format by `TeacherEngine`, against
+    the environment, which answers and rewards the replay itself (`openreward-rl sft --from-results`).
+    A replay that runs past the recorded turns (the environment answered otherwise than when the
+    episode was recorded) fails its episode with an `EngineRequestError` saying so.
+
+    >>> from openreward_rl.loop.trajectory import StopReason, Turn
+    >>> from openreward_rl.parsers.base import ParsedTurn, ToolCall
+    >>> call = Turn(5, (), (), FinishReason.STOP, ParsedTurn(content="", tool_calls=(ToolCall("read_order", {"order": 12}, "c0"),)))
+    >>> answer = Turn(9, (), (), FinishReason.STOP, ParsedTurn(content="teal", reasoning="the book says teal"))
+    >>> replay = Replay.of(Trajectory({}, [], [call, answer], [], [], 1.2, StopReason.COMPLETED), reasoning=False)
+    >>> replay([{"role": "user", "content": "Order 12."}], [])
+    TeacherTurn(content='', calls=(('read_order', {'order': 12}),), reasoning=None)
+    >>> replay([{"role": "user", "content": "Order 12."}, {"role": "assistant", "content": ""}, {"role": "tool", "content": "teal"}], [])
+    TeacherTurn(content='teal', calls=(), reasoning=None)
+    """
+
+    turns: tuple[TeacherTurn, ...]
+
+    @classmethod
+    def of(cls, trajectory: Trajectory, *, reasoning: bool) -> Replay:
+        """The recorded episode's model turns as parsed (content, tool calls; reasoning where `reasoning`:
+        the student's family marks it)."""
+        return cls(tuple(
+            TeacherTurn(
+                content=turn.parsed.content or "",
+                calls=tuple((call.name, call.arguments) for call in turn.parsed.tool_calls),
+                reasoning=turn.parsed.reasoning if reasoning else None,
+            )
+            for turn in trajectory.turns
+        ))  # fmt: skip
+
+    def __call__(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]]) -> TeacherTurn:
+        played = sum(1 for message in messages if message.get("role") == "assistant")
+        if played >= len(self.turns):
+            raise EngineRequestError(
+                f"the replay ran past the {len(self.turns)} recorded turns: the environment answered otherwise than when the episode was recorded"
+            )
+        return self.turns[played]
+
+
 @attrs.define
 class TeacherEngine:
-    """An `Engine` whose every turn is the teacher's, written by `turn_text`; log-probs are 0 (not sampled)."""
+    """An `Engine` whose every turn is the teacher's, written by `turn_text`; log-probs are 0 (not sampled).
+
+    A teacher that takes the task needs the engine bound to it: `task`, or one engine per episode from
+    `for_task` (`openreward-rl sft` does this)."""
 
     renderer: ChatRenderer
     teacher: Teacher
+    task: TaskRef | None = None
     _turns: Any = attrs.field(factory=itertools.count, init=False)
 
+    def for_task(self, task: TaskRef) -> TeacherEngine:
+        """The same teacher, bound to `task`: the engine of one episode of it."""
+        return TeacherEngine(self.renderer, self.teacher, task)
+
     async def generate(self, request: GenerationRequest) -> Generation:
-        turn = self.teacher(list(request.messages or ()), list(request.tools or ()))
+        messages, tools = list(request.messages or ()), list(request.tools or ())
+        if takes_task(self.teacher):
+            if self.task is None:
+                raise EngineRequestError("this teacher takes the task (messages, tools, task): give its engine the task it plays (TeacherEngine.for_task)")
+            turn = self.teacher(messages, tools, TeacherTask(self.task, prompt_text(messages)))
+        else:
+            turn = self.teacher(messages, tools)
         ids = self.renderer.encode(turn_text(self.renderer, request.messages or (), turn, request.tools or (), next(self._turns)))
         return Generation(output_ids=tuple(ids), logprobs=(0.0,) * len(ids), finish_reason=FinishReason.STOP, text=self.renderer.decode(ids))
 

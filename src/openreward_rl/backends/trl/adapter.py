@@ -199,6 +199,8 @@ class TrlAdapter:
     - `failed_steps`: how many steps in a row had no trainable episode (every one an infrastructure
       failure); `last_failure` says why the last such step failed (`failures`), None after a step
       that trained something.
+    - `untrained_steps`: how many steps in a row trained nothing (`StepSignal.trains_nothing`: every
+      group without reward spread, or every episode failed).
     """
 
     rollouts: Rollouts
@@ -215,6 +217,7 @@ class TrlAdapter:
     _engine: WaveEngine | TransformersEngine | None = attrs.field(default=None)
     failed_steps: int = 0
     last_failure: str | None = None
+    untrained_steps: int = 0
     _pending_metrics: dict[str, float] = attrs.field(factory=dict)
     _loop: asyncio.AbstractEventLoop | None = attrs.field(default=None)
 
@@ -312,6 +315,7 @@ class TrlAdapter:
         failed = not any(t.trainable for t in trajectories)
         self.failed_steps = self.failed_steps + 1 if failed else 0
         self.last_failure = f"all {len(trajectories)} episodes failed: {failures(trajectories)}" if failed else None
+        self.untrained_steps = self.untrained_steps + 1 if self.last_signal.trains_nothing else 0
         self._pending_metrics = self.step_metrics(trajectories, completions)
         self._pending_metrics.update(self.last_signal.metrics(METRIC_PREFIX.rstrip("/")))
         self._pending_metrics[f"{METRIC_PREFIX}resampled_groups"] = float(resampled)

@@ -27,6 +27,7 @@ import attrs
 from openreward_rl._options import same_named
 from openreward_rl.backends.trl.adapter import SAMPLERS, TrlAdapter, task_dataset
 from openreward_rl.config import TrainConfig
+from openreward_rl.credit.signal import StepSignal
 from openreward_rl.engines.transformers import SamplingConfig
 from openreward_rl.env.tasks import TaskRef
 from openreward_rl.errors import ConfigError
@@ -60,6 +61,9 @@ class TrlOptions:
     - `max_failed_steps`: training stops after this many steps in a row in which every episode failed
       (infrastructure failures: nothing to train on), keeping the checkpoints written so far; a single
       such step is reported and skipped (its loss is 0). 0: never stop for that.
+    - `max_untrained_steps`: training stops after this many steps in a row that trained nothing (no group
+      had reward spread: the model does as well, or as badly, on every sample), saying why and what to
+      try; the model is saved and evaluated as at the end. 0: never stop for that.
     """
 
     model: str
@@ -92,6 +96,7 @@ class TrlOptions:
     sampler_memory: float = 0.5
     resample_zero_spread: int | None = None
     max_failed_steps: int = 3
+    max_untrained_steps: int = 5
 
     def __attrs_post_init__(self) -> None:
         if self.resample_zero_spread is not None and self.resample_zero_spread < 0:
@@ -102,6 +107,8 @@ class TrlOptions:
             raise ConfigError(f"save-interval must be >= 0 (0: no checkpoints), got {self.save_interval}")
         if self.max_failed_steps < 0:
             raise ConfigError(f"max-failed-steps must be >= 0 (0: never stop for failed steps), got {self.max_failed_steps}")
+        if self.max_untrained_steps < 0:
+            raise ConfigError(f"max-untrained-steps must be >= 0 (0: never stop for steps that train nothing), got {self.max_untrained_steps}")
         for name in ("max_steps", "prompts_per_step", "max_new_tokens", "concurrency", "logging_steps"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ConfigError(f"{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
@@ -268,7 +275,8 @@ class TrlSession:
     tokenizer: Any
     adapter: TrlAdapter
     train_tasks: list[TaskRef]
-    stopped: str | None = None  # why training stopped early (`TrlOptions.max_failed_steps`, a served environment gone), else None
+    stopped: str | None = None  # why training stopped early (`early_stop`), else None
+    stopped_failed: bool = False  # it stopped for failures (every episode failed, or the served environment gone), not for steps that trained nothing
     server: Any = None  # the `LocalEnvServer` serving `serve`, if any: a server that stopped stops training at the step's end
     _trainer: Any = None
 
@@ -367,40 +375,68 @@ class TrlSession:
                 train_dataset=task_dataset(self.train_tasks),
                 rollout_func=self.adapter,
                 peft_config=lora_config(self.options) if self.options.lora else None,
-                callbacks=[*callbacks, self._failed_steps_guard()],
+                callbacks=[*callbacks, self._stop_guard()],
             )
             if self._trainer.hub_model_id is None:  # set only when pushing to the hub; the model card's code then loads "None"
                 self._trainer.hub_model_id = self.options.output_dir
         return self._trainer
 
-    def _failed_steps_guard(self) -> Any:
-        """A TrainerCallback that stops training after `max_failed_steps` steps in a row where every episode
-        failed, or once the served environment server has stopped, and says why in `stopped`; checkpoints
-        already written stay."""
+    def early_stop(self) -> tuple[str, bool] | None:
+        """Why training should stop now, and whether for failures; None to go on. Once the served environment
+        server has stopped; after `max_failed_steps` steps in a row in which every episode failed; or after
+        `max_untrained_steps` steps in a row that trained nothing (0: never, for either)."""
+        adapter, options, server = self.adapter, self.options, self.server
+        if server is not None and not server.running:
+            served = ", ".join(cls_.__name__ for cls_ in server.classes)
+            return f"the environment server serving {served} ({server.base_url}) has stopped", True
+        if options.max_failed_steps and adapter.failed_steps >= options.max_failed_steps:
+            why = _common_detail(adapter.last_trajectories)
+            return f"{adapter.failed_steps} steps in a row in which every episode failed (last: {adapter.last_failure}{f'; {why}' if why else ''})", True
+        if options.max_untrained_steps and adapter.untrained_steps >= options.max_untrained_steps:
+            return untrained_reason(adapter.untrained_steps, adapter.last_signal, adapter.last_trajectories), False
+        return None
+
+    def _stop_guard(self) -> Any:
+        """A TrainerCallback that stops training when `early_stop` says so, and says why in `stopped`;
+        checkpoints already written stay."""
         from transformers import TrainerCallback
 
         session = self
 
-        class FailedStepsGuard(TrainerCallback):
+        class StopGuard(TrainerCallback):
             def on_train_begin(self, args: Any, state: Any, control: Any, **_: Any) -> None:
-                session.stopped, session.adapter.failed_steps = None, 0
+                session.stopped, session.stopped_failed = None, False
+                session.adapter.failed_steps = session.adapter.untrained_steps = 0
 
             def on_step_end(self, args: Any, state: Any, control: Any, **_: Any) -> None:
-                limit, failed = session.options.max_failed_steps, session.adapter.failed_steps
-                server = session.server
-                if server is not None and not server.running:
-                    served = ", ".join(cls_.__name__ for cls_ in server.classes)
-                    session.stopped = f"stopped at step {state.global_step}: the environment server serving {served} ({server.base_url}) has stopped"
-                    control.should_training_stop = True
-                elif limit and failed >= limit:
-                    why = _common_detail(session.adapter.last_trajectories)
-                    session.stopped = (
-                        f"stopped at step {state.global_step}: {failed} steps in a row in which every episode failed "
-                        f"(last: {session.adapter.last_failure}{f'; {why}' if why else ''})"
-                    )
+                stop = session.early_stop()
+                if stop is not None:
+                    session.stopped, session.stopped_failed = f"stopped at step {state.global_step}: {stop[0]}", stop[1]
                     control.should_training_stop = True
 
-        return FailedStepsGuard()
+        return StopGuard()
+
+
+def untrained_reason(steps: int, signal: StepSignal, trajectories: Sequence[Trajectory]) -> str:
+    """Why `steps` steps in a row trained nothing, from the last one's groups and episodes, and what to try.
+
+    >>> from openreward_rl.loop.trajectory import StopReason
+    >>> episode = Trajectory({}, [], [], [], [], 0.0, StopReason.COMPLETED, metrics={"tool_calls": 0.0})
+    >>> reason = untrained_reason(5, StepSignal(2, 2, 8, 8), [episode] * 8).split("; ")
+    >>> print(reason[0])
+    5 steps in a row trained nothing: every group's rewards were equal (last step: 2 of 2 groups without spread, mean reward 0.000, 0.00 tool calls/ep), so GRPO had no advantage to follow
+    >>> print(reason[1])
+    a model that never calls a tool or never succeeds needs a warm start first (openreward-rl sft, docs/training.md)
+    """
+    scored = [t.trained_reward for t in trajectories if t.trained_reward is not None]
+    reward = f"mean reward {sum(scored) / len(scored):.3f}" if scored else "no episode scored"
+    calls = sum(t.metrics.get("tool_calls", 0.0) for t in trajectories) / max(len(trajectories), 1)
+    return (
+        f"{steps} steps in a row trained nothing: every group's rewards were equal (last step: {signal.zero_spread_groups} of {signal.groups} "
+        f"groups without spread, {reward}, {calls:.2f} tool calls/ep), so GRPO had no advantage to follow; a model that never calls a tool "
+        "or never succeeds needs a warm start first (openreward-rl sft, docs/training.md); one that already succeeds every time is trained; "
+        "else try more --n-samples, a higher --temperature or --resample-zero-spread N (--max-untrained-steps 0: never stop)"
+    )
 
 
 def _common_detail(trajectories: Sequence[Trajectory]) -> str | None:
@@ -476,6 +512,8 @@ class EvalStats:
         )
 
     def line(self) -> str:
+        if not self.scored:  # every episode an infrastructure failure: no reward to average
+            return f"{self.environment}: no episode of {self.n} was scored  infra failures {self.infra_failures}"
         pass_k = ", ".join(f"pass@{k} {v:.2f}" for k, v in self.pass_at_k.items())
         return (
             f"{self.environment}: reward {self.reward_mean:.3f} ± {self.reward_std:.3f}  success {self.success:.2f}  n {self.n}  "
