@@ -19,6 +19,7 @@ with one line and status 1.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -59,7 +60,8 @@ def add_trl_arguments(parser: Any) -> None:
     group.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     group.add_argument("--dtype", default=None, help="model weights: float32 (default, also on CUDA; add --bf16 for autocast), bfloat16, ...")
     group.add_argument("--bf16", action="store_true", help="train under bf16 autocast (GPU)")
-    group.add_argument("--gradient-checkpointing", action="store_true", help="recompute activations in the backward pass (less memory, slower)")
+    group.add_argument("--gradient-checkpointing", action=argparse.BooleanOptionalAction, default=_DEFAULT["gradient_checkpointing"],
+                       help="recompute activations in the backward pass: far less memory, a slower step (default on; --no-gradient-checkpointing: off)")
     group.add_argument("--max-steps", type=int, default=_DEFAULT["max_steps"], help=f"optimizer steps (default {_DEFAULT['max_steps']})")
     group.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --output-dir")
     group.add_argument("--lora", action="store_true", help="train a LoRA adapter (peft) instead of all weights")

@@ -53,6 +53,10 @@ class TrlOptions:
     - `save_interval`: steps between checkpoints in `output_dir` (TRL's `checkpoint-N` folders, each
       with the optimizer state to resume from; the last step is always saved); 0: no checkpoints.
     - `resample_zero_spread`: rounds of rerunning groups that would train nothing (`TrlAdapter`); None: the config's.
+    - `gradient_checkpointing`: recompute each layer's activations in the backward pass instead of keeping them
+      (TRL's default too): the training pass holds one layer's activations at a time, not every layer's for the whole
+      batch;
+      the step takes longer, its numbers are the same.
     - `max_failed_steps`: training stops after this many steps in a row in which every episode failed
       (infrastructure failures: nothing to train on), keeping the checkpoints written so far; a single
       such step is reported and skipped (its loss is 0). 0: never stop for that.
@@ -83,7 +87,7 @@ class TrlOptions:
     run_name: str | None = None
     logging_steps: int = 1
     family: str | None = None
-    gradient_checkpointing: bool = False
+    gradient_checkpointing: bool = True
     sampler: str = SAMPLERS[0]
     sampler_memory: float = 0.5
     resample_zero_spread: int | None = None
