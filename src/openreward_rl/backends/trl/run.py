@@ -32,7 +32,7 @@ from openreward_rl.errors import ConfigError
 from openreward_rl.loop.trajectory import StopReason, Trajectory
 from openreward_rl.observe.metrics import EnvironmentSummary, summarize
 
-__all__ = ["EvalStats", "TrlOptions", "TrlSession", "eval_stats", "grpo_config", "last_checkpoint", "lora_config", "quiet_trainer", "trainable_gguf"]
+__all__ = ["EvalStats", "TrlOptions", "TrlSession", "checkpointing_argument", "eval_stats", "grpo_config", "last_checkpoint", "lora_config", "quiet_trainer", "trainable_gguf"]
 
 
 
@@ -150,8 +150,8 @@ def grpo_config(options: TrlOptions) -> Any:
     return GRPOConfig(
         **same_named(
             options, "output_dir", "max_steps", "temperature", "top_p", "beta", "logging_steps", "report_to", "run_name", "seed", "bf16",
-            "gradient_checkpointing",
         ),
+        **checkpointing_argument(GRPOConfig, options.gradient_checkpointing),
         learning_rate=options.lr,
         per_device_train_batch_size=batch,
         gradient_accumulation_steps=1,
@@ -164,6 +164,15 @@ def grpo_config(options: TrlOptions) -> Any:
         log_completions=False,
         disable_tqdm=False,
     )
+
+
+def checkpointing_argument(config_class: type, on: bool) -> dict[str, bool]:
+    """The keyword that turns gradient checkpointing on or off in `config_class` (a `TrainingArguments`): transformers
+    renamed `gradient_checkpointing` to `activation_checkpointing` and warns on the old name where it has the new one."""
+    import dataclasses
+
+    fields = {field.name for field in dataclasses.fields(config_class)}
+    return {"activation_checkpointing" if "activation_checkpointing" in fields else "gradient_checkpointing": on}
 
 
 def lora_config(options: TrlOptions) -> Any:

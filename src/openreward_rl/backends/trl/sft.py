@@ -52,13 +52,14 @@ def train_sft(model: Any, tokenizer: Any, rows: list[dict[str, list[int]]], *, o
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
 
+    from openreward_rl.backends.trl.run import checkpointing_argument, quiet_trainer
+
     args = SFTConfig(
         output_dir=output_dir, num_train_epochs=epochs, learning_rate=lr, per_device_train_batch_size=batch_size,
         gradient_accumulation_steps=1, logging_steps=1, save_strategy="no", report_to="none", seed=seed, bf16=bf16,
         max_length=None, lr_scheduler_type="constant", use_cpu=str(model.device) == "cpu",
-        gradient_checkpointing=gradient_checkpointing,
+        **checkpointing_argument(SFTConfig, gradient_checkpointing),
     )  # fmt: skip
-    from openreward_rl.backends.trl.run import quiet_trainer
 
     trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer, callbacks=list(callbacks))
     quiet_trainer(trainer).train()
