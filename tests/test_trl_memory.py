@@ -36,7 +36,7 @@ def test_gradient_checkpointing_is_on_by_default_and_can_be_turned_off() -> None
     assert parser.parse_args([*sft, "--no-gradient-checkpointing"]).gradient_checkpointing is False
 
 
-def test_sft_trains_with_gradient_checkpointing_unless_told_not_to(tmp_path: Path) -> None:
+def test_sft_trains_with_gradient_checkpointing_unless_told_not_to_and_releases_its_optimizer(tmp_path: Path) -> None:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -52,6 +52,7 @@ def test_sft_trains_with_gradient_checkpointing_unless_told_not_to(tmp_path: Pat
                             batch_size=2, seed=0, gradient_checkpointing=setting)  # fmt: skip
         assert trainer.args.gradient_checkpointing is setting and model.is_gradient_checkpointing is setting
         assert model.config.use_cache  # the saved model samples with its KV cache
+        assert trainer.optimizer is None and all(p.grad is None for p in model.parameters())  # released for sampling after
 
 
 def _step_memory(**settings: object) -> dict[str, float]:

@@ -306,7 +306,7 @@ def _evaluate(session: Any, tasks: Sequence[Any], n: int, out: Any) -> list[Any]
 
 
 def _train(args: Any, options: Any, config: Any, classes: Sequence[type], interrupts: Interrupts) -> int:
-    from openreward_rl.backends.trl import TrlSession, eval_stats, last_checkpoint, quiet_trainer
+    from openreward_rl.backends.trl import TrlSession, eval_stats, last_checkpoint, quiet_trainer, release_optimizer
 
     out = sys.stdout
     resume = last_checkpoint(options.output_dir) if args.resume else None
@@ -340,6 +340,7 @@ def _train(args: Any, options: Any, config: Any, classes: Sequence[type], interr
         if not args.no_save_model:
             trainer.save_model(options.output_dir)
             print(f"model saved to {options.output_dir}", file=out, flush=True)
+        release_optimizer(trainer)  # the evaluation samples beside the weights alone
         if eval_tasks:
             print(f"evaluating {args.eval_split} after training", file=out, flush=True)
             episodes = _evaluate(session, eval_tasks, args.eval_n, out)

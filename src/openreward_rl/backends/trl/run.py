@@ -32,7 +32,7 @@ from openreward_rl.errors import ConfigError
 from openreward_rl.loop.trajectory import StopReason, Trajectory
 from openreward_rl.observe.metrics import EnvironmentSummary, summarize
 
-__all__ = ["EvalStats", "TrlOptions", "TrlSession", "checkpointing_argument", "eval_stats", "grpo_config", "last_checkpoint", "lora_config", "quiet_trainer", "trainable_gguf"]
+__all__ = ["EvalStats", "TrlOptions", "TrlSession", "checkpointing_argument", "eval_stats", "grpo_config", "last_checkpoint", "lora_config", "quiet_trainer", "release_optimizer", "trainable_gguf"]
 
 
 
@@ -214,6 +214,19 @@ def quiet_trainer(trainer: Any) -> Any:
     warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")
     logging.getLogger("trl.trainer.grpo_trainer").addFilter(_not_unscored_rows)
     return trainer
+
+
+def release_optimizer(trainer: Any) -> None:
+    """Drop a finished trainer's optimizer and scheduler (AdamW's two moments: twice the trained weights' memory)
+    and the model's gradients, so that sampling after training (an evaluation) runs beside the weights alone.
+    A later `train()` builds a new optimizer."""
+    import gc
+
+    trainer.accelerator.free_memory()
+    trainer.optimizer = trainer.lr_scheduler = None
+    trainer.callback_handler.optimizer = trainer.callback_handler.lr_scheduler = None
+    trainer.model.zero_grad(set_to_none=True)
+    gc.collect()
 
 
 def last_checkpoint(output_dir: str | os.PathLike[str]) -> str | None:

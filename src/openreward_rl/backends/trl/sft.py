@@ -46,13 +46,13 @@ def sft_rows(trajectories: Sequence[Trajectory], *, min_reward: float) -> list[d
 def train_sft(model: Any, tokenizer: Any, rows: list[dict[str, list[int]]], *, output_dir: str, epochs: float, lr: float,
               batch_size: int, seed: int, bf16: bool = False, gradient_checkpointing: bool = True, callbacks: Sequence[Any] = ()) -> Any:  # fmt: skip
     """Fine-tune `model` on `rows` (`sft_rows`) with TRL's `SFTTrainer`; returns the trainer (its
-    `state.log_history` holds the losses). Nothing is saved: the caller saves the model. `gradient_checkpointing`
+    `state.log_history` holds the losses; its optimizer is released). Nothing is saved: the caller saves the model. `gradient_checkpointing`
     recomputes each layer's activations in the backward pass instead of keeping every layer's for the whole batch
     (as `TrlOptions.gradient_checkpointing`)."""
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
 
-    from openreward_rl.backends.trl.run import checkpointing_argument, quiet_trainer
+    from openreward_rl.backends.trl.run import checkpointing_argument, quiet_trainer, release_optimizer
 
     args = SFTConfig(
         output_dir=output_dir, num_train_epochs=epochs, learning_rate=lr, per_device_train_batch_size=batch_size,
@@ -63,5 +63,6 @@ def train_sft(model: Any, tokenizer: Any, rows: list[dict[str, list[int]]], *, o
 
     trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer, callbacks=list(callbacks))
     quiet_trainer(trainer).train()
+    release_optimizer(trainer)
     model.config.use_cache = True  # the Trainer turns the KV cache off for training; the saved model samples with it
     return trainer
