@@ -1,8 +1,8 @@
-"""The training pass's memory on the TRL backend: gradient checkpointing is on unless turned off, and a GRPO
-step's memory is the model's state (weights, gradients, the optimizer's two moments) and little more.
+"""The training pass's memory on the TRL backend: gradient checkpointing is on unless turned off, sft releases its
+optimizer once trained, and a GRPO step's memory stays within a bound over the model's weights.
 
-Without checkpointing, a step keeps every layer's activations for the whole batch until its backward pass: the
-CPU quickstart's `train` process peaked at 15.6 GB resident and was killed for memory. The slow test runs one
+Without checkpointing, a step keeps every layer's activations for the whole batch until its backward pass (the
+CPU quickstart's `train` process was reported at 15.6 GB resident, killed for memory). The slow test runs one
 real GRPO step of SmolLM2-135M's shape (TRL's `GRPOTrainer` under `grpo_config`'s defaults) in a process of its
 own (tests/_grpo_step_memory.py) and bounds how far the process's peak resident memory rose.
 """
