@@ -581,6 +581,7 @@ def _expected_turn_advantages(group: list[Trajectory], gamma: float) -> list[lis
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # two real GRPO steps on the CPU (gradient checkpointing recomputes each layer's forward)
 def test_turn_credit_trains_each_turn_with_its_own_return(tmp_path: Path, smollm2: tuple[Any, Any]) -> None:
     """`advantage: {estimator: turn}`: the batch TRL trains on carries, on each turn's sampled tokens, that
     turn's group-normalised return (computed here from PaintRoom's per-wall rewards), not one value per episode."""

@@ -46,6 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output-dir", default="sft_output", help="where the fine-tuned model is saved (default ./sft_output)")
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     parser.add_argument("--bf16", action="store_true", help="train under bf16 autocast (GPU)")
+    parser.add_argument("--gradient-checkpointing", action=argparse.BooleanOptionalAction, default=True,
+                        help="recompute activations in the backward pass: far less memory, a slower step (default on; --no-gradient-checkpointing: off)")
     parser.add_argument("--max-response-len", type=int, default=256, help="tokens per model call in evaluations (default 256)")
     parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature in evaluations (default 1.0)")
     parser.add_argument("--eval-split", default=None, help="evaluate this split before and after (e.g. test)")
@@ -219,7 +221,8 @@ def run(args: argparse.Namespace) -> int:
             trained = sum(sum(row["assistant_masks"]) for row in rows)
             print(f"fine-tuning on {len(rows)} episode contexts of {len(episodes)} episodes ({trained} trained tokens), {args.epochs:g} epochs", flush=True)
             trainer = train_sft(session.model, session.tokenizer, rows, output_dir=args.output_dir, epochs=args.epochs, lr=args.lr,
-                                batch_size=args.batch_size, seed=args.seed, bf16=args.bf16)  # fmt: skip
+                                batch_size=args.batch_size, seed=args.seed, bf16=args.bf16,
+                                gradient_checkpointing=args.gradient_checkpointing)  # fmt: skip
             losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
             if losses:
                 print(f"loss {losses[0]:.4f} -> {losses[-1]:.4f} over {len(losses)} steps", flush=True)

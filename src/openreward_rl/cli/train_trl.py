@@ -25,6 +25,7 @@ what to try (a warm start with `openreward-rl sft`); the model is then saved and
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -65,7 +66,8 @@ def add_trl_arguments(parser: Any) -> None:
     group.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     group.add_argument("--dtype", default=None, help="model weights: float32 (default, also on CUDA; add --bf16 for autocast), bfloat16, ...")
     group.add_argument("--bf16", action="store_true", help="train under bf16 autocast (GPU)")
-    group.add_argument("--gradient-checkpointing", action="store_true", help="recompute activations in the backward pass (less memory, slower)")
+    group.add_argument("--gradient-checkpointing", action=argparse.BooleanOptionalAction, default=_DEFAULT["gradient_checkpointing"],
+                       help="recompute activations in the backward pass: far less memory, a slower step (default on; --no-gradient-checkpointing: off)")
     group.add_argument("--max-steps", type=int, default=_DEFAULT["max_steps"], help=f"optimizer steps (default {_DEFAULT['max_steps']})")
     group.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --output-dir")
     group.add_argument("--lora", action="store_true", help="train a LoRA adapter (peft) instead of all weights")
@@ -349,7 +351,7 @@ def _evaluate(session: Any, tasks: Sequence[Any], n: int, out: Any) -> list[Any]
 
 
 def _train(args: Any, options: Any, config: Any, classes: Sequence[type], interrupts: Interrupts) -> int:
-    from openreward_rl.backends.trl import TrlSession, eval_stats, last_checkpoint, quiet_trainer
+    from openreward_rl.backends.trl import TrlSession, eval_stats, last_checkpoint, quiet_trainer, release_optimizer
 
     out = sys.stdout
     resume = last_checkpoint(options.output_dir) if args.resume else None
@@ -386,6 +388,7 @@ def _train(args: Any, options: Any, config: Any, classes: Sequence[type], interr
         if not args.no_save_model:
             trainer.save_model(options.output_dir)
             print(f"model saved to {options.output_dir}", file=out, flush=True)
+        release_optimizer(trainer)  # the evaluation samples beside the weights alone
         if eval_tasks:
             print(f"evaluating {args.eval_split} after training", file=out, flush=True)
             episodes = _evaluate(session, eval_tasks, args.eval_n, out)

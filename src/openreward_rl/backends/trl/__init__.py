@@ -22,6 +22,7 @@ from openreward_rl.backends.trl.run import (
     last_checkpoint,
     lora_config,
     quiet_trainer,
+    release_optimizer,
     trainable_gguf,
 )
 from openreward_rl.backends.trl.sft import kept_for_sft, sft_rows, train_sft
@@ -29,6 +30,6 @@ from openreward_rl.backends.trl.sft import kept_for_sft, sft_rows, train_sft
 __all__ = [
     "SAMPLERS", "Completion", "TrlAdapter", "completion_of", "failures", "task_dataset", "task_prompt",
     "batch_token_advantages", "row_advantages", "turn_credit_trainer_class",
-    "EvalStats", "TrlOptions", "TrlSession", "eval_stats", "grpo_config", "last_checkpoint", "lora_config", "quiet_trainer", "trainable_gguf",
+    "EvalStats", "TrlOptions", "TrlSession", "eval_stats", "grpo_config", "last_checkpoint", "lora_config", "quiet_trainer", "release_optimizer", "trainable_gguf",
     "kept_for_sft", "sft_rows", "train_sft",
 ]  # fmt: skip

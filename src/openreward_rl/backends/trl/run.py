@@ -34,7 +34,10 @@ from openreward_rl.errors import ConfigError
 from openreward_rl.loop.trajectory import StopReason, Trajectory
 from openreward_rl.observe.metrics import EnvironmentSummary, summarize
 
-__all__ = ["EvalStats", "TrlOptions", "TrlSession", "eval_stats", "grpo_config", "last_checkpoint", "lora_config", "quiet_trainer", "recognise_tied_weights", "trainable_gguf"]
+__all__ = [
+    "EvalStats", "TrlOptions", "TrlSession", "checkpointing_argument", "eval_stats", "grpo_config", "last_checkpoint", "lora_config", "quiet_trainer",
+    "recognise_tied_weights", "release_optimizer", "trainable_gguf",
+]
 
 
 
@@ -58,6 +61,10 @@ class TrlOptions:
     - `save_interval`: steps between checkpoints in `output_dir` (TRL's `checkpoint-N` folders, each
       with the optimizer state to resume from; the last step is always saved); 0: no checkpoints.
     - `resample_zero_spread`: rounds of rerunning groups that would train nothing (`TrlAdapter`); None: the config's.
+    - `gradient_checkpointing`: recompute each layer's activations in the backward pass instead of keeping them
+      (TRL's default too): the training pass holds one layer's activations at a time, not every layer's for the whole
+      batch;
+      the step takes longer, its numbers are the same.
     - `max_failed_steps`: training stops after this many steps in a row in which every episode failed
       (infrastructure failures: nothing to train on), keeping the checkpoints written so far; a single
       such step is reported and skipped (its loss is 0). 0: never stop for that.
@@ -91,7 +98,7 @@ class TrlOptions:
     run_name: str | None = None
     logging_steps: int = 1
     family: str | None = None
-    gradient_checkpointing: bool = False
+    gradient_checkpointing: bool = True
     sampler: str = SAMPLERS[0]
     sampler_memory: float = 0.5
     resample_zero_spread: int | None = None
@@ -170,8 +177,8 @@ def grpo_config(options: TrlOptions) -> Any:
     return GRPOConfig(
         **same_named(
             options, "output_dir", "max_steps", "temperature", "top_p", "beta", "logging_steps", "report_to", "run_name", "seed", "bf16",
-            "gradient_checkpointing",
         ),
+        **checkpointing_argument(GRPOConfig, options.gradient_checkpointing),
         learning_rate=options.lr,
         per_device_train_batch_size=batch,
         gradient_accumulation_steps=1,
@@ -184,6 +191,15 @@ def grpo_config(options: TrlOptions) -> Any:
         log_completions=False,
         disable_tqdm=False,
     )
+
+
+def checkpointing_argument(config_class: type, on: bool) -> dict[str, bool]:
+    """The keyword that turns gradient checkpointing on or off in `config_class` (a `TrainingArguments`): transformers
+    renamed `gradient_checkpointing` to `activation_checkpointing` and warns on the old name where it has the new one."""
+    import dataclasses
+
+    fields = {field.name for field in dataclasses.fields(config_class)}
+    return {"activation_checkpointing" if "activation_checkpointing" in fields else "gradient_checkpointing": on}
 
 
 def lora_config(options: TrlOptions) -> Any:
@@ -256,6 +272,19 @@ def quiet_trainer(trainer: Any) -> Any:
     warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")
     logging.getLogger("trl.trainer.grpo_trainer").addFilter(_not_unscored_rows)
     return trainer
+
+
+def release_optimizer(trainer: Any) -> None:
+    """Drop a finished trainer's optimizer and scheduler (AdamW's two moments: twice the trained weights' memory)
+    and the model's gradients, so that sampling after training (an evaluation) runs beside the weights alone.
+    A later `train()` builds a new optimizer."""
+    import gc
+
+    trainer.accelerator.free_memory()
+    trainer.optimizer = trainer.lr_scheduler = None
+    trainer.callback_handler.optimizer = trainer.callback_handler.lr_scheduler = None
+    trainer.model.zero_grad(set_to_none=True)
+    gc.collect()
 
 
 def last_checkpoint(output_dir: str | os.PathLike[str]) -> str | None:

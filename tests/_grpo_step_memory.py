@@ -1,0 +1,78 @@
+"""One GRPO step of SmolLM2-135M's shape on the CPU through `grpo_config` and TRL's `GRPOTrainer`; prints the
+process's peak resident memory (MiB) before the step, once its forward and backward passes are done (before the
+optimizer's first step creates its state) and after the step, as JSON (run in its own process by
+tests/test_trl_memory.py: `ru_maxrss` is a process's lifetime peak).
+
+    python tests/_grpo_step_memory.py '{"rows": 16, "prompt": 300, "completion": 120, "gradient_checkpointing": true}'
+
+The weights are random (SmolLM2's config, no file to load: loading would set a peak of its own); the completions
+are fixed token ids handed over as a `rollout_func`, in the shape the adapter hands TRL a step's episodes.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import sys
+import tempfile
+
+
+def peak_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def main(settings: dict) -> dict:
+    import torch
+    from datasets import Dataset
+    from transformers import AutoConfig, AutoModelForCausalLM, TrainerCallback, set_seed
+    from trl import GRPOTrainer
+
+    from openreward_rl.assets import load_tokenizer, smollm2_gguf
+    from openreward_rl.backends.trl.run import TrlOptions, grpo_config, quiet_trainer
+
+    rows, prompt, completion = settings["rows"], settings["prompt"], settings["completion"]
+    n_samples = settings.get("n_samples", 4)
+    set_seed(0)
+    directory, gguf = smollm2_gguf()
+    model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(directory), gguf_file=gguf), dtype=torch.float32)
+    tokenizer = load_tokenizer("offline:smollm2")
+    vocabulary = model.config.vocab_size
+    generator = torch.Generator().manual_seed(0)
+
+    def rollout(prompts: list, trainer: object) -> dict:
+        # the longest episode sets the batch's width; the others end earlier (TRL pads them)
+        lengths = [completion if i % 4 == 0 else completion // 2 for i in range(len(prompts))]
+        return {
+            "prompt_ids": [torch.randint(3, vocabulary, (prompt,), generator=generator).tolist() for _ in prompts],
+            "completion_ids": [torch.randint(3, vocabulary, (n,), generator=generator).tolist() for n in lengths],
+            "logprobs": [[-1.0] * n for n in lengths],
+            "env_mask": [[1] * n for n in lengths],
+            "reward": [float(i % 2) for i in range(len(prompts))],
+        }
+
+    peaks: dict[str, float] = {}
+
+    class BackwardPeak(TrainerCallback):
+        def on_pre_optimizer_step(self, args: object, state: object, control: object, **_: object) -> None:
+            peaks.setdefault("backward_mib", peak_mib())
+
+    with tempfile.TemporaryDirectory() as output_dir:
+        options = TrlOptions(
+            model="offline:smollm2", device="cpu", output_dir=output_dir, max_steps=1, prompts_per_step=rows // n_samples, n_samples=n_samples,
+            max_new_tokens=completion, save_interval=0, **({} if settings.get("gradient_checkpointing") is None else {"gradient_checkpointing": settings["gradient_checkpointing"]}),
+        )  # fmt: skip
+        trainer = GRPOTrainer(
+            model=model, processing_class=tokenizer, args=grpo_config(options), rollout_func=rollout,
+            reward_funcs=[lambda prompts, completions, reward, **_: reward],
+            train_dataset=Dataset.from_list([{"prompt": f"task {i}"} for i in range(rows)]), callbacks=[BackwardPeak()],
+        )  # fmt: skip
+        before = peak_mib()
+        quiet_trainer(trainer).train()
+        after = peak_mib()
+    parameters = sum(p.numel() * p.element_size() for p in model.parameters()) / 2**20
+    return {"before_mib": before, **peaks, "after_mib": after, "parameters_mib": parameters, "gradient_checkpointing": trainer.args.gradient_checkpointing,
+            "loss": trainer.state.log_history[0].get("loss")}  # fmt: skip
+
+
+if __name__ == "__main__":
+    print(json.dumps(main(json.loads(sys.argv[1]))), flush=True)
