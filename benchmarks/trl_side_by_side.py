@@ -150,11 +150,15 @@ class Bridge:
     async def respond_async(self, env: Any, text: str, state: dict[str, Any]) -> str | None:
         parsed = self.parse(text)
         if parsed.tool_calls:
-            outcomes = [await env.call_tool(call.name, call.arguments) for call in parsed.tool_calls]
-        elif not parsed.has_tool_activity and await env.terminal_tool() is not None:
-            outcomes = [await env.call_terminal_tool(parsed.content)]
-        else:
-            return None
+            return await self.call_tools(env, [(call.name, call.arguments) for call in parsed.tool_calls], state)
+        if not parsed.has_tool_activity and await env.terminal_tool() is not None:
+            return self.record([await env.call_terminal_tool(parsed.content)], state)
+        return None
+
+    async def call_tools(self, env: Any, calls: list[tuple[str, Any]], state: dict[str, Any]) -> str:
+        return self.record([await env.call_tool(name, arguments) for name, arguments in calls], state)
+
+    def record(self, outcomes: list[Any], state: dict[str, Any]) -> str:
         for outcome in outcomes:
             state["rewards"] += [outcome.reward] if outcome.reward is not None else []
             state["finished"] = state["finished"] or outcome.finished
@@ -253,8 +257,12 @@ class Bridge:
             rewards = []
             for completion, episode in zip(completions, environments):
                 last = completion[-1] if completion else {}
-                if not episode.state["finished"] and last.get("role") == "assistant" and not last.get("tool_calls"):
-                    self.respond(episode._env, last.get("content") or "", episode.state)  # a plain last reply: terminal tool
+                if not episode.state["finished"] and last.get("role") == "assistant":
+                    calls = [(c["function"]["name"], c["function"]["arguments"]) for c in last.get("tool_calls") or []]
+                    if calls:  # the last round's calls, which TRL leaves unrun past max_tool_calling_iterations: our loop runs a turn's calls
+                        self.adapter.run(self.call_tools(episode._env, calls, episode.state))
+                    else:  # a plain last reply: the terminal tool
+                        self.respond(episode._env, last.get("content") or "", episode.state)
                 rewards.append(self.reward(episode.state))
                 episode._close()
             if scored is not None:
