@@ -82,7 +82,7 @@ async def test_another_models_episodes_are_replayed_token_exact_in_the_students_
 def engine_turn(trajectory: Any, index: int) -> Any:
     from openreward_rl.engines.teacher import Replay
 
-    return Replay.of(trajectory, reasoning=False).turns[index]
+    return Replay.of((turn.parsed for turn in trajectory.turns), reasoning=False).turns[index]
 
 
 @pytest.mark.parametrize(

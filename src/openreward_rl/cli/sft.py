@@ -150,7 +150,7 @@ def replays(renderer: Any, config: Any, episodes: list[Any]) -> list[tuple[Any, 
         task = TaskRef.from_description(episode.task)
         if config.environment(task.environment).variant is not None:
             task = attrs.evolve(task, variant=None)  # the served class's variant, not the recording's
-        plays.append((TeacherEngine(renderer, Replay.of(episode, reasoning=reasoning)), task))
+        plays.append((TeacherEngine(renderer, Replay.of((turn.parsed for turn in episode.turns), reasoning=reasoning)), task))
     return plays
 
 

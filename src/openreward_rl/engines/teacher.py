@@ -23,18 +23,17 @@ from __future__ import annotations
 
 import inspect
 import itertools
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Protocol
 
 import attrs
 
 from openreward_rl.engines.base import EngineRequestError, FinishReason, Generation, GenerationRequest
-from openreward_rl.env.tasks import TaskRef
 from openreward_rl.families.chat import ChatRenderer
 from openreward_rl.families.probe import assistant_message, template_turn
-from openreward_rl.loop.trajectory import Trajectory
+from openreward_rl.parsers.base import ParsedTurn
 
-__all__ = ["Replay", "Teacher", "TeacherEngine", "TeacherTask", "TeacherTurn", "prompt_text", "takes_task", "turn_text"]
+__all__ = ["Replay", "TaskIdentity", "Teacher", "TeacherEngine", "TeacherTask", "TeacherTurn", "prompt_text", "takes_task", "turn_text"]
 
 
 @attrs.frozen
@@ -46,13 +45,20 @@ class TeacherTurn:
     reasoning: str | None = None
 
 
+class TaskIdentity(Protocol):
+    """What a teacher is told of its task's identity: `env.tasks.TaskRef` (environment, split, index, spec)."""
+
+    @property
+    def task_spec(self) -> Mapping[str, Any] | None: ...
+
+
 @attrs.frozen
 class TeacherTask:
     """The task a teacher plays: `ref` (environment, split, index), `prompt` (the text of the task's
     opening user messages, as the environment gave them) and `spec` (the environment's task spec, as
     its task listing gave it; None where the environment serves its tasks by index only)."""
 
-    ref: TaskRef
+    ref: TaskIdentity
     prompt: str
 
     @property
@@ -115,11 +121,10 @@ class Replay:
     A replay that runs past the recorded turns (the environment answered otherwise than when the
     episode was recorded) fails its episode with an `EngineRequestError` saying so.
 
-    >>> from openreward_rl.loop.trajectory import StopReason, Turn
-    >>> from openreward_rl.parsers.base import ParsedTurn, ToolCall
-    >>> call = Turn(5, (), (), FinishReason.STOP, ParsedTurn(content="", tool_calls=(ToolCall("read_order", {"order": 12}, "c0"),)))
-    >>> answer = Turn(9, (), (), FinishReason.STOP, ParsedTurn(content="teal", reasoning="the book says teal"))
-    >>> replay = Replay.of(Trajectory({}, [], [call, answer], [], [], 1.2, StopReason.COMPLETED), reasoning=False)
+    >>> from openreward_rl.parsers.base import ToolCall
+    >>> call = ParsedTurn(content="", tool_calls=(ToolCall("read_order", {"order": 12}, "c0"),))
+    >>> answer = ParsedTurn(content="teal", reasoning="the book says teal")
+    >>> replay = Replay.of([call, answer], reasoning=False)
     >>> replay([{"role": "user", "content": "Order 12."}], [])
     TeacherTurn(content='', calls=(('read_order', {'order': 12}),), reasoning=None)
     >>> replay([{"role": "user", "content": "Order 12."}, {"role": "assistant", "content": ""}, {"role": "tool", "content": "teal"}], [])
@@ -129,16 +134,16 @@ class Replay:
     turns: tuple[TeacherTurn, ...]
 
     @classmethod
-    def of(cls, trajectory: Trajectory, *, reasoning: bool) -> Replay:
-        """The recorded episode's model turns as parsed (content, tool calls; reasoning where `reasoning`:
-        the student's family marks it)."""
+    def of(cls, parsed_turns: Iterable[ParsedTurn], *, reasoning: bool) -> Replay:
+        """A recorded episode's model turns as parsed (each `Turn.parsed` of its trajectory: content, tool calls;
+        reasoning where `reasoning`: the student's family marks it)."""
         return cls(tuple(
             TeacherTurn(
-                content=turn.parsed.content or "",
-                calls=tuple((call.name, call.arguments) for call in turn.parsed.tool_calls),
-                reasoning=turn.parsed.reasoning if reasoning else None,
+                content=parsed.content or "",
+                calls=tuple((call.name, call.arguments) for call in parsed.tool_calls),
+                reasoning=parsed.reasoning if reasoning else None,
             )
-            for turn in trajectory.turns
+            for parsed in parsed_turns
         ))  # fmt: skip
 
     def __call__(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]]) -> TeacherTurn:
@@ -159,10 +164,10 @@ class TeacherEngine:
 
     renderer: ChatRenderer
     teacher: Teacher
-    task: TaskRef | None = None
+    task: TaskIdentity | None = None
     _turns: Any = attrs.field(factory=itertools.count, init=False)
 
-    def for_task(self, task: TaskRef) -> TeacherEngine:
+    def for_task(self, task: TaskIdentity) -> TeacherEngine:
         """The same teacher, bound to `task`: the engine of one episode of it."""
         return TeacherEngine(self.renderer, self.teacher, task)
 
