@@ -27,6 +27,7 @@ from openreward_rl.assets import offline_tokenizer_dir
 from openreward_rl.backends import miles as miles_hooks
 from openreward_rl.backends import miles_agent
 from openreward_rl.backends._sample.record import EpisodeRecord
+from openreward_rl.backends.filters import group_verdict
 from openreward_rl.env.tasks import TaskRef, task_row
 from openreward_rl.loop.trajectory import StopReason
 from openreward_rl.testing import ScriptedCompletion, SGLangTestServer
@@ -35,7 +36,9 @@ from test_miles_source import blocking
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
+SUMMARIZE = {"name": "summarize", "threshold": 0.6, "keep_recent_turns": 1, "summary_tokens": 128}
 SUBMIT_OK = '<tool_call>\n{"name": "submit", "arguments": {"answer": "ok"}}\n</tool_call>'
+SUBMIT_WRONG = '<tool_call>\n{"name": "submit", "arguments": {"answer": "nope"}}\n</tool_call>'
 EXPLODE = '<tool_call>\n{"name": "explode", "arguments": {"message": "boom"}}\n</tool_call>'
 WAIT = 'Let me wait first.\n<tool_call>\n{"name": "hang", "arguments": {"seconds": 0}}\n</tool_call>'
 
@@ -143,7 +146,7 @@ class Stack:
             **SESSION_SERVER_ARGS, session_server_port=self.session_port, session_server_ports=[self.session_port],
             max_seq_len=None, rollout_max_context_len=4096,
         )  # fmt: skip
-        args = miles_args(0, self.checkpoint, **{**values, **overrides})
+        args = miles_args(self.sglang.port, self.checkpoint, **{**values, **overrides})  # the double answers as its own router
         self.miles.http_utils.init_http_client(args)  # RolloutManager does this once at start
         return args
 
@@ -213,9 +216,99 @@ async def test_an_agent_episode_through_miles_session_server_trains_what_it_samp
     # the double's log-prob of each sampled id at its absolute position; the tool turn's tokens carry 0.0
     expected = [*_logprobs(first.input_ids, sampled[0]), *[0.0] * gap, *_logprobs(second.input_ids, sampled[1])]
     assert sample.rollout_log_probs == expected
+    assert sample.weight_versions == ["w3", "w3"]
     assert sample.metadata["agent_metrics"]["model_calls"] == 2.0 and sample.non_generation_time >= 0.0
     assert first.sampling_params["max_new_tokens"] <= args.rollout_max_response_len and first.sampling_params["temperature"] == 1.0
 
 
 def _logprobs(context: list[int], ids: list[int]) -> list[float]:
     return [scripted_logprob(token, len(context) + index) for index, token in enumerate(ids)]
+
+
+async def test_a_named_context_policy_is_refused_and_ends_the_rollout_step(stack: Stack, served_config: Any) -> None:
+    """Miles' session server takes a later request only if it replays the stored history, which a compacted context
+    does not: the agent refuses before any model call, past Miles' `except Exception` around the agent function."""
+    served_config({"Faulty": {"context_policy": SUMMARIZE}})
+    with pytest.raises(miles_hooks.RolloutStepError, match="context_policy"):
+        await stack.generate_and_rm(stack.args(), make_sample(stack.miles))
+    assert stack.sglang.requests == []
+
+
+async def test_an_environment_fault_mid_episode_is_removed_not_a_zero_reward(stack: Stack, served_config: Any) -> None:
+    """Miles sets COMPLETED from the last model call; the episode says the environment failed: ABORTED, removed,
+    nothing trained, the placeholder reward 0.0 preset (Miles runs no reward model for ABORTED), and the dynamic
+    filter drops the group."""
+    served_config({"Faulty": {}})
+    stack.sglang.push(ScriptedCompletion(text=EXPLODE))
+    args = stack.args()
+    failed = await stack.generate_and_rm(args, make_sample(stack.miles))
+    record = record_of(failed)
+    assert record.stop_reason is StopReason.ENV_ERROR and "boom" in record.stop_detail and record.reward_observed is False
+    assert failed.status is stack.miles.types.Sample.Status.ABORTED and failed.remove_sample and failed.reward == 0.0
+    assert failed.response_length > 0 and not any(failed.loss_mask) and not any(failed.rollout_log_probs)
+    stack.sglang.push(ScriptedCompletion(text=SUBMIT_OK))
+    ok = await stack.generate_and_rm(args, make_sample(stack.miles, group_index=1))
+    assert ok.reward == 1.0 and group_verdict(args, [failed, ok]) == (False, "aborted_member")
+
+
+async def test_an_environment_that_never_opens_gives_a_removed_placeholder(stack: Stack, served_config: Any) -> None:
+    """No model call reached the session: Miles returns a copy of the input sample, ABORTED, without the agent's
+    record, and runs no reward model; it comes back as the masked placeholder with the episode's record."""
+    served_config({"Faulty": {}})
+    sample = await stack.generate_and_rm(stack.args(), make_sample(stack.miles, index=999))
+    assert stack.sglang.requests == []
+    assert sample.status is stack.miles.types.Sample.Status.ABORTED and sample.remove_sample is True and sample.reward == 0.0
+    assert sample.response_length == 1 and sample.loss_mask == [0] and sample.rollout_log_probs == [0.0]
+    record = record_of(sample)
+    assert record.stop_reason is StopReason.ENV_ERROR and record.placeholder and record.reward_observed is False
+
+
+async def broken_agent(**kwargs: Any) -> Any:
+    raise RuntimeError("agent broke")
+
+
+async def test_an_agent_that_raises_gives_a_removed_placeholder(stack: Stack, served_config: Any) -> None:
+    """The agent function itself fails: Miles logs it, collects nothing and returns the input sample, ABORTED."""
+    served_config({"Faulty": {}})
+    args = stack.args(custom_agent_function_path=f"{__name__}.broken_agent")
+    sample = await stack.generate_and_rm(args, make_sample(stack.miles))
+    assert sample.status is stack.miles.types.Sample.Status.ABORTED and sample.remove_sample and sample.reward == 0.0
+    assert record_of(sample).stop_reason is StopReason.ABORTED and "without the agent's record" in record_of(sample).stop_detail
+
+
+async def test_group_rm_scores_the_group_through_miles(stack: Stack, served_config: Any) -> None:
+    """`--group-rm`: Miles' `generate_and_rm_group` leaves every reward to the reward hook, a removed member's too."""
+    served_config({"Faulty": {}})
+    stack.sglang.push(ScriptedCompletion(text=SUBMIT_OK))
+    args = stack.args(group_rm=True)
+    state = stack.miles.common.GenerateState(args)
+    group = [make_sample(stack.miles, index=999), make_sample(stack.miles, group_index=1)]
+    coroutine = stack.miles.common.generate_and_rm_group(state, group, state.sampling_params)
+    failed, ok = await blocking(stack.miles.async_utils.run, coroutine, timeout=45.0)
+    assert ok.reward == 1.0 and ok.status is stack.miles.types.Sample.Status.COMPLETED
+    assert failed.reward == 0.0 and failed.remove_sample and failed.status is stack.miles.types.Sample.Status.ABORTED
+
+
+async def test_miles_generate_used_directly_with_the_tokenizer_variable(stack: Stack, served_config: Any, monkeypatch: Any) -> None:
+    """Miles' own agentic generate as `--custom-generate-function-path`: `run` finds the tokenizer through the variable."""
+    served_config({"Faulty": {}})
+    monkeypatch.setenv(miles_agent.TOKENIZER_ENV, stack.checkpoint)
+    stack.sglang.push(ScriptedCompletion(text=SUBMIT_WRONG))
+    args = stack.args(custom_generate_function_path=f"{miles_agent.AGENTIC_GENERATE_MODULE}.generate")
+    sample = await stack.generate_and_rm(args, make_sample(stack.miles))
+    assert sample.status is stack.miles.types.Sample.Status.COMPLETED and sample.reward == 0.0
+    assert record_of(sample).episode_reward == 0.0 and record_of(sample).reward_observed is True
+
+
+async def test_the_agent_without_args_names_the_fix(stack: Stack, served_config: Any, monkeypatch: Any) -> None:
+    served_config({"Faulty": {}})
+    monkeypatch.delenv(miles_agent.TOKENIZER_ENV, raising=False)
+    with pytest.raises(miles_hooks.RolloutStepError, match="OPENREWARD_RL_TOKENIZER"):  # a ConfigError Miles would swallow, raised past it
+        await miles_agent.run(f"http://127.0.0.1:{stack.session_port}/sessions/x", [], {}, make_sample(stack.miles).metadata)
+
+
+def test_request_kwargs_map_back_to_sglang_names(miles: Any) -> None:
+    """What Miles' `build_chat_request_kwargs` makes of the rollout's sampling params, `run` turns back into SGLang's."""
+    sampling = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "max_new_tokens": 64, "no_stop_trim": True, "sampling_seed": 5, "custom_params": {"keep": 1}}
+    expected = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "max_new_tokens": 64, "no_stop_trim": True, "sampling_seed": 5}
+    assert miles_agent.chat_sampling_params(miles.agentic.build_chat_request_kwargs(sampling)) == expected
