@@ -29,7 +29,8 @@ from openreward_rl.backends import miles_agent
 from openreward_rl.backends._sample.record import EpisodeRecord
 from openreward_rl.backends.filters import group_verdict
 from openreward_rl.env.tasks import TaskRef, task_row
-from openreward_rl.loop.trajectory import StopReason
+from openreward_rl.loop.rollout import Rollouts
+from openreward_rl.loop.trajectory import StopReason, Trajectory
 from openreward_rl.testing import ScriptedCompletion, SGLangTestServer
 from openreward_rl.testing.sglang_server import scripted_logprob
 from test_miles_source import blocking
@@ -195,13 +196,29 @@ def record_of(sample: Any) -> EpisodeRecord:
     return EpisodeRecord.from_metadata(sample.metadata)
 
 
-async def test_an_agent_episode_through_miles_session_server_trains_what_it_sampled(stack: Stack, served_config: Any, qwen3_tokenizer: Any) -> None:
+async def test_an_agent_episode_through_miles_session_server_trains_what_it_sampled(
+    stack: Stack, served_config: Any, qwen3_tokenizer: Any, monkeypatch: Any
+) -> None:
     """Two model calls (a tool turn, then the right answer): Miles' session server owns the tokens, so the sample is
-    exactly the two calls' contexts and sampled ids, the sampled ids trained with the log-probs SGLang gave."""
+    exactly the two calls' contexts and sampled ids, the sampled ids trained with the log-probs SGLang gave, which
+    are the ids and log-probs the episode recorded."""
     served_config({"Faulty": {}})  # the default context policy
+    played: list[Trajectory] = []
+    play = Rollouts.run
+
+    async def recording(self: Rollouts, *args: Any, **kwargs: Any) -> Trajectory:
+        played.append(await play(self, *args, **kwargs))
+        return played[-1]
+
+    monkeypatch.setattr(Rollouts, "run", recording)
     stack.sglang.push(ScriptedCompletion(text=WAIT), ScriptedCompletion(text=SUBMIT_OK))
     args = stack.args()
     sample = await stack.generate_and_rm(args, make_sample(stack.miles))
+    (episode,) = played
+    trained = [index for index, mask in enumerate(sample.loss_mask) if mask]
+    response = sample.tokens[-sample.response_length :]
+    assert [response[i] for i in trained] == [t for t, mask in zip(episode.response_ids, episode.loss_mask, strict=True) if mask]
+    assert [sample.rollout_log_probs[i] for i in trained] == [p for p, mask in zip(episode.rollout_logprobs, episode.loss_mask, strict=True) if mask]
     record = record_of(sample)
     assert record.stop_reason is StopReason.COMPLETED and record.episode_reward == 1.0 and record.metrics["turns"] == 2.0
     assert sample.status is stack.miles.types.Sample.Status.COMPLETED and sample.reward == 1.0  # Miles' RM call read the record
