@@ -325,3 +325,26 @@ def test_an_in_process_servers_failures_are_one_line_each_and_their_tracebacks_g
     assert len(said) == 1 and "RuntimeError: the environment's own bug" in said[0], err
     logged = open(log_file, encoding="utf-8").read()
     assert logged.count("Traceback") >= 4 and "RuntimeError: the environment's own bug" in logged
+
+
+def test_a_server_started_beside_a_running_one_says_its_failures_again(capfd):
+    """The SDK's server loggers are process-wide, so servers running at once share one log; a server that
+    starts beside another (a second command's run in one process, as in a test suite) begins a new run, whose
+    distinct failures reach the terminal again instead of being taken for the first run's."""
+
+    async def fail_once(server: LocalEnvServer) -> None:
+        client = AsyncOpenReward(api_key="local")
+        try:
+            async with server.environment(client, Raising).session(split="train", index=0) as session:
+                with pytest.raises(Exception):  # noqa: B017, PT011 - the SDK's error for a tool that raised
+                    await session.call_tool("fail")
+        finally:
+            await client.environments.aclose()
+
+    with serve_environments(Raising) as first:
+        asyncio.run(fail_once(first))
+        with serve_environments(Raising) as second:
+            asyncio.run(fail_once(second))
+            asyncio.run(fail_once(second))
+    said = [line for line in capfd.readouterr().err.splitlines() if line.startswith("environment server (in this process)")]
+    assert len(said) == 2 and all("RuntimeError: the environment's own bug" in line for line in said), said

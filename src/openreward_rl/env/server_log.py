@@ -57,6 +57,11 @@ class ServerLog:
     def flush(self) -> None:
         pass  # every write is flushed
 
+    def new_run(self) -> None:
+        """Another server started beside the running ones (another command's run in this process): its
+        distinct failures are said again, the log file's name with the first."""
+        self._said = OncePerKey()
+
     def close(self) -> None:
         with self._lock:
             self._file.close()
@@ -90,6 +95,7 @@ def route_server_logs() -> ServerLog:
     with _state_lock:
         if _routed.get("users"):
             _routed["users"] += 1
+            _routed["log"].new_run()
             return _routed["log"]
         handle, path = tempfile.mkstemp(prefix="openreward-env-server-", suffix=".log")
         os.close(handle)
