@@ -298,22 +298,24 @@ class Raising(Environment):
         raise RuntimeError(f"the environment's own bug in session {id(self)}"[:36])  # the same text in every session
 
 
+async def fail_in_sessions(server: LocalEnvServer, sessions: int) -> None:
+    """`sessions` sessions of `Raising` on `server`, each calling its failing tool once."""
+    client = AsyncOpenReward(api_key="local")
+    try:
+        for _ in range(sessions):
+            async with server.environment(client, Raising).session(split="train", index=0) as session:
+                with pytest.raises(Exception):  # noqa: B017, PT011 - the SDK's error for a tool that raised
+                    await session.call_tool("fail")
+    finally:
+        await client.environments.aclose()
+
+
 def test_an_in_process_servers_failures_are_one_line_each_and_their_tracebacks_go_to_its_log(capfd):
     """Served in the training process, the environment's own tracebacks do not reach the terminal: its log file
     holds them, and stderr gets one line per distinct failure (a broken environment printed one per episode)."""
     import openreward.environments.server as sdk_server
 
     sdk_logger = sdk_server.logger
-
-    async def fail_in_sessions(server: LocalEnvServer, sessions: int) -> None:
-        client = AsyncOpenReward(api_key="local")
-        try:
-            for _ in range(sessions):
-                async with server.environment(client, Raising).session(split="train", index=0) as session:
-                    with pytest.raises(Exception):  # noqa: B017, PT011 - the SDK's error for a tool that raised
-                        await session.call_tool("fail")
-        finally:
-            await client.environments.aclose()
 
     with serve_environments(Raising) as server:
         asyncio.run(fail_in_sessions(server, 4))
@@ -332,19 +334,9 @@ def test_a_server_started_beside_a_running_one_says_its_failures_again(capfd):
     starts beside another (a second command's run in one process, as in a test suite) begins a new run, whose
     distinct failures reach the terminal again instead of being taken for the first run's."""
 
-    async def fail_once(server: LocalEnvServer) -> None:
-        client = AsyncOpenReward(api_key="local")
-        try:
-            async with server.environment(client, Raising).session(split="train", index=0) as session:
-                with pytest.raises(Exception):  # noqa: B017, PT011 - the SDK's error for a tool that raised
-                    await session.call_tool("fail")
-        finally:
-            await client.environments.aclose()
-
     with serve_environments(Raising) as first:
-        asyncio.run(fail_once(first))
+        asyncio.run(fail_in_sessions(first, 1))
         with serve_environments(Raising) as second:
-            asyncio.run(fail_once(second))
-            asyncio.run(fail_once(second))
+            asyncio.run(fail_in_sessions(second, 2))
     said = [line for line in capfd.readouterr().err.splitlines() if line.startswith("environment server (in this process)")]
     assert len(said) == 2 and all("RuntimeError: the environment's own bug" in line for line in said), said
