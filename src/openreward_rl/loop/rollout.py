@@ -11,6 +11,7 @@ import attrs
 from openreward_rl._registry import Registry
 from openreward_rl.config import ConfigError, TrainConfig
 from openreward_rl.engines.base import Engine
+from openreward_rl.env.repeats import OncePerKey
 from openreward_rl.env.tasks import TaskRef, resolve_task
 from openreward_rl.families.base import ModelFamily
 from openreward_rl.families.chat import ChatRenderer
@@ -29,7 +30,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 # (family, parser) pairs already warned of: the family's preamble teaches calls the parser does not read
-_WARNED_UNTAUGHT: set[tuple[str, str]] = set()
+_WARNED_UNTAUGHT = OncePerKey()
 
 
 class EpisodeBuilder(Protocol):
@@ -166,8 +167,7 @@ def check_tools_shown(config: TrainConfig, renderer: ChatRenderer, parser: ToolP
         return
     family = renderer.family
     if family is not None and family.tool_preamble is not None:
-        if (family.name, parser.name) not in _WARNED_UNTAUGHT:
-            _WARNED_UNTAUGHT.add((family.name, parser.name))
+        if _WARNED_UNTAUGHT.first((family.name, parser.name)):
             logger.warning(
                 "the %s family's tool preamble teaches %s calls, which the parser %s does not read: the first prompt shows "
                 "no tools; give the parser a `tool_preamble` (None where the reply is the call: docs/parsers.md) or put "
