@@ -156,18 +156,7 @@ def replays(renderer: Any, config: Any, episodes: list[Any]) -> list[tuple[Any, 
 
 def _play(adapter: Any, plays: list[tuple[Any, Any]]) -> list[Any]:
     """One episode per (teacher engine, task), each engine bound to its task (a teacher may read it)."""
-    import asyncio
-
-    gate = asyncio.Semaphore(adapter.concurrency or max(len(plays), 1))
-
-    async def one(engine: Any, task: Any) -> Any:
-        async with gate:
-            return await adapter.rollouts.run(task, engine=engine.for_task(task))
-
-    async def play() -> list[Any]:
-        return list(await asyncio.gather(*(one(engine, task) for engine, task in plays)))
-
-    return adapter.run(play())
+    return adapter.run_episodes([task for _, task in plays], engine=[engine.for_task(task) for engine, task in plays])
 
 
 def run(args: argparse.Namespace) -> int:

@@ -247,22 +247,26 @@ class TrlAdapter:
     # -- episodes --------------------------------------------------------------------------------
 
     def run_episodes(
-        self, tasks: Sequence[TaskRef], *, model: Any = None, engine: Engine | None = None, on_done: Callable[[Trajectory], None] | None = None
+        self, tasks: Sequence[TaskRef], *, model: Any = None, engine: Engine | Sequence[Engine] | None = None,
+        on_done: Callable[[Trajectory], None] | None = None,
     ) -> list[Trajectory]:
         """One episode per task (in order) through the adapter's `Rollouts`, on its event loop; blocking.
 
         Pass one of: `model`, sampled as it is now (the adapter's engine over it, in eval mode without gradients,
-        suspended after); or `engine`, any `Engine` (a scripted teacher, a remote server).
-        `on_done` sees each trajectory as it ends.
+        suspended after); or `engine`, any `Engine` (a scripted teacher, a remote server), or one per task (a
+        teacher bound to the task it plays). `on_done` sees each trajectory as it ends.
         """
         if (model is None) == (engine is None):
             raise ConfigError("run_episodes takes one of model= (the policy sampled as it is now) or engine= (any Engine)")
         if engine is not None:
-            return self.run(self._episodes(engine, tasks, on_done))
+            engines = list(engine) if isinstance(engine, Sequence) else [engine] * len(tasks)
+            if len(engines) != len(tasks):
+                raise ConfigError(f"run_episodes got {len(engines)} engines for {len(tasks)} tasks: one per task, or one for all")
+            return self.run(self._episodes(engines, tasks, on_done))
         with sampling_mode(model):
             sampler = self.engine_for(model)
             try:
-                return self.run(self._episodes(sampler, tasks, on_done))
+                return self.run(self._episodes([sampler] * len(tasks), tasks, on_done))
             finally:
                 sampler.suspend()  # continuous: restores the attention implementation it switched; keeps the cache
 
@@ -281,13 +285,12 @@ class TrlAdapter:
             )  # fmt: skip
         return self._engine
 
-    async def _episodes(self, engine: Engine, tasks: Sequence[TaskRef], on_done: Callable[[Trajectory], None] | None = None) -> list[Trajectory]:
+    async def _episodes(self, engines: Sequence[Engine], tasks: Sequence[TaskRef], on_done: Callable[[Trajectory], None] | None = None) -> list[Trajectory]:
         gate = asyncio.Semaphore(self.concurrency or max(len(tasks), 1))
         params = {"temperature": self.sampling.temperature, "top_p": self.sampling.top_p}
 
-        declare = engine.episode if isinstance(engine, WaveEngine) else contextlib.nullcontext
-
-        async def one(task: TaskRef) -> Trajectory:
+        async def one(engine: Engine, task: TaskRef) -> Trajectory:
+            declare = engine.episode if isinstance(engine, WaveEngine) else contextlib.nullcontext
             async with gate:
                 with declare():  # a wave waits for every episode in flight (`WaveEngine.episode`)
                     trajectory = await self.rollouts.run(task, sampling_params=params, engine=engine)
@@ -295,7 +298,7 @@ class TrlAdapter:
                 on_done(trajectory)
             return trajectory
 
-        return list(await asyncio.gather(*(one(task) for task in tasks)))
+        return list(await asyncio.gather(*(one(engine, task) for engine, task in zip(engines, tasks, strict=True))))
 
     # -- TRL's rollout_func ----------------------------------------------------------------------
 
