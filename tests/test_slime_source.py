@@ -203,7 +203,8 @@ def test_a_training_step_with_the_librarys_filter_under_compaction(slime, sglang
         check_trainable(slime, args, sample)
     assert data["raw_reward"] == [s.reward for s in samples] and data["rollout_ids"] == [s.rollout_id for s in samples]
     assert len({s.rollout_id for s in walker}) == 1  # one rollout, counted once by the loss
-    assert data["rollout_mask_sums"][0] == sum(sum(s.loss_mask) for s in walker)
+    # per sample, its rollout's mask total; which member of the group walked follows the sampling, so find the walk's
+    assert data["rollout_mask_sums"][samples.index(walker[0])] == sum(sum(s.loss_mask) for s in walker)
     assert [len(m) for m in data["loss_masks"]] == data["response_lengths"] == [s.response_length for s in samples]
     advantages = {s.rollout_id: a for s, a in zip(samples, data["rewards"])}
     assert sorted(advantages.values()) == pytest.approx([-0.7071, 0.7071], abs=1e-3)  # one GRPO group of two rollouts
