@@ -73,7 +73,7 @@ def sync() -> None:
         torch.cuda.synchronize()
 
 
-def generate_step(model: Any, tokenizer: Any, prompts: list[list[int]], max_new: int) -> int:
+def generate_step(model: Any, tokenizer: Any, prompts: list[list[int]], max_new: int, static: bool = False) -> int:
     import torch
     from transformers import GenerationConfig
 
@@ -82,7 +82,7 @@ def generate_step(model: Any, tokenizer: Any, prompts: list[list[int]], max_new:
     ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=model.device)
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=model.device)
     config = GenerationConfig(do_sample=True, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=max_new, pad_token_id=pad,
-                              eos_token_id=tokenizer.eos_token_id)  # fmt: skip
+                              eos_token_id=tokenizer.eos_token_id, cache_implementation="static" if static else None)  # fmt: skip
     with torch.no_grad():
         out = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
     completions = out[:, width:]
@@ -140,7 +140,7 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--steps", type=int, default=4, help="steps per path (the first includes start-up)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--paths", default="generate,waves,engine,engine-restarted")
+    parser.add_argument("--paths", default="generate,generate-static,waves,waves-eager,engine")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     model, tokenizer = build(args.model, args.device, args.seed)
@@ -157,8 +157,9 @@ def main() -> None:
         if args.device.startswith("cuda"):
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats()
-        if path == "generate":
-            results = timed(args.steps, lambda: generate_step(model, tokenizer, prompts, args.max_new_tokens))
+        if path in ("generate", "generate-static"):
+            static = path == "generate-static"
+            results = timed(args.steps, lambda: generate_step(model, tokenizer, prompts, args.max_new_tokens, static))
         else:
             restart = path == "engine-restarted"
             holder: dict[str, Any] = {}
