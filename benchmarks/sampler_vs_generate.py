@@ -16,6 +16,9 @@ tokens) in float32 weights with its forward under bf16 autocast, as a trainer wi
   replayed CUDA graph over a static cache (`decode="auto"`);
 - waves-eager: the same with every forward run eagerly over a growing cache (`decode="eager"`).
 
+`--vary-prompts` gives each step wider prompts than the last (two more words a step), as a trainer's steps
+differ in prompt length and multi-turn waves in batch shape: a path that compiles for one shape pays again.
+
 `--model offline:smollm2` takes the packaged SmolLM2-135M-Instruct with its real weights instead (replies
 then end at their eos, so the paths sample different numbers of tokens: compare tokens per second).
 On a CPU the forward runs in float32 without autocast, as the CPU quickstart trains.
@@ -57,10 +60,12 @@ def build(model_dir: str, device: str, seed: int) -> tuple[Any, Any]:
     return model, tokenizer
 
 
-def prompt_ids(tokenizer: Any, tasks: int, n: int) -> list[list[int]]:
+def prompt_ids(tokenizer: Any, tasks: int, n: int, step: int = 0) -> list[list[int]]:
+    """The step's prompts; with `step` > 0 each user message ends with `step` more words, so the batch is wider."""
     rows = []
     for i in range(tasks):
-        messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": PROMPT.format(a=17 + 3 * i, b=3 + i % 7)}]
+        user = PROMPT.format(a=17 + 3 * i, b=3 + i % 7) + " Be quick." * step
+        messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
         ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
         rows += [list(ids)] * n
     return rows
@@ -141,10 +146,15 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=4, help="steps per path (the first includes start-up)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--paths", default="generate,generate-static,waves,waves-eager,engine")
+    parser.add_argument("--vary-prompts", action="store_true", help="each step's prompts two words longer than the last step's")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     model, tokenizer = build(args.model, args.device, args.seed)
     prompts = prompt_ids(tokenizer, args.tasks, args.n)
+
+    def step_prompts(step: int) -> list[list[int]]:
+        return prompt_ids(tokenizer, args.tasks, args.n, step) if args.vary_prompts else prompts
+
     name = torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"
     import transformers
 
@@ -159,7 +169,8 @@ def main() -> None:
             torch.cuda.reset_peak_memory_stats()
         if path in ("generate", "generate-static"):
             static = path == "generate-static"
-            results = timed(args.steps, lambda: generate_step(model, tokenizer, prompts, args.max_new_tokens, static))
+            steps = iter(range(args.steps))
+            results = timed(args.steps, lambda steps=steps, static=static: generate_step(model, tokenizer, step_prompts(next(steps)), args.max_new_tokens, static))
         else:
             restart = path == "engine-restarted"
             holder: dict[str, Any] = {}
@@ -180,7 +191,8 @@ def main() -> None:
                     engine().suspend()
 
             with torch.no_grad():
-                results = timed(args.steps, lambda: engine_step(engine(), prompts, args.max_new_tokens, loop), after)
+                steps = iter(range(args.steps))
+                results = timed(args.steps, lambda steps=steps: engine_step(engine(), step_prompts(next(steps)), args.max_new_tokens, loop), after)
             if "engine" in holder:
                 holder.pop("engine").stop()
         line = report(path, results)
