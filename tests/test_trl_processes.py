@@ -68,12 +68,42 @@ def test_two_processes_sample_their_own_groups_and_write_once(tmp_path: Path, ti
     assert (out_dir / "model.safetensors").exists()
 
 
-def test_a_step_that_cannot_be_split_in_whole_groups_is_refused() -> None:
+def test_a_step_that_cannot_be_split_in_whole_groups_is_refused(capsys, monkeypatch, tmp_path: Path) -> None:
+    """Under a launcher of 2 processes, `--rollout-batch-size 3` is one line naming the flag, before anything loads."""
     from openreward_rl.backends.trl import TrlOptions
+    from openreward_rl.cli import main
     from openreward_rl.errors import ConfigError
 
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    config = tmp_path / "c.yaml"
+    config.write_text("environments:\n  PaintColour:\n    splits: [train]\n")
+    assert main(["train", "--framework", "trl", "--config", str(config), "--model", "offline:smollm2", "--rollout-batch-size", "3"]) == 2
+    assert "--rollout-batch-size 3 cannot be split over 2 processes: each samples whole groups, so it must be a multiple of 2" in capsys.readouterr().err
+
     with pytest.raises(ConfigError, match="prompts-per-step 3 cannot be split over 2 processes"):
-        TrlOptions(model="m", prompts_per_step=3, ranks=Ranks(index=0, count=2))
+        TrlOptions(model="m", prompts_per_step=3, ranks=Ranks(index=0, count=2)).check_split()
     options = TrlOptions(model="m", prompts_per_step=4, n_samples=4, ranks=Ranks(index=1, count=2, local=1))
     assert (options.episodes_per_step, options.episodes_per_process) == (16, 8)
     assert TrlOptions(model="m", device="cuda", ranks=Ranks(index=1, count=2, local=1)).resolved_device == "cuda:1"
+
+
+@pytest.mark.slow
+def test_sft_on_two_processes_plays_each_teacher_episode_once_and_saves_once(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """`sft` under the same launcher: the 3 teacher episodes are played once over both processes (the line counts 3),
+    `SFTTrainer` trains, and the lines and the saved model come from the main process alone."""
+    from openreward_rl.env.local_server import loopback_environ
+
+    env = loopback_environ()
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), env.get("PYTHONPATH", "")])
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+               "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "openreward_rl.cli",
+               "sft", "--config", "examples/train_tool_agent_config.yaml", "--serve", "examples/environments/paint_order.py:PaintOrder",
+               "--model", str(tiny_model_dir), "--device", "cpu", "--teacher", "examples/paint_order_teacher.py:teacher", "--max-tasks", "3",
+               "--epochs", "1", "--max-response-len", "8", "--output-dir", str(tmp_path / "warm")]  # fmt: skip
+    done = subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True, timeout=400)
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    assert out.count("teacher PaintOrder: reward 1.200 ± 0.000  success 1.00  n 3 ") == 1, out
+    for line in ("fine-tuning on 3 episode contexts of 3 episodes", "model saved to", "done in "):
+        assert out.count(line) == 1, out
+    assert (tmp_path / "warm" / "model.safetensors").exists()

@@ -18,6 +18,10 @@ way (docs/reliability.md), and a `--serve` server that has stopped stops trainin
 before-evaluation in which every episode of an environment failed stops the run before training, also
 with one line and status 1.
 
+Several GPUs of one machine: `accelerate launch --multi_gpu --num_processes N -m openreward_rl.cli train --framework trl
+...` runs one process per GPU, each sampling its share of every step (`--rollout-batch-size` is over all of them)
+with gradients averaged (DDP); the main process alone prints and writes (docs/training.md).
+
 After `--max-untrained-steps` steps in a row that trained nothing (default 5; no group had reward
 spread, e.g. a model that never calls a tool), training stops with one line on stderr saying why and
 what to try (a warm start with `openreward-rl sft`); the model is then saved and evaluated as at the end.
@@ -129,7 +133,7 @@ def options_from_args(args: Any) -> Any:
     output_dir = getattr(args, "output_dir", None) or _DEFAULT["output_dir"]
     check_output_dir(output_dir)
     try:
-        return from_attributes(
+        options = from_attributes(
             TrlOptions,
             args,
             model=model,
@@ -138,6 +142,8 @@ def options_from_args(args: Any) -> Any:
             report_to="wandb" if getattr(args, "wandb_project", None) else "none",
             run_name=getattr(args, "wandb_run", None),
         )
+        options.check_split()  # under accelerate launch: before anything loads
+        return options
     except ConfigError as error:
         raise ConfigError(_as_typed(str(error))) from None
 

@@ -50,7 +50,9 @@ success, pass@k, stop reasons, infrastructure failures, turns, tokens) goes thro
 WandB with `report_to="wandb"`). Beside it, the step's learning signal (`credit.signal`):
 `openreward/zero_spread_share` (groups whose rewards have no spread), `openreward/untrained_share`
 (episodes whose advantages are all zero under the config's estimator, failures included) and
-`openreward/resampled_groups`; a step that trains nothing is logged as a warning.
+`openreward/resampled_groups`; a step that trains nothing is logged as a warning. Under `accelerate launch`
+each process runs the episodes TRL hands it (whole groups) and these figures are over every process's episodes
+(gathered, `Ranks.gather`), so each process logs the same values and TRL's average over processes is them.
 
 Groups that would train nothing (`resample_zero_spread`, the config key or `--resample-zero-spread N`;
 0, the default, is off): before the step's completions go back to TRL, each group whose episodes would

@@ -125,11 +125,6 @@ class TrlOptions:
                 raise ConfigError(f"{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         if self.n_samples < 2:
             raise ConfigError(f"n-samples must be at least 2 (GRPO compares the samples of a group), got {self.n_samples}")
-        if self.prompts_per_step % self.ranks.count:
-            raise ConfigError(
-                f"prompts-per-step {self.prompts_per_step} cannot be split over {self.ranks.count} processes: each samples whole groups, "
-                f"so it must be a multiple of {self.ranks.count}"
-            )
         if not self.temperature > 0:
             raise ConfigError(f"temperature must be > 0 for GRPO sampling, got {self.temperature}")
         if self.sampler not in SAMPLERS:
@@ -167,8 +162,16 @@ class TrlOptions:
 
     @property
     def episodes_per_process(self) -> int:
-        """A step's episodes in this process (its share of `episodes_per_step`)."""
+        """A step's episodes in this process (its share of `episodes_per_step`; `check_split` says whether it splits)."""
         return self.episodes_per_step // self.ranks.count
+
+    def check_split(self) -> None:
+        """`ConfigError` unless a training step splits into whole groups over the processes (`grpo_config` needs it)."""
+        if self.prompts_per_step % self.ranks.count:
+            raise ConfigError(
+                f"prompts-per-step {self.prompts_per_step} cannot be split over {self.ranks.count} processes: each samples whole groups, "
+                f"so it must be a multiple of {self.ranks.count}"
+            )
 
     @property
     def sampling(self) -> SamplingConfig:
@@ -190,6 +193,7 @@ def grpo_config(options: TrlOptions) -> Any:
     batch (TRL's batch is per process; its sampler hands each process consecutive rows, so whole groups)."""
     from trl import GRPOConfig
 
+    options.check_split()
     batch = options.episodes_per_process
     cpu = options.resolved_device == "cpu"
     return GRPOConfig(
@@ -428,6 +432,11 @@ class TrlSession:
                 peft_config=lora_config(self.options) if self.options.lora else None,
                 callbacks=[*callbacks, self._stop_guard()],
             )
+            if self._trainer.is_fsdp_enabled or self._trainer.is_deepspeed_enabled:
+                raise ConfigError(
+                    "train --framework trl samples from each process's whole model, so it runs data-parallel (DDP: accelerate launch "
+                    "--multi_gpu) only; FSDP and DeepSpeed shard the weights: launch without them"
+                )
             if self._trainer.hub_model_id is None:  # set only when pushing to the hub; the model card's code then loads "None"
                 self._trainer.hub_model_id = self.options.output_dir
         return self._trainer
