@@ -30,19 +30,21 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_two_processes_sample_their_own_groups_and_write_once(tmp_path: Path, tiny_model_dir: Path) -> None:
     """One step of 2 tasks x 2 episodes on 2 processes: each process runs one whole group, of a task the other does
     not run; the step's logged episode count is 4 (the global batch, not a process's 2); the progress, the model,
-    the checkpoint and the evaluation files are written once, each evaluation's 3 episodes split 2 + 1."""
+    the checkpoint, the WandB run and the evaluation files are written once, each evaluation's 3 episodes split 2 + 1."""
+    from observe_fixtures import read_offline_run
     from openreward_rl.env.local_server import loopback_environ
 
     config = tmp_path / "c.yaml"
     config.write_text("environments:\n  RankPaint:\n    splits: [train]\n    max_turns: 1\nparser: hermes\non_no_tool_call: end\nupload: false\n")
     log, results, out_dir = tmp_path / "ranks.log", tmp_path / "results.jsonl", tmp_path / "out"
     env = loopback_environ()
-    env.update(PYTHONPATH=os.pathsep.join([str(REPO / "src"), env.get("PYTHONPATH", "")]), RANK_PAINT_LOG=str(log), OMP_NUM_THREADS="1")
+    env.update(PYTHONPATH=os.pathsep.join([str(REPO / "src"), env.get("PYTHONPATH", "")]), RANK_PAINT_LOG=str(log), OMP_NUM_THREADS="1",
+               WANDB_MODE="offline", WANDB_SILENT="true", WANDB_DIR=str(tmp_path))  # fmt: skip
     command = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
                "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "openreward_rl.cli",
                "train", "--framework", "trl", "--config", str(config), "--model", str(tiny_model_dir), "--serve", RANK_PAINT, "--device", "cpu",
                "--output-dir", str(out_dir), "--max-steps", "1", "--rollout-batch-size", "2", "--n-samples", "2", "--max-response-len", "4",
-               "--save-interval", "1", "--eval-split", "test", "--eval-max-tasks", "3", "--eval-n", "1", "--eval-output", str(results)]  # fmt: skip
+               "--save-interval", "1", "--eval-split", "test", "--eval-max-tasks", "3", "--eval-n", "1", "--eval-output", str(results), "--wandb-project", "processes"]  # fmt: skip
     done = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
@@ -63,6 +65,8 @@ def test_two_processes_sample_their_own_groups_and_write_once(tmp_path: Path, ti
     assert [entry["openreward/RankPaint/episodes"] for entry in logged] == [4.0], state["log_history"]
     for line in ("step 1/1 ", "model saved to", "done in ", "over 2 processes (1 task each)"):
         assert out.count(line) == 1, out
+    _, rows = read_offline_run(tmp_path)  # one WandB run (it raises on two)
+    assert [row["train/openreward/RankPaint/episodes"] for row in rows if "train/openreward/RankPaint/episodes" in row] == [4.0], rows
     for file in (results, results.with_suffix(".before.jsonl")):
         assert len(file.read_text().splitlines()) == 3
     assert (out_dir / "model.safetensors").exists()
