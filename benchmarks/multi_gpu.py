@@ -14,14 +14,15 @@ same seed: the curves should agree within noise). `--json FILE` writes every fig
 Timing at a model's size, random weights (`--model` a folder with config.json and tokenizer files; seeded, so every
 run and process starts from the same weights; every reply runs to `--max-new-tokens`, the reward stays 0):
 
-    python benchmarks/multi_gpu.py --model shapes/qwen3-1.7b --random-weights --processes 2 --tasks 8 --n 8 \\
+    python benchmarks/multi_gpu.py --model SHAPE_DIR --random-weights --processes 2 --tasks 8 --n 8 \\
         --max-new-tokens 128 --bf16 --steps 3
 
 The reward curve, on a model that learns (SmolLM2-135M-Instruct on PaintColour):
 
     python benchmarks/multi_gpu.py --model offline:smollm2 --processes 2 --tasks 4 --n 8 --steps 20 --bf16
 
-`--device cpu` runs the same on this machine's CPU (gloo), e.g. to check the script with a tiny model.
+`--device cpu` runs the same on this machine's CPU (gloo; each "GPU" of the table is then a process), e.g. to check
+the script with a tiny model.
 """
 
 from __future__ import annotations
