@@ -23,6 +23,8 @@ what to try when it calls none. The fine-tuned model and tokenizer are saved to 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
 import time
 from collections.abc import Mapping
@@ -155,11 +157,26 @@ def replays(renderer: Any, config: Any, episodes: list[Any]) -> list[tuple[Any, 
 
 
 def _play(adapter: Any, plays: list[tuple[Any, Any]]) -> list[Any]:
-    """One episode per (teacher engine, task), each engine bound to its task (a teacher may read it)."""
-    return adapter.run_episodes([task for _, task in plays], engine=[engine.for_task(task) for engine, task in plays])
+    """One episode per (teacher engine, task), each engine bound to its task (a teacher may read it); with several
+    processes each plays its share and every one gets them all, in order."""
+    mine = adapter.ranks.share(plays)
+    return adapter.ranks.gather(adapter.run_episodes([task for _, task in mine], engine=[engine.for_task(task) for engine, task in mine]))
 
 
 def run(args: argparse.Namespace) -> int:
+    """`sft` in this process; under `accelerate launch` every process runs it (each plays and evaluates its share, and
+    `SFTTrainer` splits the rows and averages the gradients), and only the main one prints and saves the model."""
+    from openreward_rl.backends.trl import Ranks
+
+    with contextlib.ExitStack() as stack:
+        if not Ranks.current().main:
+            quiet = stack.enter_context(open(os.devnull, "w"))
+            stack.enter_context(contextlib.redirect_stdout(quiet))
+            stack.enter_context(contextlib.redirect_stderr(quiet))
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     from openreward_rl.backends.trl import TrlOptions, TrlSession, eval_stats, sft_rows, train_sft
     from openreward_rl.backends.trl.adapter import failures
     from openreward_rl.cli.train_trl import check_output_dir, print_summary
@@ -215,8 +232,9 @@ def run(args: argparse.Namespace) -> int:
             losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
             if losses:
                 print(f"loss {losses[0]:.4f} -> {losses[-1]:.4f} over {len(losses)} steps", flush=True)
-            session.model.save_pretrained(args.output_dir)
-            session.tokenizer.save_pretrained(args.output_dir)
+            if options.ranks.main:
+                session.model.save_pretrained(args.output_dir)
+                session.tokenizer.save_pretrained(args.output_dir)
             print(f"model saved to {args.output_dir}", flush=True)
             checked = eval_tasks or session.train_tasks[: args.eval_max_tasks or CHECK_TASKS]
             after = eval_stats(session.evaluate(checked, args.eval_n))

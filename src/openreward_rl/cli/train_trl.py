@@ -18,6 +18,10 @@ way (docs/reliability.md), and a `--serve` server that has stopped stops trainin
 before-evaluation in which every episode of an environment failed stops the run before training, also
 with one line and status 1.
 
+Several GPUs of one machine: `accelerate launch --multi_gpu --num_processes N -m openreward_rl.cli train --framework trl
+...` runs one process per GPU, each sampling its share of every step (`--rollout-batch-size` is over all of them)
+with gradients averaged (DDP); the main process alone prints and writes (docs/training.md).
+
 After `--max-untrained-steps` steps in a row that trained nothing (default 5; no group had reward
 spread, e.g. a model that never calls a tool), training stops with one line on stderr saying why and
 what to try (a warm start with `openreward-rl sft`); the model is then saved and evaluated as at the end.
@@ -26,6 +30,7 @@ what to try (a warm start with `openreward-rl sft`); the model is then saved and
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -128,7 +133,7 @@ def options_from_args(args: Any) -> Any:
     output_dir = getattr(args, "output_dir", None) or _DEFAULT["output_dir"]
     check_output_dir(output_dir)
     try:
-        return from_attributes(
+        options = from_attributes(
             TrlOptions,
             args,
             model=model,
@@ -137,6 +142,8 @@ def options_from_args(args: Any) -> Any:
             report_to="wandb" if getattr(args, "wandb_project", None) else "none",
             run_name=getattr(args, "wandb_run", None),
         )
+        options.check_split()  # under accelerate launch: before anything loads
+        return options
     except ConfigError as error:
         raise ConfigError(_as_typed(str(error))) from None
 
@@ -341,38 +348,49 @@ def _all_failed(episodes: Sequence[Any]) -> str | None:
 
 
 def _evaluate(session: Any, tasks: Sequence[Any], n: int, out: Any) -> list[Any]:
-    """`n` episodes of each task with `eval`'s progress bar (an evaluation takes minutes on a CPU)."""
+    """`n` episodes of each task with `eval`'s progress bar (an evaluation takes minutes on a CPU); with several
+    processes each samples its share, and the bar counts this process's."""
     from rich.console import Console
 
     from openreward_rl.cli.eval import episode_bar
 
-    with episode_bar(Console(file=out), len(tasks) * n) as on_done:
+    with episode_bar(Console(file=out), len(session.options.ranks.share(range(len(tasks) * n)))) as on_done:
         return session.evaluate(tasks, n, on_done=on_done)
 
 
 def _train(args: Any, options: Any, config: Any, classes: Sequence[type], interrupts: Interrupts) -> int:
+    """The run in this process; under `accelerate launch` every process runs it (each samples and trains its share of
+    every step and evaluation), and only the main one prints and writes the evaluation files."""
+    with contextlib.ExitStack() as stack:
+        out, err = (sys.stdout, sys.stderr) if options.ranks.main else (stack.enter_context(open(os.devnull, "w")),) * 2
+        return _train_process(args, options, config, classes, interrupts, out, err)
+
+
+def _train_process(args: Any, options: Any, config: Any, classes: Sequence[type], interrupts: Interrupts, out: Any, err: Any) -> int:
     from openreward_rl.backends.trl import TrlSession, eval_stats, last_checkpoint, quiet_trainer, release_optimizer
 
-    out = sys.stdout
+    main = options.ranks.main
     resume = last_checkpoint(options.output_dir) if args.resume else None
     if args.resume and resume is None:
         print(f"no checkpoint in {options.output_dir}; starting from step 0", file=out, flush=True)
     if options.weight_precision_warning:
-        print(f"openreward-rl train: warning: {options.weight_precision_warning}", file=sys.stderr, flush=True)
+        print(f"openreward-rl train: warning: {options.weight_precision_warning}", file=err, flush=True)
     started = time.monotonic()
     with TrlSession.open(config, options, serve=classes, announce=lambda line: print(line, file=out, flush=True)) as session:
-        print(f"{len(session.train_tasks)} training tasks; {options.prompts_per_step} tasks x {options.n_samples} episodes per step, {options.max_steps} steps", file=out, flush=True)
+        share = options.prompts_per_step // options.ranks.count
+        split = f" over {options.ranks.count} processes ({share} task{'s' * (share != 1)} each)" if options.ranks.count > 1 else ""
+        print(f"{len(session.train_tasks)} training tasks; {options.prompts_per_step} tasks x {options.n_samples} episodes per step{split}, {options.max_steps} steps", file=out, flush=True)
         eval_tasks = session.tasks_of(args.eval_split, args.eval_max_tasks) if args.eval_split else []
         before = None
         if eval_tasks and resume is None and not args.no_eval_before:
             print(f"evaluating {args.eval_split}: {len(eval_tasks)} tasks x {args.eval_n} episodes", file=out, flush=True)
             episodes = _evaluate(session, eval_tasks, args.eval_n, out)
-            _write(args.eval_output, "before", episodes, options)
+            _write(args.eval_output if main else None, "before", episodes, options)
             before = eval_stats(episodes)
             print_summary("before", before, out)
             broken = _all_failed(episodes)
             if broken:
-                print(f"openreward-rl train: the before-evaluation failed entirely ({broken}); nothing was trained: fix the environment and rerun", file=sys.stderr, flush=True)
+                print(f"openreward-rl train: the before-evaluation failed entirely ({broken}); nothing was trained: fix the environment and rerun", file=err, flush=True)
                 return 1
         trainer = session.trainer(callbacks=[_Progress(out, session.adapter).callback(), interrupts.callback()])
         quiet_trainer(trainer)
@@ -381,18 +399,18 @@ def _train(args: Any, options: Any, config: Any, classes: Sequence[type], interr
         trainer.train(resume_from_checkpoint=resume)
         if session.stopped and session.stopped_failed:
             kept = last_checkpoint(options.output_dir)
-            print(f"openreward-rl train: {session.stopped}; {f'checkpoints kept, the last {kept}' if kept else 'no checkpoint was written'}", file=sys.stderr, flush=True)
+            print(f"openreward-rl train: {session.stopped}; {f'checkpoints kept, the last {kept}' if kept else 'no checkpoint was written'}", file=err, flush=True)
             return 1
         if session.stopped:  # steps that trained nothing: what earlier steps trained is saved and evaluated as at the end
-            print(f"openreward-rl train: {session.stopped}", file=sys.stderr, flush=True)
+            print(f"openreward-rl train: {session.stopped}", file=err, flush=True)
         if not args.no_save_model:
-            trainer.save_model(options.output_dir)
+            trainer.save_model(options.output_dir)  # every process calls it; the main one writes
             print(f"model saved to {options.output_dir}", file=out, flush=True)
         release_optimizer(trainer)  # the evaluation samples beside the weights alone
         if eval_tasks:
             print(f"evaluating {args.eval_split} after training", file=out, flush=True)
             episodes = _evaluate(session, eval_tasks, args.eval_n, out)
-            _write(args.eval_output, "after", episodes, options)
+            _write(args.eval_output if main else None, "after", episodes, options)
             after = eval_stats(episodes)
             if before is not None:
                 print_summary("before", before, out)

@@ -204,6 +204,8 @@ class WaveEngine:
 
         wave: list[_Waiting] | None = None
         try:
+            if self.model.device.type == "cuda":  # a thread's current GPU is cuda:0 until set; its streams and CUDA graphs go there
+                torch.cuda.set_device(self.model.device)
             while (wave := self._next_wave()) is not None:
                 started = time.monotonic()
                 with torch.no_grad():

@@ -50,7 +50,9 @@ success, pass@k, stop reasons, infrastructure failures, turns, tokens) goes thro
 WandB with `report_to="wandb"`). Beside it, the step's learning signal (`credit.signal`):
 `openreward/zero_spread_share` (groups whose rewards have no spread), `openreward/untrained_share`
 (episodes whose advantages are all zero under the config's estimator, failures included) and
-`openreward/resampled_groups`; a step that trains nothing is logged as a warning.
+`openreward/resampled_groups`; a step that trains nothing is logged as a warning. Under `accelerate launch`
+each process runs the episodes TRL hands it (whole groups) and these figures are over every process's episodes
+(gathered, `Ranks.gather`), so each process logs the same values and TRL's average over processes is them.
 
 Groups that would train nothing (`resample_zero_spread`, the config key or `--resample-zero-spread N`;
 0, the default, is off): before the step's completions go back to TRL, each group whose episodes would
@@ -75,6 +77,7 @@ from typing import Any
 import attrs
 
 from openreward_rl.backends._sample.fill import placeholder_ids
+from openreward_rl.backends.trl.ranks import Ranks
 from openreward_rl.config import TrainConfig
 from openreward_rl.credit.group import trajectory_group_signal
 from openreward_rl.credit.signal import StepSignal
@@ -196,6 +199,9 @@ class TrlAdapter:
     - `continuous_batching`, `max_sequences`: the `continuous` engine's `ContinuousBatchingConfig` fields and
       sizing (`TransformersEngine`).
     - `resample_zero_spread`: rounds of rerunning the groups that would train nothing (0: off).
+    - `ranks`: the run's processes (`accelerate launch`); each runs the episodes TRL hands it (whole groups), and
+      the step's signal, failures and metrics below are over every process's episodes (the same in each).
+    - `last_trajectories`: this process's episodes of the last step.
     - `failed_steps`: how many steps in a row had no trainable episode (every one an infrastructure
       failure); `last_failure` says why the last such step failed (`failures`), None after a step
       that trained something.
@@ -212,6 +218,7 @@ class TrlAdapter:
     resample_zero_spread: int = attrs.field(default=0)
     max_sequences: int | None = None
     sampler: str = SAMPLERS[0]
+    ranks: Ranks = attrs.field(factory=Ranks)
     last_trajectories: list[Trajectory] = attrs.field(factory=list)
     last_signal: StepSignal = attrs.field(factory=StepSignal)
     _engine: WaveEngine | TransformersEngine | None = attrs.field(default=None)
@@ -314,16 +321,20 @@ class TrlAdapter:
             rewards = self.run(self._group_scores(tasks, trajectories, rewards, group_size=size))
         completions = [completion_of(t, self.tokenizer) for t in trajectories]
         self.last_trajectories = trajectories
-        self.last_signal = self.step_signal(trajectories, rewards, size)
-        failed = not any(t.trainable for t in trajectories)
+        # the step over every process (each holds whole groups): its signal, failures and metrics are the same in each
+        step = self.ranks.gather([(t, r, c.dropped_segments, c.placeholder) for t, r, c in zip(trajectories, rewards, completions)])
+        everyone, every_reward = [t for t, *_ in step], [r for _, r, *_ in step]
+        resampled = sum(self.ranks.gather([resampled]))
+        self.last_signal = self.step_signal(everyone, every_reward, size)
+        failed = not any(t.trainable for t in everyone)
         self.failed_steps = self.failed_steps + 1 if failed else 0
-        self.last_failure = f"all {len(trajectories)} episodes failed: {failures(trajectories)}" if failed else None
+        self.last_failure = f"all {len(everyone)} episodes failed: {failures(everyone)}" if failed else None
         self.untrained_steps = self.untrained_steps + 1 if self.last_signal.trains_nothing else 0
-        self._pending_metrics = self.step_metrics(trajectories, completions)
+        self._pending_metrics = self.step_metrics(everyone, [dropped for *_, dropped, _ in step], [placeholder for *_, placeholder in step])
         self._pending_metrics.update(self.last_signal.metrics(METRIC_PREFIX.rstrip("/")))
         self._pending_metrics[f"{METRIC_PREFIX}resampled_groups"] = float(resampled)
         message = self.last_signal.warning()
-        if message:
+        if message and self.ranks.main:
             logger.warning("%s%s", message, f" (after resampling {resampled} groups)" if resampled else "")
         return {
             "prompt_ids": [c.prompt_ids for c in completions],
@@ -375,15 +386,16 @@ class TrlAdapter:
                 out[i] = member.reward
         return out
 
-    def step_metrics(self, trajectories: Sequence[Trajectory], completions: Sequence[Completion]) -> dict[str, float]:
-        """The step's per-environment metrics (`flat_metrics` under `openreward/`), plus dropped segments and placeholders."""
+    def step_metrics(self, trajectories: Sequence[Trajectory], dropped_segments: Sequence[int], placeholders: Sequence[bool]) -> dict[str, float]:
+        """The step's per-environment metrics (`flat_metrics` under `openreward/`), plus its completions' dropped
+        segments and placeholders (`Completion`; one of each per trajectory)."""
         metrics = flat_metrics(summarize(trajectories), prefix=METRIC_PREFIX)
-        by_env: dict[str, list[Completion]] = {}
-        for trajectory, completion in zip(trajectories, completions):
-            by_env.setdefault(str(trajectory.task.get("environment")), []).append(completion)
+        by_env: dict[str, list[tuple[int, bool]]] = {}
+        for trajectory, dropped, placeholder in zip(trajectories, dropped_segments, placeholders, strict=True):
+            by_env.setdefault(str(trajectory.task.get("environment")), []).append((dropped, placeholder))
         for env, items in by_env.items():
-            metrics[f"{METRIC_PREFIX}{env}/dropped_segments"] = float(sum(c.dropped_segments for c in items))
-            metrics[f"{METRIC_PREFIX}{env}/placeholders"] = float(sum(c.placeholder for c in items))
+            metrics[f"{METRIC_PREFIX}{env}/dropped_segments"] = float(sum(dropped for dropped, _ in items))
+            metrics[f"{METRIC_PREFIX}{env}/placeholders"] = float(sum(placeholder for _, placeholder in items))
         return metrics
 
     # -- TRL's reward function -------------------------------------------------------------------

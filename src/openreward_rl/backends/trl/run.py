@@ -26,6 +26,7 @@ import attrs
 
 from openreward_rl._options import same_named
 from openreward_rl.backends.trl.adapter import SAMPLERS, TrlAdapter, task_dataset
+from openreward_rl.backends.trl.ranks import Ranks
 from openreward_rl.config import TrainConfig
 from openreward_rl.credit.signal import StepSignal
 from openreward_rl.engines.transformers import SamplingConfig
@@ -49,9 +50,11 @@ class TrlOptions:
     """What a TRL run is made of. Defaults fit a small model on a CPU.
 
     - `prompts_per_step` tasks per optimizer step, each run `n_samples` times (one GRPO group each);
-      the step trains on `prompts_per_step * n_samples` episodes.
+      the step trains on `prompts_per_step * n_samples` episodes. With `ranks.count` processes (`accelerate
+      launch`) that is the step over all of them: each samples and trains `prompts_per_step / ranks.count`
+      whole groups, and the gradients are averaged (DDP).
     - `max_new_tokens` per model call, `max_context_len` per episode (None: the model's).
-    - `concurrency`: episodes in flight at once (None: all of a step's, `prompts_per_step * n_samples`).
+    - `concurrency`: episodes in flight at once in each process (None: all of its share of a step).
     - `sampler`: how the live model is sampled: `waves` (the default; `engines.waves.WaveEngine`, a step's waiting
       turns run together as one left-padded batch, as TRL's own generation runs them) or `continuous`
       (`TransformersEngine`, transformers' continuous batching: a turn joins the running batch as it arrives).
@@ -104,6 +107,7 @@ class TrlOptions:
     resample_zero_spread: int | None = None
     max_failed_steps: int = 3
     max_untrained_steps: int = 5
+    ranks: Ranks = attrs.field(factory=Ranks.current)
 
     def __attrs_post_init__(self) -> None:
         if self.resample_zero_spread is not None and self.resample_zero_spread < 0:
@@ -153,7 +157,21 @@ class TrlOptions:
 
     @property
     def episodes_per_step(self) -> int:
+        """A step's episodes over every process."""
         return self.prompts_per_step * self.n_samples
+
+    @property
+    def episodes_per_process(self) -> int:
+        """A step's episodes in this process (its share of `episodes_per_step`; `check_split` says whether it splits)."""
+        return self.episodes_per_step // self.ranks.count
+
+    def check_split(self) -> None:
+        """`ConfigError` unless a training step splits into whole groups over the processes (`grpo_config` needs it)."""
+        if self.prompts_per_step % self.ranks.count:
+            raise ConfigError(
+                f"prompts-per-step {self.prompts_per_step} cannot be split over {self.ranks.count} processes: each samples whole groups, "
+                f"so it must be a multiple of {self.ranks.count}"
+            )
 
     @property
     def sampling(self) -> SamplingConfig:
@@ -161,18 +179,22 @@ class TrlOptions:
 
     @property
     def resolved_device(self) -> str:
+        """The device this process samples and trains on: `device`, else cuda where there is one; with several
+        processes on GPUs, each process's own (`cuda:LOCAL_RANK`)."""
         if self.device:
-            return self.device
+            return self.ranks.device(self.device)
         import torch
 
-        return "cuda" if torch.cuda.is_available() else "cpu"
+        return self.ranks.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def grpo_config(options: TrlOptions) -> Any:
-    """TRL's `GRPOConfig` for these options: one generation per optimizer step, every episode in one batch."""
+    """TRL's `GRPOConfig` for these options: one generation per optimizer step, every episode of a process in one
+    batch (TRL's batch is per process; its sampler hands each process consecutive rows, so whole groups)."""
     from trl import GRPOConfig
 
-    batch = options.prompts_per_step * options.n_samples
+    options.check_split()
+    batch = options.episodes_per_process
     cpu = options.resolved_device == "cpu"
     return GRPOConfig(
         **same_named(
@@ -331,6 +353,7 @@ class TrlSession:
         from openreward_rl.loop.rollout import episode_stack
         from openreward_rl.preflight import check_ready
 
+        options.ranks.start(options.resolved_device)
         with contextlib.ExitStack() as stack:
             base_url, served, server = None, {}, None
             if serve:
@@ -359,7 +382,7 @@ class TrlSession:
                 max_context_len=options.max_context_len, episode=episode, concurrency=options.concurrency, group_rm=options.group_rm,
                 resample_zero_spread=prepared.resample_zero_spread if options.resample_zero_spread is None else options.resample_zero_spread,
                 continuous_batching={} if options.resolved_device == "cpu" else {"max_memory_percent": options.sampler_memory},  # GPU: leave the trainer room
-                max_sequences=options.concurrency or options.episodes_per_step, sampler=options.sampler,
+                max_sequences=options.concurrency or options.episodes_per_process, sampler=options.sampler, ranks=options.ranks,
             )  # fmt: skip
 
             async def make_client() -> Any:
@@ -380,9 +403,12 @@ class TrlSession:
 
     def evaluate(self, tasks: Sequence[TaskRef], n: int, *, on_done: Callable[[Any], None] | None = None) -> list[Any]:
         """`n` episodes of each task sampled from the current model (the training sampler); trajectories in task order.
-        `on_done` is called with each trajectory as it finishes (a progress bar)."""
+        `on_done` is called with each trajectory as it finishes (a progress bar) in this process. With several
+        processes each samples its share (`Ranks.share`) and every one returns all of them: call it in every process."""
         model = self._trainer.model if self._trainer is not None else self.model
-        return self.adapter.run_episodes([task for task in tasks for _ in range(n)], model=model, on_done=on_done)
+        ranks = self.options.ranks
+        episodes = ranks.share([task for task in tasks for _ in range(n)])
+        return ranks.gather(self.adapter.run_episodes(episodes, model=model, on_done=on_done))
 
     def trainer(self, callbacks: Sequence[Any] = (), *, fresh: bool = False) -> Any:
         """The `GRPOTrainer` (built once; `fresh` builds a new one, e.g. to resume): the adapter as `rollout_func`,
@@ -406,6 +432,11 @@ class TrlSession:
                 peft_config=lora_config(self.options) if self.options.lora else None,
                 callbacks=[*callbacks, self._stop_guard()],
             )
+            if self._trainer.is_fsdp_enabled or self._trainer.is_deepspeed_enabled:
+                raise ConfigError(
+                    "train --framework trl samples from each process's whole model, so it runs data-parallel (DDP: accelerate launch "
+                    "--multi_gpu) only; FSDP and DeepSpeed shard the weights: launch without them"
+                )
             if self._trainer.hub_model_id is None:  # set only when pushing to the hub; the model card's code then loads "None"
                 self._trainer.hub_model_id = self.options.output_dir
         return self._trainer
@@ -438,7 +469,9 @@ class TrlSession:
                 session.adapter.failed_steps = session.adapter.untrained_steps = 0
 
             def on_step_end(self, args: Any, state: Any, control: Any, **_: Any) -> None:
-                stop = session.early_stop()
+                # every process stops at the same step (one alone would leave the others waiting in the gradients' all-reduce)
+                local = session.early_stop()
+                stop = next(iter(session.options.ranks.gather([local] if local else [])), None)
                 if stop is not None:
                     session.stopped, session.stopped_failed = f"stopped at step {state.global_step}: {stop[0]}", stop[1]
                     control.should_training_stop = True
