@@ -134,6 +134,9 @@ class ContinuingEngine:
         """Called by the episode as each attempt starts: a fresh attempt has sampled nothing yet."""
         self.spans.clear()
 
+    async def aclose(self) -> None:
+        """Nothing to close: the wrapped engine is its owner's (an `Engine`, as the episode sees it)."""
+
     def _aborting(self) -> bool:
         return (self.abort_signal or _never)()
 
