@@ -50,7 +50,7 @@ _EPISODES["tool"] = ToolEpisode
 
 def register_episode(name: str, builder: EpisodeBuilder) -> EpisodeBuilder:
     """Make `builder` usable as `episode: name` in the config (a name is registered once)."""
-    return _EPISODES.register(name)(builder)  # type: ignore[arg-type, return-value]
+    return _EPISODES.register(name)(builder)
 
 
 def available_episodes() -> list[str]:
