@@ -281,7 +281,8 @@ class TrainConfig:
         else the run's."""
         environment = self.environment(name)
         if environment.tool_timeout is not None:
-            default, key = environment.tool_timeout, f"environments.{name}.tool_timeout"
+            default: float | None = environment.tool_timeout
+            key = f"environments.{name}.tool_timeout"
         else:
             default, key = self.tool_timeout, "tool_timeout"
         return ToolTimeouts(default, dict(environment.tool_timeouts), default_key=key, environment=name)
@@ -362,7 +363,7 @@ def _unknown(key: str, known: set[str], where: str) -> ConfigError:
     return ConfigError(f"{where}: unknown key {key!r}{hint}")
 
 
-def _check(value: Any, kinds: tuple[type, ...], where: str, what: str, *, optional: bool = False, minimum: int | None = None) -> Any:
+def _check(value: Any, kinds: tuple[type[Any], ...], where: str, what: str, *, optional: bool = False, minimum: int | None = None) -> Any:
     """`value` where it is one of `kinds` (None too where `optional`; a number at least `minimum` where given);
     else a `ConfigError`: `{where}: must be {what}, got {value!r}`."""
     if value is None and optional:
