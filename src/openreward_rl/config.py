@@ -64,7 +64,7 @@ import difflib
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import attrs
 import yaml
@@ -223,8 +223,8 @@ class TrainConfig:
     check_model: bool = True
     tool_preamble: bool = True
     tool_call_example: bool = False
-    tool_execution: str = "sequential"
-    on_no_tool_call: str = "nudge"
+    tool_execution: Literal["sequential", "parallel"] = "sequential"
+    on_no_tool_call: Literal["nudge", "end"] = "nudge"
     nudge_message: str | None = None
     train_thinking: bool = True
     max_tool_output_tokens: int | None = 8192

@@ -140,7 +140,7 @@ class RawValue:
 
 
 def _has_type_info(schema: Mapping[str, Any] | None) -> bool:
-    return bool(schema) and any(key in schema for key in _SCHEMA_TYPE_KEYS)  # type: ignore[operator]
+    return schema is not None and any(key in schema for key in _SCHEMA_TYPE_KEYS)
 
 
 def _allows_string(schema: Mapping[str, Any]) -> bool:
