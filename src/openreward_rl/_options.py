@@ -14,7 +14,7 @@ import attrs
 
 __all__ = ["from_attributes", "same_named"]
 
-T = TypeVar("T")
+T = TypeVar("T", bound=attrs.AttrsInstance)
 
 
 def same_named(source: Any, *names: str) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 __all__ = ["Registry", "FILE_MODULE_PREFIX", "import_attribute", "import_file", "import_plugin", "is_file_spec"]
 
 _F = TypeVar("_F")
-_C = TypeVar("_C", bound=type)
+_C = TypeVar("_C")  # a class, or a factory function
 
 FILE_MODULE_PREFIX = "_openreward_rl_file_"  # the module names `import_file` gives the files it imports
 SPEC_FORMS = "package.module:attribute or path/to/file.py:attribute"

@@ -64,7 +64,7 @@ import difflib
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import attrs
 import yaml
@@ -223,8 +223,8 @@ class TrainConfig:
     check_model: bool = True
     tool_preamble: bool = True
     tool_call_example: bool = False
-    tool_execution: str = "sequential"
-    on_no_tool_call: str = "nudge"
+    tool_execution: Literal["sequential", "parallel"] = "sequential"
+    on_no_tool_call: Literal["nudge", "end"] = "nudge"
     nudge_message: str | None = None
     train_thinking: bool = True
     max_tool_output_tokens: int | None = 8192
@@ -281,7 +281,8 @@ class TrainConfig:
         else the run's."""
         environment = self.environment(name)
         if environment.tool_timeout is not None:
-            default, key = environment.tool_timeout, f"environments.{name}.tool_timeout"
+            default: float | None = environment.tool_timeout
+            key = f"environments.{name}.tool_timeout"
         else:
             default, key = self.tool_timeout, "tool_timeout"
         return ToolTimeouts(default, dict(environment.tool_timeouts), default_key=key, environment=name)
@@ -362,7 +363,7 @@ def _unknown(key: str, known: set[str], where: str) -> ConfigError:
     return ConfigError(f"{where}: unknown key {key!r}{hint}")
 
 
-def _check(value: Any, kinds: tuple[type, ...], where: str, what: str, *, optional: bool = False, minimum: int | None = None) -> Any:
+def _check(value: Any, kinds: tuple[type[Any], ...], where: str, what: str, *, optional: bool = False, minimum: int | None = None) -> Any:
     """`value` where it is one of `kinds` (None too where `optional`; a number at least `minimum` where given);
     else a `ConfigError`: `{where}: must be {what}, got {value!r}`."""
     if value is None and optional:

@@ -156,7 +156,7 @@ async def check_environments(client: Any, config: TrainConfig, *, retry: RetryPo
         url = config.base_url_for(name)
         where = url or "OpenReward"
         served = servers.get(url) if url else None
-        if served is not None:
+        if url is not None and served is not None:
             _check_served(config, name, url, served)
         environment = client.environments.get(name, variant=env_config.variant, base_url=url)
         try:

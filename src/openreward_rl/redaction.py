@@ -56,8 +56,8 @@ class SecretRegistry:
         self._pattern: re.Pattern[str] | None = None
         self._lock = threading.Lock()
 
-    def register(self, values: Iterable[str | None]) -> None:
-        """Add secret values; None, empty and too-short values are skipped."""
+    def register(self, values: Iterable[object]) -> None:
+        """Add secret values; None, empty, too-short and non-string values are skipped."""
         fresh = {v for v in values if isinstance(v, str) and len(v) >= MIN_SECRET_LENGTH} - self._values
         if not fresh:
             return

@@ -303,5 +303,5 @@ def slime_episode_post_process(args: Any, samples: list[Any]) -> tuple[list[floa
             scored.append((positions, raw[positions[0]]))
         for (positions, _), advantage in zip(scored, episode_advantages([r for _, r in scored], std_normalization=std_normalization)):
             for p in positions:
-                out[p] = advantage
+                out[p] = advantage or 0.0  # never None: every reward here is a number
     return raw, out

@@ -111,7 +111,7 @@ class GenerateOutput:
 
 async def generate_fn(input: Any) -> GenerateOutput:  # noqa: A002  (Miles detects the form by this name)
     """Miles' new form: `input` has `.args` (or `.state.args`), `.sample`, `.sampling_params`, `.evaluation`."""
-    state = getattr(input, "state", None)
+    state: Any = getattr(input, "state", None)  # Miles' untyped objects
     args = getattr(input, "args", None) or state.args
     evaluation = bool(getattr(input, "evaluation", False))
     return GenerateOutput(samples=await _generate(args, input.sample, input.sampling_params, evaluation, state_abort_signal(state)))

@@ -133,7 +133,7 @@ class SessionChatEngine(OpenAIChatEngine):
         if not isinstance(meta, Mapping) or "output_token_logprobs" not in meta:
             raise EngineError(f"{self.base_url}: the reply has no choices[0].meta_info.output_token_logprobs; is this a Miles session server?")
         entries = meta["output_token_logprobs"]
-        finish_info = meta.get("finish_reason") if isinstance(meta.get("finish_reason"), Mapping) else {}
+        finish_info = meta["finish_reason"] if isinstance(meta.get("finish_reason"), Mapping) else {}
         finish = _FINISH.get(finish_info.get("type") or choice.get("finish_reason") or "stop", FinishReason.STOP)
         return Generation(
             tuple(int(entry[1]) for entry in entries),

@@ -132,11 +132,11 @@ class SkipPolicy:
         return out[:count]
 
 
-def skipping_source(base: type) -> type:
+def skipping_source(base: type[Any]) -> type:
     """`base` (a trainer's `RolloutDataSourceWithBuffer`) whose fresh prompts skip saturated tasks; the
     buffer (groups handed back by partial rollout) is served first and never skipped."""
 
-    class SkippingDataSource(base):  # type: ignore[misc, valid-type]
+    class SkippingDataSource(base):
         def __init__(self, args: Any) -> None:
             super().__init__(args)
             seed = getattr(args, "rollout_seed", 0) or 0

@@ -8,6 +8,7 @@ import os
 import re
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 # The SDK reads its log level when it is imported: keep a locally served environment's per-request
 # INFO lines out of the command's output unless the user asks for them.
@@ -35,8 +36,8 @@ class _Parser(argparse.ArgumentParser):
     """argparse that reads `-1e-5` as a value (`--lr -1e-5`), as Python 3.13's does; before 3.13 only
     `-1` and `-.5` were numbers, so a negative number in exponent form was taken for an unknown option."""
 
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         self._negative_number_matcher = re.compile(r"-\.?\d")
 
 

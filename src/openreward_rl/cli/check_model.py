@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     from openreward_rl.assets import load_tokenizer
     from openreward_rl.config import GENERIC_FAMILY, ConfigError, load_config, parse_config
     from openreward_rl.errors import ModelFamilyError
-    from openreward_rl.families import find_family, get_family
+    from openreward_rl.families import ModelFamily, find_family, get_family
     from openreward_rl.families.probe import probe_family
 
     try:
@@ -54,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"model      {args.model}")
     print(f"tokenizer  {source} ({len(tokenizer)} tokens, chat template sha256 {digest}…)")
     chosen = args.family or config.model_family
+    family: ModelFamily | None
     try:
         if chosen == GENERIC_FAMILY:
             print("family     generic: the template-derived bridge with no family; nothing to prove")

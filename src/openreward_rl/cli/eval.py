@@ -159,7 +159,7 @@ def looks_like_path(name: str) -> bool:
     """
     if name.startswith(("/", "./", "../", "~")) or name in (".", ".."):
         return True
-    separators = {os.sep, os.altsep} - {None}
+    separators = {sep for sep in (os.sep, os.altsep) if sep is not None}
     return any(sep in name for sep in separators) and not _HUB_ID.fullmatch(name)
 
 
@@ -205,6 +205,7 @@ def open_results(options: EvalOptions, config: TrainConfig, console: Any) -> Any
     def warn(message: str) -> None:
         console.print(f"openreward-rl eval: {message}", markup=False, soft_wrap=True)
 
+    assert options.output is not None  # called only with --output
     results = ResultsFile(options.output, {"eval": eval_settings(options, config)}, warn=warn, overwrite=options.overwrite).open()
     if results.moved_to is not None:
         console.print(f"moved the earlier results to {results.moved_to} (--overwrite)", markup=False, soft_wrap=True)
@@ -508,7 +509,7 @@ def _infrastructure_verdict(summary: Mapping[str, Any], console: Any, *, rerun: 
     failed = sum(item.infrastructure_failures for item in summary.values())
     if failed * 2 <= episodes:
         return 0
-    kinds = Counter()
+    kinds: Counter[str] = Counter()
     for item in summary.values():
         for reason, (count, _) in item.failures.items():
             kinds[reason] += count

@@ -150,6 +150,8 @@ def replays(renderer: Any, config: Any, episodes: list[Any]) -> list[tuple[Any, 
     plays = []
     for episode in episodes:
         task = TaskRef.from_description(episode.task)
+        if task is None:
+            raise ValueError(f"a recorded episode names no task: {dict(episode.task)!r}")
         if config.environment(task.environment).variant is not None:
             task = attrs.evolve(task, variant=None)  # the served class's variant, not the recording's
         plays.append((TeacherEngine(renderer, Replay.of((turn.parsed for turn in episode.turns), reasoning=reasoning)), task))

@@ -70,7 +70,8 @@ def _episodes(file: str) -> tuple[list[Mapping[str, Any]], list[Any]]:
     rerun appends before it rewrites); a line that is not a trajectory is skipped with a warning."""
     from openreward_rl.cli.evaluation import latest_records
 
-    records, trajectories = [], []
+    records: list[Mapping[str, Any]] = []
+    trajectories: list[Any] = []
     for record in latest_records(read_records(file, on_bad_line=_skipped)):
         try:
             trajectories.append(record_to_trajectory(record, f"{file} record {len(records)}"))
@@ -152,13 +153,13 @@ def _serve(page: str, port: int, interrupts: Interrupts | None = None) -> int:
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's name
             pass
 
-    interrupts = interrupts or Interrupts()
+    stop_requests = interrupts or Interrupts()
 
     class Server(http.server.ThreadingHTTPServer):
         def service_actions(self) -> None:  # between two polls: a Ctrl-C Python dropped inside a finalizer ends it here
-            interrupts.raise_if_requested()
+            stop_requests.raise_if_requested()
 
-    with interrupts.installed(), Server(("127.0.0.1", port), Handler) as server:
+    with stop_requests.installed(), Server(("127.0.0.1", port), Handler) as server:
         print(f"serving the report on http://127.0.0.1:{server.server_address[1]}/ (Ctrl-C stops)", flush=True)
         try:
             server.serve_forever()

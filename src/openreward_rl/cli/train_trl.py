@@ -47,7 +47,7 @@ from openreward_rl.errors import ConfigError
 __all__ = ["SHARED_FLAGS", "TRL_DEFAULTS", "add_trl_arguments", "check_output_dir", "options_from_args", "run", "print_summary"]
 
 # `TrlOptions` is the table of this command's defaults; nothing here restates one.
-_DEFAULT = {field.name: field.default for field in attrs.fields(TrlOptions) if field.default is not attrs.NOTHING}
+_DEFAULT: dict[str, Any] = {field.name: field.default for field in attrs.fields(TrlOptions) if field.default is not attrs.NOTHING}
 # The flags `train` shares with Slime/Miles, by the `TrlOptions` field each sets (Slime/Miles take theirs from `LaunchSpec`).
 SHARED_FLAGS = {
     "lr": "lr", "n_samples": "n_samples", "rollout_batch_size": "prompts_per_step", "max_response_len": "max_new_tokens",

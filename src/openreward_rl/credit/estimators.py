@@ -151,7 +151,7 @@ def mixed_advantages(
         raise ValueError("an episode has returns but no reward, or a reward but no returns")
     per_turn = turn_advantages(returns, eps=eps)
     per_episode = episode_advantages(rewards, eps=eps)
-    return [None if t is None else [weight * a + (1.0 - weight) * e for a in t] for t, e in zip(per_turn, per_episode)]  # type: ignore[operator]
+    return [None if t is None or e is None else [weight * a + (1.0 - weight) * e for a in t] for t, e in zip(per_turn, per_episode)]
 
 
 def advantage_bound(estimator: str, turns: Sequence[int | None], *, weight: float = 0.5, clip: float | None = None) -> float:

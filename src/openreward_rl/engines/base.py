@@ -30,7 +30,7 @@ class FinishReason(str, enum.Enum):
     ABORT = "abort"  # the server aborted the request (weight update, over-sampling, shutdown)
 
 
-class EncodedIds(list):  # type: ignore[type-arg]
+class EncodedIds(list):
     """Token ids together with their JSON array text (`json_text`), for engines that send ids as JSON.
 
     `TokenLedger.encoded_context` (openreward_rl.loop.trajectory) builds the text incrementally, so sending an 8k-token context does

@@ -139,7 +139,7 @@ def load_model(
     extra = {"gguf_file": gguf_file} if gguf_file else {}
     if tokenizer is None:
         tokenizer = AutoTokenizer.from_pretrained(name_or_path, **extra)
-    model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype, **extra).to(device)
+    model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype, **extra).to(device)  # type: ignore[arg-type]  # transformers types its functools.wraps'd `to` unbound
     if requested != name_or_path:  # an offline name: record it, not the package folder it resolved to
         model.name_or_path = model.config._name_or_path = requested  # what a LoRA adapter's base_model_name_or_path and TRL's model card read
     return model.eval(), tokenizer

@@ -103,6 +103,9 @@ class _Timeout(Exception):
         self.seconds = seconds
 
 
+_FAULTS: tuple[type[BaseException], ...] = (_Timeout, *_INFRA_ERRORS)  # what `_fault` turns into an EnvironmentFault
+
+
 class ServerUnreachable(EnvError, ConnectionError):
     """The liveness probe found the environment server down: it refuses connections, or answers nothing."""
 
@@ -395,7 +398,7 @@ class EnvSession:
         except ServerUnreachable as error:
             self.unreachable = True
             raise _fault(error, action) from error
-        except (_Timeout, *_INFRA_ERRORS) as error:
+        except _FAULTS as error:
             raise _fault(error, action) from error
 
     async def prompt_messages(self) -> list[dict[str, Any]]:
@@ -502,7 +505,7 @@ async def open_session(
     client: Any,
     task: TaskRef,
     *,
-    secrets: Mapping[str, str] | None = None,
+    secrets: Mapping[str, str | tuple[str, list[str]]] | None = None,
     tool_timeout: float | ToolTimeouts | None = None,
     toolset: str | None = None,
     open_timeout: float | None = None,
@@ -565,7 +568,7 @@ async def open_session(
                 kind="NotFound",
             ) from error
         raise _fault(error, action) from error
-    except (_Timeout, *_INFRA_ERRORS) as error:
+    except _FAULTS as error:
         raise _fault(error, action) from error
     session = EnvSession(sdk_session=sdk_session, task=task, tool_timeout=tool_timeout, probe=probe, read_retry=read_retry)
     try:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import attrs
 
@@ -92,6 +92,9 @@ async def _sdk_scores(client: Any, config: TrainConfig, task: TaskRef, transcrip
     return list(scores)
 
 
-def _sdk_role(role: str) -> str:
+_SDK_ROLES: dict[str, Literal["system", "user", "assistant"]] = {"system": "system", "user": "user", "assistant": "assistant"}
+
+
+def _sdk_role(role: str) -> Literal["system", "user", "assistant"]:
     """Message roles the SDK accepts (Anthropic placement: tool results travel in user turns)."""
-    return role if role in ("system", "user", "assistant") else "user"
+    return _SDK_ROLES.get(role, "user")

@@ -36,7 +36,7 @@ import time
 import urllib.error
 import urllib.request
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal
 
@@ -236,6 +236,10 @@ def _uvicorn_config(app: Any, port: int, log_level: str) -> uvicorn.Config:
     )
 
 
+def _class_tuple(classes: Iterable[type[Environment]]) -> tuple[type[Environment], ...]:
+    return tuple(classes)  # a typed converter: mypy's attrs plugin cannot bind a generic one such as `tuple`
+
+
 @attrs.define(eq=False)
 class LocalEnvServer:
     """A running (or runnable) local environment server; use :func:`serve_environments` to make one.
@@ -244,7 +248,7 @@ class LocalEnvServer:
     importable names the subprocess mode passes to its child.
     """
 
-    classes: tuple[type[Environment], ...] = attrs.field(converter=tuple)
+    classes: tuple[type[Environment], ...] = attrs.field(converter=_class_tuple)
     mode: Literal["thread", "subprocess"] = attrs.field(
         default="thread", validator=attrs.validators.in_(("thread", "subprocess"))
     )

@@ -101,7 +101,7 @@ def route_server_logs() -> ServerLog:
         os.close(handle)
         log = ServerLog(path)
         level = getattr(logging, (os.environ.get("OPENREWARD_LOG_LEVEL") or os.environ.get("LOG_LEVEL") or "INFO").upper(), logging.INFO)
-        processors = [
+        processors: list[structlog.typing.Processor] = [
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso"),
             structlog.processors.format_exc_info,
@@ -110,12 +110,12 @@ def route_server_logs() -> ServerLog:
         ]
         saved = {}
         for module_name, logger_name in SDK_SERVER_LOGGERS.items():
-            module = importlib.import_module(module_name)
+            module: Any = importlib.import_module(module_name)  # the SDK module whose `logger` is swapped
             if not hasattr(module, "logger"):
                 continue
             saved[module_name] = module.logger
             module.logger = structlog.wrap_logger(
-                structlog.PrintLogger(log), processors=processors, wrapper_class=structlog.make_filtering_bound_logger(level)
+                structlog.PrintLogger(log), processors=processors, wrapper_class=structlog.make_filtering_bound_logger(level)  # type: ignore[arg-type]  # PrintLogger only writes and flushes, as ServerLog does
             ).bind(logger_name=logger_name)
         _routed.update(log=log, users=1, saved=saved)
         return log
@@ -130,6 +130,7 @@ def release_server_logs() -> None:
         if _routed["users"]:
             return
         for module_name, logger in _routed["saved"].items():
-            importlib.import_module(module_name).logger = logger
+            sdk_module: Any = importlib.import_module(module_name)
+            sdk_module.logger = logger
         _routed["log"].close()
         _routed.clear()

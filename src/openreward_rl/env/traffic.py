@@ -91,10 +91,10 @@ class SessionTraffic:
     def _settle(self, context: SimpleNamespace) -> str | None:
         sid = getattr(context, "sid", None)
         waiting = self._waiting.get(sid) if sid is not None else None
-        if waiting is not None:
+        if sid is not None and waiting is not None:
             waiting.pop(id(context), None)
             if not waiting:
-                del self._waiting[sid]  # type: ignore[arg-type]
+                del self._waiting[sid]
         return sid
 
 

@@ -25,7 +25,7 @@ import attrs
 from openreward_rl.errors import ModelFamilyError
 from openreward_rl.families.thinking import THINK_TAGS, ThinkingMarkers
 from openreward_rl.families.token_text import decode_ids
-from openreward_rl.families.tool_preamble import parser_preamble
+from openreward_rl.families.tool_preamble import ToolPreamble, parser_preamble
 from openreward_rl.families.vision import VisionSpec, images_in
 
 __all__ = ["ChatRenderer", "RenderedFamily", "TemplateBridgeError"]
@@ -33,7 +33,7 @@ __all__ = ["ChatRenderer", "RenderedFamily", "TemplateBridgeError"]
 _USER_MARK = "ORRL_USER_7f3a"
 _ASSISTANT_MARK = "ORRL_ASSISTANT_7f3a"
 _REASONING_MARK = "ORRL_REASONING_7f3a"
-_PLACEHOLDER_CALL = {"id": "orrl_call_7f3a", "type": "function", "function": {"name": "orrl_tool_7f3a", "arguments": {}}}
+_PLACEHOLDER_CALL: dict[str, Any] = {"id": "orrl_call_7f3a", "type": "function", "function": {"name": "orrl_tool_7f3a", "arguments": {}}}
 _PLACEHOLDER_TOOL = {"type": "function", "function": {"name": "orrl_tool_7f3a", "description": "", "parameters": {"type": "object", "properties": {}}}}
 
 
@@ -43,6 +43,16 @@ class RenderedFamily(Protocol):
 
     @property
     def name(self) -> str: ...
+    @property
+    def parser(self) -> str: ...
+    @property
+    def reasoning_key(self) -> str: ...
+    @property
+    def string_arguments(self) -> bool: ...
+    @property
+    def call_id_format(self) -> str: ...
+    @property
+    def tool_preamble(self) -> ToolPreamble | None: ...
     @property
     def tool_turn_stops(self) -> tuple[str, ...]: ...
     @property
@@ -96,6 +106,7 @@ class ChatRenderer:
             try:
                 return self._encoder.render(list(messages), list(tools) if tools else None, add_generation_prompt=add_generation_prompt, **self.template_kwargs)
             except Exception as error:
+                assert self.family is not None  # the encoder is the family's
                 raise TemplateBridgeError(f"the {self.family.name} encoder failed to render: {type(error).__name__}: {error}") from error
         try:
             return self.tokenizer.apply_chat_template(

@@ -71,7 +71,7 @@ class CohereBridge:
             return None
         return list(self.tokenizer.encode(full[cut:], add_special_tokens=False))
 
-    def _render(self, messages: list[dict[str, Any]], tools: Sequence[Mapping[str, Any]] | None, *, generation: bool) -> str:
+    def _render(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None, *, generation: bool) -> str:
         return self.tokenizer.apply_chat_template(
             messages, tools=list(tools) if tools else None, tokenize=False, add_generation_prompt=generation, **self.template_kwargs
         )

@@ -55,7 +55,7 @@ class MistralBridge:
         """One new message as the template writes it after an assistant turn, with no system prompt or tools."""
         if message["role"] == "user":
             # after a stand-in exchange, so that what a template writes once at the start (a default system prompt) stays put
-            before = [{"role": "user", "content": _USER}, {"role": "assistant", "content": _ASSISTANT}]
+            before: list[dict[str, Any]] = [{"role": "user", "content": _USER}, {"role": "assistant", "content": _ASSISTANT}]
             return self._after(self._render(before), [*before, {"role": "user", "content": message["content"]}])
         if message["role"] == "tool":
             call_id = str(message.get("tool_call_id") or _STAND_IN_ID)

@@ -53,8 +53,8 @@ class Phi4MiniFormat:
             if role not in ("user", "assistant", "tool"):
                 raise ValueError(f"the Phi-4-mini training format has no {role!r} messages")
             calls = message.get("tool_calls") or [] if role == "assistant" else []
-            listed = [{"name": c["function"]["name"], "arguments": _arguments(c["function"].get("arguments"))} for c in calls]
-            body = f"<|tool_call|>{json.dumps(listed, ensure_ascii=False)}<|/tool_call|>" if listed else ""
+            listed_calls = [{"name": c["function"]["name"], "arguments": _arguments(c["function"].get("arguments"))} for c in calls]
+            body = f"<|tool_call|>{json.dumps(listed_calls, ensure_ascii=False)}<|/tool_call|>" if listed_calls else ""
             parts.append(f"<|{role}|>{message.get('content') or ''}{body}{END}")
         if add_generation_prompt:
             parts.append("<|assistant|>")

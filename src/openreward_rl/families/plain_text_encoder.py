@@ -127,4 +127,5 @@ def _known_split(pre_tokenizer: dict[str, Any] | None) -> str | None:
         return None
     if byte_level != {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": byte_level.get("trim_offsets"), "use_regex": False}:
         return None
-    return _ASCII_SPLITS.get((split.get("pattern") or {}).get("Regex"))
+    regex = (split.get("pattern") or {}).get("Regex")
+    return _ASCII_SPLITS.get(regex) if isinstance(regex, str) else None

@@ -83,7 +83,7 @@ def _decoded_bytes(token: str) -> bytes:
     return b"".join(bytes([_TO_BYTE[c]]) if c in _TO_BYTE else c.encode() for c in token)
 
 
-class _IdBytes(dict):  # type: ignore[type-arg]
+class _IdBytes(dict):
     """id -> the bytes the decoder writes for it, looked up in the tokenizer the first time an id is seen."""
 
     def __init__(self, backend: Any, added: dict[int, bytes]) -> None:

@@ -55,7 +55,7 @@ class ToolPreamble(Protocol):
 def _placeholder(schema: Mapping[str, Any]) -> Any:
     if schema.get("enum"):
         return schema["enum"][0]
-    kind = schema.get("type")
+    kind: Any = schema.get("type")  # JSON: a name, a list of names, or absent
     if isinstance(kind, list):
         kind = next((k for k in kind if k != "null"), "string")
     return {"integer": 1, "number": 1.5, "boolean": True, "array": [], "object": {}, "null": None}.get(kind, "text")

@@ -63,7 +63,7 @@ def _part_url(part: Mapping[str, Any]) -> str:
 
 def images_in(messages: Iterable[Mapping[str, Any]]) -> list[str]:
     """The data URLs of every image part in `messages`, in the order a template writes them."""
-    found = []
+    found: list[str] = []
     for message in messages:
         content = message.get("content")
         if isinstance(content, list):
@@ -126,7 +126,7 @@ class VisionSpec:
     def grids(self, images: Sequence[str]) -> list[tuple[int, int, int]]:
         """Each image's (t, h, w) patch grid as the image processor makes it."""
         out = self.image_processor(images=[load_image(url) for url in images], return_tensors="np")
-        return [tuple(int(x) for x in row) for row in out["image_grid_thw"]]
+        return [(int(t), int(h), int(w)) for t, h, w in out["image_grid_thw"]]
 
     def token_counts(self, images: Sequence[str]) -> list[int]:
         """How many pad tokens each image becomes (its grid's patches / merge_size²)."""

@@ -130,7 +130,8 @@ class Summarize:
 class ContextPolicy(Protocol):
     """Decides the context boundaries of an episode; see the module docstring."""
 
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def plan(self, view: ContextView) -> Rewrite | Summarize | None: ...
 
@@ -288,7 +289,7 @@ _REGISTRY.update({
 def register_context_policy(name: str, factory: Callable[..., ContextPolicy | None]) -> None:
     """Make `name` usable as `context_policy` in the config (a later registration replaces an earlier
     one); `factory(**options)` builds the policy."""
-    _REGISTRY.register(name, replace=True)(factory)  # type: ignore[arg-type]
+    _REGISTRY.register(name, replace=True)(factory)
 
 
 def available_context_policies() -> list[str]:

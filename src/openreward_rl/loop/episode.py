@@ -6,7 +6,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, overload, runtime_checkable
 
 import attrs
 
@@ -107,7 +107,7 @@ class EpisodeSettings:
 
 def has_tools_placeholder(template: str | None) -> bool:
     """Whether a system prompt template writes the tools itself (a `{tools}` placeholder)."""
-    return bool(template) and "{tools}" in template
+    return template is not None and "{tools}" in template
 
 
 def format_system_prompt(template: str | None, tools: Sequence[Mapping[str, Any]]) -> str | None:
@@ -139,6 +139,10 @@ def first_system_prompt(
     return system_prompt
 
 
+@overload
+def fault_stop(error: EnvError | TimeoutError | ModelFamilyError, *, timeout_detail: Callable[[], str]) -> tuple[StopReason, str]: ...
+@overload
+def fault_stop(error: BaseException, *, timeout_detail: Callable[[], str]) -> tuple[StopReason, str] | None: ...
 def fault_stop(error: BaseException, *, timeout_detail: Callable[[], str]) -> tuple[StopReason, str] | None:
     """How an episode ends on `error`: the one mapping from faults to stop reasons, or None for an
     error that is no fault (a bug in the episode code, which the caller logs and aborts).
@@ -193,7 +197,7 @@ async def run_episode(
     client: Any,
     task: TaskRef,
     *,
-    secrets: Mapping[str, str] | None = None,
+    secrets: Mapping[str, str | tuple[str, list[str]]] | None = None,
     attempts: int = 2,
     tool_timeout: float | ToolTimeouts | None = None,
     toolset: str | None = None,
@@ -257,7 +261,7 @@ async def _run_once(
     episode_factory: Callable[[], Episode],
     client: Any,
     task: TaskRef,
-    secrets: Mapping[str, str] | None,
+    secrets: Mapping[str, str | tuple[str, list[str]]] | None,
     limits: _SessionLimits,
 ) -> Trajectory:
     deadline = asyncio.timeout(limits.attempt_timeout)

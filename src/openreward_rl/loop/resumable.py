@@ -134,6 +134,9 @@ class ContinuingEngine:
         """Called by the episode as each attempt starts: a fresh attempt has sampled nothing yet."""
         self.spans.clear()
 
+    async def aclose(self) -> None:
+        """Nothing to close: the wrapped engine is its owner's (an `Engine`, as the episode sees it)."""
+
     def _aborting(self) -> bool:
         return (self.abort_signal or _never)()
 
@@ -294,7 +297,7 @@ def _merge(pieces: Sequence[Generation], *, finish: FinishReason | None = None) 
         matched_stop=last.matched_stop,
         abort_message=last.abort_message,
         weight_version=last.weight_version,
-        text="".join(texts) if None not in texts else None,  # type: ignore[arg-type]
+        text=None if None in texts else "".join(t for t in texts if t is not None),
         token_exact=all(p.token_exact for p in pieces),
         parsed=None,  # parsed again from the whole turn
         meta={**last.meta, "weight_versions": [p.weight_version for p in pieces], "piece_tokens": [len(p.output_ids) for p in pieces]},

@@ -50,7 +50,7 @@ _EPISODES["tool"] = ToolEpisode
 
 def register_episode(name: str, builder: EpisodeBuilder) -> EpisodeBuilder:
     """Make `builder` usable as `episode: name` in the config (a name is registered once)."""
-    return _EPISODES.register(name)(builder)  # type: ignore[arg-type, return-value]
+    return _EPISODES.register(name)(builder)
 
 
 def available_episodes() -> list[str]:
@@ -261,8 +261,8 @@ class Rollouts:
             system_prompt=self.config.system_prompt_template,
             tool_preamble=self.config.tool_preamble,
             tool_call_example=self.config.tool_call_example,
-            tool_execution=self.config.tool_execution,  # type: ignore[arg-type]
-            on_no_tool_call=self.config.on_no_tool_call,  # type: ignore[arg-type]
+            tool_execution=self.config.tool_execution,
+            on_no_tool_call=self.config.on_no_tool_call,
             nudge_message=self.config.nudge_message or DEFAULT_NUDGE,
             train_thinking=self.config.train_thinking,
             max_tool_output_tokens=self.config.max_tool_output_tokens,

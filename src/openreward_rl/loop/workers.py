@@ -316,7 +316,7 @@ class RayWorkers(EpisodeWorkers):
         slot = min(range(self.count), key=lambda i: (self._actors[i] is not None, self._load[i]))
         if self._actors[slot] is None:
             if self._remote is None:
-                self._remote = ray.remote(num_cpus=1, max_restarts=0, max_task_retries=0, max_concurrency=self.max_concurrency)(_RayEpisodeActor)
+                self._remote = ray.remote(num_cpus=1, max_restarts=0, max_task_retries=0, max_concurrency=self.max_concurrency)(_RayEpisodeActor)  # type: ignore[call-overload]  # Ray's overloads omit the actor option max_concurrency
             self._actors[slot] = self._remote.remote(self.factory)
         return slot, self._actors[slot]
 

@@ -50,7 +50,7 @@ def turns_by_message(trajectory: Trajectory) -> dict[int, tuple[int, Turn]]:
     positions = [i for i, m in enumerate(messages) if m.get("role") == "assistant"]
     recorded = [t.message_index for t in turns]
     if turns and all(i is not None and i in positions for i in recorded) and len(set(recorded)) == len(turns):
-        return {t.message_index: (n, t) for n, t in enumerate(turns)}  # type: ignore[misc]
+        return {t.message_index: (n, t) for n, t in enumerate(turns) if t.message_index is not None}
     return {p: (n, t) for n, (p, t) in enumerate(zip(positions[len(positions) - len(turns) :], turns))}
 
 

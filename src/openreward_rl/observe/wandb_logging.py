@@ -109,7 +109,7 @@ class WandbLogger:
         if run is None:
             logger.info("metrics (no wandb run): %s", row)
             return
-        if step_key is not None:
+        if step_key is not None and step is not None:
             for family in sorted({k.split("/", 1)[0] for k in row}):
                 if (family, step_key) not in self._defined:
                     run.define_metric(step_key)

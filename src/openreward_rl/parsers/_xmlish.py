@@ -140,7 +140,7 @@ class RawValue:
 
 
 def _has_type_info(schema: Mapping[str, Any] | None) -> bool:
-    return bool(schema) and any(key in schema for key in _SCHEMA_TYPE_KEYS)  # type: ignore[operator]
+    return schema is not None and any(key in schema for key in _SCHEMA_TYPE_KEYS)
 
 
 def _allows_string(schema: Mapping[str, Any]) -> bool:
@@ -151,7 +151,7 @@ def _allows_string(schema: Mapping[str, Any]) -> bool:
         for option in schema.get(key) or ():
             if isinstance(option, Mapping) and (not _has_type_info(option) or _allows_string(option)):
                 return True
-    enum = schema.get("enum")
+    enum = schema.get("enum") or ()
     return bool(enum) and any(isinstance(option, str) for option in enum)
 
 
@@ -196,7 +196,7 @@ def _coerce_one(raw: RawValue, schema: Any) -> Any:
             decoded = json.loads(raw.text)
         except (json.JSONDecodeError, RecursionError):
             decoded = _NOT_JSON
-        if decoded is not _NOT_JSON and (not _has_type_info(schema) or _matches(decoded, schema)):  # type: ignore[arg-type]
+        if decoded is not _NOT_JSON and (not _has_type_info(schema) or _matches(decoded, schema)):
             if _overflows_int64(decoded):
                 raise CoercionError(f"integer outside the int64 range: {raw.text[:80]!r}")
             return decoded

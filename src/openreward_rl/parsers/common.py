@@ -257,7 +257,7 @@ def skip_spaces(text: str, index: int) -> int:
     index += 1  # one separator (a newline between tags) is the common case: no regex for it
     if index >= len(text) or not text[index].isspace():
         return index
-    return _SPACES.match(text, index).end()  # type: ignore[union-attr]  (always matches)
+    return _SPACES.match(text, index).end()  # type: ignore[union-attr]  # always matches
 
 
 def is_cut_off(finish_reason: str | None) -> bool:

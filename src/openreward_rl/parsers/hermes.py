@@ -121,5 +121,8 @@ class HermesParser:
         arguments = payload.get("arguments", payload.get("parameters", {}))
         call_id = payload.get("id") if isinstance(payload.get("id"), str) else None
         call = validate_call(payload.get("name"), _decode_arguments(arguments), tools=tools, raw=raw, call_id=call_id)
-        (calls if isinstance(call, ToolCall) else errors).append(call)  # type: ignore[arg-type]
+        if isinstance(call, ToolCall):
+            calls.append(call)
+        else:
+            errors.append(call)
         return stop

@@ -68,8 +68,10 @@ def _infer_name(arguments: Any, tools: Sequence[Mapping[str, Any]] | None) -> st
     keys = set(arguments)
     matches = []
     for tool in tools:
-        spec = tool.get("function") if isinstance(tool.get("function"), Mapping) else tool
+        spec = tool["function"] if isinstance(tool.get("function"), Mapping) else tool
         name = spec.get("name")
+        if not isinstance(name, str):
+            continue  # a tool with no name is never called
         schema = tool_schema(tools, name) or {}
         properties = set(schema.get("properties") or {})
         required = set(schema.get("required") or ())

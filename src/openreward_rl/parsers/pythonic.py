@@ -77,13 +77,13 @@ def _literal(node: ast.AST) -> Any:
         return [_literal(item) for item in node.elts]
     if isinstance(node, ast.Dict):
         result: dict[str, Any] = {}
-        for key, value in zip(node.keys, node.values):
+        for key, value_node in zip(node.keys, node.values):
             if key is None:
                 raise PythonCallError("'**' inside a dict literal is not a literal")
             key_value = _literal(key)
             if not isinstance(key_value, str):
                 raise PythonCallError("dict keys must be strings")
-            result[key_value] = _literal(value)
+            result[key_value] = _literal(value_node)
         return result
     raise PythonCallError(f"not a literal: {ast.unparse(node)[:60]}")
 

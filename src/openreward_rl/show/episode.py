@@ -103,7 +103,7 @@ def conversation(trajectory: Trajectory) -> Iterator[Entry]:
         if role == "assistant":
             turn = step.turn
             title = f"turn {step.turn_number + 1}" if step.turn_number is not None else "assistant (prompt)"
-            if turn is not None and turn.summary:
+            if turn is not None and turn.summary and step.turn_number is not None:
                 title = f"summary turn (turn {step.turn_number + 1}, trained)"
             if turn is not None:
                 title += f" · {len(turn.sampled_ids)} tokens sampled · finish {turn.finish_reason.value}"

@@ -43,9 +43,10 @@ async def generate_partial(
         sample.metadata = {k: v for k, v in sample.metadata.items() if k != RESUME_KEY}
     task = task_from_metadata(sample.metadata)
     rollouts = state.rollouts_for(False)
-    fill = {"preset_reward": preset_reward, "evaluation": False}
+    fill: dict[str, Any] = {"preset_reward": preset_reward, "evaluation": False}
     store = store_for(state.config.suspended_episode_ttl, state.config.max_suspended_episodes)
     await store.sweep()
+    outcome: Outcome | None
     if record is None:
         engine = ParkingEngine(rollouts.engine, abort_signal, state.config.max_turn_continuations)
         live = LiveEpisode.start(engine, rollouts.run(task, sampling_params=sampling_params, routing_key=routing_key, engine=engine))

@@ -150,7 +150,7 @@ class EpisodeRecord:
         variant = row.get("variant", task.get("variant"))  # the row's own (prepare's) value is kept
         named = TaskRef.from_description({**row, **task, "variant": variant})
         return cls(
-            environment=task.get("environment", row.get("environment")),
+            environment=task.get("environment", row.get("environment", "")),
             split=task.get("split", row.get("split")),
             index=task.get("index", row.get("index")),
             variant=variant,

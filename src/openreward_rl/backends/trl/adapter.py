@@ -236,8 +236,8 @@ class TrlAdapter:
         """The adapter for `config`: `Rollouts.from_config` (the one episode stack) with no engine yet; `episode`
         None takes the config's (`ToolEpisode` by default)."""
         rollouts = Rollouts.from_config(
-            config, engine=None, tokenizer=tokenizer, client=client, model=model, max_context_len=max_context_len, max_new_tokens=max_new_tokens, episode=episode
-        )  # type: ignore[arg-type]
+            config, engine=None, tokenizer=tokenizer, client=client, model=model, max_context_len=max_context_len, max_new_tokens=max_new_tokens, episode=episode  # type: ignore[arg-type]  # engine_for sets it
+        )
         check_engine_reads_images(TransformersEngine, rollouts.renderer)  # the engine comes later; a VLM is refused now
         return cls(rollouts, tokenizer, sampling=sampling or SamplingConfig(), **options)
 
@@ -285,7 +285,7 @@ class TrlAdapter:
             self._engine.stop()
             self._engine = None
         if self._engine is None:
-            options = {} if kind is WaveEngine else {"continuous_batching": self.continuous_batching, "max_sequences": self.max_sequences}
+            options: dict[str, Any] = {} if kind is WaveEngine else {"continuous_batching": self.continuous_batching, "max_sequences": self.max_sequences}
             self._engine = kind(
                 generation_model, self.tokenizer, sampling=self.sampling, default_max_new_tokens=self.rollouts.max_new_tokens,
                 context_length=self.rollouts.max_context_len, **options,
@@ -362,7 +362,7 @@ class TrlAdapter:
         how many groups were rerun (a group rerun in two rounds counts twice)."""
         rerun = 0
         for _ in range(self.resample_zero_spread):
-            idle = []
+            idle: list[int] = []
             for start in range(0, len(trajectories), group_size):
                 group = trajectories[start : start + group_size]
                 if self._group_signal(group, [_reward(t) for t in group]).trains_nothing:

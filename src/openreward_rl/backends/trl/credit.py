@@ -70,7 +70,7 @@ def turn_credit_trainer_class() -> type:
     import torch
     from trl import GRPOTrainer
 
-    class TurnCreditGRPOTrainer(GRPOTrainer):  # type: ignore[misc, valid-type]
+    class TurnCreditGRPOTrainer(GRPOTrainer):
         """`GRPOTrainer(..., rollout_func=adapter)` where the adapter's config asks for `turn` or `mix`: see the module docstring."""
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -93,6 +93,7 @@ def turn_credit_trainer_class() -> type:
             completions = output["completion_ids"]
             if len(trajectories) != completions.shape[0]:
                 raise TrainerError(f"{completions.shape[0]} completions but the rollout ran {len(trajectories)} episodes")
+            assert self.model is not None and self.num_generations is not None and self.num_generations_eval is not None  # set by GRPOTrainer.__init__
             mode = "train" if self.model.training else "eval"
             group_size = self.num_generations if mode == "train" else self.num_generations_eval
             per_token = batch_token_advantages(trajectories, self.credit_adapter.rollouts.config, group_size)

@@ -215,7 +215,7 @@ def grpo_config(options: TrlOptions) -> Any:
     )
 
 
-def checkpointing_argument(config_class: type, on: bool) -> dict[str, bool]:
+def checkpointing_argument(config_class: type, on: bool) -> dict[str, Any]:
     """The keyword that turns gradient checkpointing on or off in `config_class` (a `TrainingArguments`): transformers
     renamed `gradient_checkpointing` to `activation_checkpointing` and warns on the old name where it has the new one."""
     import dataclasses
