@@ -56,7 +56,7 @@ def test_a_moved_internal_is_named_with_the_library_and_its_version(monkeypatch:
     assert "openreward.api._session.session.BaseAsyncSession._run_or_die" in message
 
 
-def test_a_moved_sse_parser_is_named(monkeypatch: pytest.MonkeyPatch, uninstalled: None) -> None:
+def test_a_moved_sse_parser_is_named(uninstalled: None, monkeypatch: pytest.MonkeyPatch) -> None:
     gate = compat.gates()["openreward"]
     monkeypatch.delattr(sdk_http, "_parse_sse_events")
     with pytest.raises(CompatError, match=r"openreward 0\.1\.167 moved or changed openreward\.api\._session\.http\._parse_sse_events"):

@@ -4,7 +4,8 @@
 - `transport`: the SDK's environments API with pooled HTTP sessions, one client at a time;
 - `calls`: an SDK session's calls in the caller's task, ended by the session's death, one session at a time;
 - below: the session's ping task swapped for the project's (`env.keepalive`), its death declared, its
-  listed terminal tool reused, and a rollout's "disabled" flag read.
+  listed terminal tool reused, a rollout's "disabled" flag read, and the environment server's module loggers
+  swapped while an in-process server runs (`env.server_log`; process-wide, restored by the last server out).
 
 `GATE` names the SDK versions this is written against and the internals it relies on; `check()` fails
 with the version and the internal that moved.
@@ -13,6 +14,7 @@ with the version and the internal that moved.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import inspect
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -21,7 +23,17 @@ import aiohttp
 
 from openreward_rl._compat._gate import Gate, Internal
 
-__all__ = ["GATE", "check", "mark_dead", "ping", "replace_ping_task", "reuse_listed_terminal_tool", "rollout_disabled"]
+__all__ = [
+    "GATE", "check", "mark_dead", "ping", "replace_ping_task", "reuse_listed_terminal_tool", "rollout_disabled",
+    "SERVER_LOGGERS", "replace_server_loggers", "restore_server_loggers",
+]  # fmt: skip
+
+# The SDK's server-side modules and the name each one's `logger` is bound with.
+SERVER_LOGGERS = {
+    "openreward.environments.server": "openreward.environments.server",
+    "openreward.environments.environment": "openreward.environments",
+    "openreward.environments.session": "openreward.environments.session",
+}
 
 
 def _has_source(owner: Callable[[], Any], *names: str) -> Callable[[], bool]:
@@ -67,6 +79,7 @@ def _internals() -> list[Internal]:
         ),
         Internal("AsyncOpenReward._environments_api", _has_source(lambda: AsyncOpenReward, "self._environments_api")),
         Internal("Rollout._rollouts_disabled", _has_source(lambda: Rollout, "self._rollouts_disabled = True")),
+        *(Internal(f"{module}.logger", lambda module=module: hasattr(importlib.import_module(module), "logger")) for module in SERVER_LOGGERS),
     ]
 
 
@@ -127,3 +140,20 @@ def reuse_listed_terminal_tool(session: Any) -> None:
 def rollout_disabled(rollout: Any) -> bool:
     """Whether the SDK gave up on `rollout` (its start POST failed; the SDK logged why)."""
     return bool(getattr(rollout, "_rollouts_disabled", False))
+
+
+def replace_server_loggers(make: Callable[[str], Any]) -> dict[str, Any]:
+    """Bind each SDK server module's `logger` to `make(its logger name)`; the loggers replaced, by module."""
+    saved = {}
+    for module_name, logger_name in SERVER_LOGGERS.items():
+        module = importlib.import_module(module_name)
+        if hasattr(module, "logger"):
+            saved[module_name] = module.logger
+            module.logger = make(logger_name)
+    return saved
+
+
+def restore_server_loggers(saved: dict[str, Any]) -> None:
+    """Put back the loggers `replace_server_loggers` returned."""
+    for module_name, logger in saved.items():
+        importlib.import_module(module_name).logger = logger
