@@ -14,6 +14,7 @@ import contextlib
 import gc
 import logging
 import socket
+from types import SimpleNamespace
 from typing import Any
 
 import aiohttp
@@ -45,13 +46,13 @@ async def test_pings_run_on_the_episode_loop(env_server: LocalEnvServer, monkeyp
     monkeypatch.setattr(sdk_ping.ping_thread, "schedule", lambda *args, **kwargs: scheduled.append(args[1]))
     monkeypatch.setattr(keepalive, "PING_INTERVAL_S", 0.05)
     pings: list[tuple[str, str | None]] = []
-    real_request = keepalive.request_retryable
+    real_ping = keepalive.sdk.ping
 
-    async def counting(client: Any, method: str, url: str, **kwargs: Any) -> Any:
-        pings.append((url, kwargs.get("sid")))
-        return await real_request(client, method, url, **kwargs)
+    async def counting(session: Any) -> Any:
+        pings.append((f"{session.base_url}/ping", session.sid))
+        return await real_ping(session)
 
-    monkeypatch.setattr(keepalive, "request_retryable", counting)
+    monkeypatch.setattr(keepalive.sdk, "ping", counting)
     client = AsyncOpenReward(api_key="local")
     task = TaskRef("Faulty", "train", index=0, variant=env_server.variant_for("Faulty"), base_url=env_server.base_url)
     try:
@@ -106,12 +107,13 @@ async def test_a_session_marked_dead_by_pings_fails_its_next_call(env_server: Lo
     monkeypatch.setattr(keepalive, "PING_INTERVAL_S", 0.01)
     monkeypatch.setattr(keepalive, "STREAK", 2)
     monkeypatch.setattr(keepalive, "STRIKES", 1)
-    real_request = keepalive.request_retryable
+    real_ping = keepalive.sdk.ping
 
-    async def failing(client: Any, method: str, url: str, **kwargs: Any) -> Any:
-        return await real_request(client, method, url + "-gone", **kwargs)  # 404 from the real server
+    async def failing(session: Any) -> Any:
+        elsewhere = SimpleNamespace(client=session.client, base_url=f"{session.base_url}/gone", api_key=session.api_key, sid=session.sid, deployment=session.deployment)
+        return await real_ping(elsewhere)  # 404 from the real server
 
-    monkeypatch.setattr(keepalive, "request_retryable", failing)
+    monkeypatch.setattr(keepalive.sdk, "ping", failing)
     client = AsyncOpenReward(api_key="local")
     task = TaskRef("Faulty", "train", index=0, variant=env_server.variant_for("Faulty"), base_url=env_server.base_url)
     try:
@@ -155,13 +157,13 @@ def test_a_started_ping_task_is_left_alone() -> None:
 def counting_pings(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     """Replace keepalive's request with one that records the loop time of each ping, then sends it."""
     pings: list[float] = []
-    real_request = keepalive.request_retryable
+    real_ping = keepalive.sdk.ping
 
-    async def counting(client: Any, method: str, url: str, **kwargs: Any) -> Any:
+    async def counting(session: Any) -> Any:
         pings.append(asyncio.get_running_loop().time())
-        return await real_request(client, method, url, **kwargs)
+        return await real_ping(session)
 
-    monkeypatch.setattr(keepalive, "request_retryable", counting)
+    monkeypatch.setattr(keepalive.sdk, "ping", counting)
     return pings
 
 

@@ -19,12 +19,15 @@ from openreward import AsyncOpenReward
 from chunk_boundary_env import CHUNK_SIZE, KINDS, boundary_text, streamed_result
 from local_http import serve_app
 from openreward_rl import ChatRenderer, EpisodeSettings, ToolEpisode, run_episode
+from openreward_rl._compat.aiohttp import DrainingResponse
+from openreward_rl._compat.openreward.sse import parse_sse_events
+from openreward_rl._compat.openreward.transport import PooledEnvironmentsAPI
 from openreward_rl.config import parse_config
 from openreward_rl.engines.sglang import SGLangEngine
 from openreward_rl.env.environment import open_session
 from openreward_rl.env.local_server import LocalEnvServer, serve_environments
 from openreward_rl.env.tasks import TaskRef, list_tasks
-from openreward_rl.env.transport import DrainingResponse, PooledEnvironmentsAPI, parse_sse_events, use_pooled_transport
+from openreward_rl.env.traffic import use_pooled_transport
 from openreward_rl.parsers import get_parser
 from openreward_rl.testing import ScriptedCompletion, SGLangTestServer
 
@@ -141,9 +144,9 @@ async def test_a_tool_call_waits_past_the_heartbeat_for_its_answers_head_and_not
     """A saturated server answers late: the SDK reads with a 30-s heartbeat (here 0.2 s) and sends a `/call`
     that timed out again as a new call, which runs the tool twice. `DrainingResponse` waits for a
     tool call's answer head up to `CALL_ANSWER_WAIT_S` (here 2 s), then holds the stream to the heartbeat."""
-    from openreward_rl.env import transport
+    from openreward_rl._compat import aiohttp as compat_aiohttp
 
-    monkeypatch.setattr(transport, "CALL_ANSWER_WAIT_S", 2.0)
+    monkeypatch.setattr(compat_aiohttp, "CALL_ANSWER_WAIT_S", 2.0)
     runs: list[str] = []
 
     async def late(request: web.Request) -> web.StreamResponse:

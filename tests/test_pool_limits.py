@@ -9,11 +9,11 @@ import resource
 
 import pytest
 
+from openreward_rl._compat.openreward.transport import PooledEnvironmentsAPI
 from openreward_rl._limits import POOL_SHARE, pool_limit
 from openreward_rl.assets import load_tokenizer
 from openreward_rl.engines import GenerationRequest
 from openreward_rl.engines.sglang import SGLangEngine
-from openreward_rl.env.transport import PooledEnvironmentsAPI
 from openreward_rl.testing import ScriptedCompletion, SGLangTestServer
 
 pytestmark = pytest.mark.anyio

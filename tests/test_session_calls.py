@@ -1,4 +1,4 @@
-"""`env.session_calls.run_calls_in_caller`: an SDK session's requests awaited in the caller's task, with the
+"""`_compat.openreward.calls.run_calls_in_caller`: an SDK session's requests awaited in the caller's task, with the
 SDK's `_run_or_die` contract, checked side by side with an untouched SDK session on the SDK's real
 environment `Server` (in process, 127.0.0.1)."""
 
@@ -17,9 +17,9 @@ from openreward.environments import TextBlock, ToolOutput, tool
 from pydantic import BaseModel
 
 from one_task_env import OneTask
+from openreward_rl._compat.openreward.calls import run_calls_in_caller
 from openreward_rl.env.local_server import LocalEnvServer, serve_environments
-from openreward_rl.env.session_calls import run_calls_in_caller
-from openreward_rl.env.transport import use_pooled_transport
+from openreward_rl.env.traffic import use_pooled_transport
 
 pytestmark = pytest.mark.anyio
 
@@ -52,7 +52,7 @@ def server() -> Any:
 @pytest.fixture
 async def sessions(server: LocalEnvServer) -> AsyncIterator[tuple[Any, Any]]:
     """(adopted, untouched): two SDK sessions on the same task, the first given `run_calls_in_caller`."""
-    client = use_pooled_transport(AsyncOpenReward(api_key="local"))  # as every episode's client (env.transport)
+    client = use_pooled_transport(AsyncOpenReward(api_key="local"))  # as every episode's client (env.traffic)
     environment = client.environments.get("Sleepy", variant="sleepy", base_url=server.base_url)
     try:
         async with environment.session(split="test", index=0) as adopted, environment.session(split="test", index=0) as untouched:

@@ -33,7 +33,7 @@ from typing import Any
 import aiohttp
 
 from openreward_rl.config import ConfigError, TrainConfig
-from openreward_rl.env.transport import use_pooled_transport
+from openreward_rl.env.traffic import use_pooled_transport
 from openreward_rl.loop.rollout import check_extensions
 from openreward_rl.redaction import register_known_secrets, register_secrets
 from openreward_rl.retry import RetryPolicy, call_with_retries, describe_error, is_transient

@@ -30,6 +30,8 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from openreward_rl._compat import structlog as structlog_redaction
+
 __all__ = [
     "MASK",
     "MIN_SECRET_LENGTH",
@@ -176,6 +178,8 @@ def install_log_redaction() -> None:
     """
     global _installed
     with _installed_lock:
+        if not structlog_redaction.installed():  # undone by `_compat.uninstall()`, which leaves the record factory
+            structlog_redaction.install(SECRETS.redact)
         if _installed:
             return
         previous = logging.getLogRecordFactory()
@@ -186,29 +190,4 @@ def install_log_redaction() -> None:
             return record
 
         logging.setLogRecordFactory(factory)
-        _redact_structlog_prints()
         _installed = True
-
-
-# structlog.PrintLogger's output methods (all aliases of `msg`); the bound logger calls them by level name.
-_PRINT_LOGGER_METHODS = ("msg", "log", "debug", "info", "warn", "warning", "fatal", "failure", "err", "error", "critical", "exception")
-
-
-def _redact_structlog_prints() -> None:
-    """Mask registered secrets in every line a structlog `PrintLogger` prints.
-
-    The OpenReward SDK logs through structlog print loggers straight to stdout, bypassing `logging`;
-    its environment server's `tool_call_failed` line carries the tool's traceback (in this process
-    under `eval --serve`). The rendered line is masked as a whole, traceback included.
-    """
-    try:
-        from structlog import PrintLogger
-    except ImportError:  # the SDK requires structlog; nothing prints through it otherwise
-        return
-    print_line = PrintLogger.msg
-
-    def msg(self: PrintLogger, message: str) -> None:
-        print_line(self, SECRETS.redact(message))
-
-    for name in _PRINT_LOGGER_METHODS:
-        setattr(PrintLogger, name, msg)

@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
-import re
 import sys
 from collections.abc import Sequence
 from typing import Any
+
+from openreward_rl._compat import argparse as compat_argparse
 
 # The SDK reads its log level when it is imported: keep a locally served environment's per-request
 # INFO lines out of the command's output unless the user asks for them.
@@ -38,7 +39,7 @@ class _Parser(argparse.ArgumentParser):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._negative_number_matcher = re.compile(r"-\.?\d")
+        compat_argparse.read_exponent_negatives(self)
 
 
 DEBUG_HELP = "on an error, print the traceback too (also OPENREWARD_RL_DEBUG=1)"

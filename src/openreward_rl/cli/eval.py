@@ -25,6 +25,7 @@ from typing import Any
 
 import attrs
 
+import openreward_rl._compat as _compat
 from openreward_rl._options import from_attributes
 from openreward_rl.config import ConfigError, TrainConfig, load_config, prepare_config
 from openreward_rl.errors import boundary, first_line
@@ -419,6 +420,7 @@ def run(args: Any) -> int:
     console = Console(stderr=True)
     out = Console() if Console().is_terminal else Console(width=150)
     install_log_redaction()
+    _compat.install()  # the SDK fixes and process-wide patches, checked against the installed libraries (`openreward_rl._compat`)
     register_known_secrets(variables=[args.api_key_env])  # before anything can log; --serve defers check_ready
     options = EvalOptions.from_args(args)
     config = load_config(args.config)

@@ -28,6 +28,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import openreward_rl._compat as _compat
 from openreward_rl.config import ConfigError, TrainConfig, load_config
 from openreward_rl.env.difficulty import TRAINING_STAGES, DifficultyQuery, DifficultyRule, DifficultySelection
 from openreward_rl.env.tasks import LISTING_RETRY, list_tasks, task_row
@@ -98,6 +99,7 @@ def run(args: Any) -> int:
         console.print(f"openreward-rl prepare: --max-tasks must be at least 1, got {args.max_tasks}")
         return 2
     install_log_redaction()
+    _compat.install()  # the SDK fixes and process-wide patches, checked against the installed libraries (`openreward_rl._compat`)
     try:
         config = load_config(args.config)
         check_ready(config)

@@ -15,6 +15,7 @@ import os
 import sys
 from typing import Any
 
+import openreward_rl._compat as _compat
 from openreward_rl._options import from_attributes
 from openreward_rl.cli.launcher import LaunchError, LaunchSpec, plan_launch, ray_is_running, run_plan, train_arguments
 from openreward_rl.config import ConfigError, load_config
@@ -255,6 +256,7 @@ def run(args: Any) -> int:
 
         return train_trl.run(args)
     install_log_redaction()
+    _compat.install()  # the SDK fixes and process-wide patches, checked against the installed libraries (`openreward_rl._compat`)
     environ = dict(os.environ)
     try:
         spec = spec_from_args(args)

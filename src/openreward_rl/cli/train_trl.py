@@ -40,6 +40,7 @@ from typing import Any
 
 import attrs
 
+import openreward_rl._compat as _compat
 from openreward_rl.backends.trl import SAMPLERS, TrlOptions
 from openreward_rl.cli.interrupts import Interrupts
 from openreward_rl.errors import ConfigError
@@ -270,6 +271,7 @@ def run(args: Any) -> int:
     from openreward_rl.redaction import install_log_redaction
 
     install_log_redaction()
+    _compat.install()  # the SDK fixes and process-wide patches, checked against the installed libraries (`openreward_rl._compat`)
     os.environ.setdefault("OPENREWARD_DISABLE_UPDATE_CHECK", "1")
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     _quiet_libraries()

@@ -18,6 +18,8 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+from openreward_rl._compat import transformers as compat_transformers
+
 __all__ = ["EagerDecoder", "StaticDecoder", "forward_keywords"]
 
 
@@ -83,7 +85,7 @@ class StaticDecoder:
         from transformers import StaticCache
         from transformers.cache_utils import StaticLayer
 
-        if getattr(model.config, "_attn_implementation", None) != "sdpa":
+        if compat_transformers.attention_implementation(model.config) != "sdpa":
             return False
         try:
             cache = StaticCache(config=model.config, max_cache_len=8)

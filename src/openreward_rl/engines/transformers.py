@@ -57,6 +57,7 @@ from typing import Any, ClassVar
 
 import attrs
 
+from openreward_rl._compat import transformers as compat_transformers
 from openreward_rl.engines._handoff import reject_from_thread, resolve_from_thread
 from openreward_rl.engines.base import EngineError, FinishReason, Generation, GenerationRequest
 from openreward_rl.engines.sampling import SamplingConfig, UnsupportedSamplingError, admit, check_sampling_params, eos_ids
@@ -141,7 +142,7 @@ def load_model(
         tokenizer = AutoTokenizer.from_pretrained(name_or_path, **extra)
     model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype, **extra).to(device)  # type: ignore[arg-type]  # transformers types its functools.wraps'd `to` unbound
     if requested != name_or_path:  # an offline name: record it, not the package folder it resolved to
-        model.name_or_path = model.config._name_or_path = requested  # what a LoRA adapter's base_model_name_or_path and TRL's model card read
+        compat_transformers.set_name_or_path(model, requested)  # what a LoRA adapter's base_model_name_or_path and TRL's model card read
     return model.eval(), tokenizer
 
 
@@ -191,22 +192,7 @@ def _compute_in(manager: Any, model: Any, dtype: Any) -> None:
     attention casts both to the autocast dtype before it reads them; the cache stores them so cast.
     """
     manager.model = _ComputeDtypeView(model, dtype)
-    create = manager._create_batch_processor
-
-    def create_casting() -> Any:
-        processor = create()
-        cache = processor.cache
-        if not getattr(cache, "_casts_to_compute_dtype", False):
-            update = cache.update
-
-            def update_in_dtype(key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> Any:
-                return update(key_states.to(dtype), value_states.to(dtype), *args, **kwargs)
-
-            cache.update = update_in_dtype
-            cache._casts_to_compute_dtype = True
-        return processor
-
-    manager._create_batch_processor = create_casting
+    compat_transformers.cast_cache_to(manager, dtype)
 
 
 @attrs.define(eq=False)
@@ -447,7 +433,7 @@ class TransformersEngine:
             if manager is not None and self._running:
                 self._reader_done.set()
                 manager.stop(block=True, keep_for_next_session=keep, hard_stop=not keep)
-                vars(self.model).pop("_cached_continuous_batching_manager", None)  # the engine keeps its own reference
+                compat_transformers.forget_batching_manager(self.model)  # the engine keeps its own reference
                 if self._reader is not None:
                     self._reader.join()
                     self._reader = None

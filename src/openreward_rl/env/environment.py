@@ -15,14 +15,15 @@ from openreward.api.environments import OpenRewardError, ToolCallError
 from openreward.api.environments.types import AuthenticationError
 from openreward.api.errors import SessionTerminatedError
 
+import openreward_rl._compat as _compat
+from openreward_rl._compat import openreward as sdk
+from openreward_rl._compat.openreward.calls import run_calls_in_caller, until_dead
 from openreward_rl.config import ToolTimeouts
 from openreward_rl.env.keepalive import adopt_pings
-from openreward_rl.env.session_calls import run_calls_in_caller, until_dead
 from openreward_rl.env.shown_text import ShownText
 from openreward_rl.env.tasks import TaskRef
 from openreward_rl.env.tool_output import has_lone_surrogate
-from openreward_rl.env.traffic import traffic_of
-from openreward_rl.env.transport import use_pooled_transport
+from openreward_rl.env.traffic import traffic_of, use_pooled_transport
 from openreward_rl.errors import EnvError
 from openreward_rl.redaction import redact, register_secrets
 from openreward_rl.retry import (
@@ -140,7 +141,7 @@ class LivenessProbe:
 
     The SDK keeps retrying a dead server for ~15 s per tool call (and ~6 s more to close the
     session), and waits for a hung one (it accepts connections, answers nothing) for up to
-    `open_timeout` (600 s) per session open and `env.transport.CALL_ANSWER_WAIT_S` (300 s) per tool
+    `open_timeout` (600 s) per session open and `_compat.aiohttp.CALL_ANSWER_WAIT_S` (300 s) per tool
     call. While any call has been running for `after_s`, the probe GETs `/health` every
     `interval_s` over the SDK's own HTTP client (same proxy settings), each bounded by
     `request_timeout_s`. The server is down when:
@@ -411,7 +412,7 @@ class EnvSession:
         return self.shown.value(nested_tool_specs(flat), "the tool list")
 
     async def terminal_tool(self) -> Any:
-        _adopt_listed_terminal_tool(self.sdk_session)
+        sdk.reuse_listed_terminal_tool(self.sdk_session)
         return await self._guard("reading the terminal tool", lambda: self.sdk_session.terminal_tool(), retry=self.read_retry)
 
     async def call_tool(self, name: str, arguments: Mapping[str, Any]) -> ToolOutcome:
@@ -467,7 +468,7 @@ class EnvSession:
     async def while_alive(self, operation: Awaitable[Any]) -> Any:
         """Await `operation` (an episode's run on this session); should the session die meanwhile (its pings
         found the server gone, `env.keepalive`), cancel it wherever it waits, a model call included, and
-        raise an `EnvironmentFault` (`env.session_calls.until_dead`)."""
+        raise an `EnvironmentFault` (`_compat.openreward.calls.until_dead`)."""
         try:
             return await until_dead(self.sdk_session, operation)
         except SessionTerminatedError as error:
@@ -477,16 +478,6 @@ class EnvSession:
         plain = {k: self.shown.value(v, "the prompt") for k, v in message.items() if k != "content"}
         plain["content"] = self.shown.content(message.get("content"), "the prompt")
         return plain
-
-
-def _adopt_listed_terminal_tool(sdk_session: Any) -> None:
-    """The SDK's session reads its terminal tool out of every tool listing (`list_tools` stores it, with the
-    listing's other session facts, and marks those fetched), yet its `terminal_tool()`, which caches for the
-    session's life, lists the tools again unless it made the listing itself: an episode's `tools()` then
-    `terminal_tool()` cost two identical requests. Where a listing already ran on this session, its stored
-    answer is marked as the cached one. Sessions without these fields (another SDK version) are left alone."""
-    if getattr(sdk_session, "_score_group_fetched", None) is True and getattr(sdk_session, "_terminal_tool_fetched", None) is False and hasattr(sdk_session, "_terminal_tool"):
-        sdk_session._terminal_tool_fetched = True
 
 
 def _lost_result(where: str, environment: str, error: ToolCallError) -> EnvironmentFault:
@@ -525,7 +516,8 @@ async def open_session(
     if secrets:
         register_secrets(secrets)
     where = task.base_url or "OpenReward"
-    use_pooled_transport(client)  # pooled connections, no per-request thread hops (env_transport)
+    _compat.install()  # the SDK fixes (idempotent: the entry points installed them already)
+    use_pooled_transport(client)  # pooled connections, no per-request thread hops (env.traffic)
     try:
         environment = client.environments.get(task.environment, variant=task.variant, base_url=task.base_url)
     except ValueError as error:  # the SDK's check for a remote environment without an API key
@@ -547,7 +539,7 @@ async def open_session(
             opening = asyncio.get_running_loop().time()  # the server knows the session from after this on
             sdk_session = await _bounded(context.__aenter__(), open_timeout, probe)
             adopt_pings(sdk_session, heard_at=opening, probe=probe)  # its pings on this loop and the pooled client (env.keepalive)
-            run_calls_in_caller(sdk_session)  # no tasks of its own per call (env.session_calls)
+            run_calls_in_caller(sdk_session)  # no tasks of its own per call (_compat.openreward.calls)
             return context, sdk_session
         except Exception as error:
             # Delete whatever half-exists (the SDK does not when __aenter__ fails), bounded.

@@ -9,13 +9,13 @@ in flight, so this cost per turn grew with concurrency (~0.4 ms/turn of the epis
 1,000 concurrent episodes on 2 cores).
 
 `adopt_pings(session)` replaces an SDK session's ping task, right after the session opened (before
-that task first runs), with `keep_alive`: the same request (`request_retryable`, the SDK's
+that task first runs), with `keep_alive`: the same request (`_compat.openreward.ping`: the SDK's
 env-server retry policy and headers) on the session's own HTTP client, which `open_session` made
-pooled (`env.transport`), in the episode's event loop, at the SDK's cadence, each ping (its up to
+pooled (`env.traffic.use_pooled_transport`), in the episode's event loop, at the SDK's cadence, each ping (its up to
 three attempts) bounded by `PING_TIMEOUT_S`. The SDK's tolerance is kept: its ping loop gives up
 after `STREAK` failed pings in a row, and its session is marked dead the `STRIKES`-th time that
-happens (the strikes are never reset); then `keep_alive` marks the session dead through the SDK's
-own `_mark_dead`, so its next call raises `SessionTerminatedError` (an infrastructure fault). A
+happens (the strikes are never reset); then `keep_alive` marks the session dead as the SDK does
+(`_compat.openreward.mark_dead`), so its next call raises `SessionTerminatedError` (an infrastructure fault). A
 session that does not look like the SDK's (another SDK version's internals) keeps its own pings.
 
 A session the server has heard from within the last interval is not pinged. The SDK's `Server`
@@ -43,14 +43,12 @@ level: every session of a dead server fails its pings, and a line per failed pin
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 from typing import Any
 
 import aiohttp
-from openreward.api._session.http import request_retryable
-from openreward.api._session.ping import ErrorResponse
 
+from openreward_rl._compat import openreward as sdk
 from openreward_rl.env.repeats import OncePerKey
 from openreward_rl.env.traffic import SessionTraffic, traffic_of
 
@@ -84,7 +82,7 @@ async def keep_alive(session: Any, interval_s: float = PING_INTERVAL_S, heard_at
 
 
 async def _ping_when_quiet(session: Any, interval_s: float, heard_at: float, traffic: SessionTraffic | None, probe: Any) -> None:
-    url, streak, strikes = f"{session.base_url}/ping", 0, 0
+    streak, strikes = 0, 0
     loop = asyncio.get_running_loop()
     attempted = float("-inf")  # the start of the latest ping (failed or not)
     heard = heard_at
@@ -102,10 +100,7 @@ async def _ping_when_quiet(session: Any, interval_s: float, heard_at: float, tra
         attempted = loop.time()
         try:
             async with asyncio.timeout(PING_TIMEOUT_S):
-                await request_retryable(
-                    session.client, "POST", url, expect_json=False, token=session.api_key,
-                    sid=session.sid, deployment=session.deployment,
-                )
+                await sdk.ping(session)
             streak, heard = 0, max(heard, attempted)
             if _FAILING.forget(session.base_url):
                 logger.info("pings to %s are answered again", session.base_url)
@@ -117,12 +112,12 @@ async def _ping_when_quiet(session: Any, interval_s: float, heard_at: float, tra
             refused = probe is not None and isinstance(error, aiohttp.ClientConnectorError)
             reason = await probe.check() if refused else None
             if reason is not None:
-                session._mark_dead(ErrorResponse(type="error", message=f"environment server unreachable: a ping was refused, then {reason}"))
+                sdk.mark_dead(session, f"environment server unreachable: a ping was refused, then {reason}")
                 return
             if streak >= STREAK:
                 streak, strikes = 0, strikes + 1
                 if strikes >= STRIKES:
-                    session._mark_dead(ErrorResponse(type="error", message=f"{strikes} x {STREAK} consecutive ping failures: {type(error).__name__}: {error}"))
+                    sdk.mark_dead(session, f"{strikes} x {STREAK} consecutive ping failures: {type(error).__name__}: {error}")
                     return
 
 
@@ -139,14 +134,4 @@ def adopt_pings(session: Any, heard_at: float | None = None, probe: Any = None) 
     changed) where the session's ping task has already started or is not the SDK's. `heard_at`: a
     loop time before the session's open began (its first ping is due `PING_INTERVAL_S` after it);
     None: ping at once. `probe`: the session's `LivenessProbe`, which confirms a refused ping."""
-    task = getattr(session, "_ping_task", None)
-    client = getattr(session, "client", None)
-    if not isinstance(task, asyncio.Task) or task.done() or not isinstance(client, aiohttp.ClientSession):
-        return False
-    if not all(hasattr(session, name) for name in ("sid", "api_key", "base_url", "deployment", "_mark_dead")):
-        return False
-    if inspect.getcoroutinestate(task.get_coro()) != inspect.CORO_CREATED:
-        return False  # already started: its ping thread holds a schedule we cannot take back cleanly
-    task.cancel()
-    session._ping_task = asyncio.get_running_loop().create_task(keep_alive(session, PING_INTERVAL_S, heard_at, probe))
-    return True
+    return sdk.replace_ping_task(session, lambda: keep_alive(session, PING_INTERVAL_S, heard_at, probe))

@@ -21,7 +21,6 @@ hard-kills it).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import inspect
 import json
@@ -35,7 +34,6 @@ import threading
 import time
 import urllib.error
 import urllib.request
-import weakref
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal
@@ -45,6 +43,7 @@ import attrs
 import uvicorn
 from openreward.environments import Environment, Server
 
+import openreward_rl._compat as _compat
 from openreward_rl._registry import FILE_MODULE_PREFIX, import_file, import_plugin
 from openreward_rl.env.server_log import release_server_logs, route_server_logs
 from openreward_rl.errors import ConfigError, EnvError, boundary
@@ -178,50 +177,6 @@ def _child_import_path(pythonpath: str) -> list[str]:
         if path.is_dir() and not any(path.is_relative_to(prefix) for prefix in own):
             entries.append(str(path))
     return list(dict.fromkeys(entries))
-
-
-class _ExitEventPerLoop:
-    """sse-starlette's shutdown event, one `anyio.Event` per event loop.
-
-    sse-starlette 2.x (pinned by the SDK; it streams `/create_session`) keeps one process-wide
-    `AppStatus.should_exit_event` that binds to the first loop that waits on it. A second in-process
-    server runs on its own loop, so its `/create_session` fails with "bound to a different event
-    loop" and the client's retry meets "Session already exists". This stand-in gives every loop its
-    own event and sets them all on shutdown.
-    """
-
-    def __init__(self) -> None:
-        self._events: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, anyio.Event] = weakref.WeakKeyDictionary()
-        self._lock = threading.Lock()
-
-    def _event(self) -> anyio.Event:
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            return self._events.setdefault(loop, anyio.Event())
-
-    async def wait(self) -> None:
-        await self._event().wait()
-
-    def is_set(self) -> bool:
-        return self._event().is_set()
-
-    def set(self) -> None:
-        with self._lock:
-            events = list(self._events.items())
-        for loop, event in events:
-            try:
-                loop.call_soon_threadsafe(event.set)
-            except RuntimeError:  # that loop is closed: nobody waits there any more
-                pass
-
-
-def _give_each_loop_its_sse_exit_event() -> None:
-    try:
-        from sse_starlette.sse import AppStatus
-    except ImportError:  # an SDK without the SSE routes
-        return
-    if not isinstance(AppStatus.should_exit_event, _ExitEventPerLoop):
-        AppStatus.should_exit_event = _ExitEventPerLoop()  # type: ignore[assignment]
 
 
 def _uvicorn_config(app: Any, port: int, log_level: str) -> uvicorn.Config:
@@ -377,7 +332,7 @@ class LocalEnvServer:
         sock = _free_loopback_socket()
         self.port = sock.getsockname()[1]
         app = Server(list(self.classes)).app
-        _give_each_loop_its_sse_exit_event()
+        _compat.install()  # sse-starlette's shutdown event, one per loop: servers on other loops in this process (`_compat.sse_starlette`)
         self._uvicorn = uvicorn.Server(_uvicorn_config(app, self.port, self.log_level))
         self.log_file, self._routes_logs = route_server_logs().path, True
         failure: list[BaseException] = []

@@ -1,7 +1,8 @@
 """Where an environment server running in this process logs: a file, and one terminal line per distinct failure.
 
 The SDK's environment `Server` logs from three module loggers (`openreward.environments.server`,
-`.environment`, `.session`), each a structlog logger printing to the process's stdout. Served in the
+`.environment`, `.session`), each a structlog logger printing to the process's stdout; they are swapped
+through `_compat.openreward.replace_server_loggers` (module globals of the SDK). Served in the
 training process (`train --serve`, `eval --serve`), every failure of the environment's own code printed
 its whole traceback into the command's output: an environment whose tools all raise printed one per
 episode (9,155 lines for a 25-s run of 16 episodes per step), and a Ctrl-C printed one per request it cut.
@@ -15,7 +16,6 @@ Both have registered secrets masked (`openreward_rl.redaction`).
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 import sys
@@ -26,17 +26,11 @@ from typing import Any, TextIO
 
 import structlog
 
+from openreward_rl._compat import openreward as sdk
 from openreward_rl.env.repeats import OncePerKey
 from openreward_rl.redaction import redact
 
-__all__ = ["ServerLog", "route_server_logs", "release_server_logs", "SDK_SERVER_LOGGERS"]
-
-# The SDK's server-side modules and the name each one's `logger` is bound with.
-SDK_SERVER_LOGGERS = {
-    "openreward.environments.server": "openreward.environments.server",
-    "openreward.environments.environment": "openreward.environments",
-    "openreward.environments.session": "openreward.environments.session",
-}
+__all__ = ["ServerLog", "route_server_logs", "release_server_logs"]
 
 
 class ServerLog:
@@ -108,15 +102,11 @@ def route_server_logs() -> ServerLog:
             log.echo_errors,
             structlog.dev.ConsoleRenderer(colors=False),
         ]
-        saved = {}
-        for module_name, logger_name in SDK_SERVER_LOGGERS.items():
-            module: Any = importlib.import_module(module_name)  # the SDK module whose `logger` is swapped
-            if not hasattr(module, "logger"):
-                continue
-            saved[module_name] = module.logger
-            module.logger = structlog.wrap_logger(
-                structlog.PrintLogger(log), processors=processors, wrapper_class=structlog.make_filtering_bound_logger(level)  # type: ignore[arg-type]  # PrintLogger only writes and flushes, as ServerLog does
+        saved = sdk.replace_server_loggers(
+            lambda logger_name: structlog.wrap_logger(
+                structlog.PrintLogger(log), processors=processors, wrapper_class=structlog.make_filtering_bound_logger(level)
             ).bind(logger_name=logger_name)
+        )
         _routed.update(log=log, users=1, saved=saved)
         return log
 
@@ -129,8 +119,6 @@ def release_server_logs() -> None:
         _routed["users"] -= 1
         if _routed["users"]:
             return
-        for module_name, logger in _routed["saved"].items():
-            sdk_module: Any = importlib.import_module(module_name)
-            sdk_module.logger = logger
+        sdk.restore_server_loggers(_routed["saved"])
         _routed["log"].close()
         _routed.clear()

@@ -13,7 +13,7 @@ import aiohttp
 import attrs
 
 from openreward_rl.config import TrainConfig
-from openreward_rl.env.transport import use_pooled_transport
+from openreward_rl.env.traffic import use_pooled_transport
 from openreward_rl.retry import RetryPolicy, call_with_retries
 
 # Listing is repeated on transient errors (busy answers, the SDK giving up its own retries): 1 + 2 + 4 s of back-off.

@@ -7,7 +7,8 @@ session (`X-Session-ID`) refreshes the session's liveness as it starts to be han
 from in 900 s. A ping is redundant for a session that made another request within the ping interval
 (`env.keepalive` skips it).
 
-`SessionTraffic` is an aiohttp trace on the pooled HTTP sessions (`env.transport`). For each watched
+`SessionTraffic` is an aiohttp trace on the pooled HTTP sessions (`use_pooled_transport`: the SDK's
+environments API with pooled connections, `_compat.openreward.transport`). For each watched
 session id it records:
 - when the latest request naming that session was sent, once the server has answered that request
   with a 2xx status (a proxy's 5xx, a refused connection or a timeout proves nothing). The server
@@ -33,7 +34,9 @@ from typing import Any
 
 import aiohttp
 
-__all__ = ["SessionTraffic", "traffic_of", "SESSION_HEADER"]
+from openreward_rl._compat.openreward import transport
+
+__all__ = ["SessionTraffic", "traffic_of", "use_pooled_transport", "SESSION_HEADER"]
 
 SESSION_HEADER = "X-Session-ID"  # the header the SDK names a session by on every session request
 
@@ -104,3 +107,9 @@ def traffic_of(client: Any) -> SessionTraffic | None:
         return _by_client.get(client)
     except TypeError:  # not weak-referenceable: not one of ours
         return None
+
+
+def use_pooled_transport(client: Any) -> Any:
+    """Give `client` (an `AsyncOpenReward`) the pooled transport, its sessions recording their traffic, unless
+    its environments API already holds sessions (call it before the first); anything else is returned untouched."""
+    return transport.use_pooled_transport(client, traffic=SessionTraffic)

@@ -27,6 +27,8 @@ import json
 import re
 from typing import Any
 
+from openreward_rl._compat import transformers as compat_transformers
+
 __all__ = ["PlainTextEncoder"]
 
 # The tokenizer's split pattern -> the same pattern on plain ASCII text (see the module docstring).
@@ -71,7 +73,7 @@ class PlainTextEncoder:
     @classmethod
     def for_tokenizer(cls, tokenizer: Any) -> PlainTextEncoder | None:
         """The encoder for a transformers fast tokenizer, or None when its pipeline is not one this module knows."""
-        backend = getattr(tokenizer, "backend_tokenizer", None) or getattr(tokenizer, "_tokenizer", None)
+        backend = compat_transformers.backend_tokenizer(tokenizer)
         if backend is None or not hasattr(backend, "pre_tokenizer"):
             return None
         try:  # the two steps' own settings: serialising the whole tokenizer (vocab, merges) would take ~0.5 s

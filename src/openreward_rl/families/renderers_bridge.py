@@ -13,6 +13,7 @@ from typing import Any
 
 import attrs
 
+from openreward_rl._compat import renderers as compat_renderers
 from openreward_rl.families.plain_text_encoder import PlainTextEncoder
 from openreward_rl.families.token_text import decode_ids
 
@@ -175,7 +176,7 @@ def renderers_bridge(config_class: str, **config: Any) -> Callable[[Any, Mapping
 
         config_type = getattr(renderers, config_class)
         settings = dict(config)
-        template_fields = getattr(config_type, "_template_fields", frozenset({"enable_thinking"}))  # the config's chat-template kwargs
+        template_fields = compat_renderers.template_fields(config_type)  # the config's chat-template kwargs
         for key, value in template_kwargs.items():
             if key in template_fields:
                 settings[key] = value

@@ -22,6 +22,7 @@ import weakref
 from collections.abc import Sequence
 from typing import Any
 
+from openreward_rl._compat import transformers as compat_transformers
 from openreward_rl.families.plain_text_encoder import _byte_level_alphabet, _settings
 
 __all__ = ["decode_ids", "ByteLevelText"]
@@ -58,17 +59,11 @@ def _plain_backend(tokenizer: Any) -> Any:
     kind = type(tokenizer)
     plain = _checked.get(kind)
     if plain is None:
-        try:
-            from transformers.tokenization_utils_base import PreTrainedTokenizerBase
-            from transformers.tokenization_utils_tokenizers import TokenizersBackend
-        except ImportError:
-            plain = False
-        else:
-            plain = issubclass(kind, TokenizersBackend) and kind.decode is PreTrainedTokenizerBase.decode and kind._decode is TokenizersBackend._decode
+        plain = compat_transformers.decodes_with_backend(kind)
         _checked[kind] = plain
     if not plain or getattr(tokenizer, "clean_up_tokenization_spaces", True):
         return None
-    return tokenizer._tokenizer
+    return compat_transformers.backend_tokenizer(tokenizer)
 
 
 _TO_BYTE = {character: byte for byte, character in _byte_level_alphabet().items()}  # the inverse of the pre-tokenizer's map

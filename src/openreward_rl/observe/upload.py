@@ -33,6 +33,7 @@ import attrs
 from openreward import AssistantMessage, ReasoningItem, SystemMessage, ToolCall, ToolResult, UserMessage
 from openreward.models import RolloutInfo
 
+from openreward_rl._compat import openreward as sdk
 from openreward_rl.loop.trajectory import Trajectory
 from openreward_rl.observe.conversation import conversation_steps
 
@@ -295,7 +296,7 @@ class TrajectoryUploader:
             metadata=_metadata(job.trajectory),
             task_spec=dict(job.task_spec) if job.task_spec is not None else None,
         )
-        if getattr(rollout, "_rollouts_disabled", False):  # the SDK logged why (start POST failed)
+        if sdk.rollout_disabled(rollout):  # the SDK logged why (start POST failed)
             return False
         for number, event in enumerate(events):
             last = number == len(events) - 1

@@ -78,6 +78,8 @@ import attrs
 from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 
+from openreward_rl._compat import transformers as compat_transformers
+
 __all__ = [
     "SGLANG_SAMPLING_PARAM_KEYS",
     "RecordedRequest",
@@ -534,7 +536,7 @@ class SGLangTestServer:
         pads = prompt_ids.count(pad)
         if pads != len(images):
             raise _BadRequest(f"prompt has {pads} image placeholder token(s) but {len(images)} image(s) were provided")
-        counts = iter(self.processor._get_num_multimodal_tokens(image_sizes=[(im.height, im.width) for im in images]).num_image_tokens)
+        counts = iter(compat_transformers.image_token_counts(self.processor, [(im.height, im.width) for im in images]))
         expanded: list[int] = []
         for token in prompt_ids:
             expanded.extend([pad] * int(next(counts)) if token == pad else [token])

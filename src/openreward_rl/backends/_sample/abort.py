@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from openreward_rl._compat import trainers
 from openreward_rl.loop.resumable import AbortSignal
 
 __all__ = ["singleton_abort_signal", "state_abort_signal", "SLIME_ROLLOUT_MODULE", "MILES_LEGACY_ROLLOUT_MODULE"]
@@ -24,12 +25,11 @@ def singleton_abort_signal(module_name: str) -> AbortSignal | None:
     """A reader of `<module>.GenerateState`'s singleton `.aborted`; None where that module is not loaded
     or its state was never built (that rollout is not the one calling the hook, so its flag says nothing)."""
     cls = getattr(sys.modules.get(module_name), "GenerateState", None)
-    if cls is None or not isinstance(getattr(cls, "_instances", None), dict) or cls._instances.get(cls) is None:
+    if cls is None or not trainers.has_singletons(cls):
         return None
 
     def aborted() -> bool:
-        state = cls._instances.get(cls)
-        return bool(getattr(state, "aborted", False))
+        return bool(getattr(trainers.singleton_instance(cls), "aborted", False))
 
     return aborted
 

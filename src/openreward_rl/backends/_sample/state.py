@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+import openreward_rl._compat as _compat
 from openreward_rl.assets import load_tokenizer
 from openreward_rl.backends.filters import reads_members_as_samples
 from openreward_rl.config import CHECK_MODEL_ENV, ConfigError, TrainConfig, config_path, load_config
@@ -131,6 +132,7 @@ def load_process_parts(checkpoint: str) -> tuple[TrainConfig, Any, Any, Trajecto
     from openreward import AsyncOpenReward
 
     install_log_redaction()
+    _compat.install()  # the SDK fixes and process-wide patches, checked against the installed libraries (`openreward_rl._compat`)
     config = load_config()
     if os.environ.get(CHECK_MODEL_ENV) == "0":  # `openreward-rl train --skip-check-model`
         config = attrs.evolve(config, check_model=False)

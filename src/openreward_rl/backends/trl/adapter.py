@@ -76,6 +76,7 @@ from typing import Any
 
 import attrs
 
+import openreward_rl._compat as _compat
 from openreward_rl.backends._sample.fill import placeholder_ids
 from openreward_rl.backends.trl.ranks import Ranks
 from openreward_rl.config import TrainConfig
@@ -227,6 +228,9 @@ class TrlAdapter:
     untrained_steps: int = 0
     _pending_metrics: dict[str, float] = attrs.field(factory=dict)
     _loop: asyncio.AbstractEventLoop | None = attrs.field(default=None)
+
+    def __attrs_post_init__(self) -> None:
+        _compat.install()  # the SDK fixes, before any episode (`openreward_rl._compat`)
 
     @classmethod
     def build(

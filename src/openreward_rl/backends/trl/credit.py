@@ -32,6 +32,7 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
+from openreward_rl._compat import trl as compat_trl
 from openreward_rl.config import TrainConfig
 from openreward_rl.credit.group import group_token_advantages
 from openreward_rl.errors import TrainerError
@@ -87,8 +88,8 @@ def turn_credit_trainer_class() -> type:
                 raise TrainerError(f"advantage.estimator {estimator!r} runs on one process; this run has {self.accelerator.num_processes}")
             self.credit_adapter = adapter
 
-        def _generate_and_score_completions(self, inputs: Any) -> dict[str, Any]:
-            output = super()._generate_and_score_completions(inputs)
+        def turn_credit(self, output: dict[str, Any]) -> dict[str, Any]:
+            """TRL's generated and scored batch with the turn-level advantages in place of its own."""
             trajectories = self.credit_adapter.last_trajectories
             completions = output["completion_ids"]
             if len(trajectories) != completions.shape[0]:
@@ -102,8 +103,8 @@ def turn_credit_trainer_class() -> type:
             mask = output["completion_mask"] * output.get("tool_mask", torch.ones_like(output["completion_mask"]))
             trained = advantages[mask.bool()]
             if trained.numel():
-                self._metrics[mode]["turn_credit/advantage_mean"].append(trained.mean().item())
-                self._metrics[mode]["turn_credit/advantage_abs_mean"].append(trained.abs().mean().item())
+                compat_trl.log_metric(self, mode, "turn_credit/advantage_mean", trained.mean().item())
+                compat_trl.log_metric(self, mode, "turn_credit/advantage_abs_mean", trained.abs().mean().item())
             return output
 
-    return TurnCreditGRPOTrainer
+    return compat_trl.with_scored_batch(TurnCreditGRPOTrainer, TurnCreditGRPOTrainer.turn_credit)

@@ -1,5 +1,8 @@
 """An SDK session's calls run in the caller's task, still ended by the session's death (`run_calls_in_caller`).
 
+Nothing process-wide: this replaces the private `_run_or_die` and `_mark_dead` of one SDK session object
+and reads its `_dead_exception`; the session and its replacements end together.
+
 Every request an SDK session makes (each tool call, the prompt, the tool listing) goes through its
 `_run_or_die`: it starts the request as a new task, starts a second task waiting on the session's
 "dead" event, and waits for the first of the two (`asyncio.wait`). That is three tasks' worth of
@@ -31,9 +34,9 @@ import weakref
 from collections.abc import Awaitable, Coroutine
 from typing import Any
 
-from openreward.api._session.ping import ErrorResponse
-from openreward.api._session.session import BaseAsyncSession
 from openreward.api.errors import SessionTerminatedError
+
+from openreward_rl._compat.openreward import mark_dead
 
 __all__ = ["run_calls_in_caller", "until_dead"]
 
@@ -43,6 +46,8 @@ _PARTS = ("_run_or_die", "_mark_dead", "_dead_exception", "_annotate_error")
 def run_calls_in_caller(session: Any) -> bool:
     """Replace `session`'s `_run_or_die` (see the module); False, changing nothing, where the session's
     class has its own `_run_or_die` or lacks the parts this relies on."""
+    from openreward.api._session.session import BaseAsyncSession
+
     if not isinstance(session, BaseAsyncSession) or type(session)._run_or_die is not BaseAsyncSession._run_or_die:
         return False
     if not all(hasattr(session, name) for name in _PARTS):
@@ -97,7 +102,7 @@ class _CallsInCaller:
             self._raise_if_ended_by_death(caller)
             raise
         except SessionTerminatedError as error:
-            session._mark_dead(ErrorResponse(type="error", message=str(error)))
+            mark_dead(session, str(error))
             raise
         except Exception as error:
             raise session._annotate_error(error) from error.__cause__
@@ -137,4 +142,3 @@ class _CallsInCaller:
         if caller in self._ended:  # the request swallowed the cancellation, or ended as it came: its outcome stands
             self._ended.discard(caller)
             caller.uncancel()
-
