@@ -63,3 +63,8 @@ class Gate:
                     f"(src/openreward_rl/_compat, docs/upstream.md): install a {self.distribution} it was tested with ({self.supported or 'see pyproject.toml'})"
                 )
         self._passed = True
+
+
+def callable_attribute(owner: object, name: str) -> bool:
+    """Whether `owner.name` exists and can be called (an `Internal`'s check of a method or function)."""
+    return callable(getattr(owner, name, None))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from types import TracebackType
 from typing import Any
 
@@ -19,7 +20,7 @@ import aiohttp
 from aiohttp import client_proto, helpers
 from yarl import URL
 
-from openreward_rl._compat._gate import Gate, Internal
+from openreward_rl._compat._gate import Gate, Internal, callable_attribute
 
 __all__ = ["DrainingResponse", "env_settings", "GATE", "DRAIN_TIMEOUT_S", "DRAIN_LIMIT_BYTES", "CALL_ANSWER_WAIT_S"]
 
@@ -40,7 +41,7 @@ def _internals() -> list[Internal]:
         ),
         Internal("aiohttp.client_proto.ResponseHandler.start_timeout", lambda: callable(handler.start_timeout)),
         *(
-            Internal(f"aiohttp.helpers.{name}", lambda name=name: callable(getattr(helpers, name)))
+            Internal(f"aiohttp.helpers.{name}", functools.partial(callable_attribute, helpers, name))
             for name in ("get_env_proxy_for_url", "basicauth_from_netrc", "netrc_from_env")
         ),
     ]
@@ -53,12 +54,12 @@ class DrainingResponse(aiohttp.ClientResponse):
     """A response that, left cleanly before its end, reads the rest so its connection is reused; and
     whose tool call (`POST .../call`) waits up to `CALL_ANSWER_WAIT_S` for the head of its answer."""
 
-    async def start(self, connection: Any) -> DrainingResponse:
+    async def start(self, connection: Any) -> aiohttp.ClientResponse:
         protocol = connection.protocol
-        heartbeat = getattr(protocol, "read_timeout", None)
+        heartbeat: float | None = getattr(protocol, "read_timeout", None)
         waits_longer = heartbeat is not None and self.method == "POST" and self.url.path.endswith("/call")
         if waits_longer:
-            protocol.read_timeout = max(heartbeat, CALL_ANSWER_WAIT_S)
+            protocol.read_timeout = max(heartbeat or 0.0, CALL_ANSWER_WAIT_S)
             protocol.start_timeout()  # the timer the request's send started, started again with the longer wait
         try:
             return await super().start(connection)

@@ -9,6 +9,7 @@ Process-wide: every print logger of the process is the SDK's or prints through t
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -23,10 +24,10 @@ PRINT_LOGGER_METHODS = ("msg", "log", "debug", "info", "warn", "warning", "fatal
 def _internals() -> list[Internal]:
     from structlog import PrintLogger
 
-    return [
-        Internal(f"structlog.PrintLogger.{name} (an alias of msg)", lambda name=name: getattr(PrintLogger, name) is PrintLogger.msg or name in _saved)
-        for name in PRINT_LOGGER_METHODS
-    ]
+    def is_alias(name: str) -> bool:
+        return getattr(PrintLogger, name) is PrintLogger.msg or name in _saved
+
+    return [Internal(f"structlog.PrintLogger.{name} (an alias of msg)", functools.partial(is_alias, name)) for name in PRINT_LOGGER_METHODS]
 
 
 GATE = Gate("structlog", "", _internals)

@@ -86,7 +86,7 @@ def decodes_with_backend(kind: type) -> bool:
         from transformers.tokenization_utils_tokenizers import TokenizersBackend
     except ImportError:
         return False
-    return issubclass(kind, TokenizersBackend) and kind.decode is PreTrainedTokenizerBase.decode and kind._decode is TokenizersBackend._decode  # type: ignore[attr-defined]
+    return issubclass(kind, TokenizersBackend) and kind.decode is PreTrainedTokenizerBase.decode and kind._decode is TokenizersBackend._decode
 
 
 def backend_tokenizer(tokenizer: Any) -> Any:

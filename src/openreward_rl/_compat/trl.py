@@ -32,7 +32,7 @@ def with_scored_batch(trainer_class: type, rescore: Callable[[Any, dict[str, Any
     output dict: completion ids, advantages, ...) passes through `rescore(trainer, output)` before the loss."""
     GATE.check()
 
-    class Rescored(trainer_class):  # type: ignore[misc, valid-type]
+    class Rescored(trainer_class):
         def _generate_and_score_completions(self, inputs: Any) -> dict[str, Any]:
             return rescore(self, super()._generate_and_score_completions(inputs))
 

@@ -104,7 +104,9 @@ def route_server_logs() -> ServerLog:
         ]
         saved = sdk.replace_server_loggers(
             lambda logger_name: structlog.wrap_logger(
-                structlog.PrintLogger(log), processors=processors, wrapper_class=structlog.make_filtering_bound_logger(level)
+                structlog.PrintLogger(log),  # type: ignore[arg-type]  # PrintLogger only writes and flushes, as ServerLog does
+                processors=processors,
+                wrapper_class=structlog.make_filtering_bound_logger(level),
             ).bind(logger_name=logger_name)
         )
         _routed.update(log=log, users=1, saved=saved)

@@ -14,6 +14,7 @@ with the version and the internal that moved.
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib
 import inspect
 from collections.abc import Callable, Coroutine
@@ -21,7 +22,7 @@ from typing import Any
 
 import aiohttp
 
-from openreward_rl._compat._gate import Gate, Internal
+from openreward_rl._compat._gate import Gate, Internal, callable_attribute
 
 __all__ = [
     "GATE", "check", "mark_dead", "ping", "replace_ping_task", "reuse_listed_terminal_tool", "rollout_disabled",
@@ -34,6 +35,10 @@ SERVER_LOGGERS = {
     "openreward.environments.environment": "openreward.environments",
     "openreward.environments.session": "openreward.environments.session",
 }
+
+
+def _has_logger(module_name: str) -> bool:
+    return hasattr(importlib.import_module(module_name), "logger")
 
 
 def _has_source(owner: Callable[[], Any], *names: str) -> Callable[[], bool]:
@@ -65,7 +70,7 @@ def _internals() -> list[Internal]:
             "openreward.api._session.ping.ErrorResponse(type, message)", lambda: list(inspect.signature(ping.ErrorResponse).parameters) == ["type", "message"]
         ),
         *(
-            Internal(f"openreward.api._session.session.BaseAsyncSession.{name}", lambda name=name: callable(getattr(base, name)))
+            Internal(f"openreward.api._session.session.BaseAsyncSession.{name}", functools.partial(callable_attribute, base, name))
             for name in ("_run_or_die", "_mark_dead", "_annotate_error")
         ),
         Internal("BaseAsyncSession._dead_exception and ._ping_task", _has_source(lambda: base.__init__, "self._dead_exception", "self._ping_task")),
@@ -79,7 +84,7 @@ def _internals() -> list[Internal]:
         ),
         Internal("AsyncOpenReward._environments_api", _has_source(lambda: AsyncOpenReward, "self._environments_api")),
         Internal("Rollout._rollouts_disabled", _has_source(lambda: Rollout, "self._rollouts_disabled = True")),
-        *(Internal(f"{module}.logger", lambda module=module: hasattr(importlib.import_module(module), "logger")) for module in SERVER_LOGGERS),
+        *(Internal(f"{module}.logger", functools.partial(_has_logger, module)) for module in SERVER_LOGGERS),
     ]
 
 
@@ -116,7 +121,8 @@ def replace_ping_task(session: Any, pings: Callable[[], Coroutine[Any, Any, None
         return False
     if not all(hasattr(session, name) for name in ("sid", "api_key", "base_url", "deployment", "_mark_dead")):
         return False
-    if inspect.getcoroutinestate(task.get_coro()) != inspect.CORO_CREATED:
+    coroutine = task.get_coro()
+    if not inspect.iscoroutine(coroutine) or inspect.getcoroutinestate(coroutine) != inspect.CORO_CREATED:
         return False  # already started: its ping thread holds a schedule we cannot take back cleanly
     task.cancel()
     session._ping_task = asyncio.get_running_loop().create_task(pings())
@@ -146,7 +152,7 @@ def replace_server_loggers(make: Callable[[str], Any]) -> dict[str, Any]:
     """Bind each SDK server module's `logger` to `make(its logger name)`; the loggers replaced, by module."""
     saved = {}
     for module_name, logger_name in SERVER_LOGGERS.items():
-        module = importlib.import_module(module_name)
+        module: Any = importlib.import_module(module_name)
         if hasattr(module, "logger"):
             saved[module_name] = module.logger
             module.logger = make(logger_name)
@@ -156,4 +162,5 @@ def replace_server_loggers(make: Callable[[str], Any]) -> dict[str, Any]:
 def restore_server_loggers(saved: dict[str, Any]) -> None:
     """Put back the loggers `replace_server_loggers` returned."""
     for module_name, logger in saved.items():
-        importlib.import_module(module_name).logger = logger
+        module: Any = importlib.import_module(module_name)
+        module.logger = logger

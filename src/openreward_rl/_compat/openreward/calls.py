@@ -53,8 +53,9 @@ def run_calls_in_caller(session: Any) -> bool:
     if not all(hasattr(session, name) for name in _PARTS):
         return False
     calls = _CallsInCaller(session)
-    session._run_or_die = calls.run_or_die
-    session._mark_dead = calls.mark_dead
+    patched: Any = session  # the instance's own attributes shadow the class's methods
+    patched._run_or_die = calls.run_or_die
+    patched._mark_dead = calls.mark_dead
     _CALLS[id(session)] = calls
     return True
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import importlib
 import re
 import threading
-from types import ModuleType
 from typing import Any
 
 import aiohttp
@@ -56,7 +55,7 @@ class parse_sse_events:  # noqa: N801 - stands in for the SDK's parser function;
         return self
 
     async def __anext__(self) -> tuple[str, str]:
-        event_type, data = "", []
+        event_type, data = "", list[str]()
         while True:
             line = await self._next_line()
             if line is None:
@@ -93,7 +92,7 @@ class parse_sse_events:  # noqa: N801 - stands in for the SDK's parser function;
         return self._lines.pop().decode("utf-8", "replace")
 
 
-def _sdk_http() -> ModuleType:
+def _sdk_http() -> Any:
     return importlib.import_module("openreward.api._session.http")  # at call time: the gate names what moved
 
 
