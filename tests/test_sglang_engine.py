@@ -263,9 +263,9 @@ async def test_shared_session_stays_open_and_owned_session_closes(qwen3_tokenize
             assert not shared.closed
         owning = SGLangEngine(server.url)
         await owning.generate(request())
-        owned = owning._pool
+        owned = owning._own_session
         await owning.aclose()
-        assert owned is not None and owned.closed and not owned._open
+        assert owned is not None and owned.closed
 
 
 def test_engine_survives_event_loop_changes(qwen3_tokenizer) -> None:
