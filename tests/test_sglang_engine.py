@@ -12,6 +12,7 @@ import asyncio
 
 import aiohttp
 import pytest
+from aiohttp import web
 
 from openreward_rl.engines import (
     ContextLengthError,
@@ -266,6 +267,45 @@ async def test_shared_session_stays_open_and_owned_session_closes(qwen3_tokenize
         owned = owning._own_session
         await owning.aclose()
         assert owned is not None and owned.closed
+
+
+ANSWER = {"text": "a", "output_ids": [64], "meta_info": {"id": "r", "finish_reason": {"type": "length", "length": 1},
+          "output_token_logprobs": [[-0.5, 64, None]]}}  # fmt: skip
+
+
+@pytest.mark.anyio
+async def test_own_session_reuses_connections_up_to_max_connections() -> None:
+    """Requests one after another ride one keep-alive connection; concurrent ones open at most
+    `max_connections`, the rest wait for one (counted at a real aiohttp server by the client's port)."""
+    ports: list[int] = []
+    in_flight = peak = 0
+
+    async def generate(http_request: web.Request) -> web.Response:
+        nonlocal in_flight, peak
+        ports.append(http_request.transport.get_extra_info("peername")[1])
+        in_flight += 1
+        peak = max(peak, in_flight)
+        await asyncio.sleep(0.02)
+        in_flight -= 1
+        return web.json_response(ANSWER)
+
+    app = web.Application()
+    app.router.add_post("/generate", generate)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    engine = SGLangEngine(f"http://127.0.0.1:{runner.addresses[0][1]}", max_connections=3)
+    try:
+        for _ in range(4):
+            assert (await engine.generate(request())).output_ids == (64,)
+        assert len(set(ports)) == 1
+        ports.clear()
+        generations = await asyncio.gather(*(engine.generate(request()) for _ in range(12)))
+    finally:
+        await engine.aclose()
+        await runner.cleanup()
+    assert [g.output_ids for g in generations] == [(64,)] * 12
+    assert peak == 3 and len(set(ports)) == 3
 
 
 def test_engine_survives_event_loop_changes(qwen3_tokenizer) -> None:
