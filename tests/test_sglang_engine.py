@@ -22,7 +22,7 @@ from openreward_rl.engines import (
     GenerationRequest,
     SGLangEngine,
 )
-from openreward_rl.engines.sglang import parse_generate_response
+from openreward_rl.engines.sglang import _close_session, parse_generate_response
 from openreward_rl.testing import ScriptedCompletion, SGLangTestServer, scripted_logprob
 
 PROMPT = (151644, 872, 198, 9707, 151645, 198, 151644, 77091, 198)
@@ -323,6 +323,24 @@ def test_engine_survives_event_loop_changes(qwen3_tokenizer) -> None:
     _, second = asyncio.run(one_call(engine))
     asyncio.run(engine.aclose())
     assert first == second == tuple(encode(qwen3_tokenizer, "hi") + [qwen3_tokenizer.eos_token_id])
+
+
+def test_a_session_of_a_loop_still_open_is_closed_on_that_loop() -> None:
+    """The engine's session from a loop that is not closed (run again later) is closed when that loop runs,
+    not awaited from the new loop (its connections' futures belong to the old one)."""
+
+    async def new_session() -> aiohttp.ClientSession:
+        return aiohttp.ClientSession()
+
+    old_loop = asyncio.new_event_loop()
+    try:
+        session = old_loop.run_until_complete(new_session())
+        asyncio.run(_close_session(session, old_loop))
+        assert not session.closed
+        old_loop.run_until_complete(asyncio.sleep(0.01))
+        assert session.closed
+    finally:
+        old_loop.close()
 
 
 def test_parse_rejects_misaligned_or_incomplete_answers() -> None:
