@@ -29,8 +29,10 @@ async def test_engine_and_environment_pools_are_capped() -> None:
     engine = SGLangEngine("http://127.0.0.1:9")
     api = PooledEnvironmentsAPI(base_url="http://127.0.0.1:9", api_key="local")
     try:
-        assert engine._own_pool().limit == pool_limit()
-        assert SGLangEngine("http://127.0.0.1:9", max_connections=3)._own_pool().limit == 3
+        assert (await engine._own()).connector.limit == pool_limit()
+        capped = SGLangEngine("http://127.0.0.1:9", max_connections=3)
+        assert (await capped._own()).connector.limit == 3
+        await capped.aclose()
         assert api._get_connector().limit == pool_limit()
     finally:
         await engine.aclose()

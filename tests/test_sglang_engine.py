@@ -12,6 +12,7 @@ import asyncio
 
 import aiohttp
 import pytest
+from aiohttp import web
 
 from openreward_rl.engines import (
     ContextLengthError,
@@ -21,7 +22,7 @@ from openreward_rl.engines import (
     GenerationRequest,
     SGLangEngine,
 )
-from openreward_rl.engines.sglang import parse_generate_response
+from openreward_rl.engines.sglang import _close_session, parse_generate_response
 from openreward_rl.testing import ScriptedCompletion, SGLangTestServer, scripted_logprob
 
 PROMPT = (151644, 872, 198, 9707, 151645, 198, 151644, 77091, 198)
@@ -263,9 +264,48 @@ async def test_shared_session_stays_open_and_owned_session_closes(qwen3_tokenize
             assert not shared.closed
         owning = SGLangEngine(server.url)
         await owning.generate(request())
-        owned = owning._pool
+        owned = owning._own_session
         await owning.aclose()
-        assert owned is not None and owned.closed and not owned._open
+        assert owned is not None and owned.closed
+
+
+ANSWER = {"text": "a", "output_ids": [64], "meta_info": {"id": "r", "finish_reason": {"type": "length", "length": 1},
+          "output_token_logprobs": [[-0.5, 64, None]]}}  # fmt: skip
+
+
+@pytest.mark.anyio
+async def test_own_session_reuses_connections_up_to_max_connections() -> None:
+    """Requests one after another ride one keep-alive connection; concurrent ones open at most
+    `max_connections`, the rest wait for one (counted at a real aiohttp server by the client's port)."""
+    ports: list[int] = []
+    in_flight = peak = 0
+
+    async def generate(http_request: web.Request) -> web.Response:
+        nonlocal in_flight, peak
+        ports.append(http_request.transport.get_extra_info("peername")[1])
+        in_flight += 1
+        peak = max(peak, in_flight)
+        await asyncio.sleep(0.02)
+        in_flight -= 1
+        return web.json_response(ANSWER)
+
+    app = web.Application()
+    app.router.add_post("/generate", generate)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    engine = SGLangEngine(f"http://127.0.0.1:{runner.addresses[0][1]}", max_connections=3)
+    try:
+        for _ in range(4):
+            assert (await engine.generate(request())).output_ids == (64,)
+        assert len(set(ports)) == 1
+        ports.clear()
+        generations = await asyncio.gather(*(engine.generate(request()) for _ in range(12)))
+    finally:
+        await engine.aclose()
+        await runner.cleanup()
+    assert [g.output_ids for g in generations] == [(64,)] * 12
+    assert peak == 3 and len(set(ports)) == 3
 
 
 def test_engine_survives_event_loop_changes(qwen3_tokenizer) -> None:
@@ -283,6 +323,24 @@ def test_engine_survives_event_loop_changes(qwen3_tokenizer) -> None:
     _, second = asyncio.run(one_call(engine))
     asyncio.run(engine.aclose())
     assert first == second == tuple(encode(qwen3_tokenizer, "hi") + [qwen3_tokenizer.eos_token_id])
+
+
+def test_a_session_of_a_loop_still_open_is_closed_on_that_loop() -> None:
+    """The engine's session from a loop that is not closed (run again later) is closed when that loop runs,
+    not awaited from the new loop (its connections' futures belong to the old one)."""
+
+    async def new_session() -> aiohttp.ClientSession:
+        return aiohttp.ClientSession()
+
+    old_loop = asyncio.new_event_loop()
+    try:
+        session = old_loop.run_until_complete(new_session())
+        asyncio.run(_close_session(session, old_loop))
+        assert not session.closed
+        old_loop.run_until_complete(asyncio.sleep(0.01))
+        assert session.closed
+    finally:
+        old_loop.close()
 
 
 def test_parse_rejects_misaligned_or_incomplete_answers() -> None:

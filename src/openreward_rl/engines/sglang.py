@@ -48,13 +48,11 @@ import asyncio
 import json
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import urlsplit
 
 import aiohttp
 import attrs
 
 from openreward_rl._limits import pool_limit
-from openreward_rl.engines._http1 import HttpExchangeError, OriginPool
 from openreward_rl.engines.base import (
     ContextLengthError,
     EncodedIds,
@@ -90,12 +88,13 @@ class SGLangEngine:
     """Token-in/token-out client for one SGLang server or router (`base_url`, e.g. http://127.0.0.1:30000).
 
     `session`: an aiohttp session to share (the caller closes it; every request then goes through it).
-    Without one the engine keeps its own keep-alive connections per event loop (`engines._http1`, a
-    lighter client than aiohttp for this one exchange) and `aclose()` closes them. `timeout_s` bounds
-    one HTTP attempt; `max_attempts` bounds the attempts on transient faults. `max_connections` caps
-    the requests in flight on the engine's own connections (0: no cap of its own, since rollouts keep
-    thousands of requests in flight; it is then 40% of the process's open-file limit,
-    `_limits.pool_limit`, so that requests past it wait for a connection instead of failing to open one).
+    Without one the engine opens its own aiohttp session per event loop and `aclose()` closes it.
+    `timeout_s` bounds one HTTP attempt (the wait for a connection, the connect and the answer);
+    `connect_timeout_s` bounds the connect; `max_attempts` bounds the attempts on transient faults.
+    `max_connections` caps the connections of the engine's own session, so the requests in flight
+    (0: no cap of its own, since rollouts keep thousands of requests in flight; it is then 40% of the
+    process's open-file limit, `_limits.pool_limit`, so that requests past it wait for a connection
+    instead of failing to open one).
     """
 
     base_url: str = attrs.field(converter=lambda url: str(url).rstrip("/"))
@@ -109,16 +108,15 @@ class SGLangEngine:
 
     _generate_url: str = attrs.field(init=False)
     _abort_url: str = attrs.field(init=False)
-    _path: str = attrs.field(init=False)  # the base URL's own path, before /generate and /abort_request
     _timeout: aiohttp.ClientTimeout = attrs.field(init=False)
-    _pool: OriginPool | None = attrs.field(default=None, init=False)
+    _own_session: aiohttp.ClientSession | None = attrs.field(default=None, init=False)
+    _own_loop: asyncio.AbstractEventLoop | None = attrs.field(default=None, init=False)
 
     def __attrs_post_init__(self) -> None:
         if not self.base_url.startswith(("http://", "https://")):
             raise ValueError(f"SGLangEngine.base_url must start with http:// or https://, got {self.base_url!r}")
         self._generate_url = self.base_url + "/generate"
         self._abort_url = self.base_url + "/abort_request"
-        self._path = urlsplit(self.base_url).path
         self._timeout = aiohttp.ClientTimeout(total=self.timeout_s, sock_connect=self.connect_timeout_s)
 
     # ------------------------------------------------------------------ public API
@@ -159,10 +157,11 @@ class SGLangEngine:
         await self._post_abort({"abort_all": True})
 
     async def aclose(self) -> None:
-        """Close the engine's own connections; a session passed in stays open."""
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.close()
+        """Close the engine's own session; a session passed in stays open."""
+        owned, loop = self._own_session, self._own_loop
+        self._own_session = self._own_loop = None
+        if owned is not None:
+            await _close_session(owned, loop)
 
     # ------------------------------------------------------------------ internals
 
@@ -193,24 +192,27 @@ class SGLangEngine:
         """`max_attempts` tries, backoff from `backoff_initial_s` doubling up to `backoff_max_s`, as much jitter as the first wait."""
         return RetryPolicy(attempts=self.max_attempts, initial_s=self.backoff_initial_s, max_s=self.backoff_max_s, jitter_s=self.backoff_initial_s)
 
-    def _own_pool(self) -> OriginPool:
-        """The engine's connections on the running event loop (a pool made on an earlier loop is dropped:
-        `asyncio.run` per call gives a new loop each time, where the old connections cannot be used)."""
+    async def _own(self) -> aiohttp.ClientSession:
+        """The engine's own session on the running event loop (one made on an earlier loop is closed and
+        replaced: `asyncio.run` per call gives a new loop each time, where the old connections cannot be used)."""
         loop = asyncio.get_running_loop()
-        pool = self._pool
-        if pool is None or pool.closed or pool.loop is not loop:
-            if pool is not None:
-                pool.close()
-            pool = self._pool = OriginPool(self.base_url, limit=pool_limit(self.max_connections), connect_timeout_s=self.connect_timeout_s)
-        return pool
+        owned = self._own_session
+        if owned is not None and not owned.closed and self._own_loop is loop:
+            return owned
+        if owned is not None:
+            await _close_session(owned, self._own_loop)
+        connector = aiohttp.TCPConnector(limit=pool_limit(self.max_connections))
+        owned = self._own_session = aiohttp.ClientSession(connector=connector, timeout=self._timeout)
+        self._own_loop = loop
+        return owned
 
     async def _post_generate(self, payload: dict[str, Any], ids_json: str, headers: Mapping[str, str] | None) -> Any:
         """One attempt: `payload` plus the ids' JSON text (`ids_json`, spliced in, never re-encoded)."""
         try:
-            status, raw = await self._exchange("/generate", _generate_body(ids_json, payload), headers)
+            status, raw = await self._exchange(self._generate_url, _generate_body(ids_json, payload), headers)
         except TimeoutError as error:
             raise _TransientError(f"no answer within timeout_s={self.timeout_s}") from error
-        except (aiohttp.ClientError, HttpExchangeError, OSError) as error:
+        except (aiohttp.ClientError, OSError) as error:
             raise _TransientError(f"{type(error).__name__}: {error}") from error
         if status == 200:
             try:
@@ -227,21 +229,35 @@ class SGLangEngine:
             f"[sampling_params keys: {sorted(payload['sampling_params'])}]"
         )
 
-    async def _exchange(self, endpoint: str, body: bytes, headers: Mapping[str, str] | None) -> tuple[int, bytes]:
-        """POST a JSON body to `endpoint` (e.g. "/generate") under the base URL; (status, raw answer)."""
+    async def _exchange(self, url: str, body: bytes, headers: Mapping[str, str] | None) -> tuple[int, bytes]:
+        """POST a JSON body to `url`; (status, raw answer)."""
         sent_headers = {**headers, **_JSON_HEADERS} if headers else _JSON_HEADERS
         if self.session is None:
-            return await self._own_pool().post(self._path + endpoint, body, sent_headers, self.timeout_s)
-        async with self.session.post(self.base_url + endpoint, data=body, headers=sent_headers, timeout=self._timeout) as response:
+            request = (await self._own()).post(url, data=body, headers=sent_headers)  # the session's timeout
+        else:
+            request = self.session.post(url, data=body, headers=sent_headers, timeout=self._timeout)
+        async with request as response:
             return response.status, await response.read()
 
     async def _post_abort(self, body: dict[str, Any]) -> None:
         try:
-            status, raw = await self._exchange("/abort_request", json.dumps(body).encode(), None)
-        except (TimeoutError, aiohttp.ClientError, HttpExchangeError, OSError) as error:
+            status, raw = await self._exchange(self._abort_url, json.dumps(body).encode(), None)
+        except (TimeoutError, aiohttp.ClientError, OSError) as error:
             raise EngineError(f"SGLang {self._abort_url} unreachable: {type(error).__name__}: {error}") from error
         if status != 200:
             raise EngineError(f"SGLang {self._abort_url} answered HTTP {status}: {_error_message(raw)}")
+
+
+async def _close_session(session: aiohttp.ClientSession, loop: asyncio.AbstractEventLoop | None) -> None:
+    """Close `session`, made on `loop`, from the running loop.
+
+    On its own loop, or once that loop is closed (aiohttp then has nothing left to wait for: the sockets
+    go with their transports), it is closed here; a loop that still runs elsewhere closes it itself.
+    """
+    if loop is None or loop is asyncio.get_running_loop() or loop.is_closed():
+        await session.close()
+    else:
+        asyncio.run_coroutine_threadsafe(session.close(), loop)
 
 
 def parse_generate_response(body: Any, *, url: str = "/generate") -> Generation:
