@@ -19,13 +19,14 @@ from openai import AsyncOpenAI
 from openreward import AsyncOpenReward
 
 from hermes_calls import call
-from openreward_rl import TaskRef, Trajectory, run_episode
+from openreward_rl import EpisodeSettings, TaskRef, Trajectory, run_episode
 from openreward_rl.agent_endpoint import AgentEndpoint, RecorderSettings
-from openreward_rl.agent_endpoint.episode import AgentEpisode, AgentTask, SubprocessAgent
+from openreward_rl.agent_endpoint.episode import AgentEpisode, AgentTask, SubprocessAgent, agent_episode_builder
 from openreward_rl.assets import load_tokenizer
 from openreward_rl.engines.sglang import SGLangEngine
 from openreward_rl.env.local_server import LocalEnvServer, import_file, serve_environments
 from openreward_rl.families import get_family
+from openreward_rl.loop.episode import first_system_prompt
 from openreward_rl.loop.trajectory import StopReason
 from openreward_rl.parsers import get_parser
 from openreward_rl.testing import ScriptedCompletion, SGLangTestServer
@@ -225,3 +226,42 @@ async def test_an_engine_failure_is_aborted(stack: Stack) -> None:
 
     trajectory = await stack.run(agent)
     assert trajectory.stop_reason is StopReason.ABORTED and "engine" in trajectory.stop_detail and trajectory.reward is None
+
+
+async def test_the_builder_serves_the_runners_parts_and_the_tool_preamble(paint_server: LocalEnvServer) -> None:
+    """`agent_episode_builder` (the config's `episode:`) on SmolLM2's plain ChatML, whose template drops the
+    tools: the first prompt is the one `ToolEpisode` writes (the Hermes preamble with its worked call as the
+    system prompt), the environment's limits reach the engine, and the endpoint starts with the first episode."""
+    tokenizer, family = load_tokenizer("offline:smollm2"), get_family("chatml")
+    renderer, parser = family.renderer(tokenizer), get_parser(family.parser)
+    task = PAINT_ORDER.task("train", 2)
+    settings = EpisodeSettings(max_new_tokens=77, tool_call_example=True)
+    seen: list[AgentTask] = []
+
+    async def agent(agent_task: AgentTask) -> str:
+        seen.append(agent_task)
+        return await solve(agent_task)
+
+    build = agent_episode_builder(agent, agent_timeout=60)
+    client = AsyncOpenReward(api_key="local")
+    script = [ScriptedCompletion(text=call("read_order", order=task["order"])), ScriptedCompletion(text=task["colour"])]
+    async with SGLangTestServer(tokenizer, script=script) as server:
+        engine = SGLangEngine(server.url, max_attempts=1)
+        ref = TaskRef("PaintOrder", "train", index=2, task_spec=task, base_url=paint_server.base_url, variant=paint_server.variant_for("PaintOrder"))
+        try:
+            episode = build(engine, renderer, parser, settings)
+            trajectory = await run_episode(lambda: episode, client, ref, attempts=1)
+        finally:
+            await episode.endpoint.aclose()
+            await engine.aclose()
+            await client.environments.aclose()
+    assert trajectory.stop_reason is StopReason.COMPLETED and trajectory.step_rewards == [0.2, 1.0], trajectory.stop_detail
+    requests = [r for r in server.requests if r.path == "/generate"]
+    assert [r.sampling_params["max_new_tokens"] for r in requests] == [77, 77]
+    prompt = trajectory.messages[: trajectory.turns[0].message_index]
+    tools = seen[0].tools
+    system = first_system_prompt(None, tools, renderer, parser=parser, example=True)
+    assert system and "<tool_call>" in system
+    assert requests[0].input_ids == renderer.render_prompt([{"role": "system", "content": system}, *prompt], tools)
+    assert requests[1].input_ids[: len(requests[0].input_ids)] == requests[0].input_ids
+    assert trajectory.tokens == requests[1].input_ids + list(trajectory.turns[1].sampled_ids)

@@ -31,15 +31,17 @@ from typing import Any
 
 import attrs
 
-from openreward_rl.agent_endpoint.recorder import EpisodeRecorder
+from openreward_rl.agent_endpoint.recorder import EpisodeRecorder, RecorderSettings
 from openreward_rl.agent_endpoint.server import AgentEndpoint
-from openreward_rl.engines.base import FinishReason
+from openreward_rl.engines.base import Engine, FinishReason
 from openreward_rl.env.environment import EnvSession, ToolOutcome
 from openreward_rl.errors import EnvError
+from openreward_rl.families.chat import ChatRenderer
+from openreward_rl.loop.episode import EpisodeSettings
 from openreward_rl.loop.trajectory import StopReason, ToolResult, Trajectory
-from openreward_rl.parsers.base import ToolCall
+from openreward_rl.parsers.base import ToolCall, ToolParser
 
-__all__ = ["AgentCrashed", "AgentEpisode", "AgentProgram", "AgentTask", "SubprocessAgent", "ToolAnswer"]
+__all__ = ["AgentCrashed", "AgentEpisode", "AgentProgram", "AgentTask", "SubprocessAgent", "ToolAnswer", "agent_episode_builder"]
 
 DEFAULT_API_KEY = "openreward-rl"
 STDERR_KEPT = 2000  # characters of a crashed command's stderr kept in the stop detail
@@ -121,9 +123,12 @@ class AgentEpisode:
     endpoint: AgentEndpoint
     agent: AgentProgram
     agent_timeout: float | None = None
+    parser: ToolParser | None = None  # the endpoint's where None
+    settings: RecorderSettings | None = None  # the endpoint's where None
 
     async def run(self, session: EnvSession) -> Trajectory:
         started = time.perf_counter()
+        await self.endpoint.ensure_started()
         tools = await session.tools()
         prompt = await session.prompt_messages()
         has_terminal_tool = await session.terminal_tool() is not None
@@ -142,7 +147,7 @@ class AgentEpisode:
         async def run_tool(name: str, arguments: Mapping[str, Any]) -> Mapping[str, Any]:
             return (await call_tool(name, arguments)).to_dict()
 
-        recorder = self.endpoint.open_episode(tool_runner=run_tool)
+        recorder = self.endpoint.open_episode(tool_runner=run_tool, parser=self.parser, settings=self.settings)
         api_key = self.endpoint.api_key or DEFAULT_API_KEY
         task = AgentTask(self.endpoint.base_url(recorder.key), api_key, prompt, tools, self.endpoint.tools_url(recorder.key), call_tool)
         failure: tuple[StopReason, str] | None = None
@@ -166,6 +171,26 @@ class AgentEpisode:
         return recorder.trajectory(
             session.task.describe(), stop_reason=stop_reason, stop_detail=detail, finished=session.finished, seconds=time.perf_counter() - started
         )
+
+
+def agent_episode_builder(agent: AgentProgram, *, agent_timeout: float | None = None) -> Callable[..., AgentEpisode]:
+    """An `EpisodeBuilder` (the config's `episode:`) that runs `agent` on each episode: one `AgentEndpoint`
+    per engine and renderer of the runner, started on 127.0.0.1 with the first episode; each episode gets
+    the runner's parser and its environment's limits (`EpisodeSettings`: max_new_tokens, max_context_len,
+    sampling_params, train_thinking, tool_preamble).
+
+        build = agent_episode_builder(SubprocessAgent(["python", "my_agent.py"]), agent_timeout=600)
+        # config: episode: path/to/this_file.py:build
+    """
+    endpoints: dict[tuple[int, int], AgentEndpoint] = {}
+
+    def build(engine: Engine, renderer: ChatRenderer, parser: ToolParser, settings: EpisodeSettings, *, routing_key: str | None = None) -> AgentEpisode:
+        endpoint = endpoints.get((id(engine), id(renderer)))
+        if endpoint is None or endpoint.engine is not engine or endpoint.renderer is not renderer:
+            endpoint = endpoints[(id(engine), id(renderer))] = AgentEndpoint(engine, renderer, parser)
+        return AgentEpisode(endpoint, agent, agent_timeout=agent_timeout, parser=parser, settings=RecorderSettings.from_episode(settings))
+
+    return build
 
 
 def _recorded(recorder: EpisodeRecorder, call: ToolCall, outcome: ToolOutcome, seconds: float) -> ToolAnswer:

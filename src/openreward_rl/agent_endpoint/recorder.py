@@ -34,6 +34,7 @@ from openreward_rl.engines.base import ContextLengthError, EncodedIds, Engine, E
 from openreward_rl.errors import ConfigError
 from openreward_rl.families.chat import ChatRenderer
 from openreward_rl.families.vision import images_in
+from openreward_rl.loop.episode import EpisodeSettings
 from openreward_rl.loop.trajectory import Compaction, StopReason, TokenLedger, ToolResult, Trajectory, Turn
 from openreward_rl.parsers.base import ParsedTurn, ToolParser
 
@@ -48,12 +49,25 @@ class EndpointFault(Exception):
 class RecorderSettings:
     """`max_new_tokens`: a request's cap when it sets none; `max_context_len`: the episode's token budget
     (a request's cap is clamped to what is left); `sampling_params`: sent with every request (the
-    request's own temperature and top_p replace theirs); `train_thinking`: keep reasoning tokens in the loss."""
+    request's own temperature and top_p replace theirs); `train_thinking`: keep reasoning tokens in the loss;
+    `tool_preamble`: where the chat template drops `tools` (SmolLM2's plain ChatML), the preamble that teaches
+    the parser's calls follows the agent's system prompt, with one worked call when `tool_call_example`
+    (as `ToolEpisode` does)."""
 
     max_new_tokens: int = 4096
     max_context_len: int | None = None
     sampling_params: Mapping[str, Any] = attrs.field(factory=dict)
     train_thinking: bool = True
+    tool_preamble: bool = True
+    tool_call_example: bool = False
+
+    @classmethod
+    def from_episode(cls, settings: EpisodeSettings) -> RecorderSettings:
+        """The limits an environment's `EpisodeSettings` (the config's) set for the model calls."""
+        return cls(
+            max_new_tokens=settings.max_new_tokens, max_context_len=settings.max_context_len, sampling_params=dict(settings.sampling_params),
+            train_thinking=settings.train_thinking, tool_preamble=settings.tool_preamble, tool_call_example=settings.tool_call_example,
+        )  # fmt: skip
 
 
 @attrs.frozen
@@ -223,8 +237,7 @@ class EpisodeRecorder:
             self._append_answer(self._pending.pop())
 
     def _open_segment(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> None:
-        string_arguments = bool(getattr(self.renderer.family, "string_arguments", False))
-        prompt = self.renderer.render_prompt([_as_template_reads(m, string_arguments) for m in messages], tools)
+        prompt = self.renderer.render_prompt(self._as_rendered(messages, tools), tools)
         images = images_in(messages)
         if self.ledger is None:
             vision = self.renderer.vision
@@ -240,6 +253,21 @@ class EpisodeRecorder:
         self.tools = list(tools)
         self.context = list(messages)
         self.messages.extend(messages)
+
+    def _as_rendered(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The messages as the template renders them: call arguments as it reads them, and the tool preamble
+        after the system prompt where the template drops the tools."""
+        string_arguments = bool(getattr(self.renderer.family, "string_arguments", False))
+        rendered = [_as_template_reads(m, string_arguments) for m in messages]
+        settings = self.settings
+        preamble = self.renderer.tool_preamble(tools, parser=self.parser, example=settings.tool_call_example) if settings.tool_preamble else None
+        if preamble:
+            first = rendered[0]
+            if first["role"] in ("system", "developer") and isinstance(first.get("content"), str) and first["content"]:
+                rendered[0] = {**first, "content": f"{first['content']}\n\n{preamble}"}
+            else:
+                rendered.insert(0, {"role": "system", "content": preamble})
+        return rendered
 
     # ---------------------------------------------------------------- sampling
 

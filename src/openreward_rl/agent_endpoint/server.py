@@ -15,6 +15,7 @@ naming the field; an unknown episode is 404; an engine failure 503 (the episode 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
@@ -59,6 +60,8 @@ class AgentEndpoint:
     episodes: dict[str, EpisodeRecorder] = attrs.field(factory=dict)
     _tool_runners: dict[str, ToolRunner] = attrs.field(factory=dict)
     _runner: web.AppRunner | None = None
+    _loop: asyncio.AbstractEventLoop | None = None
+    _start_lock: asyncio.Lock | None = None
 
     def base_url(self, key: str) -> str:
         return f"http://{self.host}:{self.port}/episodes/{key}/v1"
@@ -66,11 +69,14 @@ class AgentEndpoint:
     def tools_url(self, key: str) -> str:
         return f"http://{self.host}:{self.port}/episodes/{key}/tools"
 
-    def open_episode(self, key: str | None = None, *, tool_runner: ToolRunner | None = None) -> EpisodeRecorder:
+    def open_episode(
+        self, key: str | None = None, *, tool_runner: ToolRunner | None = None, parser: ToolParser | None = None, settings: RecorderSettings | None = None
+    ) -> EpisodeRecorder:
+        """A new episode's recorder, served at `base_url(key)`; `parser` and `settings` replace the endpoint's for it."""
         key = key or uuid.uuid4().hex
         if key in self.episodes:
             raise ValueError(f"episode {key!r} is already open on this endpoint")
-        recorder = self.episodes[key] = EpisodeRecorder(key, self.engine, self.renderer, self.parser, self.settings)
+        recorder = self.episodes[key] = EpisodeRecorder(key, self.engine, self.renderer, parser or self.parser, settings or self.settings)
         if tool_runner is not None:
             self._tool_runners[key] = tool_runner
         return recorder
@@ -82,7 +88,20 @@ class AgentEndpoint:
         recorder.close()
         return recorder
 
+    async def ensure_started(self) -> None:
+        """Start serving on the running event loop unless it already does (an endpoint a builder made
+        before any loop ran starts with its first episode)."""
+        loop = asyncio.get_running_loop()
+        if self._runner is not None and self._loop is loop:
+            return
+        if self._start_lock is None or self._loop is not loop:
+            self._start_lock, self._loop, self._runner = asyncio.Lock(), loop, None
+        async with self._start_lock:
+            if self._runner is None:
+                await self.start()
+
     async def start(self) -> AgentEndpoint:
+        self._loop = asyncio.get_running_loop()
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post("/episodes/{key}/v1/chat/completions", self._completions)
         app.router.add_get("/episodes/{key}/v1/models", self._models)
@@ -91,7 +110,7 @@ class AgentEndpoint:
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)
         await site.start()
-        self.port = self._runner.addresses[0][1]
+        self.port = self._runner.addresses[0][1]  # the one it got where it asked for any (0)
         return self
 
     async def aclose(self) -> None:
