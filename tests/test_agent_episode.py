@@ -265,3 +265,47 @@ async def test_the_builder_serves_the_runners_parts_and_the_tool_preamble(paint_
     assert requests[0].input_ids == renderer.render_prompt([{"role": "system", "content": system}, *prompt], tools)
     assert requests[1].input_ids[: len(requests[0].input_ids)] == requests[0].input_ids
     assert trajectory.tokens == requests[1].input_ids + list(trajectory.turns[1].sampled_ids)
+
+
+async def test_an_openai_agents_sdk_agent_runs_through_the_endpoint(stack: Stack) -> None:
+    """An agent built with the OpenAI Agents SDK, pointed at the episode's base URL the way the SDK's docs
+    point it at any OpenAI-compatible provider (`OpenAIChatCompletionsModel` over an `AsyncOpenAI` client):
+    its tool runs on the session, and its conversation is one token-exact segment."""
+    sdk = pytest.importorskip("agents")
+    sdk.set_tracing_disabled(True)
+    colour = script_right_answer(stack, 4)
+
+    async def agent(task: AgentTask) -> str:
+        @sdk.function_tool
+        async def read_order(order: int) -> str:
+            """Read an order from the order book: it names the colour to paint.
+
+            Args:
+                order: The order number.
+            """
+            return (await task.call_tool("read_order", {"order": order})).text
+
+        async with AsyncOpenAI(base_url=task.base_url, api_key=task.api_key) as client:
+            model = sdk.OpenAIChatCompletionsModel(model="policy", openai_client=client)
+            painter = sdk.Agent(name="painter", instructions="You paint walls.", tools=[read_order], model=model)
+            result = await sdk.Runner.run(painter, input=task.prompt[0]["content"])
+        return result.final_output
+
+    trajectory = await stack.run(agent, index=4)
+    assert trajectory.stop_reason is StopReason.COMPLETED, trajectory.stop_detail
+    assert trajectory.step_rewards == [0.2, 1.0] and trajectory.turns[-1].parsed.content == colour
+    requests = stack.generates
+    assert len(requests) == len(trajectory.turns) == 2 and len(trajectory.segments) == 1 and not trajectory.compactions
+    first = requests[0].input_ids + list(trajectory.turns[0].sampled_ids)
+    assert requests[1].input_ids[: len(first)] == first  # the SDK sent the answer back as given: the sample went on
+    sdk_messages = trajectory.messages[: trajectory.turns[1].message_index]
+    sdk_tools = _tools_in_prompt(stack.tokenizer, requests[0].input_ids)
+    assert requests[1].input_ids == template_ids(stack.tokenizer, sdk_messages, sdk_tools)
+    mask, logprobs = expected_mask_and_logprobs(requests, [list(t.sampled_ids) for t in trajectory.turns])
+    assert trajectory.loss_mask == mask and trajectory.rollout_logprobs == pytest.approx(logprobs)
+
+
+def _tools_in_prompt(tokenizer: Any, ids: list[int]) -> list[dict[str, Any]]:
+    """The tools the agent framework sent (it writes its own specs), as Qwen2.5's template wrote them."""
+    block = tokenizer.decode(ids).split("<tools>\n", 1)[1].split("\n</tools>", 1)[0]
+    return [json.loads(line) for line in block.splitlines()]
