@@ -306,9 +306,9 @@ class EpisodeRecorder:
             params["stop_token_ids"] = list(dict.fromkeys([*closers, *(params.get("stop_token_ids") or ())]))
         ids = [*self.ledger.context(), *prefill]
         input_ids = EncodedIds(ids, json_text=json.dumps(ids))
-        label = f"{self._run_id}_{self.requests}"
+        label = f"{self._run_id}_t{self.requests - 1}"  # as ToolEpisode names its turns
         generate_request = lambda i: GenerationRequest(  # noqa: E731
-            input_ids=input_ids, sampling_params=params, messages=request.messages, tools=request.tools, request_id=f"{label}_{i}",
+            input_ids=input_ids, sampling_params=params, messages=request.messages, tools=request.tools, request_id=label if request.n == 1 else f"{label}n{i}",
             routing_key=self.key, image_data=tuple(self.ledger.current.images), image_token_id=self.renderer.image_token_id if self.ledger.current.images else None,
         )  # fmt: skip
         started = time.perf_counter()
