@@ -260,9 +260,11 @@ async def test_the_builder_serves_the_runners_parts_and_the_tool_preamble(paint_
     assert [r.sampling_params["max_new_tokens"] for r in requests] == [77, 77]
     prompt = trajectory.messages[: trajectory.turns[0].message_index]
     tools = seen[0].tools
-    system = first_system_prompt(None, tools, renderer, parser=parser, example=True)
-    assert system and "<tool_call>" in system
-    assert requests[0].input_ids == renderer.render_prompt([{"role": "system", "content": system}, *prompt], tools)
+    agents_system, *task_prompt = prompt
+    assert agents_system["role"] == "system"
+    system = first_system_prompt(agents_system["content"], tools, renderer, parser=parser, example=True)  # the agent's, then the preamble
+    assert system and "<tool_call>" in system and system.startswith(agents_system["content"])
+    assert requests[0].input_ids == renderer.render_prompt([{"role": "system", "content": system}, *task_prompt], tools)
     assert requests[1].input_ids[: len(requests[0].input_ids)] == requests[0].input_ids
     assert trajectory.tokens == requests[1].input_ids + list(trajectory.turns[1].sampled_ids)
 
@@ -309,3 +311,10 @@ def _tools_in_prompt(tokenizer: Any, ids: list[int]) -> list[dict[str, Any]]:
     """The tools the agent framework sent (it writes its own specs), as Qwen2.5's template wrote them."""
     block = tokenizer.decode(ids).split("<tools>\n", 1)[1].split("\n</tools>", 1)[0]
     return [json.loads(line) for line in block.splitlines()]
+
+
+async def test_an_answer_cut_at_the_token_cap_is_not_painted(stack: Stack) -> None:
+    stack.server.push(ScriptedCompletion(text="The colour is", finish="length"))
+    trajectory = await stack.run(solve, index=6)
+    assert trajectory.stop_reason is StopReason.TRUNCATED and "cap" in trajectory.stop_detail
+    assert trajectory.step_rewards == [] and not trajectory.turns[0].tool_results and trajectory.trained_reward == 0.0

@@ -19,6 +19,7 @@ import httpx
 from openai import AsyncOpenAI
 
 MAX_TURNS = 8
+SYSTEM_PROMPT = "You are a painter. Read the order with the tool, then reply with the colour only."
 
 
 async def run_loop(client: AsyncOpenAI, messages: list[Any], tools: list[dict[str, Any]], call_tool: Any) -> str:
@@ -43,7 +44,7 @@ async def solve(task: Any) -> str:
         return (await task.call_tool(name, arguments)).to_dict()
 
     async with AsyncOpenAI(base_url=task.base_url, api_key=task.api_key) as client:
-        return await run_loop(client, list(task.prompt), task.tools, call_tool)
+        return await run_loop(client, [{"role": "system", "content": SYSTEM_PROMPT}, *task.prompt], task.tools, call_tool)
 
 
 async def main() -> None:
@@ -55,7 +56,7 @@ async def main() -> None:
             answer.raise_for_status()
             return answer.json()
 
-        print(await run_loop(client, list(task["prompt"]), task["tools"], call_tool))
+        print(await run_loop(client, [{"role": "system", "content": SYSTEM_PROMPT}, *task["prompt"]], task["tools"], call_tool))
 
 
 if __name__ == "__main__":

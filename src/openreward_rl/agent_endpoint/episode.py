@@ -13,7 +13,8 @@ HTTP). It returns its final answer (or None). The program is either
 The rewards are the environment's: each tool call's reward, in order, are the episode's step rewards (the
 runner reduces them with the configured reward policy). Where the environment has a terminal tool and
 the program ends with an answer before the environment finished, the answer goes to that tool, as
-`ToolEpisode` does with a plain answer. A program that runs past `agent_timeout` (hung) is a TIMEOUT; one
+`ToolEpisode` does with a plain answer (not when its last answer hit the token cap: the episode is then
+`truncated`). A program that runs past `agent_timeout` (hung) is a TIMEOUT; one
 that raises or exits non-zero (crashed) is ABORTED; an environment fault is ENV_ERROR even where the
 program swallowed it, and an engine fault ABORTED: infrastructure failures with their reason, never a reward.
 """
@@ -162,7 +163,8 @@ class AgentEpisode:
             except Exception as error:
                 failure = (StopReason.ABORTED, f"the agent failed: {type(error).__name__}: {error}")
             else:
-                if answer and has_terminal_tool and not session.finished and not env_faults and recorder.fault is None:
+                gave_answer = answer and not recorder.last_answer_truncated  # a cut-off answer is no answer, as in ToolEpisode
+                if gave_answer and has_terminal_tool and not session.finished and not env_faults and recorder.fault is None:
                     outcome = await session.call_terminal_tool(answer)
                     _recorded(recorder, ToolCall("__terminal__", {"message": answer}, "terminal"), outcome, 0.0)
         finally:

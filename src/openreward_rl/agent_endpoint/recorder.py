@@ -153,6 +153,12 @@ class EpisodeRecorder:
                 for a in answers
             ]
 
+    @property
+    def last_answer_truncated(self) -> bool:
+        """Whether the last answer the program was given hit its token cap (it is then no final answer)."""
+        last = self._pending[-1].generation if self._pending else (self.turns[-1] if self.turns else None)
+        return last is not None and last.finish_reason is FinishReason.LENGTH
+
     def record_tool_result(self, result: ToolResult) -> None:
         """A tool call the agent ran on the session: it belongs to the answer it followed."""
         self._results.append(result)
