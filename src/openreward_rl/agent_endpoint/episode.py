@@ -99,6 +99,9 @@ class SubprocessAgent:
             **os.environ, **self.env, "OPENAI_BASE_URL": task.base_url, "OPENAI_API_KEY": task.api_key,
             "OPENREWARD_TOOLS_URL": task.tools_url, "OPENREWARD_TASK": described,
         }  # fmt: skip
+        for key in ("NO_PROXY", "no_proxy"):  # the endpoint is on loopback: never through a proxy the trainer's environment names
+            entries = [e for e in environ.get(key, "").split(",") if e.strip()]
+            environ[key] = ",".join(dict.fromkeys([*entries, "127.0.0.1", "localhost"]))
         process = await asyncio.create_subprocess_exec(
             *self.command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
             env=environ, cwd=self.cwd, start_new_session=True,
