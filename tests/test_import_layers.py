@@ -21,7 +21,7 @@ LAYERS: list[set[str]] = [
     {"config", "engines"},
     {"env"},
     {"loop"},
-    {"observe", "preflight", "credit"},
+    {"observe", "preflight", "credit", "agent_endpoint"},
     {"show", "backends"},
     {"cli", "testing"},
     {""},  # the root package's lazy exports
