@@ -269,16 +269,22 @@ async def test_the_builder_serves_the_runners_parts_and_the_tool_preamble(paint_
     assert trajectory.tokens == requests[1].input_ids + list(trajectory.turns[1].sampled_ids)
 
 
-async def test_an_openai_agents_sdk_agent_runs_through_the_endpoint(stack: Stack) -> None:
-    """An agent built with the OpenAI Agents SDK, pointed at the episode's base URL the way the SDK's docs
-    point it at any OpenAI-compatible provider (`OpenAIChatCompletionsModel` over an `AsyncOpenAI` client):
-    its tool runs on the session, and its conversation is one token-exact segment."""
-    sdk = pytest.importorskip("agents")
-    sdk.set_tracing_disabled(True)
+async def test_a_pydantic_ai_agent_runs_through_the_endpoint(stack: Stack) -> None:
+    """An agent built with pydantic-ai, pointed at the episode's base URL the way its docs point it at any
+    OpenAI-compatible provider (`OpenAIChatModel` with an `OpenAIProvider(base_url=..., api_key=...)`): its tool
+    runs on the session, and its conversation is one token-exact segment."""
+    pytest.importorskip("pydantic_ai")
+    from pydantic_ai import Agent
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
     colour = script_right_answer(stack, 4)
 
     async def agent(task: AgentTask) -> str:
-        @sdk.function_tool
+        model = OpenAIChatModel("policy", provider=OpenAIProvider(base_url=task.base_url, api_key=task.api_key))
+        painter = Agent(model, instructions="You paint walls.")
+
+        @painter.tool_plain
         async def read_order(order: int) -> str:
             """Read an order from the order book: it names the colour to paint.
 
@@ -287,11 +293,8 @@ async def test_an_openai_agents_sdk_agent_runs_through_the_endpoint(stack: Stack
             """
             return (await task.call_tool("read_order", {"order": order})).text
 
-        async with AsyncOpenAI(base_url=task.base_url, api_key=task.api_key) as client:
-            model = sdk.OpenAIChatCompletionsModel(model="policy", openai_client=client)
-            painter = sdk.Agent(name="painter", instructions="You paint walls.", tools=[read_order], model=model)
-            result = await sdk.Runner.run(painter, input=task.prompt[0]["content"])
-        return result.final_output
+        result = await painter.run(task.prompt[0]["content"])
+        return result.output
 
     trajectory = await stack.run(agent, index=4)
     assert trajectory.stop_reason is StopReason.COMPLETED, trajectory.stop_detail
@@ -299,10 +302,10 @@ async def test_an_openai_agents_sdk_agent_runs_through_the_endpoint(stack: Stack
     requests = stack.generates
     assert len(requests) == len(trajectory.turns) == 2 and len(trajectory.segments) == 1 and not trajectory.compactions
     first = requests[0].input_ids + list(trajectory.turns[0].sampled_ids)
-    assert requests[1].input_ids[: len(first)] == first  # the SDK sent the answer back as given: the sample went on
-    sdk_messages = trajectory.messages[: trajectory.turns[1].message_index]
-    sdk_tools = _tools_in_prompt(stack.tokenizer, requests[0].input_ids)
-    assert requests[1].input_ids == template_ids(stack.tokenizer, sdk_messages, sdk_tools)
+    assert requests[1].input_ids[: len(first)] == first  # the framework sent the answer back as given: the sample went on
+    framework_messages = trajectory.messages[: trajectory.turns[1].message_index]
+    framework_tools = _tools_in_prompt(stack.tokenizer, requests[0].input_ids)
+    assert requests[1].input_ids == template_ids(stack.tokenizer, framework_messages, framework_tools)
     mask, logprobs = expected_mask_and_logprobs(requests, [list(t.sampled_ids) for t in trajectory.turns])
     assert trajectory.loss_mask == mask and trajectory.rollout_logprobs == pytest.approx(logprobs)
 
