@@ -167,7 +167,7 @@ class AgentEpisode:
                 failure = (StopReason.ABORTED, f"the agent failed: {type(error).__name__}: {error}")
             else:
                 gave_answer = answer and not recorder.last_answer_truncated  # a cut-off answer is no answer, as in ToolEpisode
-                if gave_answer and has_terminal_tool and not session.finished and not env_faults and recorder.fault is None:
+                if answer and gave_answer and has_terminal_tool and not session.finished and not env_faults and recorder.fault is None:
                     outcome = await session.call_terminal_tool(answer)
                     _recorded(recorder, ToolCall("__terminal__", {"message": answer}, "terminal"), outcome, 0.0)
         finally:
