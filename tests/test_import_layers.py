@@ -14,7 +14,7 @@ SOURCE = Path(__file__).resolve().parents[1] / "src" / "openreward_rl"
 # Lowest first. A module may import its own package's modules and any package of a lower layer.
 LAYERS: list[set[str]] = [
     {"_lazy", "_registry", "errors", "_options", "_limits"},
-    {"redaction", "retry", "assets"},
+    {"redaction", "retry", "assets", "task"},  # task: the one task identity, named by every layer above
     {"parsers", "reducers"},
     {"families"},  # names its parser: imports parsers
     {"config", "engines"},

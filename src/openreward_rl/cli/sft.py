@@ -110,9 +110,8 @@ def _teacher(spec: str) -> Any:
 def recorded_episodes(paths: list[str], config: Any, min_reward: float) -> list[Any]:
     """The episodes of `paths` (`openreward-rl eval --output`, any engine and tokenizer) to replay: those whose
     recorded reward is at least `min_reward`, infrastructure failures left out. Checked before any model or
-    environment loads: a file that is not episodes, an episode that names no task or an environment `config`
-    does not configure, or no episode rewarded enough, is a ValueError naming it."""
-    from openreward_rl.env.tasks import TaskRef
+    environment loads: a file that is not episodes (an episode that names no task among them), an episode of an
+    environment `config` does not configure, or no episode rewarded enough, is a ValueError naming it."""
     from openreward_rl.observe.dumps import read_trajectories
 
     kept = []
@@ -121,11 +120,9 @@ def recorded_episodes(paths: list[str], config: Any, min_reward: float) -> list[
         if not episodes:
             raise ValueError(f"--from-results {path}: no episodes in it")
         for number, episode in enumerate(episodes):
-            if TaskRef.from_description(episode.task) is None:
-                raise ValueError(f"--from-results {path} record {number}: it names no task (an index or a task spec), so it cannot be replayed")
-            if episode.task.get("environment") not in config.environments:
+            if episode.task.environment not in config.environments:
                 raise ValueError(
-                    f"--from-results {path} record {number}: an episode of {episode.task.get('environment')!r}, which {config.source} does not configure "
+                    f"--from-results {path} record {number}: an episode of {episode.task.environment!r}, which {config.source} does not configure "
                     f"(configured: {', '.join(config.environments)})"
                 )
         rewarded = [e for e in episodes if e.turns and e.trained_reward is not None and e.trained_reward >= min_reward]
@@ -142,12 +139,11 @@ def replays(renderer: Any, config: Any, episodes: list[Any]) -> list[tuple[Any, 
     import attrs
 
     from openreward_rl.engines.teacher import Replay, TeacherEngine
-    from openreward_rl.env.tasks import TaskRef
 
     reasoning = renderer.family is not None and renderer.family.thinking is not None  # the student's format marks reasoning
     plays = []
     for episode in episodes:
-        task = TaskRef.from_description(episode.task)
+        task = episode.task
         if config.environment(task.environment).variant is not None:
             task = attrs.evolve(task, variant=None)  # the served class's variant, not the recording's
         plays.append((TeacherEngine(renderer, Replay.of((turn.parsed for turn in episode.turns), reasoning=reasoning)), task))

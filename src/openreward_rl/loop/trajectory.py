@@ -18,6 +18,7 @@ import attrs
 
 from openreward_rl.engines.base import EncodedIds, FinishReason
 from openreward_rl.parsers.base import ParsedTurn, ParseError, ParseErrorKind, ToolCall
+from openreward_rl.task import TaskRef
 
 __all__ = ["StopReason", "ToolResult", "Turn", "TokenSegment", "TokenLedger", "Trajectory", "Compaction", "trained_reward"]
 
@@ -253,9 +254,10 @@ class Trajectory:
     """One episode's record. Each segment is one context the model sampled in (token-exact on its own);
     there is one unless a `ContextPolicy` compacted the context (`compactions`) or a custom loop broke
     the prefix. `prompt_ids`/`response_ids`/... read the last segment. `segments` is empty when the
-    environment failed before the first prompt."""
+    environment failed before the first prompt. `task` names the task it ran, without where it ran
+    (`TaskRef.without_deployment`)."""
 
-    task: dict[str, Any]
+    task: TaskRef
     segments: list[TokenSegment]
     turns: list[Turn]
     messages: list[dict[str, Any]]
@@ -302,7 +304,7 @@ class Trajectory:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (the dump format read by `Trajectory.from_dict` and `openreward-rl show`)."""
         return {
-            "task": self.task,
+            "task": self.task.describe(),
             "reward": self.reward,
             "step_rewards": self.step_rewards,
             "stop_reason": self.stop_reason.value,
@@ -349,6 +351,7 @@ class Trajectory:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Trajectory:
+        """The trajectory `to_dict` wrote. ValueError (KeyError for a missing key) when `data` is not one."""
         turns = []
         for t in data["turns"]:
             results = tuple(
@@ -382,8 +385,12 @@ class Trajectory:
                     summary=t.get("summary", False),
                 )
             )
+        described = data["task"]
+        task = TaskRef.from_description(described) if isinstance(described, Mapping) else None
+        if task is None:
+            raise ValueError(f"its task names no task (an environment, split and index or task_spec): {described!r}")
         return cls(
-            task=dict(data["task"]),
+            task=task,
             segments=[TokenSegment(**s) for s in data["segments"]],
             turns=turns,
             messages=list(data["messages"]),

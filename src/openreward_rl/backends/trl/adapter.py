@@ -149,7 +149,7 @@ def completion_of(trajectory: Trajectory, tokenizer: Any) -> Completion:
     if dropped:
         logger.warning(
             "an episode of %s has %d earlier contexts (compactions or prefix breaks); TRL takes one completion per episode, so only its last is trained",
-            trajectory.task.get("environment"), dropped,
+            trajectory.task.environment, dropped,
         )  # fmt: skip
     mask = list(map(int, segment.loss_mask)) if trajectory.trainable else [0] * len(segment.response_ids)
     logprobs = list(map(float, segment.rollout_logprobs)) if trajectory.trainable else [0.0] * len(segment.response_ids)
@@ -336,7 +336,7 @@ class TrlAdapter:
 
     def _group_signal(self, group: Sequence[Trajectory], rewards: Sequence[float | None]) -> StepSignal:
         config = self.rollouts.config
-        nonterminal = config.nonterminal_reward(str(group[0].task.get("environment")))
+        nonterminal = config.nonterminal_reward(group[0].task.environment)
         return trajectory_group_signal(group, config.advantage, rewards, nonterminal_reward=nonterminal)
 
     def step_signal(self, trajectories: Sequence[Trajectory], rewards: Sequence[float | None], group_size: int) -> StepSignal:
@@ -380,7 +380,7 @@ class TrlAdapter:
         metrics = flat_metrics(summarize(trajectories), prefix=METRIC_PREFIX)
         by_env: dict[str, list[Completion]] = {}
         for trajectory, completion in zip(trajectories, completions):
-            by_env.setdefault(str(trajectory.task.get("environment")), []).append(completion)
+            by_env.setdefault(trajectory.task.environment, []).append(completion)
         for env, items in by_env.items():
             metrics[f"{METRIC_PREFIX}{env}/dropped_segments"] = float(sum(c.dropped_segments for c in items))
             metrics[f"{METRIC_PREFIX}{env}/placeholders"] = float(sum(c.placeholder for c in items))
