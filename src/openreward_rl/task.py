@@ -36,7 +36,7 @@ class TaskRef:
     Either `index` (the server resolves the task) or `task_spec` (with the deployment fields that
     `env.tasks.list_tasks` returned) identifies the task. The deployment fields (`base_url`,
     `server_name`, `environment_name`, `namespace`) say where to run it, not which task it is: a
-    trajectory records the task without them (`without_deployment`, `describe`).
+    trajectory records the task without them (`without_deployment`; on disk, `describe`).
     """
 
     environment: str

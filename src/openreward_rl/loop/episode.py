@@ -164,7 +164,7 @@ def fault_stop(error: BaseException, *, timeout_detail: Callable[[], str]) -> tu
 def failed_trajectory(task: TaskRef, stop_reason: StopReason, detail: str) -> Trajectory:
     """The record of an episode that failed before its first prompt existed."""
     return Trajectory(
-        task=task.without_deployment(),
+        task=task,
         segments=[],
         turns=[],
         messages=[],

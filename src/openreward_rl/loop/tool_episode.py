@@ -467,7 +467,7 @@ class ToolEpisode:
         stop_reason = state.stop_reason or StopReason.ABORTED
         segments = state.ledger.segments if state.ledger else []
         return Trajectory(
-            task=state.session.task.without_deployment(),
+            task=state.session.task,
             segments=segments,
             turns=state.turns,
             messages=state.messages,

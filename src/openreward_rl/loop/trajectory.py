@@ -20,7 +20,7 @@ from openreward_rl.engines.base import EncodedIds, FinishReason
 from openreward_rl.parsers.base import ParsedTurn, ParseError, ParseErrorKind, ToolCall
 from openreward_rl.task import TaskRef
 
-__all__ = ["StopReason", "ToolResult", "Turn", "TokenSegment", "TokenLedger", "Trajectory", "Compaction", "trained_reward"]
+__all__ = ["StopReason", "ToolResult", "Turn", "TokenSegment", "TokenLedger", "Trajectory", "Compaction", "recorded_task", "trained_reward"]
 
 
 class StopReason(str, enum.Enum):
@@ -249,15 +249,32 @@ def _parsed_from_dict(data: Mapping[str, Any]) -> ParsedTurn:
     )
 
 
+def recorded_task(task: TaskRef | Mapping[str, Any]) -> TaskRef:
+    """`task` as a trajectory records it: without where it ran (`TaskRef.without_deployment`). A `describe()`
+    dict, what custom episodes passed before the task was typed, is read as the task it names.
+
+    >>> recorded_task(TaskRef("E", "test", index=2, base_url="http://127.0.0.1:8080")) == recorded_task({"environment": "E", "split": "test", "index": 2})
+    True
+    """
+    if isinstance(task, TaskRef):
+        return task.without_deployment()
+    if not isinstance(task, Mapping):
+        raise TypeError(f"a trajectory's task is a TaskRef, got {type(task).__name__}")
+    named = TaskRef.from_description(task)
+    if named is None:
+        raise ValueError(f"a trajectory's task must name a task (an environment, split and index or task_spec): {dict(task)!r}")
+    return named
+
+
 @attrs.define
 class Trajectory:
     """One episode's record. Each segment is one context the model sampled in (token-exact on its own);
     there is one unless a `ContextPolicy` compacted the context (`compactions`) or a custom loop broke
     the prefix. `prompt_ids`/`response_ids`/... read the last segment. `segments` is empty when the
     environment failed before the first prompt. `task` names the task it ran, without where it ran
-    (`TaskRef.without_deployment`)."""
+    (`recorded_task`)."""
 
-    task: TaskRef
+    task: TaskRef = attrs.field(converter=recorded_task)
     segments: list[TokenSegment]
     turns: list[Turn]
     messages: list[dict[str, Any]]
@@ -351,7 +368,7 @@ class Trajectory:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Trajectory:
-        """The trajectory `to_dict` wrote. ValueError (KeyError for a missing key) when `data` is not one."""
+        """The trajectory `to_dict` wrote. KeyError, TypeError or ValueError when `data` is not one."""
         turns = []
         for t in data["turns"]:
             results = tuple(
@@ -385,12 +402,8 @@ class Trajectory:
                     summary=t.get("summary", False),
                 )
             )
-        described = data["task"]
-        task = TaskRef.from_description(described) if isinstance(described, Mapping) else None
-        if task is None:
-            raise ValueError(f"its task names no task (an environment, split and index or task_spec): {described!r}")
         return cls(
-            task=task,
+            task=data["task"],
             segments=[TokenSegment(**s) for s in data["segments"]],
             turns=turns,
             messages=list(data["messages"]),
