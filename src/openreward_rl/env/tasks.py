@@ -13,6 +13,7 @@ import attrs
 
 from openreward_rl.config import TrainConfig
 from openreward_rl.env.transport import use_pooled_transport
+from openreward_rl.errors import ConfigError
 from openreward_rl.retry import RetryPolicy, call_with_retries
 from openreward_rl.task import TaskRef, task_hash
 
@@ -149,10 +150,10 @@ def task_from_metadata(metadata: Mapping[str, Any] | str) -> TaskRef:
     if isinstance(metadata, str):
         metadata = json.loads(metadata)
     if not isinstance(metadata, Mapping):
-        raise ValueError(f"task metadata must be a mapping, got {type(metadata).__name__}")
+        raise ConfigError(f"task metadata must be a mapping, got {type(metadata).__name__}")
     environment = metadata.get("environment") or metadata.get("env_name")
     if not environment or "split" not in metadata:
-        raise ValueError("task metadata needs 'environment' and 'split' (rows written by `openreward-rl prepare`)")
+        raise ConfigError("task metadata needs 'environment' and 'split' (rows written by `openreward-rl prepare`)")
     return TaskRef(
         environment=environment,
         split=metadata["split"],
