@@ -196,6 +196,20 @@ def test_a_bad_config_key_exits_2_with_its_message_and_no_traceback(capsys, tmp_
 
 
 @pytest.mark.parametrize(
+    ("source", "problem"),
+    [(None, "Python file '{file}' does not exist"), ("raise RuntimeError('boom')\n", "cannot import module '{file}': RuntimeError: boom")],
+    ids=["missing", "raises on import"],
+)
+def test_a_teacher_file_that_is_missing_or_does_not_import_is_one_line_with_exit_2(source: str | None, problem: str, capsys, tmp_path: Path, paint_config: Path) -> None:
+    teacher = tmp_path / "teacher.py"
+    if source is not None:
+        teacher.write_text(source)
+    argv = ["sft", "--teacher", f"{teacher}:teacher", "--config", str(paint_config), "--model", MISSING_MODEL, "--serve", PAINT, "--output-dir", str(tmp_path / "out")]
+    code, line = one_line(capsys, argv)
+    assert code == 2 and line == f"openreward-rl sft: --teacher {teacher}:teacher: " + problem.format(file=teacher), line
+
+
+@pytest.mark.parametrize(
     "error",
     [ValueError("3 log-probs for 4 output ids"), AssertionError("Torch not compiled with CUDA enabled")],
     ids=["internal ValueError", "AssertionError"],
