@@ -114,7 +114,8 @@ def failures(trajectories: Sequence[Trajectory]) -> str:
     first ("not token-exact" for an episode whose ids were not what the model saw).
 
     >>> from openreward_rl.loop.trajectory import StopReason
-    >>> def t(stop): return Trajectory({}, [], [], [], [], None, stop)
+    >>> from openreward_rl.task import TaskRef
+    >>> def t(stop): return Trajectory(TaskRef("e", "train", index=0), [], [], [], [], None, stop)
     >>> failures([t(StopReason.ENV_ERROR), t(StopReason.TIMEOUT), t(StopReason.ENV_ERROR), t(StopReason.COMPLETED)])
     'env_error 2, timeout 1'
     """

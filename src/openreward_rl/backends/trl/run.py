@@ -473,7 +473,8 @@ def _common_detail(trajectories: Sequence[Trajectory]) -> str | None:
     """The stop detail most of the failed `trajectories` share (what failed, e.g. "environment server unreachable
     while calling tool ..."), with how many of them it ended; None where none failed with one.
 
-    >>> def t(detail): return Trajectory({}, [], [], [], [], None, StopReason.ENV_ERROR, stop_detail=detail)
+    >>> from openreward_rl.task import TaskRef
+    >>> def t(detail): return Trajectory(TaskRef("e", "train", index=0), [], [], [], [], None, StopReason.ENV_ERROR, stop_detail=detail)
     >>> _common_detail([t("server unreachable"), t("server unreachable"), t("tool raised")])
     '2 of them: server unreachable'
     """
