@@ -112,7 +112,7 @@ class ReRenderingEpisode:
                 messages.append({"role": "user", "content": self.nudge})
         assert ledger is not None
         return Trajectory(
-            task=session.task.describe(),
+            task=session.task,
             segments=ledger.segments,
             turns=turns,
             messages=messages,

@@ -86,7 +86,7 @@ class AnswerEpisode:
         else:
             stop = StopReason.TRUNCATED if generation.finish_reason is FinishReason.LENGTH else StopReason.ABORTED
         return Trajectory(
-            task=session.task.describe(), segments=ledger.segments, turns=[turn], messages=messages, step_rewards=rewards,
+            task=session.task, segments=ledger.segments, turns=[turn], messages=messages, step_rewards=rewards,
             reward=None, stop_reason=stop, finished=finished,
         )  # fmt: skip  (reward None: the runner sets it with the configured reward policy)
 
@@ -119,7 +119,7 @@ def train(output_dir: str, *, model: Any = None, tokenizer: Any = None, steps: i
                 "answered": [r.call.name for t in e.turns for r in t.tool_results],
                 "reward": e.reward,
                 "stop_reason": e.stop_reason.value,
-                "colour": (e.task.get("task_spec") or {}).get("colour"),
+                "colour": (e.task.task_spec or {}).get("colour"),
             }
             for e in episodes
         ],

@@ -297,7 +297,7 @@ async def test_reward_hook_for_lists_and_foreign_samples(config_file, sglang) ->
 
 def _trajectory(segments: list[TokenSegment], stop: StopReason = StopReason.COMPLETED, reward: float | None = 0.5) -> Trajectory:
     return Trajectory(
-        task={"environment": "Faulty", "split": "train", "index": 0, "variant": None},
+        task=TaskRef("Faulty", "train", index=0),
         segments=segments, turns=[], messages=[], step_rewards=[] if reward is None else [reward], reward=reward,
         stop_reason=stop, finished=True, prefix_breaks=len(segments) - 1,
     )  # fmt: skip

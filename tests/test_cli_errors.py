@@ -188,15 +188,50 @@ def test_slime_refuses_a_negative_learning_rate_in_exponent_form(capsys, tmp_pat
     assert code == 2 and line == "openreward-rl train: --lr must be > 0, got -1e-05"
 
 
-def test_an_unexpected_error_is_one_line_with_its_type_and_the_debug_hint(capsys, monkeypatch, tmp_path: Path, paint_config: Path) -> None:
+def test_a_bad_config_key_exits_2_with_its_message_and_no_traceback(capsys, tmp_path: Path) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text("environments:\n  PaintColour:\n    splits: [train]\n    max_turn: 1\n")
+    code, line = one_line(capsys, train(tmp_path, config, "--model", MISSING_MODEL, "--serve", PAINT))
+    assert code == 2 and line.startswith(f"openreward-rl train: {config}: environments.PaintColour: unknown key 'max_turn'"), line
+
+
+@pytest.mark.parametrize(
+    ("source", "problem"),
+    [(None, "Python file '{file}' does not exist"), ("raise RuntimeError('boom')\n", "cannot import module '{file}': RuntimeError: boom")],
+    ids=["missing", "raises on import"],
+)
+def test_a_teacher_file_that_is_missing_or_does_not_import_is_one_line_with_exit_2(source: str | None, problem: str, capsys, tmp_path: Path, paint_config: Path) -> None:
+    teacher = tmp_path / "teacher.py"
+    if source is not None:
+        teacher.write_text(source)
+    argv = ["sft", "--teacher", f"{teacher}:teacher", "--config", str(paint_config), "--model", MISSING_MODEL, "--serve", PAINT, "--output-dir", str(tmp_path / "out")]
+    code, line = one_line(capsys, argv)
+    assert code == 2 and line == f"openreward-rl sft: --teacher {teacher}:teacher: " + problem.format(file=teacher), line
+
+
+@pytest.mark.parametrize(
+    "error",
+    [ValueError("3 log-probs for 4 output ids"), AssertionError("Torch not compiled with CUDA enabled")],
+    ids=["internal ValueError", "AssertionError"],
+)
+def test_an_error_that_is_not_the_librarys_own_is_a_bug_shown_with_its_traceback(error: Exception, capsys, monkeypatch, tmp_path: Path, paint_config: Path) -> None:
+    """An internal invariant that failed (a plain ValueError) is not bad input: exit status 1, the traceback,
+    and a line saying it is a bug to report; never the one line of a typo."""
     from openreward_rl.cli import train_trl
 
     def broken(*_: object) -> int:
-        raise AssertionError("Torch not compiled with CUDA enabled")
+        raise error
 
     monkeypatch.setattr(train_trl, "_train", broken)
-    code, line = one_line(capsys, train(tmp_path, paint_config, "--model", "offline:smollm2", "--serve", PAINT))
-    assert code == 1 and line == "openreward-rl train: AssertionError: Torch not compiled with CUDA enabled (--debug shows the traceback)"
+    code = main(train(tmp_path, paint_config, "--model", "offline:smollm2", "--serve", PAINT))
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "Traceback (most recent call last)" in err and "in broken" in err, err
+    lines = [line for line in err.splitlines() if line.startswith("openreward-rl ")]
+    assert lines == [
+        f"openreward-rl train: {type(error).__name__}: {error}",
+        "openreward-rl train: this is a bug in openreward-rl, not in your input: please report it, with the traceback above",
+    ]
 
 
 @pytest.fixture(scope="module")

@@ -196,7 +196,7 @@ def test_group_token_advantages_of_trajectories_leave_failures_out() -> None:
     def run(rewards: list[float]) -> Trajectory:
         turns = [Turn(prompt_length=1 + 3 * t, sampled_ids=(7, 8), logprobs=(0.0, 0.0), finish_reason=FinishReason.STOP, parsed=ParsedTurn(content=""), rewards=(r,)) for t, r in enumerate(rewards)]
         segment = TokenSegment(prompt_ids=[1], response_ids=[7, 8, 9] * len(rewards), loss_mask=[1, 1, 0] * len(rewards), rollout_logprobs=[0.0] * 3 * len(rewards))
-        return Trajectory(task={}, segments=[segment], turns=turns, messages=[], step_rewards=rewards, reward=sum(rewards), stop_reason=StopReason.MAX_TURNS)
+        return Trajectory(task=TaskRef("e", "train", index=0), segments=[segment], turns=turns, messages=[], step_rewards=rewards, reward=sum(rewards), stop_reason=StopReason.MAX_TURNS)
 
     failed = failed_trajectory(TaskRef("E", "train", index=0), StopReason.ENV_ERROR, "died")
     settings = AdvantageSettings("mix", gamma=0.5, mix_weight=0.5)

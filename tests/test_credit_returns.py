@@ -103,7 +103,8 @@ def test_turns_after_a_prefix_break_are_placed_in_their_segment() -> None:
     first = TokenSegment(prompt_ids=[1, 2], response_ids=[10, 11, 90, 91, 12], loss_mask=[1, 1, 0, 0, 1], rollout_logprobs=[0.0] * 5)
     second = TokenSegment(prompt_ids=[5, 6, 7], response_ids=[20, 21, 92, 22], loss_mask=[1, 1, 0, 1], rollout_logprobs=[0.0] * 4)
     turns = [_turn(2, [10, 11], (0.2,)), _turn(6, [12], ()), _turn(3, [20, 21], (0.3,)), _turn(6, [22], (1.0,))]
-    trajectory = Trajectory(task={}, segments=[first, second], turns=turns, messages=[], step_rewards=[0.2, 0.3, 1.0], reward=1.5, stop_reason=StopReason.COMPLETED, finished=True)
+    task = TaskRef("e", "train", index=0)
+    trajectory = Trajectory(task=task, segments=[first, second], turns=turns, messages=[], step_rewards=[0.2, 0.3, 1.0], reward=1.5, stop_reason=StopReason.COMPLETED, finished=True)
     assert turn_spans(trajectory) == [(0, 0, 4), (0, 4, 5), (1, 0, 3), (1, 3, 4)]
     credit = TurnCredit.of_trajectory(trajectory)
     assert credit is not None and credit.returns == (1.5, 1.3, 1.3, 1.0) and credit.sampled_ends == (2, 5, 2, 4)
@@ -112,7 +113,7 @@ def test_turns_after_a_prefix_break_are_placed_in_their_segment() -> None:
 
 def test_a_turn_whose_tokens_are_nowhere_is_refused() -> None:
     segment = TokenSegment(prompt_ids=[1], response_ids=[10], loss_mask=[1], rollout_logprobs=[0.0])
-    trajectory = Trajectory(task={}, segments=[segment], turns=[_turn(1, [11], ())], messages=[], step_rewards=[], reward=None, stop_reason=StopReason.COMPLETED)
+    trajectory = Trajectory(task=TaskRef("e", "train", index=0), segments=[segment], turns=[_turn(1, [11], ())], messages=[], step_rewards=[], reward=None, stop_reason=StopReason.COMPLETED)
     with pytest.raises(ValueError, match="in no segment"):
         turn_spans(trajectory)
 

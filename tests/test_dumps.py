@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import re
 
+import attrs
 import pytest
 
 from observe_fixtures import SECRET_VALUE, real_trajectory
 from openreward_rl.observe.dumps import DumpError, TrajectoryWriter, read_records, read_trajectories
+from openreward_rl.task import TaskRef
 
 
 def test_round_trip_keeps_every_field_and_extra_keys(tmp_path):
@@ -49,6 +51,40 @@ def test_bad_lines_name_their_line(tmp_path):
         read_records(path)
     path.write_text('{"reward": 1}\n')
     with pytest.raises(DumpError, match=r"record 0: not a trajectory \(missing key 'turns'\)"):
+        read_trajectories(path)
+
+
+def test_the_task_is_typed_in_memory_and_keeps_its_shape_on_disk(tmp_path):
+    """A dump line's `task` is the dict dumps have always held (what names the task, never where it ran); it
+    reads back as the trajectory's `TaskRef`. Lines written before `variant` was recorded read too."""
+    by_index = {"environment": "addenv", "split": "train", "index": 1, "variant": None, "task_spec": None}
+    by_spec = {"environment": "addenv", "split": "train", "index": None, "variant": "v2", "task_spec": {"q": "2+3"}}
+    before_variant = {"environment": "addenv", "split": "test", "index": 4}
+    lines = [{**real_trajectory().to_dict(), "task": task} for task in (by_index, by_spec, before_variant)]
+    path = tmp_path / "old.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    tasks = [t.task for t in read_trajectories(path)]
+    assert tasks == [TaskRef("addenv", "train", index=1), TaskRef("addenv", "train", task_spec={"q": "2+3"}, variant="v2"), TaskRef("addenv", "test", index=4)]
+    assert [t.to_dict()["task"] for t in read_trajectories(path)] == [by_index, by_spec, {**before_variant, "variant": None, "task_spec": None}]
+
+
+def test_a_trajectory_records_its_task_without_where_it_ran():
+    served = TaskRef("addenv", "train", index=1, base_url="http://127.0.0.1:9", server_name="s", namespace="n")
+    trajectory = attrs.evolve(real_trajectory(), task=served)
+    assert trajectory.task == TaskRef("addenv", "train", index=1)
+    assert attrs.evolve(trajectory, task=trajectory.to_dict()["task"]).task == trajectory.task  # a describe() dict, as custom episodes passed
+    with pytest.raises(ValueError, match="must name a task"):
+        attrs.evolve(trajectory, task={"environment": "addenv", "split": "train"})
+
+
+def test_a_line_whose_task_names_no_task_is_refused_by_its_record_number(tmp_path):
+    path = tmp_path / "d.jsonl"
+    good = real_trajectory().to_dict()
+    path.write_text(json.dumps(good) + "\n" + json.dumps({**good, "task": {"environment": "addenv", "split": "train"}}) + "\n")
+    with pytest.raises(DumpError, match=r"d.jsonl record 1: not a trajectory \(a trajectory's task must name a task"):
+        read_trajectories(path)
+    path.write_text(json.dumps({**good, "task": "addenv"}) + "\n")
+    with pytest.raises(DumpError, match=r"record 0: not a trajectory \(a trajectory's task is a TaskRef, got str\)"):
         read_trajectories(path)
 
 

@@ -14,10 +14,11 @@ from openreward_rl.cli.eval import summary_table
 from openreward_rl.loop.trajectory import StopReason, Trajectory
 from openreward_rl.observe.metrics import summarize
 from openreward_rl.show import render_report
+from openreward_rl.task import TaskRef
 
 
 def episode(index: int, reward: float | None, stop: StopReason = StopReason.COMPLETED, sample: int = 0) -> Trajectory:
-    return Trajectory({"environment": "E", "split": "test", "index": index, "variant": None}, [], [], [], [], reward, stop)
+    return Trajectory(TaskRef("E", "test", index=index), [], [], [], [], reward, stop)
 
 
 # one task, four samples: 1.0, 0.0, truncated without a reward, an infrastructure failure

@@ -40,7 +40,7 @@ def trainer_args(**overrides: Any) -> SimpleNamespace:
 def episode(contexts: int, reward: float, stop: StopReason = StopReason.COMPLETED) -> Trajectory:
     segments = [TokenSegment([1, 2 + i], [3, 4], [1, 1], [-0.5, -0.25]) for i in range(contexts)]
     return Trajectory(
-        task={"environment": "Corridor", "split": "train", "index": 0, "variant": None}, segments=segments, turns=[], messages=[],
+        task=TaskRef("Corridor", "train", index=0), segments=segments, turns=[], messages=[],
         step_rewards=[reward], reward=reward, stop_reason=stop, finished=True,
     )  # fmt: skip
 

@@ -15,7 +15,7 @@ SOURCE = Path(__file__).resolve().parents[1] / "src" / "openreward_rl"
 LAYERS: list[set[str]] = [
     {"_lazy", "_registry", "errors", "_options", "_limits"},
     {"_compat"},  # every touch of another library's private names (tests/test_private_names.py)
-    {"redaction", "retry", "assets"},
+    {"redaction", "retry", "assets", "task"},  # task: the one task identity, named by every layer above
     {"parsers", "reducers"},
     {"families"},  # names its parser: imports parsers
     {"config", "engines"},

@@ -22,6 +22,7 @@ from openreward_rl.env.local_server import (
     serve_environments,
     variant_name,
 )
+from openreward_rl.errors import ConfigError
 
 pytestmark = pytest.mark.filterwarnings("ignore:coroutine .resumable_sse. was never awaited:RuntimeWarning")
 
@@ -77,12 +78,12 @@ def test_load_module_spec(example_env_specs, monkeypatch):
     ],
 )
 def test_load_bad_specs_name_the_problem(spec, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ConfigError, match=message):
         load_environment_class(spec)
 
 
 def test_load_rejects_non_environment_classes():
-    with pytest.raises(TypeError, match="not an openreward Environment subclass"):
+    with pytest.raises(ConfigError, match="not an openreward Environment subclass"):
         load_environment_class("json:JSONDecoder")
 
 

@@ -16,8 +16,7 @@ from openreward_rl.observe.metrics import EpisodeStats, aggregate, flat_metrics,
 
 
 def episode(env: str, index: int, reward: float | None, stop: StopReason = StopReason.COMPLETED, **metrics: float) -> Trajectory:
-    task = {"environment": env, "split": "test", "index": index, "variant": None}
-    return Trajectory(task, [], [], [], [], reward, stop, stop_detail=f"{stop.value} detail", metrics=dict(metrics))
+    return Trajectory(TaskRef(env, "test", index=index), [], [], [], [], reward, stop, stop_detail=f"{stop.value} detail", metrics=dict(metrics))
 
 
 @given(st.integers(1, 9).flatmap(lambda n: st.tuples(st.just(n), st.integers(0, n), st.integers(1, n))))
@@ -149,7 +148,7 @@ def test_tasks_named_by_spec_are_told_apart_in_pass_at_k() -> None:
     Grouping by (split, index, variant) alone read them as one task of 4 samples (tasks=1, pass@4=1.0)."""
 
     def episode(spec: dict, reward: float) -> Trajectory:
-        return Trajectory(task={"environment": "SpecEnv", "split": "test", "index": None, "task_spec": spec},
+        return Trajectory(task=TaskRef("SpecEnv", "test", task_spec=spec),
                           segments=[], turns=[], messages=[], step_rewards=[reward], reward=reward,
                           stop_reason=StopReason.COMPLETED, finished=True)
 

@@ -21,6 +21,7 @@ from openreward_rl.backends._sample.record import EpisodeRecord
 from openreward_rl.backends.rollout_log import episode_of_sample, log_eval_rollout, log_rollout
 from openreward_rl.loop.trajectory import StopReason, Trajectory
 from openreward_rl.observe.metrics import EpisodeStats, aggregate, summarize
+from openreward_rl.task import TaskRef
 
 
 @attrs.define
@@ -36,7 +37,7 @@ def sample_of(trajectory: Trajectory, *, environment: str = "addenv", reward: fl
 
 
 def infra_failure() -> Trajectory:
-    return Trajectory(task={"environment": "addenv", "split": "train", "index": 1}, segments=[], turns=[], messages=[],
+    return Trajectory(task=TaskRef("addenv", "train", index=1), segments=[], turns=[], messages=[],
                       step_rewards=[], reward=None, stop_reason=StopReason.ENV_ERROR, stop_detail="session died")
 
 
@@ -140,7 +141,7 @@ def test_a_group_of_samples_of_one_prompt_gives_pass_at_k():
     wrong = Trajectory.from_dict({**good.to_dict(), "reward": 0.0})
     samples = [sample_of(good), sample_of(wrong), sample_of(infra_failure(), reward=0.0)]
     metrics = aggregate(rollout_log._episodes_of(samples))
-    assert good.task["index"] != infra_failure().task["index"]
+    assert good.task.index != infra_failure().task.index
     assert metrics["openreward/addenv/pass@1"] == 0.5 and metrics["openreward/addenv/pass@2"] == 1.0
     assert metrics["openreward/addenv/tasks"] == 2.0  # the failed one's task has no scored sample: not in pass@k
     assert metrics["openreward/addenv/infra_failures"] == 1.0 and metrics["openreward/all/pass@1"] == 0.5

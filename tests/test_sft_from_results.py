@@ -68,10 +68,10 @@ async def test_another_models_episodes_are_replayed_token_exact_in_the_students_
             rollouts = Rollouts.from_config(served, engine=None, tokenizer=smollm2, client=openreward_client, model="offline:smollm2")
             replayed = [await rollouts.run(task, engine=engine.for_task(task)) for engine, task in replays(rollouts.renderer, served, kept)]
         for before, after in zip(kept, replayed, strict=True):
-            assert after.trainable and after.reward == pytest.approx(before.reward) and after.task["task_spec"] == before.task["task_spec"]
+            assert after.trainable and after.reward == pytest.approx(before.reward) and after.task.task_spec == before.task.task_spec
             call, answer = after.turns
-            assert smollm2.decode(call.sampled_ids) == f'<tool_call>\n{{"name": "read_order", "arguments": {{"order": {before.task["task_spec"]["order"]}}}}}\n</tool_call><|im_end|>'
-            assert smollm2.decode(answer.sampled_ids) == f"{before.task['task_spec']['colour']}<|im_end|>"
+            assert smollm2.decode(call.sampled_ids) == f'<tool_call>\n{{"name": "read_order", "arguments": {{"order": {before.task.task_spec["order"]}}}}}\n</tool_call><|im_end|>'
+            assert smollm2.decode(answer.sampled_ids) == f"{before.task.task_spec['colour']}<|im_end|>"
             # each turn exactly as SmolLM2's template writes that message, after the first prompt it renders itself
             messages = after.messages
             [segment] = after.segments

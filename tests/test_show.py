@@ -12,6 +12,7 @@ from openreward_rl.cli import main
 from openreward_rl.loop.trajectory import StopReason, Trajectory
 from openreward_rl.observe.dumps import TrajectoryWriter
 from openreward_rl.show import mask_spans, render_html
+from openreward_rl.task import TaskRef
 
 
 @pytest.fixture
@@ -19,7 +20,7 @@ def dump(tmp_path):
     path = tmp_path / "eval.jsonl"
     hostile = real_trajectory().to_dict()
     hostile["messages"][1]["content"] = "<script>alert(1)</script> & compute"
-    failed = Trajectory(task={"environment": "addenv", "split": "train", "index": 1}, segments=[], turns=[], messages=[],
+    failed = Trajectory(task=TaskRef("addenv", "train", index=1), segments=[], turns=[], messages=[],
                         step_rewards=[], reward=None, stop_reason=StopReason.ENV_ERROR, stop_detail="session died")
     with TrajectoryWriter(path) as writer:
         writer.write(real_trajectory(), model="qwen3", sample=0)

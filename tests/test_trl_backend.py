@@ -46,7 +46,7 @@ def _trajectory(stop: StopReason, reward: float | None, *, breaks: int = 0) -> T
         ledger.add_turn_prompt([1, 12])
         ledger.append_sampled([13, 2], [-0.75, -0.5])
     turn = Turn(3, (11, 2), (-1.0, -2.0), FinishReason.STOP, ParsedTurn("x"))
-    return Trajectory({"environment": "E", "split": "train", "index": 0}, ledger.segments, [turn], [], [], reward, stop, prefix_breaks=ledger.prefix_breaks)
+    return Trajectory(TaskRef("E", "train", index=0), ledger.segments, [turn], [], [], reward, stop, prefix_breaks=ledger.prefix_breaks)
 
 
 def test_a_completion_is_the_trajectory_segment_token_for_token() -> None:
@@ -65,7 +65,7 @@ def test_infrastructure_failures_are_masked_and_unrewarded_and_unobserved_reward
     assert completion.completion_ids == failed.response_ids and set(completion.env_mask) == {0} and set(completion.logprobs) == {0.0}
     assert failed.trained_reward is None
     assert _trajectory(StopReason.TRUNCATED, None).trained_reward == 0.0
-    empty = Trajectory({"environment": "E"}, [], [], [], [], None, StopReason.ENV_ERROR)
+    empty = Trajectory(TaskRef("E", "train", index=0), [], [], [], [], None, StopReason.ENV_ERROR)
     placeholder = completion_of(empty, _Tokenizer())
     assert placeholder.placeholder and placeholder.env_mask == [0] and empty.trained_reward is None
 
@@ -159,7 +159,7 @@ def test_group_rm_scores_each_group_with_score_group_and_keeps_faults_unscored(e
 
         def episode(text: str, stop: StopReason = StopReason.COMPLETED) -> Trajectory:
             messages = [{"role": "user", "content": "Estimate"}, {"role": "assistant", "content": text}]
-            return Trajectory(task.describe(), [], [], messages, [0.0], None if stop.is_infrastructure_failure else 0.0, stop)
+            return Trajectory(task, [], [], messages, [0.0], None if stop.is_infrastructure_failure else 0.0, stop)
 
         group = [episode(f"{target}"), episode(f"{round(target * 1.1)}"), episode("no idea"), episode(f"{target}", StopReason.ENV_ERROR)]
         rewards = adapter.run(adapter._group_scores([task] * 4, group, [t.trained_reward for t in group], group_size=4))
@@ -370,7 +370,7 @@ def test_two_grpo_steps_train_exactly_the_sampled_tokens_and_exclude_environment
     assert trainer.state.global_step == 2 and len(capture.batches) == 2 and len(seen) == 8
     rows = [row for batch in capture.batches for row in _rows(batch)]
     faulty = [t for t in seen if t.stop_reason is StopReason.ENV_ERROR]
-    assert len(faulty) == 4 and all(t.task["task_spec"]["colour"] == BROKEN_COLOUR for t in faulty)
+    assert len(faulty) == 4 and all(t.task.task_spec["colour"] == BROKEN_COLOUR for t in faulty)
     placeholder = completion_of(faulty[0], session.tokenizer)  # no tokens: a one-token masked stand-in
     for trajectory in seen:  # TRL's rows (shuffled within a batch) are the episodes' own tokens
         if trajectory in faulty:

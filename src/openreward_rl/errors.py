@@ -32,7 +32,8 @@ The rule for raising and adding one:
 - Bad input raises `ConfigError` where it enters: the flag, option or config key is checked at the
   command line, the options object or the config parser, and the message names it and the fix. A plain
   `ValueError` is for a caller's programming error inside the library (an invariant, a wrong argument
-  to an internal function), never for something a user typed.
+  to an internal function), never for something a user typed: `openreward-rl` reports any error that is
+  not one of these as a bug, with its traceback (`cli.failures`).
 - A new class is added only for a new boundary, or where a caller must tell one failure from its
   siblings (`ResultsError`: `eval` offers --overwrite for it). It subclasses the boundary's class
   (never `Exception` directly), keeps that class's built-in base, is defined here (or, where only one

@@ -86,7 +86,7 @@ def slime_samples(trajectory: Trajectory, tokenizer_name: str = "offline:qwen3")
     from doubles.slime_double import Sample, check_output
     from openreward_rl.backends._sample.fill import samples_from_trajectory
 
-    row = Sample(index=0, prompt="", metadata={"environment": trajectory.task.get("environment"), "source": "faults"})
+    row = Sample(index=0, prompt="", metadata={"environment": trajectory.task.environment, "source": "faults"})
     samples = samples_from_trajectory(row, trajectory, tokenizer=load_tokenizer(tokenizer_name))
     return check_output(samples[0] if len(samples) == 1 else samples)  # what the hook hands Slime
 

@@ -60,8 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one command. An error that reaches here is one line naming the problem (`cli.failures`), the
-    traceback only under --debug; Ctrl-C is the line "interrupted" and exit status 130."""
+    """Run one command. An error of the library's own that reaches here is one line naming the problem
+    (`cli.failures`), the traceback only under --debug; any other is a bug, shown with its traceback; Ctrl-C
+    is the line "interrupted" and exit status 130."""
     from openreward_rl.cli.failures import debug_requested, report
 
     parser = build_parser()

@@ -390,7 +390,7 @@ def episode_bar(console: Any, total: int) -> Iterator[Callable[[Any], None]]:
 
         def advance(trajectory: Any) -> None:
             reward = "-" if trajectory.reward is None else f"{trajectory.reward:g}"
-            bar.update(progress, advance=1, description=f"{trajectory.task.get('environment')} reward {reward} ({trajectory.stop_reason.value})")
+            bar.update(progress, advance=1, description=f"{trajectory.task.environment} reward {reward} ({trajectory.stop_reason.value})")
 
         yield advance
 

@@ -10,13 +10,15 @@ OpenAI-compatible server lists its models.
 >>> check_model_endpoint("sglang", "http://127.0.0.1:1", timeout=2.0)
 Traceback (most recent call last):
 ...
-ValueError: cannot reach the model server at http://127.0.0.1:1 (GET http://127.0.0.1:1/health: ...); start it or fix --base-url
+openreward_rl.errors.ConfigError: cannot reach the model server at http://127.0.0.1:1 (GET http://127.0.0.1:1/health: ...); start it or fix --base-url
 """
 
 from __future__ import annotations
 
 import urllib.error
 import urllib.request
+
+from openreward_rl.errors import ConfigError
 
 __all__ = ["check_model_endpoint", "probe_url"]
 
@@ -33,7 +35,7 @@ def probe_url(engine: str, base_url: str) -> str:
 
 
 def check_model_endpoint(engine: str, base_url: str, *, api_key: str | None = None, key_name: str = "the API key", timeout: float = 10.0) -> None:
-    """A `ValueError` naming the server and the problem, unless it answers like a model server."""
+    """A `ConfigError` (a --base-url to fix, a server to start) naming the server and the problem, unless it answers like a model server."""
     url = probe_url(engine, base_url)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
@@ -41,9 +43,9 @@ def check_model_endpoint(engine: str, base_url: str, *, api_key: str | None = No
             return
     except urllib.error.HTTPError as error:
         if error.code in (401, 403):
-            raise ValueError(f"the model server at {base_url} refuses {key_name} (HTTP {error.code} on GET {url})") from None
+            raise ConfigError(f"the model server at {base_url} refuses {key_name} (HTTP {error.code} on GET {url})") from None
         if error.code >= 500:
-            raise ValueError(f"the model server at {base_url} is not ready (HTTP {error.code} on GET {url})") from None
+            raise ConfigError(f"the model server at {base_url} is not ready (HTTP {error.code} on GET {url})") from None
     except (urllib.error.URLError, OSError) as error:
         reason = getattr(error, "reason", error)
-        raise ValueError(f"cannot reach the model server at {base_url} (GET {url}: {reason}); start it or fix --base-url") from None
+        raise ConfigError(f"cannot reach the model server at {base_url} (GET {url}: {reason}); start it or fix --base-url") from None

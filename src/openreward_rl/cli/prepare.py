@@ -104,7 +104,7 @@ def run(args: Any) -> int:
         config = load_config(args.config)
         check_ready(config)
         selection = _selection(args)
-    except ValueError as error:  # ConfigError, or a difficulty option out of range
+    except ConfigError as error:  # the config, or a difficulty option out of range
         console.print(f"openreward-rl prepare: {error}", markup=False, soft_wrap=True)
         return 2
     splits = sum(len(env.splits) for env in config.environments.values())

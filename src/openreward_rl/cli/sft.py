@@ -30,6 +30,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from openreward_rl.errors import ConfigError
+
 __all__ = ["add_arguments", "run"]
 
 
@@ -87,54 +89,53 @@ def tool_use(stats: Mapping[str, Any], split: str) -> str:
 
 def _check(args: argparse.Namespace) -> None:
     if not args.teacher and not args.from_results:
-        raise ValueError("give the episodes to learn from: --teacher FILE.py:function and/or --from-results FILE.jsonl")
+        raise ConfigError("give the episodes to learn from: --teacher FILE.py:function and/or --from-results FILE.jsonl")
     if args.teacher and ":" not in args.teacher:
-        raise ValueError(f"--teacher {args.teacher!r} must look like path/to/file.py:function")
+        raise ConfigError(f"--teacher {args.teacher!r} must look like path/to/file.py:function")
     for name in ("teacher_n", "batch_size", "eval_n", "max_response_len"):
         if getattr(args, name) < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+            raise ConfigError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
     if not args.epochs > 0 or not args.lr > 0:
-        raise ValueError(f"--epochs and --lr must be positive, got {args.epochs:g} and {args.lr:g}")
+        raise ConfigError(f"--epochs and --lr must be positive, got {args.epochs:g} and {args.lr:g}")
 
 
 def _teacher(spec: str) -> Any:
-    from pathlib import Path
-
-    from openreward_rl.env.local_server import import_file
+    from openreward_rl._registry import import_plugin
 
     path, _, name = spec.rpartition(":")
-    function = getattr(import_file(Path(path)), name, None)
+    try:
+        module = import_plugin(path)
+    except ValueError as error:  # no such file, or one that does not import
+        raise ConfigError(f"--teacher {spec}: {error}") from None
+    function = getattr(module, name, None)
     if not callable(function):
-        raise ValueError(f"--teacher {spec}: {path} defines no function {name!r}")
+        raise ConfigError(f"--teacher {spec}: {path} defines no function {name!r}")
     return function
 
 
 def recorded_episodes(paths: list[str], config: Any, min_reward: float) -> list[Any]:
     """The episodes of `paths` (`openreward-rl eval --output`, any engine and tokenizer) to replay: those whose
     recorded reward is at least `min_reward`, infrastructure failures left out. Checked before any model or
-    environment loads: a file that is not episodes, an episode that names no task or an environment `config`
-    does not configure, or no episode rewarded enough, is a ValueError naming it."""
-    from openreward_rl.env.tasks import TaskRef
+    environment loads: a file that is not episodes (an episode that names no task among them), an episode of an
+    environment `config` does not configure, or no episode rewarded enough, is a ConfigError naming it."""
     from openreward_rl.observe.dumps import read_trajectories
 
     kept = []
     for path in paths:
         episodes = read_trajectories(path)
         if not episodes:
-            raise ValueError(f"--from-results {path}: no episodes in it")
+            raise ConfigError(f"--from-results {path}: no episodes in it")
         for number, episode in enumerate(episodes):
-            if TaskRef.from_description(episode.task) is None:
-                raise ValueError(f"--from-results {path} record {number}: it names no task (an index or a task spec), so it cannot be replayed")
-            if episode.task.get("environment") not in config.environments:
-                raise ValueError(
-                    f"--from-results {path} record {number}: an episode of {episode.task.get('environment')!r}, which {config.source} does not configure "
+            if episode.task.environment not in config.environments:
+                raise ConfigError(
+                    f"--from-results {path} record {number}: an episode of {episode.task.environment!r}, which {config.source} does not configure "
                     f"(configured: {', '.join(config.environments)})"
                 )
         rewarded = [e for e in episodes if e.turns and e.trained_reward is not None and e.trained_reward >= min_reward]
         print(f"{path}: {len(rewarded)} of {len(episodes)} episodes rewarded >= {min_reward:g}, to replay in the student's format", flush=True)
         kept.extend(rewarded)
     if paths and not kept:
-        raise ValueError(f"--from-results: no recorded episode is rewarded >= {min_reward:g} (--min-reward): nothing to learn from")
+        raise ConfigError(f"--from-results: no recorded episode is rewarded >= {min_reward:g} (--min-reward): nothing to learn from")
     return kept
 
 
@@ -144,14 +145,11 @@ def replays(renderer: Any, config: Any, episodes: list[Any]) -> list[tuple[Any, 
     import attrs
 
     from openreward_rl.engines.teacher import Replay, TeacherEngine
-    from openreward_rl.env.tasks import TaskRef
 
     reasoning = renderer.family is not None and renderer.family.thinking is not None  # the student's format marks reasoning
     plays = []
     for episode in episodes:
-        task = TaskRef.from_description(episode.task)
-        if task is None:
-            raise ValueError(f"a recorded episode names no task: {dict(episode.task)!r}")
+        task = episode.task
         if config.environment(task.environment).variant is not None:
             task = attrs.evolve(task, variant=None)  # the served class's variant, not the recording's
         plays.append((TeacherEngine(renderer, Replay.of((turn.parsed for turn in episode.turns), reasoning=reasoning)), task))
@@ -182,7 +180,7 @@ def _run(args: argparse.Namespace) -> int:
     from openreward_rl.backends.trl import TrlOptions, TrlSession, eval_stats, sft_rows, train_sft
     from openreward_rl.backends.trl.adapter import failures
     from openreward_rl.cli.train_trl import check_output_dir, print_summary
-    from openreward_rl.config import ConfigError, load_config
+    from openreward_rl.config import load_config
     from openreward_rl.engines.teacher import TeacherEngine
     from openreward_rl.env.local_server import load_environment_class
 
@@ -202,7 +200,7 @@ def _run(args: argparse.Namespace) -> int:
             model=args.model, output_dir=args.output_dir, device=args.device, bf16=args.bf16, max_new_tokens=args.max_response_len,
             temperature=args.temperature, seed=args.seed, family=args.family, save_interval=0, max_tasks=args.max_tasks,
         )  # fmt: skip
-    except (ValueError, ConfigError) as error:
+    except ConfigError as error:
         return fail(str(error))
     from transformers import set_seed
 
@@ -244,7 +242,7 @@ def _run(args: argparse.Namespace) -> int:
                 print_summary("before", before)
             print_summary("after" if eval_tasks else "after (train tasks)", after)
             print(tool_use(after, args.eval_split or "train"), flush=True)
-    except (ValueError, ConfigError) as error:
+    except ConfigError as error:
         return fail(str(error))
     print(f"done in {time.monotonic() - started:.0f}s", flush=True)
     return 0

@@ -44,7 +44,7 @@ def recorded_tokenizer(records: Sequence[Mapping[str, Any]]) -> str | None:
 
 
 def _tokenizer(args: argparse.Namespace, records: Sequence[Mapping[str, Any]]) -> tuple[Any, str]:
-    """(tokenizer or None, a note for the reader). An explicit --tokenizer that fails is an error (ValueError)."""
+    """(tokenizer or None, a note for the reader). An explicit --tokenizer that fails is a `ConfigError`."""
     from openreward_rl.assets import load_tokenizer
 
     if args.tokenizer:
@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
     if not listing_only:
         try:
             tokenizer, note = _tokenizer(args, records)
-        except ValueError as error:
+        except ConfigError as error:
             return _fail(str(error))
     if args.index is None and not listing_only:
         page = show.render_report(records, trajectories, tokenizer, source=Path(args.file).name, tokenizer_note=note)

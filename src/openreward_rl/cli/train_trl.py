@@ -344,7 +344,7 @@ def _all_failed(episodes: Sequence[Any]) -> str | None:
 
     by_env: dict[str, list[Any]] = {}
     for episode in episodes:
-        by_env.setdefault(str(episode.task.get("environment")), []).append(episode)
+        by_env.setdefault(episode.task.environment, []).append(episode)
     broken = [f"{env}: all {len(items)} episodes failed: {failures(items)}" for env, items in by_env.items() if not any(t.trainable for t in items)]
     return "; ".join(broken) or None
 

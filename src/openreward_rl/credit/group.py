@@ -5,11 +5,13 @@
 >>> from openreward_rl.engines.base import FinishReason
 >>> from openreward_rl.loop.trajectory import StopReason, TokenSegment, Trajectory, Turn
 >>> from openreward_rl.parsers.base import ParsedTurn
+>>> from openreward_rl.task import TaskRef
 >>> def run(rewards):
 ...     turns = [Turn(prompt_length=1 + 2 * t, sampled_ids=(7,), logprobs=(0.0,), finish_reason=FinishReason.STOP,
 ...                   parsed=ParsedTurn(content=""), rewards=(r,)) for t, r in enumerate(rewards)]
 ...     segment = TokenSegment(prompt_ids=[1], response_ids=[7, 9] * len(rewards), loss_mask=[1, 0] * len(rewards), rollout_logprobs=[0.0] * 2 * len(rewards))
-...     return Trajectory(task={}, segments=[segment], turns=turns, messages=[], step_rewards=list(rewards), reward=sum(rewards), stop_reason=StopReason.COMPLETED, finished=True)
+...     return Trajectory(task=TaskRef("e", "train", index=0), segments=[segment], turns=turns, messages=[], step_rewards=list(rewards),
+...                       reward=sum(rewards), stop_reason=StopReason.COMPLETED, finished=True)
 >>> [[round(a, 3) for a in tokens] for tokens in group_token_advantages([run([0.5, 1.0]), run([0.0, 0.0])], AdvantageSettings("turn"))]
 [[0.982, 0.982, 0.327, 0.327], [-0.982, -0.982, -0.982, -0.982]]
 """

@@ -30,6 +30,8 @@ import aiohttp
 import attrs
 
 from openreward_rl.engines.base import ContextLengthError, EngineError, EngineRequestError, FinishReason, Generation, GenerationRequest
+from openreward_rl.engines.sampling import UnsupportedSamplingError
+from openreward_rl.errors import ConfigError
 from openreward_rl.parsers.base import ParsedTurn, ParseError, ParseErrorKind, ToolCall
 from openreward_rl.retry import RetryPolicy, call_with_retries
 
@@ -137,12 +139,12 @@ class OpenAIChatEngine:
     def __attrs_post_init__(self) -> None:
         self.base_url = self.base_url.rstrip("/")
         if not self.base_url.startswith(("http://", "https://")):
-            raise ValueError(f"OpenAIChatEngine.base_url must start with http:// or https://, got {self.base_url!r}")
+            raise ConfigError(f"OpenAIChatEngine.base_url must start with http:// or https://, got {self.base_url!r}")
         if self.max_attempts < 1:
-            raise ValueError(f"OpenAIChatEngine.max_attempts must be at least 1, got {self.max_attempts}")
+            raise ConfigError(f"OpenAIChatEngine.max_attempts must be at least 1, got {self.max_attempts}")
 
     def payload(self, request: GenerationRequest) -> dict[str, Any]:
-        """The JSON body for one request; unsupported sampling keys raise `ValueError`."""
+        """The JSON body for one request; unsupported sampling keys raise `UnsupportedSamplingError`."""
         if request.messages is None:
             raise ValueError(f"{type(self).__name__} needs request.messages (the episode's chat history)")
         body: dict[str, Any] = {"model": self.model, "messages": [_wire_message(m, self.send_reasoning) for m in request.messages]}
@@ -171,7 +173,7 @@ class OpenAIChatEngine:
             elif key in _SAMPLING_FIELDS:
                 body[_SAMPLING_FIELDS[key]] = value
             else:
-                raise ValueError(
+                raise UnsupportedSamplingError(
                     f"OpenAIChatEngine cannot send the sampling parameter {key!r} "
                     f"(supported: max_new_tokens, stop, stop_token_ids, {', '.join(sorted(_SAMPLING_FIELDS))}; put others in extra_body)"
                 )

@@ -38,17 +38,17 @@ class UnsupportedSamplingError(ConfigError):
 
 def _check_temperature(instance: Any, attribute: attrs.Attribute, value: float) -> None:
     if not (math.isfinite(value) and value >= 0):
-        raise ValueError(f"temperature must be a finite number >= 0, got {value!r}")
+        raise ConfigError(f"temperature must be a finite number >= 0, got {value!r}")
 
 
 def _check_top_p(instance: Any, attribute: attrs.Attribute, value: float) -> None:
     if not 0 < value <= 1:
-        raise ValueError(f"top_p must be in (0, 1], got {value!r}")
+        raise ConfigError(f"top_p must be in (0, 1], got {value!r}")
 
 
 def _check_top_k(instance: Any, attribute: attrs.Attribute, value: int) -> None:
     if value != -1 and value < 1:
-        raise ValueError(f"top_k must be -1 (whole vocabulary) or >= 1, got {value!r}")
+        raise ConfigError(f"top_k must be -1 (whole vocabulary) or >= 1, got {value!r}")
 
 
 @attrs.frozen

@@ -62,6 +62,7 @@ from openreward_rl.engines.base import (
     Generation,
     GenerationRequest,
 )
+from openreward_rl.errors import ConfigError
 from openreward_rl.families.vision import one_pad_per_image
 from openreward_rl.retry import RetryPolicy, call_with_retries
 
@@ -80,7 +81,7 @@ class _TransientError(Exception):
 
 def _positive(instance: Any, attribute: attrs.Attribute, value: float) -> None:
     if not value > 0:
-        raise ValueError(f"SGLangEngine.{attribute.name} must be > 0, got {value!r}")
+        raise ConfigError(f"SGLangEngine.{attribute.name} must be > 0, got {value!r}")
 
 
 @attrs.define(eq=False)
@@ -114,7 +115,7 @@ class SGLangEngine:
 
     def __attrs_post_init__(self) -> None:
         if not self.base_url.startswith(("http://", "https://")):
-            raise ValueError(f"SGLangEngine.base_url must start with http:// or https://, got {self.base_url!r}")
+            raise ConfigError(f"SGLangEngine.base_url must start with http:// or https://, got {self.base_url!r}")
         self._generate_url = self.base_url + "/generate"
         self._abort_url = self.base_url + "/abort_request"
         self._timeout = aiohttp.ClientTimeout(total=self.timeout_s, sock_connect=self.connect_timeout_s)

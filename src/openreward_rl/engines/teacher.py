@@ -24,7 +24,7 @@ from __future__ import annotations
 import inspect
 import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import attrs
 
@@ -32,8 +32,9 @@ from openreward_rl.engines.base import EngineRequestError, FinishReason, Generat
 from openreward_rl.families.chat import ChatRenderer
 from openreward_rl.families.probe import assistant_message, template_turn
 from openreward_rl.parsers.base import ParsedTurn
+from openreward_rl.task import TaskRef
 
-__all__ = ["Replay", "TaskIdentity", "Teacher", "TeacherEngine", "TeacherTask", "TeacherTurn", "prompt_text", "takes_task", "turn_text"]
+__all__ = ["Replay", "Teacher", "TeacherEngine", "TeacherTask", "TeacherTurn", "prompt_text", "takes_task", "turn_text"]
 
 
 @attrs.frozen
@@ -45,20 +46,13 @@ class TeacherTurn:
     reasoning: str | None = None
 
 
-class TaskIdentity(Protocol):
-    """What a teacher is told of its task's identity: `env.tasks.TaskRef` (environment, split, index, spec)."""
-
-    @property
-    def task_spec(self) -> Mapping[str, Any] | None: ...
-
-
 @attrs.frozen
 class TeacherTask:
     """The task a teacher plays: `ref` (environment, split, index), `prompt` (the text of the task's
     opening user messages, as the environment gave them) and `spec` (the environment's task spec, as
     its task listing gave it; None where the environment serves its tasks by index only)."""
 
-    ref: TaskIdentity
+    ref: TaskRef
     prompt: str
 
     @property
@@ -164,10 +158,10 @@ class TeacherEngine:
 
     renderer: ChatRenderer
     teacher: Teacher
-    task: TaskIdentity | None = None
+    task: TaskRef | None = None
     _turns: Any = attrs.field(factory=itertools.count, init=False)
 
-    def for_task(self, task: TaskIdentity) -> TeacherEngine:
+    def for_task(self, task: TaskRef) -> TeacherEngine:
         """The same teacher, bound to `task`: the engine of one episode of it."""
         return TeacherEngine(self.renderer, self.teacher, task)
 

@@ -135,7 +135,7 @@ def load_model(
     elif isinstance(dtype, str):
         resolved = getattr(torch, dtype, None)
         if not isinstance(resolved, torch.dtype):
-            raise ValueError(f"unknown dtype {dtype!r}; use e.g. float32, bfloat16 or float16")
+            raise ConfigError(f"unknown dtype {dtype!r}; use e.g. float32, bfloat16 or float16")
         dtype = resolved
     extra = {"gguf_file": gguf_file} if gguf_file else {}
     if tokenizer is None:
@@ -243,7 +243,7 @@ class TransformersEngine:
     def __attrs_post_init__(self) -> None:
         self._eos = eos_ids(self.model, self.tokenizer)
         if not self._eos:
-            raise ValueError("TransformersEngine: neither the tokenizer nor the model config names an eos token id")
+            raise ConfigError("TransformersEngine: neither the tokenizer nor the model config names an eos token id")
         if self.context_length is None:
             self.context_length = getattr(self.model.config.get_text_config(), "max_position_embeddings", None)
         capacity = self._cache_tokens()

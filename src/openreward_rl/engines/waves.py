@@ -63,6 +63,7 @@ from openreward_rl.engines._decode import EagerDecoder, StaticDecoder, forward_k
 from openreward_rl.engines._handoff import reject_from_thread, resolve_from_thread
 from openreward_rl.engines.base import EngineError, FinishReason, Generation, GenerationRequest
 from openreward_rl.engines.sampling import SamplingConfig, admit, check_sampling_params, draw, eos_ids
+from openreward_rl.errors import ConfigError
 
 __all__ = ["WaveEngine"]
 
@@ -123,7 +124,7 @@ class WaveEngine:
     def __attrs_post_init__(self) -> None:
         self._eos = eos_ids(self.model, self.tokenizer)
         if not self._eos:
-            raise ValueError("WaveEngine: neither the tokenizer nor the model config names an eos token id")
+            raise ConfigError("WaveEngine: neither the tokenizer nor the model config names an eos token id")
         if self.context_length is None:
             self.context_length = getattr(self.model.config.get_text_config(), "max_position_embeddings", None)
 

@@ -1,8 +1,9 @@
-"""The OpenReward side of an episode: which task it runs (`TaskRef`, the one task identity), the tasks of the
-configured environments, one SDK session per task with faults sorted from model feedback, a group of one
-task's episodes scored together (`score_group`), session liveness (pings, traffic), environment servers on
-127.0.0.1, and tool output made safe for the model. The SDK's internals it needs (pooled transport, session
-calls, the SSE parser fix) are `openreward_rl._compat.openreward`.
+"""The OpenReward side of an episode: the tasks of the configured environments (each a `TaskRef`, the one
+task identity, which lives in `openreward_rl.task` and is exported here too), one SDK session per task
+with faults sorted from model feedback, a group of one task's episodes scored together (`score_group`),
+session liveness (pings, traffic), environment servers on 127.0.0.1, and tool output made safe for the
+model. The SDK's internals it needs (pooled transport, session calls, the SSE parser fix) are
+`openreward_rl._compat.openreward`.
 
 >>> from openreward_rl.env import TaskRef
 >>> TaskRef("MathEnv", "test", index=3).label

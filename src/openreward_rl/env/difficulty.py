@@ -23,6 +23,7 @@ from typing import Any
 import attrs
 
 from openreward_rl.env.tasks import TaskRef
+from openreward_rl.errors import ConfigError
 
 __all__ = ["DifficultyQuery", "DifficultyRule", "DifficultySelection", "TRAINING_STAGES"]
 
@@ -40,7 +41,7 @@ class DifficultyQuery:
 
     def __attrs_post_init__(self) -> None:
         if self.training_stage is not None and self.training_stage not in TRAINING_STAGES:
-            raise ValueError(f"training stage must be one of {', '.join(TRAINING_STAGES)}, got {self.training_stage!r}")
+            raise ConfigError(f"training stage must be one of {', '.join(TRAINING_STAGES)}, got {self.training_stage!r}")
 
     def arguments(self) -> dict[str, Any]:
         return {k: v for k, v in attrs.asdict(self).items() if v is not None}
@@ -66,7 +67,7 @@ class DifficultyRule:
 
     def __attrs_post_init__(self) -> None:
         if self.min_rollouts < 2:
-            raise ValueError(f"min_rollouts must be at least 2 (one rollout shows no spread), got {self.min_rollouts}")
+            raise ConfigError(f"min_rollouts must be at least 2 (one rollout shows no spread), got {self.min_rollouts}")
 
     def verdict(self, stats: Any) -> str | None:
         if stats is None or stats.num_rollouts < self.min_rollouts:

@@ -21,7 +21,7 @@ from openreward_rl._compat.openreward.calls import run_calls_in_caller, until_de
 from openreward_rl.config import ToolTimeouts
 from openreward_rl.env.keepalive import adopt_pings
 from openreward_rl.env.shown_text import ShownText
-from openreward_rl.env.tasks import TaskRef
+from openreward_rl.env.tasks import TaskRef, sdk_task
 from openreward_rl.env.tool_output import has_lone_surrogate
 from openreward_rl.env.traffic import traffic_of, use_pooled_transport
 from openreward_rl.errors import EnvError
@@ -524,13 +524,13 @@ async def open_session(
         raise EnvironmentFault(f"cannot reach {task.environment}: {error}", kind="Configuration") from error
     register_secrets([getattr(environment, "api_key", None)])  # the SDK forwards it to the environment too
     probe = LivenessProbe.for_environment(environment) if liveness else None
-    sdk_task = task.sdk_task()
+    spec_task = sdk_task(task)
     session_secrets = dict(secrets) if secrets else None
 
     async def open_once() -> tuple[Any, Any]:
         try:
-            if sdk_task is not None:
-                context = environment.session(task=sdk_task, secrets=session_secrets, toolset=toolset)
+            if spec_task is not None:
+                context = environment.session(task=spec_task, secrets=session_secrets, toolset=toolset)
             else:
                 context = environment.session(split=task.split, index=task.index, secrets=session_secrets, toolset=toolset)
         except ValueError as error:  # e.g. a secret name the SDK has no allowed domains for, an unknown toolset

@@ -89,22 +89,22 @@ def load_environment_class(spec: str) -> type[Environment]:
     >>> load_environment_class("examples/environments/whodunit.py")
     Traceback (most recent call last):
     ...
-    ValueError: environment spec 'examples/environments/whodunit.py' must look like 'path/to/file.py:ClassName' or 'package.module:ClassName'
+    openreward_rl.errors.ConfigError: environment spec 'examples/environments/whodunit.py' must look like 'path/to/file.py:ClassName' or 'package.module:ClassName'
     """
     location, sep, class_name = spec.rpartition(":")
     if not sep or not location or not class_name.isidentifier():
-        raise ValueError(
+        raise ConfigError(
             f"environment spec {spec!r} must look like 'path/to/file.py:ClassName' or 'package.module:ClassName'"
         )
     try:
         module = import_plugin(location)
     except ValueError as error:
-        raise ValueError(f"environment spec {spec!r}: {error}") from None
+        raise ConfigError(f"environment spec {spec!r}: {error}") from None
     cls = getattr(module, class_name, None)
     if cls is None:
-        raise ValueError(f"environment spec {spec!r}: {location!r} has no attribute {class_name!r}")
+        raise ConfigError(f"environment spec {spec!r}: {location!r} has no attribute {class_name!r}")
     if not (inspect.isclass(cls) and issubclass(cls, Environment)):
-        raise TypeError(f"environment spec {spec!r}: {class_name} is {cls!r}, not an openreward Environment subclass")
+        raise ConfigError(f"environment spec {spec!r}: {class_name} is {cls!r}, not an openreward Environment subclass")
     return cls
 
 
@@ -126,11 +126,11 @@ def class_spec(cls: type[Environment]) -> str:
     """
     module = sys.modules.get(cls.__module__)
     if "<locals>" in cls.__qualname__ or module is None:
-        raise ValueError(f"{cls.__qualname__} is not importable from another process (define it at module level)")
+        raise ConfigError(f"{cls.__qualname__} is not importable from another process (define it at module level)")
     if cls.__module__.startswith(FILE_MODULE_PREFIX) or cls.__module__ == "__main__":
         file = getattr(module, "__file__", None)
         if file is None:
-            raise ValueError(f"{cls.__qualname__} lives in {cls.__module__!r}, which has no file to re-import")
+            raise ConfigError(f"{cls.__qualname__} lives in {cls.__module__!r}, which has no file to re-import")
         return f"{file}:{cls.__qualname__}"
     return f"{cls.__module__}:{cls.__qualname__}"
 

@@ -1,9 +1,8 @@
-"""Tasks: `TaskRef` (which task an episode runs, and its one identity), the tasks of the configured
-environments, and the JSONL rows Slime and Miles read them from."""
+"""Tasks: the tasks of the configured environments (each a `TaskRef`, the one task identity, defined in
+`openreward_rl.task`), the SDK's `Task` for one, and the JSONL rows Slime and Miles read them from."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 from collections.abc import Mapping
@@ -14,111 +13,30 @@ import attrs
 
 from openreward_rl.config import TrainConfig
 from openreward_rl.env.traffic import use_pooled_transport
+from openreward_rl.errors import ConfigError
 from openreward_rl.retry import RetryPolicy, call_with_retries
+from openreward_rl.task import TaskRef, task_hash
 
 # Listing is repeated on transient errors (busy answers, the SDK giving up its own retries): 1 + 2 + 4 s of back-off.
 LISTING_RETRY = RetryPolicy(attempts=4, initial_s=1.0, max_s=10.0)
 
-__all__ = ["TaskRef", "task_hash", "list_tasks", "resolve_task", "task_row", "task_from_metadata", "LISTING_RETRY", "NO_LISTING_STATUSES"]
+__all__ = ["TaskRef", "task_hash", "sdk_task", "list_tasks", "resolve_task", "task_row", "task_from_metadata", "LISTING_RETRY", "NO_LISTING_STATUSES"]
 
 
-def task_hash(task_spec: Mapping[str, Any] | None) -> str:
-    """A short stable digest of a task spec (key order does not matter).
+def sdk_task(task: TaskRef) -> Any:
+    """The SDK's `Task` for a task named by its spec; None for one named by index."""
+    if task.task_spec is None:
+        return None
+    from openreward.api.environments.types import Task
 
-    >>> task_hash({"q": 1, "a": 2}) == task_hash({"a": 2, "q": 1})
-    True
-    """
-    return hashlib.sha256(json.dumps(task_spec, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-@attrs.frozen
-class TaskRef:
-    """Which task of which environment an episode runs. Holds no secrets.
-
-    Either `index` (the server resolves the task) or `task_spec` (with the deployment fields that
-    `list_tasks` returned) identifies the task.
-    """
-
-    environment: str
-    split: str
-    index: int | None = None
-    task_spec: Mapping[str, Any] | None = None
-    variant: str | None = None
-    base_url: str | None = None
-    server_name: str | None = None
-    environment_name: str | None = None
-    namespace: str | None = None
-
-    def __attrs_post_init__(self) -> None:
-        if self.index is None and self.task_spec is None:
-            raise ValueError(f"task of {self.environment!r} needs an index or a task_spec")
-
-    def sdk_task(self) -> Any:
-        """The SDK's `Task` for a task named by its spec; None for one named by index."""
-        if self.task_spec is None:
-            return None
-        from openreward.api.environments.types import Task
-
-        return Task(
-            server_name=self.server_name or self.environment.split("/")[-1],
-            environment_name=self.environment_name or self.environment.split("/")[-1],
-            task_spec=dict(self.task_spec),
-            namespace=self.namespace if self.namespace is not None else (
-                self.environment.split("/")[0] if "/" in self.environment else None
-            ),
-        )
-
-    @property
-    def identity(self) -> int | str:
-        """The task within its split: the index, or the task spec's hash when a spec names it."""
-        return self.index if self.task_spec is None else task_hash(self.task_spec)  # type: ignore[return-value]
-
-    @property
-    def key(self) -> tuple[str, str, str | None, int | str]:
-        """The task's one identity: (environment, split, variant, `identity`); equal keys, same task.
-
-        >>> TaskRef("MathEnv", "test", index=3).key
-        ('MathEnv', 'test', None, 3)
-        """
-        return (self.environment, self.split, self.variant, self.identity)
-
-    @property
-    def label(self) -> str:
-        """The task within its environment as text: what metrics, pass@k, group scoring and the viewer group by.
-
-        >>> TaskRef("MathEnv", "test", index=3).label
-        '["test", 3, null]'
-        >>> TaskRef("MathEnv", "test", task_spec={"q": 1}).label == TaskRef("MathEnv", "test", task_spec={"q": 2}).label
-        False
-        """
-        return json.dumps([self.split, self.identity, self.variant], default=str)
-
-    @classmethod
-    def from_description(cls, task: Mapping[str, Any]) -> TaskRef | None:
-        """The task a `describe()` dict (a trajectory's `task`) names; None when it names none.
-
-        >>> TaskRef.from_description({"environment": "E", "split": "test", "index": 2}).label
-        '["test", 2, null]'
-        """
-        if task.get("index") is None and task.get("task_spec") is None:
-            return None
-        return cls(
-            environment=str(task.get("environment")),
-            split=str(task.get("split")),
-            index=task.get("index"),
-            task_spec=task.get("task_spec"),
-            variant=task.get("variant"),
-        )
-
-    def describe(self) -> dict[str, Any]:
-        """What a trajectory records of its task (`Trajectory.task`): all that names it, no deployment details."""
-        return {
-            "environment": self.environment,
-            "split": self.split,
-            "index": self.index,
-            "variant": self.variant,
-            "task_spec": dict(self.task_spec) if self.task_spec is not None else None,
-        }
+    return Task(
+        server_name=task.server_name or task.environment.split("/")[-1],
+        environment_name=task.environment_name or task.environment.split("/")[-1],
+        task_spec=dict(task.task_spec),
+        namespace=task.namespace if task.namespace is not None else (
+            task.environment.split("/")[0] if "/" in task.environment else None
+        ),
+    )
 
 
 # Answers to `list_tasks` that mean "this environment does not list its tasks": the SDK server answers 400
@@ -232,10 +150,10 @@ def task_from_metadata(metadata: Mapping[str, Any] | str) -> TaskRef:
     if isinstance(metadata, str):
         metadata = json.loads(metadata)
     if not isinstance(metadata, Mapping):
-        raise ValueError(f"task metadata must be a mapping, got {type(metadata).__name__}")
+        raise ConfigError(f"task metadata must be a mapping, got {type(metadata).__name__}")
     environment = metadata.get("environment") or metadata.get("env_name")
     if not environment or "split" not in metadata:
-        raise ValueError("task metadata needs 'environment' and 'split' (rows written by `openreward-rl prepare`)")
+        raise ConfigError("task metadata needs 'environment' and 'split' (rows written by `openreward-rl prepare`)")
     return TaskRef(
         environment=environment,
         split=metadata["split"],

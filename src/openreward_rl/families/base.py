@@ -105,12 +105,12 @@ class ModelFamily:
         return tuple(dict.fromkeys([*self.tool_turn_stops, *self.final_turn_stops]))
 
     def stop_token_ids(self, tokenizer: Any) -> tuple[int, ...]:
-        """The stop tokens as ids of `tokenizer`; ValueError naming a stop token it lacks."""
+        """The stop tokens as ids of `tokenizer`; ModelFamilyError naming a stop token it lacks."""
         ids = []
         for token in self.stops:
             token_id = tokenizer.convert_tokens_to_ids(token)
             if not isinstance(token_id, int) or token_id == tokenizer.unk_token_id:
-                raise ValueError(f"the {self.name} family stops on {token!r}, which this tokenizer does not have as one token")
+                raise ModelFamilyError(f"the {self.name} family stops on {token!r}, which this tokenizer does not have as one token")
             ids.append(token_id)
         return tuple(ids)
 

@@ -10,6 +10,8 @@ from typing import Any
 
 import attrs
 
+from openreward_rl.errors import ModelFamilyError
+
 __all__ = ["ThinkingMarkers", "THINK_TAGS"]
 
 
@@ -22,12 +24,12 @@ class ThinkingMarkers:
     closer: tuple[str, ...]
 
     def ids(self, tokenizer: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        """(opener ids, closer ids); ValueError when a marker is not in the tokenizer's vocabulary."""
+        """(opener ids, closer ids); ModelFamilyError when a marker is not in the tokenizer's vocabulary."""
         found = []
         for marker in (self.opener, self.closer):
             ids = tokenizer.convert_tokens_to_ids(list(marker))
             if any(not isinstance(i, int) or i == tokenizer.unk_token_id for i in ids):
-                raise ValueError(f"the tokenizer has no token(s) {list(marker)} for the reasoning markers")
+                raise ModelFamilyError(f"the tokenizer has no token(s) {list(marker)} for the reasoning markers")
             found.append(tuple(ids))
         return found[0], found[1]
 

@@ -168,7 +168,7 @@ def fault_stop(error: BaseException, *, timeout_detail: Callable[[], str]) -> tu
 def failed_trajectory(task: TaskRef, stop_reason: StopReason, detail: str) -> Trajectory:
     """The record of an episode that failed before its first prompt existed."""
     return Trajectory(
-        task=task.describe(),
+        task=task,
         segments=[],
         turns=[],
         messages=[],
@@ -183,7 +183,8 @@ def episode_reward(trajectory: Trajectory, policy: RewardPolicy) -> float | None
     """The reward `policy` gives the trajectory's step rewards; None for an infrastructure failure.
 
     >>> from openreward_rl.loop.trajectory import StopReason, Trajectory
-    >>> done = Trajectory(task={}, segments=[], turns=[], messages=[], step_rewards=[0.5, 1.0], reward=None, stop_reason=StopReason.COMPLETED, finished=True)
+    >>> from openreward_rl.task import TaskRef
+    >>> done = Trajectory(task=TaskRef("E", "test", index=0), segments=[], turns=[], messages=[], step_rewards=[0.5, 1.0], reward=None, stop_reason=StopReason.COMPLETED, finished=True)
     >>> episode_reward(done, RewardPolicy(get_reducer("mean")))
     0.75
     """

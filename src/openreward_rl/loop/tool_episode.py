@@ -14,7 +14,7 @@ import attrs
 from openreward_rl.engines.base import AttachesEpisode, ContextLengthError, Engine, EngineError, FinishReason, Generation, GenerationRequest
 from openreward_rl.env.environment import EnvSession, ToolOutcome
 from openreward_rl.env.tool_output import clean_tool_text
-from openreward_rl.errors import EnvError, ModelFamilyError
+from openreward_rl.errors import ConfigError, EnvError, ModelFamilyError
 from openreward_rl.families.chat import ChatRenderer
 from openreward_rl.families.vision import images_in
 from openreward_rl.loop.context import ContextView, Rewrite, Summarize
@@ -90,7 +90,7 @@ class ToolEpisode:
             try:
                 self.renderer.thinking_mask([])
             except ValueError as error:
-                raise ValueError(f"train_thinking=False: {error}") from None
+                raise ConfigError(f"train_thinking=False: {error}") from None
 
     async def run(self, session: EnvSession) -> Trajectory:
         state = _Run(session=session)
@@ -467,7 +467,7 @@ class ToolEpisode:
         stop_reason = state.stop_reason or StopReason.ABORTED
         segments = state.ledger.segments if state.ledger else []
         return Trajectory(
-            task=state.session.task.describe(),
+            task=state.session.task,
             segments=segments,
             turns=state.turns,
             messages=state.messages,

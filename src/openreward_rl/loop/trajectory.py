@@ -18,8 +18,9 @@ import attrs
 
 from openreward_rl.engines.base import EncodedIds, FinishReason
 from openreward_rl.parsers.base import ParsedTurn, ParseError, ParseErrorKind, ToolCall
+from openreward_rl.task import TaskRef
 
-__all__ = ["StopReason", "ToolResult", "Turn", "TokenSegment", "TokenLedger", "Trajectory", "Compaction", "trained_reward"]
+__all__ = ["StopReason", "ToolResult", "Turn", "TokenSegment", "TokenLedger", "Trajectory", "Compaction", "recorded_task", "trained_reward"]
 
 
 class StopReason(str, enum.Enum):
@@ -248,14 +249,32 @@ def _parsed_from_dict(data: Mapping[str, Any]) -> ParsedTurn:
     )
 
 
+def recorded_task(task: TaskRef | Mapping[str, Any]) -> TaskRef:
+    """`task` as a trajectory records it: without where it ran (`TaskRef.without_deployment`). A `describe()`
+    dict, what custom episodes passed before the task was typed, is read as the task it names.
+
+    >>> recorded_task(TaskRef("E", "test", index=2, base_url="http://127.0.0.1:8080")) == recorded_task({"environment": "E", "split": "test", "index": 2})
+    True
+    """
+    if isinstance(task, TaskRef):
+        return task.without_deployment()
+    if not isinstance(task, Mapping):
+        raise TypeError(f"a trajectory's task is a TaskRef, got {type(task).__name__}")
+    named = TaskRef.from_description(task)
+    if named is None:
+        raise ValueError(f"a trajectory's task must name a task (an environment, split and index or task_spec): {dict(task)!r}")
+    return named
+
+
 @attrs.define
 class Trajectory:
     """One episode's record. Each segment is one context the model sampled in (token-exact on its own);
     there is one unless a `ContextPolicy` compacted the context (`compactions`) or a custom loop broke
     the prefix. `prompt_ids`/`response_ids`/... read the last segment. `segments` is empty when the
-    environment failed before the first prompt."""
+    environment failed before the first prompt. `task` names the task it ran, without where it ran
+    (`recorded_task`)."""
 
-    task: dict[str, Any]
+    task: TaskRef = attrs.field(converter=recorded_task)
     segments: list[TokenSegment]
     turns: list[Turn]
     messages: list[dict[str, Any]]
@@ -302,7 +321,7 @@ class Trajectory:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (the dump format read by `Trajectory.from_dict` and `openreward-rl show`)."""
         return {
-            "task": self.task,
+            "task": self.task.describe(),
             "reward": self.reward,
             "step_rewards": self.step_rewards,
             "stop_reason": self.stop_reason.value,
@@ -349,6 +368,7 @@ class Trajectory:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Trajectory:
+        """The trajectory `to_dict` wrote. KeyError, TypeError or ValueError when `data` is not one."""
         turns = []
         for t in data["turns"]:
             results = tuple(
@@ -383,7 +403,7 @@ class Trajectory:
                 )
             )
         return cls(
-            task=dict(data["task"]),
+            task=data["task"],
             segments=[TokenSegment(**s) for s in data["segments"]],
             turns=turns,
             messages=list(data["messages"]),

@@ -5,7 +5,8 @@ a tool message carries the `ToolResult` its call got. A result with no tool mess
 environment taking a plain answer) is yielded on its own, right after its turn's messages.
 
 >>> from openreward_rl.loop.trajectory import StopReason, Trajectory
->>> trajectory = Trajectory(task={}, segments=[], turns=[], step_rewards=[], reward=None, stop_reason=StopReason.NO_TOOL_CALL,
+>>> from openreward_rl.task import TaskRef
+>>> trajectory = Trajectory(task=TaskRef("e", "train", index=0), segments=[], turns=[], step_rewards=[], reward=None, stop_reason=StopReason.NO_TOOL_CALL,
 ...     messages=[{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}])
 >>> [(step.message["content"], step.turn) for step in conversation_steps(trajectory)]
 [('Hi', None), ('Hello', None)]

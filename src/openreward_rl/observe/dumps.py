@@ -8,8 +8,9 @@ secrets by construction (sessions get them, trajectories record only task identi
 
 >>> import tempfile, pathlib
 >>> from openreward_rl.loop.trajectory import StopReason, Trajectory
+>>> from openreward_rl.task import TaskRef
 >>> path = pathlib.Path(tempfile.mkdtemp()) / "dump.jsonl"
->>> empty = Trajectory(task={"environment": "e", "split": "train", "index": 0}, segments=[], turns=[],
+>>> empty = Trajectory(task=TaskRef("e", "train", index=0), segments=[], turns=[],
 ...                    messages=[], step_rewards=[], reward=None, stop_reason=StopReason.ENV_ERROR)
 >>> with TrajectoryWriter(path) as writer:
 ...     writer.write(empty, model="m")

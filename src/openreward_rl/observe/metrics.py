@@ -13,8 +13,9 @@ reward (truncated before the environment gave one, and no `nonterminal_reward` c
 counted apart as `unrewarded`.
 
 >>> from openreward_rl.loop.trajectory import StopReason, Trajectory
+>>> from openreward_rl.task import TaskRef
 >>> def episode(index, reward, stop=StopReason.COMPLETED):
-...     task = {"environment": "MathEnv", "split": "test", "index": index, "variant": None}
+...     task = TaskRef("MathEnv", "test", index=index)
 ...     return Trajectory(task, [], [], [], [], reward, stop, metrics={"turns": 2.0})
 >>> summary = summarize([episode(0, 1.0), episode(0, 0.0), episode(1, 0.0), episode(1, None, StopReason.ENV_ERROR)])
 >>> env = summary["MathEnv"]
@@ -35,7 +36,6 @@ from typing import Any
 
 import attrs
 
-from openreward_rl.env.tasks import TaskRef
 from openreward_rl.loop.trajectory import StopReason, Trajectory, trained_reward
 
 __all__ = [
@@ -71,9 +71,8 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 
 def default_task_key(trajectory: Trajectory) -> str | None:
-    """The task of an episode within its environment (`TaskRef.label`); None when the trajectory names none."""
-    task = TaskRef.from_description(trajectory.task)
-    return None if task is None else task.label
+    """The task of an episode within its environment (`TaskRef.label`)."""
+    return trajectory.task.label
 
 
 @attrs.frozen
@@ -122,7 +121,7 @@ class EpisodeStats:
             metrics.setdefault("sampled_tokens", float(sum(len(turn.sampled_ids) for turn in trajectory.turns)))
             metrics.setdefault("context_tokens", float(len(trajectory.tokens)))
         return cls(
-            environment=str(trajectory.task.get("environment", "unknown")),
+            environment=trajectory.task.environment,
             reward=None if trajectory.stop_reason.is_infrastructure_failure else trajectory.reward,
             stop_reason=trajectory.stop_reason.value,
             metrics=metrics,

@@ -9,7 +9,8 @@ once; it also runs at process exit, before the SDK's own exit handler.
 The conversation becomes OpenReward message types (`trajectory_events`):
 
 >>> from openreward_rl.loop.trajectory import StopReason, Trajectory
->>> trajectory = Trajectory(task={"environment": "e", "split": "train", "index": 0}, segments=[], turns=[],
+>>> from openreward_rl.task import TaskRef
+>>> trajectory = Trajectory(task=TaskRef("e", "train", index=0), segments=[], turns=[],
 ...     messages=[{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}],
 ...     step_rewards=[], reward=None, stop_reason=StopReason.NO_TOOL_CALL)
 >>> [(type(e.message).__name__, e.message.content, e.is_finished) for e in trajectory_events(trajectory)]
@@ -218,14 +219,11 @@ class TrajectoryUploader:
         are handed to the SDK, False when the upload failed; None means nothing was queued.
 
         The rollout's environment, split, variant and task spec are the trajectory's own
-        (`Trajectory.task`); a task without an environment and split is a ValueError."""
+        (`Trajectory.task`)."""
         if not self.enabled:
             return None
         task = trajectory.task
-        environment, split = task.get("environment"), task.get("split")
-        if not environment or not split:
-            raise ValueError(f"the trajectory's task names no environment and split to upload under: {task!r}")
-        index = task.get("index")
+        environment, split, index = task.environment, task.split, task.index
         sampling = sampling_params or {}
         info = None
         if isinstance(index, int):
@@ -244,8 +242,8 @@ class TrajectoryUploader:
             trajectory=trajectory,
             environment=environment,
             split=split,
-            variant=task.get("variant"),
-            task_spec=task.get("task_spec"),
+            variant=task.variant,
+            task_spec=task.task_spec,
             rollout_name=rollout_name or rollout_name_for(environment, split, index if isinstance(index, int) else None),
             rollout_info=info,
             done=done,

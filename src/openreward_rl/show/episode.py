@@ -7,7 +7,8 @@ compacted the context, each boundary is marked where the new context starts (its
 before and after), summary turns are shown as such, and the token view shows every context.
 
 >>> from openreward_rl.loop.trajectory import StopReason, Trajectory
->>> failed = Trajectory(task={"environment": "e", "split": "train", "index": 0}, segments=[], turns=[],
+>>> from openreward_rl.task import TaskRef
+>>> failed = Trajectory(task=TaskRef("e", "train", index=0), segments=[], turns=[],
 ...     messages=[], step_rewards=[], reward=None, stop_reason=StopReason.ENV_ERROR, stop_detail="session died")
 >>> dict(summary_rows(failed))["stop"]
 'env_error (session died)'
@@ -138,9 +139,9 @@ def conversation(trajectory: Trajectory) -> Iterator[Entry]:
 
 def summary_rows(trajectory: Trajectory) -> list[tuple[str, str]]:
     task = trajectory.task
-    where = f"{task.get('environment')} · {task.get('split')} · " + (f"index {task['index']}" if task.get("index") is not None else "task spec")
-    if task.get("variant"):
-        where += f" · variant {task['variant']}"
+    where = f"{task.environment} · {task.split} · " + (f"index {task.index}" if task.index is not None else "task spec")
+    if task.variant:
+        where += f" · variant {task.variant}"
     stop = trajectory.stop_reason.value + (f" ({trajectory.stop_detail})" if trajectory.stop_detail else "")
     reward = "none observed" if trajectory.reward is None else f"{trajectory.reward:g}"
     trained = sum(trajectory.loss_mask)
@@ -265,7 +266,7 @@ def render_html(trajectory: Trajectory, tokenizer: Any = None, title: str | None
     """A self-contained page for one trajectory (inline CSS, no scripts)."""
     esc = html.escape
     task = trajectory.task
-    page_title = esc(str(title or f"{task.get('environment')} {task.get('split')} {task.get('index')}"))
+    page_title = esc(str(title or f"{task.environment} {task.split} {task.index}"))
     return (
         f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{page_title}</title><style>{CSS}</style></head><body>'
         f"<h1>{page_title}</h1>{LEGEND}{episode_html(trajectory, tokenizer)}</body></html>\n"

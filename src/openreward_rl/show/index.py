@@ -24,8 +24,8 @@ from typing import Any
 import attrs
 
 from openreward_rl.credit.estimators import episode_advantages
-from openreward_rl.env.tasks import TaskRef, task_hash
 from openreward_rl.loop.trajectory import Trajectory
+from openreward_rl.task import TaskRef, task_hash
 
 __all__ = ["EpisodeRow", "Group", "advantages", "episode_rows", "groups", "task_question", "expected_answer"]
 
@@ -55,7 +55,7 @@ def task_question(trajectory: Trajectory, limit: int = 160) -> str:
     """The task as the model saw it: the first user message, on one line, shortened to `limit`;
     without one (the episode failed before its prompt), the task spec's "question" or "prompt".
 
-    >>> t = Trajectory({"environment": "E", "split": "test", "index": 0}, [], [], [{"role": "user", "content": "What is\\n2 + 3?"}], [], None, "completed")
+    >>> t = Trajectory(TaskRef("E", "test", index=0), [], [], [{"role": "user", "content": "What is\\n2 + 3?"}], [], None, "completed")
     >>> task_question(t)
     'What is 2 + 3?'
     """
@@ -64,21 +64,21 @@ def task_question(trajectory: Trajectory, limit: int = 160) -> str:
             text = _text(message.get("content"))
             if text.strip():
                 return _shorten(text, limit)
-    spec = trajectory.task.get("task_spec") or {}
+    spec = trajectory.task.task_spec or {}
     for key in ("question", "prompt"):
         if isinstance(spec.get(key), str):
             return _shorten(spec[key], limit)
     return ""
 
 
-def expected_answer(task: Mapping[str, Any], limit: int = 80) -> str | None:
+def expected_answer(task: TaskRef, limit: int = 80) -> str | None:
     """The expected answer the task spec states (`answer`, `expected`, ... see ANSWER_KEYS), if any.
 
-    >>> expected_answer({"task_spec": {"question": "2 + 3?", "answer": 5}}), expected_answer({"index": 3})
+    >>> expected_answer(TaskRef("E", "test", task_spec={"question": "2 + 3?", "answer": 5})), expected_answer(TaskRef("E", "test", index=3))
     ('5', None)
     """
-    spec = task.get("task_spec")
-    if not isinstance(spec, Mapping):
+    spec = task.task_spec
+    if spec is None:
         return None
     for key in ANSWER_KEYS:
         value = spec.get(key)
@@ -87,11 +87,8 @@ def expected_answer(task: Mapping[str, Any], limit: int = 80) -> str | None:
     return None
 
 
-def _task_label(task: Mapping[str, Any]) -> str:
-    if task.get("index") is not None:
-        return str(task["index"])
-    spec = task.get("task_spec")
-    return f"spec {task_hash(spec)[:8]}" if spec is not None else "?"
+def _task_label(task: TaskRef) -> str:
+    return str(task.index) if task.index is not None else f"spec {task_hash(task.task_spec)[:8]}"
 
 
 @attrs.frozen
@@ -128,10 +125,9 @@ class EpisodeRow:
 
 
 
-def _group_key(task: Mapping[str, Any]) -> str:
+def _group_key(task: TaskRef) -> str:
     """The GRPO group of an episode: its environment and task (`TaskRef.label`)."""
-    named = TaskRef.from_description(task)
-    return json.dumps([task.get("environment"), None if named is None else named.label])
+    return json.dumps([task.environment, task.label])
 
 
 def _count(metrics: Mapping[str, float], name: str) -> int:
@@ -153,9 +149,9 @@ def episode_rows(records: Sequence[Mapping[str, Any]], trajectories: Sequence[Tr
         rows.append(
             EpisodeRow(
                 number=number,
-                environment=str(task.get("environment")),
-                split=str(task.get("split")),
-                variant=task.get("variant"),
+                environment=task.environment,
+                split=task.split,
+                variant=task.variant,
                 task=_task_label(task),
                 group=group,
                 sample=sample if isinstance(sample, int) else position,

@@ -9,8 +9,9 @@ the other):
 - `#episode-N`: one episode (`openreward_rl.show.episode`), N being its record number in the file.
 
 >>> from openreward_rl.loop.trajectory import StopReason, Trajectory
+>>> from openreward_rl.task import TaskRef
 >>> def episode(reward, stop=StopReason.COMPLETED):
-...     return Trajectory({"environment": "E", "split": "test", "index": 0}, [], [], [], [], reward, stop)
+...     return Trajectory(TaskRef("E", "test", index=0), [], [], [], [], reward, stop)
 >>> trajectories = [episode(1.0), episode(0.0), episode(None, StopReason.ENV_ERROR)]
 >>> page = render_report([t.to_dict() for t in trajectories], trajectories, source="results.jsonl")
 >>> page.count("<tr data-number="), page.count('class="member"'), 'data-advantage="0.707106"' in page

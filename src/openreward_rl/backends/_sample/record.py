@@ -144,17 +144,17 @@ class EpisodeRecord:
     def of_trajectory(
         cls, trajectory: Trajectory, row: Mapping[str, Any], *, segment: int = 0, segments: int = 1, evaluation: bool = False, credit: TurnCredit | None = None
     ) -> EpisodeRecord:
-        """The record of `trajectory`; task keys the trajectory lacks come from the row's metadata.
+        """The record of `trajectory`, with the variant of the row's metadata where it has that key.
         `credit` (None for a failure) gives the per-turn rewards, returns and token spans."""
         task = trajectory.task
-        variant = row.get("variant", task.get("variant"))  # the row's own (prepare's) value is kept
-        named = TaskRef.from_description({**row, **task, "variant": variant})
+        if "variant" in row:  # the row's own (prepare's) value is kept
+            task = attrs.evolve(task, variant=row["variant"])
         return cls(
-            environment=task.get("environment", row.get("environment", "")),
-            split=task.get("split", row.get("split")),
-            index=task.get("index", row.get("index")),
-            variant=variant,
-            task_label=None if named is None else named.label,
+            environment=task.environment,
+            split=task.split,
+            index=task.index,
+            variant=task.variant,
+            task_label=task.label,
             stop_reason=trajectory.stop_reason,
             stop_detail=trajectory.stop_detail,
             episode_reward=trajectory.reward,

@@ -118,7 +118,8 @@ def failures(trajectories: Sequence[Trajectory]) -> str:
     first ("not token-exact" for an episode whose ids were not what the model saw).
 
     >>> from openreward_rl.loop.trajectory import StopReason
-    >>> def t(stop): return Trajectory({}, [], [], [], [], None, stop)
+    >>> from openreward_rl.task import TaskRef
+    >>> def t(stop): return Trajectory(TaskRef("e", "train", index=0), [], [], [], [], None, stop)
     >>> failures([t(StopReason.ENV_ERROR), t(StopReason.TIMEOUT), t(StopReason.ENV_ERROR), t(StopReason.COMPLETED)])
     'env_error 2, timeout 1'
     """
@@ -153,7 +154,7 @@ def completion_of(trajectory: Trajectory, tokenizer: Any) -> Completion:
     if dropped:
         logger.warning(
             "an episode of %s has %d earlier contexts (compactions or prefix breaks); TRL takes one completion per episode, so only its last is trained",
-            trajectory.task.get("environment"), dropped,
+            trajectory.task.environment, dropped,
         )  # fmt: skip
     mask = list(map(int, segment.loss_mask)) if trajectory.trainable else [0] * len(segment.response_ids)
     logprobs = list(map(float, segment.rollout_logprobs)) if trajectory.trainable else [0.0] * len(segment.response_ids)
@@ -351,7 +352,7 @@ class TrlAdapter:
 
     def _group_signal(self, group: Sequence[Trajectory], rewards: Sequence[float | None]) -> StepSignal:
         config = self.rollouts.config
-        nonterminal = config.nonterminal_reward(str(group[0].task.get("environment")))
+        nonterminal = config.nonterminal_reward(group[0].task.environment)
         return trajectory_group_signal(group, config.advantage, rewards, nonterminal_reward=nonterminal)
 
     def step_signal(self, trajectories: Sequence[Trajectory], rewards: Sequence[float | None], group_size: int) -> StepSignal:
@@ -396,7 +397,7 @@ class TrlAdapter:
         metrics = flat_metrics(summarize(trajectories), prefix=METRIC_PREFIX)
         by_env: dict[str, list[tuple[int, bool]]] = {}
         for trajectory, dropped, placeholder in zip(trajectories, dropped_segments, placeholders, strict=True):
-            by_env.setdefault(str(trajectory.task.get("environment")), []).append((dropped, placeholder))
+            by_env.setdefault(trajectory.task.environment, []).append((dropped, placeholder))
         for env, items in by_env.items():
             metrics[f"{METRIC_PREFIX}{env}/dropped_segments"] = float(sum(dropped for dropped, _ in items))
             metrics[f"{METRIC_PREFIX}{env}/placeholders"] = float(sum(placeholder for _, placeholder in items))

@@ -49,7 +49,7 @@ def batch_token_advantages(trajectories: Sequence[Trajectory], config: TrainConf
     out: list[list[float] | None] = []
     for start in range(0, len(trajectories), group_size):
         group = trajectories[start : start + group_size]
-        nonterminal = config.nonterminal_reward(str(group[0].task.get("environment")))
+        nonterminal = config.nonterminal_reward(group[0].task.environment)
         out.extend(group_token_advantages(group, config.advantage, nonterminal_reward=nonterminal))
     return out
 

@@ -483,7 +483,8 @@ def untrained_reason(steps: int, signal: StepSignal, trajectories: Sequence[Traj
     """Why `steps` steps in a row trained nothing, from the last one's groups and episodes, and what to try.
 
     >>> from openreward_rl.loop.trajectory import StopReason
-    >>> episode = Trajectory({}, [], [], [], [], 0.0, StopReason.COMPLETED, metrics={"tool_calls": 0.0})
+    >>> from openreward_rl.task import TaskRef
+    >>> episode = Trajectory(TaskRef("e", "train", index=0), [], [], [], [], 0.0, StopReason.COMPLETED, metrics={"tool_calls": 0.0})
     >>> reason = untrained_reason(5, StepSignal(2, 2, 8, 8), [episode] * 8).split("; ")
     >>> print(reason[0])
     5 steps in a row trained nothing: every group's rewards were equal (last step: 2 of 2 groups without spread, mean reward 0.000, 0.00 tool calls/ep), so GRPO had no advantage to follow
@@ -505,7 +506,8 @@ def _common_detail(trajectories: Sequence[Trajectory]) -> str | None:
     """The stop detail most of the failed `trajectories` share (what failed, e.g. "environment server unreachable
     while calling tool ..."), with how many of them it ended; None where none failed with one.
 
-    >>> def t(detail): return Trajectory({}, [], [], [], [], None, StopReason.ENV_ERROR, stop_detail=detail)
+    >>> from openreward_rl.task import TaskRef
+    >>> def t(detail): return Trajectory(TaskRef("e", "train", index=0), [], [], [], [], None, StopReason.ENV_ERROR, stop_detail=detail)
     >>> _common_detail([t("server unreachable"), t("server unreachable"), t("tool raised")])
     '2 of them: server unreachable'
     """

@@ -8,7 +8,8 @@ training sequence exactly as the model saw it; the loss covers the tokens the po
 (`loss_mask`), never the prompt, tool output or bridge tokens.
 
 >>> from openreward_rl.loop.trajectory import StopReason, TokenSegment, Trajectory
->>> episode = Trajectory(task={}, segments=[TokenSegment([1, 2], [3, 4, 5], [1, 0, 1])], turns=[], messages=[],
+>>> from openreward_rl.task import TaskRef
+>>> episode = Trajectory(task=TaskRef("e", "train", index=0), segments=[TokenSegment([1, 2], [3, 4, 5], [1, 0, 1])], turns=[], messages=[],
 ...                      step_rewards=[1.0], reward=1.0, stop_reason=StopReason.COMPLETED)
 >>> sft_rows([episode], min_reward=0.5)
 [{'input_ids': [1, 2, 3, 4, 5], 'assistant_masks': [0, 0, 1, 0, 1]}]
