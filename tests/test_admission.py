@@ -29,8 +29,8 @@ def prompt(length: int) -> list[int]:
     return [9707 + (i % 50) for i in range(length)]
 
 
-def tokens(count: int) -> ScriptedCompletion:
-    """A completion that runs to `max_new_tokens` (set it to `count`)."""
+def to_length(request: object) -> ScriptedCompletion:
+    """A completion that runs to the request's `max_new_tokens`."""
     return ScriptedCompletion(ids=(9707, 11, 1879), finish="length")
 
 
@@ -47,7 +47,7 @@ async def loads(session: aiohttp.ClientSession, server: SGLangTestServer) -> dic
 
 
 def kv_server(tokenizer, pool: int, *, step_s: float = 0.002, script=None) -> SGLangTestServer:
-    return SGLangTestServer(tokenizer, script or (lambda request: tokens(0)), kv_cache=KVCacheModel(max_total_tokens=pool, step_s=step_s))
+    return SGLangTestServer(tokenizer, script or to_length, kv_cache=KVCacheModel(max_total_tokens=pool, step_s=step_s))
 
 
 # --- the double's KV cache ---------------------------------------------------------------------------------
@@ -107,15 +107,17 @@ def controller(floor: int = 4, ceiling: int = 64, *, limit: int, in_flight: int,
 def test_the_limit_grows_with_the_room_left_and_only_when_episodes_wait() -> None:
     # 10 episodes hold 10,000 of 100,000 tokens: the free 80,000 below 90% would hold 80 more; half of that, at most doubling
     assert controller(limit=10, in_flight=10, queued=5).next_limit(EngineLoad(10, 0, 10_000, 100_000)) == 20
-    # near full: grows by what half the room holds (45,000 tokens held by 10: 1,000 tokens of room / 4,500 / 2 -> at least 1)
+    # near full: grows by what half the room holds (1,000 tokens of room at 8,900 an episode: less than one, so 1)
     assert controller(limit=10, in_flight=10, queued=5).next_limit(EngineLoad(10, 0, 89_000, 100_000)) == 11
     assert controller(limit=10, in_flight=6, queued=0).next_limit(EngineLoad(6, 0, 1_000, 100_000)) == 10  # nobody waits
     assert controller(limit=60, in_flight=60, queued=9).next_limit(EngineLoad(60, 0, 1_000, 100_000)) == 64  # ceiling
 
 
-def test_a_full_cache_holds_the_limit_and_a_queue_trims_it_never_below_the_floor() -> None:
+def test_a_full_cache_or_a_queue_holds_the_limit_and_a_long_queue_trims_it_never_below_the_floor() -> None:
     assert controller(limit=30, in_flight=20, queued=3).next_limit(EngineLoad(20, 0, 95_000, 100_000)) == 20
-    assert controller(limit=30, in_flight=20, queued=3).next_limit(EngineLoad(14, 6, 80_000, 100_000)) == 17
+    assert controller(limit=30, in_flight=20, queued=3).next_limit(EngineLoad(14, 6, 80_000, 100_000)) == 31  # 6 < 14 / 2: grows by 10,000 / 4,000 / 2
+    assert controller(limit=30, in_flight=20, queued=3).next_limit(EngineLoad(12, 6, 80_000, 100_000)) == 20  # 6 = 12 / 2: holds
+    assert controller(limit=30, in_flight=24, queued=3).next_limit(EngineLoad(6, 20, 80_000, 100_000)) == 20  # 4 = half of 20 - 2 x 6
     assert controller(limit=6, in_flight=6, queued=3).next_limit(EngineLoad(3, 40, 99_000, 100_000)) == 4
 
 
@@ -176,7 +178,7 @@ async def test_a_running_episode_is_never_stopped_when_the_limit_drops_below_it(
     running = [asyncio.create_task(episode(i)) for i in range(6)]
     while len(started) < 6:
         await asyncio.sleep(0.01)
-    reports.append(EngineLoad(6, 12, 9_900, 10_000))
+    reports.append(EngineLoad(4, 30, 9_900, 10_000))
     while gate.limit > 2:
         await asyncio.sleep(0.01)
     late = asyncio.create_task(episode(6))

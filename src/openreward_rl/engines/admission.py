@@ -4,14 +4,15 @@
 current `limit` run, and moves the limit between a `floor` and a `ceiling` from what the engines say
 about their load, read by one poll every `interval_s` that all episodes share:
 
-- the engines queue requests (`num_waiting_reqs` > 0): the KV cache cannot hold what is asked of it;
-  the limit drops below the episodes in flight (by half the queue, at least 1), so new episodes wait
-  while running ones finish;
-- the cache is at `full_usage` (`token_usage`, default 0.9) or above, no queue: the limit holds at the
-  episodes in flight;
-- room in the cache and no queue, with episodes waiting for a slot: the limit grows by half of what
-  the free part of the cache would hold at the tokens each episode in flight holds now (at least 1, at
-  most doubling per poll).
+- room in the cache (below `full_usage` of it, default 0.9) and a short queue at most (fewer than
+  `short_queue`, default half, waiting requests per running one), with episodes waiting for a slot:
+  the limit grows by half of what the free part of the cache would hold at the tokens each episode in
+  flight holds now (at least 1, at most doubling per poll);
+- the cache at `full_usage` or that many requests waiting: the limit holds at the episodes in flight,
+  so new episodes wait while running ones finish. A queue is kept on purpose: SGLang admits from it the
+  moment a request finishes, so the batch stays full while episodes are between turns;
+- more than `long_queue` (default 2) waiting requests per running one: the cache holds far less than
+  is asked of it; the limit drops below the episodes in flight by half the excess.
 
 A running episode is never stopped for it: the limit only decides when the next one starts. When the
 engines do not report their KV-cache usage (an older server, a router without `/workers`, an error on
@@ -134,6 +135,8 @@ class AdmissionController:
     ceiling: int = attrs.field(default=512, validator=_positive)
     interval_s: float = attrs.field(default=0.5, validator=_positive)
     full_usage: float = attrs.field(default=0.9, validator=_positive)
+    short_queue: float = attrs.field(default=0.5, validator=_positive)  # waiting per running request at which growth stops
+    long_queue: float = attrs.field(default=2.0, validator=_positive)  # ... past which the limit is trimmed
     limit: int = attrs.field(init=False)
     in_flight: int = attrs.field(default=0, init=False)
     queued: int = attrs.field(default=0, init=False)  # episodes waiting for a slot
@@ -171,9 +174,10 @@ class AdmissionController:
     def next_limit(self, load: EngineLoad) -> int:
         """The limit after one reading of the engines' load."""
         busy = min(self.limit, self.in_flight)
-        if load.waiting > 0:
-            return max(self.floor, busy - max(1, math.ceil(load.waiting / 2)))
-        if load.token_usage >= self.full_usage:
+        excess = load.waiting - self.long_queue * load.running
+        if excess > 0:
+            return max(self.floor, busy - math.ceil(excess / 2))
+        if load.waiting >= max(1.0, self.short_queue * load.running) or load.token_usage >= self.full_usage:
             return max(self.floor, busy)
         if not self.queued:  # nobody waits for a slot: no reason to grow
             return self.limit

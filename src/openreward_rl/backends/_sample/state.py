@@ -111,12 +111,15 @@ class BackendState:
 
 def trainer_concurrency(args: Any) -> int | None:
     """Episodes the trainer itself lets run at once: `--sglang-server-concurrency` per engine, times the
-    engines (`--rollout-num-gpus` over `--rollout-num-gpus-per-engine`); None where args do not say."""
+    engines (Slime's `--rollout-num-engines`, else `--rollout-num-gpus` over `--rollout-num-gpus-per-engine`);
+    None where args do not say."""
     per_engine = getattr(args, "sglang_server_concurrency", None)
     if not isinstance(per_engine, int) or isinstance(per_engine, bool) or per_engine < 1:
         return None
-    gpus, per = getattr(args, "rollout_num_gpus", None), getattr(args, "rollout_num_gpus_per_engine", None)
-    engines = gpus // per if isinstance(gpus, int) and isinstance(per, int) and per > 0 else 1
+    engines = getattr(args, "rollout_num_engines", None)
+    if not isinstance(engines, int) or engines < 1:
+        gpus, per = getattr(args, "rollout_num_gpus", None), getattr(args, "rollout_num_gpus_per_engine", None)
+        engines = gpus // per if isinstance(gpus, int) and isinstance(per, int) and per > 0 else 1
     return per_engine * max(engines, 1)
 
 
