@@ -156,10 +156,21 @@ async def run(args: argparse.Namespace, url: str) -> list[Result]:
             measured.append(await run_setting(str(level), static_gate, episode, args.episodes, url))
             report(measured[-1])
         run_id += 1
-        controller = AdmissionController(SGLangLoads(url), floor=args.floor, ceiling=args.ceiling, interval_s=args.poll_s)
+        reader = SGLangLoads(url)
+        started = time.perf_counter()
+
+        async def read_load() -> Any:
+            load = await reader()
+            if args.trace and load is not None:
+                print(f"  t={time.perf_counter() - started:6.1f}s limit {controller.limit:>4} in flight {controller.in_flight:>4} waiting for a slot {controller.queued:>4}"
+                      f" | engine running {load.running:>3} waiting {load.waiting:>4} KV {load.token_usage:.2f}", flush=True)
+            return load
+
+        controller = AdmissionController(read_load, floor=args.floor, ceiling=args.ceiling, interval_s=args.poll_s)
         adaptive = await run_setting("auto", controller.admitted, episode, args.episodes, url)
         adaptive.limit = controller.limit
         await controller.aclose()
+        await reader.aclose()
         measured.append(adaptive)
         report(adaptive)
     finally:
@@ -169,7 +180,7 @@ async def run(args: argparse.Namespace, url: str) -> list[Result]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--static", type=int, nargs="+", default=[8, 16, 32, 64, 128, 256], help="static limits, run in turn")
+    parser.add_argument("--static", type=int, nargs="*", default=[8, 16, 32, 64, 128, 256], help="static limits, run in turn")
     parser.add_argument("--episodes", type=int, default=192, help="episodes per setting")
     parser.add_argument("--turns", type=int, default=4)
     parser.add_argument("--reply-words", type=int, default=60)
@@ -183,6 +194,7 @@ def main() -> None:
     parser.add_argument("--floor", type=int, default=8)
     parser.add_argument("--ceiling", type=int, default=512)
     parser.add_argument("--poll-s", type=float, default=0.5, help="the controller's poll interval")
+    parser.add_argument("--trace", action="store_true", help="print the controller's limit and the engine's load at every poll")
     args = parser.parse_args()
     kv = {"max_total_tokens": args.kv_tokens, "step_s": args.step_ms / 1000, "kv_token_s": args.kv_token_us / 1e6, "prefill_token_s": args.prefill_token_us / 1e6}
     print(f"machine: {machine()}")

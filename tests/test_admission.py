@@ -117,7 +117,8 @@ def test_a_full_cache_or_a_queue_holds_the_limit_and_a_long_queue_trims_it_never
     assert controller(limit=30, in_flight=20, queued=3).next_limit(EngineLoad(20, 0, 95_000, 100_000)) == 20
     assert controller(limit=30, in_flight=20, queued=3).next_limit(EngineLoad(14, 6, 80_000, 100_000)) == 31  # 6 < 14 / 2: grows by 10,000 / 4,000 / 2
     assert controller(limit=30, in_flight=20, queued=3).next_limit(EngineLoad(12, 6, 80_000, 100_000)) == 20  # 6 = 12 / 2: holds
-    assert controller(limit=30, in_flight=24, queued=3).next_limit(EngineLoad(6, 20, 80_000, 100_000)) == 20  # 4 = half of 20 - 2 x 6
+    assert controller(limit=30, in_flight=24, queued=3).next_limit(EngineLoad(6, 20, 80_000, 100_000)) == 24  # 20 <= 4 x 6: holds
+    assert controller(limit=30, in_flight=24, queued=3).next_limit(EngineLoad(6, 30, 80_000, 100_000)) == 21  # 3 = half of 30 - 4 x 6
     assert controller(limit=6, in_flight=6, queued=3).next_limit(EngineLoad(3, 40, 99_000, 100_000)) == 4
 
 

@@ -11,7 +11,7 @@ about their load, read by one poll every `interval_s` that all episodes share:
 - the cache at `full_usage` or that many requests waiting: the limit holds at the episodes in flight,
   so new episodes wait while running ones finish. A queue is kept on purpose: SGLang admits from it the
   moment a request finishes, so the batch stays full while episodes are between turns;
-- more than `long_queue` (default 2) waiting requests per running one: the cache holds far less than
+- more than `long_queue` (default 4) waiting requests per running one: the cache holds far less than
   is asked of it; the limit drops below the episodes in flight by half the excess.
 
 A running episode is never stopped for it: the limit only decides when the next one starts. When the
@@ -136,7 +136,7 @@ class AdmissionController:
     interval_s: float = attrs.field(default=0.5, validator=_positive)
     full_usage: float = attrs.field(default=0.9, validator=_positive)
     short_queue: float = attrs.field(default=0.5, validator=_positive)  # waiting per running request at which growth stops
-    long_queue: float = attrs.field(default=2.0, validator=_positive)  # ... past which the limit is trimmed
+    long_queue: float = attrs.field(default=4.0, validator=_positive)  # ... past which the limit is trimmed
     limit: int = attrs.field(init=False)
     in_flight: int = attrs.field(default=0, init=False)
     queued: int = attrs.field(default=0, init=False)  # episodes waiting for a slot
