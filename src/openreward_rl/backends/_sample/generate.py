@@ -11,7 +11,8 @@ engine call and `metadata["weight_version_spans"]` says how many tokens each cal
 Episodes sent to worker processes (`rollout_workers`) cannot read the trainer's flag and are not continued.
 
 Under `concurrency: auto` every call first waits for the process's admission controller to let its
-episode start (`BackendState.admitted`, `engines/admission.py`); a running episode is never stopped by it.
+episode start (`BackendState.admitted`, `engines/admission.py`); a running episode is never stopped by it,
+and one whose step was aborted while it waited returns ABORTED without starting.
 """
 
 from __future__ import annotations
@@ -63,6 +64,11 @@ async def generate_samples(
     state = state_for(args)
     check_args(args, sample, state)
     async with state.admitted():
+        if state.admission is not None and abort_signal is not None and abort_signal():
+            # the step was aborted while this episode waited for its slot: as the trainer does with a sample that
+            # waited past the abort on its own semaphore, it is returned ABORTED without starting
+            sample.status = type(sample).Status.ABORTED
+            return sample
         return await _generate(args, state, sample, sampling_params, evaluation=evaluation, routing_key=routing_key, preset_reward=preset_reward, abort_signal=abort_signal)
 
 
