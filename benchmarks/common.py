@@ -123,12 +123,14 @@ def model_turn_ids(tokenizer: Any, turn: int) -> tuple[int, ...]:
 class SGLangDoubleProcess:
     """`SGLangTestServer` in a child process answering each request with the pre-tokenized turn of its turn index."""
 
-    def __init__(self, tokenizer_name: str = TOKENIZER, context_len: int = 65536, latency_s: float = 0.0) -> None:
+    def __init__(self, tokenizer_name: str = TOKENIZER, context_len: int = 65536, latency_s: float = 0.0, kv_cache: Mapping[str, Any] | None = None) -> None:
+        """`kv_cache`: the fields of a `KVCacheModel` (the double then plays a KV-cache pool and SGLang's scheduler)."""
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT / "src"), env.get("PYTHONPATH", "")])
+        kv_args = ["--kv-cache", json.dumps(dict(kv_cache))] if kv_cache else []
         self.process = subprocess.Popen(
             [sys.executable, str(THIS_FILE), "sglang-double", "--tokenizer", tokenizer_name, "--context-len", str(context_len),
-             "--latency", str(latency_s)],
+             "--latency", str(latency_s), *kv_args],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True,
         )
         assert self.process.stdout is not None
@@ -163,9 +165,9 @@ def process_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _serve_double(tokenizer_name: str, context_len: int, latency_s: float = 0.0) -> None:
+def _serve_double(tokenizer_name: str, context_len: int, latency_s: float = 0.0, kv_cache: Mapping[str, Any] | None = None) -> None:
     from openreward_rl.assets import load_tokenizer
-    from openreward_rl.testing import ScriptedCompletion, SGLangTestServer
+    from openreward_rl.testing import KVCacheModel, ScriptedCompletion, SGLangTestServer
 
     tokenizer = load_tokenizer(tokenizer_name)
     completions = [ScriptedCompletion(ids=model_turn_ids(tokenizer, turn)) for turn in range(SCRIPTED_TURNS)]
@@ -176,7 +178,7 @@ def _serve_double(tokenizer_name: str, context_len: int, latency_s: float = 0.0)
         loop.add_signal_handler(signal.SIGTERM, stop.set)
         loop.add_reader(sys.stdin.fileno(), lambda: stop.set() if not sys.stdin.readline() else None)
         async with SGLangTestServer(tokenizer, lambda request: completions[turn_of_rid(request.rid or "_t0")], context_len=context_len, record=False,
-                                   latency_s=latency_s) as server:
+                                   latency_s=latency_s, kv_cache=KVCacheModel(**kv_cache) if kv_cache else None) as server:
             print(f"PORT {server.port}", flush=True)
             await stop.wait()
 
@@ -319,5 +321,6 @@ if __name__ == "__main__":
     double.add_argument("--tokenizer", default=TOKENIZER)
     double.add_argument("--context-len", type=int, default=65536)
     double.add_argument("--latency", type=float, default=0.0, help="seconds each answer waits")
+    double.add_argument("--kv-cache", type=json.loads, default=None, help="JSON of KVCacheModel fields: play a KV-cache pool and SGLang's scheduler")
     args = parser.parse_args()
-    _serve_double(args.tokenizer, args.context_len, args.latency)
+    _serve_double(args.tokenizer, args.context_len, args.latency, args.kv_cache)

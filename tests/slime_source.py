@@ -41,7 +41,7 @@ from openreward_rl.backends._sample import state as _state
 from openreward_rl.backends._sample.state import close_states
 from openreward_rl.backends._sample.suspended import reset_store
 from openreward_rl.env.tasks import TaskRef, task_row
-from openreward_rl.testing import ScriptedCompletion, SGLangTestServer
+from openreward_rl.testing import KVCacheModel, ScriptedCompletion, SGLangTestServer
 from openreward_rl.testing.sglang_server import RecordedRequest
 from test_context_policy import CorridorAgent
 from trainer_source import use_trainer_source
@@ -130,13 +130,13 @@ def slime_args(server: SGLangTestServer, prompt_data: str, **overrides: Any) -> 
     return Namespace(**values)
 
 
-def serve_sglang(slime: SlimeCode, script: Any) -> Iterator[SGLangTestServer]:
+def serve_sglang(slime: SlimeCode, script: Any, kv_cache: KVCacheModel | None = None) -> Iterator[SGLangTestServer]:
     """The SGLang double (the real Qwen3 tokenizer) on Slime's loop thread, for a fixture to yield; at the end
     Slime's generate state is cleared and the hooks' process state (suspended episodes, backend states) closed,
-    as a new trainer process starts clean."""
+    as a new trainer process starts clean. `kv_cache`: the double plays that KV-cache pool and SGLang's scheduler."""
     from openreward_rl.assets import load_tokenizer
 
-    server = SGLangTestServer(load_tokenizer("offline:qwen3"), script=script)
+    server = SGLangTestServer(load_tokenizer("offline:qwen3"), script=script, kv_cache=kv_cache)
     slime.run(server.start())
     slime.rollout.GenerateState.clear_instances()
     try:

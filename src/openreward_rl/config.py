@@ -48,6 +48,8 @@ advantage:                            # how rewards become per-token advantages 
   clip: null                          # turn / turn_index / mix: cap |advantage| at this (each has a bound without it)
 task_sampling: null                   # {window: 2, floor: 0.1}: skip tasks whose last `window` groups had no reward spread (docs/training.md)
 resample_zero_spread: 0               # TRL: rerun groups that would train nothing, at most this many rounds per step (0: off)
+concurrency: static                   # Slime/Miles: episodes in flight; auto: from the engines' KV-cache load (docs/training.md),
+                                      #   or {mode: auto, floor: 8, ceiling: null, poll_interval: 0.5}
 ```
 
 Your own parser, reducer, episode, context policy or model family is named the same way everywhere
@@ -76,7 +78,7 @@ from openreward_rl.redaction import register_secrets
 from openreward_rl.reducers.base import RewardPolicy, get_reducer
 
 __all__ = [
-    "ConfigError", "prepare_config", "AdvantageSettings", "TaskSamplingSettings", "ADVANTAGE_ESTIMATORS", "EnvironmentConfig", "TrainConfig",
+    "ConfigError", "prepare_config", "AdvantageSettings", "TaskSamplingSettings", "ConcurrencySettings", "ADVANTAGE_ESTIMATORS", "EnvironmentConfig", "TrainConfig",
     "ToolTimeouts", "DEFAULT_TOOL_TIMEOUT_S", "SESSION_TOOLSETS", "load_config", "config_path", "parse_config",
 ]  # fmt: skip
 
@@ -155,6 +157,23 @@ class AdvantageSettings:
     def per_token(self) -> bool:
         """Whether the trainer needs our advantage hooks (anything but `episode`)."""
         return self.estimator != "episode"
+
+
+@attrs.frozen
+class ConcurrencySettings:
+    """Slime/Miles: how many episodes one hook process keeps in flight (`concurrency:`). "static": as many as
+    the trainer starts (its `--sglang-server-concurrency` per engine); "auto": grown and trimmed between
+    `floor` and `ceiling` from the engines' KV-cache load, polled every `poll_interval` seconds
+    (`openreward_rl.engines.admission`). `ceiling` None: the trainer's own limit."""
+
+    mode: str = "static"
+    floor: int = 8
+    ceiling: int | None = None
+    poll_interval: float = 0.5
+
+    @property
+    def adaptive(self) -> bool:
+        return self.mode == "auto"
 
 
 @attrs.frozen
@@ -245,6 +264,7 @@ class TrainConfig:
     rollout_worker_backend: str = "auto"
     advantage: AdvantageSettings = attrs.field(factory=AdvantageSettings)
     task_sampling: TaskSamplingSettings | None = None
+    concurrency: ConcurrencySettings = attrs.field(factory=ConcurrencySettings)
     # TRL: rounds of rerunning a step's groups whose episodes would all train nothing (0: off).
     resample_zero_spread: int = 0
     source: str = "<config>"
@@ -642,7 +662,39 @@ def parse_config(raw: Any, *, source: str = "<config>") -> TrainConfig:
         values["advantage"] = _advantage(raw["advantage"], f"{source}: advantage")
     if raw.get("task_sampling") is not None:
         values["task_sampling"] = _task_sampling(raw["task_sampling"], f"{source}: task_sampling")
+    if raw.get("concurrency") is not None:
+        values["concurrency"] = _concurrency(raw["concurrency"], f"{source}: concurrency")
     return TrainConfig(**values)
+
+
+def _concurrency(raw: Any, where: str) -> ConcurrencySettings:
+    """`concurrency:` validated: "static", "auto" or a mapping (ConfigError naming the key).
+
+    >>> _concurrency("auto", "concurrency")
+    ConcurrencySettings(mode='auto', floor=8, ceiling=None, poll_interval=0.5)
+    >>> _concurrency({"mode": "auto", "floor": 64, "ceiling": 32}, "concurrency")
+    Traceback (most recent call last):
+    ...
+    openreward_rl.errors.ConfigError: concurrency: floor 64 is above ceiling 32
+    """
+    if isinstance(raw, str):
+        raw = {"mode": raw}
+    raw = _check(raw, (dict,), where, "static, auto or a mapping with mode, floor, ceiling and poll_interval")
+    known = {f.name for f in attrs.fields(ConcurrencySettings)}
+    for key in raw:
+        if key not in known:
+            raise _unknown(key, known, where)
+    mode = raw.get("mode", "auto")
+    if mode not in ("static", "auto"):
+        raise ConfigError(f"{where}.mode: must be static or auto, got {mode!r}")
+    floor = _check(raw.get("floor", 8), (int,), f"{where}.floor", "a positive number of episodes", minimum=1)
+    ceiling = _check(raw.get("ceiling"), (int,), f"{where}.ceiling", "a positive number of episodes or null", optional=True, minimum=1)
+    interval = _check(raw.get("poll_interval", 0.5), (int, float), f"{where}.poll_interval", "a positive number of seconds")
+    if interval <= 0:
+        raise ConfigError(f"{where}.poll_interval: must be a positive number of seconds, got {interval!r}")
+    if ceiling is not None and floor > ceiling:
+        raise ConfigError(f"{where}: floor {floor} is above ceiling {ceiling}")
+    return ConcurrencySettings(mode=mode, floor=floor, ceiling=ceiling, poll_interval=float(interval))
 
 
 def _task_sampling(raw: Any, where: str) -> TaskSamplingSettings:

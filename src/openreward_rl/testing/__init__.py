@@ -1,5 +1,6 @@
 """Test doubles for parts that cannot run on a laptop, each faithful to its real wire format."""
 
+from openreward_rl.testing.kv_cache import KVCacheModel
 from openreward_rl.testing.sglang_server import (
     SGLANG_SAMPLING_PARAM_KEYS,
     RecordedRequest,
@@ -8,4 +9,4 @@ from openreward_rl.testing.sglang_server import (
     scripted_logprob,
 )
 
-__all__ = ["SGLANG_SAMPLING_PARAM_KEYS", "RecordedRequest", "SGLangTestServer", "ScriptedCompletion", "scripted_logprob"]  # sglang_server's own
+__all__ = ["KVCacheModel", "SGLANG_SAMPLING_PARAM_KEYS", "RecordedRequest", "SGLangTestServer", "ScriptedCompletion", "scripted_logprob"]  # sglang_server's own

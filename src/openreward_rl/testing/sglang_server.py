@@ -23,6 +23,13 @@ the project reference sglang-generate-api.md):
 - as a router over one worker (itself), what a trainer's end-of-step abort reads: `GET /workers`
   (`{"workers": [{"url": ...}]}`, the SGLang Model Gateway's list) and `GET /v1/loads`
   (`{"loads": [{"num_reqs": <requests in flight>}]}`), which Slime polls until the worker is idle.
+- with `kv_cache=KVCacheModel(...)` (see `testing/kv_cache.py`): a KV-cache pool of that many tokens
+  and SGLang's scheduler over it: requests wait in a queue while the pool is full, are admitted
+  with SGLang's optimistic reservation, are retracted (and later prefilled again) when decoding
+  overflows the pool (`meta_info.num_retractions`), and take time per scheduler step; `/v1/loads`
+  then answers as an SGLang server does (`{"timestamp", "version", "dp_rank_count", "loads": [{
+  "num_running_reqs", "num_waiting_reqs", "num_total_reqs", "num_used_tokens", "max_total_num_tokens",
+  "token_usage", ...}], "aggregate"}`). Without it every request runs at once, as many as arrive.
 - `POST /pause_generation` in its default mode "abort" (what Slime's weight updaters send, `{}`): as
   SGLang's tokenizer manager does, it marks the server paused, aborts every request in flight until
   none is left, and answers; `/generate` requests that arrive while paused are held (recorded, not
@@ -67,6 +74,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import datetime
 import itertools
 import math
 import time
@@ -79,6 +87,7 @@ from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from openreward_rl._compat import transformers as compat_transformers
+from openreward_rl.testing.kv_cache import KVCacheModel, KVScheduler
 
 __all__ = [
     "SGLANG_SAMPLING_PARAM_KEYS",
@@ -99,6 +108,7 @@ SGLANG_SAMPLING_PARAM_KEYS = frozenset(
     }
 )  # fmt: skip
 DEFAULT_MAX_NEW_TOKENS = 128
+SGLANG_VERSION = "0.5.23"  # the version whose wire format this double reproduces
 _NAN_STOP = "NaN happened"
 _KEEP_SPECIAL = {"skip_special_tokens": False}  # log-prob token texts are decoded verbatim
 _NAN_TOKEN = -1  # stands for the out-of-vocabulary id a NaN forward pass yields
@@ -193,6 +203,7 @@ class _InFlight:
     rid: str
     aborted: asyncio.Event = attrs.field(factory=asyncio.Event)
     abort_message: str = "Aborted"
+    retractions: int = 0
 
 
 class _BadRequest(Exception):
@@ -208,6 +219,7 @@ class SGLangTestServer:
     `tokenizer`: a real transformers tokenizer (tokenizes scripted text, decodes `text`, gives EOS).
     `script`: ScriptedCompletions consumed in order (extend with `push`), or a callable that gets the
     `RecordedRequest` and returns one. `context_len` is the model's context length. `port=0` picks a free port.
+    `kv_cache`: a `KVCacheModel` to run requests through a KV-cache pool and SGLang's scheduler (None: all at once).
     """
 
     def __init__(
@@ -223,9 +235,11 @@ class SGLangTestServer:
         host: str = "127.0.0.1",
         port: int = 0,
         processor: Any = None,
+        kv_cache: KVCacheModel | None = None,
     ) -> None:
         self.tokenizer = tokenizer
         self.processor = processor
+        self._kv = KVScheduler(kv_cache) if kv_cache is not None else None
         self.context_len = context_len
         self.weight_version = weight_version
         self.latency_s = latency_s
@@ -286,6 +300,8 @@ class SGLangTestServer:
 
     async def close(self) -> None:
         self._closing.set()
+        if self._kv is not None:
+            await self._kv.aclose()
         async with self._pause_changed:  # requests held by a pause are let go (and answered) too
             self._paused = False
             self._pause_changed.notify_all()
@@ -357,7 +373,25 @@ class SGLangTestServer:
         return web.json_response({"workers": [{"url": self.url}]})
 
     async def _handle_loads(self, request: web.Request) -> web.Response:
-        return web.json_response({"loads": [{"num_reqs": len(self._in_flight)}]})
+        if self._kv is None:
+            return web.json_response({"loads": [{"num_reqs": len(self._in_flight)}]})
+        load = self._kv.load()
+        aggregate = {
+            "total_running_reqs": load["num_running_reqs"],
+            "total_waiting_reqs": load["num_waiting_reqs"],
+            "total_reqs": load["num_total_reqs"],
+            "total_used_tokens": load["num_used_tokens"],
+            "avg_token_usage": load["token_usage"],
+            "avg_throughput": load["gen_throughput"],
+            "avg_utilization": load["utilization"],
+        }
+        stamp = datetime.datetime.now(datetime.UTC).isoformat()
+        return web.json_response({"timestamp": stamp, "version": SGLANG_VERSION, "dp_rank_count": 1, "loads": [load], "aggregate": aggregate})
+
+    @property
+    def kv_scheduler(self) -> KVScheduler | None:
+        """The KV cache and scheduler the server plays (`kv_cache=`), or None: every request runs at once."""
+        return self._kv
 
     async def _handle_abort(self, request: web.Request) -> web.Response:
         try:
@@ -472,7 +506,7 @@ class SGLangTestServer:
             return _error(500, str(error))
         finally:
             await self._leave_flight(flight)
-        return web.json_response(self._answer(body, rid, prompt_ids, params, output, finish, started))
+        return web.json_response(self._answer(body, rid, prompt_ids, params, output, finish, started, flight.retractions))
 
     # ------------------------------------------------------------------ request processing
 
@@ -559,6 +593,14 @@ class SGLangTestServer:
         if latency > 0 and await self._aborted_within(flight, latency):
             return [], _abort_reason(flight.abort_message)
         output, finish = self._decode(completion, prompt_ids, params)
+        if self._kv is not None:
+            max_new = params.get("max_new_tokens", DEFAULT_MAX_NEW_TOKENS)
+            made, flight.retractions = await self._kv.generate(
+                len(prompt_ids), len(output), self.context_len - len(prompt_ids) if max_new is None else max_new, flight.aborted, self._closing
+            )
+            if made < len(output):
+                message = flight.abort_message if flight.aborted.is_set() else "server shutting down"
+                return output[:made], _abort_reason(message)
         if finish is None and completion.hold:
             await self._aborted_within(flight, None)
             message = flight.abort_message if flight.aborted.is_set() else "server shutting down"
@@ -610,6 +652,7 @@ class SGLangTestServer:
         output: list[int],
         finish: dict[str, Any],
         started: float,
+        retractions: int = 0,
     ) -> dict[str, Any]:
         matched = finish.get("matched")
         no_stop_trim = bool(params.get("no_stop_trim"))
@@ -625,7 +668,7 @@ class SGLangTestServer:
             "weight_version": self.weight_version,
             "completion_tokens": len(output),
             "cached_tokens": 0,
-            "num_retractions": 0,
+            "num_retractions": retractions,
             "e2e_latency": time.perf_counter() - started,
         }
         if body.get("return_logprob"):

@@ -9,6 +9,10 @@ In training, a model call cut by an abort the trainer did not order (a weight up
 `max_turn_continuations` times (`ContinuingEngine`); `weight_versions` then has one entry per
 engine call and `metadata["weight_version_spans"]` says how many tokens each call sampled.
 Episodes sent to worker processes (`rollout_workers`) cannot read the trainer's flag and are not continued.
+
+Under `concurrency: auto` every call first waits for the process's admission controller to let its
+episode start (`BackendState.admitted`, `engines/admission.py`); a running episode is never stopped by it,
+and one whose step was aborted while it waited returns ABORTED without starting.
 """
 
 from __future__ import annotations
@@ -59,6 +63,18 @@ async def generate_samples(
     """
     state = state_for(args)
     check_args(args, sample, state)
+    async with state.admitted():
+        if state.admission is not None and abort_signal is not None and abort_signal():
+            # the step was aborted while this episode waited for its slot: as the trainer does with a sample that
+            # waited past the abort on its own semaphore, it is returned ABORTED without starting
+            sample.status = type(sample).Status.ABORTED
+            return sample
+        return await _generate(args, state, sample, sampling_params, evaluation=evaluation, routing_key=routing_key, preset_reward=preset_reward, abort_signal=abort_signal)
+
+
+async def _generate(
+    args: Any, state: BackendState, sample: Any, sampling_params: Mapping[str, Any], *, evaluation: bool, routing_key: str | None, preset_reward: bool, abort_signal: AbortSignal | None
+) -> Any:
     if getattr(args, "partial_rollout", False) and not evaluation:
         return await generate_partial(args, state, sample, sampling_params, routing_key=routing_key, preset_reward=preset_reward, abort_signal=abort_signal)
     task = task_from_metadata(sample.metadata)

@@ -9,6 +9,7 @@ fresh state instead of a dead connection pool.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import os
 from collections.abc import Mapping
@@ -20,6 +21,7 @@ import openreward_rl._compat as _compat
 from openreward_rl.assets import load_tokenizer
 from openreward_rl.backends.filters import reads_members_as_samples
 from openreward_rl.config import CHECK_MODEL_ENV, ConfigError, TrainConfig, config_path, load_config
+from openreward_rl.engines.admission import AdmissionController, SGLangLoads
 from openreward_rl.loop.rollout import Rollouts
 from openreward_rl.loop.workers import IN_WORKER_ENV, WorkerRollouts, make_workers
 from openreward_rl.observe.upload import TrajectoryUploader
@@ -30,7 +32,7 @@ if TYPE_CHECKING:
     from openreward_rl.env.tasks import TaskRef
     from openreward_rl.loop.trajectory import Trajectory
 
-__all__ = ["BackendState", "HookRunner", "state_for", "close_states", "router_url", "spread_over_workers", "one_sample_per_rollout", "one_sample_rule"]
+__all__ = ["BackendState", "HookRunner", "admission_controller", "trainer_concurrency", "state_for", "close_states", "router_url", "spread_over_workers", "one_sample_per_rollout", "one_sample_rule"]
 
 
 def router_url(args: Any) -> str:
@@ -63,11 +65,18 @@ class BackendState:
     eval_rollouts: Rollouts
     uploader: TrajectoryUploader
     loop: asyncio.AbstractEventLoop | None = None
+    admission: AdmissionController | None = None  # `concurrency: auto`: episodes in flight from the engines' load
+
+    def admitted(self) -> contextlib.AbstractAsyncContextManager[Any]:
+        """Where an episode waits for its turn to start: the admission controller's slot, or at once."""
+        return self.admission.admitted() if self.admission is not None else contextlib.nullcontext()
 
     async def aclose(self) -> None:
         closer = getattr(self.rollouts, "aclose", None)  # episode workers, when the config has them
         if closer is not None:
             await closer()
+        if self.admission is not None:
+            await self.admission.aclose()
         await self.engine.aclose()
         await self.client.environments.aclose()
 
@@ -96,8 +105,34 @@ class BackendState:
         # With `rollout_workers: N` episodes run in N worker processes (or Ray actors); see `loop/workers.py`.
         rollouts, eval_rollouts = spread_over_workers(config, args, rollouts, attrs.evolve(rollouts, max_context_len=eval_context))
         return cls(
-            config=config, tokenizer=tokenizer, engine=engine, client=client, rollouts=rollouts, eval_rollouts=eval_rollouts, uploader=uploader, loop=_running_loop()
+            config=config, tokenizer=tokenizer, engine=engine, client=client, rollouts=rollouts, eval_rollouts=eval_rollouts, uploader=uploader, loop=_running_loop(),
+            admission=admission_controller(config, args),
         )
+
+
+def trainer_concurrency(args: Any) -> int | None:
+    """Episodes the trainer itself lets run at once: `--sglang-server-concurrency` per engine, times the
+    engines (Slime's `--rollout-num-engines`, else `--rollout-num-gpus` over `--rollout-num-gpus-per-engine`);
+    None where args do not say."""
+    per_engine = getattr(args, "sglang_server_concurrency", None)
+    if not isinstance(per_engine, int) or isinstance(per_engine, bool) or per_engine < 1:
+        return None
+    engines = getattr(args, "rollout_num_engines", None)
+    if not isinstance(engines, int) or engines < 1:
+        gpus, per = getattr(args, "rollout_num_gpus", None), getattr(args, "rollout_num_gpus_per_engine", None)
+        engines = gpus // per if isinstance(gpus, int) and isinstance(per, int) and per > 0 else 1
+    return per_engine * max(engines, 1)
+
+
+def admission_controller(config: TrainConfig, args: Any) -> AdmissionController | None:
+    """The hook process's admission controller under `concurrency: auto` (None otherwise, and in an episode
+    worker, whose episodes the hook's process already admitted). Its ceiling: the config's, else the
+    trainer's own limit (`trainer_concurrency`), else 512 (Slime's default per engine)."""
+    settings = config.concurrency
+    if not settings.adaptive or os.environ.get(IN_WORKER_ENV):
+        return None
+    ceiling = settings.ceiling or trainer_concurrency(args) or 512
+    return AdmissionController(SGLangLoads(router_url(args)), floor=min(settings.floor, ceiling), ceiling=ceiling, interval_s=settings.poll_interval)
 
 
 def one_sample_per_rollout(args: Any) -> bool:
