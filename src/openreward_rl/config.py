@@ -679,11 +679,7 @@ def _concurrency(raw: Any, where: str) -> ConcurrencySettings:
     """
     if isinstance(raw, str):
         raw = {"mode": raw}
-    raw = _check(raw, (dict,), where, "static, auto or a mapping with mode, floor, ceiling and poll_interval")
-    known = {f.name for f in attrs.fields(ConcurrencySettings)}
-    for key in raw:
-        if key not in known:
-            raise _unknown(key, known, where)
+    raw = _settings_mapping(raw, ConcurrencySettings, where, "static, auto or a mapping with mode, floor, ceiling and poll_interval")
     mode = raw.get("mode", "auto")
     if mode not in ("static", "auto"):
         raise ConfigError(f"{where}.mode: must be static or auto, got {mode!r}")
@@ -697,6 +693,16 @@ def _concurrency(raw: Any, where: str) -> ConcurrencySettings:
     return ConcurrencySettings(mode=mode, floor=floor, ceiling=ceiling, poll_interval=float(interval))
 
 
+def _settings_mapping(raw: Any, settings: type, where: str, expected: str) -> dict[str, Any]:
+    """`raw` as a mapping of `settings`' fields (ConfigError naming `where` for anything else, or an unknown key)."""
+    mapping = _check(raw, (dict,), where, expected)
+    known = {f.name for f in attrs.fields(settings)}
+    for key in mapping:
+        if key not in known:
+            raise _unknown(key, known, where)
+    return mapping
+
+
 def _task_sampling(raw: Any, where: str) -> TaskSamplingSettings:
     """`task_sampling:` validated (ConfigError naming the key).
 
@@ -705,11 +711,7 @@ def _task_sampling(raw: Any, where: str) -> TaskSamplingSettings:
     ...
     openreward_rl.errors.ConfigError: task_sampling.floor: must be in (0, 1] so that no task starves, got 0.0
     """
-    raw = _check(raw, (dict,), where, "a mapping with window and floor")
-    known = {f.name for f in attrs.fields(TaskSamplingSettings)}
-    for key in raw:
-        if key not in known:
-            raise _unknown(key, known, where)
+    raw = _settings_mapping(raw, TaskSamplingSettings, where, "a mapping with window and floor")
     window = _check(raw.get("window", 2), (int,), f"{where}.window", "a positive integer", minimum=1)
     floor = _check(raw.get("floor", 0.1), (int, float), f"{where}.floor", "a number in (0, 1]")
     if isinstance(floor, bool) or not 0.0 < floor <= 1.0:
@@ -729,11 +731,7 @@ def _advantage(raw: Any, where: str) -> AdvantageSettings:
     """
     if raw is None:
         return AdvantageSettings()
-    raw = _check(raw, (dict,), where, "a mapping with estimator, gamma, mix_weight, clip")
-    known = {f.name for f in attrs.fields(AdvantageSettings)}
-    for key in raw:
-        if key not in known:
-            raise _unknown(key, known, where)
+    raw = _settings_mapping(raw, AdvantageSettings, where, "a mapping with estimator, gamma, mix_weight, clip")
     estimator = raw.get("estimator", "episode")
     if estimator not in ADVANTAGE_ESTIMATORS:
         raise ConfigError(f"{where}.estimator: must be one of {', '.join(ADVANTAGE_ESTIMATORS)}, got {estimator!r}")
