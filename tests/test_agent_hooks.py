@@ -8,7 +8,9 @@ the SGLang double with the real Qwen3 tokenizer, the trainers' code at their pin
 scripted per request: a prompt without a tool response gets a `read_order` call, one with it gets the colour.
 The same script runs through a plain `ToolEpisode` config, and each field a trainer reads (tokens, response
 length, loss mask, rollout log-probs, reward, status) must be the one the double's recorded requests imply, for
-both episodes alike. A crashing agent is an aborted, removed Sample, never a reward of 0.0 trained.
+both episodes alike; an agent that sends the task's messages as they are (the example's loop without its own
+system prompt) gets the very Sample `ToolEpisode` gets, field by field. A crashing agent is an aborted, removed
+Sample, never a reward of 0.0 trained; `--partial-rollout` is refused with its reason before any episode runs.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 
 import pytest
 import yaml
+from openai import AsyncOpenAI
 
 from hermes_calls import call
 from openreward_rl.agent_endpoint import agent_episode_builder
@@ -50,6 +53,20 @@ async def _crash(task: Any) -> str:
 
 
 crashing_agent = agent_episode_builder(_crash, agent_timeout=60)  # the config's `episode: test_agent_hooks:crashing_agent`
+OPENAI_TOOL_LOOP = import_file(REPO / "examples" / "own_agent" / "openai_tool_loop.py")
+
+
+async def _task_prompt_only(task: Any) -> str:
+    """The example's `openai` tool loop on the task's own messages (no system prompt of its own), as `ToolEpisode` sends them."""
+
+    async def call_tool(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        return (await task.call_tool(name, arguments)).to_dict()
+
+    async with AsyncOpenAI(base_url=task.base_url, api_key=task.api_key) as client:
+        return str(await OPENAI_TOOL_LOOP.run_loop(client, list(task.prompt), task.tools, call_tool))
+
+
+same_prompt_agent = agent_episode_builder(_task_prompt_only, agent_timeout=60)
 
 
 class Painter:
@@ -172,6 +189,22 @@ def test_slime_trains_the_agents_episode_as_the_tool_episode_of_the_same_tokens(
     assert agent["sampled"] == tool["sampled"] and sum(agent["loss_mask"]) == sum(tool["loss_mask"]) == sum(map(len, tool["sampled"]))
 
 
+def test_slime_gets_the_tool_episodes_sample_from_an_agent_sending_the_same_conversation(slime, painting_sglang, painter, paint_config, tmp_path) -> None:
+    """An agent that sends the task's messages as they are (the example's loop without its system prompt) makes the
+    conversation `ToolEpisode` makes: the two Samples are equal field by field."""
+    prompts = write_prompts(tmp_path)
+    paint_config(None)
+    tool_sample, tool_requests = slime_episode(slime, painting_sglang, prompts)
+    fresh_process(slime)
+    paint_config("test_agent_hooks:same_prompt_agent")
+    agent_sample, agent_requests = slime_episode(slime, painting_sglang, prompts)
+    assert [r.input_ids for r in agent_requests] == [r.input_ids for r in tool_requests]
+    check_against_requests(agent_sample, agent_requests, painter)
+    fields = ("tokens", "response_length", "loss_mask", "rollout_log_probs", "reward", "status", "remove_sample", "label", "index", "group_index")
+    assert {f: getattr(agent_sample, f) for f in fields} == {f: getattr(tool_sample, f) for f in fields}
+    assert agent_sample.response_length > 0 and agent_sample.reward == pytest.approx(1.2)
+
+
 def test_slime_gets_a_crashing_agent_as_an_aborted_sample(slime, painting_sglang, paint_config, tmp_path) -> None:
     paint_config("test_agent_hooks:crashing_agent")
     sample, requests = slime_episode(slime, painting_sglang, write_prompts(tmp_path))
@@ -245,16 +278,22 @@ def test_miles_default_rollout_trains_the_agents_episode_as_the_tool_episode(mil
         assert data["raw_reward"] == [sample.reward] and data["loss_masks"] == [sample.loss_mask]
         return sample, generates(server, since)
 
-    async def both() -> tuple[dict[str, Any], dict[str, Any]]:
+    async def steps() -> tuple[dict[str, Any], dict[str, Any], Any, Any]:
         painter = Painter(qwen3_tokenizer)
         async with SGLangTestServer(qwen3_tokenizer, script=painter) as server, RouterStandIn(server.url) as router:
             paint_config(None)
-            tool = check_against_requests(*await step(server, router), painter)
+            tool_sample, tool_requests = await step(server, router)
             paint_config(AGENT_EPISODE)
             agent = check_against_requests(*await step(server, router), painter)
-            return tool, agent
+            paint_config("test_agent_hooks:same_prompt_agent")
+            same_sample, same_requests = await step(server, router)
+            assert [r.input_ids for r in same_requests] == [r.input_ids for r in tool_requests]
+            return check_against_requests(tool_sample, tool_requests, painter), agent, tool_sample, same_sample
 
-    tool, agent = asyncio.run(both())
+    tool, agent, tool_sample, same_sample = asyncio.run(steps())
+    # the agent that sends the task's messages as they are makes ToolEpisode's conversation: the same Sample
+    fields = ("tokens", "response_length", "loss_mask", "rollout_log_probs", "reward", "status", "label", "index")
+    assert {f: getattr(same_sample, f) for f in fields} == {f: getattr(tool_sample, f) for f in fields}
     assert agent["reward"] == tool["reward"] == pytest.approx(1.2)
     assert agent["status"] == tool["status"] and agent["status"].name == "COMPLETED"
     assert agent["sampled"] == tool["sampled"] and sum(agent["loss_mask"]) == sum(tool["loss_mask"]) == sum(map(len, tool["sampled"]))
