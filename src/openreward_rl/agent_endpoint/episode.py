@@ -28,7 +28,7 @@ import os
 import signal
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 
@@ -42,7 +42,7 @@ from openreward_rl.loop.episode import EpisodeSettings
 from openreward_rl.loop.trajectory import StopReason, ToolResult, Trajectory
 from openreward_rl.parsers.base import ToolCall, ToolParser
 
-__all__ = ["AgentCrashed", "AgentEpisode", "AgentProgram", "AgentTask", "SubprocessAgent", "ToolAnswer", "agent_episode_builder"]
+__all__ = ["AgentCrashed", "AgentEpisode", "AgentEpisodeBuilder", "AgentProgram", "AgentTask", "SubprocessAgent", "ToolAnswer", "agent_episode_builder"]
 
 DEFAULT_API_KEY = "openreward-rl"
 STDERR_KEPT = 2000  # characters of a crashed command's stderr kept in the stop detail
@@ -129,6 +129,7 @@ class AgentEpisode:
     agent_timeout: float | None = None
     parser: ToolParser | None = None  # the endpoint's where None
     settings: RecorderSettings | None = None  # the endpoint's where None
+    engine: Engine | None = None  # the endpoint's where None; the runner's engine for this episode
 
     async def run(self, session: EnvSession) -> Trajectory:
         started = time.perf_counter()
@@ -151,7 +152,7 @@ class AgentEpisode:
         async def run_tool(name: str, arguments: Mapping[str, Any]) -> Mapping[str, Any]:
             return (await call_tool(name, arguments)).to_dict()
 
-        recorder = self.endpoint.open_episode(tool_runner=run_tool, parser=self.parser, settings=self.settings)
+        recorder = self.endpoint.open_episode(tool_runner=run_tool, parser=self.parser, settings=self.settings, engine=self.engine)
         api_key = self.endpoint.api_key or DEFAULT_API_KEY
         task = AgentTask(self.endpoint.base_url(recorder.key), api_key, prompt, tools, self.endpoint.tools_url(recorder.key), call_tool)
         failure: tuple[StopReason, str] | None = None
@@ -178,24 +179,41 @@ class AgentEpisode:
         )
 
 
-def agent_episode_builder(agent: AgentProgram, *, agent_timeout: float | None = None) -> Callable[..., AgentEpisode]:
+@attrs.define
+class AgentEpisodeBuilder:
+    """The `EpisodeBuilder` `agent_episode_builder` returns: one `AgentEndpoint` per renderer of the runner, each
+    episode sampling through the engine it is built with (the hooks wrap the process's engine per episode)."""
+
+    # why the partial-rollout hooks refuse it: they park an episode's model call between steps and resume it,
+    # and an agent program's call is an HTTP request the program holds open while it runs on
+    cannot_suspend: ClassVar[str] = (
+        "an agent program's episode: the program holds each model call open and runs on, so the episode cannot be "
+        "parked at the step's end and resumed in the next"
+    )
+
+    agent: AgentProgram
+    agent_timeout: float | None = None
+    endpoints: dict[int, AgentEndpoint] = attrs.field(factory=dict, repr=False)
+
+    def __call__(self, engine: Engine, renderer: ChatRenderer, parser: ToolParser, settings: EpisodeSettings, *, routing_key: str | None = None) -> AgentEpisode:
+        endpoint = self.endpoints.get(id(renderer))
+        if endpoint is None or endpoint.renderer is not renderer:
+            endpoint = self.endpoints[id(renderer)] = AgentEndpoint(engine, renderer, parser)
+        settings_for_episode = RecorderSettings.from_episode(settings)
+        return AgentEpisode(endpoint, self.agent, agent_timeout=self.agent_timeout, parser=parser, settings=settings_for_episode, engine=engine)
+
+
+def agent_episode_builder(agent: AgentProgram, *, agent_timeout: float | None = None) -> AgentEpisodeBuilder:
     """An `EpisodeBuilder` (the config's `episode:`) that runs `agent` on each episode: one `AgentEndpoint`
-    per engine and renderer of the runner, started on 127.0.0.1 with the first episode; each episode gets
+    per renderer of the runner (each episode on the runner's engine for it), started on 127.0.0.1 with the first episode; each episode gets
     the runner's parser and its environment's limits (`EpisodeSettings`: max_new_tokens, max_context_len,
-    sampling_params, train_thinking, tool_preamble).
+    sampling_params, train_thinking, tool_preamble). Not under the trainers' `--partial-rollout`
+    (`AgentEpisodeBuilder.cannot_suspend` says why; the hooks refuse it).
 
         build = agent_episode_builder(SubprocessAgent(["python", "my_agent.py"]), agent_timeout=600)
         # config: episode: path/to/this_file.py:build
     """
-    endpoints: dict[tuple[int, int], AgentEndpoint] = {}
-
-    def build(engine: Engine, renderer: ChatRenderer, parser: ToolParser, settings: EpisodeSettings, *, routing_key: str | None = None) -> AgentEpisode:
-        endpoint = endpoints.get((id(engine), id(renderer)))
-        if endpoint is None or endpoint.engine is not engine or endpoint.renderer is not renderer:
-            endpoint = endpoints[(id(engine), id(renderer))] = AgentEndpoint(engine, renderer, parser)
-        return AgentEpisode(endpoint, agent, agent_timeout=agent_timeout, parser=parser, settings=RecorderSettings.from_episode(settings))
-
-    return build
+    return AgentEpisodeBuilder(agent, agent_timeout)
 
 
 def _recorded(recorder: EpisodeRecorder, call: ToolCall, outcome: ToolOutcome, seconds: float) -> ToolAnswer:

@@ -70,13 +70,15 @@ class AgentEndpoint:
         return f"http://{self.host}:{self.port}/episodes/{key}/tools"
 
     def open_episode(
-        self, key: str | None = None, *, tool_runner: ToolRunner | None = None, parser: ToolParser | None = None, settings: RecorderSettings | None = None
+        self, key: str | None = None, *, tool_runner: ToolRunner | None = None, parser: ToolParser | None = None, settings: RecorderSettings | None = None,
+        engine: Engine | None = None,
     ) -> EpisodeRecorder:
-        """A new episode's recorder, served at `base_url(key)`; `parser` and `settings` replace the endpoint's for it."""
+        """A new episode's recorder, served at `base_url(key)`; `parser`, `settings` and `engine` (the hooks give each
+        training episode its own, wrapping the process's) replace the endpoint's for it."""
         key = key or uuid.uuid4().hex
         if key in self.episodes:
             raise ValueError(f"episode {key!r} is already open on this endpoint")
-        recorder = self.episodes[key] = EpisodeRecorder(key, self.engine, self.renderer, parser or self.parser, settings or self.settings)
+        recorder = self.episodes[key] = EpisodeRecorder(key, engine or self.engine, self.renderer, parser or self.parser, settings or self.settings)
         if tool_runner is not None:
             self._tool_runners[key] = tool_runner
         return recorder

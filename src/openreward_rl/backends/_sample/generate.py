@@ -26,6 +26,7 @@ from openreward_rl.backends._sample.state import BackendState, one_sample_rule, 
 from openreward_rl.config import ConfigError
 from openreward_rl.env.tasks import task_from_metadata
 from openreward_rl.loop.resumable import AbortSignal, ContinuingEngine
+from openreward_rl.loop.rollout import episode_builder
 from openreward_rl.loop.workers import WorkerRollouts
 
 __all__ = ["generate_samples"]
@@ -36,6 +37,10 @@ def check_args(args: Any, sample: Any, state: BackendState) -> None:
     top_p = getattr(args, "rollout_top_p", None)
     if hasattr(sample, "rollout_top_p_token_ids") and top_p not in (None, 1.0):
         raise ConfigError(f"--rollout-top-p {top_p} needs top-p replay data that openreward_rl's generate hook does not record; use --rollout-top-p 1.0")
+    if getattr(args, "partial_rollout", False) and state.config.episode is not None:
+        cannot_suspend = getattr(episode_builder(state.config.episode), "cannot_suspend", None)  # imported once per process
+        if cannot_suspend:
+            raise ConfigError(f"--partial-rollout cannot suspend {cannot_suspend} (episode: {state.config.episode}); train without --partial-rollout")
     rule = one_sample_rule(args)
     if rule is not None and state.config.compacts:
         compacting = ", ".join(name for name, env in state.config.environments.items() if env.compacts)
