@@ -104,7 +104,8 @@ def test_dry_run_prints_the_trainer_config_without_loading_anything(capsys: pyte
     out = capsys.readouterr().out
     plan = json.loads(out[out.index("{\n") :])  # after any line an import printed (wandb's offline notice)
     grpo = plan["GRPOConfig"]
-    assert grpo["max_steps"] == 3 and grpo["num_generations"] == 2 and grpo["per_device_train_batch_size"] == 6
+    assert grpo["max_steps"] == 3 and grpo["num_generations"] == 2
+    assert (grpo["per_device_train_batch_size"], grpo["gradient_accumulation_steps"]) == (3, 2)  # 6 episodes, in passes of at most 4
     assert plan["LoraConfig"]["r"] == 16 and plan["options"]["model"] == "offline:smollm2"
 
 
