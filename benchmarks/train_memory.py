@@ -85,13 +85,16 @@ def mark_phases(sampler: RssSampler) -> None:
     import torch
     from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
     from transformers import Trainer
+    from trl import GRPOTrainer, SFTTrainer
 
     from openreward_rl.backends.trl.adapter import TrlAdapter
     from openreward_rl.backends.trl.run import TrlSession
 
     _wrap(TrlAdapter, "__call__", sampler, "sample")
     _wrap(TrlSession, "evaluate", sampler, "eval")
-    _wrap(Trainer, "compute_loss", sampler, "forward")
+    for trainer_class in (Trainer, GRPOTrainer, SFTTrainer):  # each defines its own compute_loss
+        if "compute_loss" in vars(trainer_class):
+            _wrap(trainer_class, "compute_loss", sampler, "forward")
     _wrap(torch.Tensor, "backward", sampler, "backward")
     original_run_episodes = TrlAdapter.run_episodes
 

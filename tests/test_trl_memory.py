@@ -4,7 +4,8 @@ optimizer once trained, and a GRPO step's memory stays within a bound over the m
 Without checkpointing, a step keeps every layer's activations for the whole batch until its backward pass (the
 CPU quickstart's `train` process was reported at 15.6 GB resident, killed for memory). The slow test runs one
 real GRPO step of SmolLM2-135M's shape (TRL's `GRPOTrainer` under `grpo_config`'s defaults) in a process of its
-own (tests/_grpo_step_memory.py) and bounds how far the process's peak resident memory rose.
+own (tests/_grpo_step_memory.py) and bounds how far the process's peak resident memory rose; a fast one checks that a
+step trained in micro-batches (`micro_batch`) makes the same update as one pass.
 """
 
 from __future__ import annotations
@@ -118,13 +119,14 @@ def _step_memory(**settings: object) -> dict[str, float]:
 @pytest.mark.slow
 @pytest.mark.timeout(900)  # one GRPO step of 1,024 tokens on the CPU, ~1 CPU-minute
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="ru_maxrss is in KiB on Linux (bytes on macOS)")
-def test_a_grpo_step_rises_by_at_most_four_times_the_weights() -> None:
-    """One step of 8 episodes x 128 tokens (TRL's default batch: all of a step's episodes in one forward), in MiB
-    over the process's peak before the step: measured 1496 with checkpointing (2.9x the 513 MiB of float32 weights:
-    the gradients, the step's transient buffers, then the optimizer's moments in the memory they freed), 2717 without
-    (5.3x: every layer's activations for the whole batch, with a loss equal to the last bit)."""
+def test_a_grpo_step_in_micro_batches_rises_by_at_most_two_and_a_half_times_the_weights_by_its_backward_passes() -> None:
+    """One step of 8 episodes x 128 tokens under `grpo_config`'s defaults (checkpointing, passes of 4 episodes) and the
+    allocator setting `sft` and `train` make, in MiB over the process's peak before the step: measured 1,084 by the end
+    of the backward passes (2.1x the 513 MiB of float32 weights: the gradients and one pass's transient memory) and
+    1,441 after the optimizer's step (2.8x: AdamW's two moments). All 8 in one pass, without the allocator setting, rose
+    1,496 by its backward pass (2.9x, measured before micro-batches), which the first bound refuses."""
     measured = _step_memory(rows=8, prompt=96, completion=32)
     parameters = measured["parameters_mib"]
     assert measured["gradient_checkpointing"] is True and measured["loss"] is not None
-    assert measured["backward_mib"] - measured["before_mib"] <= 4.0 * parameters, measured  # forward + backward
-    assert measured["after_mib"] - measured["before_mib"] <= 4.0 * parameters, measured  # + the optimizer's step
+    assert measured["backward_mib"] - measured["before_mib"] <= 2.5 * parameters, measured  # forward + backward passes
+    assert measured["after_mib"] - measured["before_mib"] <= 3.2 * parameters, measured  # + the optimizer's step
