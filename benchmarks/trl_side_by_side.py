@@ -66,6 +66,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps first")
     parser.add_argument("--steps", type=int, default=3, help="timed steps")
+    parser.add_argument("--micro-batch", type=int, default=4, help="our side's episodes per forward and backward pass (TrlOptions.micro_batch; 0: the whole step in one)")
     parser.add_argument("--sides", default="trl,trl-tools,ours")
     parser.add_argument("--gpu-memory-fraction", type=float, default=None,
                         help="the most of the GPU's memory this process may hold (torch's per-process cap; for several runs on one GPU)")
@@ -321,6 +322,7 @@ def peer_settings(trainer: Any) -> dict[str, Any]:
         "gradient_checkpointing": args.gradient_checkpointing, "bf16": args.bf16, "temperature": args.temperature,
         "max_completion_length": args.max_completion_length, "per_turn_max_new_tokens": trainer.generation_kwargs.get("max_new_tokens"),
         "max_tool_calling_iterations": args.max_tool_calling_iterations, "beta": args.beta, "learning_rate": args.learning_rate,
+        "per_device_train_batch_size": args.per_device_train_batch_size, "gradient_accumulation_steps": args.gradient_accumulation_steps,
     }  # fmt: skip
 
 
@@ -424,7 +426,8 @@ def run_side(side: str, session: Any, bridge: Any, options: Any, args: argparse.
 
         trainer.rollout_func = recording
         settings = {"gradient_checkpointing": trainer.args.gradient_checkpointing, "bf16": trainer.args.bf16, "temperature": trainer.args.temperature,
-                    "per_turn_max_new_tokens": options.max_new_tokens, "learning_rate": trainer.args.learning_rate}  # fmt: skip
+                    "per_turn_max_new_tokens": options.max_new_tokens, "learning_rate": trainer.args.learning_rate,
+                    "per_device_train_batch_size": trainer.args.per_device_train_batch_size, "gradient_accumulation_steps": trainer.args.gradient_accumulation_steps}  # fmt: skip
     else:
         from trl import GRPOTrainer
 
@@ -505,7 +508,7 @@ def main(argv: list[str] | None = None) -> None:
         config = prepare_config(config, split=args.split)
     options = TrlOptions(
         model=args.model, device=args.device, bf16=args.bf16, max_steps=args.warmup + args.steps, prompts_per_step=args.tasks, n_samples=args.n,
-        lr=args.lr, temperature=args.temperature, max_new_tokens=args.max_new_tokens, save_interval=0, seed=args.seed,
+        lr=args.lr, temperature=args.temperature, max_new_tokens=args.max_new_tokens, save_interval=0, seed=args.seed, micro_batch=args.micro_batch or None,
     )  # fmt: skip
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
     if args.gpu_memory_fraction and torch.cuda.is_available():

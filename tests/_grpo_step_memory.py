@@ -3,7 +3,7 @@ process's peak resident memory (MiB) before the step, once its forward and backw
 optimizer's first step creates its state) and after the step, as JSON (run in its own process by
 tests/test_trl_memory.py: `ru_maxrss` is a process's lifetime peak).
 
-    python tests/_grpo_step_memory.py '{"rows": 16, "prompt": 300, "completion": 120, "gradient_checkpointing": true}'
+    python tests/_grpo_step_memory.py '{"rows": 16, "prompt": 300, "completion": 120, "gradient_checkpointing": true, "micro_batch": 4}'
 
 The weights are random (SmolLM2's config, no file to load: loading would set a peak of its own); the completions
 are fixed token ids handed over as a `rollout_func`, in the shape the adapter hands TRL a step's episodes.
@@ -29,7 +29,10 @@ def main(settings: dict) -> dict:
 
     from openreward_rl.assets import load_tokenizer, smollm2_gguf
     from openreward_rl.backends.trl.run import TrlOptions, grpo_config, quiet_trainer
+    from openreward_rl.cli.memory import return_freed_memory
 
+    if settings.get("return_freed_memory", True):
+        return_freed_memory()  # as `sft` and `train --framework trl` do
     rows, prompt, completion = settings["rows"], settings["prompt"], settings["completion"]
     n_samples = settings.get("n_samples", 4)
     set_seed(0)
@@ -59,7 +62,7 @@ def main(settings: dict) -> dict:
     with tempfile.TemporaryDirectory() as output_dir:
         options = TrlOptions(
             model="offline:smollm2", device="cpu", output_dir=output_dir, max_steps=1, prompts_per_step=rows // n_samples, n_samples=n_samples,
-            max_new_tokens=completion, save_interval=0, **({} if settings.get("gradient_checkpointing") is None else {"gradient_checkpointing": settings["gradient_checkpointing"]}),
+            max_new_tokens=completion, save_interval=0, **{name: settings[name] for name in ("gradient_checkpointing", "micro_batch") if name in settings},
         )  # fmt: skip
         trainer = GRPOTrainer(
             model=model, processing_class=tokenizer, args=grpo_config(options), rollout_func=rollout,

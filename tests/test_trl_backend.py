@@ -104,7 +104,8 @@ def test_dry_run_prints_the_trainer_config_without_loading_anything(capsys: pyte
     out = capsys.readouterr().out
     plan = json.loads(out[out.index("{\n") :])  # after any line an import printed (wandb's offline notice)
     grpo = plan["GRPOConfig"]
-    assert grpo["max_steps"] == 3 and grpo["num_generations"] == 2 and grpo["per_device_train_batch_size"] == 6
+    assert grpo["max_steps"] == 3 and grpo["num_generations"] == 2
+    assert (grpo["per_device_train_batch_size"], grpo["gradient_accumulation_steps"]) == (3, 2)  # 6 episodes, in passes of at most 4
     assert plan["LoraConfig"]["r"] == 16 and plan["options"]["model"] == "offline:smollm2"
 
 
@@ -612,16 +613,15 @@ def test_turn_credit_trains_each_turn_with_its_own_return(tmp_path: Path, smollm
 
     # two steps, every batch checked: sampling on the CPU is not deterministic, and in one step of 8 episodes
     # every episode can end on its first reply, which could not tell turn from episode credit (the guard below)
-    assert len(capture.batches) == 2 and len(seen) == 16
-    steps = []
-    for batch in capture.batches:
+    passes = trainer.args.gradient_accumulation_steps  # each step's episodes train in passes of `micro_batch`
+    assert len(capture.batches) == 2 * passes and len(seen) == 16
+    steps: list[list[Any]] = [[], []]
+    for index, batch in enumerate(capture.batches):
         assert batch["advantages"].dim() == 2
-        rows = []
         for i in range(batch["completion_ids"].shape[0]):
             keep = batch["completion_mask"][i].bool()
-            rows.append((batch["prompt_ids"][i][batch["prompt_mask"][i].bool()].tolist(), batch["completion_ids"][i][keep].tolist(),
-                         batch["tool_mask"][i][keep].tolist(), batch["advantages"][i][keep].tolist()))  # fmt: skip
-        steps.append(rows)
+            steps[index // passes].append((batch["prompt_ids"][i][batch["prompt_mask"][i].bool()].tolist(), batch["completion_ids"][i][keep].tolist(),
+                                           batch["tool_mask"][i][keep].tolist(), batch["advantages"][i][keep].tolist()))  # fmt: skip
     several_turns = 0
     for start in (0, 4, 8, 12):
         rows = steps[start // 8]

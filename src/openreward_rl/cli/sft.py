@@ -47,6 +47,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--epochs", type=float, default=2.0, help="passes over the kept episodes (default 2)")
     parser.add_argument("--lr", type=float, default=5e-5, help="learning rate (default 5e-5, constant)")
     parser.add_argument("--batch-size", type=int, default=8, help="episode contexts per optimizer step (default 8)")
+    parser.add_argument("--micro-batch", type=int, default=2, metavar="N",
+                        help="episode contexts per forward and backward pass (the largest divisor of --batch-size at most N); their gradients "
+                        "accumulate into one optimizer step: less memory, the same update (default 2)")
     parser.add_argument("--output-dir", default="sft_output", help="where the fine-tuned model is saved (default ./sft_output)")
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     parser.add_argument("--bf16", action="store_true", help="train under bf16 autocast (GPU)")
@@ -92,7 +95,7 @@ def _check(args: argparse.Namespace) -> None:
         raise ConfigError("give the episodes to learn from: --teacher FILE.py:function and/or --from-results FILE.jsonl")
     if args.teacher and ":" not in args.teacher:
         raise ConfigError(f"--teacher {args.teacher!r} must look like path/to/file.py:function")
-    for name in ("teacher_n", "batch_size", "eval_n", "max_response_len"):
+    for name in ("teacher_n", "batch_size", "micro_batch", "eval_n", "max_response_len"):
         if getattr(args, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
     if not args.epochs > 0 or not args.lr > 0:
@@ -204,6 +207,9 @@ def _run(args: argparse.Namespace) -> int:
         return fail(str(error))
     from transformers import set_seed
 
+    from openreward_rl.cli.memory import return_freed_memory
+
+    return_freed_memory()
     set_seed(args.seed)
     try:
         with TrlSession.open(config, options, serve=classes, announce=lambda line: print(line, flush=True)) as session:
@@ -228,7 +234,7 @@ def _run(args: argparse.Namespace) -> int:
             print(f"fine-tuning on {len(rows)} episode contexts of {len(episodes)} episodes ({trained} trained tokens), {args.epochs:g} epochs", flush=True)
             trainer = train_sft(session.model, session.tokenizer, rows, output_dir=args.output_dir, epochs=args.epochs, lr=args.lr,
                                 batch_size=args.batch_size, seed=args.seed, bf16=args.bf16,
-                                gradient_checkpointing=args.gradient_checkpointing)  # fmt: skip
+                                gradient_checkpointing=args.gradient_checkpointing, micro_batch=args.micro_batch)  # fmt: skip
             losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
             if losses:
                 print(f"loss {losses[0]:.4f} -> {losses[-1]:.4f} over {len(losses)} steps", flush=True)

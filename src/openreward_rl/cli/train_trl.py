@@ -74,6 +74,9 @@ def add_trl_arguments(parser: Any) -> None:
     group.add_argument("--bf16", action="store_true", help="train under bf16 autocast (GPU)")
     group.add_argument("--gradient-checkpointing", action=argparse.BooleanOptionalAction, default=_DEFAULT["gradient_checkpointing"],
                        help="recompute activations in the backward pass: far less memory, a slower step (default on; --no-gradient-checkpointing: off)")
+    group.add_argument("--micro-batch", type=int, default=_DEFAULT["micro_batch"], metavar="N",
+                       help="episodes per forward and backward pass of a step (the largest divisor of the step's episodes at most N); "
+                       f"their gradients accumulate into one optimizer step: less memory, the same update (default {_DEFAULT['micro_batch']})")
     group.add_argument("--max-steps", type=int, default=_DEFAULT["max_steps"], help=f"optimizer steps (default {_DEFAULT['max_steps']})")
     group.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --output-dir")
     group.add_argument("--lora", action="store_true", help="train a LoRA adapter (peft) instead of all weights")
@@ -284,6 +287,9 @@ def run(args: Any) -> int:
         print(dry_run_text(options, str(config.source), args.serve))
         return 0
     check_device(options.device)
+    from openreward_rl.cli.memory import return_freed_memory
+
+    return_freed_memory()  # before the model loads
     classes = [load_environment_class(spec) for spec in args.serve]
     check_servable(classes)  # what the SDK's Server refuses (no tools, a concurrent terminal tool), before the model loads
     if options.report_to == "wandb":

@@ -37,7 +37,7 @@ from openreward_rl.observe.metrics import EnvironmentSummary, summarize
 
 __all__ = [
     "EvalStats", "TrlOptions", "TrlSession", "checkpointing_argument", "eval_stats", "grpo_config", "last_checkpoint", "lora_config", "quiet_trainer",
-    "recognise_tied_weights", "release_optimizer", "trainable_gguf",
+    "recognise_tied_weights", "release_optimizer", "rows_per_pass", "trainable_gguf",
 ]
 
 
@@ -68,6 +68,10 @@ class TrlOptions:
       (TRL's default too): the training pass holds one layer's activations at a time, not every layer's for the whole
       batch;
       the step takes longer, its numbers are the same.
+    - `micro_batch`: episodes per forward and backward pass of the training step: the step's episodes are split into
+      passes of this many (the largest divisor of `episodes_per_step` at most this) whose gradients add up to the
+      whole step's, with one optimizer step per step either way; the training pass's activations, LM-head tiles and
+      their gradients are for one pass at a time. None: every episode in one pass.
     - `max_failed_steps`: training stops after this many steps in a row in which every episode failed
       (infrastructure failures: nothing to train on), keeping the checkpoints written so far; a single
       such step is reported and skipped (its loss is 0). 0: never stop for that.
@@ -102,6 +106,7 @@ class TrlOptions:
     logging_steps: int = 1
     family: str | None = None
     gradient_checkpointing: bool = True
+    micro_batch: int | None = 4
     sampler: str = SAMPLERS[0]
     sampler_memory: float = 0.5
     resample_zero_spread: int | None = None
@@ -120,7 +125,7 @@ class TrlOptions:
             raise ConfigError(f"max-failed-steps must be >= 0 (0: never stop for failed steps), got {self.max_failed_steps}")
         if self.max_untrained_steps < 0:
             raise ConfigError(f"max-untrained-steps must be >= 0 (0: never stop for steps that train nothing), got {self.max_untrained_steps}")
-        for name in ("max_steps", "prompts_per_step", "max_new_tokens", "concurrency", "logging_steps"):
+        for name in ("max_steps", "prompts_per_step", "max_new_tokens", "concurrency", "logging_steps", "micro_batch"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ConfigError(f"{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         if self.n_samples < 2:
@@ -174,6 +179,11 @@ class TrlOptions:
             )
 
     @property
+    def episodes_per_pass(self) -> int:
+        """Episodes per forward and backward pass: `rows_per_pass` of this process's episodes and `micro_batch`."""
+        return rows_per_pass(self.episodes_per_process, self.micro_batch)
+
+    @property
     def sampling(self) -> SamplingConfig:
         return SamplingConfig(temperature=self.temperature, top_p=self.top_p)
 
@@ -188,13 +198,25 @@ class TrlOptions:
         return self.ranks.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
+def rows_per_pass(batch: int, micro_batch: int | None) -> int:
+    """Rows per forward and backward pass of an optimizer step of `batch` rows: the largest divisor of `batch` at most
+    `micro_batch` (None: `batch`), so that every pass has as many rows and the passes' gradients add up to the step's.
+
+    >>> rows_per_pass(16, 4), rows_per_pass(16, 6), rows_per_pass(12, None), rows_per_pass(7, 4), rows_per_pass(3, 8)
+    (4, 4, 12, 1, 3)
+    """
+    return max(size for size in range(1, min(micro_batch or batch, batch) + 1) if batch % size == 0)
+
+
 def grpo_config(options: TrlOptions) -> Any:
-    """TRL's `GRPOConfig` for these options: one generation per optimizer step, every episode of a process in one
-    batch (TRL's batch is per process; its sampler hands each process consecutive rows, so whole groups)."""
+    """TRL's `GRPOConfig` for these options: one generation per optimizer step (TRL's batch is per process; its
+    sampler hands each process consecutive rows, so whole groups), trained in passes of `episodes_per_pass`
+    episodes whose gradients accumulate (TRL samples once per `steps_per_generation` passes, which it sets to
+    `gradient_accumulation_steps`)."""
     from trl import GRPOConfig
 
     options.check_split()
-    batch = options.episodes_per_process
+    passes = options.episodes_per_process // options.episodes_per_pass
     cpu = options.resolved_device == "cpu"
     return GRPOConfig(
         **same_named(
@@ -202,8 +224,8 @@ def grpo_config(options: TrlOptions) -> Any:
         ),
         **checkpointing_argument(GRPOConfig, options.gradient_checkpointing),
         learning_rate=options.lr,
-        per_device_train_batch_size=batch,
-        gradient_accumulation_steps=1,
+        per_device_train_batch_size=options.episodes_per_pass,
+        gradient_accumulation_steps=passes,
         num_generations=options.n_samples,
         max_completion_length=options.max_new_tokens,
         save_strategy="steps" if options.save_interval else "no",

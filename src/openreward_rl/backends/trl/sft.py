@@ -45,19 +45,22 @@ def sft_rows(trajectories: Sequence[Trajectory], *, min_reward: float) -> list[d
 
 
 def train_sft(model: Any, tokenizer: Any, rows: list[dict[str, list[int]]], *, output_dir: str, epochs: float, lr: float,
-              batch_size: int, seed: int, bf16: bool = False, gradient_checkpointing: bool = True, callbacks: Sequence[Any] = ()) -> Any:  # fmt: skip
+              batch_size: int, seed: int, bf16: bool = False, gradient_checkpointing: bool = True, micro_batch: int | None = 2,
+              callbacks: Sequence[Any] = ()) -> Any:  # fmt: skip
     """Fine-tune `model` on `rows` (`sft_rows`) with TRL's `SFTTrainer`; returns the trainer (its
     `state.log_history` holds the losses; its optimizer is released). Nothing is saved: the caller saves the model. `gradient_checkpointing`
     recomputes each layer's activations in the backward pass instead of keeping every layer's for the whole batch
-    (as `TrlOptions.gradient_checkpointing`)."""
+    (as `TrlOptions.gradient_checkpointing`). Each optimizer step of `batch_size` rows runs in forward and backward passes
+    of `rows_per_pass(batch_size, micro_batch)` rows whose gradients accumulate (as `TrlOptions.micro_batch`)."""
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
 
-    from openreward_rl.backends.trl.run import checkpointing_argument, quiet_trainer, release_optimizer
+    from openreward_rl.backends.trl.run import checkpointing_argument, quiet_trainer, release_optimizer, rows_per_pass
 
+    per_pass = rows_per_pass(batch_size, micro_batch)
     args = SFTConfig(
-        output_dir=output_dir, num_train_epochs=epochs, learning_rate=lr, per_device_train_batch_size=batch_size,
-        gradient_accumulation_steps=1, logging_steps=1, save_strategy="no", report_to="none", seed=seed, bf16=bf16,
+        output_dir=output_dir, num_train_epochs=epochs, learning_rate=lr, per_device_train_batch_size=per_pass,
+        gradient_accumulation_steps=batch_size // per_pass, logging_steps=1, save_strategy="no", report_to="none", seed=seed, bf16=bf16,
         max_length=None, lr_scheduler_type="constant", use_cpu=str(model.device) == "cpu",
         **checkpointing_argument(SFTConfig, gradient_checkpointing),
     )  # fmt: skip
