@@ -66,7 +66,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps first")
     parser.add_argument("--steps", type=int, default=3, help="timed steps")
-    parser.add_argument("--micro-batch", type=int, default=4, help="our side's episodes per forward and backward pass (TrlOptions.micro_batch; 0: the whole step in one)")
+    parser.add_argument("--micro-batch", type=int, default=None, help="our side's episodes per forward and backward pass (TrlOptions.micro_batch; 0: the whole step in one; default: the library's)")
     parser.add_argument("--sides", default="trl,trl-tools,ours")
     parser.add_argument("--gpu-memory-fraction", type=float, default=None,
                         help="the most of the GPU's memory this process may hold (torch's per-process cap; for several runs on one GPU)")
@@ -508,7 +508,7 @@ def main(argv: list[str] | None = None) -> None:
         config = prepare_config(config, split=args.split)
     options = TrlOptions(
         model=args.model, device=args.device, bf16=args.bf16, max_steps=args.warmup + args.steps, prompts_per_step=args.tasks, n_samples=args.n,
-        lr=args.lr, temperature=args.temperature, max_new_tokens=args.max_new_tokens, save_interval=0, seed=args.seed, micro_batch=args.micro_batch or None,
+        lr=args.lr, temperature=args.temperature, max_new_tokens=args.max_new_tokens, save_interval=0, seed=args.seed, micro_batch=args.micro_batch,
     )  # fmt: skip
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
     if args.gpu_memory_fraction and torch.cuda.is_available():

@@ -86,13 +86,13 @@ def test_a_step_in_micro_batches_makes_the_same_update_as_one_pass(tmp_path: Pat
             self.seen = {name: p.grad.detach().clone() for name, p in model.named_parameters() if p.grad is not None}
 
     trained = {}
-    for micro_batch in (None, 2):
+    for micro_batch in (0, 2):
         set_seed(0)
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
         options = TrlOptions(model="offline:smollm2", device="cpu", output_dir=str(tmp_path / str(micro_batch)), max_steps=1, prompts_per_step=2,
                              n_samples=4, max_new_tokens=9, save_interval=0, lr=1e-3, micro_batch=micro_batch)  # fmt: skip
         args = grpo_config(options)
-        assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) == ((8, 1) if micro_batch is None else (2, 4))
+        assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) == ((8, 1) if micro_batch == 0 else (2, 4))
         trainer = GRPOTrainer(
             model=model, processing_class=load_tokenizer("offline:smollm2"), args=args, rollout_func=rollout,
             reward_funcs=[lambda prompts, completions, reward, **_: reward], train_dataset=Dataset.from_list([{"prompt": f"task {i}"} for i in range(8)]),
@@ -101,7 +101,7 @@ def test_a_step_in_micro_batches_makes_the_same_update_as_one_pass(tmp_path: Pat
         quiet_trainer(trainer).train()
         assert trainer.state.global_step == 1
         trained[micro_batch] = (trainer.state.log_history[0]["loss"], gradients.seen)
-    (whole_loss, whole), (passes_loss, passes) = trained[None], trained[2]
+    (whole_loss, whole), (passes_loss, passes) = trained[0], trained[2]
     assert passes_loss == pytest.approx(whole_loss, rel=1e-4, abs=1e-6)
     assert whole.keys() == passes.keys() and any(gradient.abs().max() > 0 for gradient in whole.values())
     for name in whole:

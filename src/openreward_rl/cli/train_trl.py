@@ -76,7 +76,8 @@ def add_trl_arguments(parser: Any) -> None:
                        help="recompute activations in the backward pass: far less memory, a slower step (default on; --no-gradient-checkpointing: off)")
     group.add_argument("--micro-batch", type=int, default=_DEFAULT["micro_batch"], metavar="N",
                        help="episodes per forward and backward pass of a step (the largest divisor of the step's episodes at most N); "
-                       f"their gradients accumulate into one optimizer step: less memory, the same update (default {_DEFAULT['micro_batch']})")
+                       "their gradients accumulate into one optimizer step: less memory, the same update; 0: the whole step in one pass "
+                       "(default: 4 on the CPU, the whole step on a GPU)")
     group.add_argument("--max-steps", type=int, default=_DEFAULT["max_steps"], help=f"optimizer steps (default {_DEFAULT['max_steps']})")
     group.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --output-dir")
     group.add_argument("--lora", action="store_true", help="train a LoRA adapter (peft) instead of all weights")

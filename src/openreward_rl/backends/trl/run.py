@@ -71,7 +71,9 @@ class TrlOptions:
     - `micro_batch`: episodes per forward and backward pass of the training step: the step's episodes are split into
       passes of this many (the largest divisor of `episodes_per_step` at most this) whose gradients add up to the
       whole step's, with one optimizer step per step either way; the training pass's activations, LM-head tiles and
-      their gradients are for one pass at a time. None: every episode in one pass.
+      their gradients are for one pass at a time. 0: every episode in one pass. None (the default): 4 on the CPU,
+      where the pass's resident memory decides whether the quickstart fits a laptop, and every episode in one pass on
+      a GPU, where 16 passes of 4 took a step of SmolLM2-135M from 1.4 to 5.6 s on one H200 for 0.3 GiB of memory.
     - `max_failed_steps`: training stops after this many steps in a row in which every episode failed
       (infrastructure failures: nothing to train on), keeping the checkpoints written so far; a single
       such step is reported and skipped (its loss is 0). 0: never stop for that.
@@ -106,7 +108,7 @@ class TrlOptions:
     logging_steps: int = 1
     family: str | None = None
     gradient_checkpointing: bool = True
-    micro_batch: int | None = 4
+    micro_batch: int | None = None
     sampler: str = SAMPLERS[0]
     sampler_memory: float = 0.5
     resample_zero_spread: int | None = None
@@ -125,7 +127,9 @@ class TrlOptions:
             raise ConfigError(f"max-failed-steps must be >= 0 (0: never stop for failed steps), got {self.max_failed_steps}")
         if self.max_untrained_steps < 0:
             raise ConfigError(f"max-untrained-steps must be >= 0 (0: never stop for steps that train nothing), got {self.max_untrained_steps}")
-        for name in ("max_steps", "prompts_per_step", "max_new_tokens", "concurrency", "logging_steps", "micro_batch"):
+        if self.micro_batch is not None and self.micro_batch < 0:
+            raise ConfigError(f"micro-batch must be >= 0 (0: the whole step in one pass), got {self.micro_batch}")
+        for name in ("max_steps", "prompts_per_step", "max_new_tokens", "concurrency", "logging_steps"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ConfigError(f"{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         if self.n_samples < 2:
@@ -181,7 +185,10 @@ class TrlOptions:
     @property
     def episodes_per_pass(self) -> int:
         """Episodes per forward and backward pass: `rows_per_pass` of this process's episodes and `micro_batch`."""
-        return rows_per_pass(self.episodes_per_process, self.micro_batch)
+        micro_batch = self.micro_batch
+        if micro_batch is None:
+            micro_batch = CPU_MICRO_BATCH if self.resolved_device == "cpu" else 0
+        return rows_per_pass(self.episodes_per_process, micro_batch or None)
 
     @property
     def sampling(self) -> SamplingConfig:
@@ -196,6 +203,9 @@ class TrlOptions:
         import torch
 
         return self.ranks.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+CPU_MICRO_BATCH = 4  # TrlOptions.micro_batch's default on the CPU
 
 
 def rows_per_pass(batch: int, micro_batch: int | None) -> int:
