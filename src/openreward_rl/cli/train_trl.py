@@ -303,6 +303,18 @@ def run(args: Any) -> int:
         kept = last_checkpoint_line(options.output_dir)
         print(f"openreward-rl train: interrupted{kept}", file=sys.stderr, flush=True)
         return 130
+    finally:
+        if options.report_to == "wandb":
+            _finish_wandb_run()
+
+
+def _finish_wandb_run() -> None:
+    """Finish the WandB run TRL's callback started (the main process's), here rather than at interpreter exit:
+    under `accelerate launch` a process's exit hooks may not run to the end, and the run then has no exit record."""
+    import wandb
+
+    if wandb.run is not None:
+        wandb.finish()
 
 
 def last_checkpoint_line(output_dir: str) -> str:
