@@ -98,7 +98,13 @@ async def sample_load(loads: SGLangLoads, into: list[tuple[int, int, float]], st
             await asyncio.wait_for(stop.wait(), 0.25)
 
 
-async def run_setting(setting: str, gate: Callable[[], contextlib.AbstractAsyncContextManager[None]], episode: Callable[[int], Any], count: int, url: str) -> Result:
+async def run_setting(
+    setting: str,
+    gate: Callable[[], contextlib.AbstractAsyncContextManager[None]],
+    episode: Callable[[int], Any],
+    count: int,
+    url: str,
+) -> Result:
     samples: list[tuple[int, int, float]] = []
     stop = asyncio.Event()
     loads = SGLangLoads(url)
@@ -123,8 +129,11 @@ HEADER = f"{'in flight':>10} {'wall s':>7} {'episodes/s':>10} {'tokens/s':>9} {'
 
 def report(result: Result) -> None:
     name = result.setting if result.limit is None else f"{result.setting} ({result.limit})"
-    print(f"{name:>10} {result.wall:>7.1f} {result.episodes_per_s:>10.2f} {result.tokens_per_s:>9.0f} {result.aborted:>7} {result.not_completed:>8}"
-          f" {result.running:>8.1f} {result.waiting:>8.1f} {result.usage:>8.2f}", flush=True)
+    print(
+        f"{name:>10} {result.wall:>7.1f} {result.episodes_per_s:>10.2f} {result.tokens_per_s:>9.0f} {result.aborted:>7} {result.not_completed:>8}"
+        f" {result.running:>8.1f} {result.waiting:>8.1f} {result.usage:>8.2f}",
+        flush=True,
+    )
 
 
 async def run(args: argparse.Namespace, url: str) -> list[Result]:
@@ -132,7 +141,11 @@ async def run(args: argparse.Namespace, url: str) -> list[Result]:
 
     tokenizer = load_tokenizer(TOKENIZER)
     renderer, parser = ChatRenderer(tokenizer), get_parser("hermes")
-    settings = EpisodeSettings(max_turns=args.turns, max_context_len=args.context, sampling_params={"temperature": 1.0, "max_new_tokens": args.max_new_tokens})
+    settings = EpisodeSettings(
+        max_turns=args.turns,
+        max_context_len=args.context,
+        sampling_params={"temperature": 1.0, "max_new_tokens": args.max_new_tokens},
+    )
     engine = SGLangEngine(url)
     task = corridor_task(args.turns, args.reply_words)
     run_id = 0
@@ -162,8 +175,11 @@ async def run(args: argparse.Namespace, url: str) -> list[Result]:
         async def read_load() -> Any:
             load = await reader()
             if args.trace and load is not None:
-                print(f"  t={time.perf_counter() - started:6.1f}s limit {controller.limit:>4} in flight {controller.in_flight:>4} waiting for a slot {controller.queued:>4}"
-                      f" | engine running {load.running:>3} waiting {load.waiting:>4} KV {load.token_usage:.2f}", flush=True)
+                print(
+                    f"  t={time.perf_counter() - started:6.1f}s limit {controller.limit:>4} in flight {controller.in_flight:>4} waiting for a slot {controller.queued:>4}"
+                    f" | engine running {load.running:>3} waiting {load.waiting:>4} KV {load.token_usage:.2f}",
+                    flush=True,
+                )
             return load
 
         controller = AdmissionController(read_load, floor=args.floor, ceiling=args.ceiling, interval_s=args.poll_s)
@@ -180,26 +196,41 @@ async def run(args: argparse.Namespace, url: str) -> list[Result]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--static", type=int, nargs="*", default=[8, 16, 32, 64, 128, 256], help="static limits, run in turn")
+    parser.add_argument(
+        "--static", type=int, nargs="*", default=[8, 16, 32, 64, 128, 256], help="static limits, run in turn"
+    )
     parser.add_argument("--episodes", type=int, default=192, help="episodes per setting")
     parser.add_argument("--turns", type=int, default=4)
     parser.add_argument("--reply-words", type=int, default=60)
     parser.add_argument("--tool-ms", type=float, default=500.0, help="milliseconds each tool call takes")
     parser.add_argument("--max-new-tokens", type=int, default=1024, help="per model call (what SGLang reserves from)")
     parser.add_argument("--context", type=int, default=8192, help="tokens per episode")
-    parser.add_argument("--kv-tokens", type=int, default=24576, help="the engine's KV-cache pool (max_total_num_tokens)")
+    parser.add_argument(
+        "--kv-tokens", type=int, default=24576, help="the engine's KV-cache pool (max_total_num_tokens)"
+    )
     parser.add_argument("--step-ms", type=float, default=15.0, help="fixed cost of a scheduler step")
-    parser.add_argument("--kv-token-us", type=float, default=0.5, help="decode cost per token of KV in the batch (microseconds)")
+    parser.add_argument(
+        "--kv-token-us", type=float, default=0.5, help="decode cost per token of KV in the batch (microseconds)"
+    )
     parser.add_argument("--prefill-token-us", type=float, default=20.0, help="prefill cost per token (microseconds)")
     parser.add_argument("--floor", type=int, default=8)
     parser.add_argument("--ceiling", type=int, default=512)
     parser.add_argument("--poll-s", type=float, default=0.5, help="the controller's poll interval")
-    parser.add_argument("--trace", action="store_true", help="print the controller's limit and the engine's load at every poll")
+    parser.add_argument(
+        "--trace", action="store_true", help="print the controller's limit and the engine's load at every poll"
+    )
     args = parser.parse_args()
-    kv = {"max_total_tokens": args.kv_tokens, "step_s": args.step_ms / 1000, "kv_token_s": args.kv_token_us / 1e6, "prefill_token_s": args.prefill_token_us / 1e6}
+    kv = {
+        "max_total_tokens": args.kv_tokens,
+        "step_s": args.step_ms / 1000,
+        "kv_token_s": args.kv_token_us / 1e6,
+        "prefill_token_s": args.prefill_token_us / 1e6,
+    }
     print(f"machine: {machine()}")
-    print(f"{args.episodes} episodes per setting, {args.turns} turns, tools {args.tool_ms:g} ms; engine: {args.kv_tokens} KV tokens, step {args.step_ms:g} ms"
-          f" + {args.kv_token_us:g} us/KV token, prefill {args.prefill_token_us:g} us/token; max_new_tokens {args.max_new_tokens}")
+    print(
+        f"{args.episodes} episodes per setting, {args.turns} turns, tools {args.tool_ms:g} ms; engine: {args.kv_tokens} KV tokens, step {args.step_ms:g} ms"
+        f" + {args.kv_token_us:g} us/KV token, prefill {args.prefill_token_us:g} us/token; max_new_tokens {args.max_new_tokens}"
+    )
     print(HEADER)
     with SGLangDoubleProcess(context_len=args.context, kv_cache=kv) as double:
         results = asyncio.run(run(args, double.url))
@@ -207,7 +238,9 @@ def main() -> None:
     adaptive = next(r for r in results if r.setting == "auto")
     if static:
         best = max(static, key=lambda r: r.episodes_per_s)
-        print(f"auto / best static ({best.setting}): episodes/s {adaptive.episodes_per_s / best.episodes_per_s:.2f}, tokens/s {adaptive.tokens_per_s / best.tokens_per_s:.2f}")
+        print(
+            f"auto / best static ({best.setting}): episodes/s {adaptive.episodes_per_s / best.episodes_per_s:.2f}, tokens/s {adaptive.tokens_per_s / best.tokens_per_s:.2f}"
+        )
     print(f"aborted episodes in all settings: {sum(r.aborted for r in results)}")
 
 

@@ -32,7 +32,11 @@ from common import TOKENIZER, SGLangDoubleProcess, machine, process_cpu_seconds 
 
 STEP = {
     "type": "function",
-    "function": {"name": "step", "description": "Walk one step.", "parameters": {"type": "object", "properties": {"note": {"type": "string"}}}},
+    "function": {
+        "name": "step",
+        "description": "Walk one step.",
+        "parameters": {"type": "object", "properties": {"note": {"type": "string"}}},
+    },
 }
 TOOL_RESULT = "You walk into a room. " * 14  # ~300 characters
 
@@ -48,7 +52,9 @@ async def clients(base: str, keys: list[str], turns: int) -> None:
     async def episode(session: aiohttp.ClientSession, key: str) -> None:
         messages: list[dict] = [{"role": "user", "content": f"Walk the corridor ({key})."}]
         for _ in range(turns):
-            async with session.post(f"{base}/episodes/{key}/v1/chat/completions", json={"model": "p", "messages": messages, "tools": [STEP]}) as answer:
+            async with session.post(
+                f"{base}/episodes/{key}/v1/chat/completions", json={"model": "p", "messages": messages, "tools": [STEP]}
+            ) as answer:
                 body = await answer.json()
                 if answer.status != 200:
                     raise RuntimeError(body)
@@ -72,7 +78,9 @@ async def serve(episodes: int, turns: int) -> dict:
     tokenizer, family = load_tokenizer(TOKENIZER), get_family("qwen3")
     with SGLangDoubleProcess() as double:
         engine = SGLangEngine(double.url, max_attempts=1)
-        endpoint = AgentEndpoint(engine, family.renderer(tokenizer), get_parser(family.parser), RecorderSettings(max_new_tokens=512))
+        endpoint = AgentEndpoint(
+            engine, family.renderer(tokenizer), get_parser(family.parser), RecorderSettings(max_new_tokens=512)
+        )
         async with endpoint:
             keys = [f"ep{i}" for i in range(episodes)]
             for key in keys:
@@ -99,10 +107,16 @@ async def serve(episodes: int, turns: int) -> dict:
     requests = sum(r.requests for r in recorded)
     assert all(len(r.ledger.segments) == 1 for r in recorded), "every episode must stay one segment"
     return {
-        "episodes": episodes, "turns": turns, "requests": requests, "endpoint_cpu_ms_per_request": round(1000 * cpu / requests, 3),
-        "double_cpu_ms_per_request": round(1000 * double_cpu / requests, 3), "clients_cpu_s_at_last_look": round(client_cpu, 2),
-        "wall_s": round(wall, 1), "load_average": os.getloadavg(), "machine": machine(),
-    }  # fmt: skip
+        "episodes": episodes,
+        "turns": turns,
+        "requests": requests,
+        "endpoint_cpu_ms_per_request": round(1000 * cpu / requests, 3),
+        "double_cpu_ms_per_request": round(1000 * double_cpu / requests, 3),
+        "clients_cpu_s_at_last_look": round(client_cpu, 2),
+        "wall_s": round(wall, 1),
+        "load_average": os.getloadavg(),
+        "machine": machine(),
+    }
 
 
 def main() -> None:

@@ -45,8 +45,28 @@ REPO_ROOT = THIS_FILE.parents[1]
 CORRIDOR_SPEC = f"{THIS_FILE}:Corridor"
 TOKENIZER = "offline:qwen3"
 
-_WORDS = ("amber", "basalt", "cedar", "delta", "ember", "fjord", "granite", "harbor", "iris", "juniper",
-          "kelp", "lumen", "marble", "nectar", "onyx", "pebble", "quartz", "river", "slate", "tundra")
+_WORDS = (
+    "amber",
+    "basalt",
+    "cedar",
+    "delta",
+    "ember",
+    "fjord",
+    "granite",
+    "harbor",
+    "iris",
+    "juniper",
+    "kelp",
+    "lumen",
+    "marble",
+    "nectar",
+    "onyx",
+    "pebble",
+    "quartz",
+    "river",
+    "slate",
+    "tundra",
+)
 
 
 def corridor_reply(step: int, words: int) -> str:
@@ -123,15 +143,34 @@ def model_turn_ids(tokenizer: Any, turn: int) -> tuple[int, ...]:
 class SGLangDoubleProcess:
     """`SGLangTestServer` in a child process answering each request with the pre-tokenized turn of its turn index."""
 
-    def __init__(self, tokenizer_name: str = TOKENIZER, context_len: int = 65536, latency_s: float = 0.0, kv_cache: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        tokenizer_name: str = TOKENIZER,
+        context_len: int = 65536,
+        latency_s: float = 0.0,
+        kv_cache: Mapping[str, Any] | None = None,
+    ) -> None:
         """`kv_cache`: the fields of a `KVCacheModel` (the double then plays a KV-cache pool and SGLang's scheduler)."""
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT / "src"), env.get("PYTHONPATH", "")])
         kv_args = ["--kv-cache", json.dumps(dict(kv_cache))] if kv_cache else []
         self.process = subprocess.Popen(
-            [sys.executable, str(THIS_FILE), "sglang-double", "--tokenizer", tokenizer_name, "--context-len", str(context_len),
-             "--latency", str(latency_s), *kv_args],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True,
+            [
+                sys.executable,
+                str(THIS_FILE),
+                "sglang-double",
+                "--tokenizer",
+                tokenizer_name,
+                "--context-len",
+                str(context_len),
+                "--latency",
+                str(latency_s),
+                *kv_args,
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+            text=True,
         )
         assert self.process.stdout is not None
         line = self.process.stdout.readline()
@@ -165,7 +204,9 @@ def process_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _serve_double(tokenizer_name: str, context_len: int, latency_s: float = 0.0, kv_cache: Mapping[str, Any] | None = None) -> None:
+def _serve_double(
+    tokenizer_name: str, context_len: int, latency_s: float = 0.0, kv_cache: Mapping[str, Any] | None = None
+) -> None:
     from openreward_rl.assets import load_tokenizer
     from openreward_rl.testing import KVCacheModel, ScriptedCompletion, SGLangTestServer
 
@@ -177,8 +218,14 @@ def _serve_double(tokenizer_name: str, context_len: int, latency_s: float = 0.0,
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, stop.set)
         loop.add_reader(sys.stdin.fileno(), lambda: stop.set() if not sys.stdin.readline() else None)
-        async with SGLangTestServer(tokenizer, lambda request: completions[turn_of_rid(request.rid or "_t0")], context_len=context_len, record=False,
-                                   latency_s=latency_s, kv_cache=KVCacheModel(**kv_cache) if kv_cache else None) as server:
+        async with SGLangTestServer(
+            tokenizer,
+            lambda request: completions[turn_of_rid(request.rid or "_t0")],
+            context_len=context_len,
+            record=False,
+            latency_s=latency_s,
+            kv_cache=KVCacheModel(**kv_cache) if kv_cache else None,
+        ) as server:
             print(f"PORT {server.port}", flush=True)
             await stop.wait()
 
@@ -202,7 +249,11 @@ def in_process_engine(tokenizer: Any, latency_s: float = 0.0) -> Any:
 
     answers = []
     for turn in range(SCRIPTED_TURNS + 1):
-        turn_ids = model_turn_ids(tokenizer, turn) if turn < SCRIPTED_TURNS else tokenizer.encode(SUMMARY_TEXT, add_special_tokens=False)
+        turn_ids = (
+            model_turn_ids(tokenizer, turn)
+            if turn < SCRIPTED_TURNS
+            else tokenizer.encode(SUMMARY_TEXT, add_special_tokens=False)
+        )
         ids = [*turn_ids, tokenizer.eos_token_id]
         body = {
             "text": tokenizer.decode(ids[:-1], skip_special_tokens=True),
@@ -257,7 +308,9 @@ class InProcessSdkSession:
         self.turns, self.reply_words, self.steps = turns, reply_words, 0
 
     async def get_messages(self, format: str = "openai") -> list[dict[str, Any]]:
-        return [{"role": "user", "content": "Walk down the corridor with the step tool until it ends, noting each room."}]
+        return [
+            {"role": "user", "content": "Walk down the corridor with the step tool until it ends, noting each room."}
+        ]
 
     async def list_tools(self, format: str = "openai") -> list[dict[str, Any]]:
         return [dict(t) for t in CORRIDOR_TOOLS_FLAT]
@@ -274,11 +327,18 @@ class InProcessSdkSession:
 def corridor_task(turns: int, reply_words: int, base_url: str | None = None) -> Any:
     from openreward_rl import TaskRef
 
-    return TaskRef("Corridor", "train", task_spec={"turns": turns, "reply_words": reply_words},
-                   base_url=base_url, variant="corridor" if base_url else None)
+    return TaskRef(
+        "Corridor",
+        "train",
+        task_spec={"turns": turns, "reply_words": reply_words},
+        base_url=base_url,
+        variant="corridor" if base_url else None,
+    )
 
 
-def write_corridor_config(directory: Path, base_url: str, *, max_turns: int, name: str = "train_config.yaml", extra: str = "") -> Path:
+def write_corridor_config(
+    directory: Path, base_url: str, *, max_turns: int, name: str = "train_config.yaml", extra: str = ""
+) -> Path:
     """The hooks' config for Corridor at `base_url` (one attempt, no upload); `extra` adds top-level YAML lines."""
     file = directory / name
     file.write_text(
@@ -321,6 +381,11 @@ if __name__ == "__main__":
     double.add_argument("--tokenizer", default=TOKENIZER)
     double.add_argument("--context-len", type=int, default=65536)
     double.add_argument("--latency", type=float, default=0.0, help="seconds each answer waits")
-    double.add_argument("--kv-cache", type=json.loads, default=None, help="JSON of KVCacheModel fields: play a KV-cache pool and SGLang's scheduler")
+    double.add_argument(
+        "--kv-cache",
+        type=json.loads,
+        default=None,
+        help="JSON of KVCacheModel fields: play a KV-cache pool and SGLang's scheduler",
+    )
     args = parser.parse_args()
     _serve_double(args.tokenizer, args.context_len, args.latency, args.kv_cache)

@@ -55,7 +55,15 @@ def summary(grouped: dict[str, list[dict[str, Any]]], stuck: float | None) -> di
         curve = []
         for i, step in enumerate(steps):
             values = [run["curve"][i]["reward_mean"] for run in runs if i < len(run["curve"])]
-            curve.append({"step": step, "mean": statistics.fmean(values), "min": min(values), "max": max(values), "seeds": len(values)})
+            curve.append(
+                {
+                    "step": step,
+                    "mean": statistics.fmean(values),
+                    "min": min(values),
+                    "max": max(values),
+                    "seeds": len(values),
+                }
+            )
         later = [run["curve"][i]["reward_mean"] for run in runs for i in range(1, len(run["curve"]))]
         out[estimator] = {
             "seeds": [run["seed"] for run in runs],
@@ -68,7 +76,9 @@ def summary(grouped: dict[str, list[dict[str, Any]]], stuck: float | None) -> di
     return out
 
 
-def plot(header: dict[str, Any], grouped: dict[str, list[dict[str, Any]]], table: dict[str, dict[str, Any]], path: Path) -> None:
+def plot(
+    header: dict[str, Any], grouped: dict[str, list[dict[str, Any]]], table: dict[str, dict[str, Any]], path: Path
+) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -78,9 +88,22 @@ def plot(header: dict[str, Any], grouped: dict[str, list[dict[str, Any]]], table
     for estimator, runs in grouped.items():
         colour = {"episode": "tab:blue", "turn": "tab:orange", "mix": "tab:green"}.get(estimator)
         for run in runs:
-            ax.plot([p["step"] for p in run["curve"]], [p["reward_mean"] for p in run["curve"]], color=colour, alpha=0.25, linewidth=0.8)
+            ax.plot(
+                [p["step"] for p in run["curve"]],
+                [p["reward_mean"] for p in run["curve"]],
+                color=colour,
+                alpha=0.25,
+                linewidth=0.8,
+            )
         mean = table[estimator]["curve"]
-        ax.plot([p["step"] for p in mean], [p["mean"] for p in mean], color=colour, linewidth=2.2, marker="o", label=f"{estimator} (mean of {len(runs)} seeds)")
+        ax.plot(
+            [p["step"] for p in mean],
+            [p["mean"] for p in mean],
+            color=colour,
+            linewidth=2.2,
+            marker="o",
+            label=f"{estimator} (mean of {len(runs)} seeds)",
+        )
     baseline = header.get("constant_baseline")
     if baseline:
         ax.axhline(baseline[1], color="grey", linestyle="--", label=f'constant "{baseline[0]}" ({baseline[1]:.2f})')
@@ -93,11 +116,21 @@ def plot(header: dict[str, Any], grouped: dict[str, list[dict[str, Any]]], table
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("results", nargs="+", help="learning_curve.py result files (.json)")
-    parser.add_argument("--out", default="credit_curve", help="output prefix: <out>.json and <out>.png (default ./credit_curve)")
-    parser.add_argument("--stuck", type=float, default=None, help="a seed whose final reward is below this is counted as stuck")
-    parser.add_argument("--device-label", default=None, help="how to name the device in the plot and the merged file (default: the files' own)")
+    parser.add_argument(
+        "--out", default="credit_curve", help="output prefix: <out>.json and <out>.png (default ./credit_curve)"
+    )
+    parser.add_argument(
+        "--stuck", type=float, default=None, help="a seed whose final reward is below this is counted as stuck"
+    )
+    parser.add_argument(
+        "--device-label",
+        default=None,
+        help="how to name the device in the plot and the merged file (default: the files' own)",
+    )
     args = parser.parse_args(argv)
     header, runs = load_runs(args.results)
     if args.device_label:
@@ -107,11 +140,18 @@ def main(argv: list[str] | None = None) -> int:
     steps = [p["step"] for p in next(iter(table.values()))["curve"]]
     print("step  " + "  ".join(f"{e + ' (mean [min, max])':<26}" for e in table))
     for i, step in enumerate(steps):
-        cells = [f"{t['curve'][i]['mean']:.3f} [{t['curve'][i]['min']:.2f}, {t['curve'][i]['max']:.2f}]" if i < len(t["curve"]) else "-" for t in table.values()]
+        cells = [
+            f"{t['curve'][i]['mean']:.3f} [{t['curve'][i]['min']:.2f}, {t['curve'][i]['max']:.2f}]"
+            if i < len(t["curve"])
+            else "-"
+            for t in table.values()
+        ]
         print(f"{step:>4}  " + "  ".join(f"{c:<26}" for c in cells))
     for estimator, t in table.items():
-        print(f"{estimator}: seeds {t['seeds']}, mean after step 0 {t['mean_after_step_0']:.3f}, final {t['final_mean']:.3f}, "
-              f"stuck below {t['stuck_below']}: {t['stuck']} of {len(t['seeds'])}")  # fmt: skip
+        print(
+            f"{estimator}: seeds {t['seeds']}, mean after step 0 {t['mean_after_step_0']:.3f}, final {t['final_mean']:.3f}, "
+            f"stuck below {t['stuck_below']}: {t['stuck']} of {len(t['seeds'])}"
+        )
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps({**header, "summary": table, "runs": runs}, indent=2))

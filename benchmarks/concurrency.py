@@ -83,7 +83,15 @@ class Level:
         return seconds * 1000 / max(self.turns, 1)
 
 
-async def run(levels: list[int], serial: int, turns: int, reply_words: int, env_pid: int, env_url: str, double: SGLangDoubleProcess) -> list[Level]:
+async def run(
+    levels: list[int],
+    serial: int,
+    turns: int,
+    reply_words: int,
+    env_pid: int,
+    env_url: str,
+    double: SGLangDoubleProcess,
+) -> list[Level]:
     from openreward import AsyncOpenReward
 
     from openreward_rl.engines.sglang import SGLangEngine
@@ -96,7 +104,9 @@ async def run(levels: list[int], serial: int, turns: int, reply_words: int, env_
     task = corridor_task(turns, reply_words, env_url)
 
     def episode(i: int) -> Awaitable[Trajectory]:
-        return run_episode(lambda: ToolEpisode(engine, renderer, parser, settings, routing_key=f"ep{i}"), client, task, attempts=1)
+        return run_episode(
+            lambda: ToolEpisode(engine, renderer, parser, settings, routing_key=f"ep{i}"), client, task, attempts=1
+        )
 
     measured: list[Level] = []
     try:
@@ -109,8 +119,15 @@ async def run(levels: list[int], serial: int, turns: int, reply_words: int, env_
             else:
                 results = await asyncio.gather(*(episode(i) for i in range(count)), return_exceptions=True)
             wall = time.perf_counter() - started
-            level = Level(count, results, wall, time.process_time() - cpu0, process_cpu_seconds(env_pid) - env0,
-                          double.cpu_seconds() - double0, peak_rss_mib())
+            level = Level(
+                count,
+                results,
+                wall,
+                time.process_time() - cpu0,
+                process_cpu_seconds(env_pid) - env0,
+                double.cpu_seconds() - double0,
+                peak_rss_mib(),
+            )
             measured.append(level)
             report_level(level, serial, turns)
     finally:
@@ -119,15 +136,20 @@ async def run(levels: list[int], serial: int, turns: int, reply_words: int, env_
     return measured
 
 
-HEADER = (f"{'concurrent':>10} {'wall s':>7} {'episodes/s':>10} {'turns/s':>8} {'errors':>6} {'episode ms/turn':>15}"
-          f" {'env server ms/turn':>18} {'SGLang ms/turn':>14} {'peak RSS MiB':>12} {'load':>5}")
+HEADER = (
+    f"{'concurrent':>10} {'wall s':>7} {'episodes/s':>10} {'turns/s':>8} {'errors':>6} {'episode ms/turn':>15}"
+    f" {'env server ms/turn':>18} {'SGLang ms/turn':>14} {'peak RSS MiB':>12} {'load':>5}"
+)
 
 
 def report_level(level: Level, serial: int, turns: int) -> None:
     name = f"1 (x{serial})" if level.concurrency == 1 else str(level.concurrency)
-    print(f"{name:>10} {level.wall:>7.1f} {len(level.results) / level.wall:>10.1f} {level.turns / level.wall:>8.0f} {level.errors:>6}"
-          f" {level.per_turn(level.cpu):>15.2f} {level.per_turn(level.env_cpu):>18.2f} {level.per_turn(level.double_cpu):>14.2f}"
-          f" {level.peak_rss:>12.0f} {os.getloadavg()[0]:>5.1f}", flush=True)
+    print(
+        f"{name:>10} {level.wall:>7.1f} {len(level.results) / level.wall:>10.1f} {level.turns / level.wall:>8.0f} {level.errors:>6}"
+        f" {level.per_turn(level.cpu):>15.2f} {level.per_turn(level.env_cpu):>18.2f} {level.per_turn(level.double_cpu):>14.2f}"
+        f" {level.peak_rss:>12.0f} {os.getloadavg()[0]:>5.1f}",
+        flush=True,
+    )
 
 
 def report_outcomes(levels: list[Level]) -> None:
@@ -138,9 +160,14 @@ def report_outcomes(levels: list[Level]) -> None:
         print(f"episode process CPU per turn at {largest} / at 100: {ratio:.2f}")
     for level in levels:
         done = [r for r in level.results if isinstance(r, Trajectory)]
-        mean = {key: sum(r.metrics.get(key, 0.0) for r in done) / max(len(done), 1) for key in ("model_seconds", "env_seconds", "episode_seconds")}
-        print(f"{level.concurrency}: mean per episode {mean['episode_seconds']:.2f} s in the loop, waiting on the model "
-              f"{mean['model_seconds']:.2f} s and on tools {mean['env_seconds']:.2f} s")
+        mean = {
+            key: sum(r.metrics.get(key, 0.0) for r in done) / max(len(done), 1)
+            for key in ("model_seconds", "env_seconds", "episode_seconds")
+        }
+        print(
+            f"{level.concurrency}: mean per episode {mean['episode_seconds']:.2f} s in the loop, waiting on the model "
+            f"{mean['model_seconds']:.2f} s and on tools {mean['env_seconds']:.2f} s"
+        )
         outcomes: collections.Counter[str] = collections.Counter()
         for result in level.results:
             if isinstance(result, BaseException):
@@ -187,10 +214,16 @@ async def run_in_process(episodes: int, turns: int, reply_words: int, latency: f
     completed = sum(r.stop_reason is StopReason.COMPLETED for r in results)
     turns_done = sum(len(r.turns) for r in results)
     tokens = sum(len(r.tokens) for r in results) / len(results)
-    print(f"\n{episodes} episodes x {turns} turns in process (Corridor, {reply_words}-word replies, {latency:g} s per model call)")
-    print(f"alive at once at most: {most}   completed: {completed}   wall {wall:.1f} s   CPU {cpu:.1f} s ({cpu * 1000 / max(turns_done, 1):.2f} ms/turn)")
-    print(f"RSS before the episodes {before:.0f} MiB, peak {peak:.0f} MiB: {peak - before:.0f} MiB for {most} live episodes, "
-          f"{(peak - before) * 1024 / max(most, 1):.0f} KiB each (final context {tokens:.0f} tokens)")
+    print(
+        f"\n{episodes} episodes x {turns} turns in process (Corridor, {reply_words}-word replies, {latency:g} s per model call)"
+    )
+    print(
+        f"alive at once at most: {most}   completed: {completed}   wall {wall:.1f} s   CPU {cpu:.1f} s ({cpu * 1000 / max(turns_done, 1):.2f} ms/turn)"
+    )
+    print(
+        f"RSS before the episodes {before:.0f} MiB, peak {peak:.0f} MiB: {peak - before:.0f} MiB for {most} live episodes, "
+        f"{(peak - before) * 1024 / max(most, 1):.0f} KiB each (final context {tokens:.0f} tokens)"
+    )
 
 
 def current_rss_mib() -> float:
@@ -202,28 +235,47 @@ def current_rss_mib() -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--episodes", type=int, nargs="+", default=[1, 100, 1000, 2000], help="concurrency levels, run in turn")
+    parser.add_argument(
+        "--episodes", type=int, nargs="+", default=[1, 100, 1000, 2000], help="concurrency levels, run in turn"
+    )
     parser.add_argument("--serial", type=int, default=20, help="level 1: episodes run one at a time")
     parser.add_argument("--turns", type=int, default=5)
     parser.add_argument("--reply-words", type=int, default=40)
-    parser.add_argument("--in-process", action="store_true", help="memory of live episodes, environment and engine in process")
-    parser.add_argument("--latency", type=float, help="seconds each model call waits (default: 1.0 in process, 0 over HTTP)")
+    parser.add_argument(
+        "--in-process", action="store_true", help="memory of live episodes, environment and engine in process"
+    )
+    parser.add_argument(
+        "--latency", type=float, help="seconds each model call waits (default: 1.0 in process, 0 over HTTP)"
+    )
     args = parser.parse_args()
     if args.in_process:
         print(f"machine: {machine()}")
-        asyncio.run(run_in_process(max(args.episodes), args.turns, args.reply_words, 1.0 if args.latency is None else args.latency))
+        asyncio.run(
+            run_in_process(
+                max(args.episodes), args.turns, args.reply_words, 1.0 if args.latency is None else args.latency
+            )
+        )
         return
     from openreward_rl.env.local_server import serve_environments
 
     args.latency = args.latency or 0.0
     print(f"machine: {machine()}")
-    print(f"\n{args.turns}-turn Corridor episodes ({args.reply_words}-word replies), model answers {args.latency:g} s late; levels one after another")
+    print(
+        f"\n{args.turns}-turn Corridor episodes ({args.reply_words}-word replies), model answers {args.latency:g} s late; levels one after another"
+    )
     print(HEADER)
-    with SGLangDoubleProcess(latency_s=args.latency) as double, serve_environments([CORRIDOR_SPEC], subprocess=True) as env_server:
+    with (
+        SGLangDoubleProcess(latency_s=args.latency) as double,
+        serve_environments([CORRIDOR_SPEC], subprocess=True) as env_server,
+    ):
         assert env_server.pid is not None
-        levels = asyncio.run(run(args.episodes, args.serial, args.turns, args.reply_words, env_server.pid, env_server.base_url, double))
+        levels = asyncio.run(
+            run(args.episodes, args.serial, args.turns, args.reply_words, env_server.pid, env_server.base_url, double)
+        )
         env_rss, double_rss = peak_rss_mib(env_server.pid), peak_rss_mib(double.process.pid)
-    print(f"peak RSS MiB: episode process {peak_rss_mib():.0f}, env server {env_rss:.0f}, SGLang double {double_rss:.0f}")
+    print(
+        f"peak RSS MiB: episode process {peak_rss_mib():.0f}, env server {env_rss:.0f}, SGLang double {double_rss:.0f}"
+    )
     report_outcomes(levels)
     load = os.getloadavg()
     print(f"load average after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")

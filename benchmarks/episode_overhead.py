@@ -68,7 +68,9 @@ def settings_for(turns: int) -> EpisodeSettings:
 
 def check(trajectory: Trajectory, turns: int) -> None:
     if trajectory.stop_reason is not StopReason.COMPLETED or trajectory.metrics["turns"] != turns:
-        raise RuntimeError(f"benchmark episode ended {trajectory.stop_reason.value} after {len(trajectory.turns)} turns: {trajectory.stop_detail}")
+        raise RuntimeError(
+            f"benchmark episode ended {trajectory.stop_reason.value} after {len(trajectory.turns)} turns: {trajectory.stop_detail}"
+        )
 
 
 def _cpu() -> tuple[float, float]:
@@ -90,7 +92,9 @@ def in_process_episode(
     return run_one
 
 
-async def measure(run_one: Callable[[], Awaitable[Trajectory]], turns: int, repeats: int, last: list[Trajectory] | None = None) -> tuple[float, float, int]:
+async def measure(
+    run_one: Callable[[], Awaitable[Trajectory]], turns: int, repeats: int, last: list[Trajectory] | None = None
+) -> tuple[float, float, int]:
     """Least CPU seconds (user + system) of one episode over the repeats (the least disturbed by other
     load on a shared machine), least system seconds, final context length. `last` gets the last trajectory."""
     check(await run_one(), turns)  # warm-up: template compile, caches, connections
@@ -114,7 +118,10 @@ async def measure(run_one: Callable[[], Awaitable[Trajectory]], turns: int, repe
 async def library_runs(repeats: int, workloads: list[tuple[str, int, int]]) -> dict[str, tuple[float, float, int]]:
     tokenizer = load_tokenizer(TOKENIZER)
     renderer, parser, engine = ChatRenderer(tokenizer), get_parser("hermes"), in_process_engine(tokenizer)
-    return {label: await measure(in_process_episode(engine, renderer, parser, turns, words), turns, repeats) for label, turns, words in workloads}
+    return {
+        label: await measure(in_process_episode(engine, renderer, parser, turns, words), turns, repeats)
+        for label, turns, words in workloads
+    }
 
 
 async def engine_wire_runs(repeats: int, workloads: list[tuple[str, int, int]]) -> dict[str, tuple[float, float, int]]:
@@ -128,7 +135,9 @@ async def engine_wire_runs(repeats: int, workloads: list[tuple[str, int, int]]) 
         engine = SGLangEngine(double.url)
         try:
             for label, turns, words in workloads:
-                results[label] = await measure(in_process_episode(engine, renderer, parser, turns, words), turns, repeats)
+                results[label] = await measure(
+                    in_process_episode(engine, renderer, parser, turns, words), turns, repeats
+                )
         finally:
             await engine.aclose()
     return results
@@ -152,7 +161,9 @@ async def wire_runs(repeats: int, workloads: list[tuple[str, int, int]]) -> dict
                 task = corridor_task(turns, words, env_server.base_url)
 
                 async def run_one(turns: int = turns, task: Any = task) -> Trajectory:
-                    return await run_episode(lambda: ToolEpisode(engine, renderer, parser, settings_for(turns)), client, task, attempts=1)
+                    return await run_episode(
+                        lambda: ToolEpisode(engine, renderer, parser, settings_for(turns)), client, task, attempts=1
+                    )
 
                 results[label] = await measure(run_one, turns, repeats)
         finally:
@@ -168,7 +179,9 @@ def table(title: str, results: dict[str, tuple[float, float, int]]) -> None:
         if label not in results:
             continue
         seconds, system, length = results[label]
-        print(f"{label:>8} {length:>15} {seconds * 1000:>15.1f} {seconds * 1000 / turns:>12.2f} {system * 1000 / turns:>16.2f}")
+        print(
+            f"{label:>8} {length:>15} {seconds * 1000:>15.1f} {seconds * 1000 / turns:>12.2f} {system * 1000 / turns:>16.2f}"
+        )
     if "10" in results and "50" in results:
         ratio = results["50"][0] / results["10"][0]
         print(f"cost(50 turns) / cost(10 turns) = {ratio:.2f}  (linear: 5.0; target <= 5.5)")
@@ -185,19 +198,36 @@ async def compaction_runs(repeats: int) -> None:
     tokenizer = load_tokenizer(TOKENIZER)
     renderer, parser, engine = ChatRenderer(tokenizer), get_parser("hermes"), in_process_engine(tokenizer)
     policy = SummarizeContext(threshold=0.75, keep_recent_turns=1, summary_tokens=256)
-    print(f"\nlibrary mode, 40-word replies; summarize in a {COMPACTION_WINDOW}-token window vs no policy in a 65,536-token one")
-    print(f"{'turns':>6} {'policy':>10} {'contexts':>9} {'last context':>13} {'CPU ms/turn':>12} {'incl. summary turns':>20}")
+    print(
+        f"\nlibrary mode, 40-word replies; summarize in a {COMPACTION_WINDOW}-token window vs no policy in a 65,536-token one"
+    )
+    print(
+        f"{'turns':>6} {'policy':>10} {'contexts':>9} {'last context':>13} {'CPU ms/turn':>12} {'incl. summary turns':>20}"
+    )
     for turns in COMPACTION_TURNS:
         for name, settings in (
-            ("summarize", EpisodeSettings(max_turns=turns, max_context_len=COMPACTION_WINDOW, sampling_params=SAMPLING, context_policy=policy, max_compactions=10**6)),
+            (
+                "summarize",
+                EpisodeSettings(
+                    max_turns=turns,
+                    max_context_len=COMPACTION_WINDOW,
+                    sampling_params=SAMPLING,
+                    context_policy=policy,
+                    max_compactions=10**6,
+                ),
+            ),
             ("none", settings_for(turns) if turns * 170 < 65536 else None),
         ):
             if settings is None:
                 continue
             last: list[Trajectory] = []
-            seconds, _, length = await measure(in_process_episode(engine, renderer, parser, turns, 40, settings), turns, repeats, last)
+            seconds, _, length = await measure(
+                in_process_episode(engine, renderer, parser, turns, 40, settings), turns, repeats, last
+            )
             trajectory = last[0]
-            print(f"{turns:>6} {name:>10} {len(trajectory.segments):>9} {length:>13} {seconds * 1000 / turns:>12.2f} {len(trajectory.turns):>20}")
+            print(
+                f"{turns:>6} {name:>10} {len(trajectory.segments):>9} {length:>13} {seconds * 1000 / turns:>12.2f} {len(trajectory.turns):>20}"
+            )
 
 
 def profile(turns: int, repeats: int) -> None:
@@ -206,7 +236,9 @@ def profile(turns: int, repeats: int) -> None:
 
     words = next((w for label, t, w in WORKLOADS if t == turns), 40)
     tokenizer = load_tokenizer(TOKENIZER)
-    run_one = in_process_episode(in_process_engine(tokenizer), ChatRenderer(tokenizer), get_parser("hermes"), turns, words)
+    run_one = in_process_episode(
+        in_process_engine(tokenizer), ChatRenderer(tokenizer), get_parser("hermes"), turns, words
+    )
 
     async def episodes(count: int) -> None:
         for _ in range(count):
@@ -223,9 +255,15 @@ def profile(turns: int, repeats: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mode", choices=["library", "engine-wire", "wire", "all"], default="all")
-    parser.add_argument("--repeats", type=int, default=5, help="measured episodes per workload (the least CPU is reported)")
-    parser.add_argument("--profile", type=int, metavar="TURNS", help="profile the library mode at this many turns and exit")
-    parser.add_argument("--compaction", action="store_true", help="CPU per turn past the context window (library mode) and exit")
+    parser.add_argument(
+        "--repeats", type=int, default=5, help="measured episodes per workload (the least CPU is reported)"
+    )
+    parser.add_argument(
+        "--profile", type=int, metavar="TURNS", help="profile the library mode at this many turns and exit"
+    )
+    parser.add_argument(
+        "--compaction", action="store_true", help="CPU per turn past the context window (library mode) and exit"
+    )
     args = parser.parse_args()
     if args.compaction:
         print(f"machine: {machine()}")
@@ -238,11 +276,15 @@ def main() -> None:
     if args.mode in ("library", "all"):
         table("library (in-process transports): this process's CPU", asyncio.run(library_runs(args.repeats, WORKLOADS)))
     if args.mode in ("engine-wire", "all"):
-        table("engine-wire (HTTP to the SGLang double in a child process; environment in process): this process's CPU",
-              asyncio.run(engine_wire_runs(args.repeats, WORKLOADS)))
+        table(
+            "engine-wire (HTTP to the SGLang double in a child process; environment in process): this process's CPU",
+            asyncio.run(engine_wire_runs(args.repeats, WORKLOADS)),
+        )
     if args.mode in ("wire", "all"):
-        table("wire (HTTP to the SGLang double and the SDK env server, both in child processes): this process's CPU",
-              asyncio.run(wire_runs(args.repeats, WORKLOADS)))
+        table(
+            "wire (HTTP to the SGLang double and the SDK env server, both in child processes): this process's CPU",
+            asyncio.run(wire_runs(args.repeats, WORKLOADS)),
+        )
 
 
 if __name__ == "__main__":

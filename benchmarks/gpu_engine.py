@@ -35,8 +35,22 @@ from openreward_rl.engines import GenerationRequest  # noqa: E402
 from openreward_rl.engines.transformers import SamplingConfig, TransformersEngine  # noqa: E402
 
 SHAPES = {
-    "cpu": dict(hidden_size=256, intermediate_size=768, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=64),
-    "cuda": dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8, head_dim=128),
+    "cpu": dict(
+        hidden_size=256,
+        intermediate_size=768,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=64,
+    ),
+    "cuda": dict(
+        hidden_size=1024,
+        intermediate_size=3072,
+        num_hidden_layers=28,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        head_dim=128,
+    ),
 }
 # CUDA: 64 x 4 x 256 did not finish within 10 minutes on an H100 (transformers 5.23 continuous batching
 # runs about 30 ms per decode step for this model); 32 x 2 x 128 takes about 90 s for both paths.
@@ -52,8 +66,14 @@ def build(device: str, dtype: torch.dtype) -> tuple[object, object]:
 
     torch.manual_seed(0)
     # Qwen3's own special ids (bos <|endoftext|>, eos <|im_end|>): the engine stops on them with or without the tokenizer.
-    config = Qwen3Config(vocab_size=151936, max_position_embeddings=8192, tie_word_embeddings=True, bos_token_id=151643, eos_token_id=151645,
-                         **SHAPES["cuda" if device.startswith("cuda") else "cpu"])
+    config = Qwen3Config(
+        vocab_size=151936,
+        max_position_embeddings=8192,
+        tie_word_embeddings=True,
+        bos_token_id=151643,
+        eos_token_id=151645,
+        **SHAPES["cuda" if device.startswith("cuda") else "cpu"],
+    )
     with torch.device(device):
         model = Qwen3ForCausalLM(config).to(dtype).eval()
     try:
@@ -69,17 +89,24 @@ def build(device: str, dtype: torch.dtype) -> tuple[object, object]:
 def prompts(tokenizer: object, episodes: int) -> tuple[list[list[int]], list[int]]:
     if tokenizer is None:
         g = torch.Generator().manual_seed(0)
-        return [torch.randint(0, 150000, (300 + 7 * i,), generator=g).tolist() for i in range(episodes)], list(range(151000, 151045))
+        return [torch.randint(0, 150000, (300 + 7 * i,), generator=g).tolist() for i in range(episodes)], list(
+            range(151000, 151045)
+        )
     starts = []
     for i in range(episodes):
         question = f"Task {i}: " + "Compute the totals of the warehouse inventory. " * (4 + i % 5)
-        messages = [{"role": "system", "content": "You are a careful agent. Use the tools."}, {"role": "user", "content": question}]
+        messages = [
+            {"role": "system", "content": "You are a careful agent. Use the tools."},
+            {"role": "user", "content": question},
+        ]
         starts.append(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False))
     ids = [tokenizer.encode(text, add_special_tokens=False) for text in starts]
     return ids, tokenizer.encode(TOOL_RESULT, add_special_tokens=False)
 
 
-async def run_engine(engine: TransformersEngine, starts: list[list[int]], bridge: list[int], turns: int, max_new: int) -> int:
+async def run_engine(
+    engine: TransformersEngine, starts: list[list[int]], bridge: list[int], turns: int, max_new: int
+) -> int:
     async def episode(context: list[int]) -> int:
         generated = 0
         for _turn in range(turns):
@@ -91,11 +118,16 @@ async def run_engine(engine: TransformersEngine, starts: list[list[int]], bridge
     return sum(await asyncio.gather(*(episode(list(s)) for s in starts)))
 
 
-def run_direct(manager: object, starts: list[list[int]], bridge: list[int], turns: int, max_new: int, eos: list[int]) -> int:
+def run_direct(
+    manager: object, starts: list[list[int]], bridge: list[int], turns: int, max_new: int, eos: list[int]
+) -> int:
     contexts = [list(s) for s in starts]
     generated = 0
     for turn in range(turns):
-        ids = [manager.add_request(input_ids=c, request_id=f"t{turn}e{i}", max_new_tokens=max_new, eos_token_id=eos) for i, c in enumerate(contexts)]
+        ids = [
+            manager.add_request(input_ids=c, request_id=f"t{turn}e{i}", max_new_tokens=max_new, eos_token_id=eos)
+            for i, c in enumerate(contexts)
+        ]
         results = {}
         while len(results) < len(ids):
             out = manager.get_result(timeout=600)
@@ -127,13 +159,19 @@ def main() -> None:
     model, tokenizer = build(args.device, dtype)
     starts, bridge = prompts(tokenizer, workload["episodes"])
     params = sum(p.numel() for p in model.parameters()) / 1e6
-    print(f"device {args.device} ({torch.cuda.get_device_name() if gpu else 'cpu'}), torch {torch.__version__}, model {params:.0f}M params {dtype}, "
-          f"attention {model.config._attn_implementation}")
-    print(f"workload: {workload['episodes']} episodes x {workload['turns']} turns x <= {workload['max_new_tokens']} new tokens, "
-          f"prompts {min(map(len, starts))}-{max(map(len, starts))} tokens, tool result {len(bridge)} tokens")
+    print(
+        f"device {args.device} ({torch.cuda.get_device_name() if gpu else 'cpu'}), torch {torch.__version__}, model {params:.0f}M params {dtype}, "
+        f"attention {model.config._attn_implementation}"
+    )
+    print(
+        f"workload: {workload['episodes']} episodes x {workload['turns']} turns x <= {workload['max_new_tokens']} new tokens, "
+        f"prompts {min(map(len, starts))}-{max(map(len, starts))} tokens, tool result {len(bridge)} tokens"
+    )
 
     cb_options = {} if gpu else {"num_blocks": 64, "max_batch_tokens": 1024}
-    engine = TransformersEngine(model, tokenizer, sampling=SamplingConfig(temperature=0), continuous_batching=cb_options)
+    engine = TransformersEngine(
+        model, tokenizer, sampling=SamplingConfig(temperature=0), continuous_batching=cb_options
+    )
     eos = list(engine.eos_token_ids)
 
     async def engine_runs() -> list[tuple[int, float]]:
@@ -150,13 +188,18 @@ def main() -> None:
     from transformers import ContinuousBatchingConfig
 
     generation_config = SamplingConfig(temperature=0).generation_config(eos, workload["max_new_tokens"])
-    manager = model.init_continuous_batching(generation_config=generation_config, continuous_batching_config=ContinuousBatchingConfig(return_logprobs=True, **cb_options))
+    manager = model.init_continuous_batching(
+        generation_config=generation_config,
+        continuous_batching_config=ContinuousBatchingConfig(return_logprobs=True, **cb_options),
+    )
     manager.start()
     direct_timings = []
     try:
         for _repeat in range(args.repeats + 1):
             start = time.perf_counter()
-            tokens = run_direct(manager, [list(s) for s in starts], bridge, workload["turns"], workload["max_new_tokens"], eos)
+            tokens = run_direct(
+                manager, [list(s) for s in starts], bridge, workload["turns"], workload["max_new_tokens"], eos
+            )
             direct_timings.append((tokens, time.perf_counter() - start))
     finally:
         manager.stop(block=True)

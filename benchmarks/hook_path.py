@@ -59,8 +59,13 @@ CONTEXT_LEN = 65536
 
 
 def write_config(directory: Path, base_url: str, workers: int = 0) -> Path:
-    return write_corridor_config(directory, base_url, max_turns=60, name=f"train_config_{workers}.yaml",
-                                 extra=f"rollout_workers: {workers}\nrollout_worker_backend: process\n")
+    return write_corridor_config(
+        directory,
+        base_url,
+        max_turns=60,
+        name=f"train_config_{workers}.yaml",
+        extra=f"rollout_workers: {workers}\nrollout_worker_backend: process\n",
+    )
 
 
 def slime_args(sglang_url: str) -> SimpleNamespace:
@@ -73,7 +78,9 @@ def slime_args(sglang_url: str) -> SimpleNamespace:
 def new_sample(turns: int, number: int) -> Any:
     from doubles import slime_double
 
-    return slime_double.task_sample(corridor_task(turns, REPLY_WORDS), index=number, group_index=0, session_id=f"bench-{number}")
+    return slime_double.task_sample(
+        corridor_task(turns, REPLY_WORDS), index=number, group_index=0, session_id=f"bench-{number}"
+    )
 
 
 def check(sample: Any, turns: int) -> None:
@@ -84,7 +91,9 @@ def check(sample: Any, turns: int) -> None:
             raise RuntimeError(f"expected one sample (no compaction), got {len(sample)}")
         sample = sample[0]
     if sample.status is not slime_double.Sample.Status.COMPLETED or sample.reward != 1.0:
-        raise RuntimeError(f"episode did not complete: {sample.status} {sample.metadata.get('stop_reason')} {sample.metadata.get('stop_detail')}")
+        raise RuntimeError(
+            f"episode did not complete: {sample.status} {sample.metadata.get('stop_reason')} {sample.metadata.get('stop_detail')}"
+        )
     if sample.metadata["metrics"].get("turns") != turns:
         raise RuntimeError(f"expected {turns} turns, got {sample.metadata['metrics'].get('turns')}")
 
@@ -111,7 +120,9 @@ class HookBench:
 
     def configure(self, workers: int) -> None:
         """Point the hook at a config with `rollout_workers: workers` (a new config file, so a new state)."""
-        os.environ["OPENREWARD_RL_CONFIG"] = str(write_config(Path(self.directory.name), self.env_server.base_url, workers))
+        os.environ["OPENREWARD_RL_CONFIG"] = str(
+            write_config(Path(self.directory.name), self.env_server.base_url, workers)
+        )
 
     def __exit__(self, *exc: object) -> None:
         self.env_server.__exit__(None, None, None)
@@ -136,7 +147,12 @@ class HookBench:
             p1, m1 = cpu_now()
             process.append((p1 - p0) / turns)
             main.append((m1 - m0) / turns)
-        return {"least": min(process), "median": median(process), "main": median(main), "threads": median(process) - median(main)}
+        return {
+            "least": min(process),
+            "median": median(process),
+            "main": median(main),
+            "threads": median(process) - median(main),
+        }
 
     async def close(self) -> None:
         from openreward_rl.backends._sample import state as _state
@@ -152,7 +168,10 @@ async def per_turn(turns_list: list[int], repeats: int) -> None:
             print(f"{'turns':>6} {'least':>8} {'median':>8} {'main thread':>12} {'other threads':>14}")
             for turns in turns_list:
                 row = await bench.measure(turns, repeats)
-                print(f"{turns:>6} {row['least'] * 1000:>8.2f} {row['median'] * 1000:>8.2f} {row['main'] * 1000:>12.2f} {row['threads'] * 1000:>14.2f}", flush=True)
+                print(
+                    f"{turns:>6} {row['least'] * 1000:>8.2f} {row['median'] * 1000:>8.2f} {row['main'] * 1000:>12.2f} {row['threads'] * 1000:>14.2f}",
+                    flush=True,
+                )
         finally:
             await bench.close()
     load = os.getloadavg()
@@ -183,8 +202,12 @@ async def throughput(worker_counts: list[int], turns: int, concurrency: int, epi
     print(f"machine: {machine()}")
     load = os.getloadavg()
     print(f"load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
-    print(f"\nthroughput through slime.generate: {episodes} episodes of {turns} turns ({REPLY_WORDS}-word tool replies), {concurrency} in flight")
-    print(f"{'workers':>7} {'wall s':>7} {'turns/s':>8} {'hook ms/turn':>13} {'workers ms/turn':>16} {'env server ms/turn':>19} {'SGLang double ms/turn':>22}")
+    print(
+        f"\nthroughput through slime.generate: {episodes} episodes of {turns} turns ({REPLY_WORDS}-word tool replies), {concurrency} in flight"
+    )
+    print(
+        f"{'workers':>7} {'wall s':>7} {'turns/s':>8} {'hook ms/turn':>13} {'workers ms/turn':>16} {'env server ms/turn':>19} {'SGLang double ms/turn':>22}"
+    )
     with HookBench() as bench:
         env_pid = bench.env_server.pid
         for workers in worker_counts:
@@ -207,8 +230,11 @@ async def throughput(worker_counts: list[int], turns: int, concurrency: int, epi
                 await _state.close_states()
             done = episodes * turns
             per_turn = lambda seconds, done=done: seconds * 1000 / done  # noqa: E731
-            print(f"{workers:>7} {wall:>7.1f} {done / wall:>8.1f} {per_turn(hook1 - hook0):>13.2f} {per_turn(workers1 - workers0):>16.2f}"
-                  f" {per_turn(env1 - env0):>19.2f} {per_turn(double1 - double0):>22.2f}", flush=True)
+            print(
+                f"{workers:>7} {wall:>7.1f} {done / wall:>8.1f} {per_turn(hook1 - hook0):>13.2f} {per_turn(workers1 - workers0):>16.2f}"
+                f" {per_turn(env1 - env0):>19.2f} {per_turn(double1 - double0):>22.2f}",
+                flush=True,
+            )
     load = os.getloadavg()
     print(f"load average after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
 
@@ -217,7 +243,18 @@ async def throughput(worker_counts: list[int], turns: int, concurrency: int, epi
 
 BUCKETS = ("library", "SDK", "aiohttp/event loop", "tokenizer", "template", "harness", "other")
 _TEMPLATE_FUNCTIONS = {"apply_chat_template", "render_jinja_template"}
-_LOOP_PARTS = ("/aiohttp/", "/asyncio/", "/yarl/", "/multidict/", "/propcache/", "/aiohappyeyeballs/", "/selectors.py", "/selector_events.py", "/socket.py", "/ssl.py")
+_LOOP_PARTS = (
+    "/aiohttp/",
+    "/asyncio/",
+    "/yarl/",
+    "/multidict/",
+    "/propcache/",
+    "/aiohappyeyeballs/",
+    "/selectors.py",
+    "/selector_events.py",
+    "/socket.py",
+    "/ssl.py",
+)
 
 
 def bucket_of(code: Any) -> str | None:
@@ -293,8 +330,10 @@ async def profile(turns: int, repeats: int, detail: int = 0) -> None:
             await bench.close()
     per_turn_ms = (p1 - p0) * 1000 / (turns * repeats)
     whole = sum(sampler.samples.values())
-    print(f"\nsplit of this process's CPU, {turns}-turn hook-path episodes ({repeats} sampled, {whole} samples):"
-          f" {per_turn_ms:.2f} ms/turn while sampling")
+    print(
+        f"\nsplit of this process's CPU, {turns}-turn hook-path episodes ({repeats} sampled, {whole} samples):"
+        f" {per_turn_ms:.2f} ms/turn while sampling"
+    )
     print(f"{'bucket':>20} {'share':>7} {'ms/turn':>8}")
     for bucket in BUCKETS:
         share = sampler.samples.get(bucket, 0) / whole
@@ -311,14 +350,26 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, nargs="+", default=[5, 10, 20, 50])
     parser.add_argument("--repeats", type=int, default=5, help="measured episodes per row")
-    parser.add_argument("--profile", type=int, metavar="TURNS", help="profile episodes of this many turns and print the split")
-    parser.add_argument("--detail", type=int, default=0, metavar="N", help="with --profile: also print the N places with most samples")
-    parser.add_argument("--throughput", type=int, nargs="+", metavar="WORKERS", help="turns/s at saturation with these worker counts (0: in process)")
+    parser.add_argument(
+        "--profile", type=int, metavar="TURNS", help="profile episodes of this many turns and print the split"
+    )
+    parser.add_argument(
+        "--detail", type=int, default=0, metavar="N", help="with --profile: also print the N places with most samples"
+    )
+    parser.add_argument(
+        "--throughput",
+        type=int,
+        nargs="+",
+        metavar="WORKERS",
+        help="turns/s at saturation with these worker counts (0: in process)",
+    )
     parser.add_argument("--concurrency", type=int, default=16, help="with --throughput: episodes in flight")
     parser.add_argument("--episodes", type=int, default=48, help="with --throughput: measured episodes per row")
     args = parser.parse_args()
     if args.throughput:
-        asyncio.run(throughput(args.throughput, args.turns[0] if len(args.turns) == 1 else 20, args.concurrency, args.episodes))
+        asyncio.run(
+            throughput(args.throughput, args.turns[0] if len(args.turns) == 1 else 20, args.concurrency, args.episodes)
+        )
     elif args.profile:
         asyncio.run(profile(args.profile, args.repeats, args.detail))
     else:

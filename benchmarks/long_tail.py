@@ -101,7 +101,9 @@ def slime_args(port: int, batch: int, partial: bool) -> SimpleNamespace:
     )
 
 
-def run_mode(name: str, loop_thread: Any, server: Any, lengths: list[int], env_url: str, steps: int, batch: int) -> dict[str, Any]:
+def run_mode(
+    name: str, loop_thread: Any, server: Any, lengths: list[int], env_url: str, steps: int, batch: int
+) -> dict[str, Any]:
     from doubles import slime_double
     from doubles import slime_rollout_double as slime_rollout
     from openreward_rl.backends._sample import suspended as _suspended
@@ -121,10 +123,21 @@ def run_mode(name: str, loop_thread: Any, server: Any, lengths: list[int], env_u
         trained = [g[0] for g in groups]
         for sample in trained:
             if sample.status is not slime_double.Sample.Status.COMPLETED or sample.reward != 1.0:
-                raise RuntimeError(f"{name}: an episode did not complete: {sample.status} {sample.metadata.get('stop_detail')}")
+                raise RuntimeError(
+                    f"{name}: an episode did not complete: {sample.status} {sample.metadata.get('stop_detail')}"
+                )
         turns = [int(s.metadata["metrics"]["turns"]) for s in trained]
-        rows.append({"seconds": seconds, "turns": turns, "resumed": sum(1 for s in trained if s.metadata["metrics"].get("suspensions"))})
-        print(f"  {name:>7} step {rollout_id}: {seconds:6.2f} s, trained turns {sorted(turns)}, resumed {rows[-1]['resumed']}, buffered {len(source.buffer)}", flush=True)
+        rows.append(
+            {
+                "seconds": seconds,
+                "turns": turns,
+                "resumed": sum(1 for s in trained if s.metadata["metrics"].get("suspensions")),
+            }
+        )
+        print(
+            f"  {name:>7} step {rollout_id}: {seconds:6.2f} s, trained turns {sorted(turns)}, resumed {rows[-1]['resumed']}, buffered {len(source.buffer)}",
+            flush=True,
+        )
     store = _suspended.reset_store()
     if store is not None:
         loop_thread.run(store.aclose())
@@ -149,30 +162,46 @@ def main() -> None:
     from openreward_rl.env.local_server import serve_environments
     from openreward_rl.testing import SGLangTestServer
 
-    lengths = episode_lengths(options.steps * options.batch * 3, options.alpha, options.min_turns, options.max_turns, options.seed)
+    lengths = episode_lengths(
+        options.steps * options.batch * 3, options.alpha, options.min_turns, options.max_turns, options.seed
+    )
     print(f"machine: {machine()}")
-    print(f"workload: {options.steps} steps × {options.batch} episodes; turns ~ min({options.max_turns}, int({options.min_turns}·Pareto({options.alpha}))), "
-          f"seed {options.seed}; {options.latency} s per model call")
+    print(
+        f"workload: {options.steps} steps × {options.batch} episodes; turns ~ min({options.max_turns}, int({options.min_turns}·Pareto({options.alpha}))), "
+        f"seed {options.seed}; {options.latency} s per model call"
+    )
     sync_lengths = lengths[: options.steps * options.batch]
-    print(f"  the sync run's episodes: mean {sum(sync_lengths) / len(sync_lengths):.1f} turns, max {max(sync_lengths)}, ≥10 turns: {sum(t >= 10 for t in sync_lengths)} of {len(sync_lengths)}")
+    print(
+        f"  the sync run's episodes: mean {sum(sync_lengths) / len(sync_lengths):.1f} turns, max {max(sync_lengths)}, ≥10 turns: {sum(t >= 10 for t in sync_lengths)} of {len(sync_lengths)}"
+    )
 
     sys.modules[slime_rollout.MODULE_NAME] = slime_rollout  # where the hook reads Slime's abort flag
     tokenizer = load_tokenizer(TOKENIZER)
     loop_thread = slime_rollout.AsyncLoopThread()
     results = {}
     with tempfile.TemporaryDirectory() as directory, serve_environments([CORRIDOR_SPEC], subprocess=True) as env_server:
-        os.environ["OPENREWARD_RL_CONFIG"] = str(write_corridor_config(Path(directory), env_server.base_url, max_turns=options.max_turns + 5))
-        server = loop_thread.run(SGLangTestServer(tokenizer, CorridorModel(tokenizer, options.latency), context_len=65536, record=False).start())
+        os.environ["OPENREWARD_RL_CONFIG"] = str(
+            write_corridor_config(Path(directory), env_server.base_url, max_turns=options.max_turns + 5)
+        )
+        server = loop_thread.run(
+            SGLangTestServer(
+                tokenizer, CorridorModel(tokenizer, options.latency), context_len=65536, record=False
+            ).start()
+        )
         try:
             for name in ("sync", "partial"):
-                results[name] = run_mode(name, loop_thread, server, lengths, env_server.base_url, options.steps, options.batch)
+                results[name] = run_mode(
+                    name, loop_thread, server, lengths, env_server.base_url, options.steps, options.batch
+                )
         finally:
             loop_thread.run(server.close())
             loop_thread.run(_state.close_states())
             loop_thread.stop()
 
     print()
-    print(f"{'mode':>8} {'mean step s':>12} {'min':>6} {'max':>6} {'trained turns/s':>16} {'trained ≥10 turns':>18} {'prompts started':>16}")
+    print(
+        f"{'mode':>8} {'mean step s':>12} {'min':>6} {'max':>6} {'trained turns/s':>16} {'trained ≥10 turns':>18} {'prompts started':>16}"
+    )
     means = {}
     for name, result in results.items():
         seconds = [r["seconds"] for r in result["steps"]]
@@ -180,9 +209,13 @@ def main() -> None:
         means[name] = sum(seconds) / len(seconds)
         rate = turns / sum(seconds)
         long = sum(1 for r in result["steps"] for t in r["turns"] if t >= 10)
-        print(f"{name:>8} {means[name]:>12.2f} {min(seconds):>6.2f} {max(seconds):>6.2f} {rate:>16.1f} {long:>18} {result['prompts']:>16}")
+        print(
+            f"{name:>8} {means[name]:>12.2f} {min(seconds):>6.2f} {max(seconds):>6.2f} {rate:>16.1f} {long:>18} {result['prompts']:>16}"
+        )
         means[name + "_rate"] = rate
-    print(f"\nstep-time ratio sync/partial: {means['sync'] / means['partial']:.2f}×; trained turns/s ratio partial/sync: {means['partial_rate'] / means['sync_rate']:.2f}×")
+    print(
+        f"\nstep-time ratio sync/partial: {means['sync'] / means['partial']:.2f}×; trained turns/s ratio partial/sync: {means['partial_rate'] / means['sync_rate']:.2f}×"
+    )
     load = os.getloadavg()
     print(f"load average after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
 

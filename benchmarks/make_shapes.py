@@ -39,9 +39,27 @@ COMMON = {
     "torch_dtype": "bfloat16",
 }
 SHAPES = {
-    "qwen3-0.6b": {"hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 28, "num_attention_heads": 16, "tie_word_embeddings": True},
-    "qwen3-1.7b": {"hidden_size": 2048, "intermediate_size": 6144, "num_hidden_layers": 28, "num_attention_heads": 16, "tie_word_embeddings": True},
-    "qwen3-8b": {"hidden_size": 4096, "intermediate_size": 12288, "num_hidden_layers": 36, "num_attention_heads": 32, "tie_word_embeddings": False},
+    "qwen3-0.6b": {
+        "hidden_size": 1024,
+        "intermediate_size": 3072,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 16,
+        "tie_word_embeddings": True,
+    },
+    "qwen3-1.7b": {
+        "hidden_size": 2048,
+        "intermediate_size": 6144,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 16,
+        "tie_word_embeddings": True,
+    },
+    "qwen3-8b": {
+        "hidden_size": 4096,
+        "intermediate_size": 12288,
+        "num_hidden_layers": 36,
+        "num_attention_heads": 32,
+        "tie_word_embeddings": False,
+    },
 }
 
 
@@ -62,8 +80,14 @@ def main() -> None:
 
             tokenizer = load_tokenizer("offline:smollm2")
             tokenizer.save_pretrained(folder)
-            config.update(architectures=["LlamaForCausalLM"], model_type="llama", vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id,
-                          eos_token_id=tokenizer.eos_token_id, max_position_embeddings=8192)  # fmt: skip
+            config.update(
+                architectures=["LlamaForCausalLM"],
+                model_type="llama",
+                vocab_size=len(tokenizer),
+                bos_token_id=tokenizer.bos_token_id,
+                eos_token_id=tokenizer.eos_token_id,
+                max_position_embeddings=8192,
+            )
         else:
             for file in offline_tokenizer_dir("qwen3").iterdir():
                 shutil.copy(file, folder / file.name)

@@ -40,25 +40,45 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
-for _key, _value in {"HF_HUB_OFFLINE": "1", "OPENREWARD_DISABLE_UPDATE_CHECK": "1", "OPENREWARD_LOG_LEVEL": "WARNING",
-                     "TRL_EXPERIMENTAL_SILENCE": "1", "WANDB_MODE": "disabled"}.items():  # fmt: skip
+for _key, _value in {
+    "HF_HUB_OFFLINE": "1",
+    "OPENREWARD_DISABLE_UPDATE_CHECK": "1",
+    "OPENREWARD_LOG_LEVEL": "WARNING",
+    "TRL_EXPERIMENTAL_SILENCE": "1",
+    "WANDB_MODE": "disabled",
+}.items():
     os.environ.setdefault(_key, _value)
 for _key in ("NO_PROXY", "no_proxy"):
-    os.environ[_key] = ",".join(dict.fromkeys([e for e in os.environ.get(_key, "").split(",") if e] + ["127.0.0.1", "localhost"]))
+    os.environ[_key] = ",".join(
+        dict.fromkeys([e for e in os.environ.get(_key, "").split(",") if e] + ["127.0.0.1", "localhost"])
+    )
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--config", default=str(REPO / "examples" / "train_quickstart_config.yaml"))
-    parser.add_argument("--serve", default=f"{REPO / 'examples' / 'environments' / 'paint.py'}:PaintColour", metavar="FILE.py:Class")
+    parser.add_argument(
+        "--serve", default=f"{REPO / 'examples' / 'environments' / 'paint.py'}:PaintColour", metavar="FILE.py:Class"
+    )
     parser.add_argument("--model", default="offline:smollm2")
     parser.add_argument(
-        "--random-weights", action="store_true", help="--model is a folder with config.json and tokenizer files only: random weights of that shape (seeded)"
+        "--random-weights",
+        action="store_true",
+        help="--model is a folder with config.json and tokenizer files only: random weights of that shape (seeded)",
     )
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     parser.add_argument("--bf16", action="store_true", help="train under bf16 autocast (GPU)")
-    parser.add_argument("--processes", type=int, default=None, help="N: processes (GPUs) of the multi-process run (default: every GPU, at least 2)")
-    parser.add_argument("--tasks", type=int, default=4, help="B: tasks per step of the one-GPU run, and per process of the N-GPU run")
+    parser.add_argument(
+        "--processes",
+        type=int,
+        default=None,
+        help="N: processes (GPUs) of the multi-process run (default: every GPU, at least 2)",
+    )
+    parser.add_argument(
+        "--tasks", type=int, default=4, help="B: tasks per step of the one-GPU run, and per process of the N-GPU run"
+    )
     parser.add_argument("--n", type=int, default=8, help="samples per task (GRPO group)")
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--lr", type=float, default=5e-5)
@@ -113,18 +133,37 @@ def work(args: argparse.Namespace) -> None:
 
         def on_log(self, args_: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **_: Any) -> None:
             if logs and "reward" in logs and steps:
-                episodes = sum(value for key, value in logs.items() if key.startswith("openreward/") and key.endswith("/episodes"))
+                episodes = sum(
+                    value for key, value in logs.items() if key.startswith("openreward/") and key.endswith("/episodes")
+                )
                 steps[-1].update(reward=logs["reward"], episodes=episodes)
 
     with tempfile.TemporaryDirectory() as output_dir:
         options = TrlOptions(
-            model=args.model, device=args.device, bf16=args.bf16, max_steps=args.warmup + args.steps, prompts_per_step=args.tasks, n_samples=args.n,
-            lr=args.lr, temperature=args.temperature, max_new_tokens=args.max_new_tokens, save_interval=0, seed=args.seed, output_dir=output_dir,
-            max_untrained_steps=0, max_failed_steps=0,
-        )  # fmt: skip
+            model=args.model,
+            device=args.device,
+            bf16=args.bf16,
+            max_steps=args.warmup + args.steps,
+            prompts_per_step=args.tasks,
+            n_samples=args.n,
+            lr=args.lr,
+            temperature=args.temperature,
+            max_new_tokens=args.max_new_tokens,
+            save_interval=0,
+            seed=args.seed,
+            output_dir=output_dir,
+            max_untrained_steps=0,
+            max_failed_steps=0,
+        )
         options.ranks.start(options.resolved_device)  # before the model: NCCL binds this process to its GPU
         model, tokenizer = fresh_model(options, args.random_weights)
-        with TrlSession.open(load_config(args.config), options, serve=[load_environment_class(args.serve)], model=model, tokenizer=tokenizer) as session:
+        with TrlSession.open(
+            load_config(args.config),
+            options,
+            serve=[load_environment_class(args.serve)],
+            model=model,
+            tokenizer=tokenizer,
+        ) as session:
             if len(session.train_tasks) < args.tasks:  # TRL would form no batch and train no step
                 raise SystemExit(f"--tasks {args.tasks}: the split has only {len(session.train_tasks)} tasks")
             trainer = session.trainer(callbacks=[Record()])
@@ -133,19 +172,55 @@ def work(args: argparse.Namespace) -> None:
         peak = torch.cuda.max_memory_allocated() / 2**30 if cuda else None
         peaks = options.ranks.gather([peak])
         if options.ranks.main:
-            Path(args.worker).write_text(json.dumps({"processes": options.ranks.count, "tasks": args.tasks, "steps": steps, "peak_gpu_gib": peaks}))
+            Path(args.worker).write_text(
+                json.dumps(
+                    {"processes": options.ranks.count, "tasks": args.tasks, "steps": steps, "peak_gpu_gib": peaks}
+                )
+            )
 
 
 def launch(args: argparse.Namespace, processes: int, tasks: int, figures: Path) -> dict[str, Any]:
     """One run as its own command (`accelerate launch` for several processes), its figures read back."""
-    shared = ("config", "serve", "model", "device", "n", "max_new_tokens", "lr", "temperature", "seed", "warmup", "steps")
-    run = [*(item for name in shared for item in (f"--{name.replace('_', '-')}", str(getattr(args, name)))), "--tasks", str(tasks), "--worker", str(figures)]
+    shared = (
+        "config",
+        "serve",
+        "model",
+        "device",
+        "n",
+        "max_new_tokens",
+        "lr",
+        "temperature",
+        "seed",
+        "warmup",
+        "steps",
+    )
+    run = [
+        *(item for name in shared for item in (f"--{name.replace('_', '-')}", str(getattr(args, name)))),
+        "--tasks",
+        str(tasks),
+        "--worker",
+        str(figures),
+    ]
     run += ["--random-weights"] * args.random_weights + ["--bf16"] * args.bf16
     if processes == 1:
         command = [sys.executable, __file__, *run]
     else:
-        command = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(processes), "--num_machines", "1",
-                   "--mixed_precision", "no", "--dynamo_backend", "no", __file__, *run]  # fmt: skip
+        command = [
+            sys.executable,
+            "-m",
+            "accelerate.commands.launch",
+            "--multi_gpu",
+            "--num_processes",
+            str(processes),
+            "--num_machines",
+            "1",
+            "--mixed_precision",
+            "no",
+            "--dynamo_backend",
+            "no",
+            __file__,
+            *run,
+        ]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]))
     if processes == 1 and args.device == "cuda":
         env["CUDA_VISIBLE_DEVICES"] = env.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]
@@ -177,10 +252,15 @@ def main(argv: list[str] | None = None) -> None:
         f"1 GPU, {processes}*B": (1, processes * args.tasks),
     }
     with tempfile.TemporaryDirectory() as scratch:
-        runs = {name: launch(args, n, tasks, Path(scratch) / f"run{i}.json") for i, (name, (n, tasks)) in enumerate(plan.items())}
+        runs = {
+            name: launch(args, n, tasks, Path(scratch) / f"run{i}.json")
+            for i, (name, (n, tasks)) in enumerate(plan.items())
+        }
     one, many, one_global = runs.values()
-    print(f"\n{args.model}{' (random weights)' if args.random_weights else ''}, {args.device}, bf16 {args.bf16}; B = {args.tasks} tasks x {args.n} samples, "
-          f"<= {args.max_new_tokens} tokens a reply, seed {args.seed}; {args.warmup} warm-up + {args.steps} timed steps\n")  # fmt: skip
+    print(
+        f"\n{args.model}{' (random weights)' if args.random_weights else ''}, {args.device}, bf16 {args.bf16}; B = {args.tasks} tasks x {args.n} samples, "
+        f"<= {args.max_new_tokens} tokens a reply, seed {args.seed}; {args.warmup} warm-up + {args.steps} timed steps\n"
+    )
     print(f"{'run':<20} {'episodes/step':>13} {'s/step':>8} {'peak GiB (per process)':>24}")
     for name, result in runs.items():
         episodes = result["steps"][-1].get("episodes", float("nan"))
@@ -193,7 +273,9 @@ def main(argv: list[str] | None = None) -> None:
     for index, (a, b) in enumerate(zip(one_global["steps"], many["steps"], strict=False), start=1):
         print(f"{index:>4} {a.get('reward', float('nan')):>8.3f} {b.get('reward', float('nan')):>8.3f}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"args": vars(args), "processes": processes, "ratio": ratio, "runs": runs}, indent=2))
+        Path(args.json).write_text(
+            json.dumps({"args": vars(args), "processes": processes, "ratio": ratio, "runs": runs}, indent=2)
+        )
 
 
 if __name__ == "__main__":

@@ -22,7 +22,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from openreward_rl.parsers import available_parsers, get_parser  # noqa: E402
 
 NAME = "run_code"
-TOOLS = [{"type": "function", "function": {"name": NAME, "parameters": {"type": "object", "properties": {"code": {"type": "string"}}}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {"name": NAME, "parameters": {"type": "object", "properties": {"code": {"type": "string"}}}},
+    }
+]
 SNIPPET = "def double(x):\n    return x * 2  # é 東\n"
 
 
@@ -49,7 +54,9 @@ def _dsml(outer: str) -> Callable[[str], str]:
 
 BUILDERS: dict[str, Callable[[str], str]] = {
     "hermes": lambda v: f'<tool_call>\n{{"name": "{NAME}", "arguments": {_json(v)}}}\n</tool_call>',
-    "qwen3_coder": lambda v: f"<tool_call>\n<function={NAME}>\n<parameter=code>\n{v}\n</parameter>\n</function>\n</tool_call>",
+    "qwen3_coder": lambda v: (
+        f"<tool_call>\n<function={NAME}>\n<parameter=code>\n{v}\n</parameter>\n</function>\n</tool_call>"
+    ),
     "llama3_json": lambda v: f'<|python_tag|>{{"name": "{NAME}", "parameters": {_json(v)}}}',
     "pythonic": lambda v: f"[{NAME}(code={v!r})]",
     "mistral": lambda v: f"[TOOL_CALLS]{NAME}[ARGS]{_json(v)}",
@@ -59,7 +66,9 @@ BUILDERS: dict[str, Callable[[str], str]] = {
         f"<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>{NAME}\n```json\n{_json(v)}\n```"
         "<｜tool▁call▁end｜><｜tool▁calls▁end｜>"
     ),
-    "deepseek_v31": lambda v: f"<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>{NAME}<｜tool▁sep｜>{_json(v)}<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+    "deepseek_v31": lambda v: (
+        f"<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>{NAME}<｜tool▁sep｜>{_json(v)}<｜tool▁call▁end｜><｜tool▁calls▁end｜>"
+    ),
     "deepseek_v32": _dsml("function_calls"),
     "deepseek_v4": _dsml("tool_calls"),
     "kimi_k2": lambda v: (
@@ -90,7 +99,9 @@ def _time(parse: Callable[[], object]) -> float:
 
 
 def main() -> None:
-    print(f"python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs: {platform.processor() or platform.platform()}")
+    print(
+        f"python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs: {platform.processor() or platform.platform()}"
+    )
     print(f"{'parser':<14}{'small µs':>11}{'20KB µs':>12}{'100KB µs':>13}{'100KB/20KB':>12}")
     for name in available_parsers():
         builder = BUILDERS.get(name)
@@ -104,7 +115,9 @@ def main() -> None:
             text = builder(value)
             turn = parser.parse(text, tools=TOOLS, finish_reason="stop")
             if [(c.name, c.arguments) for c in turn.tool_calls] != [(NAME, {"code": value})]:
-                print(f"{name:<14}  WRONG at {size} bytes: calls={turn.tool_calls[:1]!r:.120} errors={turn.errors[:1]!r:.200}")
+                print(
+                    f"{name:<14}  WRONG at {size} bytes: calls={turn.tool_calls[:1]!r:.120} errors={turn.errors[:1]!r:.200}"
+                )
                 break
             row.append(_time(lambda parser=parser, text=text: parser.parse(text, tools=TOOLS, finish_reason="stop")))
         else:

@@ -53,7 +53,9 @@ def qwen_player(tokenizer: Any) -> Any:
         order, colour = next_move(tokenizer.decode(request.input_ids))
         if colour is not None:
             return ScriptedCompletion(text=colour)
-        return ScriptedCompletion(text=f'<tool_call>\n{{"name": "read_order", "arguments": {{"order": {order}}}}}\n</tool_call>')
+        return ScriptedCompletion(
+            text=f'<tool_call>\n{{"name": "read_order", "arguments": {{"order": {order}}}}}\n</tool_call>'
+        )
 
     return answer
 
@@ -65,11 +67,22 @@ async def chat_completions(request: web.Request) -> web.Response:
     if colour is not None:
         message: dict[str, Any] = {"role": "assistant", "content": colour}
     else:
-        call = {"id": "call_1", "type": "function", "function": {"name": "read_order", "arguments": json.dumps({"order": order})}}
+        call = {
+            "id": "call_1",
+            "type": "function",
+            "function": {"name": "read_order", "arguments": json.dumps({"order": order})},
+        }
         message = {"role": "assistant", "content": None, "tool_calls": [call]}
-    choice = {"index": 0, "message": message, "finish_reason": "stop" if colour is not None else "tool_calls", "logprobs": None}
+    choice = {
+        "index": 0,
+        "message": message,
+        "finish_reason": "stop" if colour is not None else "tool_calls",
+        "logprobs": None,
+    }
     usage = {"prompt_tokens": 9, "completion_tokens": 3}
-    return web.json_response({"id": "chatcmpl-1", "object": "chat.completion", "model": "hosted", "choices": [choice], "usage": usage})
+    return web.json_response(
+        {"id": "chatcmpl-1", "object": "chat.completion", "model": "hosted", "choices": [choice], "usage": usage}
+    )
 
 
 async def list_models(request: web.Request) -> web.Response:
@@ -86,7 +99,16 @@ async def model_server(engine: str) -> AsyncIterator[list[str]]:
 
         qwen = load_tokenizer("offline:qwen3")
         async with SGLangTestServer(qwen, script=qwen_player(qwen)) as server:
-            yield ["--engine", "sglang", "--base-url", server.url, "--model", "Qwen/Qwen3-8B", "--tokenizer", "offline:qwen3"]
+            yield [
+                "--engine",
+                "sglang",
+                "--base-url",
+                server.url,
+                "--model",
+                "Qwen/Qwen3-8B",
+                "--tokenizer",
+                "offline:qwen3",
+            ]
         return
     app = web.Application()
     app.router.add_post("/v1/chat/completions", chat_completions)
@@ -97,7 +119,16 @@ async def model_server(engine: str) -> AsyncIterator[list[str]]:
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     try:
-        yield ["--engine", "openai", "--base-url", f"http://127.0.0.1:{port}/v1", "--model", "hosted", "--tokenizer", "offline:qwen3"]
+        yield [
+            "--engine",
+            "openai",
+            "--base-url",
+            f"http://127.0.0.1:{port}/v1",
+            "--model",
+            "hosted",
+            "--tokenizer",
+            "offline:qwen3",
+        ]
     finally:
         await runner.cleanup()
 
@@ -108,7 +139,20 @@ def record(engine: str, output: Path, *, split: str = "train", max_tasks: int | 
 
     async def run() -> int:
         async with model_server(engine) as flags:
-            command = ["eval", "--config", CONFIG, "--serve", SERVE, "--split", split, "--n", str(n), "--output", str(output), *flags]
+            command = [
+                "eval",
+                "--config",
+                CONFIG,
+                "--serve",
+                SERVE,
+                "--split",
+                split,
+                "--n",
+                str(n),
+                "--output",
+                str(output),
+                *flags,
+            ]
             return await asyncio.to_thread(main, [*command, *(["--max-tasks", str(max_tasks)] if max_tasks else [])])
 
     return asyncio.run(run())

@@ -53,7 +53,11 @@ def build(model_dir: str, device: str, seed: int) -> tuple[Any, Any]:
     if model_dir.startswith("offline:"):
         model, tokenizer = load_model(model_dir, device=device, dtype=torch.float32)
     else:
-        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_dir), dtype=torch.float32).to(device).eval()
+        model = (
+            AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_dir), dtype=torch.float32)
+            .to(device)
+            .eval()
+        )
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
     if device.startswith("cuda"):
         model.forward = torch.autocast("cuda", dtype=torch.bfloat16)(model.forward)  # a bf16 trainer's forward
@@ -86,13 +90,23 @@ def generate_step(model: Any, tokenizer: Any, prompts: list[list[int]], max_new:
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=model.device)
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=model.device)
-    config = GenerationConfig(do_sample=True, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=max_new, pad_token_id=pad,
-                              eos_token_id=tokenizer.eos_token_id, cache_implementation="static" if static else None)  # fmt: skip
+    config = GenerationConfig(
+        do_sample=True,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+        max_new_tokens=max_new,
+        pad_token_id=pad,
+        eos_token_id=tokenizer.eos_token_id,
+        cache_implementation="static" if static else None,
+    )
     with torch.no_grad():
         out = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
     completions = out[:, width:]
     is_eos = completions == tokenizer.eos_token_id
-    lengths = torch.where(is_eos.any(1), is_eos.int().argmax(1) + 1, torch.full_like(is_eos[:, 0], completions.shape[1], dtype=torch.long))
+    lengths = torch.where(
+        is_eos.any(1), is_eos.int().argmax(1) + 1, torch.full_like(is_eos[:, 0], completions.shape[1], dtype=torch.long)
+    )
     return int(lengths.sum())
 
 
@@ -100,7 +114,9 @@ def engine_step(engine: Any, prompts: list[list[int]], max_new: int, loop: async
     from openreward_rl.engines import GenerationRequest
 
     async def all_at_once() -> int:
-        outs = await asyncio.gather(*(engine.generate(GenerationRequest(p, {"max_new_tokens": max_new})) for p in prompts))
+        outs = await asyncio.gather(
+            *(engine.generate(GenerationRequest(p, {"max_new_tokens": max_new})) for p in prompts)
+        )
         return sum(len(o.output_ids) for o in outs)
 
     return loop.run_until_complete(all_at_once())
@@ -122,10 +138,19 @@ def timed(steps: int, one: Any, after: Any = None) -> list[tuple[float, int]]:
 def report(name: str, results: list[tuple[float, int]]) -> dict[str, Any]:
     first, rest = results[0], results[1:]
     seconds, tokens = sum(s for s, _ in rest), sum(t for _, t in rest)
-    line = {"path": name, "first_step_s": round(first[0], 3), "s_per_step": round(seconds / len(rest), 3), "tokens_per_step": tokens / len(rest),
-            "sampled_tokens_per_s": round(tokens / seconds, 1), "steps_s": [round(s, 3) for s, _ in results]}  # fmt: skip
-    print(f"{name:<22} first step {first[0]:6.2f} s   then {seconds / len(rest):6.2f} s/step   {tokens / seconds:8,.0f} sampled tok/s   "
-          f"({tokens / len(rest):.0f} tokens a step)", flush=True)  # fmt: skip
+    line = {
+        "path": name,
+        "first_step_s": round(first[0], 3),
+        "s_per_step": round(seconds / len(rest), 3),
+        "tokens_per_step": tokens / len(rest),
+        "sampled_tokens_per_s": round(tokens / seconds, 1),
+        "steps_s": [round(s, 3) for s, _ in results],
+    }
+    print(
+        f"{name:<22} first step {first[0]:6.2f} s   then {seconds / len(rest):6.2f} s/step   {tokens / seconds:8,.0f} sampled tok/s   "
+        f"({tokens / len(rest):.0f} tokens a step)",
+        flush=True,
+    )
     return line
 
 
@@ -146,7 +171,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=4, help="steps per path (the first includes start-up)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--paths", default="generate,generate-static,waves,waves-eager,engine")
-    parser.add_argument("--vary-prompts", action="store_true", help="each step's prompts two words longer than the last step's")
+    parser.add_argument(
+        "--vary-prompts", action="store_true", help="each step's prompts two words longer than the last step's"
+    )
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     model, tokenizer = build(args.model, args.device, args.seed)
@@ -158,9 +185,12 @@ def main() -> None:
     name = torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"
     import transformers
 
-    print(f"{name}; torch {torch.__version__}, transformers {transformers.__version__}; {sum(p.numel() for p in model.parameters()) / 1e6:.0f}M params "
-          f"fp32 under bf16 autocast; {len(prompts)} sequences ({args.tasks} prompts x {args.n}) of {len(prompts[0])}-{max(map(len, prompts))} prompt tokens, "
-          f"<= {args.max_new_tokens} new tokens", flush=True)  # fmt: skip
+    print(
+        f"{name}; torch {torch.__version__}, transformers {transformers.__version__}; {sum(p.numel() for p in model.parameters()) / 1e6:.0f}M params "
+        f"fp32 under bf16 autocast; {len(prompts)} sequences ({args.tasks} prompts x {args.n}) of {len(prompts[0])}-{max(map(len, prompts))} prompt tokens, "
+        f"<= {args.max_new_tokens} new tokens",
+        flush=True,
+    )
     lines = []
     loop = asyncio.new_event_loop()
     for path in args.paths.split(","):
@@ -170,18 +200,36 @@ def main() -> None:
         if path in ("generate", "generate-static"):
             static = path == "generate-static"
             steps = iter(range(args.steps))
-            results = timed(args.steps, lambda steps=steps, static=static: generate_step(model, tokenizer, step_prompts(next(steps)), args.max_new_tokens, static))
+            results = timed(
+                args.steps,
+                lambda steps=steps, static=static: generate_step(
+                    model, tokenizer, step_prompts(next(steps)), args.max_new_tokens, static
+                ),
+            )
         else:
             restart = path == "engine-restarted"
             holder: dict[str, Any] = {}
 
             def engine(holder: dict[str, Any] = holder, path: str = path) -> Any:
                 if "engine" not in holder and path.startswith("waves"):
-                    holder["engine"] = WaveEngine(model, tokenizer, sampling=SamplingConfig(temperature=1.0), default_max_new_tokens=args.max_new_tokens,
-                                                  context_length=1024, decode="eager" if path == "waves-eager" else "auto")  # fmt: skip
+                    holder["engine"] = WaveEngine(
+                        model,
+                        tokenizer,
+                        sampling=SamplingConfig(temperature=1.0),
+                        default_max_new_tokens=args.max_new_tokens,
+                        context_length=1024,
+                        decode="eager" if path == "waves-eager" else "auto",
+                    )
                 elif "engine" not in holder:
-                    holder["engine"] = TransformersEngine(model, tokenizer, sampling=SamplingConfig(temperature=1.0), default_max_new_tokens=args.max_new_tokens,
-                                                          context_length=1024, max_sequences=len(prompts), continuous_batching={"max_memory_percent": 0.5})  # fmt: skip
+                    holder["engine"] = TransformersEngine(
+                        model,
+                        tokenizer,
+                        sampling=SamplingConfig(temperature=1.0),
+                        default_max_new_tokens=args.max_new_tokens,
+                        context_length=1024,
+                        max_sequences=len(prompts),
+                        continuous_batching={"max_memory_percent": 0.5},
+                    )
                 return holder["engine"]
 
             def after(holder: dict[str, Any] = holder, restart: bool = restart) -> None:
@@ -192,7 +240,11 @@ def main() -> None:
 
             with torch.no_grad():
                 steps = iter(range(args.steps))
-                results = timed(args.steps, lambda steps=steps: engine_step(engine(), step_prompts(next(steps)), args.max_new_tokens, loop), after)
+                results = timed(
+                    args.steps,
+                    lambda steps=steps: engine_step(engine(), step_prompts(next(steps)), args.max_new_tokens, loop),
+                    after,
+                )
             if "engine" in holder:
                 holder.pop("engine").stop()
         line = report(path, results)

@@ -34,7 +34,12 @@ from openreward_rl.backends.filters import group_verdict
 from openreward_rl.backends.task_sampling import SkipPolicy, TaskRecord
 from openreward_rl.env.difficulty import DifficultyRule
 
-MIX = (("always solved", 0.35, lambda rng: 1.0), ("never solved", 0.25, lambda rng: 0.0), ("mixed", 0.30, lambda rng: rng.uniform(0.1, 0.9)), ("rare", 0.10, lambda rng: rng.uniform(0.01, 0.05)))
+MIX = (
+    ("always solved", 0.35, lambda rng: 1.0),
+    ("never solved", 0.25, lambda rng: 0.0),
+    ("mixed", 0.30, lambda rng: rng.uniform(0.1, 0.9)),
+    ("rare", 0.10, lambda rng: rng.uniform(0.01, 0.05)),
+)
 
 
 def task_mix(count: int, rng: random.Random) -> list[tuple[str, float]]:
@@ -50,7 +55,9 @@ def logged_statistics(rate: float, logged: int, rng: random.Random) -> Any:
     """What get_task_difficulty would report: `logged` rollouts of a model whose rate is shifted by up to ±0.1."""
     shifted = min(1.0, max(0.0, rate + rng.uniform(-0.1, 0.1))) if 0.0 < rate < 1.0 else rate
     rewards = [1.0 if rng.random() < shifted else 0.0 for _ in range(logged)]
-    return SimpleNamespace(min_reward=min(rewards), max_reward=max(rewards), num_rollouts=logged, response_chars=SimpleNamespace(p50=0.0))
+    return SimpleNamespace(
+        min_reward=min(rewards), max_reward=max(rewards), num_rollouts=logged, response_chars=SimpleNamespace(p50=0.0)
+    )
 
 
 class Run:
@@ -79,7 +86,10 @@ class Run:
             groups = self.policy.fill(self.draw, 1, key=lambda sample: sample.task) if self.policy else self.draw(1)
             task = groups[0][0].task
             kind, rate = self.tasks[task]
-            samples = [SimpleNamespace(reward=1.0 if self.rng.random() < rate else 0.0, status=None, rollout_id=None) for _ in range(self.args.group)]
+            samples = [
+                SimpleNamespace(reward=1.0 if self.rng.random() < rate else 0.0, status=None, rollout_id=None)
+                for _ in range(self.args.group)
+            ]
             self.episodes += len(samples)
             keep, _ = group_verdict(None, samples)
             self.record.record(task, keep)
@@ -102,15 +112,26 @@ def main() -> None:
     rng = random.Random(args.seed)
     tasks = task_mix(args.tasks, rng)
     rule = DifficultyRule(min_rollouts=4)
-    selected = [i for i, (_, rate) in enumerate(tasks) if rule.verdict(logged_statistics(rate, args.logged, rng)) is None]
+    selected = [
+        i for i, (_, rate) in enumerate(tasks) if rule.verdict(logged_statistics(rate, args.logged, rng)) is None
+    ]
     everything = list(range(len(tasks)))
     kinds = ", ".join(f"{sum(k == kind for k, _ in tasks)} {kind}" for kind, _, _ in MIX)
-    print(f"{len(tasks)} tasks: {kinds}; groups of {args.group}, {args.batch} informative groups per step, {args.steps} steps")
-    print(f"prepare --difficulty ({args.logged} logged rollouts, min_rollouts 4) keeps {len(selected)} tasks: "
-          + ", ".join(f"{sum(tasks[i][0] == kind for i in selected)} {kind}" for kind, _, _ in MIX))  # fmt: skip
+    print(
+        f"{len(tasks)} tasks: {kinds}; groups of {args.group}, {args.batch} informative groups per step, {args.steps} steps"
+    )
+    print(
+        f"prepare --difficulty ({args.logged} logged rollouts, min_rollouts 4) keeps {len(selected)} tasks: "
+        + ", ".join(f"{sum(tasks[i][0] == kind for i in selected)} {kind}" for kind, _, _ in MIX)
+    )
     print(f"{'selection':>9}  {'episodes':>8}  {'per informative group':>21}  {'saved':>6}  kept groups by kind")
     baseline = None
-    for name, indices, online in (("filter", everything, False), ("prepare", selected, False), ("online", everything, True), ("both", selected, True)):
+    for name, indices, online in (
+        ("filter", everything, False),
+        ("prepare", selected, False),
+        ("online", everything, True),
+        ("both", selected, True),
+    ):
         run = Run(tasks, indices, args, online, seed=args.seed + 1)
         for _ in range(args.steps):
             run.step()

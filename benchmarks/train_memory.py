@@ -140,7 +140,9 @@ def main(argv: list[str]) -> int:
     print(f"{'phase':<10} {'peak GiB':>9} {'at s':>8} {'readings':>9}", file=sys.stderr)
     for phase, (kib, at, count) in sampler.peaks().items():
         print(f"{phase:<10} {kib / 2**20:9.3f} {at:8.1f} {count:9d}", file=sys.stderr)
-    print(f"VmHWM {RssSampler.status_kib('VmHWM') / 2**20:.3f} GiB (the process's peak resident memory)", file=sys.stderr)
+    print(
+        f"VmHWM {RssSampler.status_kib('VmHWM') / 2**20:.3f} GiB (the process's peak resident memory)", file=sys.stderr
+    )
     if csv:
         with open(csv, "w") as out:
             out.write("seconds,rss_kib,phase\n")

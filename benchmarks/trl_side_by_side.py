@@ -49,13 +49,20 @@ JSON_TYPES = {"string": "str", "integer": "int", "number": "float", "boolean": "
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", required=True)
-    parser.add_argument("--serve", required=True, metavar="FILE.py:Class", help="the environment class to serve on 127.0.0.1")
-    parser.add_argument("--plugin", action="append", default=[], help="a Python file to import first (e.g. one registering a parser)")
+    parser.add_argument(
+        "--serve", required=True, metavar="FILE.py:Class", help="the environment class to serve on 127.0.0.1"
+    )
+    parser.add_argument(
+        "--plugin", action="append", default=[], help="a Python file to import first (e.g. one registering a parser)"
+    )
     parser.add_argument("--split", default=None, help="the split to train on (default: the config's)")
     parser.add_argument("--model", default="offline:smollm2")
-    parser.add_argument("--random-weights", action="store_true",
-                        help="--model is a folder with config.json and tokenizer files only: random weights of that shape (seeded); "
-                        "every reply then runs to --max-new-tokens on every side, so the sides sample the same lengths")
+    parser.add_argument(
+        "--random-weights",
+        action="store_true",
+        help="--model is a folder with config.json and tokenizer files only: random weights of that shape (seeded); "
+        "every reply then runs to --max-new-tokens on every side, so the sides sample the same lengths",
+    )
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--bf16", action="store_true")
     parser.add_argument("--tasks", type=int, default=8, help="prompts per step")
@@ -66,10 +73,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps first")
     parser.add_argument("--steps", type=int, default=3, help="timed steps")
-    parser.add_argument("--micro-batch", type=int, default=None, help="our side's episodes per forward and backward pass (TrlOptions.micro_batch; 0: the whole step in one; default: the library's)")
+    parser.add_argument(
+        "--micro-batch",
+        type=int,
+        default=None,
+        help="our side's episodes per forward and backward pass (TrlOptions.micro_batch; 0: the whole step in one; default: the library's)",
+    )
     parser.add_argument("--sides", default="trl,trl-tools,ours")
-    parser.add_argument("--gpu-memory-fraction", type=float, default=None,
-                        help="the most of the GPU's memory this process may hold (torch's per-process cap; for several runs on one GPU)")
+    parser.add_argument(
+        "--gpu-memory-fraction",
+        type=float,
+        default=None,
+        help="the most of the GPU's memory this process may hold (torch's per-process cap; for several runs on one GPU)",
+    )
     parser.add_argument("--json", default=None, metavar="FILE")
     return parser.parse_args(argv)
 
@@ -98,7 +114,9 @@ class StepClock:
 
                 torch.cuda.synchronize() if torch.cuda.is_available() else None
                 clock.seconds.append(time.perf_counter() - clock._started)
-                print(f"  step {len(clock.seconds)}: {clock.seconds[-1]:.2f} s", file=sys.stderr, flush=True)  # a side cut short keeps its steps
+                print(
+                    f"  step {len(clock.seconds)}: {clock.seconds[-1]:.2f} s", file=sys.stderr, flush=True
+                )  # a side cut short keeps its steps
 
         return Clock()
 
@@ -122,7 +140,11 @@ class Bridge:
             specs = await env.tools()
         config = self.config
         system = first_system_prompt(
-            config.system_prompt_template, specs, self.adapter.rollouts.renderer, parser=self.parser, tool_preamble=config.tool_preamble,
+            config.system_prompt_template,
+            specs,
+            self.adapter.rollouts.renderer,
+            parser=self.parser,
+            tool_preamble=config.tool_preamble,
             example=config.tool_call_example,
         )
         return specs, system
@@ -131,7 +153,9 @@ class Bridge:
         from openreward_rl.env.environment import open_session
         from openreward_rl.loop.rollout import resolve_task
 
-        return open_session(self.adapter.rollouts.client, resolve_task(self.config, task), tool_timeout=self.config.tool_timeout)
+        return open_session(
+            self.adapter.rollouts.client, resolve_task(self.config, task), tool_timeout=self.config.tool_timeout
+        )
 
     def messages(self, task: Any) -> list[dict[str, Any]]:
         async def prompt() -> list[dict[str, Any]]:
@@ -216,7 +240,7 @@ class Bridge:
             call = ", ".join(f"{n!r}: {n}" for n in names)
             source.append(
                 f'def {function["name"]}(self, {params}) -> str:\n    """{doc}\n\n    Args:{args_doc}\n    """\n'
-                f'    return self._call({function["name"]!r}, {{{call}}})\n'
+                f"    return self._call({function['name']!r}, {{{call}}})\n"
             )
         exec("\n".join(source), namespace)  # noqa: S102 - tool methods built from the environment's own specs
         tools = {name: value for name, value in namespace.items() if callable(value) and not name.startswith("__")}
@@ -254,7 +278,9 @@ class Bridge:
     def tool_reward(self, scored: list[float] | None = None) -> Any:
         """TRL's reward function for the tool loop; each batch's rewards are also appended to `scored`."""
 
-        def openreward_reward(prompts: list[Any], completions: list[Any], environments: list[Any], **_: Any) -> list[float]:
+        def openreward_reward(
+            prompts: list[Any], completions: list[Any], environments: list[Any], **_: Any
+        ) -> list[float]:
             rewards = []
             for completion, episode in zip(completions, environments):
                 last = completion[-1] if completion else {}
@@ -283,7 +309,10 @@ class Bridge:
             parsed = bridge.parse(text)
             message: dict[str, Any] = {"role": "assistant", "content": parsed.content}
             if parsed.tool_calls:
-                message["tool_calls"] = [{"type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in parsed.tool_calls]
+                message["tool_calls"] = [
+                    {"type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                    for c in parsed.tool_calls
+                ]
             return message
 
         grpo.parse_response = parse_response
@@ -302,28 +331,49 @@ def peer_grpo_args(options: Any, output_dir: str, *, max_turns: int | None = Non
     from trl import GRPOConfig
 
     shared = dict(
-        output_dir=output_dir, max_steps=options.max_steps, learning_rate=options.lr, temperature=options.temperature, top_p=options.top_p,
-        beta=options.beta, seed=options.seed, bf16=options.bf16, use_cpu=options.resolved_device == "cpu",
-        per_device_train_batch_size=options.prompts_per_step * options.n_samples, gradient_accumulation_steps=1, num_generations=options.n_samples,
-        logging_steps=1, report_to="none", save_strategy="no", disable_tqdm=True, log_completions=False,
-    )  # fmt: skip
+        output_dir=output_dir,
+        max_steps=options.max_steps,
+        learning_rate=options.lr,
+        temperature=options.temperature,
+        top_p=options.top_p,
+        beta=options.beta,
+        seed=options.seed,
+        bf16=options.bf16,
+        use_cpu=options.resolved_device == "cpu",
+        per_device_train_batch_size=options.prompts_per_step * options.n_samples,
+        gradient_accumulation_steps=1,
+        num_generations=options.n_samples,
+        logging_steps=1,
+        report_to="none",
+        save_strategy="no",
+        disable_tqdm=True,
+        log_completions=False,
+    )
     if max_turns is None:
         return GRPOConfig(**shared, max_completion_length=options.max_new_tokens)
     return GRPOConfig(
-        **shared, max_tool_calling_iterations=max(max_turns - 1, 0), generation_kwargs={"max_new_tokens": options.max_new_tokens},
+        **shared,
+        max_tool_calling_iterations=max(max_turns - 1, 0),
+        generation_kwargs={"max_new_tokens": options.max_new_tokens},
         max_completion_length=2 * options.max_new_tokens * max_turns,
-    )  # fmt: skip
+    )
 
 
 def peer_settings(trainer: Any) -> dict[str, Any]:
     """The TRL side's settings as its trainer holds them, printed beside its figures."""
     args = trainer.args
     return {
-        "gradient_checkpointing": args.gradient_checkpointing, "bf16": args.bf16, "temperature": args.temperature,
-        "max_completion_length": args.max_completion_length, "per_turn_max_new_tokens": trainer.generation_kwargs.get("max_new_tokens"),
-        "max_tool_calling_iterations": args.max_tool_calling_iterations, "beta": args.beta, "learning_rate": args.learning_rate,
-        "per_device_train_batch_size": args.per_device_train_batch_size, "gradient_accumulation_steps": args.gradient_accumulation_steps,
-    }  # fmt: skip
+        "gradient_checkpointing": args.gradient_checkpointing,
+        "bf16": args.bf16,
+        "temperature": args.temperature,
+        "max_completion_length": args.max_completion_length,
+        "per_turn_max_new_tokens": trainer.generation_kwargs.get("max_new_tokens"),
+        "max_tool_calling_iterations": args.max_tool_calling_iterations,
+        "beta": args.beta,
+        "learning_rate": args.learning_rate,
+        "per_device_train_batch_size": args.per_device_train_batch_size,
+        "gradient_accumulation_steps": args.gradient_accumulation_steps,
+    }
 
 
 def count_sampled(trainer: Any) -> list[int]:
@@ -365,6 +415,8 @@ class WaveLog(logging.Handler):
         finally:
             engine_logger.removeHandler(self)
             engine_logger.setLevel(level)
+
+
 OURS = {"ours": "waves", "ours-continuous": "continuous"}
 
 
@@ -386,13 +438,17 @@ def fresh_model(options: Any) -> tuple[Any, Any]:
     if RANDOM_WEIGHTS:
         from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(options.model), dtype=torch.float32).to(options.resolved_device)
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(options.model), dtype=torch.float32).to(
+            options.resolved_device
+        )
         return model.eval(), AutoTokenizer.from_pretrained(options.model)
     model, tokenizer = load_model(options.model, device=options.resolved_device, dtype="float32")
     return trainable_gguf(model), tokenizer
 
 
-def run_side(side: str, session: Any, bridge: Any, options: Any, args: argparse.Namespace, workdir: str) -> dict[str, Any]:
+def run_side(
+    side: str, session: Any, bridge: Any, options: Any, args: argparse.Namespace, workdir: str
+) -> dict[str, Any]:
     import torch
     from datasets import Dataset
 
@@ -425,26 +481,50 @@ def run_side(side: str, session: Any, bridge: Any, options: Any, args: argparse.
             return out
 
         trainer.rollout_func = recording
-        settings = {"gradient_checkpointing": trainer.args.gradient_checkpointing, "bf16": trainer.args.bf16, "temperature": trainer.args.temperature,
-                    "per_turn_max_new_tokens": options.max_new_tokens, "learning_rate": trainer.args.learning_rate,
-                    "per_device_train_batch_size": trainer.args.per_device_train_batch_size, "gradient_accumulation_steps": trainer.args.gradient_accumulation_steps}  # fmt: skip
+        settings = {
+            "gradient_checkpointing": trainer.args.gradient_checkpointing,
+            "bf16": trainer.args.bf16,
+            "temperature": trainer.args.temperature,
+            "per_turn_max_new_tokens": options.max_new_tokens,
+            "learning_rate": trainer.args.learning_rate,
+            "per_device_train_batch_size": trainer.args.per_device_train_batch_size,
+            "gradient_accumulation_steps": trainer.args.gradient_accumulation_steps,
+        }
     else:
         from trl import GRPOTrainer
 
         model, tokenizer = fresh_model(options)
         rows = [{"prompt": bridge.messages(task), "task": task_prompt(task)} for task in session.train_tasks]
-        first_prompts.extend(len(tokenizer.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=True, return_dict=False)) for r in rows)
+        first_prompts.extend(
+            len(
+                tokenizer.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=True, return_dict=False)
+            )
+            for r in rows
+        )
         if side == "trl":
             reward = bridge.plain_reward()
-            trainer = GRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=[reward], args=peer_grpo_args(options, f"{workdir}/{side}"),
-                                  train_dataset=Dataset.from_list(rows), callbacks=[clock.callback()])  # fmt: skip
+            trainer = GRPOTrainer(
+                model=model,
+                processing_class=tokenizer,
+                reward_funcs=[reward],
+                args=peer_grpo_args(options, f"{workdir}/{side}"),
+                train_dataset=Dataset.from_list(rows),
+                callbacks=[clock.callback()],
+            )
         else:
             bridge.patch_trl()
-            tokenizer.response_template = "bridged: benchmarks/trl_side_by_side.py parses replies with the config's parser"
-            trainer = GRPOTrainer(model=model, processing_class=tokenizer,
-                                  reward_funcs=[bridge.tool_reward(rewards)],
-                                  args=peer_grpo_args(options, f"{workdir}/{side}", max_turns=max_turns),
-                                  train_dataset=Dataset.from_list(rows), environment_factory=bridge.environment_class(), callbacks=[clock.callback()])  # fmt: skip
+            tokenizer.response_template = (
+                "bridged: benchmarks/trl_side_by_side.py parses replies with the config's parser"
+            )
+            trainer = GRPOTrainer(
+                model=model,
+                processing_class=tokenizer,
+                reward_funcs=[bridge.tool_reward(rewards)],
+                args=peer_grpo_args(options, f"{workdir}/{side}", max_turns=max_turns),
+                train_dataset=Dataset.from_list(rows),
+                environment_factory=bridge.environment_class(),
+                callbacks=[clock.callback()],
+            )
         settings = peer_settings(trainer)
         counts = count_sampled(trainer)
         calls_before = [0]
@@ -477,7 +557,11 @@ def run_side(side: str, session: Any, bridge: Any, options: Any, args: argparse.
         "sampled_tokens_per_s": sum(tokens) / sum(timed),
         "episodes_per_s": episodes * len(timed) / sum(timed),
         "reward_mean_last": sum(rewards[-episodes:]) / max(len(rewards[-episodes:]), 1),
-        "reward_per_step": [round(sum(chunk) / len(chunk), 4) for i in range(0, len(rewards), episodes) if (chunk := rewards[i : i + episodes])],
+        "reward_per_step": [
+            round(sum(chunk) / len(chunk), 4)
+            for i in range(0, len(rewards), episodes)
+            if (chunk := rewards[i : i + episodes])
+        ],
         "peak_gpu_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
         "first_prompt_tokens": sum(first_prompts) / max(len(first_prompts), 1),
         "settings": settings,
@@ -507,23 +591,38 @@ def main(argv: list[str] | None = None) -> None:
     if args.split:
         config = prepare_config(config, split=args.split)
     options = TrlOptions(
-        model=args.model, device=args.device, bf16=args.bf16, max_steps=args.warmup + args.steps, prompts_per_step=args.tasks, n_samples=args.n,
-        lr=args.lr, temperature=args.temperature, max_new_tokens=args.max_new_tokens, save_interval=0, seed=args.seed, micro_batch=args.micro_batch,
-    )  # fmt: skip
+        model=args.model,
+        device=args.device,
+        bf16=args.bf16,
+        max_steps=args.warmup + args.steps,
+        prompts_per_step=args.tasks,
+        n_samples=args.n,
+        lr=args.lr,
+        temperature=args.temperature,
+        max_new_tokens=args.max_new_tokens,
+        save_interval=0,
+        seed=args.seed,
+        micro_batch=args.micro_batch,
+    )
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
     if args.gpu_memory_fraction and torch.cuda.is_available():
         torch.cuda.set_per_process_memory_fraction(args.gpu_memory_fraction)
     import transformers
     import trl
 
-    print(f"device {gpu}; torch {torch.__version__}, transformers {transformers.__version__}, trl {trl.__version__}; {args.model}, "
-          f"bf16 {args.bf16}; {args.tasks} tasks x {args.n} samples, <= {args.max_new_tokens} tokens a reply, lr {args.lr}, seed {args.seed}; "
-          f"{args.warmup} warm-up + {args.steps} timed steps", flush=True)  # fmt: skip
+    print(
+        f"device {gpu}; torch {torch.__version__}, transformers {transformers.__version__}, trl {trl.__version__}; {args.model}, "
+        f"bf16 {args.bf16}; {args.tasks} tasks x {args.n} samples, <= {args.max_new_tokens} tokens a reply, lr {args.lr}, seed {args.seed}; "
+        f"{args.warmup} warm-up + {args.steps} timed steps",
+        flush=True,
+    )
     results = []
     with tempfile.TemporaryDirectory() as workdir:
         options = attrs_evolve(options, output_dir=workdir)
         model, tokenizer = fresh_model(options)
-        with TrlSession.open(config, options, serve=[load_environment_class(args.serve)], model=model, tokenizer=tokenizer) as session:
+        with TrlSession.open(
+            config, options, serve=[load_environment_class(args.serve)], model=model, tokenizer=tokenizer
+        ) as session:
             if len(session.train_tasks) < args.tasks:  # TRL would form no batch and train no step
                 raise SystemExit(f"--tasks {args.tasks}: the split has only {len(session.train_tasks)} tasks")
             bridge = Bridge(session)
@@ -537,14 +636,18 @@ def main(argv: list[str] | None = None) -> None:
                     result = {"side": side, "error": f"{type(error).__name__}: {error}"}
                 results.append(result)
                 print(json.dumps(result), flush=True)
-    print(f"\n{'side':<16} {'s/step':>8} {'sampled tok/s':>14} {'episodes/s':>11} {'tok/step':>9} {'reward':>7} {'peak GiB':>9} {'prompt':>7}  settings")
+    print(
+        f"\n{'side':<16} {'s/step':>8} {'sampled tok/s':>14} {'episodes/s':>11} {'tok/step':>9} {'reward':>7} {'peak GiB':>9} {'prompt':>7}  settings"
+    )
     for r in results:
         if "error" in r:
             print(f"{r['side']:<16} failed: {r['error'][:100]}")
             continue
         peak = f"{r['peak_gpu_gib']:.2f}" if r["peak_gpu_gib"] is not None else "-"
-        print(f"{r['side']:<16} {r['s_per_step']:>8.2f} {r['sampled_tokens_per_s']:>14,.0f} {r['episodes_per_s']:>11.1f} "
-              f"{r['sampled_tokens_per_step']:>9.0f} {r['reward_mean_last']:>7.3f} {peak:>9} {r['first_prompt_tokens']:>7.0f}  {r['settings']}")  # fmt: skip
+        print(
+            f"{r['side']:<16} {r['s_per_step']:>8.2f} {r['sampled_tokens_per_s']:>14,.0f} {r['episodes_per_s']:>11.1f} "
+            f"{r['sampled_tokens_per_step']:>9.0f} {r['reward_mean_last']:>7.3f} {peak:>9} {r['first_prompt_tokens']:>7.0f}  {r['settings']}"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps({"device": gpu, "args": vars(args), "results": results}, indent=2))
 

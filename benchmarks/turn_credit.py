@@ -37,7 +37,9 @@ def lock_rewards() -> tuple[float, float]:
     return module.PROGRESS_REWARD, module.OPEN_REWARD
 
 
-def episode(rng: random.Random, length: int, max_turns: int, skill: float, progress: float, opened: float) -> tuple[list[float], list[bool]]:
+def episode(
+    rng: random.Random, length: int, max_turns: int, skill: float, progress: float, opened: float
+) -> tuple[list[float], list[bool]]:
     """(per-turn rewards, whether each turn was right)."""
     rewards, right, position = [], [], 0
     while len(rewards) < max_turns and position < length:
@@ -62,11 +64,20 @@ def main() -> None:
     rng = random.Random(args.seed)
     groups = []
     for _ in range(args.groups):
-        groups.append([episode(rng, args.length, args.max_turns, args.skill, progress, opened) for _ in range(args.group)])
-    print(f"{args.groups} groups of {args.group}; lock of {args.length}, {args.max_turns} turns at most, each turn right with p={args.skill}; "
-          f"rewards {progress} per right digit, {opened} to open; gamma {args.gamma}")
+        groups.append(
+            [episode(rng, args.length, args.max_turns, args.skill, progress, opened) for _ in range(args.group)]
+        )
+    print(
+        f"{args.groups} groups of {args.group}; lock of {args.length}, {args.max_turns} turns at most, each turn right with p={args.skill}; "
+        f"rewards {progress} per right digit, {opened} to open; gamma {args.gamma}"
+    )
     print(f"{'estimator':>14}  {'separation':>10}  {'sign errors':>11}  {'largest |adv|':>13}")
-    for name, estimator, weight in (("episode", "episode", 0.5), ("turn", "turn", 0.5), ("turn_index", "turn_index", 0.5), ("mix 0.5", "mix", 0.5)):
+    for name, estimator, weight in (
+        ("episode", "episode", 0.5),
+        ("turn", "turn", 0.5),
+        ("turn_index", "turn_index", 0.5),
+        ("mix 0.5", "mix", 0.5),
+    ):
         right_sum = wrong_sum = 0.0
         right_n = wrong_n = errors = counted = 0
         largest = 0.0
@@ -84,7 +95,9 @@ def main() -> None:
                         right_sum, right_n, errors = right_sum + a, right_n + 1, errors + (a < 0)
                     else:
                         wrong_sum, wrong_n, errors = wrong_sum + a, wrong_n + 1, errors + (a > 0)
-        print(f"{name:>14}  {right_sum / right_n - wrong_sum / wrong_n:>10.3f}  {errors / counted:>11.1%}  {largest:>13.2f}")
+        print(
+            f"{name:>14}  {right_sum / right_n - wrong_sum / wrong_n:>10.3f}  {errors / counted:>11.1%}  {largest:>13.2f}"
+        )
 
 
 if __name__ == "__main__":

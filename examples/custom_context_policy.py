@@ -53,7 +53,11 @@ class KeepKeyLines:
 
     def fallback(self, view: ContextView) -> Rewrite | None:
         tools = [i for i, m in enumerate(view.messages) if m.get("role") == "tool" and i >= view.prompt_messages]
-        old = {i for i in tools[: max(0, len(tools) - self.keep_last)] if not str(view.messages[i].get("content", "")).startswith("[kept lines]")}
+        old = {
+            i
+            for i in tools[: max(0, len(tools) - self.keep_last)]
+            if not str(view.messages[i].get("content", "")).startswith("[kept lines]")
+        }
         if not old:
             return None
         matcher = re.compile(self.pattern)
@@ -61,7 +65,9 @@ class KeepKeyLines:
         def kept(text: str) -> str:
             return "[kept lines] " + "\n".join(line for line in text.splitlines() if matcher.search(line))
 
-        messages = tuple({**m, "content": kept(str(m.get("content", "")))} if i in old else m for i, m in enumerate(view.messages))
+        messages = tuple(
+            {**m, "content": kept(str(m.get("content", "")))} if i in old else m for i, m in enumerate(view.messages)
+        )
         return Rewrite(messages, kind=self.name)
 
 
@@ -76,16 +82,24 @@ def main() -> None:
     from corridor import room_text
 
     spec = {"id": "train-000", "length": 3, "bulk": 2}
-    messages = ({"role": "user", "content": "Walk the corridor and leave by the exit door."},
-                *({"role": "tool", "content": room_text(spec, room)} for room in range(3)))  # fmt: skip
-    view = ContextView(messages=messages, prompt_messages=1, context_length=700, incoming=100, max_context_len=1000, compactions=0)
+    messages = (
+        {"role": "user", "content": "Walk the corridor and leave by the exit door."},
+        *({"role": "tool", "content": room_text(spec, room)} for room in range(3)),
+    )
+    view = ContextView(
+        messages=messages, prompt_messages=1, context_length=700, incoming=100, max_context_len=1000, compactions=0
+    )
     policy = KeepKeyLines(threshold=0.6)
     rewrite = policy.plan(view)
-    print(f"{policy.name} at {view.fraction:.0%} of the budget (threshold {policy.threshold:.0%}): "
-          f"{'rewrites the context' if rewrite else 'keeps the context'}")  # fmt: skip
+    print(
+        f"{policy.name} at {view.fraction:.0%} of the budget (threshold {policy.threshold:.0%}): "
+        f"{'rewrites the context' if rewrite else 'keeps the context'}"
+    )
     for number, (before, after) in enumerate(zip(view.messages, rewrite.messages if rewrite else view.messages)):
         changed = "rewritten" if after["content"] != before["content"] else "kept"
-        print(f"\n[{number}] {before['role']} ({changed}, {len(before['content'])} -> {len(after['content'])} characters)")
+        print(
+            f"\n[{number}] {before['role']} ({changed}, {len(before['content'])} -> {len(after['content'])} characters)"
+        )
         print(after["content"])
 
 

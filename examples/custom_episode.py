@@ -49,10 +49,25 @@ class ReRenderingEpisode:
     sampling_params: dict[str, Any] = attrs.Factory(lambda: {"max_new_tokens": 512})
 
     @classmethod
-    def build(cls, engine: Engine, renderer: ChatRenderer, parser: ToolParser, settings: EpisodeSettings, *, routing_key: str | None = None) -> ReRenderingEpisode:
+    def build(
+        cls,
+        engine: Engine,
+        renderer: ChatRenderer,
+        parser: ToolParser,
+        settings: EpisodeSettings,
+        *,
+        routing_key: str | None = None,
+    ) -> ReRenderingEpisode:
         """An `EpisodeBuilder`: the runner's engine, renderer and parser, the environment's limits."""
         sampling = {"max_new_tokens": settings.max_new_tokens, **settings.sampling_params}
-        return cls(engine, renderer, parser, max_turns=settings.max_turns, nudge=settings.nudge_message, sampling_params=sampling)
+        return cls(
+            engine,
+            renderer,
+            parser,
+            max_turns=settings.max_turns,
+            nudge=settings.nudge_message,
+            sampling_params=sampling,
+        )
 
     async def run(self, session: EnvSession) -> Trajectory:
         tools = await session.tools()
@@ -68,10 +83,14 @@ class ReRenderingEpisode:
             else:
                 ledger.add_turn_prompt(prompt)  # merges, or counts a prefix break and starts a segment
             started = time.perf_counter()
-            generation = await self.engine.generate(GenerationRequest(input_ids=prompt, sampling_params=self.sampling_params))
+            generation = await self.engine.generate(
+                GenerationRequest(input_ids=prompt, sampling_params=self.sampling_params)
+            )
             ledger.append_sampled(generation.output_ids, generation.logprobs)
             ids = generation.output_ids[:-1] if generation.finish_reason is FinishReason.STOP else generation.output_ids
-            parsed = self.parser.parse(self.renderer.decode(ids), tools=tools, finish_reason=generation.finish_reason.value)
+            parsed = self.parser.parse(
+                self.renderer.decode(ids), tools=tools, finish_reason=generation.finish_reason.value
+            )
             assistant: dict[str, Any] = {"role": "assistant", "content": parsed.content}
             if parsed.reasoning:
                 assistant["reasoning_content"] = parsed.reasoning
@@ -82,7 +101,15 @@ class ReRenderingEpisode:
             results = []
             for call in parsed.tool_calls:
                 outcome = await session.call_tool(call.name, call.arguments)
-                results.append(ToolResult(call=call, text=outcome.text, reward=outcome.reward, finished=outcome.finished, error=outcome.error))
+                results.append(
+                    ToolResult(
+                        call=call,
+                        text=outcome.text,
+                        reward=outcome.reward,
+                        finished=outcome.finished,
+                        error=outcome.error,
+                    )
+                )
                 messages.append({"role": "tool", "tool_call_id": call.id, "name": call.name, "content": outcome.text})
             rewards += [r.reward for r in results if r.reward is not None]
             turns.append(
@@ -143,18 +170,39 @@ async def main() -> None:
     ]
     with serve_environments(["examples/environments/whodunit.py:WhoDunIt"]) as env_server:
         # the environment's reward policy is configuration, as in training: the Episode never sees it
-        config = parse_config({"thinking": True, "environments": {"WhoDunIt": {"base_url": env_server.base_url, "reward_reduction": "sum", "nonterminal_reward": -1.0}}})
+        config = parse_config(
+            {
+                "thinking": True,
+                "environments": {
+                    "WhoDunIt": {"base_url": env_server.base_url, "reward_reduction": "sum", "nonterminal_reward": -1.0}
+                },
+            }
+        )
         async with SGLangTestServer(tokenizer, script=script) as sglang:
             engine = SGLangEngine(sglang.url)
             client = AsyncOpenReward(api_key="local")
-            rollouts = Rollouts.from_config(config, engine=engine, tokenizer=tokenizer, client=client, model="Qwen/Qwen3-8B", episode=ReRenderingEpisode.build)
+            rollouts = Rollouts.from_config(
+                config,
+                engine=engine,
+                tokenizer=tokenizer,
+                client=client,
+                model="Qwen/Qwen3-8B",
+                episode=ReRenderingEpisode.build,
+            )
             trajectory = await rollouts.run(TaskRef("WhoDunIt", "train", index=0))
             await client.environments.aclose()
             await engine.aclose()
-    print(json.dumps({
-        "stop_reason": trajectory.stop_reason.value, "turns": len(trajectory.turns), "prefix_breaks": trajectory.prefix_breaks,
-        "segments": len(trajectory.segments), "reward": trajectory.reward,
-    }))
+    print(
+        json.dumps(
+            {
+                "stop_reason": trajectory.stop_reason.value,
+                "turns": len(trajectory.turns),
+                "prefix_breaks": trajectory.prefix_breaks,
+                "segments": len(trajectory.segments),
+                "reward": trajectory.reward,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -73,7 +73,9 @@ async def main() -> dict[str, Any]:
     model = "acme/Orca-Calc-7B"
     tokenizer = load_tokenizer("offline:qwen2.5")
     family = family_for(model)
-    _, parser = episode_stack(parse_config({"environments": {"MathEnv": {}}}), tokenizer, model)  # what eval and the hooks build
+    _, parser = episode_stack(
+        parse_config({"environments": {"MathEnv": {}}}), tokenizer, model
+    )  # what eval and the hooks build
     renderer = ToolsKept(tokenizer, {"enable_thinking": False}, family=family)
 
     spec = str(Path(__file__).resolve().parent / "environments" / "math_env.py") + ":MathEnv"
@@ -92,7 +94,9 @@ async def main() -> dict[str, Any]:
             trajectory = await run_episode(lambda: ToolEpisode(engine, renderer, parser, settings), client, task)
             await client.environments.aclose()
             await engine.aclose()
-            stop_token_ids = [list(r.sampling_params.get("stop_token_ids", [])) for r in sglang.requests if r.path == "/generate"]
+            stop_token_ids = [
+                list(r.sampling_params.get("stop_token_ids", [])) for r in sglang.requests if r.path == "/generate"
+            ]
 
     template = tokenizer.apply_chat_template(trajectory.messages, tools=renderer.tools, tokenize=False)
     template_ids = tokenizer.encode(template, add_special_tokens=False)
@@ -106,7 +110,8 @@ async def main() -> dict[str, Any]:
         "calls_per_turn": [len(t.parsed.tool_calls) for t in trajectory.turns],
         "prefix_breaks": trajectory.prefix_breaks,
         # the template ends the conversation with "\n" after the last <|im_end|>: the model never samples it
-        "matches_template": list(trajectory.tokens) == template_ids[: len(trajectory.tokens)] and tokenizer.decode(template_ids[len(trajectory.tokens) :]).strip() == "",
+        "matches_template": list(trajectory.tokens) == template_ids[: len(trajectory.tokens)]
+        and tokenizer.decode(template_ids[len(trajectory.tokens) :]).strip() == "",
         "trained_tokens": sum(trajectory.loss_mask),
         "sampled_tokens": sum(len(t.sampled_ids) for t in trajectory.turns),
     }

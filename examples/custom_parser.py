@@ -51,7 +51,14 @@ class AtCallParser:
 
     name = "at_call"
 
-    def parse(self, text: str, *, tools: Sequence[Mapping[str, Any]] | None = None, generation_prompt: str = "", finish_reason: str | None = None) -> ParsedTurn:
+    def parse(
+        self,
+        text: str,
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        generation_prompt: str = "",
+        finish_reason: str | None = None,
+    ) -> ParsedTurn:
         split = split_reasoning(text, generation_prompt=generation_prompt)
         calls: list[ToolCall] = []
         errors = calls_in_reasoning(split.reasoning, (OPEN,))
@@ -68,10 +75,14 @@ class AtCallParser:
             return len(body) if end < 0 else end + len(CLOSE)
 
         content = scan_blocks(body, (OPEN,), parse_block)  # the text between blocks, in order
-        return ParsedTurn(content=join_content(content), reasoning=split.reasoning, tool_calls=tuple(calls), errors=tuple(errors))
+        return ParsedTurn(
+            content=join_content(content), reasoning=split.reasoning, tool_calls=tuple(calls), errors=tuple(errors)
+        )
 
     @staticmethod
-    def _block(block: str, tools: Sequence[Mapping[str, Any]] | None, calls: list[ToolCall], errors: list[ParseError]) -> None:
+    def _block(
+        block: str, tools: Sequence[Mapping[str, Any]] | None, calls: list[ToolCall], errors: list[ParseError]
+    ) -> None:
         header, _, rest = block[len(OPEN) :].partition("\n")
         arguments: dict[str, Any] = {}
         for line in rest.splitlines():
@@ -83,7 +94,9 @@ class AtCallParser:
                     raise JsonValueError(f"expected 'key = value', got {line[:40]!r}")
                 arguments[key.strip()] = loads_json_strict(value)
             except JsonValueError as error:
-                errors.append(ParseError(ParseErrorKind.INVALID_ARGUMENTS, str(error), raw=block, tool_name=header.strip()))
+                errors.append(
+                    ParseError(ParseErrorKind.INVALID_ARGUMENTS, str(error), raw=block, tool_name=header.strip())
+                )
                 return
         add_result(validate_call(header, arguments, tools=tools, raw=block), calls, errors)
 
@@ -100,13 +113,18 @@ def main() -> None:
     for label, text in samples.items():
         finish_reason = "length" if label == "cut_off" else "stop"
         turn = parser.parse(text, tools=tools, finish_reason=finish_reason)
-        print(json.dumps({
-            "sample": label,
-            "content": turn.content,
-            "reasoning": turn.reasoning,
-            "calls": [{"name": c.name, "arguments": c.arguments} for c in turn.tool_calls],
-            "errors": [e.kind.value for e in turn.errors],
-        }, ensure_ascii=False))
+        print(
+            json.dumps(
+                {
+                    "sample": label,
+                    "content": turn.content,
+                    "reasoning": turn.reasoning,
+                    "calls": [{"name": c.name, "arguments": c.arguments} for c in turn.tool_calls],
+                    "errors": [e.kind.value for e in turn.errors],
+                },
+                ensure_ascii=False,
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -60,17 +60,33 @@ class BestMinusSteps:
 def main() -> None:
     from openreward_rl.config import parse_config
 
-    by_class = parse_config({"environments": {"MyEnv": {"reward_reduction": f"{HERE}:BestMinusSteps", "min_reward": 0.0}}})
-    by_name = parse_config({"plugins": [str(HERE)], "environments": {"MyEnv": {"reward_reduction": "best_minus_steps", "nonterminal_reward": -0.5}}})
-    episodes = {"one_step": ([1.0], True), "three_steps": ([0.0, 0.5, 1.0], True), "unfinished": ([0.2, 0.1], False), "no_reward": ([], True)}
+    by_class = parse_config(
+        {"environments": {"MyEnv": {"reward_reduction": f"{HERE}:BestMinusSteps", "min_reward": 0.0}}}
+    )
+    by_name = parse_config(
+        {
+            "plugins": [str(HERE)],
+            "environments": {"MyEnv": {"reward_reduction": "best_minus_steps", "nonterminal_reward": -0.5}},
+        }
+    )
+    episodes = {
+        "one_step": ([1.0], True),
+        "three_steps": ([0.0, 0.5, 1.0], True),
+        "unfinished": ([0.2, 0.1], False),
+        "no_reward": ([], True),
+    }
     for label, (rewards, finished) in episodes.items():
-        print(json.dumps({
-            "episode": label,
-            "step_rewards": rewards,
-            "finished": finished,
-            "by_class": by_class.environment("MyEnv").reward_policy().final_reward(rewards, finished=finished),
-            "by_name": by_name.environment("MyEnv").reward_policy().final_reward(rewards, finished=finished),
-        }))  # fmt: skip
+        print(
+            json.dumps(
+                {
+                    "episode": label,
+                    "step_rewards": rewards,
+                    "finished": finished,
+                    "by_class": by_class.environment("MyEnv").reward_policy().final_reward(rewards, finished=finished),
+                    "by_name": by_name.environment("MyEnv").reward_policy().final_reward(rewards, finished=finished),
+                }
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -37,26 +37,50 @@ class ReplyAsCallParser:
     # (not the model family's, which teaches another parser's calls); the system prompt says what to reply.
     tool_preamble = None
 
-    def parse(self, text: str, *, tools: Sequence[Mapping[str, Any]] | None = None, generation_prompt: str = "", finish_reason: str | None = None) -> ParsedTurn:
+    def parse(
+        self,
+        text: str,
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        generation_prompt: str = "",
+        finish_reason: str | None = None,
+    ) -> ParsedTurn:
         split = split_reasoning(text, generation_prompt=generation_prompt)
         reply = split.rest.strip().removesuffix(".").strip()
         names = sorted(tool_names(tools) or ())
         if len(names) != 1:
-            error = ParseError(ParseErrorKind.MALFORMED_CALL, f"reply_as_call needs exactly one tool, the environment offers {len(names)}", raw=reply)
+            error = ParseError(
+                ParseErrorKind.MALFORMED_CALL,
+                f"reply_as_call needs exactly one tool, the environment offers {len(names)}",
+                raw=reply,
+            )
             return ParsedTurn(content=reply, reasoning=split.reasoning, errors=(error,))
         [name] = names
         properties = dict((tool_schema(tools, name) or {}).get("properties") or {})
         if len(properties) != 1:
-            error = ParseError(ParseErrorKind.MALFORMED_CALL, f"reply_as_call needs a tool with one parameter, {name} has {len(properties)}", raw=reply, tool_name=name)
+            error = ParseError(
+                ParseErrorKind.MALFORMED_CALL,
+                f"reply_as_call needs a tool with one parameter, {name} has {len(properties)}",
+                raw=reply,
+                tool_name=name,
+            )
             return ParsedTurn(content=reply, reasoning=split.reasoning, errors=(error,))
         [(parameter, schema)] = properties.items()
         call_id = new_call_id()
         try:
             value = coerce_value(reply, schema)
         except CoercionError as problem:
-            error = ParseError(ParseErrorKind.INVALID_ARGUMENTS, f"{parameter} of {name}: {problem}", raw=reply, tool_name=name, call_id=call_id)
+            error = ParseError(
+                ParseErrorKind.INVALID_ARGUMENTS,
+                f"{parameter} of {name}: {problem}",
+                raw=reply,
+                tool_name=name,
+                call_id=call_id,
+            )
             return ParsedTurn(content="", reasoning=split.reasoning, errors=(error,))
-        return ParsedTurn(content="", reasoning=split.reasoning, tool_calls=(ToolCall(name, {parameter: value}, call_id),))
+        return ParsedTurn(
+            content="", reasoning=split.reasoning, tool_calls=(ToolCall(name, {parameter: value}, call_id),)
+        )
 
 
 if __name__ == "__main__":

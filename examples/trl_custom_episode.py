@@ -49,13 +49,23 @@ class AnswerEpisode:
     settings: EpisodeSettings
 
     @classmethod
-    def build(cls, engine: Engine, renderer: ChatRenderer, parser: ToolParser, settings: EpisodeSettings, *, routing_key: str | None = None) -> AnswerEpisode:
+    def build(
+        cls,
+        engine: Engine,
+        renderer: ChatRenderer,
+        parser: ToolParser,
+        settings: EpisodeSettings,
+        *,
+        routing_key: str | None = None,
+    ) -> AnswerEpisode:
         """An `EpisodeBuilder`: the runner's engine and renderer, the environment's settings (no parser: the reply is the answer)."""
         return cls(engine, renderer, settings)
 
     async def run(self, session: EnvSession) -> Trajectory:
         if await session.terminal_tool() is None:
-            raise ValueError(f"AnswerEpisode needs an environment with a @terminal tool; {session.task.environment} has none")
+            raise ValueError(
+                f"AnswerEpisode needs an environment with a @terminal tool; {session.task.environment} has none"
+            )
         messages = await session.prompt_messages()
         system = format_system_prompt(self.settings.system_prompt, [])
         if system:
@@ -73,21 +83,37 @@ class AnswerEpisode:
         results: list[ToolResult] = []
         if ended:  # a reply cut at the token limit is no answer
             outcome = await session.call_terminal_tool(reply)
-            results.append(ToolResult(call=call, text=outcome.text, reward=outcome.reward, finished=outcome.finished, error=outcome.error))
+            results.append(
+                ToolResult(
+                    call=call, text=outcome.text, reward=outcome.reward, finished=outcome.finished, error=outcome.error
+                )
+            )
         rewards = [r.reward for r in results if r.reward is not None]
         turn = Turn(
-            prompt_length=len(prompt), sampled_ids=generation.output_ids, logprobs=generation.logprobs, finish_reason=generation.finish_reason,
-            parsed=ParsedTurn(content="", tool_calls=(call,)), tool_results=tuple(results), rewards=tuple(rewards),
-            model_seconds=time.perf_counter() - started, message_index=len(messages) - 1,
-        )  # fmt: skip
+            prompt_length=len(prompt),
+            sampled_ids=generation.output_ids,
+            logprobs=generation.logprobs,
+            finish_reason=generation.finish_reason,
+            parsed=ParsedTurn(content="", tool_calls=(call,)),
+            tool_results=tuple(results),
+            rewards=tuple(rewards),
+            model_seconds=time.perf_counter() - started,
+            message_index=len(messages) - 1,
+        )
         finished = any(r.finished for r in results)
         if finished or ended:
             stop = StopReason.COMPLETED
         else:
             stop = StopReason.TRUNCATED if generation.finish_reason is FinishReason.LENGTH else StopReason.ABORTED
         return Trajectory(
-            task=session.task, segments=ledger.segments, turns=[turn], messages=messages, step_rewards=rewards,
-            reward=None, stop_reason=stop, finished=finished,
+            task=session.task,
+            segments=ledger.segments,
+            turns=[turn],
+            messages=messages,
+            step_rewards=rewards,
+            reward=None,
+            stop_reason=stop,
+            finished=finished,
         )  # fmt: skip  (reward None: the runner sets it with the configured reward policy)
 
 
@@ -96,18 +122,30 @@ def train(output_dir: str, *, model: Any = None, tokenizer: Any = None, steps: i
     from openreward_rl.backends.trl import TrlOptions, TrlSession, quiet_trainer
     from openreward_rl.config import parse_config
 
-    config = parse_config({
-        "environments": {"PaintColour": {"splits": ["train"], "max_turns": 1}},
-        "system_prompt_template": "You are a painter. Reply with the colour only, one word.",
-        "parser": "hermes",  # the runner builds one; AnswerEpisode does not use it
-        "attempts": 1,
-        "upload": False,
-    })  # fmt: skip
+    config = parse_config(
+        {
+            "environments": {"PaintColour": {"splits": ["train"], "max_turns": 1}},
+            "system_prompt_template": "You are a painter. Reply with the colour only, one word.",
+            "parser": "hermes",  # the runner builds one; AnswerEpisode does not use it
+            "attempts": 1,
+            "upload": False,
+        }
+    )
     options = TrlOptions(
-        model="offline:smollm2", device="cpu", output_dir=output_dir, max_steps=steps, prompts_per_step=2, n_samples=2, max_new_tokens=16,
-        temperature=0.7, lr=5e-5, save_interval=0,
-    )  # fmt: skip
-    with TrlSession.open(config, options, serve=[PAINT], episode=AnswerEpisode.build, model=model, tokenizer=tokenizer) as session:
+        model="offline:smollm2",
+        device="cpu",
+        output_dir=output_dir,
+        max_steps=steps,
+        prompts_per_step=2,
+        n_samples=2,
+        max_new_tokens=16,
+        temperature=0.7,
+        lr=5e-5,
+        save_interval=0,
+    )
+    with TrlSession.open(
+        config, options, serve=[PAINT], episode=AnswerEpisode.build, model=model, tokenizer=tokenizer
+    ) as session:
         trainer = quiet_trainer(session.trainer())
         trainer.train()
         episodes = session.adapter.last_trajectories

@@ -37,7 +37,9 @@ def main(settings: dict) -> dict:
     n_samples = settings.get("n_samples", 4)
     set_seed(0)
     directory, gguf = smollm2_gguf()
-    model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(directory), gguf_file=gguf), dtype=torch.float32)
+    model = AutoModelForCausalLM.from_config(
+        AutoConfig.from_pretrained(str(directory), gguf_file=gguf), dtype=torch.float32
+    )
     tokenizer = load_tokenizer("offline:smollm2")
     vocabulary = model.config.vocab_size
     generator = torch.Generator().manual_seed(0)
@@ -61,20 +63,37 @@ def main(settings: dict) -> dict:
 
     with tempfile.TemporaryDirectory() as output_dir:
         options = TrlOptions(
-            model="offline:smollm2", device="cpu", output_dir=output_dir, max_steps=1, prompts_per_step=rows // n_samples, n_samples=n_samples,
-            max_new_tokens=completion, save_interval=0, **{name: settings[name] for name in ("gradient_checkpointing", "micro_batch") if name in settings},
-        )  # fmt: skip
+            model="offline:smollm2",
+            device="cpu",
+            output_dir=output_dir,
+            max_steps=1,
+            prompts_per_step=rows // n_samples,
+            n_samples=n_samples,
+            max_new_tokens=completion,
+            save_interval=0,
+            **{name: settings[name] for name in ("gradient_checkpointing", "micro_batch") if name in settings},
+        )
         trainer = GRPOTrainer(
-            model=model, processing_class=tokenizer, args=grpo_config(options), rollout_func=rollout,
+            model=model,
+            processing_class=tokenizer,
+            args=grpo_config(options),
+            rollout_func=rollout,
             reward_funcs=[lambda prompts, completions, reward, **_: reward],
-            train_dataset=Dataset.from_list([{"prompt": f"task {i}"} for i in range(rows)]), callbacks=[BackwardPeak()],
-        )  # fmt: skip
+            train_dataset=Dataset.from_list([{"prompt": f"task {i}"} for i in range(rows)]),
+            callbacks=[BackwardPeak()],
+        )
         before = peak_mib()
         quiet_trainer(trainer).train()
         after = peak_mib()
     parameters = sum(p.numel() * p.element_size() for p in model.parameters()) / 2**20
-    return {"before_mib": before, **peaks, "after_mib": after, "parameters_mib": parameters, "gradient_checkpointing": trainer.args.gradient_checkpointing,
-            "loss": trainer.state.log_history[0].get("loss")}  # fmt: skip
+    return {
+        "before_mib": before,
+        **peaks,
+        "after_mib": after,
+        "parameters_mib": parameters,
+        "gradient_checkpointing": trainer.args.gradient_checkpointing,
+        "loss": trainer.state.log_history[0].get("loss"),
+    }
 
 
 if __name__ == "__main__":

@@ -88,7 +88,10 @@ def served_config(train_config: Callable[[str], Path], env_server: LocalEnvServe
     `served_config({"MathEnv": {"max_turns": 3}}, advantage={"estimator": "turn"})`"""
 
     def write(environments: Mapping[str, Mapping[str, Any]], **settings: Any) -> Path:
-        served = {name: {"variant": name.lower(), "base_url": env_server.base_url, **extra} for name, extra in environments.items()}
+        served = {
+            name: {"variant": name.lower(), "base_url": env_server.base_url, **extra}
+            for name, extra in environments.items()
+        }
         config = {"environments": served, "parser": "hermes", "attempts": 1, "upload": False, **settings}
         return train_config(yaml.safe_dump(config, sort_keys=False))
 

@@ -104,7 +104,12 @@ def plan(family: ModelFamily, answer: str, case: FamilyCase) -> list[PlannedTurn
     turns = []
     if family.parallel_calls:
         turns.append(PlannedTurn(calls=(("calculator", {"expression": "1 + 1"}), case.error_call), reasoning=other))
-        turns.append(PlannedTurn(calls=(("calculator", {"expression": "2 * 3"}), ("calculator", {"expression": "10 - 4"})), reasoning=other))
+        turns.append(
+            PlannedTurn(
+                calls=(("calculator", {"expression": "2 * 3"}), ("calculator", {"expression": "10 - 4"})),
+                reasoning=other,
+            )
+        )
     else:
         turns.append(PlannedTurn(calls=(case.error_call,), reasoning=other))
         turns.append(PlannedTurn(calls=(("calculator", {"expression": "2 * 3"}),), reasoning=other))
@@ -115,21 +120,39 @@ def plan(family: ModelFamily, answer: str, case: FamilyCase) -> list[PlannedTurn
 
 def assistant_message(turn: PlannedTurn, index: int, case: FamilyCase) -> dict[str, Any]:
     return probe_assistant_message(
-        turn.content, reasoning=turn.reasoning, calls=turn.calls, index=index, reasoning_key=case.reasoning_key,
-        string_arguments=case.arguments_as_strings, call_id_format=case.call_id_format, calls_as_text=case.calls_as_text,
+        turn.content,
+        reasoning=turn.reasoning,
+        calls=turn.calls,
+        index=index,
+        reasoning_key=case.reasoning_key,
+        string_arguments=case.arguments_as_strings,
+        call_id_format=case.call_id_format,
+        calls_as_text=case.calls_as_text,
     )
 
 
-def render(tokenizer: Any, messages: Sequence[dict[str, Any]], tools: Any, case: FamilyCase, *, generation_prompt: bool) -> str:
+def render(
+    tokenizer: Any, messages: Sequence[dict[str, Any]], tools: Any, case: FamilyCase, *, generation_prompt: bool
+) -> str:
     family = case.family or family_for(tokenizer)
     if family.encoder_factory is not None:  # the official encoder (DeepSeek-V4's encoding_dsv4.py) is its template
-        return family.encoder_factory(tokenizer).render(list(messages), tools, add_generation_prompt=generation_prompt, **case.template_kwargs)
+        return family.encoder_factory(tokenizer).render(
+            list(messages), tools, add_generation_prompt=generation_prompt, **case.template_kwargs
+        )
     return tokenizer.apply_chat_template(
         list(messages), tools=tools, add_generation_prompt=generation_prompt, tokenize=False, **case.template_kwargs
     )
 
 
-def sampled_text(tokenizer: Any, family: ModelFamily, case: FamilyCase, before: list[dict[str, Any]], turn: PlannedTurn, index: int, tools: Any) -> str:
+def sampled_text(
+    tokenizer: Any,
+    family: ModelFamily,
+    case: FamilyCase,
+    before: list[dict[str, Any]],
+    turn: PlannedTurn,
+    index: int,
+    tools: Any,
+) -> str:
     """What the template writes for `turn` after the generation prompt, up to and including its closer
     (the library's `template_turn`, which the start-up check scripts its turns with too)."""
     closers = family.tool_turn_stops if turn.calls else family.final_turn_stops
@@ -159,7 +182,10 @@ class RecordingRenderer(ChatRenderer):
         ids = super().bridge(**kwargs)
         if self.bridge_needs_ids:
             own = self._family_bridge.bridge(
-                context_ids=kwargs["context_ids"], sampled_ids=kwargs["sampled_ids"], new_messages=kwargs["new_messages"], tools=kwargs["tools"]
+                context_ids=kwargs["context_ids"],
+                sampled_ids=kwargs["sampled_ids"],
+                new_messages=kwargs["new_messages"],
+                tools=kwargs["tools"],
             )
             user_turn = any(m["role"] == "user" for m in kwargs["new_messages"])
             if own is None and user_turn and self.family.thinking is not None:
@@ -167,7 +193,9 @@ class RecordingRenderer(ChatRenderer):
                 # new user message); the template-derived bridge continues without re-rendering
                 self.declined_bridges += 1
             else:
-                assert own == ids, f"the hand-written bridge declined or disagreed: {own and self.decode(own)!r} != {self.decode(ids)!r}"
+                assert own == ids, (
+                    f"the hand-written bridge declined or disagreed: {own and self.decode(own)!r} != {self.decode(ids)!r}"
+                )
             derived = super().bridge(**{**kwargs, "context_ids": None, "sampled_ids": None})
             assert derived == ids, "the template-derived bridge disagrees with the hand-written one"
             self.hand_written_bridges += 1
@@ -215,7 +243,9 @@ async def run_family_episode(
 
     async with SGLangTestServer(tokenizer, next_completion) as server:
         engine = SGLangEngine(server.url, max_attempts=1)
-        task = TaskRef("MathEnv", "train", index=3, base_url=env_server.base_url, variant=env_server.variant_for("MathEnv"))
+        task = TaskRef(
+            "MathEnv", "train", index=3, base_url=env_server.base_url, variant=env_server.variant_for("MathEnv")
+        )
 
         def make() -> ToolEpisode:
             episode = _ObservedEpisode(engine, renderer, get_parser(family.parser), settings, routing_key="s")
@@ -226,7 +256,18 @@ async def run_family_episode(
             trajectory = await run_episode(make, client, task, attempts=1)
         finally:
             await engine.aclose()
-    return FamilyRun(trajectory, server, tokenizer, family, case, turns, renderer.seen_tools[0], settings, renderer.hand_written_bridges, renderer.declined_bridges)
+    return FamilyRun(
+        trajectory,
+        server,
+        tokenizer,
+        family,
+        case,
+        turns,
+        renderer.seen_tools[0],
+        settings,
+        renderer.hand_written_bridges,
+        renderer.declined_bridges,
+    )
 
 
 @attrs.define
@@ -243,7 +284,9 @@ class _ObservedEpisode(ToolEpisode):
         return list(self._messages)
 
 
-def conversation_before(episode_messages: list[dict[str, Any]], turns: list[PlannedTurn], index: int, case: FamilyCase) -> list[dict[str, Any]]:
+def conversation_before(
+    episode_messages: list[dict[str, Any]], turns: list[PlannedTurn], index: int, case: FamilyCase
+) -> list[dict[str, Any]]:
     """The episode's messages with each assistant message replaced by the turn as the model wrote it."""
     out: list[dict[str, Any]] = []
     seen = 0
@@ -281,18 +324,29 @@ def check_family_run(run: FamilyRun) -> None:
             previous = requests[i - 1].input_ids + sampled[i - 1]
             assert request.input_ids[: len(previous)] == previous, f"turn {i} does not extend turn {i - 1}"
         before = conversation_before(_messages_before_turn(messages, i), run.turns, i, case)
-        expected = tokenizer.encode(render(tokenizer, before, run.tools, case, generation_prompt=True), add_special_tokens=False)
+        expected = tokenizer.encode(
+            render(tokenizer, before, run.tools, case, generation_prompt=True), add_special_tokens=False
+        )
         ours = case.history_rule(tokenizer, request.input_ids) if case.history_rule else request.input_ids
         assert ours == expected, _first_difference(tokenizer, ours, expected, f"turn {i}")
     everything = conversation_before(messages, run.turns, len(run.turns), case)
-    ours_text = tokenizer.decode(case.history_rule(tokenizer, trajectory.tokens) if case.history_rule else trajectory.tokens)
+    ours_text = tokenizer.decode(
+        case.history_rule(tokenizer, trajectory.tokens) if case.history_rule else trajectory.tokens
+    )
     template_text = render(tokenizer, everything, run.tools, case, generation_prompt=False)
     if case.final_rule is not None:
         ours_text, template_text = case.final_rule(ours_text, template_text)
-    assert template_text.startswith(ours_text) and template_text[len(ours_text) :].strip() == "", (ours_text[-200:], template_text[-200:])
+    assert template_text.startswith(ours_text) and template_text[len(ours_text) :].strip() == "", (
+        ours_text[-200:],
+        template_text[-200:],
+    )
 
     # loss mask and log-probs
-    trained = None if run.settings.train_thinking else [ChatRenderer(tokenizer, family=family).thinking_mask(ids) for ids in sampled]
+    trained = (
+        None
+        if run.settings.train_thinking
+        else [ChatRenderer(tokenizer, family=family).thinking_mask(ids) for ids in sampled]
+    )
     expected_mask, expected_logprobs = expected_mask_and_logprobs(requests, sampled, trained)
     assert trajectory.loss_mask == expected_mask
     assert trajectory.rollout_logprobs == pytest.approx(expected_logprobs)
@@ -315,7 +369,9 @@ def check_family_run(run: FamilyRun) -> None:
 def describe(run: FamilyRun) -> str:
     lines = [f"{run.trajectory.stop_reason} {run.trajectory.stop_detail}"]
     for turn in run.trajectory.turns:
-        lines.append(f"sampled {run.tokenizer.decode(turn.sampled_ids)!r} -> {turn.parsed} -> {[r.text for r in turn.tool_results]}")
+        lines.append(
+            f"sampled {run.tokenizer.decode(turn.sampled_ids)!r} -> {turn.parsed} -> {[r.text for r in turn.tool_results]}"
+        )
     return "\n".join(lines)
 
 

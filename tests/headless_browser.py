@@ -51,10 +51,21 @@ class Browser:
     async def __aenter__(self) -> Browser:
         self._profile = tempfile.TemporaryDirectory(prefix="chromium-")
         self._process = subprocess.Popen(
-            [self.executable, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-extensions",
-             "--disable-background-networking", "--remote-debugging-port=0", f"--user-data-dir={self._profile.name}",
-             f"--window-size={self.width},{self.height}", "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [
+                self.executable,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--no-first-run",
+                "--disable-extensions",
+                "--disable-background-networking",
+                "--remote-debugging-port=0",
+                f"--user-data-dir={self._profile.name}",
+                f"--window-size={self.width},{self.height}",
+                "about:blank",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
             start_new_session=True,  # its own process group: the helpers it forks end with it
         )
         port_file = Path(self._profile.name) / "DevToolsActivePort"
@@ -72,7 +83,13 @@ class Browser:
         self._reader = asyncio.create_task(self._read())
         for domain in ("Page", "Runtime", "Network"):
             await self.send(f"{domain}.enable")
-        await self.send("Emulation.setDeviceMetricsOverride", width=self.width, height=self.height, deviceScaleFactor=1, mobile=False)
+        await self.send(
+            "Emulation.setDeviceMetricsOverride",
+            width=self.width,
+            height=self.height,
+            deviceScaleFactor=1,
+            mobile=False,
+        )
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -152,7 +169,9 @@ class Browser:
         height = self.height
         if full_height:
             height = min(4000, int(await self.evaluate("document.documentElement.scrollHeight")))
-            await self.send("Emulation.setDeviceMetricsOverride", width=self.width, height=height, deviceScaleFactor=1, mobile=False)
+            await self.send(
+                "Emulation.setDeviceMetricsOverride", width=self.width, height=height, deviceScaleFactor=1, mobile=False
+            )
         shot = await self.send("Page.captureScreenshot", format="png")
         Path(path).write_bytes(base64.b64decode(shot["data"]))
 

@@ -73,4 +73,6 @@ class Journal(Environment):
         """Submit the answer; ends the episode."""
         CALLS.append((self.session, "submit", args.answer))
         right = args.answer.strip() == "done"
-        return ToolOutput(blocks=[TextBlock(text="right" if right else "wrong")], reward=1.0 if right else 0.0, finished=True)
+        return ToolOutput(
+            blocks=[TextBlock(text="right" if right else "wrong")], reward=1.0 if right else 0.0, finished=True
+        )

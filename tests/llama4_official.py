@@ -57,7 +57,9 @@ def llama4_tokenizer() -> Any:
     converted = TikTokenConverter(vocab_file=str(_model_path()), pattern=official.O200K_PATTERN).converted()
     converted.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in specials])
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=converted, bos_token="<|begin_of_text|>", eos_token="<|eot|>")
-    tokenizer.name_or_path = "meta-llama/Llama-4-Scout-17B-16E-Instruct"  # the name selects the family; no chat template
+    tokenizer.name_or_path = (
+        "meta-llama/Llama-4-Scout-17B-16E-Instruct"  # the name selects the family; no chat template
+    )
     return tokenizer
 
 
@@ -73,7 +75,12 @@ class OfficialLlama4Encoder:
     last_ids: list[int] = attrs.field(factory=list)  # ChatFormat's own ids of the last render
 
     def render(
-        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None, *, add_generation_prompt: bool, **template_kwargs: Any
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None,
+        *,
+        add_generation_prompt: bool,
+        **template_kwargs: Any,
     ) -> str:
         from llama_models.datatypes import RawMessage, StopReason, ToolCall, ToolPromptFormat
 
@@ -88,7 +95,12 @@ class OfficialLlama4Encoder:
             if message["role"] == "system" and tools and index == 0:
                 content = (content + "\n\n" if content else "") + "Tools: " + json.dumps(list(tools))
             calls = [
-                ToolCall(call_id=c["id"], tool_name=c["function"]["name"], arguments=_arguments(c), arguments_json=json.dumps(_arguments(c)))
+                ToolCall(
+                    call_id=c["id"],
+                    tool_name=c["function"]["name"],
+                    arguments=_arguments(c),
+                    arguments_json=json.dumps(_arguments(c)),
+                )
                 for c in message.get("tool_calls") or []
             ]
             stop = StopReason.end_of_message if calls else StopReason.end_of_turn

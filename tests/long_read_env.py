@@ -37,7 +37,9 @@ def page_text(task_id: str, page: int, pages: int) -> str:
     lines = [f"Page {page} of {pages}."] + [_FILLER] * (FILLER_SENTENCES // 2)
     lines.append(f"The number on page {page} is {number_of(task_id, page)}.")
     lines += [_FILLER] * (FILLER_SENTENCES - FILLER_SENTENCES // 2)
-    lines.append("That was the last page: call answer with the total." if page == pages else "Call read for the next page.")
+    lines.append(
+        "That was the last page: call answer with the total." if page == pages else "Call read for the next page."
+    )
     return "\n".join(lines)
 
 
@@ -64,8 +66,10 @@ class LongRead(Environment):
 
     def get_prompt(self) -> list[TextBlock]:
         preface = "\n".join([_FILLER] * self.task_spec.get("preface", 0))
-        task = (f"A ledger has {self.task_spec['pages']} pages, each with one number. Call read to read the next page; "
-                "when you have read them all, call answer with the sum of the numbers.")  # fmt: skip
+        task = (
+            f"A ledger has {self.task_spec['pages']} pages, each with one number. Call read to read the next page; "
+            "when you have read them all, call answer with the sum of the numbers."
+        )
         return [TextBlock(text=f"{preface}\n\n{task}" if preface else task)]
 
     @tool
@@ -81,4 +85,6 @@ class LongRead(Environment):
         """Give the sum of the numbers on every page; ends the episode."""
         expected = sum(number_of(self.task_spec["id"], p) for p in range(1, self.task_spec["pages"] + 1))
         correct = self.page == self.task_spec["pages"] and args.total == expected
-        return ToolOutput(blocks=[TextBlock(text="Correct." if correct else "Wrong.")], reward=1.0 if correct else 0.0, finished=True)
+        return ToolOutput(
+            blocks=[TextBlock(text="Correct." if correct else "Wrong.")], reward=1.0 if correct else 0.0, finished=True
+        )

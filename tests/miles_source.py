@@ -40,11 +40,36 @@ SGLANG_ROUTER_VERSION = "0.3.2"  # newer than 0.2.1: Miles asks `GET /workers`
 
 # SGLang 0.5.23's ChatCompletionRequest fields that build_chat_request_kwargs may let through.
 _CHAT_REQUEST_FIELDS = (
-    "model", "messages", "temperature", "top_p", "top_k", "min_p", "max_tokens", "max_completion_tokens", "min_tokens", "stop",
-    "stop_token_ids", "seed", "n", "frequency_penalty", "presence_penalty", "repetition_penalty", "skip_special_tokens",
-    "no_stop_trim", "spaces_between_special_tokens", "ignore_eos", "logprobs", "top_logprobs", "tools", "tool_choice",
-    "continue_final_message", "separate_reasoning", "stream_reasoning", "chat_template_kwargs", "return_hidden_states",
-)  # fmt: skip
+    "model",
+    "messages",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "max_tokens",
+    "max_completion_tokens",
+    "min_tokens",
+    "stop",
+    "stop_token_ids",
+    "seed",
+    "n",
+    "frequency_penalty",
+    "presence_penalty",
+    "repetition_penalty",
+    "skip_special_tokens",
+    "no_stop_trim",
+    "spaces_between_special_tokens",
+    "ignore_eos",
+    "logprobs",
+    "top_logprobs",
+    "tools",
+    "tool_choice",
+    "continue_final_message",
+    "separate_reasoning",
+    "stream_reasoning",
+    "chat_template_kwargs",
+    "return_hidden_states",
+)
 
 MODULES = {
     "types": "miles.utils.types",
@@ -105,7 +130,9 @@ def _installed(name: str) -> bool:
 def _install_standins() -> None:
     """Register the stand-ins under their real names, each only where the real package is not installed."""
     if not _installed("sglang"):
-        chat_request = pydantic.create_model("ChatCompletionRequest", **{name: (Any, None) for name in _CHAT_REQUEST_FIELDS})
+        chat_request = pydantic.create_model(
+            "ChatCompletionRequest", **{name: (Any, None) for name in _CHAT_REQUEST_FIELDS}
+        )
         tool = pydantic.create_model("Tool", type=(str, "function"), function=(dict, {}))
         _stand_in("sglang.srt.entrypoints.openai.protocol", ChatCompletionRequest=chat_request, Tool=tool)
         _stand_in("sglang.srt.entrypoints.openai.encoding_dsv4")
@@ -123,7 +150,9 @@ def load_miles() -> types.SimpleNamespace:
     return types.SimpleNamespace(**{short: importlib.import_module(name) for short, name in MODULES.items()})
 
 
-def miles_args(router_port: int, checkpoint: str, prompt_data: Path | None = None, **overrides: Any) -> argparse.Namespace:
+def miles_args(
+    router_port: int, checkpoint: str, prompt_data: Path | None = None, **overrides: Any
+) -> argparse.Namespace:
     """Miles' rollout arguments at their defaults (miles/utils/arguments.py at 31f1ca9) for a CPU run: one rollout
     GPU, the router at 127.0.0.1:`router_port`, the library's hooks, the rows of `prompt_data`."""
     values: dict[str, Any] = dict(
@@ -131,31 +160,89 @@ def miles_args(router_port: int, checkpoint: str, prompt_data: Path | None = Non
         custom_generate_function_path="openreward_rl.backends.miles.generate",
         custom_rm_path="openreward_rl.backends.miles.reward",
         dynamic_sampling_filter_path=None,
-        prompt_data=str(prompt_data) if prompt_data else None, input_key="prompt", label_key=None, metadata_key="metadata", tool_key=None,
-        multimodal_keys=None, apply_chat_template=False, apply_chat_template_kwargs=None, chat_template_path=None,
-        hf_checkpoint=checkpoint, rollout_global_dataset=True, rollout_shuffle=False, rollout_seed=42, rollout_max_prompt_len=None,
-        buffer_filter_path=None, dump_details=None, data_source_path="miles.rollout.data_source.RolloutDataSourceWithBuffer",
+        prompt_data=str(prompt_data) if prompt_data else None,
+        input_key="prompt",
+        label_key=None,
+        metadata_key="metadata",
+        tool_key=None,
+        multimodal_keys=None,
+        apply_chat_template=False,
+        apply_chat_template_kwargs=None,
+        chat_template_path=None,
+        hf_checkpoint=checkpoint,
+        rollout_global_dataset=True,
+        rollout_shuffle=False,
+        rollout_seed=42,
+        rollout_max_prompt_len=None,
+        buffer_filter_path=None,
+        dump_details=None,
+        data_source_path="miles.rollout.data_source.RolloutDataSourceWithBuffer",
         # the step
-        rollout_batch_size=2, n_samples_per_prompt=2, over_sampling_batch_size=2, rollout_submission_granularity=None,
-        group_rm=False, partial_rollout=False, mask_offpolicy_in_partial_rollout=False, rollout_sample_filter_path=None,
-        rollout_all_samples_process_path=None, reward_key=None, eval_reward_key=None, rm_type=None, rm_url=None,
+        rollout_batch_size=2,
+        n_samples_per_prompt=2,
+        over_sampling_batch_size=2,
+        rollout_submission_granularity=None,
+        group_rm=False,
+        partial_rollout=False,
+        mask_offpolicy_in_partial_rollout=False,
+        rollout_sample_filter_path=None,
+        rollout_all_samples_process_path=None,
+        reward_key=None,
+        eval_reward_key=None,
+        rm_type=None,
+        rm_url=None,
         # sampling
-        rollout_temperature=1.0, rollout_top_p=1.0, rollout_top_k=-1, rollout_max_response_len=256, rollout_max_context_len=2048,
-        rollout_stop=None, rollout_stop_token_ids=None, rollout_skip_special_tokens=False, sglang_enable_deterministic_inference=False,
+        rollout_temperature=1.0,
+        rollout_top_p=1.0,
+        rollout_top_k=-1,
+        rollout_max_response_len=256,
+        rollout_max_context_len=2048,
+        rollout_stop=None,
+        rollout_stop_token_ids=None,
+        rollout_skip_special_tokens=False,
+        sglang_enable_deterministic_inference=False,
         # the rollout engines: one, behind the router
-        sglang_router_ip="127.0.0.1", sglang_router_port=router_port, sglang_router_policy=None, router_policy=None, use_miles_router=False,
-        sglang_server_concurrency=16, rollout_num_gpus=1, rollout_num_gpus_per_engine=1, eval_num_gpus=0, use_distributed_post=False, sglang_dp_size=None, ci_test=False,
-        use_rollout_routing_replay=False, use_rollout_indexer_replay=False, use_opd=False, multi_lora=False, lora_rank=0,
-        recompute_rollout_logprobs_via_prefill=False, custom_agent_function_path=None,
-        dumper_enable=False, dumper_inference=[], dumper_fwd_only=[], dumper_fwd_bwd=[],
+        sglang_router_ip="127.0.0.1",
+        sglang_router_port=router_port,
+        sglang_router_policy=None,
+        router_policy=None,
+        use_miles_router=False,
+        sglang_server_concurrency=16,
+        rollout_num_gpus=1,
+        rollout_num_gpus_per_engine=1,
+        eval_num_gpus=0,
+        use_distributed_post=False,
+        sglang_dp_size=None,
+        ci_test=False,
+        use_rollout_routing_replay=False,
+        use_rollout_indexer_replay=False,
+        use_opd=False,
+        multi_lora=False,
+        lora_rank=0,
+        recompute_rollout_logprobs_via_prefill=False,
+        custom_agent_function_path=None,
+        dumper_enable=False,
+        dumper_inference=[],
+        dumper_fwd_only=[],
+        dumper_fwd_bwd=[],
         # fully-async rollout
-        fully_async=False, async_unused_samples_handler="drop", async_max_concurrent_samples=None, custom_async_data_buffer_path=None,
-        max_weight_staleness=None, async_data_buffer_capacity_factor=2.0,
+        fully_async=False,
+        async_unused_samples_handler="drop",
+        async_max_concurrent_samples=None,
+        custom_async_data_buffer_path=None,
+        max_weight_staleness=None,
+        async_data_buffer_capacity_factor=2.0,
         # train-data conversion (GRPO)
-        advantage_estimator="grpo", rewards_normalization=True, grpo_std_normalization=True, custom_reward_post_process_path=None,
-        custom_convert_samples_to_train_data_path=None, disable_rollout_trim_samples=True, balance_data=False, use_dynamic_global_batch_size=False,
+        advantage_estimator="grpo",
+        rewards_normalization=True,
+        grpo_std_normalization=True,
+        custom_reward_post_process_path=None,
+        custom_convert_samples_to_train_data_path=None,
+        disable_rollout_trim_samples=True,
+        balance_data=False,
+        use_dynamic_global_batch_size=False,
         eval_datasets=[],
-    )  # fmt: skip
+    )
     values.update(overrides)
     return argparse.Namespace(**values)
 
@@ -197,6 +284,13 @@ class RouterStandIn:
 
     async def _forward(self, request: web.Request) -> web.Response:
         assert self._http is not None
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in ("host", "content-length", "transfer-encoding")}
-        async with self._http.request(request.method, f"{self.worker_url}/{request.match_info['path']}", data=await request.read(), headers=headers) as answer:
+        headers = {
+            k: v for k, v in request.headers.items() if k.lower() not in ("host", "content-length", "transfer-encoding")
+        }
+        async with self._http.request(
+            request.method,
+            f"{self.worker_url}/{request.match_info['path']}",
+            data=await request.read(),
+            headers=headers,
+        ) as answer:
             return web.Response(status=answer.status, body=await answer.read(), content_type=answer.content_type)

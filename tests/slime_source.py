@@ -46,14 +46,37 @@ from openreward_rl.testing.sglang_server import RecordedRequest
 from test_context_policy import CorridorAgent
 from trainer_source import use_trainer_source
 
-__all__ = ["SlimeCode", "slime_code", "slime_args", "write_rows", "serve_sglang", "train_data", "HOOKS", "Player", "slime", "sglang", "corridor_config", "corridor_sample", "prompts"]
+__all__ = [
+    "SlimeCode",
+    "slime_code",
+    "slime_args",
+    "write_rows",
+    "serve_sglang",
+    "train_data",
+    "HOOKS",
+    "Player",
+    "slime",
+    "sglang",
+    "corridor_config",
+    "corridor_sample",
+    "prompts",
+]
 
-HOOKS = {"custom_generate_function_path": "openreward_rl.backends.slime.generate", "custom_rm_path": "openreward_rl.backends.slime.reward"}
-CHECKPOINT = "qwen3"  # the offline Qwen3 tokenizer folder: Slime loads it with transformers, the hooks with openreward_rl.assets
+HOOKS = {
+    "custom_generate_function_path": "openreward_rl.backends.slime.generate",
+    "custom_rm_path": "openreward_rl.backends.slime.reward",
+}
+CHECKPOINT = (
+    "qwen3"  # the offline Qwen3 tokenizer folder: Slime loads it with transformers, the hooks with openreward_rl.assets
+)
 _SGLANG_NAMES = {
     "sglang": {},
     "sglang.srt": {},
-    "sglang.srt.constants": {"GPU_MEMORY_TYPE_CUDA_GRAPH": "cuda_graph", "GPU_MEMORY_TYPE_KV_CACHE": "kv_cache", "GPU_MEMORY_TYPE_WEIGHTS": "weights"},
+    "sglang.srt.constants": {
+        "GPU_MEMORY_TYPE_CUDA_GRAPH": "cuda_graph",
+        "GPU_MEMORY_TYPE_KV_CACHE": "kv_cache",
+        "GPU_MEMORY_TYPE_WEIGHTS": "weights",
+    },
     "sglang.srt.server_args": {"ServerArgs": object},
     "sglang.srt.utils": {"kill_process_tree": None},
     "sglang_router": {},
@@ -109,23 +132,73 @@ def slime_args(server: SGLangTestServer, prompt_data: str, **overrides: Any) -> 
     values: dict[str, Any] = dict(
         **HOOKS,
         hf_checkpoint=checkpoint_dir(),
-        sglang_router_ip="127.0.0.1", sglang_router_port=server.port, rollout_num_engines=1, sglang_server_concurrency=16,
-        sglang_dp_size=None, use_distributed_post=False, router_policy=None, use_rollout_routing_replay=False, sglang_enable_deterministic_inference=False,
-        rollout_max_context_len=2048, eval_max_context_len=None, rollout_max_response_len=256, eval_max_response_len=None,
-        rollout_temperature=1.0, rollout_top_p=1.0, rollout_top_k=-1, rollout_stop=None, rollout_stop_token_ids=None, rollout_skip_special_tokens=False,
-        rollout_seed=42, rollout_shuffle=False,
-        rollout_global_dataset=True, prompt_data=prompt_data, input_key="prompt", label_key="label", metadata_key="metadata", tool_key=None,
-        multimodal_keys=None, apply_chat_template=False, apply_chat_template_kwargs=None, rollout_max_prompt_len=None, dump_details=None,
-        buffer_filter_path=None, save=None, load=None,
-        rollout_function_path="slime.rollout.sglang_rollout.generate_rollout", rollout_batch_size=2, n_samples_per_prompt=2, over_sampling_batch_size=2,
-        dynamic_sampling_filter_path=None, rollout_sample_filter_path=None, rollout_all_samples_process_path=None, rollout_sample_hook_path=None,
-        partial_rollout=False, mask_offpolicy_in_partial_rollout=False, group_rm=False, ci_test=False,
-        reward_key=None, eval_reward_key=None, eval_datasets=[], eval_max_prompt_len=None, eval_min_new_tokens=None,
-        eval_input_key=None, eval_label_key=None, eval_tool_key=None, eval_metadata_key=None, n_samples_per_eval_prompt=1,
-        eval_temperature=None, eval_top_p=None, eval_top_k=None,
-        advantage_estimator="grpo", rewards_normalization=True, grpo_std_normalization=True, load_debug_rollout_data=None,
-        custom_reward_post_process_path=None, custom_convert_samples_to_train_data_path=None,
-    )  # fmt: skip
+        sglang_router_ip="127.0.0.1",
+        sglang_router_port=server.port,
+        rollout_num_engines=1,
+        sglang_server_concurrency=16,
+        sglang_dp_size=None,
+        use_distributed_post=False,
+        router_policy=None,
+        use_rollout_routing_replay=False,
+        sglang_enable_deterministic_inference=False,
+        rollout_max_context_len=2048,
+        eval_max_context_len=None,
+        rollout_max_response_len=256,
+        eval_max_response_len=None,
+        rollout_temperature=1.0,
+        rollout_top_p=1.0,
+        rollout_top_k=-1,
+        rollout_stop=None,
+        rollout_stop_token_ids=None,
+        rollout_skip_special_tokens=False,
+        rollout_seed=42,
+        rollout_shuffle=False,
+        rollout_global_dataset=True,
+        prompt_data=prompt_data,
+        input_key="prompt",
+        label_key="label",
+        metadata_key="metadata",
+        tool_key=None,
+        multimodal_keys=None,
+        apply_chat_template=False,
+        apply_chat_template_kwargs=None,
+        rollout_max_prompt_len=None,
+        dump_details=None,
+        buffer_filter_path=None,
+        save=None,
+        load=None,
+        rollout_function_path="slime.rollout.sglang_rollout.generate_rollout",
+        rollout_batch_size=2,
+        n_samples_per_prompt=2,
+        over_sampling_batch_size=2,
+        dynamic_sampling_filter_path=None,
+        rollout_sample_filter_path=None,
+        rollout_all_samples_process_path=None,
+        rollout_sample_hook_path=None,
+        partial_rollout=False,
+        mask_offpolicy_in_partial_rollout=False,
+        group_rm=False,
+        ci_test=False,
+        reward_key=None,
+        eval_reward_key=None,
+        eval_datasets=[],
+        eval_max_prompt_len=None,
+        eval_min_new_tokens=None,
+        eval_input_key=None,
+        eval_label_key=None,
+        eval_tool_key=None,
+        eval_metadata_key=None,
+        n_samples_per_eval_prompt=1,
+        eval_temperature=None,
+        eval_top_p=None,
+        eval_top_k=None,
+        advantage_estimator="grpo",
+        rewards_normalization=True,
+        grpo_std_normalization=True,
+        load_debug_rollout_data=None,
+        custom_reward_post_process_path=None,
+        custom_convert_samples_to_train_data_path=None,
+    )
     values.update(overrides)
     return Namespace(**values)
 
@@ -180,7 +253,9 @@ def _rollout_manager_class() -> Any:
     return manager.__ray_actor_class__  # `@ray.remote` keeps the class it wraps there
 
 
-def train_data(slime: SlimeCode, args: Namespace, data_source: Any, rollout_id: int, metrics: dict[str, Any] | None = None) -> tuple[list[Any], dict[str, Any]]:
+def train_data(
+    slime: SlimeCode, args: Namespace, data_source: Any, rollout_id: int, metrics: dict[str, Any] | None = None
+) -> tuple[list[Any], dict[str, Any]]:
     """One training step's rollout as `RolloutManager.generate` makes it: the rollout function's groups
     (`_get_rollout_data`: called, checked for fan-out `rollout_id`s, flattened) and the train data
     (`_convert_samples_to_train_data`); returns (the flattened samples, the train data). `metrics` gets the
@@ -249,7 +324,9 @@ class Player(CorridorAgent):
 
 # Corridor train tasks: 6 + index % 3 rooms (examples/environments/corridor.py)
 SIX_ROOMS, SEVEN_ROOMS, EIGHT_ROOMS = 0, 1, 2
-UNCOMPACTED = 6144  # --rollout-max-context-len that holds a whole walk (about 520 tokens a room); 2048 (slime_args) does not
+UNCOMPACTED = (
+    6144  # --rollout-max-context-len that holds a whole walk (about 520 tokens a room); 2048 (slime_args) does not
+)
 
 
 @pytest.fixture(scope="module")
@@ -289,4 +366,6 @@ def prompts(tmp_path, env_server) -> str:
 def corridor_sample(slime: SlimeCode, index: int, *, task: int = SEVEN_ROOMS) -> Any:
     """A Slime `Sample` of Corridor train task `task` as Slime's data source makes it from the row."""
     row = task_row(TaskRef("Corridor", "train", index=task))
-    return slime.Sample(prompt=row["prompt"], label=row["label"], metadata=row["metadata"], index=index, group_index=index // 2)
+    return slime.Sample(
+        prompt=row["prompt"], label=row["label"], metadata=row["metadata"], index=index, group_index=index // 2
+    )

@@ -22,7 +22,15 @@ from openreward_rl.testing import KVCacheModel, ScriptedCompletion, SGLangTestSe
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
 # SGLang's /v1/loads entry fields (include=core) the controller and Slime's abort() read
-LOAD_FIELDS = {"dp_rank", "num_running_reqs", "num_waiting_reqs", "num_total_reqs", "num_used_tokens", "max_total_num_tokens", "token_usage"}
+LOAD_FIELDS = {
+    "dp_rank",
+    "num_running_reqs",
+    "num_waiting_reqs",
+    "num_total_reqs",
+    "num_used_tokens",
+    "max_total_num_tokens",
+    "token_usage",
+}
 
 
 def prompt(length: int) -> list[int]:
@@ -34,7 +42,9 @@ def to_length(request: object) -> ScriptedCompletion:
     return ScriptedCompletion(ids=(9707, 11, 1879), finish="length")
 
 
-async def generate(session: aiohttp.ClientSession, server: SGLangTestServer, prompt_len: int, max_new: int, rid: str) -> dict:
+async def generate(
+    session: aiohttp.ClientSession, server: SGLangTestServer, prompt_len: int, max_new: int, rid: str
+) -> dict:
     body = {"input_ids": prompt(prompt_len), "rid": rid, "sampling_params": {"max_new_tokens": max_new}}
     async with session.post(server.url + "/generate", json=body) as response:
         assert response.status == 200, await response.text()
@@ -64,7 +74,12 @@ async def test_requests_wait_in_the_queue_while_the_pool_is_full_and_loads_say_s
         idle = await loads(session, server)
     entry = report["loads"][0]
     assert LOAD_FIELDS <= set(entry) and report["dp_rank_count"] == 1 and "aggregate" in report
-    assert (entry["num_running_reqs"], entry["num_waiting_reqs"], entry["num_total_reqs"], entry["max_total_num_tokens"]) == (1, 1, 2, 600)
+    assert (
+        entry["num_running_reqs"],
+        entry["num_waiting_reqs"],
+        entry["num_total_reqs"],
+        entry["max_total_num_tokens"],
+    ) == (1, 1, 2, 600)
     assert entry["num_used_tokens"] > 200 and entry["token_usage"] == round(entry["num_used_tokens"] / 600, 4)
     assert [len(a["output_ids"]) for a in answers] == [300, 300]
     assert {a["meta_info"]["finish_reason"]["type"] for a in answers} == {"length"}
@@ -109,25 +124,49 @@ def test_the_limit_grows_with_the_room_left_and_only_when_episodes_wait() -> Non
     assert controller(limit=10, in_flight=10, queued=5).next_limit(EngineLoad(10, 0, 10_000, 100_000)) == 20
     # near full: grows by what half the room holds (1,000 tokens of room at 8,900 an episode: less than one, so 1)
     assert controller(limit=10, in_flight=10, queued=5).next_limit(EngineLoad(10, 0, 89_000, 100_000)) == 11
-    assert controller(limit=10, in_flight=6, queued=0).next_limit(EngineLoad(6, 0, 1_000, 100_000)) == 10  # nobody waits
+    assert (
+        controller(limit=10, in_flight=6, queued=0).next_limit(EngineLoad(6, 0, 1_000, 100_000)) == 10
+    )  # nobody waits
     assert controller(limit=60, in_flight=60, queued=9).next_limit(EngineLoad(60, 0, 1_000, 100_000)) == 64  # ceiling
 
 
 def test_a_full_cache_or_a_queue_holds_the_limit_and_a_long_queue_trims_it_never_below_the_floor() -> None:
     assert controller(limit=30, in_flight=20, queued=3).next_limit(EngineLoad(20, 0, 95_000, 100_000)) == 20
-    assert controller(limit=30, in_flight=20, queued=3).next_limit(EngineLoad(14, 6, 80_000, 100_000)) == 31  # 6 < 14 / 2: grows by 10,000 / 4,000 / 2
-    assert controller(limit=30, in_flight=20, queued=3).next_limit(EngineLoad(12, 6, 80_000, 100_000)) == 20  # 6 = 12 / 2: holds
-    assert controller(limit=30, in_flight=24, queued=3).next_limit(EngineLoad(6, 20, 80_000, 100_000)) == 24  # 20 <= 4 x 6: holds
-    assert controller(limit=30, in_flight=24, queued=3).next_limit(EngineLoad(6, 30, 80_000, 100_000)) == 21  # 3 = half of 30 - 4 x 6
+    assert (
+        controller(limit=30, in_flight=20, queued=3).next_limit(EngineLoad(14, 6, 80_000, 100_000)) == 31
+    )  # 6 < 14 / 2: grows by 10,000 / 4,000 / 2
+    assert (
+        controller(limit=30, in_flight=20, queued=3).next_limit(EngineLoad(12, 6, 80_000, 100_000)) == 20
+    )  # 6 = 12 / 2: holds
+    assert (
+        controller(limit=30, in_flight=24, queued=3).next_limit(EngineLoad(6, 20, 80_000, 100_000)) == 24
+    )  # 20 <= 4 x 6: holds
+    assert (
+        controller(limit=30, in_flight=24, queued=3).next_limit(EngineLoad(6, 30, 80_000, 100_000)) == 21
+    )  # 3 = half of 30 - 4 x 6
     assert controller(limit=6, in_flight=6, queued=3).next_limit(EngineLoad(3, 40, 99_000, 100_000)) == 4
 
 
 def test_loads_without_kv_usage_are_no_load() -> None:
     assert EngineLoad.from_sglang([{"loads": [{"num_reqs": 3}]}]) is None
-    two_ranks = {"loads": [
-        {"num_running_reqs": 2, "num_waiting_reqs": 1, "num_used_tokens": 300, "max_total_num_tokens": 1000, "token_usage": 0.3},
-        {"num_running_reqs": 1, "num_waiting_reqs": 0, "num_used_tokens": 500, "max_total_num_tokens": 1000, "token_usage": 0.5},
-    ]}  # fmt: skip
+    two_ranks = {
+        "loads": [
+            {
+                "num_running_reqs": 2,
+                "num_waiting_reqs": 1,
+                "num_used_tokens": 300,
+                "max_total_num_tokens": 1000,
+                "token_usage": 0.3,
+            },
+            {
+                "num_running_reqs": 1,
+                "num_waiting_reqs": 0,
+                "num_used_tokens": 500,
+                "max_total_num_tokens": 1000,
+                "token_usage": 0.5,
+            },
+        ]
+    }
     assert EngineLoad.from_sglang([two_ranks]) == EngineLoad(3, 1, 800, 2000)
 
 
@@ -190,7 +229,9 @@ async def test_a_running_episode_is_never_stopped_when_the_limit_drops_below_it(
     await gate.aclose()
 
 
-async def test_an_engine_without_kv_usage_falls_back_to_the_static_ceiling_saying_so_once(qwen3_tokenizer, caplog) -> None:
+async def test_an_engine_without_kv_usage_falls_back_to_the_static_ceiling_saying_so_once(
+    qwen3_tokenizer, caplog
+) -> None:
     """The double without a KV model answers `/v1/loads` as a router does (`num_reqs` only): no KV-cache usage."""
     caplog.set_level(logging.WARNING, logger="openreward_rl.engines.admission")
     script = lambda request: ScriptedCompletion(text="ok", latency_s=0.05)  # noqa: E731

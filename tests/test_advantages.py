@@ -65,7 +65,12 @@ async def lock_group(sglang: Any, module: Any, double: Any, group_index: int = 0
     row = task_row(TaskRef("CombinationLock", "train", index=0))
     out = []
     for i in range(3):
-        sample = double.Sample(index=3 * group_index + i, group_index=group_index, prompt=row["prompt"], metadata=copy.deepcopy(row["metadata"]))
+        sample = double.Sample(
+            index=3 * group_index + i,
+            group_index=group_index,
+            prompt=row["prompt"],
+            metadata=copy.deepcopy(row["metadata"]),
+        )
         out.append(await double.call_generate(module.generate, make_args(sglang), sample, copy.deepcopy(SAMPLING)))
     for sample in out:
         sample.reward = await module.reward(make_args(sglang), sample)
@@ -82,8 +87,11 @@ def slime_args(**overrides: Any) -> SimpleNamespace:
     values = dict(
         custom_reward_post_process_path="openreward_rl.backends.advantages.slime_reward_post_process",
         custom_advantage_function_path="openreward_rl.backends.advantages.slime_advantages",
-        n_samples_per_prompt=3, rollout_batch_size=1, grpo_std_normalization=True, reward_key=None,
-    )  # fmt: skip
+        n_samples_per_prompt=3,
+        rollout_batch_size=1,
+        grpo_std_normalization=True,
+        reward_key=None,
+    )
     values.update(overrides)
     return SimpleNamespace(**values)
 
@@ -96,16 +104,22 @@ def by_index(rollout_data: list[dict[str, Any]]) -> dict[int, tuple[torch.Tensor
     return out
 
 
-async def test_slime_turn_estimator_gives_each_turn_its_normalised_return(tmp_path, env_server, monkeypatch, sglang) -> None:
+async def test_slime_turn_estimator_gives_each_turn_its_normalised_return(
+    tmp_path, env_server, monkeypatch, sglang
+) -> None:
     write_config(tmp_path, env_server, monkeypatch, "{estimator: turn}")
     opened, late, aborted = group = await lock_group(sglang, slime, slime_double)
     assert aborted.remove_sample and EpisodeRecord.from_metadata(aborted.metadata).credit is None
     ranks = slime_train_double.train_step(slime_args(), group, dp_size=2)
     got = by_index(ranks)
     # returns from the start 1.1 and 0.1 (the aborted episode is left out): baseline 0.6, pooled scale TURN_S
-    expected_opened = token_advantages([(1.1 - 0.6) / (TURN_S + 1e-6), (1.0 - 0.6) / (TURN_S + 1e-6)], spans_of(opened), opened.response_length)
+    expected_opened = token_advantages(
+        [(1.1 - 0.6) / (TURN_S + 1e-6), (1.0 - 0.6) / (TURN_S + 1e-6)], spans_of(opened), opened.response_length
+    )
     expected_late = token_advantages(
-        [(0.1 - 0.6) / (TURN_S + 1e-6), (0.1 - 0.6) / (TURN_S + 1e-6), (0.0 - 0.6) / (TURN_S + 1e-6)], spans_of(late), late.response_length
+        [(0.1 - 0.6) / (TURN_S + 1e-6), (0.1 - 0.6) / (TURN_S + 1e-6), (0.0 - 0.6) / (TURN_S + 1e-6)],
+        spans_of(late),
+        late.response_length,
     )
     assert got[0][0].tolist() == pytest.approx(expected_opened, abs=1e-6)
     assert got[1][0].tolist() == pytest.approx(expected_late, abs=1e-6)
@@ -144,7 +158,9 @@ async def test_slime_default_path_is_untouched_without_the_hooks(tmp_path, env_s
         slime_train_double.train_step(slime_args(), group, dp_size=1)  # hooks on, config says episode: refused
 
 
-async def test_a_sample_with_trained_tokens_but_no_returns_is_refused(tmp_path, env_server, monkeypatch, sglang) -> None:
+async def test_a_sample_with_trained_tokens_but_no_returns_is_refused(
+    tmp_path, env_server, monkeypatch, sglang
+) -> None:
     write_config(tmp_path, env_server, monkeypatch, "{estimator: turn}")
     group = await lock_group(sglang, slime, slime_double)
     for key in ("turn_returns", "turn_rewards", "turn_spans", "turn_ends"):
@@ -165,18 +181,27 @@ def test_slime_advantage_hook_refuses_rewards_it_did_not_write() -> None:
 def miles_args(**overrides: Any) -> SimpleNamespace:
     values = dict(
         custom_reward_post_process_path="openreward_rl.backends.advantages.miles_reward_post_process",
-        use_opd=True, opd_type="sglang", opd_kl_coef=2.0, opd_log_prob_top_k=0, n_samples_per_prompt=3, reward_key=None,
-    )  # fmt: skip
+        use_opd=True,
+        opd_type="sglang",
+        opd_kl_coef=2.0,
+        opd_log_prob_top_k=0,
+        n_samples_per_prompt=3,
+        reward_key=None,
+    )
     values.update(overrides)
     return SimpleNamespace(**values)
 
 
-async def test_miles_trains_our_per_token_advantages_through_its_opd_term(tmp_path, env_server, monkeypatch, sglang) -> None:
+async def test_miles_trains_our_per_token_advantages_through_its_opd_term(
+    tmp_path, env_server, monkeypatch, sglang
+) -> None:
     write_config(tmp_path, env_server, monkeypatch, "{estimator: turn}")
     group = await lock_group(sglang, miles, miles_double)
     rollout_data = miles_train_double.train_step(miles_args(), group)
     opened, late, aborted = rollout_data["advantages"]
-    expected_opened = token_advantages([(1.1 - 0.6) / (TURN_S + 1e-6), (1.0 - 0.6) / (TURN_S + 1e-6)], spans_of(group[0]), group[0].response_length)
+    expected_opened = token_advantages(
+        [(1.1 - 0.6) / (TURN_S + 1e-6), (1.0 - 0.6) / (TURN_S + 1e-6)], spans_of(group[0]), group[0].response_length
+    )
     assert opened.tolist() == pytest.approx(expected_opened, abs=1e-5)
     assert late[rollout_data["loss_masks"][1].bool()].max() < 0 and not aborted.any()
     with pytest.raises(TrainerError, match="--use-opd --opd-type sglang"):
@@ -222,14 +247,18 @@ async def level_group(sglang: Any, module: Any, double: Any, group_index: int) -
     row = task_row(TaskRef("CombinationLock", "train", index=0))
     out = []
     for i in range(2):
-        sample = double.Sample(index=10 + i, group_index=group_index, prompt=row["prompt"], metadata=copy.deepcopy(row["metadata"]))
+        sample = double.Sample(
+            index=10 + i, group_index=group_index, prompt=row["prompt"], metadata=copy.deepcopy(row["metadata"])
+        )
         out.append(await double.call_generate(module.generate, make_args(sglang), sample, copy.deepcopy(SAMPLING)))
     for sample in out:
         sample.reward = await module.reward(make_args(sglang), sample)
     return out
 
 
-async def test_the_learning_signal_counts_groups_without_spread_and_episodes_that_train_nothing(tmp_path, env_server, monkeypatch, sglang, caplog) -> None:
+async def test_the_learning_signal_counts_groups_without_spread_and_episodes_that_train_nothing(
+    tmp_path, env_server, monkeypatch, sglang, caplog
+) -> None:
     import wandb
 
     from observe_fixtures import read_offline_run
@@ -261,19 +290,34 @@ async def test_the_learning_signal_counts_groups_without_spread_and_episodes_tha
     run.finish()
     assert "rollout 1: this step trains nothing" in caplog.text
     _, rows = read_offline_run(tmp_path)
-    assert [(r["openreward/zero_spread_share"], r["openreward/untrained_share"]) for r in rows] == [(0.5, 0.6), (1.0, 1.0)]
+    assert [(r["openreward/zero_spread_share"], r["openreward/untrained_share"]) for r in rows] == [
+        (0.5, 0.6),
+        (1.0, 1.0),
+    ]
 
 
-async def test_miles_under_context_parallelism_trains_each_ranks_slice_of_our_advantages(tmp_path, env_server, monkeypatch, sglang) -> None:
+async def test_miles_under_context_parallelism_trains_each_ranks_slice_of_our_advantages(
+    tmp_path, env_server, monkeypatch, sglang
+) -> None:
     # Miles slices opd_reverse_kl per context-parallel rank exactly as it slices the log-probs the GRPO part is
     # shaped by, so each rank adds its own slice of our advantages: no need for context-parallel size 1.
     write_config(tmp_path, env_server, monkeypatch, "{estimator: turn}")
     group = await lock_group(sglang, miles, miles_double)
     whole = miles_train_double.train_step(miles_args(), copy.deepcopy(group))["advantages"]
     for cp_rank in range(2):
-        ranked = miles_train_double.train_step(miles_args(), copy.deepcopy(group), cp_rank=cp_rank, cp_size=2)["advantages"]
+        ranked = miles_train_double.train_step(miles_args(), copy.deepcopy(group), cp_rank=cp_rank, cp_size=2)[
+            "advantages"
+        ]
         for sample, full, local in zip(group, whole, ranked):
             want = miles_train_double.slice_with_cp(full, len(sample.tokens), sample.response_length, cp_rank, 2)
             assert torch.equal(local, want)
-    lengths = [sum(miles_train_double.slice_with_cp(torch.zeros(s.response_length), len(s.tokens), s.response_length, r, 2).numel() for r in range(2)) for s in group]
+    lengths = [
+        sum(
+            miles_train_double.slice_with_cp(
+                torch.zeros(s.response_length), len(s.tokens), s.response_length, r, 2
+            ).numel()
+            for r in range(2)
+        )
+        for s in group
+    ]
     assert lengths == [s.response_length for s in group]  # the two ranks' slices cover each response once

@@ -37,7 +37,11 @@ ADD = {
     "function": {
         "name": "add",
         "description": "Add two integers.",
-        "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]},
+        "parameters": {
+            "type": "object",
+            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+            "required": ["a", "b"],
+        },
     },
 }
 
@@ -64,7 +68,9 @@ class Stack:
         rule = self.family.history_rule
         return rule(self.tokenizer, ids) if rule else ids
 
-    def template(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = (ADD,)) -> list[int]:
+    def template(
+        self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = (ADD,)
+    ) -> list[int]:
         return self.as_template_writes(template_ids(self.tokenizer, messages, tools, self.template_kwargs))
 
     @property
@@ -76,25 +82,39 @@ def as_dict(message: Any) -> dict[str, Any]:
     return message.model_dump(exclude_none=True) if hasattr(message, "model_dump") else copy.deepcopy(message)
 
 
-def template_ids(tokenizer: Any, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None, template_kwargs: dict[str, Any]) -> list[int]:
+def template_ids(
+    tokenizer: Any,
+    messages: Sequence[dict[str, Any]],
+    tools: Sequence[dict[str, Any]] | None,
+    template_kwargs: dict[str, Any],
+) -> list[int]:
     """The chat template's own rendering of what the agent sent (call arguments as objects, as templates read them)."""
     rendered = []
     for message in messages:
         message = dict(message)
         if message.get("tool_calls"):
-            message["tool_calls"] = [{**c, "function": {**c["function"], "arguments": json.loads(c["function"]["arguments"])}} for c in message["tool_calls"]]
+            message["tool_calls"] = [
+                {**c, "function": {**c["function"], "arguments": json.loads(c["function"]["arguments"])}}
+                for c in message["tool_calls"]
+            ]
         rendered.append(message)
-    text = tokenizer.apply_chat_template(rendered, tools=list(tools) if tools else None, add_generation_prompt=True, tokenize=False, **template_kwargs)
+    text = tokenizer.apply_chat_template(
+        rendered, tools=list(tools) if tools else None, add_generation_prompt=True, tokenize=False, **template_kwargs
+    )
     return tokenizer.encode(text, add_special_tokens=False)
 
 
-def assert_one_exact_segment(stack: Stack, recorder: EpisodeRecorder, tools: Sequence[dict[str, Any]] | None = (ADD,)) -> None:
+def assert_one_exact_segment(
+    stack: Stack, recorder: EpisodeRecorder, tools: Sequence[dict[str, Any]] | None = (ADD,)
+) -> None:
     """Each model call got the template's ids for the agent's messages (through the family's history rule,
     `check-model`'s comparison); the one segment is those calls' ids, the sampled ones trained."""
     requests = stack.generates
     assert len(requests) == len(stack.sent)
     for request, messages in zip(requests, stack.sent):
-        assert stack.as_template_writes(request.input_ids) == template_ids(stack.tokenizer, messages, tools, stack.template_kwargs)
+        assert stack.as_template_writes(request.input_ids) == template_ids(
+            stack.tokenizer, messages, tools, stack.template_kwargs
+        )
     assert len(recorder.ledger.segments) == 1
     sampled = [list(t.sampled_ids) for t in recorder.turns]
     segment = recorder.ledger.segments[0]
@@ -113,7 +133,9 @@ async def stack(request: pytest.FixtureRequest) -> AsyncIterator[Stack]:
         engine = SGLangEngine(server.url, max_attempts=1)
         renderer = family.renderer(tokenizer, template_kwargs)
         try:
-            async with AgentEndpoint(engine, renderer, get_parser(family.parser), RecorderSettings(max_new_tokens=256)) as endpoint:
+            async with AgentEndpoint(
+                engine, renderer, get_parser(family.parser), RecorderSettings(max_new_tokens=256)
+            ) as endpoint:
                 stack = Stack(server, endpoint, tokenizer, family, template_kwargs)
                 yield stack
                 for client in stack.clients:
@@ -133,7 +155,9 @@ async def tool_loop(stack: Stack, client: AsyncOpenAI, question: str, **options:
             return messages
         for tool_call in message.tool_calls:
             arguments = json.loads(tool_call.function.arguments)
-            messages.append({"role": "tool", "tool_call_id": tool_call.id, "content": str(arguments["a"] + arguments["b"])})
+            messages.append(
+                {"role": "tool", "tool_call_id": tool_call.id, "content": str(arguments["a"] + arguments["b"])}
+            )
 
 
 async def test_the_openai_tool_loop_records_one_token_exact_sample(stack: Stack) -> None:
@@ -147,9 +171,12 @@ async def test_the_openai_tool_loop_records_one_token_exact_sample(stack: Stack)
     stack.endpoint.close_episode("e1")
     assert messages[-1].content == "The sum is 10."
     first = messages[1]
-    assert first.content == "Let me add." and [(c.function.name, json.loads(c.function.arguments)) for c in first.tool_calls] == [
-        ("add", {"a": 1, "b": 2}), ("add", {"a": 3, "b": 4}),
-    ]  # fmt: skip
+    assert first.content == "Let me add." and [
+        (c.function.name, json.loads(c.function.arguments)) for c in first.tool_calls
+    ] == [
+        ("add", {"a": 1, "b": 2}),
+        ("add", {"a": 3, "b": 4}),
+    ]
     assert len(recorder.turns) == 3 and not recorder.compactions and recorder.unchosen == 0
     assert [len(t.parsed.tool_calls) for t in recorder.turns] == [2, 1, 0]
     assert_one_exact_segment(stack, recorder)
@@ -161,7 +188,9 @@ async def test_streamed_answers_arrive_in_the_api_shape(stack: Stack) -> None:
     client = stack.client()
     messages: list[Any] = [{"role": "user", "content": "2+2?"}]
     stack.sent.append(copy.deepcopy(messages))
-    stream = await client.chat.completions.create(model="p", messages=messages, tools=[ADD], stream=True, stream_options={"include_usage": True})
+    stream = await client.chat.completions.create(
+        model="p", messages=messages, tools=[ADD], stream=True, stream_options={"include_usage": True}
+    )
     content, calls, finish, usage = "", {}, None, None
     async for chunk in stream:
         if chunk.usage:
@@ -177,8 +206,13 @@ async def test_streamed_answers_arrive_in_the_api_shape(stack: Stack) -> None:
     assert content == "Sure." and finish == "tool_calls" and len(calls) == 1
     assert calls[0]["name"] == "add" and json.loads(calls[0]["arguments"]) == {"a": 2, "b": 2}
     assert usage is not None and usage.prompt_tokens == len(stack.generates[0].input_ids)
-    tool_calls = [{"id": calls[0]["id"], "type": "function", "function": {"name": "add", "arguments": calls[0]["arguments"]}}]
-    messages += [{"role": "assistant", "content": content, "tool_calls": tool_calls}, {"role": "tool", "tool_call_id": calls[0]["id"], "content": "4"}]
+    tool_calls = [
+        {"id": calls[0]["id"], "type": "function", "function": {"name": "add", "arguments": calls[0]["arguments"]}}
+    ]
+    messages += [
+        {"role": "assistant", "content": content, "tool_calls": tool_calls},
+        {"role": "tool", "tool_call_id": calls[0]["id"], "content": "4"},
+    ]
     final = await stack.create(client, messages, tools=[ADD])
     assert final.choices[0].message.content == "Four." and final.choices[0].finish_reason == "stop"
     stack.endpoint.close_episode("e1")
@@ -186,7 +220,11 @@ async def test_streamed_answers_arrive_in_the_api_shape(stack: Stack) -> None:
 
 
 async def test_the_chosen_one_of_n_answers_continues_the_sample(stack: Stack) -> None:
-    stack.server.push(ScriptedCompletion(text=call("add", a=1, b=1)), ScriptedCompletion(text=call("add", a=5, b=5)), ScriptedCompletion(text="Ten."))
+    stack.server.push(
+        ScriptedCompletion(text=call("add", a=1, b=1)),
+        ScriptedCompletion(text=call("add", a=5, b=5)),
+        ScriptedCompletion(text="Ten."),
+    )
     recorder = stack.endpoint.open_episode("e1")
     client = stack.client()
     messages: list[Any] = [{"role": "user", "content": "Add something."}]
@@ -201,26 +239,36 @@ async def test_the_chosen_one_of_n_answers_continues_the_sample(stack: Stack) ->
     assert recorder.turns[0].parsed.tool_calls[0].arguments == {"a": 5, "b": 5}
     requests = stack.generates
     assert stack.as_template_writes(requests[2].input_ids) == stack.template(stack.sent[1])
-    assert requests[2].input_ids[: len(requests[1].input_ids) + len(recorder.turns[0].sampled_ids)] == requests[1].input_ids + list(
-        recorder.turns[0].sampled_ids
-    )
+    assert requests[2].input_ids[: len(requests[1].input_ids) + len(recorder.turns[0].sampled_ids)] == requests[
+        1
+    ].input_ids + list(recorder.turns[0].sampled_ids)
 
 
 async def test_a_rewritten_history_opens_a_new_segment(stack: Stack) -> None:
-    stack.server.push(ScriptedCompletion(text=call("add", a=1, b=2)), ScriptedCompletion(text="Three."), ScriptedCompletion(text="Still three."))
+    stack.server.push(
+        ScriptedCompletion(text=call("add", a=1, b=2)),
+        ScriptedCompletion(text="Three."),
+        ScriptedCompletion(text="Still three."),
+    )
     recorder = stack.endpoint.open_episode("e1")
     client = stack.client()
     messages = await tool_loop(stack, client, "1+2?")
-    summary = [{"role": "user", "content": "Earlier you found that 1+2 is 3. Say it again."}]  # the agent summarised its history
+    summary = [
+        {"role": "user", "content": "Earlier you found that 1+2 is 3. Say it again."}
+    ]  # the agent summarised its history
     await stack.create(client, summary, tools=[ADD])
     stack.endpoint.close_episode("e1")
     assert messages[-1].content == "Three."
     assert len(recorder.ledger.segments) == 2 and [c.kind for c in recorder.compactions] == ["rewrite"]
     first, second = recorder.ledger.segments
     requests = stack.generates
-    assert first.context() == requests[1].input_ids + list(recorder.turns[1].sampled_ids)  # the answer never continued stays
+    assert first.context() == requests[1].input_ids + list(
+        recorder.turns[1].sampled_ids
+    )  # the answer never continued stays
     assert second.prompt_ids == stack.as_template_writes(requests[2].input_ids) == stack.template(summary)
-    assert second.response_ids == list(recorder.turns[2].sampled_ids) and second.loss_mask == [1] * len(second.response_ids)
+    assert second.response_ids == list(recorder.turns[2].sampled_ids) and second.loss_mask == [1] * len(
+        second.response_ids
+    )
 
 
 async def test_an_edited_answer_is_never_continued(stack: Stack) -> None:
@@ -230,16 +278,27 @@ async def test_an_edited_answer_is_never_continued(stack: Stack) -> None:
     response = await stack.create(client, [{"role": "user", "content": "1+2?"}], tools=[ADD])
     edited = as_dict(response.choices[0].message)
     edited["tool_calls"][0]["function"]["arguments"] = json.dumps({"a": 2, "b": 1})
-    messages = [{"role": "user", "content": "1+2?"}, edited, {"role": "tool", "tool_call_id": edited["tool_calls"][0]["id"], "content": "3"}]
+    messages = [
+        {"role": "user", "content": "1+2?"},
+        edited,
+        {"role": "tool", "tool_call_id": edited["tool_calls"][0]["id"], "content": "3"},
+    ]
     await stack.create(client, messages, tools=[ADD])
     stack.endpoint.close_episode("e1")
-    assert len(recorder.ledger.segments) == 2  # the model never wrote the edited call: its tokens are the template's, in a new segment
-    assert recorder.ledger.segments[1].prompt_ids == stack.as_template_writes(stack.generates[1].input_ids) == stack.template(messages)
+    assert (
+        len(recorder.ledger.segments) == 2
+    )  # the model never wrote the edited call: its tokens are the template's, in a new segment
+    assert (
+        recorder.ledger.segments[1].prompt_ids
+        == stack.as_template_writes(stack.generates[1].input_ids)
+        == stack.template(messages)
+    )
 
 
 async def test_tool_choice_none_and_required(stack: Stack) -> None:
     stack.server.push(
-        ScriptedCompletion(text="No tools: " + call("add", a=1, b=2)), ScriptedCompletion(text='\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>')
+        ScriptedCompletion(text="No tools: " + call("add", a=1, b=2)),
+        ScriptedCompletion(text='\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>'),
     )
     recorder = stack.endpoint.open_episode("e1")
     client = stack.client()
@@ -253,7 +312,9 @@ async def test_tool_choice_none_and_required(stack: Stack) -> None:
     opener = stack.tokenizer.encode("<tool_call>", add_special_tokens=False)
     assert stack.generates[1].input_ids == stack.generates[0].input_ids + opener  # the opener is context, not sampled
     with pytest.raises(openai.BadRequestError, match="tool_choice naming one function is not supported"):
-        await client.chat.completions.create(model="p", messages=messages, tools=[ADD], tool_choice={"type": "function", "function": {"name": "add"}})
+        await client.chat.completions.create(
+            model="p", messages=messages, tools=[ADD], tool_choice={"type": "function", "function": {"name": "add"}}
+        )
     stack.endpoint.close_episode("e1")
     assert recorder.unchosen == 1 and len(recorder.turns) == 1
     segment = recorder.ledger.current
@@ -261,7 +322,9 @@ async def test_tool_choice_none_and_required(stack: Stack) -> None:
 
 
 async def test_limits_stops_and_refusals(stack: Stack) -> None:
-    stack.server.push(ScriptedCompletion(text="one two three four five six seven"), ScriptedCompletion(text="alpha END beta"))
+    stack.server.push(
+        ScriptedCompletion(text="one two three four five six seven"), ScriptedCompletion(text="alpha END beta")
+    )
     stack.endpoint.open_episode("e1")
     client = stack.client()
     messages = [{"role": "user", "content": "Count."}]
@@ -293,7 +356,9 @@ async def test_the_api_key_is_checked() -> None:
     async with AgentEndpoint(None, ChatRenderer(tokenizer), get_parser("hermes"), api_key="secret") as endpoint:  # type: ignore[arg-type]
         endpoint.open_episode("e1")
         async with httpx.AsyncClient() as http:
-            answer = await http.post(endpoint.base_url("e1") + "/chat/completions", json={"messages": [{"role": "user", "content": "Hi"}]})
+            answer = await http.post(
+                endpoint.base_url("e1") + "/chat/completions", json={"messages": [{"role": "user", "content": "Hi"}]}
+            )
             listed = await http.get(endpoint.base_url("e1") + "/models", headers={"Authorization": "Bearer secret"})
     assert answer.status_code == 401 and answer.json()["error"]["code"] == "invalid_api_key"
     assert listed.status_code == 200 and listed.json()["data"][0]["id"] == "openreward-rl-policy"

@@ -43,7 +43,10 @@ solve = import_file(EXAMPLE_AGENT).solve
 @pytest.fixture(scope="module")
 def paint_server() -> Iterator[LocalEnvServer]:
     with serve_environments(
-        [f"{REPO / 'examples' / 'environments' / 'paint_order.py'}:PaintOrder", f"{REPO / 'examples' / 'environments' / 'faulty.py'}:Faulty"]
+        [
+            f"{REPO / 'examples' / 'environments' / 'paint_order.py'}:PaintOrder",
+            f"{REPO / 'examples' / 'environments' / 'faulty.py'}:Faulty",
+        ]
     ) as server:
         yield server
 
@@ -59,11 +62,23 @@ class Stack:
 
     def task(self, index: int = 0, environment: str = "PaintOrder") -> TaskRef:
         spec = PAINT_ORDER.task("train", index) if environment == "PaintOrder" else None
-        return TaskRef(environment, "train", index=index, task_spec=spec, base_url=self.env_server.base_url, variant=self.env_server.variant_for(environment))
+        return TaskRef(
+            environment,
+            "train",
+            index=index,
+            task_spec=spec,
+            base_url=self.env_server.base_url,
+            variant=self.env_server.variant_for(environment),
+        )
 
-    async def run(self, agent: Any, *, index: int = 0, environment: str = "PaintOrder", agent_timeout: float | None = 60.0) -> Trajectory:
+    async def run(
+        self, agent: Any, *, index: int = 0, environment: str = "PaintOrder", agent_timeout: float | None = 60.0
+    ) -> Trajectory:
         return await run_episode(
-            lambda: AgentEpisode(self.endpoint, agent, agent_timeout=agent_timeout), self.client, self.task(index, environment), attempts=1
+            lambda: AgentEpisode(self.endpoint, agent, agent_timeout=agent_timeout),
+            self.client,
+            self.task(index, environment),
+            attempts=1,
         )
 
     @property
@@ -79,7 +94,9 @@ async def stack(paint_server: LocalEnvServer) -> AsyncIterator[Stack]:
     async with SGLangTestServer(tokenizer) as server:
         engine = SGLangEngine(server.url, max_attempts=1)
         try:
-            async with AgentEndpoint(engine, family.renderer(tokenizer), get_parser(family.parser), RecorderSettings(max_new_tokens=256)) as endpoint:
+            async with AgentEndpoint(
+                engine, family.renderer(tokenizer), get_parser(family.parser), RecorderSettings(max_new_tokens=256)
+            ) as endpoint:
                 yield Stack(paint_server, client, server, endpoint, tokenizer)
         finally:
             await engine.aclose()
@@ -88,7 +105,10 @@ async def stack(paint_server: LocalEnvServer) -> AsyncIterator[Stack]:
 
 def script_right_answer(stack: Stack, index: int) -> str:
     task = PAINT_ORDER.task("train", index)
-    stack.server.push(ScriptedCompletion(text="I will read it.\n" + call("read_order", order=task["order"])), ScriptedCompletion(text=task["colour"]))
+    stack.server.push(
+        ScriptedCompletion(text="I will read it.\n" + call("read_order", order=task["order"])),
+        ScriptedCompletion(text=task["colour"]),
+    )
     return task["colour"]
 
 
@@ -96,10 +116,16 @@ def template_ids(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dic
     rendered = []
     for message in messages:
         if message.get("tool_calls"):
-            calls = [{**c, "function": {**c["function"], "arguments": json.loads(c["function"]["arguments"])}} for c in message["tool_calls"]]
+            calls = [
+                {**c, "function": {**c["function"], "arguments": json.loads(c["function"]["arguments"])}}
+                for c in message["tool_calls"]
+            ]
             message = {**message, "tool_calls": calls}
         rendered.append(message)
-    return tokenizer.encode(tokenizer.apply_chat_template(rendered, tools=tools, add_generation_prompt=True, tokenize=False), add_special_tokens=False)
+    return tokenizer.encode(
+        tokenizer.apply_chat_template(rendered, tools=tools, add_generation_prompt=True, tokenize=False),
+        add_special_tokens=False,
+    )
 
 
 def assert_token_exact(stack: Stack, trajectory: Trajectory, tools: list[dict[str, Any]]) -> None:
@@ -132,7 +158,11 @@ async def test_the_openai_tool_loop_in_process_earns_the_environments_rewards(st
     assert seen[0].base_url.startswith("http://127.0.0.1:") and "/episodes/" in seen[0].base_url
     first, last = trajectory.turns
     assert [r.call.name for r in first.tool_results] == ["read_order"] and first.rewards == (0.2,)
-    assert [r.call.name for r in last.tool_results] == ["__terminal__"] and last.rewards == (1.0,) and last.parsed.content == colour
+    assert (
+        [r.call.name for r in last.tool_results] == ["__terminal__"]
+        and last.rewards == (1.0,)
+        and last.parsed.content == colour
+    )
     assert trajectory.metrics["tool_calls"] == 2.0 and trajectory.metrics["turns"] == 2.0
     assert_token_exact(stack, trajectory, tools)
     assert Trajectory.from_dict(trajectory.to_dict()).turns == trajectory.turns
@@ -160,7 +190,9 @@ async def test_an_agent_that_ends_without_finishing_scores_what_it_earned(stack:
 
     async def agent(agent_task: AgentTask) -> None:
         async with AsyncOpenAI(base_url=agent_task.base_url, api_key=agent_task.api_key, max_retries=0) as client:
-            response = await client.chat.completions.create(model="p", messages=agent_task.prompt, tools=agent_task.tools)
+            response = await client.chat.completions.create(
+                model="p", messages=agent_task.prompt, tools=agent_task.tools
+            )
             tool_call = response.choices[0].message.tool_calls[0]
             await agent_task.call_tool(tool_call.function.name, json.loads(tool_call.function.arguments))
         return None  # gives up without an answer
@@ -181,7 +213,13 @@ async def test_a_hung_agent_is_a_timeout(stack: Stack, form: str, tmp_path: Path
 
     agent: Any = hangs
     if form == "subprocess":
-        agent = SubprocessAgent([sys.executable, "-c", f"import pathlib, time; pathlib.Path({str(marker)!r}).write_text('x'); time.sleep(3600)"])
+        agent = SubprocessAgent(
+            [
+                sys.executable,
+                "-c",
+                f"import pathlib, time; pathlib.Path({str(marker)!r}).write_text('x'); time.sleep(3600)",
+            ]
+        )
     trajectory = await stack.run(agent, agent_timeout=1.0)
     assert trajectory.stop_reason is StopReason.TIMEOUT and "agent_timeout=1s" in trajectory.stop_detail
     assert trajectory.reward is None and trajectory.trained_reward is None and not trajectory.trainable
@@ -196,10 +234,14 @@ async def test_a_crashing_agent_is_aborted_with_its_reason(stack: Stack, form: s
 
     agent: Any = crashes
     if form == "subprocess":
-        agent = SubprocessAgent([sys.executable, "-c", "import sys; sys.stderr.write('Traceback: the agent died'); sys.exit(3)"])
+        agent = SubprocessAgent(
+            [sys.executable, "-c", "import sys; sys.stderr.write('Traceback: the agent died'); sys.exit(3)"]
+        )
     trajectory = await stack.run(agent)
     assert trajectory.stop_reason is StopReason.ABORTED and trajectory.reward is None
-    expected = "RuntimeError: the agent's own bug" if form == "callable" else "exited with status 3: Traceback: the agent died"
+    expected = (
+        "RuntimeError: the agent's own bug" if form == "callable" else "exited with status 3: Traceback: the agent died"
+    )
     assert expected in trajectory.stop_detail
 
 
@@ -225,7 +267,11 @@ async def test_an_engine_failure_is_aborted(stack: Stack) -> None:
             return "white"  # an agent that shrugs the 503 off and answers anyway
 
     trajectory = await stack.run(agent)
-    assert trajectory.stop_reason is StopReason.ABORTED and "engine" in trajectory.stop_detail and trajectory.reward is None
+    assert (
+        trajectory.stop_reason is StopReason.ABORTED
+        and "engine" in trajectory.stop_detail
+        and trajectory.reward is None
+    )
 
 
 async def test_the_builder_serves_the_runners_parts_and_the_tool_preamble(paint_server: LocalEnvServer) -> None:
@@ -247,7 +293,14 @@ async def test_the_builder_serves_the_runners_parts_and_the_tool_preamble(paint_
     script = [ScriptedCompletion(text=call("read_order", order=task["order"])), ScriptedCompletion(text=task["colour"])]
     async with SGLangTestServer(tokenizer, script=script) as server:
         engine = SGLangEngine(server.url, max_attempts=1)
-        ref = TaskRef("PaintOrder", "train", index=2, task_spec=task, base_url=paint_server.base_url, variant=paint_server.variant_for("PaintOrder"))
+        ref = TaskRef(
+            "PaintOrder",
+            "train",
+            index=2,
+            task_spec=task,
+            base_url=paint_server.base_url,
+            variant=paint_server.variant_for("PaintOrder"),
+        )
         try:
             episode = build(engine, renderer, parser, settings)
             trajectory = await run_episode(lambda: episode, client, ref, attempts=1)
@@ -255,14 +308,18 @@ async def test_the_builder_serves_the_runners_parts_and_the_tool_preamble(paint_
             await episode.endpoint.aclose()
             await engine.aclose()
             await client.environments.aclose()
-    assert trajectory.stop_reason is StopReason.COMPLETED and trajectory.step_rewards == [0.2, 1.0], trajectory.stop_detail
+    assert trajectory.stop_reason is StopReason.COMPLETED and trajectory.step_rewards == [0.2, 1.0], (
+        trajectory.stop_detail
+    )
     requests = [r for r in server.requests if r.path == "/generate"]
     assert [r.sampling_params["max_new_tokens"] for r in requests] == [77, 77]
     prompt = trajectory.messages[: trajectory.turns[0].message_index]
     tools = seen[0].tools
     agents_system, *task_prompt = prompt
     assert agents_system["role"] == "system"
-    system = first_system_prompt(agents_system["content"], tools, renderer, parser=parser, example=True)  # the agent's, then the preamble
+    system = first_system_prompt(
+        agents_system["content"], tools, renderer, parser=parser, example=True
+    )  # the agent's, then the preamble
     assert system and "<tool_call>" in system and system.startswith(agents_system["content"])
     assert requests[0].input_ids == renderer.render_prompt([{"role": "system", "content": system}, *task_prompt], tools)
     assert requests[1].input_ids[: len(requests[0].input_ids)] == requests[0].input_ids
@@ -302,7 +359,9 @@ async def test_a_pydantic_ai_agent_runs_through_the_endpoint(stack: Stack) -> No
     requests = stack.generates
     assert len(requests) == len(trajectory.turns) == 2 and len(trajectory.segments) == 1 and not trajectory.compactions
     first = requests[0].input_ids + list(trajectory.turns[0].sampled_ids)
-    assert requests[1].input_ids[: len(first)] == first  # the framework sent the answer back as given: the sample went on
+    assert (
+        requests[1].input_ids[: len(first)] == first
+    )  # the framework sent the answer back as given: the sample went on
     framework_messages = trajectory.messages[: trajectory.turns[1].message_index]
     framework_tools = _tools_in_prompt(stack.tokenizer, requests[0].input_ids)
     assert requests[1].input_ids == template_ids(stack.tokenizer, framework_messages, framework_tools)

@@ -52,7 +52,9 @@ async def _crash(task: Any) -> str:
     raise RuntimeError("the agent's own bug")
 
 
-crashing_agent = agent_episode_builder(_crash, agent_timeout=60)  # the config's `episode: test_agent_hooks:crashing_agent`
+crashing_agent = agent_episode_builder(
+    _crash, agent_timeout=60
+)  # the config's `episode: test_agent_hooks:crashing_agent`
 OPENAI_TOOL_LOOP = import_file(REPO / "examples" / "own_agent" / "openai_tool_loop.py")
 
 
@@ -101,7 +103,12 @@ def paint_config(train_config: Any, paint_server: LocalEnvServer) -> Any:
 
     def write(episode: str | None) -> Path:
         served = {"variant": paint_server.variant_for("PaintOrder"), "base_url": paint_server.base_url, "max_turns": 4}
-        config: dict[str, Any] = {"environments": {"PaintOrder": served}, "parser": "hermes", "attempts": 1, "upload": False}
+        config: dict[str, Any] = {
+            "environments": {"PaintOrder": served},
+            "parser": "hermes",
+            "attempts": 1,
+            "upload": False,
+        }
         if episode is not None:
             config["episode"] = episode
         return train_config(yaml.safe_dump(config, sort_keys=False))
@@ -131,9 +138,13 @@ def check_against_requests(sample: Any, requests: list[RecordedRequest], painter
     record = EpisodeRecord.from_metadata(sample.metadata)
     assert record.stop_reason is StopReason.COMPLETED and record.segments == 1
     return {
-        "sampled": sampled, "loss_mask": sample.loss_mask, "rollout_log_probs": sample.rollout_log_probs,
-        "reward": sample.reward, "status": sample.status, "remove_sample": getattr(sample, "remove_sample", False),
-    }  # fmt: skip
+        "sampled": sampled,
+        "loss_mask": sample.loss_mask,
+        "rollout_log_probs": sample.rollout_log_probs,
+        "reward": sample.reward,
+        "status": sample.status,
+        "remove_sample": getattr(sample, "remove_sample", False),
+    }
 
 
 def fresh_process(slime: SlimeCode) -> None:
@@ -159,7 +170,9 @@ def slime_episode(slime: SlimeCode, server: SGLangTestServer, prompts: str) -> t
     row = paint_row()
     sample = slime.Sample(prompt=row["prompt"], label=row["label"], metadata=row["metadata"], index=0, group_index=0)
     out = slime.run(slime.rollout.generate_and_rm(args, sample, copy.deepcopy(SAMPLING)))
-    (sample,) = out if isinstance(out, list) else [out]  # plain training returns a rollout's samples as a list: one context here
+    (sample,) = (
+        out if isinstance(out, list) else [out]
+    )  # plain training returns a rollout's samples as a list: one context here
     return sample, generates(server, since)
 
 
@@ -169,7 +182,9 @@ def write_prompts(tmp_path: Path) -> str:
     return str(path)
 
 
-def test_slime_trains_the_agents_episode_as_the_tool_episode_of_the_same_tokens(slime, painting_sglang, painter, paint_config, tmp_path) -> None:
+def test_slime_trains_the_agents_episode_as_the_tool_episode_of_the_same_tokens(
+    slime, painting_sglang, painter, paint_config, tmp_path
+) -> None:
     prompts = write_prompts(tmp_path)
     paint_config(None)
     tool_sample, tool_requests = slime_episode(slime, painting_sglang, prompts)
@@ -180,16 +195,27 @@ def test_slime_trains_the_agents_episode_as_the_tool_episode_of_the_same_tokens(
     endpoints = import_file(REPO / "examples" / "own_agent" / "episode.py").build_in_process.endpoints
     served = dict(endpoints)
     again, _ = slime_episode(slime, painting_sglang, prompts)
-    assert again.reward == agent_sample.reward and endpoints == served and all(e.episodes == {} for e in endpoints.values())
+    assert (
+        again.reward == agent_sample.reward
+        and endpoints == served
+        and all(e.episodes == {} for e in endpoints.values())
+    )
     assert isinstance(agent_sample, slime.Sample) and agent_sample.status is slime.Sample.Status.COMPLETED
-    tool, agent = check_against_requests(tool_sample, tool_requests, painter), check_against_requests(agent_sample, agent_requests, painter)
+    tool, agent = (
+        check_against_requests(tool_sample, tool_requests, painter),
+        check_against_requests(agent_sample, agent_requests, painter),
+    )
     assert agent["reward"] == tool["reward"] == pytest.approx(1.2)  # read the order (0.2), painted its colour (1.0)
     assert (agent["status"], agent["remove_sample"]) == (tool["status"], tool["remove_sample"])
     # the model's own tokens are the same two answers, trained alike (only the context around them differs)
-    assert agent["sampled"] == tool["sampled"] and sum(agent["loss_mask"]) == sum(tool["loss_mask"]) == sum(map(len, tool["sampled"]))
+    assert agent["sampled"] == tool["sampled"] and sum(agent["loss_mask"]) == sum(tool["loss_mask"]) == sum(
+        map(len, tool["sampled"])
+    )
 
 
-def test_slime_gets_the_tool_episodes_sample_from_an_agent_sending_the_same_conversation(slime, painting_sglang, painter, paint_config, tmp_path) -> None:
+def test_slime_gets_the_tool_episodes_sample_from_an_agent_sending_the_same_conversation(
+    slime, painting_sglang, painter, paint_config, tmp_path
+) -> None:
     """An agent that sends the task's messages as they are (the example's loop without its system prompt) makes the
     conversation `ToolEpisode` makes: the two Samples are equal field by field."""
     prompts = write_prompts(tmp_path)
@@ -200,7 +226,18 @@ def test_slime_gets_the_tool_episodes_sample_from_an_agent_sending_the_same_conv
     agent_sample, agent_requests = slime_episode(slime, painting_sglang, prompts)
     assert [r.input_ids for r in agent_requests] == [r.input_ids for r in tool_requests]
     check_against_requests(agent_sample, agent_requests, painter)
-    fields = ("tokens", "response_length", "loss_mask", "rollout_log_probs", "reward", "status", "remove_sample", "label", "index", "group_index")
+    fields = (
+        "tokens",
+        "response_length",
+        "loss_mask",
+        "rollout_log_probs",
+        "reward",
+        "status",
+        "remove_sample",
+        "label",
+        "index",
+        "group_index",
+    )
     assert {f: getattr(agent_sample, f) for f in fields} == {f: getattr(tool_sample, f) for f in fields}
     assert agent_sample.response_length > 0 and agent_sample.reward == pytest.approx(1.2)
 
@@ -248,21 +285,34 @@ async def miles_step(miles: Any, router: Any, rows: Path, **overrides: Any) -> t
 
     SingletonMeta.clear_all_instances()
     args = miles_args(
-        router.port or 0, str(offline_tokenizer_dir("qwen3")), rows, rollout_batch_size=1, n_samples_per_prompt=1, over_sampling_batch_size=1,
-        custom_generate_function_path="openreward_rl.backends.miles.generate_fn", **overrides,
-    )  # fmt: skip
+        router.port or 0,
+        str(offline_tokenizer_dir("qwen3")),
+        rows,
+        rollout_batch_size=1,
+        n_samples_per_prompt=1,
+        over_sampling_batch_size=1,
+        custom_generate_function_path="openreward_rl.backends.miles.generate_fn",
+        **overrides,
+    )
     miles.http_utils.init_http_client(args)
     rollout = miles.compatibility.load_rollout_function(
-        miles.base_types.RolloutFnConstructorInput(args=args, data_source=miles.data_source.RolloutDataSourceWithBuffer(args)), CLASS_BASED
+        miles.base_types.RolloutFnConstructorInput(
+            args=args, data_source=miles.data_source.RolloutDataSourceWithBuffer(args)
+        ),
+        CLASS_BASED,
     )
     try:
-        output = await asyncio.to_thread(miles.compatibility.call_rollout_function, rollout, miles.base_types.RolloutFnTrainInput(rollout_id=0))
+        output = await asyncio.to_thread(
+            miles.compatibility.call_rollout_function, rollout, miles.base_types.RolloutFnTrainInput(rollout_id=0)
+        )
     finally:
         await asyncio.to_thread(miles.async_utils.run, close_states())  # the hooks' states live on Miles' loop
     return output, args
 
 
-def test_miles_default_rollout_trains_the_agents_episode_as_the_tool_episode(miles, paint_config, tmp_path, qwen3_tokenizer) -> None:
+def test_miles_default_rollout_trains_the_agents_episode_as_the_tool_episode(
+    miles, paint_config, tmp_path, qwen3_tokenizer
+) -> None:
     from miles_source import RouterStandIn, write_rows
 
     rows = write_rows(tmp_path / "tasks.jsonl", [paint_row()])
@@ -271,9 +321,14 @@ def test_miles_default_rollout_trains_the_agents_episode_as_the_tool_episode(mil
         since = len(server.requests)
         output, args = await miles_step(miles, router, rows)
         ((member,),) = output.samples
-        (sample,) = member if isinstance(member, list) else [member]  # a rollout's samples, as a list in plain training: one context here
+        (sample,) = (
+            member if isinstance(member, list) else [member]
+        )  # a rollout's samples, as a list in plain training: one context here
         data = miles.train_data.convert_samples_to_train_data(
-            args, *miles.rollout_data.postprocess_rollout_data(args, output.samples, train_parallel_config=None), None, None
+            args,
+            *miles.rollout_data.postprocess_rollout_data(args, output.samples, train_parallel_config=None),
+            None,
+            None,
         )
         assert data["raw_reward"] == [sample.reward] and data["loss_masks"] == [sample.loss_mask]
         return sample, generates(server, since)
@@ -296,7 +351,9 @@ def test_miles_default_rollout_trains_the_agents_episode_as_the_tool_episode(mil
     assert {f: getattr(same_sample, f) for f in fields} == {f: getattr(tool_sample, f) for f in fields}
     assert agent["reward"] == tool["reward"] == pytest.approx(1.2)
     assert agent["status"] == tool["status"] and agent["status"].name == "COMPLETED"
-    assert agent["sampled"] == tool["sampled"] and sum(agent["loss_mask"]) == sum(tool["loss_mask"]) == sum(map(len, tool["sampled"]))
+    assert agent["sampled"] == tool["sampled"] and sum(agent["loss_mask"]) == sum(tool["loss_mask"]) == sum(
+        map(len, tool["sampled"])
+    )
 
 
 def test_miles_partial_rollout_refuses_an_agent_episode(miles, paint_config, tmp_path, qwen3_tokenizer) -> None:
@@ -308,7 +365,10 @@ def test_miles_partial_rollout_refuses_an_agent_episode(miles, paint_config, tmp
     paint_config(AGENT_EPISODE)
 
     async def step() -> list[RecordedRequest]:
-        async with SGLangTestServer(qwen3_tokenizer, script=Painter(qwen3_tokenizer)) as server, RouterStandIn(server.url) as router:
+        async with (
+            SGLangTestServer(qwen3_tokenizer, script=Painter(qwen3_tokenizer)) as server,
+            RouterStandIn(server.url) as router,
+        ):
             with pytest.raises(RolloutStepError, match=r"--partial-rollout cannot suspend an agent program's episode"):
                 await miles_step(miles, router, rows, partial_rollout=True)
             return server.requests

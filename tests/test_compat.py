@@ -48,7 +48,9 @@ def test_the_installed_openreward_is_in_the_supported_range() -> None:
     """The gate's range is pyproject.toml's; the installed SDK (0.1.167 when written: the floor, and the newest
     the index serves) is in it."""
     gate = compat.gates()["openreward"]
-    requirements = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]["dependencies"]
+    requirements = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"][
+        "dependencies"
+    ]
     assert f"openreward{gate.supported}" in requirements
     assert Version(version("openreward")) in SpecifierSet(gate.supported)
 
@@ -66,13 +68,17 @@ def test_a_moved_internal_is_named_with_the_library_and_its_version(monkeypatch:
 def test_a_moved_sse_parser_is_named(uninstalled: None, monkeypatch: pytest.MonkeyPatch) -> None:
     gate = compat.gates()["openreward"]
     monkeypatch.delattr(sdk_http, "_parse_sse_events")
-    with pytest.raises(CompatError, match=r"openreward 0\.1\.167 moved or changed openreward\.api\._session\.http\._parse_sse_events"):
+    with pytest.raises(
+        CompatError, match=r"openreward 0\.1\.167 moved or changed openreward\.api\._session\.http\._parse_sse_events"
+    ):
         Gate(gate.distribution, gate.supported, gate.internals).check()
 
 
 def test_a_version_outside_the_range_is_refused_by_name() -> None:
     gate = compat.gates()["openreward"]
-    with pytest.raises(CompatError, match=r"openreward 0\.1\.167 is outside the versions openreward_rl supports \(>=0\.2\)"):
+    with pytest.raises(
+        CompatError, match=r"openreward 0\.1\.167 is outside the versions openreward_rl supports \(>=0\.2\)"
+    ):
         Gate(gate.distribution, ">=0.2", gate.internals).check()
 
 

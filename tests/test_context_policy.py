@@ -94,9 +94,16 @@ class Harness:
     client: AsyncOpenReward
 
     async def run(
-        self, policy: Any, *, max_compactions: int = 3, abort_summary: bool = False, endless_summary: bool = False, index: int = 0,
-        tokenizer_name: str = "offline:qwen3", family: bool = False,
-    ) -> Run:  # fmt: skip
+        self,
+        policy: Any,
+        *,
+        max_compactions: int = 3,
+        abort_summary: bool = False,
+        endless_summary: bool = False,
+        index: int = 0,
+        tokenizer_name: str = "offline:qwen3",
+        family: bool = False,
+    ) -> Run:
         """`family`: the model family's renderer (its stop tokens and hand-written bridge), else the template-derived one."""
         tokenizer = load_tokenizer(tokenizer_name)
         renderer = ChatRenderer(tokenizer)
@@ -105,8 +112,16 @@ class Harness:
 
             renderer = find_family(tokenizer).renderer(tokenizer, {})
         agent = CorridorAgent(tokenizer, abort_summary=abort_summary, endless_summary=endless_summary)
-        settings = EpisodeSettings(sampling_params=SAMPLING, max_context_len=BUDGET, context_policy=policy, max_compactions=max_compactions)
-        task = TaskRef("Corridor", "train", index=index, base_url=self.env_server.base_url, variant=self.env_server.variant_for("Corridor"))
+        settings = EpisodeSettings(
+            sampling_params=SAMPLING, max_context_len=BUDGET, context_policy=policy, max_compactions=max_compactions
+        )
+        task = TaskRef(
+            "Corridor",
+            "train",
+            index=index,
+            base_url=self.env_server.base_url,
+            variant=self.env_server.variant_for("Corridor"),
+        )
         async with open_session(self.client, task) as session:
             tools = await session.tools()
         async with SGLangTestServer(tokenizer, script=agent) as server:
@@ -146,7 +161,9 @@ def assert_segments_token_exact(run: Run) -> None:
         mask, logprobs = expected_mask_and_logprobs([requests[i] for i in mine], sampled)
         assert segment.loss_mask == mask and segment.rollout_logprobs == pytest.approx(logprobs)
         # the generation prompt: the template's, or the Qwen3 family's with thinking off (an empty think block)
-        assert tokenizer.decode(segment.prompt_ids).endswith(("<|im_start|>assistant\n", "<|im_start|>assistant\n<think>\n\n</think>\n\n"))
+        assert tokenizer.decode(segment.prompt_ids).endswith(
+            ("<|im_start|>assistant\n", "<|im_start|>assistant\n<think>\n\n</think>\n\n")
+        )
     assert position == len(requests)
     assert trajectory.prefix_breaks == 0
 
@@ -159,8 +176,12 @@ async def test_without_compaction_the_corridor_overflows(harness: Harness) -> No
     assert not trajectory.finished
 
 
-@pytest.mark.parametrize(("tokenizer_name", "family"), [("offline:qwen3", False), ("offline:qwen3", True), ("offline:qwen2.5", False)])
-async def test_summarize_finishes_the_corridor_in_token_exact_segments(harness: Harness, tokenizer_name: str, family: bool) -> None:
+@pytest.mark.parametrize(
+    ("tokenizer_name", "family"), [("offline:qwen3", False), ("offline:qwen3", True), ("offline:qwen2.5", False)]
+)
+async def test_summarize_finishes_the_corridor_in_token_exact_segments(
+    harness: Harness, tokenizer_name: str, family: bool
+) -> None:
     policy = SummarizeContext(threshold=0.6, keep_recent_turns=1, summary_tokens=128)
     run = await harness.run(policy, tokenizer_name=tokenizer_name, family=family)
     trajectory = run.trajectory
@@ -172,7 +193,9 @@ async def test_summarize_finishes_the_corridor_in_token_exact_segments(harness: 
     assert [c.segment for c in compactions] == list(range(1, len(compactions) + 1))
     summary_turns = [t for t in trajectory.turns if t.summary]
     assert len(summary_turns) == len(compactions) and not any(t.tool_results for t in summary_turns)
-    assert trajectory.metrics["num_compactions"] == len(compactions) and trajectory.metrics["summary_turns"] == len(compactions)
+    assert trajectory.metrics["num_compactions"] == len(compactions) and trajectory.metrics["summary_turns"] == len(
+        compactions
+    )
     assert trajectory.metrics["context_tokens_saved"] == sum(c.tokens_before - c.tokens_after for c in compactions) > 0
     assert_segments_token_exact(run)
     renderer = run.renderer
@@ -182,7 +205,11 @@ async def test_summarize_finishes_the_corridor_in_token_exact_segments(harness: 
         # the new context: the task's prompt, the summary, the last turn before the summary request
         request, summary = messages[compaction.message_index - 2], messages[compaction.message_index - 1]
         assert request == {"role": "user", "content": DEFAULT_SUMMARY_REQUEST} and summary["role"] == "assistant"
-        expected = [messages[0], {"role": "user", "content": SUMMARY_PREFIX + summary["content"]}, *messages[compaction.message_index - 4 : compaction.message_index - 2]]
+        expected = [
+            messages[0],
+            {"role": "user", "content": SUMMARY_PREFIX + summary["content"]},
+            *messages[compaction.message_index - 4 : compaction.message_index - 2],
+        ]
         assert expected[2]["role"] == "assistant" and expected[3]["role"] == "tool"
         segment = trajectory.segments[compaction.segment]
         assert renderer.render_prompt(expected, run.tools) == segment.prompt_ids
@@ -219,7 +246,11 @@ async def test_the_cap_on_compactions_ends_in_context_overflow(harness: Harness)
 
 
 async def test_summary_that_does_not_fit_falls_back_to_clearing(harness: Harness) -> None:
-    run = await harness.run(SummarizeContext(threshold=0.9, summary_tokens=256, fallback_policy=ClearToolOutputs(threshold=1.0, keep_last=1)))
+    run = await harness.run(
+        SummarizeContext(
+            threshold=0.9, summary_tokens=256, fallback_policy=ClearToolOutputs(threshold=1.0, keep_last=1)
+        )
+    )
     trajectory = run.trajectory
     # past 90% of the budget a 256-token summary turn never fits: the fallback clears instead
     assert run.agent.summaries == 0 and trajectory.compactions
@@ -243,11 +274,17 @@ async def test_an_aborted_summary_turn_is_aborted_never_a_reward(harness: Harnes
 async def test_each_context_is_a_sample_with_the_episode_reward(harness: Harness, qwen3_tokenizer: Any) -> None:
     run = await harness.run(SummarizeContext(threshold=0.6, keep_recent_turns=1, summary_tokens=128))
     trajectory = run.trajectory
-    samples = samples_from_trajectory(slime_double.Sample(index=5, group_index=2, metadata={}), trajectory, tokenizer=qwen3_tokenizer)
+    samples = samples_from_trajectory(
+        slime_double.Sample(index=5, group_index=2, metadata={}), trajectory, tokenizer=qwen3_tokenizer
+    )
     slime_double.check_output(samples)
     assert len(samples) == len(trajectory.segments) >= 2
     assert [s.tokens for s in samples] == [seg.context() for seg in trajectory.segments]
-    assert {s.reward for s in samples} == {1.0} and {s.rollout_id for s in samples} == {5} and {s.group_index for s in samples} == {2}
+    assert (
+        {s.reward for s in samples} == {1.0}
+        and {s.rollout_id for s in samples} == {5}
+        and {s.group_index for s in samples} == {2}
+    )
     assert [EpisodeRecord.from_metadata(s.metadata).segment for s in samples] == list(range(len(samples)))
 
 
@@ -257,7 +294,10 @@ def test_config_chooses_and_validates_the_policy() -> None:
             "environments": {
                 "A": {},
                 "B": {"context_policy": "clear_tool_outputs"},
-                "C": {"context_policy": {"name": "summarize", "threshold": 0.5, "keep_recent_turns": 2}, "max_compactions": 5},
+                "C": {
+                    "context_policy": {"name": "summarize", "threshold": 0.5, "keep_recent_turns": 2},
+                    "max_compactions": 5,
+                },
                 "D": {"context_policy": "none"},
                 "E": {"context_policy": None},
                 "F": {"context_policy": {"name": "clear_then_summarize", "clear_target": 0.4, "summary_tokens": 512}},
@@ -265,7 +305,9 @@ def test_config_chooses_and_validates_the_policy() -> None:
         }
     )
     policies = context_policies(config)
-    assert policies["A"] == ClearThenSummarize(threshold=0.8, clear_target=0.5, keep_last=2, keep_recent_turns=1, summary_tokens=1024)
+    assert policies["A"] == ClearThenSummarize(
+        threshold=0.8, clear_target=0.5, keep_last=2, keep_recent_turns=1, summary_tokens=1024
+    )
     assert isinstance(policies["B"], ClearToolOutputs) and policies["D"] is None and policies["E"] is None
     assert policies["C"] == SummarizeContext(threshold=0.5, keep_recent_turns=2)
     assert policies["F"] == ClearThenSummarize(clear_target=0.4, summary_tokens=512)
@@ -274,8 +316,13 @@ def test_config_chooses_and_validates_the_policy() -> None:
     assert config.environment("A").compacts and not config.environment("A").context_policy_chosen
     plain = config.without_default_compaction()
     assert {n: e.context_policy for n, e in plain.environments.items()} == {
-        "A": "none", "B": "clear_tool_outputs", "C": "summarize", "D": "none", "E": "none", "F": "clear_then_summarize",
-    }  # fmt: skip
+        "A": "none",
+        "B": "clear_tool_outputs",
+        "C": "summarize",
+        "D": "none",
+        "E": "none",
+        "F": "clear_then_summarize",
+    }
     assert not parse_config({"environments": {"A": {}}}).without_default_compaction().compacts
     for bad, message in [
         ({"context_policy": 3}, "policy name or a mapping"),
@@ -289,8 +336,14 @@ def test_config_chooses_and_validates_the_policy() -> None:
         ({"context_policy": "squash"}, "unknown context policy 'squash'"),
         ({"context_policy": {"name": "summarize", "threshold": 0}}, r"threshold must be in \(0, 1\]"),
         ({"context_policy": {"name": "clear_tool_outputs", "keep": 1}}, "unexpected keyword argument 'keep'"),
-        ({"context_policy": {"name": "clear_then_summarize", "clear_target": 1.5}}, r"clear_target must be in \(0, 1\]"),
-        ({"context_policy": {"name": "clear_then_summarize", "summary_tokens": 0}}, "summary_tokens must be at least 1"),
+        (
+            {"context_policy": {"name": "clear_then_summarize", "clear_target": 1.5}},
+            r"clear_target must be in \(0, 1\]",
+        ),
+        (
+            {"context_policy": {"name": "clear_then_summarize", "summary_tokens": 0}},
+            "summary_tokens must be at least 1",
+        ),
         ({"context_policy": "no_such_module:Policy"}, "cannot import module 'no_such_module'"),
         ({"context_policy": "fractions:Fraction"}, "built Fraction"),
     ]:
@@ -345,11 +398,25 @@ async def test_a_suspended_summary_turn_resumes_and_keeps_every_context(harness:
     agent.held = asyncio.Event()
     policy = SummarizeContext(threshold=0.6, keep_recent_turns=1, summary_tokens=128)
     settings = EpisodeSettings(sampling_params=SAMPLING, max_context_len=BUDGET, context_policy=policy)
-    task = TaskRef("Corridor", "train", index=0, base_url=harness.env_server.base_url, variant=harness.env_server.variant_for("Corridor"))
+    task = TaskRef(
+        "Corridor",
+        "train",
+        index=0,
+        base_url=harness.env_server.base_url,
+        variant=harness.env_server.variant_for("Corridor"),
+    )
     async with SGLangTestServer(tokenizer, script=agent) as server:
         sglang = SGLangEngine(server.url, max_attempts=1)
         engine = ParkingEngine(sglang)
-        live = LiveEpisode.start(engine, run_episode(lambda: ToolEpisode(engine, ChatRenderer(tokenizer), get_parser("hermes"), settings), harness.client, task, attempts=1))
+        live = LiveEpisode.start(
+            engine,
+            run_episode(
+                lambda: ToolEpisode(engine, ChatRenderer(tokenizer), get_parser("hermes"), settings),
+                harness.client,
+                task,
+                attempts=1,
+            ),
+        )
         await agent.held.wait()
         await server.wait_in_flight()
         async with aiohttp.ClientSession() as http:
@@ -367,10 +434,14 @@ async def test_a_suspended_summary_turn_resumes_and_keeps_every_context(harness:
     assert trajectory.stop_reason is StopReason.COMPLETED and trajectory.reward == 1.0, trajectory.stop_detail
     assert trajectory.compactions and len(trajectory.segments) == len(trajectory.compactions) + 1
     first_summary = next(t for t in trajectory.turns if t.summary)
-    assert re.fullmatch(r"The exit key is [a-z]+-\d{4}\. I have walked on\.<\|im_end\|>", tokenizer.decode(first_summary.sampled_ids))
+    assert re.fullmatch(
+        r"The exit key is [a-z]+-\d{4}\. I have walked on\.<\|im_end\|>", tokenizer.decode(first_summary.sampled_ids)
+    )
     assert engine.suspensions == 1
     first = trajectory.segments[0]
-    assert first.response_ids[-len(first_summary.sampled_ids) :] == list(first_summary.sampled_ids)  # one turn, sampled in two pieces
+    assert first.response_ids[-len(first_summary.sampled_ids) :] == list(
+        first_summary.sampled_ids
+    )  # one turn, sampled in two pieces
 
 
 async def test_compaction_metrics_per_environment(harness: Harness) -> None:
@@ -396,19 +467,27 @@ async def test_the_viewer_marks_boundaries_and_summaries(harness: Harness, qwen3
 
     from openreward_rl.show.episode import conversation, render_html, render_terminal, summary_rows
 
-    trajectory = (await harness.run(SummarizeContext(threshold=0.6, keep_recent_turns=1, summary_tokens=128))).trajectory
+    trajectory = (
+        await harness.run(SummarizeContext(threshold=0.6, keep_recent_turns=1, summary_tokens=128))
+    ).trajectory
     trajectory = Trajectory.from_dict(trajectory.to_dict())  # what `openreward-rl show` reads from a dump
     assert trajectory.compactions and any(t.summary for t in trajectory.turns)
     entries = list(conversation(trajectory))
     roles = [e.role for e in entries]
     contexts = len(trajectory.segments)
-    assert roles.count("boundary") == len(trajectory.compactions) and roles.count("summary") == len(trajectory.compactions)
+    assert roles.count("boundary") == len(trajectory.compactions) and roles.count("summary") == len(
+        trajectory.compactions
+    )
     for number, position in enumerate(i for i, role in enumerate(roles) if role == "boundary"):
         assert roles[position - 1] == "summary"  # the boundary follows the summary it was built from
         assert entries[position].title == f"context {number + 2} of {contexts} starts here (summarize)"
-    assert dict(summary_rows(trajectory))["contexts"].startswith(f"{contexts} ({len(trajectory.compactions)} compactions: summarize;")
+    assert dict(summary_rows(trajectory))["contexts"].startswith(
+        f"{contexts} ({len(trajectory.compactions)} compactions: summarize;"
+    )
     page = render_html(trajectory, qwen3_tokenizer)
-    assert page.count("starts here (summarize)") == len(trajectory.compactions) and page.count("summary turn (turn") == len(trajectory.compactions)
+    assert page.count("starts here (summarize)") == len(trajectory.compactions) and page.count(
+        "summary turn (turn"
+    ) == len(trajectory.compactions)
     assert all(f"context {i} of {contexts}</h3>" in page for i in range(1, contexts + 1))  # every context's tokens
     out = io.StringIO()
     render_terminal(trajectory, Console(file=out, width=200, color_system=None), qwen3_tokenizer)
@@ -421,6 +500,11 @@ async def test_a_summary_turn_is_capped_at_summary_tokens(harness: Harness) -> N
     trajectory = run.trajectory
     requests = [r for r in run.server.requests if r.path == "/generate"]
     assert run.agent.summaries == 1 and requests[-1].sampling_params["max_new_tokens"] == 48
-    assert all(r.sampling_params["max_new_tokens"] == 256 for r in requests[:-1])  # environment turns keep the per-call cap
-    assert trajectory.stop_reason is StopReason.TRUNCATED and trajectory.stop_detail == "the summary turn hit its cap of 48 tokens"
+    assert all(
+        r.sampling_params["max_new_tokens"] == 256 for r in requests[:-1]
+    )  # environment turns keep the per-call cap
+    assert (
+        trajectory.stop_reason is StopReason.TRUNCATED
+        and trajectory.stop_detail == "the summary turn hit its cap of 48 tokens"
+    )
     assert trajectory.turns[-1].summary and len(trajectory.turns[-1].sampled_ids) == 48 and not trajectory.compactions

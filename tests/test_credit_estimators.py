@@ -139,9 +139,16 @@ def test_the_turn_index_baseline_leaves_the_episode_out_and_counts_stopped_ones_
 def test_failures_are_left_out_and_get_no_advantage() -> None:
     with_failure = turn_advantages([[1.0], None, [0.0]])
     assert with_failure[1] is None and with_failure[0] == turn_advantages([[1.0], [0.0]])[0]
-    assert turn_index_advantages([[1.0], None, [0.0]]) == [*turn_index_advantages([[1.0], [0.0]])[:1], None, *turn_index_advantages([[1.0], [0.0]])[1:]]
+    assert turn_index_advantages([[1.0], None, [0.0]]) == [
+        *turn_index_advantages([[1.0], [0.0]])[:1],
+        None,
+        *turn_index_advantages([[1.0], [0.0]])[1:],
+    ]
     assert episode_advantages([1.0, None, 0.0])[1] is None
-    assert group_advantages("episode", [[1.0, 1.0], None], [1.0, None]) == [[0.0, 0.0], None]  # one episode ran: no baseline
+    assert group_advantages("episode", [[1.0, 1.0], None], [1.0, None]) == [
+        [0.0, 0.0],
+        None,
+    ]  # one episode ran: no baseline
 
 
 def test_a_group_without_spread_from_the_start_still_ranks_its_turns() -> None:
@@ -194,13 +201,38 @@ def test_group_token_advantages_of_trajectories_leave_failures_out() -> None:
     from openreward_rl.parsers.base import ParsedTurn
 
     def run(rewards: list[float]) -> Trajectory:
-        turns = [Turn(prompt_length=1 + 3 * t, sampled_ids=(7, 8), logprobs=(0.0, 0.0), finish_reason=FinishReason.STOP, parsed=ParsedTurn(content=""), rewards=(r,)) for t, r in enumerate(rewards)]
-        segment = TokenSegment(prompt_ids=[1], response_ids=[7, 8, 9] * len(rewards), loss_mask=[1, 1, 0] * len(rewards), rollout_logprobs=[0.0] * 3 * len(rewards))
-        return Trajectory(task=TaskRef("e", "train", index=0), segments=[segment], turns=turns, messages=[], step_rewards=rewards, reward=sum(rewards), stop_reason=StopReason.MAX_TURNS)
+        turns = [
+            Turn(
+                prompt_length=1 + 3 * t,
+                sampled_ids=(7, 8),
+                logprobs=(0.0, 0.0),
+                finish_reason=FinishReason.STOP,
+                parsed=ParsedTurn(content=""),
+                rewards=(r,),
+            )
+            for t, r in enumerate(rewards)
+        ]
+        segment = TokenSegment(
+            prompt_ids=[1],
+            response_ids=[7, 8, 9] * len(rewards),
+            loss_mask=[1, 1, 0] * len(rewards),
+            rollout_logprobs=[0.0] * 3 * len(rewards),
+        )
+        return Trajectory(
+            task=TaskRef("e", "train", index=0),
+            segments=[segment],
+            turns=turns,
+            messages=[],
+            step_rewards=rewards,
+            reward=sum(rewards),
+            stop_reason=StopReason.MAX_TURNS,
+        )
 
     failed = failed_trajectory(TaskRef("E", "train", index=0), StopReason.ENV_ERROR, "died")
     settings = AdvantageSettings("mix", gamma=0.5, mix_weight=0.5)
-    with_failure = group_token_advantages([run([0.1, 1.0]), failed, run([0.0, 0.1, 0.0])], settings, nonterminal_reward=-1.0)
+    with_failure = group_token_advantages(
+        [run([0.1, 1.0]), failed, run([0.0, 0.1, 0.0])], settings, nonterminal_reward=-1.0
+    )
     without = group_token_advantages([run([0.1, 1.0]), run([0.0, 0.1, 0.0])], settings, nonterminal_reward=-1.0)
     assert with_failure[1] is None and [with_failure[0], with_failure[2]] == without
     first = without[0]

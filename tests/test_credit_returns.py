@@ -35,7 +35,10 @@ def lock_config(served_config) -> Any:
     """context_policy: none: these tests read one Sample per rollout; with the default policy the hook returns a list
     for every rollout in training (test_backend_slime.py::test_the_default_context_policy_makes_a_list_of_every_training_rollout)."""
     none = {"context_policy": "none"}
-    return served_config({"CombinationLock": {"max_turns": 3, "nonterminal_reward": -0.5, **none}, "Faulty": none}, advantage={"estimator": "turn", "gamma": 0.5})
+    return served_config(
+        {"CombinationLock": {"max_turns": 3, "nonterminal_reward": -0.5, **none}, "Faulty": none},
+        advantage={"estimator": "turn", "gamma": 0.5},
+    )
 
 
 @pytest.fixture
@@ -46,7 +49,9 @@ async def sglang(qwen3_tokenizer) -> Any:
 
 
 def lock_sample(index: int = 0) -> slime_double.Sample:
-    return slime_double.task_sample(TaskRef("CombinationLock", "train", index=index), index=0, group_index=0, session_id="s0")
+    return slime_double.task_sample(
+        TaskRef("CombinationLock", "train", index=index), index=0, group_index=0, session_id="s0"
+    )
 
 
 async def test_each_turn_gets_its_reward_on_its_last_token_and_its_return(lock_config, sglang, qwen3_tokenizer) -> None:
@@ -68,7 +73,9 @@ async def test_each_turn_gets_its_reward_on_its_last_token_and_its_return(lock_c
     assert spans[0][0] == 0 and spans[-1][1] == sample.response_length  # the whole response, no gap
     assert all(a[1] == b[0] for a, b in zip(spans, spans[1:]))
     for (start, _), end in zip(spans, credit.sampled_ends):
-        assert all(sample.loss_mask[start:end]) and response[end - 1] == im_end  # the turn's sampled tokens, ending at <|im_end|>
+        assert (
+            all(sample.loss_mask[start:end]) and response[end - 1] == im_end
+        )  # the turn's sampled tokens, ending at <|im_end|>
     for (_, end), sampled_end in zip(spans[:-1], credit.sampled_ends[:-1]):
         assert not any(sample.loss_mask[sampled_end:end])  # then the environment's reply, masked
     rewards = credit.segment_token_rewards(0, sample.response_length)
@@ -96,15 +103,35 @@ async def test_an_infrastructure_failure_has_no_returns(lock_config, sglang) -> 
 
 
 def _turn(prompt_length: int, sampled: list[int], rewards: tuple[float, ...]) -> Turn:
-    return Turn(prompt_length=prompt_length, sampled_ids=tuple(sampled), logprobs=(0.0,) * len(sampled), finish_reason=FinishReason.STOP, parsed=ParsedTurn(content=""), rewards=rewards)
+    return Turn(
+        prompt_length=prompt_length,
+        sampled_ids=tuple(sampled),
+        logprobs=(0.0,) * len(sampled),
+        finish_reason=FinishReason.STOP,
+        parsed=ParsedTurn(content=""),
+        rewards=rewards,
+    )
 
 
 def test_turns_after_a_prefix_break_are_placed_in_their_segment() -> None:
-    first = TokenSegment(prompt_ids=[1, 2], response_ids=[10, 11, 90, 91, 12], loss_mask=[1, 1, 0, 0, 1], rollout_logprobs=[0.0] * 5)
-    second = TokenSegment(prompt_ids=[5, 6, 7], response_ids=[20, 21, 92, 22], loss_mask=[1, 1, 0, 1], rollout_logprobs=[0.0] * 4)
+    first = TokenSegment(
+        prompt_ids=[1, 2], response_ids=[10, 11, 90, 91, 12], loss_mask=[1, 1, 0, 0, 1], rollout_logprobs=[0.0] * 5
+    )
+    second = TokenSegment(
+        prompt_ids=[5, 6, 7], response_ids=[20, 21, 92, 22], loss_mask=[1, 1, 0, 1], rollout_logprobs=[0.0] * 4
+    )
     turns = [_turn(2, [10, 11], (0.2,)), _turn(6, [12], ()), _turn(3, [20, 21], (0.3,)), _turn(6, [22], (1.0,))]
     task = TaskRef("e", "train", index=0)
-    trajectory = Trajectory(task=task, segments=[first, second], turns=turns, messages=[], step_rewards=[0.2, 0.3, 1.0], reward=1.5, stop_reason=StopReason.COMPLETED, finished=True)
+    trajectory = Trajectory(
+        task=task,
+        segments=[first, second],
+        turns=turns,
+        messages=[],
+        step_rewards=[0.2, 0.3, 1.0],
+        reward=1.5,
+        stop_reason=StopReason.COMPLETED,
+        finished=True,
+    )
     assert turn_spans(trajectory) == [(0, 0, 4), (0, 4, 5), (1, 0, 3), (1, 3, 4)]
     credit = TurnCredit.of_trajectory(trajectory)
     assert credit is not None and credit.returns == (1.5, 1.3, 1.3, 1.0) and credit.sampled_ends == (2, 5, 2, 4)
@@ -113,7 +140,15 @@ def test_turns_after_a_prefix_break_are_placed_in_their_segment() -> None:
 
 def test_a_turn_whose_tokens_are_nowhere_is_refused() -> None:
     segment = TokenSegment(prompt_ids=[1], response_ids=[10], loss_mask=[1], rollout_logprobs=[0.0])
-    trajectory = Trajectory(task=TaskRef("e", "train", index=0), segments=[segment], turns=[_turn(1, [11], ())], messages=[], step_rewards=[], reward=None, stop_reason=StopReason.COMPLETED)
+    trajectory = Trajectory(
+        task=TaskRef("e", "train", index=0),
+        segments=[segment],
+        turns=[_turn(1, [11], ())],
+        messages=[],
+        step_rewards=[],
+        reward=None,
+        stop_reason=StopReason.COMPLETED,
+    )
     with pytest.raises(ValueError, match="in no segment"):
         turn_spans(trajectory)
 
@@ -146,4 +181,9 @@ def test_advantage_settings_are_validated(advantage: Any, message: str) -> None:
 def test_advantage_defaults_to_the_episode_estimator() -> None:
     settings = parse_config({"environments": {"Env": {}}}).advantage
     assert settings.estimator == "episode" and not settings.per_token
-    assert parse_config({"environments": {"Env": {}}, "advantage": {"estimator": "mix", "mix_weight": 0.25}}).advantage.mix_weight == 0.25
+    assert (
+        parse_config(
+            {"environments": {"Env": {}}, "advantage": {"estimator": "mix", "mix_weight": 0.25}}
+        ).advantage.mix_weight
+        == 0.25
+    )

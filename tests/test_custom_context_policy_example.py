@@ -11,8 +11,13 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "custom_context_pol
 
 
 def test_custom_context_policy_example_prints_the_rewritten_conversation() -> None:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(EXAMPLE.parents[1] / "src"), os.environ.get("PYTHONPATH")]))}
-    done = subprocess.run([sys.executable, str(EXAMPLE)], capture_output=True, text=True, timeout=120, env=env, check=False)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(EXAMPLE.parents[1] / "src"), os.environ.get("PYTHONPATH")])),
+    }
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLE)], capture_output=True, text=True, timeout=120, env=env, check=False
+    )
     assert done.returncode == 0, done.stderr
     out = done.stdout
     assert out.startswith("keep_key_lines at 80% of the budget (threshold 60%): rewrites the context")

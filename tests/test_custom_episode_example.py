@@ -32,7 +32,9 @@ spec.loader.exec_module(example)
     [("", 0, False), ("<think>\nplan\n</think>\n\n", 1, False), ("<think>\nplan\n</think>\n\n", 1, True)],
     ids=["no-think", "think", "think-named-in-config"],
 )
-async def test_rerendering_episode_counts_prefix_breaks(env_server, openreward_client, think: str, breaks: int, named: bool) -> None:
+async def test_rerendering_episode_counts_prefix_breaks(
+    env_server, openreward_client, think: str, breaks: int, named: bool
+) -> None:
     """`named`: the config's `episode: examples/custom_episode.py:ReRenderingEpisode.build` builds it, no argument given."""
     tokenizer = load_tokenizer("offline:qwen3")
     script = [
@@ -40,16 +42,32 @@ async def test_rerendering_episode_counts_prefix_breaks(env_server, openreward_c
         ScriptedCompletion(text="Hmm."),
         ScriptedCompletion(text="I cannot tell."),
     ]
-    config = parse_config({
-        "thinking": True,
-        "nudge_message": "Tools, please.",
-        "environments": {"WhoDunIt": {"base_url": env_server.base_url, "variant": "whodunit", "nonterminal_reward": -0.5, "max_turns": 5}},
-        **({"episode": f"{EXAMPLE}:ReRenderingEpisode.build"} if named else {}),
-    })
+    config = parse_config(
+        {
+            "thinking": True,
+            "nudge_message": "Tools, please.",
+            "environments": {
+                "WhoDunIt": {
+                    "base_url": env_server.base_url,
+                    "variant": "whodunit",
+                    "nonterminal_reward": -0.5,
+                    "max_turns": 5,
+                }
+            },
+            **({"episode": f"{EXAMPLE}:ReRenderingEpisode.build"} if named else {}),
+        }
+    )
     async with SGLangTestServer(tokenizer, script=script) as sglang:
         engine = SGLangEngine(sglang.url)
-        rollouts = Rollouts.from_config(config, engine=engine, tokenizer=tokenizer, client=openreward_client, model="Qwen/Qwen3-8B",
-                                        max_new_tokens=256, **({} if named else {"episode": example.ReRenderingEpisode.build}))
+        rollouts = Rollouts.from_config(
+            config,
+            engine=engine,
+            tokenizer=tokenizer,
+            client=openreward_client,
+            model="Qwen/Qwen3-8B",
+            max_new_tokens=256,
+            **({} if named else {"episode": example.ReRenderingEpisode.build}),
+        )
         assert rollouts.episode.__qualname__ == "ReRenderingEpisode.build"
         trajectory = await rollouts.run(TaskRef("WhoDunIt", "train", index=0))
         await engine.aclose()
@@ -66,7 +84,9 @@ async def test_rerendering_episode_counts_prefix_breaks(env_server, openreward_c
 
 
 def test_example_runs_as_a_script() -> None:
-    result = subprocess.run([sys.executable, str(EXAMPLE)], capture_output=True, text=True, timeout=240, cwd=EXAMPLE.parents[1])
+    result = subprocess.run(
+        [sys.executable, str(EXAMPLE)], capture_output=True, text=True, timeout=240, cwd=EXAMPLE.parents[1]
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     summary = json.loads(result.stdout.strip().splitlines()[-1])
     # The example's Episode never reduces its rewards: the config's policy, applied by the runner, gave the unfinished run -1.

@@ -12,8 +12,13 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "custom_family.py"
 
 
 def test_custom_family_example_picks_its_family_and_matches_the_template():
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(EXAMPLE.parents[1] / "src"), os.environ.get("PYTHONPATH")]))}
-    done = subprocess.run([sys.executable, str(EXAMPLE)], capture_output=True, text=True, timeout=300, env=env, check=False)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(EXAMPLE.parents[1] / "src"), os.environ.get("PYTHONPATH")])),
+    }
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLE)], capture_output=True, text=True, timeout=300, env=env, check=False
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["family"] == "orca-calc" and result["parser"] == "hermes"

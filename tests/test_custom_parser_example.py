@@ -12,8 +12,13 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "custom_parser.py"
 
 
 def test_custom_parser_example_runs_and_parses():
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(EXAMPLE.parents[1] / "src"), os.environ.get("PYTHONPATH")]))}
-    done = subprocess.run([sys.executable, str(EXAMPLE)], capture_output=True, text=True, timeout=120, env=env, check=False)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(EXAMPLE.parents[1] / "src"), os.environ.get("PYTHONPATH")])),
+    }
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLE)], capture_output=True, text=True, timeout=120, env=env, check=False
+    )
     assert done.returncode == 0, done.stderr
     results = {r["sample"]: r for r in map(json.loads, done.stdout.splitlines())}
     assert results["two_calls"]["calls"] == [
@@ -21,7 +26,13 @@ def test_custom_parser_example_runs_and_parses():
         {"name": "get_weather", "arguments": {"city": "Oslo"}},
     ]
     assert results["two_calls"]["content"] == "Let me look.\n\n\nDone."
-    assert results["unknown_tool"] == {"sample": "unknown_tool", "content": "", "reasoning": None, "calls": [], "errors": ["unknown_tool"]}
+    assert results["unknown_tool"] == {
+        "sample": "unknown_tool",
+        "content": "",
+        "reasoning": None,
+        "calls": [],
+        "errors": ["unknown_tool"],
+    }
     assert results["cut_off"]["calls"] == [] and results["cut_off"]["errors"] == ["unclosed_block"]
     assert results["in_reasoning"]["calls"] == [] and results["in_reasoning"]["errors"] == ["call_in_reasoning"]
     assert results["in_reasoning"]["content"] == "No tools needed."

@@ -17,8 +17,13 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "custom_reducer.py"
 
 
 def test_custom_reducer_example_runs_and_reduces_by_class_and_by_registered_name() -> None:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(EXAMPLE.parents[1] / "src"), os.environ.get("PYTHONPATH")]))}
-    done = subprocess.run([sys.executable, str(EXAMPLE)], capture_output=True, text=True, timeout=120, env=env, check=False)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(EXAMPLE.parents[1] / "src"), os.environ.get("PYTHONPATH")])),
+    }
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLE)], capture_output=True, text=True, timeout=120, env=env, check=False
+    )
     assert done.returncode == 0, done.stderr
     rows = {r["episode"]: (r["by_class"], r["by_name"]) for r in map(json.loads, done.stdout.splitlines())}
     assert rows == {
@@ -31,6 +36,12 @@ def test_custom_reducer_example_runs_and_reduces_by_class_and_by_registered_name
 
 def test_a_config_names_the_reduction_by_the_name_its_plugin_registers() -> None:
     config = parse_config({"plugins": [str(EXAMPLE)], "environments": {"E": {"reward_reduction": "best_minus_steps"}}})
-    assert config.plugins == (str(EXAMPLE),) and config.environment("E").reward_policy().final_reward([0.5, 1.0], finished=True) == 0.9
-    with pytest.raises(ConfigError, match=r"reward_reduction: unknown reward reduction 'best_minus_step'; choose one of: best_minus_steps, discounted, "):
+    assert (
+        config.plugins == (str(EXAMPLE),)
+        and config.environment("E").reward_policy().final_reward([0.5, 1.0], finished=True) == 0.9
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r"reward_reduction: unknown reward reduction 'best_minus_step'; choose one of: best_minus_steps, discounted, ",
+    ):
         parse_config({"plugins": [str(EXAMPLE)], "environments": {"E": {"reward_reduction": "best_minus_step"}}})

@@ -37,8 +37,20 @@ def dependencies(extra: str | None = None) -> list[str]:
 
 def resolve(requirements: list[str], pin_files: tuple[str, ...], report: Path) -> subprocess.CompletedProcess[str]:
     constraints = [arg for name in pin_files for arg in ("-c", str(PINS / name))]
-    command = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet", "--disable-pip-version-check",
-               "--report", str(report), *constraints, *requirements]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "--dry-run",
+        "--ignore-installed",
+        "--quiet",
+        "--disable-pip-version-check",
+        "--report",
+        str(report),
+        *constraints,
+        *requirements,
+    ]
     return subprocess.run(command, capture_output=True, text=True, timeout=300)
 
 
@@ -59,8 +71,14 @@ def test_requirements_resolve_with_the_trainers_pins(environment: str, tmp_path:
     pin_files = ENVIRONMENTS[environment]
     result = resolve(dependencies(), pin_files, tmp_path / "report.json")
     errors = [line for line in result.stderr.splitlines() if line.startswith("ERROR")]
-    assert result.returncode == 0 and not errors, f"{environment}: pip could not resolve our requirements with its pins:\n" + "\n".join(errors or result.stderr.splitlines()[-10:])
-    resolved = {canonical(item["metadata"]["name"]): item["metadata"]["version"] for item in json.loads((tmp_path / "report.json").read_text())["install"]}
+    assert result.returncode == 0 and not errors, (
+        f"{environment}: pip could not resolve our requirements with its pins:\n"
+        + "\n".join(errors or result.stderr.splitlines()[-10:])
+    )
+    resolved = {
+        canonical(item["metadata"]["name"]): item["metadata"]["version"]
+        for item in json.loads((tmp_path / "report.json").read_text())["install"]
+    }
     assert {"openreward", "renderers", "transformers", "tokenizers"} <= set(resolved)
     for name in ("transformers", "tokenizers", "openai"):  # the constraints were applied, not ignored
         if (version := pinned(pin_files, name)) is not None:
@@ -78,9 +96,17 @@ def test_the_check_fails_on_a_requirement_that_excludes_a_pin(tmp_path: Path) ->
 # the chat bridge, the Slime/Miles hooks and Miles' agent path. Left out: the embedded engine (the `model`
 # extra, which needs transformers >= 5.18) and one test that pins down how transformers renders
 # DeepSeek-V3's own template with a None content (a transformers behaviour, not ours: 5.12.1 differs).
-FLOOR_TESTS = ["tests/test_token_text.py", "tests/test_plain_text_encoder.py", "tests/test_renderers_tokenizer_view.py", "tests/test_families.py",
-               "tests/test_chat_bridge.py", "tests/test_encoded_context.py", "tests/test_miles_source.py", "tests/test_miles_agent.py",
-               "tests/test_miles_agent_source.py"]  # fmt: skip
+FLOOR_TESTS = [
+    "tests/test_token_text.py",
+    "tests/test_plain_text_encoder.py",
+    "tests/test_renderers_tokenizer_view.py",
+    "tests/test_families.py",
+    "tests/test_chat_bridge.py",
+    "tests/test_encoded_context.py",
+    "tests/test_miles_source.py",
+    "tests/test_miles_agent.py",
+    "tests/test_miles_agent_source.py",
+]
 FLOOR_EXCLUDED = "not deepseek_v3s_official_template_cannot_hold_a_tool_episode"
 
 
@@ -91,17 +117,43 @@ def test_the_trainers_path_passes_on_miles_transformers(tmp_path: Path) -> None:
     pin_files = ENVIRONMENTS["miles-31f1ca9"]
     result = resolve(dependencies(), pin_files, tmp_path / "report.json")
     assert result.returncode == 0, result.stderr[-2000:]
-    resolved = {canonical(item["metadata"]["name"]): item["metadata"]["version"] for item in json.loads((tmp_path / "report.json").read_text())["install"]}
+    resolved = {
+        canonical(item["metadata"]["name"]): item["metadata"]["version"]
+        for item in json.loads((tmp_path / "report.json").read_text())["install"]
+    }
     floor = [f"{name}=={resolved[name]}" for name in ("transformers", "tokenizers", "huggingface-hub")]
     assert floor[0] == "transformers==5.12.1"
     target = Path.home() / ".cache" / "openreward_rl" / ("floor-" + "-".join(r.split("==")[1] for r in floor))
     if not (target / "transformers").is_dir():
-        install = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps", "--target", str(target), *floor]
+        install = [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--no-deps",
+            "--target",
+            str(target),
+            *floor,
+        ]
         done = subprocess.run(install, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr[-2000:]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(target), str(REPO / "src")])}
-    probe = subprocess.run([sys.executable, "-c", "import transformers; print(transformers.__version__)"], capture_output=True, text=True, env=env, timeout=120)
+    probe = subprocess.run(
+        [sys.executable, "-c", "import transformers; print(transformers.__version__)"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert probe.stdout.strip() == "5.12.1", probe.stderr[-2000:]
-    run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-x", "-k", FLOOR_EXCLUDED, *FLOOR_TESTS],
-                         cwd=REPO, capture_output=True, text=True, env=env, timeout=900)  # fmt: skip
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-x", "-k", FLOOR_EXCLUDED, *FLOOR_TESTS],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
     assert run.returncode == 0, run.stdout[-4000:]

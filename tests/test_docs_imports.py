@@ -12,7 +12,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-IMPORT = re.compile(r"^\s*(?:>>>\s*)?((?:from openreward_rl[\w.]* import [\w, ()]+)|(?:import openreward_rl[\w.]*(?: as \w+)?))\s*(?:#.*)?$", re.M)
+IMPORT = re.compile(
+    r"^\s*(?:>>>\s*)?((?:from openreward_rl[\w.]* import [\w, ()]+)|(?:import openreward_rl[\w.]*(?: as \w+)?))\s*(?:#.*)?$",
+    re.M,
+)
 DOTTED = re.compile(r"(?<![\w/.-])openreward_rl(?:\.\w+)+")
 
 

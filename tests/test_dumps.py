@@ -64,15 +64,25 @@ def test_the_task_is_typed_in_memory_and_keeps_its_shape_on_disk(tmp_path):
     path = tmp_path / "old.jsonl"
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     tasks = [t.task for t in read_trajectories(path)]
-    assert tasks == [TaskRef("addenv", "train", index=1), TaskRef("addenv", "train", task_spec={"q": "2+3"}, variant="v2"), TaskRef("addenv", "test", index=4)]
-    assert [t.to_dict()["task"] for t in read_trajectories(path)] == [by_index, by_spec, {**before_variant, "variant": None, "task_spec": None}]
+    assert tasks == [
+        TaskRef("addenv", "train", index=1),
+        TaskRef("addenv", "train", task_spec={"q": "2+3"}, variant="v2"),
+        TaskRef("addenv", "test", index=4),
+    ]
+    assert [t.to_dict()["task"] for t in read_trajectories(path)] == [
+        by_index,
+        by_spec,
+        {**before_variant, "variant": None, "task_spec": None},
+    ]
 
 
 def test_a_trajectory_records_its_task_without_where_it_ran():
     served = TaskRef("addenv", "train", index=1, base_url="http://127.0.0.1:9", server_name="s", namespace="n")
     trajectory = attrs.evolve(real_trajectory(), task=served)
     assert trajectory.task == TaskRef("addenv", "train", index=1)
-    assert attrs.evolve(trajectory, task=trajectory.to_dict()["task"]).task == trajectory.task  # a describe() dict, as custom episodes passed
+    assert (
+        attrs.evolve(trajectory, task=trajectory.to_dict()["task"]).task == trajectory.task
+    )  # a describe() dict, as custom episodes passed
     with pytest.raises(ValueError, match="must name a task"):
         attrs.evolve(trajectory, task={"environment": "addenv", "split": "train"})
 
@@ -80,7 +90,9 @@ def test_a_trajectory_records_its_task_without_where_it_ran():
 def test_a_line_whose_task_names_no_task_is_refused_by_its_record_number(tmp_path):
     path = tmp_path / "d.jsonl"
     good = real_trajectory().to_dict()
-    path.write_text(json.dumps(good) + "\n" + json.dumps({**good, "task": {"environment": "addenv", "split": "train"}}) + "\n")
+    path.write_text(
+        json.dumps(good) + "\n" + json.dumps({**good, "task": {"environment": "addenv", "split": "train"}}) + "\n"
+    )
     with pytest.raises(DumpError, match=r"d.jsonl record 1: not a trajectory \(a trajectory's task must name a task"):
         read_trajectories(path)
     path.write_text(json.dumps({**good, "task": "addenv"}) + "\n")
@@ -132,9 +144,16 @@ def test_eval_results_are_dumps(tmp_path):
     with ResultsFile(tmp_path / "results.jsonl", {"eval": {"model": "m"}}) as results:
         results.write(job, trajectory)
     [record] = read_records(tmp_path / "results.jsonl")
-    assert (record["eval_key"], record["sample"], record["eval"], record["task_ref"]["index"]) == (job.key, 1, {"model": "m"}, 0)
+    assert (record["eval_key"], record["sample"], record["eval"], record["task_ref"]["index"]) == (
+        job.key,
+        1,
+        {"model": "m"},
+        0,
+    )
     assert read_trajectories(tmp_path / "results.jsonl")[0].to_dict() == trajectory.to_dict()
     assert read_results(tmp_path / "results.jsonl")[job.key].to_dict() == trajectory.to_dict()
     (tmp_path / "other.jsonl").write_text(json.dumps(trajectory.to_dict()) + "\n")  # a dump, but not eval's
-    with pytest.raises(ValueError, match="other.jsonl:1: no eval_key: not an evaluation results file; use another --output"):
+    with pytest.raises(
+        ValueError, match="other.jsonl:1: no eval_key: not an evaluation results file; use another --output"
+    ):
         read_results(tmp_path / "other.jsonl")

@@ -20,7 +20,9 @@ step = st.one_of(
 
 
 @given(st.lists(ids, min_size=1, max_size=1).filter(lambda p: p[0]), st.lists(step, max_size=30))
-def test_encoded_context_is_json_dumps_of_the_context(first: list[list[int]], steps: list[tuple[str, list[int]]]) -> None:
+def test_encoded_context_is_json_dumps_of_the_context(
+    first: list[list[int]], steps: list[tuple[str, list[int]]]
+) -> None:
     ledger = TokenLedger.start(first[0])
     for kind, chunk in steps:
         if kind == "environment":
@@ -36,7 +38,11 @@ def test_encoded_context_is_json_dumps_of_the_context(first: list[list[int]], st
 
 def test_engine_body_is_the_json_it_would_have_sent() -> None:
     context = EncodedIds([3, 1, 4], json_text="[3, 1, 4]")
-    payload = {"sampling_params": {"max_new_tokens": 8, "stop": ["</tool_call>"]}, "return_logprob": True, "rid": "r_t0"}
+    payload = {
+        "sampling_params": {"max_new_tokens": 8, "stop": ["</tool_call>"]},
+        "return_logprob": True,
+        "rid": "r_t0",
+    }
     body = json.loads(_generate_body(_ids_json(context), payload))
     assert body == {"input_ids": [3, 1, 4], **payload}
     assert json.loads(_generate_body(_ids_json((5, 6)), payload))["input_ids"] == [5, 6]  # plain sequences too

@@ -97,11 +97,17 @@ async def test_failed_pings_mark_the_session_dead() -> None:
         stand_in = SessionStandIn(base, http)
         await asyncio.wait_for(keepalive.keep_alive(stand_in, interval_s=0.01), 10)
     assert len(seen) == 27 and set(seen) == {"sid-1"}
-    assert len(stand_in.dead) == 1 and stand_in.dead[0].startswith("5 x 5 consecutive ping failures: SessionResponseError")
+    assert len(stand_in.dead) == 1 and stand_in.dead[0].startswith(
+        "5 x 5 consecutive ping failures: SessionResponseError"
+    )
 
 
-@pytest.mark.filterwarnings("ignore:coroutine .resumable_sse. was never awaited")  # the SDK refuses a dead session before awaiting it
-async def test_a_session_marked_dead_by_pings_fails_its_next_call(env_server: LocalEnvServer, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.filterwarnings(
+    "ignore:coroutine .resumable_sse. was never awaited"
+)  # the SDK refuses a dead session before awaiting it
+async def test_a_session_marked_dead_by_pings_fails_its_next_call(
+    env_server: LocalEnvServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The SDK's own `_mark_dead` path: the next call raises `SessionTerminatedError`, which the library
     reports as an environment fault (never a reward)."""
     monkeypatch.setattr(keepalive, "PING_INTERVAL_S", 0.01)
@@ -110,7 +116,13 @@ async def test_a_session_marked_dead_by_pings_fails_its_next_call(env_server: Lo
     real_ping = keepalive.sdk.ping
 
     async def failing(session: Any) -> Any:
-        elsewhere = SimpleNamespace(client=session.client, base_url=f"{session.base_url}/gone", api_key=session.api_key, sid=session.sid, deployment=session.deployment)
+        elsewhere = SimpleNamespace(
+            client=session.client,
+            base_url=f"{session.base_url}/gone",
+            api_key=session.api_key,
+            sid=session.sid,
+            deployment=session.deployment,
+        )
         return await real_ping(elsewhere)  # 404 from the real server
 
     monkeypatch.setattr(keepalive.sdk, "ping", failing)
@@ -167,7 +179,9 @@ def counting_pings(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     return pings
 
 
-async def test_a_session_with_recent_calls_is_not_pinged_and_an_idle_one_is(env_server: LocalEnvServer, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_session_with_recent_calls_is_not_pinged_and_an_idle_one_is(
+    env_server: LocalEnvServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The SDK's `Server` refreshes a session on every request naming it: while the episode calls a
     tool more often than the ping interval no ping is sent; once it is idle, pings resume at the
     interval, and the server keeps the session throughout (its calls and pings succeed)."""
@@ -249,7 +263,9 @@ async def test_only_an_answered_request_stands_for_a_ping(call_status: int, dead
 
 
 @pytest.mark.parametrize(("stands_s", "pinged_while_waiting"), [(keepalive.WAITING_STANDS_S, False), (0.2, True)])
-async def test_a_request_waiting_for_its_answer_stands_for_a_ping(monkeypatch: pytest.MonkeyPatch, stands_s: float, pinged_while_waiting: bool) -> None:
+async def test_a_request_waiting_for_its_answer_stands_for_a_ping(
+    monkeypatch: pytest.MonkeyPatch, stands_s: float, pinged_while_waiting: bool
+) -> None:
     """A server that has fallen behind answers every request late: while a request for the session
     waits for its answer, no ping is sent (it would queue behind it), for up to `WAITING_STANDS_S`."""
     monkeypatch.setattr(keepalive, "WAITING_STANDS_S", stands_s)
@@ -270,7 +286,9 @@ async def test_a_request_waiting_for_its_answer_stands_for_a_ping(monkeypatch: p
     traffic = SessionTraffic()
     async with serve_app(app) as base, aiohttp.ClientSession(base, trace_configs=[traffic.trace_config]) as http:
         traffic.attach(http)
-        pinging = asyncio.create_task(keepalive.keep_alive(SessionStandIn(base, http), interval_s=0.1, heard_at=loop.time()))
+        pinging = asyncio.create_task(
+            keepalive.keep_alive(SessionStandIn(base, http), interval_s=0.1, heard_at=loop.time())
+        )
         await asyncio.sleep(0)
         sent = loop.time()
         async with http.post("/slow", headers={"X-Session-ID": "sid-1"}):
@@ -297,11 +315,15 @@ async def test_a_refused_ping_confirmed_by_the_probe_marks_the_session_dead_at_o
         started = asyncio.get_running_loop().time()
         await asyncio.wait_for(keepalive.keep_alive(stand_in, interval_s=0.01, probe=probe), 30)
         elapsed = asyncio.get_running_loop().time() - started
-    assert len(stand_in.dead) == 1 and stand_in.dead[0].startswith("environment server unreachable: a ping was refused"), stand_in.dead
+    assert len(stand_in.dead) == 1 and stand_in.dead[0].startswith(
+        "environment server unreachable: a ping was refused"
+    ), stand_in.dead
     assert elapsed < 10, elapsed  # one ping's three attempts (~3 s of the SDK's backoff) and two probes
 
 
-async def test_failed_pings_of_many_sessions_are_one_warning(caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_failed_pings_of_many_sessions_are_one_warning(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Every session of a dead server fails its pings: one warning for the server, the rest at debug level."""
     monkeypatch.setattr(keepalive, "STREAK", 2)
     monkeypatch.setattr(keepalive, "STRIKES", 2)
@@ -333,7 +355,10 @@ async def test_an_episode_waiting_on_the_model_ends_when_its_server_dies(monkeyp
                 await asyncio.sleep(0.3)
                 server.kill()
                 started = asyncio.get_running_loop().time()
-                with pytest.raises(EnvironmentFault, match="the environment session ended while the episode ran: environment server unreachable"):
+                with pytest.raises(
+                    EnvironmentFault,
+                    match="the environment session ended while the episode ran: environment server unreachable",
+                ):
                     await asyncio.wait_for(waiting, 30)
                 elapsed = asyncio.get_running_loop().time() - started
     finally:

@@ -140,7 +140,9 @@ async def test_a_stream_left_before_its_tail_keeps_its_connection_only_when_drai
     assert opened[0] == (1 if response_class is DrainingResponse else 3)
 
 
-async def test_a_tool_call_waits_past_the_heartbeat_for_its_answers_head_and_not_between_events(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_tool_call_waits_past_the_heartbeat_for_its_answers_head_and_not_between_events(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """A saturated server answers late: the SDK reads with a 30-s heartbeat (here 0.2 s) and sends a `/call`
     that timed out again as a new call, which runs the tool twice. `DrainingResponse` waits for a
     tool call's answer head up to `CALL_ANSWER_WAIT_S` (here 2 s), then holds the stream to the heartbeat."""
@@ -217,25 +219,44 @@ async def test_whitespace_on_a_stream_chunk_boundary_reaches_the_model(
     expected = boundary_text(kind)
     streamed = streamed_result(expected)
     assert all(streamed[k * CHUNK_SIZE].isspace() for k in range(1, 4))  # the construction puts it there
-    script = [ScriptedCompletion(text='<tool_call>\n{"name": "emit", "arguments": {"kind": "' + kind + '"}}\n</tool_call>'), ScriptedCompletion(text="done")]
+    script = [
+        ScriptedCompletion(text='<tool_call>\n{"name": "emit", "arguments": {"kind": "' + kind + '"}}\n</tool_call>'),
+        ScriptedCompletion(text="done"),
+    ]
     settings = EpisodeSettings(sampling_params={"max_new_tokens": 64}, max_tool_output_tokens=None)
     client = AsyncOpenReward(api_key="local")
-    task = TaskRef("ChunkBoundary", "train", index=0, base_url=chunk_server.base_url, variant=chunk_server.variant_for("ChunkBoundary"))
+    task = TaskRef(
+        "ChunkBoundary",
+        "train",
+        index=0,
+        base_url=chunk_server.base_url,
+        variant=chunk_server.variant_for("ChunkBoundary"),
+    )
     try:
         if listed_first:
-            config = parse_config({"env_base_url": chunk_server.base_url, "environments": {"ChunkBoundary": {"variant": task.variant, "splits": ["train"]}}})
+            config = parse_config(
+                {
+                    "env_base_url": chunk_server.base_url,
+                    "environments": {"ChunkBoundary": {"variant": task.variant, "splits": ["train"]}},
+                }
+            )
             assert [t.index for t in await list_tasks(client, config)] == [0]
         async with SGLangTestServer(qwen3_tokenizer, script=script) as model:
             engine = SGLangEngine(model.url)
             try:
                 trajectory = await run_episode(
-                    lambda: ToolEpisode(engine, ChatRenderer(qwen3_tokenizer), get_parser("hermes"), settings), client, task, attempts=1
+                    lambda: ToolEpisode(engine, ChatRenderer(qwen3_tokenizer), get_parser("hermes"), settings),
+                    client,
+                    task,
+                    attempts=1,
                 )
             finally:
                 await engine.aclose()
     finally:
         await client.environments.aclose()
-    assert trajectory.stop_reason.value == "no_tool_call" and len(model.requests) == 2, trajectory.stop_detail  # the plain "done"
+    assert trajectory.stop_reason.value == "no_tool_call" and len(model.requests) == 2, (
+        trajectory.stop_detail
+    )  # the plain "done"
     seen = trajectory.turns[0].tool_results[0].text
     assert len(seen) == len(expected) and seen == expected
     assert expected in qwen3_tokenizer.decode(model.requests[1].input_ids)  # the next prompt holds it exactly
@@ -277,7 +298,9 @@ async def test_events_are_parsed_as_the_sse_specification_says() -> None:
     ]
 
 
-async def test_the_terminal_tool_is_read_from_the_tool_listing_not_a_second_one(example_env_specs: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_the_terminal_tool_is_read_from_the_tool_listing_not_a_second_one(
+    example_env_specs: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """An episode lists the tools, then asks for the terminal tool: one listing request, and the same
     terminal tool as a session that asks for it alone (the SDK's own listing)."""
     listings: list[str] = []
@@ -291,7 +314,9 @@ async def test_the_terminal_tool_is_read_from_the_tool_listing_not_a_second_one(
     monkeypatch.setattr(aiohttp.ClientSession, "_request", counting)
     with serve_environments([example_env_specs["ClosestGuess"]], subprocess=True) as server:
         client = AsyncOpenReward(api_key="local")
-        task = TaskRef("ClosestGuess", "train", index=0, variant=server.variant_for("ClosestGuess"), base_url=server.base_url)
+        task = TaskRef(
+            "ClosestGuess", "train", index=0, variant=server.variant_for("ClosestGuess"), base_url=server.base_url
+        )
         try:
             async with open_session(client, task, liveness=False) as session:
                 tools = await session.tools()

@@ -37,7 +37,9 @@ class ScriptedEngine:
         else:
             answer = next(a for q, a in self.answers.items() if q in prompt)
             text = f"The answer is {int(answer) + 1 if self.wrong else answer}."
-        ids = self.tokenizer.encode(text, add_special_tokens=False) + [self.tokenizer.convert_tokens_to_ids("<|im_end|>")]
+        ids = self.tokenizer.encode(text, add_special_tokens=False) + [
+            self.tokenizer.convert_tokens_to_ids("<|im_end|>")
+        ]
         return Generation(tuple(ids), tuple(-0.1 for _ in ids), FinishReason.STOP, matched_stop=ids[-1])
 
     async def aclose(self) -> None:
@@ -51,15 +53,27 @@ def math_answers(example_env_specs) -> dict[str, str]:
 
 
 def options(tmp_path: Path, **changes) -> EvalOptions:
-    values = dict(engine="sglang", model="scripted", n=2, concurrency=3, max_new_tokens=64, temperature=1.0, top_p=1.0,
-                  output=tmp_path / "results.jsonl", max_tasks=3)
+    values = dict(
+        engine="sglang",
+        model="scripted",
+        n=2,
+        concurrency=3,
+        max_new_tokens=64,
+        temperature=1.0,
+        top_p=1.0,
+        output=tmp_path / "results.jsonl",
+        max_tasks=3,
+    )
     values.update(changes)
     return EvalOptions(**values)
 
 
 def config(env_server):
     raw = {
-        "environments": {"MathEnv": {"splits": ["test"], "variant": "mathenv"}, "Faulty": {"splits": ["train"], "variant": "faulty", "max_turns": 2}},
+        "environments": {
+            "MathEnv": {"splits": ["test"], "variant": "mathenv"},
+            "Faulty": {"splits": ["train"], "variant": "faulty", "max_turns": 2},
+        },
         "parser": "hermes",
         "attempts": 1,
     }
@@ -70,10 +84,23 @@ async def test_eval_runs_writes_summarizes_and_resumes(env_server, openreward_cl
     tokenizer = load_tokenizer("offline:qwen3")
     console = Console(file=io.StringIO(), width=200)
     engine = ScriptedEngine(tokenizer, math_answers)
-    summary = await run_eval(options(tmp_path), config(env_server), engine=engine, tokenizer=tokenizer, client=openreward_client, console=console)
+    summary = await run_eval(
+        options(tmp_path),
+        config(env_server),
+        engine=engine,
+        tokenizer=tokenizer,
+        client=openreward_client,
+        console=console,
+    )
 
     math, faulty = summary["MathEnv"], summary["Faulty"]
-    assert (math.episodes, math.scored, math.reward_mean, math.success_rate, math.pass_at_k) == (6, 6, 1.0, 1.0, {1: 1.0, 2: 1.0})
+    assert (math.episodes, math.scored, math.reward_mean, math.success_rate, math.pass_at_k) == (
+        6,
+        6,
+        1.0,
+        1.0,
+        {1: 1.0, 2: 1.0},
+    )
     assert (faulty.episodes, faulty.scored, faulty.infrastructure_failures, faulty.reward_mean) == (6, 0, 6, None)
     assert set(faulty.failures) == {"env_error"}
     rows = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
@@ -89,7 +116,14 @@ async def test_eval_runs_writes_summarizes_and_resumes(env_server, openreward_cl
     # Resume with n=3, keeping the recorded infrastructure failures, and a model that is now always
     # wrong: only the third sample of each task runs.
     wrong = ScriptedEngine(tokenizer, math_answers, wrong=True)
-    summary = await run_eval(options(tmp_path, n=3, keep_failures=True), config(env_server), engine=wrong, tokenizer=tokenizer, client=openreward_client, console=console)
+    summary = await run_eval(
+        options(tmp_path, n=3, keep_failures=True),
+        config(env_server),
+        engine=wrong,
+        tokenizer=tokenizer,
+        client=openreward_client,
+        console=console,
+    )
     assert wrong.calls == 3 + 3  # one turn per new sample: MathEnv answers, Faulty's explode ends the episode
     math = summary["MathEnv"]
     assert math.episodes == 9 and math.success_rate == pytest.approx(6 / 9)
@@ -99,23 +133,52 @@ async def test_eval_runs_writes_summarizes_and_resumes(env_server, openreward_cl
 
     # By default recorded infrastructure failures are not done: they run again, and the file keeps one line per episode.
     wrong.calls = 0
-    summary = await run_eval(options(tmp_path, n=3), config(env_server), engine=wrong, tokenizer=tokenizer, client=openreward_client, console=console)
+    summary = await run_eval(
+        options(tmp_path, n=3),
+        config(env_server),
+        engine=wrong,
+        tokenizer=tokenizer,
+        client=openreward_client,
+        console=console,
+    )
     assert wrong.calls == 9 and summary["Faulty"].episodes == 9 and summary["MathEnv"].episodes == 9
-    assert "9 of 18 episodes already done, 9 to run, 9 of them infrastructure failures to run again" in console.file.getvalue()
+    assert (
+        "9 of 18 episodes already done, 9 to run, 9 of them infrastructure failures to run again"
+        in console.file.getvalue()
+    )
     assert len((tmp_path / "results.jsonl").read_text().splitlines()) == 18
 
 
-async def test_a_half_written_last_line_is_dropped_and_rerun(env_server, openreward_client, math_answers, tmp_path) -> None:
+async def test_a_half_written_last_line_is_dropped_and_rerun(
+    env_server, openreward_client, math_answers, tmp_path
+) -> None:
     tokenizer = load_tokenizer("offline:qwen3")
     engine = ScriptedEngine(tokenizer, math_answers)
-    cfg = prepare_config(parse_config({"environments": {"MathEnv": {"splits": ["test"], "variant": "mathenv"}}, "parser": "hermes"}), base_url=env_server.base_url)
+    cfg = prepare_config(
+        parse_config({"environments": {"MathEnv": {"splits": ["test"], "variant": "mathenv"}}, "parser": "hermes"}),
+        base_url=env_server.base_url,
+    )
     console = Console(file=io.StringIO())
-    await run_eval(options(tmp_path, n=1, max_tasks=2), cfg, engine=engine, tokenizer=tokenizer, client=openreward_client, console=console)
+    await run_eval(
+        options(tmp_path, n=1, max_tasks=2),
+        cfg,
+        engine=engine,
+        tokenizer=tokenizer,
+        client=openreward_client,
+        console=console,
+    )
     output = tmp_path / "results.jsonl"
     lines = output.read_text().splitlines(keepends=True)
     output.write_text(lines[0] + lines[1][: len(lines[1]) // 2])  # killed mid-write
     engine.calls = 0
-    summary = await run_eval(options(tmp_path, n=1, max_tasks=2), cfg, engine=engine, tokenizer=tokenizer, client=openreward_client, console=console)
+    summary = await run_eval(
+        options(tmp_path, n=1, max_tasks=2),
+        cfg,
+        engine=engine,
+        tokenizer=tokenizer,
+        client=openreward_client,
+        console=console,
+    )
     assert engine.calls == 1 and summary["MathEnv"].episodes == 2
     assert len({json.loads(line)["eval_key"] for line in output.read_text().splitlines()}) == 2
 
@@ -128,24 +191,110 @@ def cli(capsys, *argv: str) -> tuple[int, str]:
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["--engine", "sglang", "--model", "m", "--config", "missing.yaml", "--base-url", "http://127.0.0.1:1"], "config file missing.yaml does not exist"),
-        (["--engine", "sglang", "--model", "m", "--config", "examples/quickstart_config.yaml"], "--engine sglang needs --base-url"),
-        (["--engine", "transformers", "--model", "m", "--config", "examples/quickstart_config.yaml", "--n", "0"], "--n must be at least 1"),
-        (["--engine", "transformers", "--model", "m", "--config", "examples/quickstart_config.yaml", "--top-p", "0"], "--top-p must be in (0, 1]"),
-        (["--engine", "transformers", "--model", "m", "--config", "examples/quickstart_config.yaml", "--serve", "nowhere.py:Env"], "does not exist"),
-        (["--engine", "transformers", "--model", "offline:nothing", "--config", "examples/quickstart_config.yaml", "--serve", "examples/environments/math_env.py:MathEnv"],
-         "unknown offline model 'offline:nothing'"),
-        (["--engine", "transformers", "--model", "m", "--config", "examples/quickstart_config.yaml"], "needs an API key: set OPENREWARD_API_KEY"),
-        (["--engine", "transformers", "--model", "/no/such/path", "--config", "examples/quickstart_config.yaml", "--serve", "examples/environments/closest_guess.py:GradedGuess"],
-         "--model '/no/such/path': no such file or directory"),
-        (["--engine", "transformers", "--model", "~/no/such/model", "--config", "examples/quickstart_config.yaml", "--serve", "examples/environments/closest_guess.py:GradedGuess"],
-         "--model '~/no/such/model': no such file or directory"),
-        (["--engine", "openai", "--model", "./no/such/model", "--base-url", "http://127.0.0.1:1/v1", "--config", "examples/quickstart_config.yaml",
-          "--serve", "examples/environments/closest_guess.py:GradedGuess"],
-         "--model './no/such/model': no such file or directory (the tokenizer is loaded from it; pass --tokenizer"),
-        (["--engine", "openai", "--model", "m", "--tokenizer", "no/such/tokenizer/dir", "--base-url", "http://127.0.0.1:1/v1",
-          "--config", "examples/quickstart_config.yaml", "--serve", "examples/environments/closest_guess.py:GradedGuess"],
-         "--tokenizer 'no/such/tokenizer/dir': no such file or directory"),
+        (
+            ["--engine", "sglang", "--model", "m", "--config", "missing.yaml", "--base-url", "http://127.0.0.1:1"],
+            "config file missing.yaml does not exist",
+        ),
+        (
+            ["--engine", "sglang", "--model", "m", "--config", "examples/quickstart_config.yaml"],
+            "--engine sglang needs --base-url",
+        ),
+        (
+            ["--engine", "transformers", "--model", "m", "--config", "examples/quickstart_config.yaml", "--n", "0"],
+            "--n must be at least 1",
+        ),
+        (
+            ["--engine", "transformers", "--model", "m", "--config", "examples/quickstart_config.yaml", "--top-p", "0"],
+            "--top-p must be in (0, 1]",
+        ),
+        (
+            [
+                "--engine",
+                "transformers",
+                "--model",
+                "m",
+                "--config",
+                "examples/quickstart_config.yaml",
+                "--serve",
+                "nowhere.py:Env",
+            ],
+            "does not exist",
+        ),
+        (
+            [
+                "--engine",
+                "transformers",
+                "--model",
+                "offline:nothing",
+                "--config",
+                "examples/quickstart_config.yaml",
+                "--serve",
+                "examples/environments/math_env.py:MathEnv",
+            ],
+            "unknown offline model 'offline:nothing'",
+        ),
+        (
+            ["--engine", "transformers", "--model", "m", "--config", "examples/quickstart_config.yaml"],
+            "needs an API key: set OPENREWARD_API_KEY",
+        ),
+        (
+            [
+                "--engine",
+                "transformers",
+                "--model",
+                "/no/such/path",
+                "--config",
+                "examples/quickstart_config.yaml",
+                "--serve",
+                "examples/environments/closest_guess.py:GradedGuess",
+            ],
+            "--model '/no/such/path': no such file or directory",
+        ),
+        (
+            [
+                "--engine",
+                "transformers",
+                "--model",
+                "~/no/such/model",
+                "--config",
+                "examples/quickstart_config.yaml",
+                "--serve",
+                "examples/environments/closest_guess.py:GradedGuess",
+            ],
+            "--model '~/no/such/model': no such file or directory",
+        ),
+        (
+            [
+                "--engine",
+                "openai",
+                "--model",
+                "./no/such/model",
+                "--base-url",
+                "http://127.0.0.1:1/v1",
+                "--config",
+                "examples/quickstart_config.yaml",
+                "--serve",
+                "examples/environments/closest_guess.py:GradedGuess",
+            ],
+            "--model './no/such/model': no such file or directory (the tokenizer is loaded from it; pass --tokenizer",
+        ),
+        (
+            [
+                "--engine",
+                "openai",
+                "--model",
+                "m",
+                "--tokenizer",
+                "no/such/tokenizer/dir",
+                "--base-url",
+                "http://127.0.0.1:1/v1",
+                "--config",
+                "examples/quickstart_config.yaml",
+                "--serve",
+                "examples/environments/closest_guess.py:GradedGuess",
+            ],
+            "--tokenizer 'no/such/tokenizer/dir': no such file or directory",
+        ),
     ],
 )
 def test_bad_cli_input_is_reported_before_any_work(capsys, monkeypatch, argv, message) -> None:
@@ -157,23 +306,48 @@ def test_bad_cli_input_is_reported_before_any_work(capsys, monkeypatch, argv, me
 @pytest.mark.parametrize(
     "config_text, argv, message",
     [
-        ("env_base_url: http://127.0.0.1:9\nenvironments:\n  GradedGuess:\n    splits: [test]\n", [],
-         r"cannot reach the environment server at http://127\.0\.0\.1:9 \(for 'GradedGuess'\)"),
-        ("environments:\n  GradedGuess:\n    splits: [test]\n", ["--serve", "examples/environments/closest_guess.py:GradedGuess", "--split", "nosplit"],
-         r"--split 'nosplit': environment 'GradedGuess' has no such split; it has: train, test$"),
-        ("environments:\n  NoSuchEnv:\n    splits: [test]\n", ["--serve", "examples/environments/closest_guess.py:GradedGuess"],
-         r"environment 'NoSuchEnv' is not served at http://127\.0\.0\.1:\d+; it serves: gradedguess "),
+        (
+            "env_base_url: http://127.0.0.1:9\nenvironments:\n  GradedGuess:\n    splits: [test]\n",
+            [],
+            r"cannot reach the environment server at http://127\.0\.0\.1:9 \(for 'GradedGuess'\)",
+        ),
+        (
+            "environments:\n  GradedGuess:\n    splits: [test]\n",
+            ["--serve", "examples/environments/closest_guess.py:GradedGuess", "--split", "nosplit"],
+            r"--split 'nosplit': environment 'GradedGuess' has no such split; it has: train, test$",
+        ),
+        (
+            "environments:\n  NoSuchEnv:\n    splits: [test]\n",
+            ["--serve", "examples/environments/closest_guess.py:GradedGuess"],
+            r"environment 'NoSuchEnv' is not served at http://127\.0\.0\.1:\d+; it serves: gradedguess ",
+        ),
     ],
     ids=["unreachable", "unknown split", "name not served"],
 )
-def test_environments_that_cannot_be_evaluated_are_one_line_before_any_episode(capsys, monkeypatch, tmp_path, config_text, argv, message) -> None:
+def test_environments_that_cannot_be_evaluated_are_one_line_before_any_episode(
+    capsys, monkeypatch, tmp_path, config_text, argv, message
+) -> None:
     """An unreachable env_base_url, a --split the environment lacks and a configured name the served class
     does not have: one line and exit 2 (not a traceback, nor episodes of another environment)."""
     monkeypatch.chdir(Path(__file__).resolve().parents[1])
     config_file = tmp_path / "c.yaml"
     config_file.write_text(config_text)
-    code, err = cli(capsys, "--config", str(config_file), "--engine", "openai", "--model", "Qwen/Qwen3-8B", "--tokenizer", "offline:qwen3",
-                    "--base-url", "http://127.0.0.1:1/v1", "--output", str(tmp_path / "results.jsonl"), *argv)
+    code, err = cli(
+        capsys,
+        "--config",
+        str(config_file),
+        "--engine",
+        "openai",
+        "--model",
+        "Qwen/Qwen3-8B",
+        "--tokenizer",
+        "offline:qwen3",
+        "--base-url",
+        "http://127.0.0.1:1/v1",
+        "--output",
+        str(tmp_path / "results.jsonl"),
+        *argv,
+    )
     [line] = [line for line in err.splitlines() if "openreward-rl eval" in line or "Traceback" in line]
     assert code == 2 and re.search(message, line), err
     assert not (tmp_path / "results.jsonl").exists()
@@ -186,14 +360,33 @@ def test_unknown_engine_is_an_argparse_error(capsys) -> None:
 
 
 def test_options_from_args_names_the_bad_option() -> None:
-    args = SimpleNamespace(engine="openai", model="gpt", n=1, concurrency=1, max_new_tokens=8, max_tasks=None, max_context_len=None,
-                           temperature=1.0, top_p=1.0, base_url=None, device="cuda", dtype=None, serve=[], seed=0, output=None,
-                           split=None, tokenizer=None, api_key_env="K")
+    args = SimpleNamespace(
+        engine="openai",
+        model="gpt",
+        n=1,
+        concurrency=1,
+        max_new_tokens=8,
+        max_tasks=None,
+        max_context_len=None,
+        temperature=1.0,
+        top_p=1.0,
+        base_url=None,
+        device="cuda",
+        dtype=None,
+        serve=[],
+        seed=0,
+        output=None,
+        split=None,
+        tokenizer=None,
+        api_key_env="K",
+    )
     with pytest.raises(ValueError, match="--device and --dtype apply to --engine transformers only"):
         EvalOptions.from_args(args)
 
 
-async def test_eval_metrics_reach_wandb_offline_and_trajectories_reach_the_upload_sink(env_server, math_answers, tmp_path, monkeypatch) -> None:
+async def test_eval_metrics_reach_wandb_offline_and_trajectories_reach_the_upload_sink(
+    env_server, math_answers, tmp_path, monkeypatch
+) -> None:
     """`eval` logs its per-environment metrics to a real offline WandB run and uploads each trajectory
     (the OpenReward rollout API is a local sink on 127.0.0.1)."""
     from openreward import AsyncOpenReward
@@ -214,7 +407,12 @@ async def test_eval_metrics_reach_wandb_offline_and_trajectories_reach_the_uploa
         client = AsyncOpenReward(api_key="local-key")
         try:
             summary = await run_eval(
-                options(tmp_path, n=1, max_tasks=2), cfg, engine=ScriptedEngine(tokenizer, math_answers), tokenizer=tokenizer, client=client, console=Console(file=io.StringIO())
+                options(tmp_path, n=1, max_tasks=2),
+                cfg,
+                engine=ScriptedEngine(tokenizer, math_answers),
+                tokenizer=tokenizer,
+                client=client,
+                console=Console(file=io.StringIO()),
             )
         finally:
             await client.environments.aclose()
@@ -230,9 +428,15 @@ async def test_eval_metrics_reach_wandb_offline_and_trajectories_reach_the_uploa
 
 @pytest.mark.parametrize(
     "model, tokenizer_name",
-    [("Qwen/Qwen3-8B", "offline:qwen3"), ("meta-llama/Llama-3.1-8B-Instruct", "offline:llama3.1"), ("zai-org/GLM-4.5", "offline:glm-4.5")],
+    [
+        ("Qwen/Qwen3-8B", "offline:qwen3"),
+        ("meta-llama/Llama-3.1-8B-Instruct", "offline:llama3.1"),
+        ("zai-org/GLM-4.5", "offline:glm-4.5"),
+    ],
 )
-async def test_openai_engine_evaluates_families_whose_turns_end_on_stop_ids(env_server, openreward_client, math_answers, tmp_path, model, tokenizer_name) -> None:
+async def test_openai_engine_evaluates_families_whose_turns_end_on_stop_ids(
+    env_server, openreward_client, math_answers, tmp_path, model, tokenizer_name
+) -> None:
     """A family's end-of-turn stop ids are the chat endpoint's business (it renders the template and ends
     the turn itself): `eval --engine openai` completes its episodes instead of refusing the ids."""
     from openreward_rl.engines.openai_chat import OpenAIChatEngine
@@ -243,13 +447,22 @@ async def test_openai_engine_evaluates_families_whose_turns_end_on_stop_ids(env_
         return 200, completion({"content": f"The answer is {next(a for q, a in math_answers.items() if q in prompt)}."})
 
     tokenizer = load_tokenizer(tokenizer_name)
-    cfg = prepare_config(parse_config({"environments": {"MathEnv": {"splits": ["test"], "variant": "mathenv"}}}), base_url=env_server.base_url)
+    cfg = prepare_config(
+        parse_config({"environments": {"MathEnv": {"splits": ["test"], "variant": "mathenv"}}}),
+        base_url=env_server.base_url,
+    )
     async with serve_chat() as chat:
         chat.answer = answer
         engine = OpenAIChatEngine(chat.url, model, tokenizer, api_key_env="UNSET_KEY_FOR_TEST")
         try:
-            summary = await run_eval(options(tmp_path, engine="openai", model=model, n=1, max_tasks=2), cfg, engine=engine, tokenizer=tokenizer,
-                                     client=openreward_client, console=Console(file=io.StringIO()))
+            summary = await run_eval(
+                options(tmp_path, engine="openai", model=model, n=1, max_tasks=2),
+                cfg,
+                engine=engine,
+                tokenizer=tokenizer,
+                client=openreward_client,
+                console=Console(file=io.StringIO()),
+            )
         finally:
             await engine.aclose()
     math = summary["MathEnv"]
@@ -281,7 +494,11 @@ def test_a_bad_flag_or_option_of_every_command_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="n-samples must be at least 2"):
         TrlOptions(model="m", n_samples=1)
     with pytest.raises(ConfigError, match="--sampler continuous cannot sample under --bf16"):
-        options_from_args(build_parser().parse_args(["train", "--framework", "trl", "--model", "m", "--sampler", "continuous", "--bf16"]))
+        options_from_args(
+            build_parser().parse_args(
+                ["train", "--framework", "trl", "--model", "m", "--sampler", "continuous", "--bf16"]
+            )
+        )
     with pytest.raises(ConfigError, match="sampler must be one of waves, continuous, got 'vllm'"):
         TrlOptions(model="m", sampler="vllm")
     with pytest.raises(ConfigError, match="unknown context policy"):

@@ -22,7 +22,12 @@ def episode(index: int, reward: float | None, stop: StopReason = StopReason.COMP
 
 
 # one task, four samples: 1.0, 0.0, truncated without a reward, an infrastructure failure
-EPISODES = [episode(0, 1.0), episode(0, 0.0), episode(0, None, StopReason.TRUNCATED), episode(0, None, StopReason.ABORTED)]
+EPISODES = [
+    episode(0, 1.0),
+    episode(0, 0.0),
+    episode(0, None, StopReason.TRUNCATED),
+    episode(0, None, StopReason.ABORTED),
+]
 
 
 def test_the_table_counts_unrewarded_episodes_as_zero_and_apart() -> None:
@@ -30,7 +35,9 @@ def test_the_table_counts_unrewarded_episodes_as_zero_and_apart() -> None:
     Console(file=text, width=250).print(summary_table(summarize(EPISODES)))
     header = next(line for line in text.getvalue().splitlines() if "environment" in line)
     row = next(line for line in text.getvalue().splitlines() if line.lstrip("│┃ ").startswith("E "))
-    cells = dict(zip([c.strip() for c in header.split("┃")[1:-1]], [c.strip() for c in row.split("│")[1:-1]], strict=True))
+    cells = dict(
+        zip([c.strip() for c in header.split("┃")[1:-1]], [c.strip() for c in row.split("│")[1:-1]], strict=True)
+    )
     assert cells["episodes"] == "4" and cells["scored"] == "3" and cells["no reward"] == "1"
     assert cells["reward"].startswith("0.333")  # (1 + 0 + 0) / 3; the aborted episode stays out
     assert cells["infra failures"].startswith("aborted ×1")
@@ -49,7 +56,9 @@ def table_cells(table) -> dict[str, str]:
     Console(file=text, width=250).print(table)
     header = next(line for line in text.getvalue().splitlines() if "environment" in line)
     row = next(line for line in text.getvalue().splitlines() if line.lstrip("│┃ ").startswith("E "))
-    return dict(zip([c.strip() for c in header.split("┃")[1:-1]], [c.strip() for c in row.split("│")[1:-1]], strict=True))
+    return dict(
+        zip([c.strip() for c in header.split("┃")[1:-1]], [c.strip() for c in row.split("│")[1:-1]], strict=True)
+    )
 
 
 def test_train_and_eval_report_the_same_pass_at_k_and_success_on_one_results_file(tmp_path) -> None:
@@ -60,9 +69,24 @@ def test_train_and_eval_report_the_same_pass_at_k_and_success_on_one_results_fil
     from openreward_rl.env.tasks import TaskRef
 
     outcomes = {  # task index: its samples
-        0: [(1.0, StopReason.COMPLETED), (0.0, StopReason.COMPLETED), (None, StopReason.TRUNCATED), (0.0, StopReason.COMPLETED)],
-        1: [(0.0, StopReason.COMPLETED), (0.5, StopReason.COMPLETED), (None, StopReason.ABORTED), (0.0, StopReason.MAX_TURNS)],
-        2: [(0.0, StopReason.COMPLETED), (None, StopReason.ENV_ERROR), (None, StopReason.ENV_ERROR), (0.0, StopReason.COMPLETED)],
+        0: [
+            (1.0, StopReason.COMPLETED),
+            (0.0, StopReason.COMPLETED),
+            (None, StopReason.TRUNCATED),
+            (0.0, StopReason.COMPLETED),
+        ],
+        1: [
+            (0.0, StopReason.COMPLETED),
+            (0.5, StopReason.COMPLETED),
+            (None, StopReason.ABORTED),
+            (0.0, StopReason.MAX_TURNS),
+        ],
+        2: [
+            (0.0, StopReason.COMPLETED),
+            (None, StopReason.ENV_ERROR),
+            (None, StopReason.ENV_ERROR),
+            (0.0, StopReason.COMPLETED),
+        ],
     }
     path = tmp_path / "results.jsonl"
     with ResultsFile(path) as results:
@@ -89,12 +113,25 @@ def test_every_reader_takes_the_trained_reward_from_the_trajectory() -> None:
     from openreward_rl.show.index import episode_rows
 
     trajectories = [
-        episode(0, 0.5), episode(1, None, StopReason.TRUNCATED), episode(2, -1.0, StopReason.MAX_TURNS), episode(3, 0.5, StopReason.ENV_ERROR),
+        episode(0, 0.5),
+        episode(1, None, StopReason.TRUNCATED),
+        episode(2, -1.0, StopReason.MAX_TURNS),
+        episode(3, 0.5, StopReason.ENV_ERROR),
     ]
     assert [t.trained_reward for t in trajectories] == [0.5, 0.0, -1.0, None]
     assert [EpisodeStats.from_trajectory(t).trained_reward for t in trajectories] == [0.5, 0.0, -1.0, None]
-    assert [row.trained_reward for row in episode_rows([t.to_dict() for t in trajectories], trajectories)] == [0.5, 0.0, -1.0, None]
-    assert [EpisodeRecord.of_trajectory(t, {}).trained_reward for t in trajectories] == [0.5, 0.0, -1.0, 0.0]  # a failure's sample is masked
+    assert [row.trained_reward for row in episode_rows([t.to_dict() for t in trajectories], trajectories)] == [
+        0.5,
+        0.0,
+        -1.0,
+        None,
+    ]
+    assert [EpisodeRecord.of_trajectory(t, {}).trained_reward for t in trajectories] == [
+        0.5,
+        0.0,
+        -1.0,
+        0.0,
+    ]  # a failure's sample is masked
 
 
 def test_train_eval_line_gives_tool_calls_and_parse_errors_per_episode() -> None:
@@ -106,7 +143,10 @@ def test_train_eval_line_gives_tool_calls_and_parse_errors_per_episode() -> None
     from openreward_rl.observe.metrics import flat_metrics
 
     counts = [(3.0, 0.0), (1.0, 2.0), (2.0, 1.0)]  # (tool calls, parse errors) per episode
-    trajectories = [attrs.evolve(episode(i, 1.0), metrics={"tool_calls": calls, "parse_errors": errors}) for i, (calls, errors) in enumerate(counts)]
+    trajectories = [
+        attrs.evolve(episode(i, 1.0), metrics={"tool_calls": calls, "parse_errors": errors})
+        for i, (calls, errors) in enumerate(counts)
+    ]
     [stats] = eval_stats(trajectories).values()
     assert (stats.tool_calls, stats.parse_errors) == (2.0, 1.0)
     assert "tool calls/ep 2.00  parse errors/ep 1.00" in stats.line()

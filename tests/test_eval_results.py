@@ -73,13 +73,38 @@ def run_eval_cli(tmp_path, model, example_env_specs, capsys):
     config = tmp_path / "config.yaml"
     settings = {"MathEnv": "{splits: [test]}", "Faulty": "{splits: [train], max_turns: 2}"}
 
-    def run(*extra: str, environments: tuple[str, ...] = ("MathEnv",), base_url: str | None = None) -> tuple[int, str, str]:
-        config.write_text("environments:\n" + "".join(f"  {name}: {settings[name]}\n" for name in environments)
-                          + "parser: hermes\non_no_tool_call: end\nattempts: 1\nupload: false\n")
+    def run(
+        *extra: str, environments: tuple[str, ...] = ("MathEnv",), base_url: str | None = None
+    ) -> tuple[int, str, str]:
+        config.write_text(
+            "environments:\n"
+            + "".join(f"  {name}: {settings[name]}\n" for name in environments)
+            + "parser: hermes\non_no_tool_call: end\nattempts: 1\nupload: false\n"
+        )
         serve = [arg for name in environments for arg in ("--serve", example_env_specs[name])]
-        argv = ["eval", "--config", str(config), "--engine", "sglang", "--base-url", base_url or model.server.url, "--model", "scripted",
-                "--tokenizer", "offline:qwen3", "--max-tasks", "2", "--n", "2", "--max-new-tokens", "32", "--output", str(tmp_path / "results.jsonl"),
-                *serve, *extra]
+        argv = [
+            "eval",
+            "--config",
+            str(config),
+            "--engine",
+            "sglang",
+            "--base-url",
+            base_url or model.server.url,
+            "--model",
+            "scripted",
+            "--tokenizer",
+            "offline:qwen3",
+            "--max-tasks",
+            "2",
+            "--n",
+            "2",
+            "--max-new-tokens",
+            "32",
+            "--output",
+            str(tmp_path / "results.jsonl"),
+            *serve,
+            *extra,
+        ]
         code = main(argv)
         captured = capsys.readouterr()
         return code, captured.out, " ".join(captured.err.split())
@@ -152,7 +177,11 @@ def test_a_file_of_other_settings_is_not_resumed(run_eval_cli, tmp_path) -> None
     assert run_eval_cli()[0] == 0
     before = results.read_text()
     code, _, err = run_eval_cli("--temperature", "0.5", "--model", "other")
-    assert code == 2 and "--model 'scripted' (this run: 'other'); --temperature 1.0 (this run: 0.5)" in err and "--overwrite" in err
+    assert (
+        code == 2
+        and "--model 'scripted' (this run: 'other'); --temperature 1.0 (this run: 0.5)" in err
+        and "--overwrite" in err
+    )
     assert results.read_text() == before
 
     code, out, err = run_eval_cli("--temperature", "0.5", "--model", "other", "--overwrite")
@@ -176,7 +205,10 @@ def test_mostly_infrastructure_failures_exit_1_and_run_again_next_time(run_eval_
     assert code == 1 and "0 of 4 episodes already done, 4 to run, 4 of them infrastructure failures to run again" in err
     assert model.generate_calls == calls + 4 and len(lines(tmp_path / "results.jsonl")) == 4
     code, _, err = run_eval_cli("--keep-failures", environments=("Faulty",))
-    assert model.generate_calls == calls + 4 and "4 of 4 episodes already done (4 of them infrastructure failures, kept: --keep-failures), 0 to run" in err
+    assert (
+        model.generate_calls == calls + 4
+        and "4 of 4 episodes already done (4 of them infrastructure failures, kept: --keep-failures), 0 to run" in err
+    )
 
 
 def test_the_lock_follows_the_file_through_its_rewrite(tmp_path) -> None:
@@ -218,11 +250,16 @@ async def test_the_model_check_tells_a_refused_key_and_an_unready_server_from_a_
 
     app = web.Application()
     app.router.add_get("/v1/models", models)
-    check = lambda url, key: asyncio.to_thread(check_model_endpoint, "openai", url, api_key=key, key_name="$OPENAI_API_KEY")  # noqa: E731
+    check = lambda url, key: asyncio.to_thread(  # noqa: E731
+        check_model_endpoint, "openai", url, api_key=key, key_name="$OPENAI_API_KEY"
+    )
     async with serve_app(app) as base:
         await check(base + "/v1", "good-key-123")
         await check(base + "/elsewhere/v1", "good-key-123")  # 404: no model list, but a server
-        with pytest.raises(ValueError, match=rf"the model server at {base}/v1 refuses \$OPENAI_API_KEY \(HTTP 401 on GET {base}/v1/models\)"):
+        with pytest.raises(
+            ValueError,
+            match=rf"the model server at {base}/v1 refuses \$OPENAI_API_KEY \(HTTP 401 on GET {base}/v1/models\)",
+        ):
             await check(base + "/v1", "wrong-key-456")
         status["code"] = 503
         with pytest.raises(ValueError, match=r"is not ready \(HTTP 503"):

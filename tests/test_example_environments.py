@@ -101,8 +101,12 @@ async def test_whodunit_investigation_tools_give_no_reward(whodunit_env):
     async with whodunit_env.session(split="train", index=1) as session:
         listing = await session.call_tool("list_suspects")
         name = re.search(r"^- (.+?), the ", _text(listing), re.M).group(1)
-        for tool, args in [("interview", {"suspect": name}), ("inspect", {"location": "nowhere"}),
-                           ("interview", {"suspect": "Sherlock Holmes"}), ("accuse", {"suspect": "Nobody"})]:
+        for tool, args in [
+            ("interview", {"suspect": name}),
+            ("inspect", {"location": "nowhere"}),
+            ("interview", {"suspect": "Sherlock Holmes"}),
+            ("accuse", {"suspect": "Nobody"}),
+        ]:
             out = await session.call_tool(tool, args)
             assert (out.reward, out.finished) == (None, False), (tool, args, out)
         assert (listing.reward, listing.finished) == (None, False)
@@ -245,7 +249,14 @@ async def test_graded_guess_grades_each_estimate_by_closeness(env_server, openre
     task = (await graded.list_tasks("test"))[0]
     product = int(task.task_spec["answer"])
     got = []
-    for answer in (f"It is {product}.", f"About {product * 1.05}.", f"Maybe {product * 1.3}", "1", "no idea", f"-{product}"):
+    for answer in (
+        f"It is {product}.",
+        f"About {product * 1.05}.",
+        f"Maybe {product * 1.3}",
+        "1",
+        "no idea",
+        f"-{product}",
+    ):
         async with graded.session(task) as session:
             out = await session.call_tool("answer", {"answer": answer})
             assert out.finished

@@ -57,7 +57,10 @@ def test_hermes_3_is_the_hermes_family_not_llama3() -> None:
     assert not family.proven_here  # no Hermes tokenizer ships offline: the start-up probe proves it
 
 
-@pytest.mark.parametrize("model", [*NAMES, "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B", "ibm-granite/granite-4.0-h-small", "moonshotai/Kimi-K2.5"])
+@pytest.mark.parametrize(
+    "model",
+    [*NAMES, "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B", "ibm-granite/granite-4.0-h-small", "moonshotai/Kimi-K2.5"],
+)
 def test_one_table_decides_family_and_parser(model: str) -> None:
     assert parser_for_model(model) == match_family(model).parser
 
@@ -72,7 +75,13 @@ class _Unnamed:
 
 @pytest.mark.parametrize(
     ("template", "family"),
-    [("llama3_1.jinja", "llama3"), ("llama3_2.jinja", "llama3"), ("gptoss.jinja", "gpt-oss"), ("glm4moe.jinja", "glm-4.5"), ("qwen3.jinja", "qwen3")],
+    [
+        ("llama3_1.jinja", "llama3"),
+        ("llama3_2.jinja", "llama3"),
+        ("gptoss.jinja", "gpt-oss"),
+        ("glm4moe.jinja", "glm-4.5"),
+        ("qwen3.jinja", "qwen3"),
+    ],
 )
 def test_family_from_chat_template(template: str, family: str) -> None:
     assert family_for(_Unnamed(trl_template(template))).name == family
@@ -89,12 +98,20 @@ def test_unknown_model_names_the_supported_families() -> None:
 
 def test_a_refused_family_is_refused_up_front_with_its_reason() -> None:
     refused = ModelFamily(
-        name="test-refused", parser="hermes", tool_turn_stops=("<|x|>",), final_turn_stops=("<|x|>",), parallel_calls=False,
-        name_patterns=(r"refusedlm",), refused="its template re-renders earlier calls",
+        name="test-refused",
+        parser="hermes",
+        tool_turn_stops=("<|x|>",),
+        final_turn_stops=("<|x|>",),
+        parallel_calls=False,
+        name_patterns=(r"refusedlm",),
+        refused="its template re-renders earlier calls",
     )
     register_family(refused)
     try:
-        with pytest.raises(UnsupportedModelError, match="test-refused model family is not supported: its template re-renders earlier calls"):
+        with pytest.raises(
+            UnsupportedModelError,
+            match="test-refused model family is not supported: its template re-renders earlier calls",
+        ):
             family_for("acme/RefusedLM-3B")
         with pytest.raises(UnsupportedModelError, match="not supported"):
             get_family("test-refused")
@@ -112,7 +129,9 @@ def test_config_and_cli_override_the_family() -> None:
     config = parse_config({"environments": {"e": {}}, "model_family": "gpt-oss"})
     renderer, parser = episode_stack(config, load_tokenizer("offline:gpt-oss"), "/ckpt/custom-finetune")
     assert renderer.family is not None and renderer.family.name == "gpt-oss" and parser.name == "gpt_oss"
-    generic, parser = episode_stack(parse_config({"environments": {"e": {}}, "model_family": "generic"}), llama, "meta-llama/Llama-3.1-8B-Instruct")
+    generic, parser = episode_stack(
+        parse_config({"environments": {"e": {}}, "model_family": "generic"}), llama, "meta-llama/Llama-3.1-8B-Instruct"
+    )
     assert generic.family is None and generic.engine_stop_token_ids == () and parser.name == "llama3_json"
     known = (
         "deepseek-v3, deepseek-v3-format, nemotron-3, qwen3.5, qwen3-vl, qwen2.5-vl, qwen3, qwen, gpt-oss, glm-4.5, glm-4.7, hermes, granite-4, nemotron, qwen-xml, llama3, deepseek-v3.1, "
@@ -126,11 +145,19 @@ def test_config_and_cli_override_the_family() -> None:
 
     cli = argparse.ArgumentParser()
     add_arguments(cli)
-    options = EvalOptions.from_args(cli.parse_args(["--engine", "sglang", "--base-url", "http://127.0.0.1:1", "--model", "m", "--family", "llama3"]))
-    prepared = prepare_config(parse_config({"environments": {"e": {}}, "model_family": "gpt-oss"}), family=options.family)
+    options = EvalOptions.from_args(
+        cli.parse_args(["--engine", "sglang", "--base-url", "http://127.0.0.1:1", "--model", "m", "--family", "llama3"])
+    )
+    prepared = prepare_config(
+        parse_config({"environments": {"e": {}}, "model_family": "gpt-oss"}), family=options.family
+    )
     assert prepared.model_family == "llama3"
     with pytest.raises(ValueError, match="--family: unknown model family 'llama'"):
-        EvalOptions.from_args(cli.parse_args(["--engine", "sglang", "--base-url", "http://127.0.0.1:1", "--model", "m", "--family", "llama"]))
+        EvalOptions.from_args(
+            cli.parse_args(
+                ["--engine", "sglang", "--base-url", "http://127.0.0.1:1", "--model", "m", "--family", "llama"]
+            )
+        )
 
 
 @pytest.mark.anyio
@@ -148,13 +175,19 @@ async def test_training_hooks_pick_the_family_from_hf_checkpoint(tmp_path: Any, 
 
     def build(checkpoint: str, extra: str = "") -> BackendState:
         config.write_text("env_base_url: http://127.0.0.1:9\nenvironments:\n  MathEnv: {}\n" + extra)
-        args = SimpleNamespace(sglang_router_ip="127.0.0.1", sglang_router_port=9, hf_checkpoint=checkpoint, rollout_max_response_len=64)
+        args = SimpleNamespace(
+            sglang_router_ip="127.0.0.1", sglang_router_port=9, hf_checkpoint=checkpoint, rollout_max_response_len=64
+        )
         return BackendState.from_args(args)
 
     state = build("offline:llama3.2")
     try:
         renderer = state.rollouts.renderer
-        assert renderer.family is not None and renderer.family.name == "llama3" and state.rollouts.parser.name == "llama3_json"
+        assert (
+            renderer.family is not None
+            and renderer.family.name == "llama3"
+            and state.rollouts.parser.name == "llama3_json"
+        )
         eot, eom = (state.tokenizer.convert_tokens_to_ids(t) for t in ("<|eot_id|>", "<|eom_id|>"))
         assert renderer.engine_stop_token_ids == (eom, eot)
         assert state.eval_rollouts.renderer is renderer
@@ -165,8 +198,12 @@ async def test_training_hooks_pick_the_family_from_hf_checkpoint(tmp_path: Any, 
         assert state.rollouts.renderer.family is None and state.rollouts.parser.name == "llama3_json"
     finally:
         await state.aclose()
-    with pytest.raises(ModelCheckError, match="(?s)the deepseek-v3 model family is not token-exact.*model_family: deepseek-v3-format"):
-        build("offline:deepseek-v3")  # V3's template writes no call through transformers: the check names the opt-in format
+    with pytest.raises(
+        ModelCheckError, match="(?s)the deepseek-v3 model family is not token-exact.*model_family: deepseek-v3-format"
+    ):
+        build(
+            "offline:deepseek-v3"
+        )  # V3's template writes no call through transformers: the check names the opt-in format
     state = build("offline:mistral-nemo")  # its training format, proven on its template by the start-up check
     try:
         assert state.rollouts.renderer.family.name == "mistral" and state.rollouts.parser.name == "mistral"
@@ -209,7 +246,9 @@ async def test_train_thinking_false_masks_exactly_the_reasoning(
     elif tokenizer == "offline:glm-4.5":
         from test_families_episode import glm_final as final_rule
     case = FamilyCase(tokenizer, reasoning_key=reasoning_key, final_rule=final_rule)
-    run = await run_family_episode(env_server, openreward_client, case, settings=EpisodeSettings(sampling_params=SAMPLING, train_thinking=False))
+    run = await run_family_episode(
+        env_server, openreward_client, case, settings=EpisodeSettings(sampling_params=SAMPLING, train_thinking=False)
+    )
     check_family_run(run)
     thinking_turn = next(i for i, t in enumerate(run.turns) if t.reasoning)
     assert _masked_text(run, thinking_turn) == masked
@@ -229,11 +268,18 @@ def _eom_as_eot(tokenizer: Any, ids: list[int]) -> list[int]:
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("tokenizer", ["offline:llama3.1", "offline:llama3.2"])
-async def test_llama_tool_turn_ending_in_eom_is_a_finished_tool_turn(tokenizer: str, env_server: LocalEnvServer, openreward_client: Any) -> None:
+async def test_llama_tool_turn_ending_in_eom_is_a_finished_tool_turn(
+    tokenizer: str, env_server: LocalEnvServer, openreward_client: Any
+) -> None:
     """Llama 3.1 ends a tool call with <|eom_id|> (Environment: ipython); its template writes the turn back
     with <|eot_id|>. The episode stops there (not a length stop), keeps the sampled <|eom_id|>, and the
     context equals the template's with that one token written as <|eot_id|>."""
-    case = FamilyCase(tokenizer, error_call=("calculator", {"expression": "1 / 0"}), sampled_tool_closer="<|eom_id|>", history_rule=_eom_as_eot)
+    case = FamilyCase(
+        tokenizer,
+        error_call=("calculator", {"expression": "1 / 0"}),
+        sampled_tool_closer="<|eom_id|>",
+        history_rule=_eom_as_eot,
+    )
     run = await run_family_episode(env_server, openreward_client, case)
     check_family_run(run)
     eom = run.tokenizer.convert_tokens_to_ids("<|eom_id|>")
@@ -253,7 +299,11 @@ def test_every_parser_belongs_to_a_family_and_proven_here_is_honest() -> None:
     # Only the library's own format modules: a parser registered by user code (the register_parser
     # doctest, a test's custom parser) is not the catalog's to cover.
     modules = {name: base._REGISTRY[name].__module__ for name in available_parsers()}
-    builtin = [name for name, module in modules.items() if module.startswith("openreward_rl.parsers.") and module != base.__name__]
+    builtin = [
+        name
+        for name, module in modules.items()
+        if module.startswith("openreward_rl.parsers.") and module != base.__name__
+    ]
     assert len(builtin) >= 16, builtin
     proven = {(case.family or family_for(case_tokenizer(case))).name for case in CASES.values()}
     by_parser: dict[str, list[ModelFamily]] = {}
@@ -263,7 +313,19 @@ def test_every_parser_belongs_to_a_family_and_proven_here_is_honest() -> None:
         families = by_parser.get(parser, [])
         # proven here, refused, or (no tokenizer of theirs ships offline) proven at start-up by the check
         assert families, f"parser {parser} has no family"
-    assert {"qwen3", "qwen", "qwen3.5", "llama3", "gpt-oss", "glm-4.5", "glm-4.7", "deepseek-v3.1", "deepseek-v3.2", "deepseek-v4", "minimax-m2"} <= proven
+    assert {
+        "qwen3",
+        "qwen",
+        "qwen3.5",
+        "llama3",
+        "gpt-oss",
+        "glm-4.5",
+        "glm-4.7",
+        "deepseek-v3.1",
+        "deepseek-v3.2",
+        "deepseek-v4",
+        "minimax-m2",
+    } <= proven
     assert not any(catalog._FAMILIES[name].refused for name in proven)
     # a family claims `proven_here` exactly when an episode test here proves it
     assert {name for name, family in catalog._FAMILIES.items() if family.proven_here} == proven
@@ -288,7 +350,9 @@ def test_unproven_families_are_refused_before_any_episode(model: str, family: st
     family and the reason named; `model_family: generic` is the explicit way past it."""
     with pytest.raises(UnsupportedModelError, match=f"the {family} model family is not supported: .*{re.escape(why)}"):
         episode_stack(parse_config({"environments": {"e": {}}}), load_tokenizer("offline:qwen3"), model)
-    renderer, _ = episode_stack(parse_config({"environments": {"e": {}}, "model_family": "generic"}), load_tokenizer("offline:qwen3"), model)
+    renderer, _ = episode_stack(
+        parse_config({"environments": {"e": {}}, "model_family": "generic"}), load_tokenizer("offline:qwen3"), model
+    )
     assert renderer.family is None
 
 
@@ -317,12 +381,25 @@ def test_more_families_from_model_names(model: str, family: str | None) -> None:
     assert (found.name if found else None) == family
 
 
-CALCULATOR = [{"type": "function", "function": {"name": "calculator", "description": "d", "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}}}}]
+CALCULATOR = [
+    {
+        "type": "function",
+        "function": {
+            "name": "calculator",
+            "description": "d",
+            "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}},
+        },
+    }
+]
 
 
 def _call(call_id: str, expression: str, *, as_string: bool = False) -> dict[str, Any]:
     arguments: Any = {"expression": expression}
-    return {"id": call_id, "type": "function", "function": {"name": "calculator", "arguments": json.dumps(arguments) if as_string else arguments}}
+    return {
+        "id": call_id,
+        "type": "function",
+        "function": {"name": "calculator", "arguments": json.dumps(arguments) if as_string else arguments},
+    }
 
 
 def test_deepseek_v3s_official_template_cannot_hold_a_tool_episode() -> None:
@@ -335,14 +412,26 @@ def test_deepseek_v3s_official_template_cannot_hold_a_tool_episode() -> None:
 
     tokenizer = load_tokenizer("offline:deepseek-v3")
     call = {"role": "assistant", "content": "", "tool_calls": [_call("c0", "1 + 1", as_string=True)]}
-    text = tokenizer.apply_chat_template([{"role": "user", "content": "Q?"}, call, {"role": "tool", "content": "2"}], tokenize=False)
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Q?"}, call, {"role": "tool", "content": "2"}], tokenize=False
+    )
     assert "calculator" not in text and "<｜tool▁call▁begin｜>" not in text
     with pytest.raises(Exception, match="has no attribute 'content'"):
-        tokenizer.apply_chat_template([{"role": "user", "content": "Q?"}, {**call, "content": None}, {"role": "tool", "content": "2"}], tokenize=False)
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": "Q?"}, {**call, "content": None}, {"role": "tool", "content": "2"}],
+            tokenize=False,
+        )
     messages: list[dict[str, Any]] = [{"role": "user", "content": "Q?"}]
     for n in range(2):
-        messages += [{"role": "assistant", "content": None, "tool_calls": [_call(f"c{n}", f"{n} + 1", as_string=True)]}, {"role": "tool", "content": str(n + 1)}]
-    text = jinja2.Environment().from_string(tokenizer.chat_template).render(messages=messages, bos_token=tokenizer.bos_token)
+        messages += [
+            {"role": "assistant", "content": None, "tool_calls": [_call(f"c{n}", f"{n} + 1", as_string=True)]},
+            {"role": "tool", "content": str(n + 1)},
+        ]
+    text = (
+        jinja2.Environment()
+        .from_string(tokenizer.chat_template)
+        .render(messages=messages, bos_token=tokenizer.bos_token)
+    )
     assert text.count("<｜tool▁call▁begin｜>") == 2
     assert text.count("<｜tool▁calls▁begin｜>") == 1  # the second call turn has no opener
     assert family_for(_Unnamed(tokenizer.chat_template)).name == "deepseek-v3"
@@ -356,7 +445,10 @@ def test_mistral_template_rewrites_history_so_the_family_states_its_training_for
     tokenizer = load_tokenizer("offline:mistral-nemo")
     start = [{"role": "system", "content": "SYSTEM-7f3a"}, {"role": "user", "content": "Q?"}]
     prompt = tokenizer.apply_chat_template(start, tools=CALCULATOR, tokenize=False, add_generation_prompt=True)
-    after = start + [{"role": "assistant", "content": "", "tool_calls": [_call("abcdefghi", "1 + 1")]}, {"role": "tool", "tool_call_id": "abcdefghi", "content": "2"}]
+    after = start + [
+        {"role": "assistant", "content": "", "tool_calls": [_call("abcdefghi", "1 + 1")]},
+        {"role": "tool", "tool_call_id": "abcdefghi", "content": "2"},
+    ]
     rendered = tokenizer.apply_chat_template(after, tools=CALCULATOR, tokenize=False, add_generation_prompt=True)
     assert "SYSTEM-7f3a" in prompt and "SYSTEM-7f3a" not in rendered
     assert not rendered.startswith(prompt)
@@ -372,11 +464,24 @@ def test_eval_refuses_a_refused_family_before_any_episode(capsys: Any, monkeypat
     from openreward_rl.cli import main
 
     monkeypatch.chdir(Path(__file__).resolve().parents[1])
-    argv = ["eval", "--engine", "sglang", "--base-url", "http://127.0.0.1:1", "--tokenizer", "offline:qwen3", "--config", "examples/quickstart_config.yaml",
-            "--serve", "examples/environments/closest_guess.py:GradedGuess"]
+    argv = [
+        "eval",
+        "--engine",
+        "sglang",
+        "--base-url",
+        "http://127.0.0.1:1",
+        "--tokenizer",
+        "offline:qwen3",
+        "--config",
+        "examples/quickstart_config.yaml",
+        "--serve",
+        "examples/environments/closest_guess.py:GradedGuess",
+    ]
     assert main([*argv, "--model", "moonshotai/Kimi-K3"]) == 2
     captured = capsys.readouterr()
-    assert "the kimi-k3 model family is not supported: no Kimi K3 tokenizer" in " ".join((captured.out + captured.err).split())
+    assert "the kimi-k3 model family is not supported: no Kimi K3 tokenizer" in " ".join(
+        (captured.out + captured.err).split()
+    )
     assert main([*argv, "--model", "acme/model", "--family", "kimi-k3"]) == 2
     captured = capsys.readouterr()
     assert "--family: the kimi-k3 model family is not supported" in " ".join((captured.out + captured.err).split())
@@ -384,7 +489,10 @@ def test_eval_refuses_a_refused_family_before_any_episode(capsys: Any, monkeypat
     assert main([*argv, "--model", "google/gemma-4-31B-it"]) == 2
     captured = capsys.readouterr()
     captured = " ".join((captured.out + captured.err).split())
-    assert "the gemma-4 model family is not token-exact on" in captured and "'<|tool_response>', which this tokenizer does not have" in captured
+    assert (
+        "the gemma-4 model family is not token-exact on" in captured
+        and "'<|tool_response>', which this tokenizer does not have" in captured
+    )
 
 
 def test_deepseek_v4_needs_its_encoder_beside_the_tokenizer(tmp_path: Any) -> None:
@@ -394,7 +502,9 @@ def test_deepseek_v4_needs_its_encoder_beside_the_tokenizer(tmp_path: Any) -> No
     tokenizer = load_tokenizer("offline:deepseek-v4")
     renderer = ChatRenderer(tokenizer, {"enable_thinking": True}, family=get_family("deepseek-v4"))
     prompt = renderer.decode(renderer.render_prompt([{"role": "user", "content": "Hi"}], CALCULATOR))
-    assert prompt.startswith("<｜begin▁of▁sentence｜>\n\n## Tools") and prompt.endswith("<｜User｜>Hi<｜Assistant｜><think>")
+    assert prompt.startswith("<｜begin▁of▁sentence｜>\n\n## Tools") and prompt.endswith(
+        "<｜User｜>Hi<｜Assistant｜><think>"
+    )
     assert renderer.generation_prompt == "<｜Assistant｜><think>"
 
     @attrs.frozen

@@ -39,9 +39,29 @@ COHERE_TEMPLATE = (
     "{%- endif -%}{%- endfor -%}"
     "{%- if add_generation_prompt -%}<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>{%- endif -%}"
 )
-COHERE_TOKENS = ["<|START_OF_TURN_TOKEN|>", "<|END_OF_TURN_TOKEN|>", "<|SYSTEM_TOKEN|>", "<|USER_TOKEN|>", "<|CHATBOT_TOKEN|>",
-                 "<|START_ACTION|>", "<|END_ACTION|>", "<|START_RESPONSE|>", "<|END_RESPONSE|>", "<|START_TOOL_RESULT|>", "<|END_TOOL_RESULT|>"]  # fmt: skip
-PHI_TOKENS = ["<|system|>", "<|user|>", "<|assistant|>", "<|end|>", "<|tool|>", "<|/tool|>", "<|tool_call|>", "<|/tool_call|>"]
+COHERE_TOKENS = [
+    "<|START_OF_TURN_TOKEN|>",
+    "<|END_OF_TURN_TOKEN|>",
+    "<|SYSTEM_TOKEN|>",
+    "<|USER_TOKEN|>",
+    "<|CHATBOT_TOKEN|>",
+    "<|START_ACTION|>",
+    "<|END_ACTION|>",
+    "<|START_RESPONSE|>",
+    "<|END_RESPONSE|>",
+    "<|START_TOOL_RESULT|>",
+    "<|END_TOOL_RESULT|>",
+]
+PHI_TOKENS = [
+    "<|system|>",
+    "<|user|>",
+    "<|assistant|>",
+    "<|end|>",
+    "<|tool|>",
+    "<|/tool|>",
+    "<|tool_call|>",
+    "<|/tool_call|>",
+]
 # Phi-4-mini-instruct's template as its tokenizer_config writes it (read, not shipped): no tool call, ever
 PHI_TEMPLATE = (
     "{% for message in messages %}{% if message['role'] == 'system' and 'tools' in message and message['tools'] is not none %}"
@@ -87,7 +107,9 @@ def test_phi_4_minis_template_is_refused_at_start_up_and_names_the_training_form
     with pytest.raises(ModelCheckError, match="opt in: model_family: phi-4-mini-format"):
         check_model(phi, get_family("phi-4-mini"), disk_cache=False)
     verdict = check_model(phi, get_family("phi-4-mini-format"), disk_cache=False)
-    assert verdict.exact and verdict.turns == 4 and verdict.departs.startswith("the official template (phi-4-mini family)")
+    assert (
+        verdict.exact and verdict.turns == 4 and verdict.departs.startswith("the official template (phi-4-mini family)")
+    )
 
 
 def test_a_phi_4_mini_template_that_writes_the_formats_calls_runs_as_it_is(phi: Any) -> None:
@@ -96,7 +118,7 @@ def test_a_phi_4_mini_template_that_writes_the_formats_calls_runs_as_it_is(phi: 
         "{% if messages[0]['role'] == 'system' or tools %}<|system|>{{ messages[0]['content'] if messages[0]['role'] == 'system' else '' }}"
         "{% if tools %}<|tool|>{{ tools | map(attribute='function') | list | tojson }}<|/tool|>{% endif %}<|end|>{% endif %}"
         "{% for m in messages if m['role'] != 'system' %}<|{{ m['role'] }}|>{{ m['content'] or '' }}"
-        "{% if m.tool_calls %}<|tool_call|>[{% for c in m.tool_calls %}{\"name\": \"{{ c.function.name }}\", \"arguments\": {{ c.function.arguments | tojson }}}"
+        '{% if m.tool_calls %}<|tool_call|>[{% for c in m.tool_calls %}{"name": "{{ c.function.name }}", "arguments": {{ c.function.arguments | tojson }}}'
         "{% if not loop.last %}, {% endif %}{% endfor %}]<|/tool_call|>{% endif %}<|end|>{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}"
     )
     tuned = assembled("acme/phi-4-mini-tools", PHI_TOKENS, template, "<|endoftext|>")

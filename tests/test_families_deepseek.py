@@ -31,7 +31,11 @@ from openreward_rl.loop.rollout import episode_stack
 
 
 def call(call_id: str, expression: str) -> dict[str, Any]:
-    return {"id": call_id, "type": "function", "function": {"name": "calculator", "arguments": json.dumps({"expression": expression})}}
+    return {
+        "id": call_id,
+        "type": "function",
+        "function": {"name": "calculator", "arguments": json.dumps({"expression": expression})},
+    }
 
 
 # system prompt, two parallel calls and their results, one more call, its result and a user message after it
@@ -70,8 +74,16 @@ def r1_0528() -> Any:
 def test_each_template_gives_the_format_its_generation_prompt() -> None:
     """What each official template writes after `<｜Assistant｜>` opening a turn: R1's and the distills' open
     reasoning; V3's and R1-0528's nothing."""
-    prefills = {name: deepseek_v3_format(load_tokenizer(f"offline:{name}")).prefill for name in ("deepseek-v3", "deepseek-r1", "deepseek-r1-0528", "deepseek-r1-distill-qwen-7b")}
-    assert prefills == {"deepseek-v3": "", "deepseek-r1": "<think>\n", "deepseek-r1-0528": "", "deepseek-r1-distill-qwen-7b": "<think>\n"}
+    prefills = {
+        name: deepseek_v3_format(load_tokenizer(f"offline:{name}")).prefill
+        for name in ("deepseek-v3", "deepseek-r1", "deepseek-r1-0528", "deepseek-r1-distill-qwen-7b")
+    }
+    assert prefills == {
+        "deepseek-v3": "",
+        "deepseek-r1": "<think>\n",
+        "deepseek-r1-0528": "",
+        "deepseek-r1-distill-qwen-7b": "<think>\n",
+    }
 
 
 def test_the_format_is_r1_0528s_template_without_reasoning(r1_0528: Any) -> None:
@@ -88,7 +100,9 @@ def test_the_format_is_r1_0528s_template_without_reasoning(r1_0528: Any) -> None
 def test_the_format_keeps_reasoning_where_r1_0528s_template_drops_it(r1_0528: Any) -> None:
     fmt = deepseek_v3_format(r1_0528)
     reasoned = [*CONVERSATION[:2], {**CONVERSATION[2], "reasoning_content": "Add first."}]
-    assert "<think>\nAdd first.\n</think>\n\n<｜tool▁calls▁begin｜>" in fmt.render(reasoned, None, add_generation_prompt=False)
+    assert "<think>\nAdd first.\n</think>\n\n<｜tool▁calls▁begin｜>" in fmt.render(
+        reasoned, None, add_generation_prompt=False
+    )
     # the template reads only `content`, and keeps the text after </think> of it
     inline = [*CONVERSATION[:2], {**CONVERSATION[2], "content": "<think>\nAdd first.\n</think>\n\n"}]
     assert "Add first." not in r1_0528.apply_chat_template(inline, tokenize=False)
@@ -105,14 +119,25 @@ def test_the_format_against_renderers_and_tml_renderers(r1: Any) -> None:
     from history."""
     native = {"DeepSeekV3": tml.DeepSeekV3(), "DeepSeekR1": tml.DeepSeekR1()}
     for text in ("What is (1 + 1) * 3?", "東京 🚀 naïve\n\n  x", '{"expression": "2 * 3"}'):
-        assert native["DeepSeekV3"].tokenizer.encode_ordinary(text) == r1.encode(text, add_special_tokens=False)  # same vocabulary
-    assert native["DeepSeekV3"].tokenizer.encode_special("<｜tool▁outputs▁end｜>") == r1.convert_tokens_to_ids("<｜tool▁outputs▁end｜>")
-    for prefill, config, name in (("", "DeepSeekV3RendererConfig", "DeepSeekV3"), ("<think>\n", "DeepSeekR1RendererConfig", "DeepSeekR1")):
+        assert native["DeepSeekV3"].tokenizer.encode_ordinary(text) == r1.encode(
+            text, add_special_tokens=False
+        )  # same vocabulary
+    assert native["DeepSeekV3"].tokenizer.encode_special("<｜tool▁outputs▁end｜>") == r1.convert_tokens_to_ids(
+        "<｜tool▁outputs▁end｜>"
+    )
+    for prefill, config, name in (
+        ("", "DeepSeekV3RendererConfig", "DeepSeekV3"),
+        ("<think>\n", "DeepSeekR1RendererConfig", "DeepSeekR1"),
+    ):
         fmt = DeepSeekV3Format(prefill)
         ours = {len(m): fmt.render(m, None, add_generation_prompt=prompt(m)) for m in prefixes()}
         prime = renderers.create_renderer(r1, getattr(renderers, config)())
         theirs = {len(m): r1.decode(prime.render_ids(m, add_generation_prompt=prompt(m))) for m in prefixes()}
-        spans = {len(m): native[name].render_for_completion(tml_chat.OpenAIMessage.from_oss_messages(m))[0] for m in prefixes() if prompt(m)}
+        spans = {
+            len(m): native[name].render_for_completion(tml_chat.OpenAIMessage.from_oss_messages(m))[0]
+            for m in prefixes()
+            if prompt(m)
+        }
         thinking = {n: native[name].tokenizer.decode([t for s in spans[n] for t in s.span.tokens]) for n in spans}
 
         assert ours[2] == theirs[2] == thinking[2]  # the first prompt
@@ -121,21 +146,39 @@ def test_the_format_against_renderers_and_tml_renderers(r1: Any) -> None:
         # append-only: the format writes a turn after the generation prompt it was sampled after; renderers' R1
         # writes `<think>\n` after tool results in the prompt, not in history
         # (a bridge appends all of a turn's results and the user message after them at once)
-        assert all(ours[n + 1].startswith(ours[n]) for n in (2, 5, 8)) and all(ours[n + 2].startswith(ours[n]) for n in (3, 6))
+        assert all(ours[n + 1].startswith(ours[n]) for n in (2, 5, 8)) and all(
+            ours[n + 2].startswith(ours[n]) for n in (3, 6)
+        )
         assert theirs[6].startswith(theirs[5]) == (not prefill)
-        assert ours[7].endswith("<｜tool▁outputs▁end｜>" + prefill) and theirs[7].endswith("<｜tool▁outputs▁end｜>" + prefill)
-        assert thinking[7].endswith("<｜tool▁outputs▁end｜><｜Assistant｜>" + prefill) and "<｜tool▁outputs▁end｜><｜Assistant｜>" not in thinking[8]
+        assert ours[7].endswith("<｜tool▁outputs▁end｜>" + prefill) and theirs[7].endswith(
+            "<｜tool▁outputs▁end｜>" + prefill
+        )
+        assert (
+            thinking[7].endswith("<｜tool▁outputs▁end｜><｜Assistant｜>" + prefill)
+            and "<｜tool▁outputs▁end｜><｜Assistant｜>" not in thinking[8]
+        )
         calls_joined = "<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>"
         assert calls_joined in ours[3] and calls_joined not in theirs[3] and calls_joined.replace("\n", "") in theirs[3]
         results_joined = "<｜tool▁output▁end｜>\n<｜tool▁output▁begin｜>"
         assert results_joined in ours[5] and results_joined not in theirs[5]
         assert (results_joined in thinking[5]) == (name == "DeepSeekV3")
-        assert ours[8].endswith("6<｜tool▁output▁end｜><｜User｜>Tool web_search is not available.<｜Assistant｜>" + prefill)
+        assert ours[8].endswith(
+            "6<｜tool▁output▁end｜><｜User｜>Tool web_search is not available.<｜Assistant｜>" + prefill
+        )
         for other in (theirs[8], thinking[8]):
-            assert other.endswith("6<｜tool▁output▁end｜><｜tool▁outputs▁end｜><｜User｜>Tool web_search is not available.<｜Assistant｜>" + prefill)
-    reasoned = [*CONVERSATION[:1], CONVERSATION[1], {"role": "assistant", "content": "Six.", "reasoning_content": "Add first."}]
+            assert other.endswith(
+                "6<｜tool▁output▁end｜><｜tool▁outputs▁end｜><｜User｜>Tool web_search is not available.<｜Assistant｜>"
+                + prefill
+            )
+    reasoned = [
+        *CONVERSATION[:1],
+        CONVERSATION[1],
+        {"role": "assistant", "content": "Six.", "reasoning_content": "Add first."},
+    ]
     r1_renderer = renderers.create_renderer(r1, renderers.DeepSeekR1RendererConfig())
-    assert "Add first." not in r1.decode(r1_renderer.render_ids(reasoned)) and "Add first." in DeepSeekV3Format("<think>\n").render(reasoned, None, add_generation_prompt=False)
+    assert "Add first." not in r1.decode(r1_renderer.render_ids(reasoned)) and "Add first." in DeepSeekV3Format(
+        "<think>\n"
+    ).render(reasoned, None, add_generation_prompt=False)
 
 
 def test_the_official_family_runs_r1_0528_and_names_the_format_elsewhere(r1: Any, r1_0528: Any) -> None:
@@ -158,7 +201,11 @@ def test_the_official_family_runs_r1_0528_and_names_the_format_elsewhere(r1: Any
     renderer, parser = episode_stack(config, r1, "deepseek-ai/DeepSeek-R1")
     assert renderer.family.name == "deepseek-v3-format" and parser.name == "deepseek_v3"
     with pytest.raises(ConfigError, match="none of the environment's tools"):
-        episode_stack(parse_config({"environments": {"e": {}}, "model_family": "deepseek-v3-format"}), r1, "deepseek-ai/DeepSeek-R1")
+        episode_stack(
+            parse_config({"environments": {"e": {}}, "model_family": "deepseek-v3-format"}),
+            r1,
+            "deepseek-ai/DeepSeek-R1",
+        )
     with pytest.raises(ModelCheckError, match="deepseek-v3-format"):
         episode_stack(parse_config({"environments": {"e": {}}, **tools_in_prompt}), r1, "deepseek-ai/DeepSeek-R1")
 
@@ -166,10 +213,21 @@ def test_the_official_family_runs_r1_0528_and_names_the_format_elsewhere(r1: Any
 def test_check_model_names_the_opt_in_and_the_departure(capsys: Any) -> None:
     from openreward_rl.cli import main
 
-    argv = ["check-model", "--model", "deepseek-ai/DeepSeek-R1", "--tokenizer", "offline:deepseek-r1", "--thinking", "off"]
+    argv = [
+        "check-model",
+        "--model",
+        "deepseek-ai/DeepSeek-R1",
+        "--tokenizer",
+        "offline:deepseek-r1",
+        "--thinking",
+        "off",
+    ]
     assert main(argv) == 2
     out = capsys.readouterr().out
     assert "refused" in out and "opt in: model_family: deepseek-v3-format" in out
     assert main([*argv, "--family", "deepseek-v3-format"]) == 0
     out = capsys.readouterr().out
-    assert "go: token-exact" in out and "a stated training format, departing from the official template (deepseek-v3 family)" in out
+    assert (
+        "go: token-exact" in out
+        and "a stated training format, departing from the official template (deepseek-v3 family)" in out
+    )

@@ -75,7 +75,9 @@ CASES = {
     "glm-4.5": FamilyCase("offline:glm-4.5", final_rule=glm_final),
     # thinking off: with it on, the template writes a turn without reasoning as `</think>` alone, dropping
     # the `<think>` its own generation prompt opened
-    "glm-4.7": FamilyCase("offline:glm-4.7", final_rule=glm_final, template_kwargs={"enable_thinking": False}, thinks=False),
+    "glm-4.7": FamilyCase(
+        "offline:glm-4.7", final_rule=glm_final, template_kwargs={"enable_thinking": False}, thinks=False
+    ),
     # thinking on: GLM-4.7 reasons in every turn (its generation prompt opens <think>); the template keeps
     # reasoning only after the last user message and writes `</think>` alone before it
     "glm-4.7-thinking": FamilyCase(
@@ -88,7 +90,12 @@ CASES = {
     "renamed-qwen3-finetune": FamilyCase("offline:qwen3", renamed="myorg/agent-7b"),
     # thinking off (the config's default): the template leaves the generation prompt's empty reasoning
     # block out of tool-call turns in history; the family states that rule (families/history.py)
-    "qwen3-thinking-off": FamilyCase("offline:qwen3", template_kwargs={"enable_thinking": False}, thinks=False, history_rule=get_family("qwen3").history_rule),
+    "qwen3-thinking-off": FamilyCase(
+        "offline:qwen3",
+        template_kwargs={"enable_thinking": False},
+        thinks=False,
+        history_rule=get_family("qwen3").history_rule,
+    ),
     "qwen3.5": FamilyCase("offline:qwen3.5", history_rule=QWEN35_RULE),
     "qwen3.6": FamilyCase("offline:qwen3.6", history_rule=QWEN35_RULE),
     "qwen3.8": FamilyCase("offline:qwen3.8", history_rule=empty_reasoning_newlines),
@@ -96,12 +103,20 @@ CASES = {
     "qwen3-2507": FamilyCase("offline:qwen3-2507", thinks=False, renamed="Qwen/Qwen3-4B-Instruct-2507"),
     # the error turn is a call the environment answers with an error: V3.2's encoder closes <function_results>
     # only after as many results as the turn had calls, and an unknown tool gets no tool result (see docs)
-    "deepseek-v3.2": FamilyCase("offline:deepseek-v3.2", arguments_as_strings=True, thinks=False, error_call=LLAMA_ERROR),
+    "deepseek-v3.2": FamilyCase(
+        "offline:deepseek-v3.2", arguments_as_strings=True, thinks=False, error_call=LLAMA_ERROR
+    ),
     # thinking mode: the encoder wants reasoning in every turn after the last user message (it raises otherwise)
     "deepseek-v3.2-thinking": FamilyCase(
-        "offline:deepseek-v3.2", arguments_as_strings=True, error_call=LLAMA_ERROR, always_reasons=True, template_kwargs={"enable_thinking": True}
+        "offline:deepseek-v3.2",
+        arguments_as_strings=True,
+        error_call=LLAMA_ERROR,
+        always_reasons=True,
+        template_kwargs={"enable_thinking": True},
     ),
-    "deepseek-v4": FamilyCase("offline:deepseek-v4", arguments_as_strings=True, template_kwargs={"enable_thinking": True}),
+    "deepseek-v4": FamilyCase(
+        "offline:deepseek-v4", arguments_as_strings=True, template_kwargs={"enable_thinking": True}
+    ),
     "deepseek-v4-chat": FamilyCase("offline:deepseek-v4", arguments_as_strings=True, thinks=False),
     "deepseek-v3.1": FamilyCase("offline:deepseek-v3.1", arguments_as_strings=True, thinks=False),
     # the training format (families/mistral.py): Nemo's template drops the system prompt once the assistant answers
@@ -109,7 +124,10 @@ CASES = {
     # cannot render a user message after tool results (it requires user/assistant alternation): the training
     # format's `[INST]…[/INST]` there is checked against mistral-common in tests/test_families_mistral.py
     "mistral-nemo": FamilyCase(
-        "offline:mistral-nemo", error_call=LLAMA_ERROR, call_id_format="call{index}x{n:03d}", history_rule=get_family("mistral").history_rule
+        "offline:mistral-nemo",
+        error_call=LLAMA_ERROR,
+        call_id_format="call{index}x{n:03d}",
+        history_rule=get_family("mistral").history_rule,
     ),
     # SmolLM2's plain ChatML renders no tools and no calls: the family's Hermes preamble shows the tools in the
     # system prompt (the episode's first prompt, compared like every other), the calls are text in the turn
@@ -126,7 +144,9 @@ CASES = {
     "deepseek-v3-format-r1": FamilyCase(
         "offline:deepseek-r1", arguments_as_strings=True, always_reasons=True, family=get_family("deepseek-v3-format")
     ),
-    "deepseek-v3-format-v3": FamilyCase("offline:deepseek-v3", arguments_as_strings=True, family=get_family("deepseek-v3-format")),
+    "deepseek-v3-format-v3": FamilyCase(
+        "offline:deepseek-v3", arguments_as_strings=True, family=get_family("deepseek-v3-format")
+    ),
     "minimax-m2": FamilyCase(
         "offline:minimax-m2",
         always_reasons=True,

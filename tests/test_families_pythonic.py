@@ -19,7 +19,12 @@ from typing import Any
 import attrs
 import pytest
 
-from llama4_official import OfficialLlama4Encoder, llama4_tokenizer, official_tokenizer, same_ids  # llama-models: the test extra
+from llama4_official import (
+    OfficialLlama4Encoder,
+    llama4_tokenizer,
+    official_tokenizer,
+    same_ids,
+)  # llama-models: the test extra
 from openreward_rl.families import family_for, get_family
 from openreward_rl.families.base import UnsupportedModelError
 from openreward_rl.families.probe import QUESTION, SYSTEM, TOOLS, probe_family
@@ -33,7 +38,12 @@ def _with_official_encoder(family_name: str, encoder: OfficialLlama4Encoder, **c
 def test_the_converted_llama4_tokenizer_is_meta_s() -> None:
     """The transformers tokenizer converted from llama-models' tokenizer.model encodes as llama-models' own
     tiktoken Tokenizer does, special tokens at the same ids."""
-    for text in [QUESTION, "東京 🚀 naïve\n\n  x\t", '[calculator(expression="1 + 1")]', "<|header_start|>ipython<|header_end|>\n\n2<|eom|>"]:
+    for text in [
+        QUESTION,
+        "東京 🚀 naïve\n\n  x\t",
+        '[calculator(expression="1 + 1")]',
+        "<|header_start|>ipython<|header_end|>\n\n2<|eom|>",
+    ]:
         assert same_ids(text), text
     tokenizer, official = llama4_tokenizer(), official_tokenizer()
     for token in ["<|begin_of_text|>", "<|header_start|>", "<|header_end|>", "<|eot|>", "<|eom|>", "<|python_start|>"]:
@@ -47,12 +57,19 @@ def test_llama4_family_against_meta_s_official_chat_format() -> None:
     with llama-models' ChatFormat at every prompt."""
     encoder = OfficialLlama4Encoder()
     tokenizer = llama4_tokenizer()
-    assert family_for(tokenizer).name == "llama4" and family_for("meta-llama/Llama-4-Maverick-17B-128E-Instruct").name == "llama4"
+    assert (
+        family_for(tokenizer).name == "llama4"
+        and family_for("meta-llama/Llama-4-Maverick-17B-128E-Instruct").name == "llama4"
+    )
     verdict = probe_family(tokenizer, _with_official_encoder("llama4", encoder))
     assert verdict.exact, verdict.difference
     assert verdict.turns == 4 and verdict.reasoning == "none" and verdict.bridge == "template-derived"
     # the text the reference hands the probe is ChatFormat's own ids
-    text = encoder.render([{"role": "system", "content": SYSTEM}, {"role": "user", "content": QUESTION}], TOOLS, add_generation_prompt=True)
+    text = encoder.render(
+        [{"role": "system", "content": SYSTEM}, {"role": "user", "content": QUESTION}],
+        TOOLS,
+        add_generation_prompt=True,
+    )
     assert tokenizer.encode(text, add_special_tokens=False) == encoder.last_ids
     assert official_tokenizer().decode(encoder.last_ids).endswith("<|eot|><|header_start|>assistant<|header_end|>\n\n")
 
@@ -64,7 +81,10 @@ def test_llama4_declarations_that_disagree_with_the_official_format_are_refused(
     encoder = OfficialLlama4Encoder()
     tokenizer = llama4_tokenizer()
     parallel = probe_family(tokenizer, _with_official_encoder("llama4", encoder, parallel_calls=True))
-    assert not parallel.exact and "turn 0: the pythonic parser read [] (errors: ['expected a list of calls'])" in parallel.difference
+    assert (
+        not parallel.exact
+        and "turn 0: the pythonic parser read [] (errors: ['expected a list of calls'])" in parallel.difference
+    )
     eot_only = probe_family(tokenizer, _with_official_encoder("llama4", encoder, tool_turn_stops=("<|eot|>",)))
     assert not eot_only.exact and "turn 0" in eot_only.difference
     llama3 = probe_family(tokenizer, _with_official_encoder("llama3", encoder))
@@ -90,7 +110,15 @@ async def test_a_llama4_episode_against_meta_s_official_chat_format(env_server: 
 
 
 # LFM2's special tokens, as its templates and the pythonic parser use them
-LFM2_TOKENS = ["<|startoftext|>", "<|tool_list_start|>", "<|tool_list_end|>", "<|tool_call_start|>", "<|tool_call_end|>", "<|tool_response_start|>", "<|tool_response_end|>"]
+LFM2_TOKENS = [
+    "<|startoftext|>",
+    "<|tool_list_start|>",
+    "<|tool_list_end|>",
+    "<|tool_call_start|>",
+    "<|tool_call_end|>",
+    "<|tool_response_start|>",
+    "<|tool_response_end|>",
+]
 
 
 def _assembled_lfm2_tokenizer(template: str) -> Any:
@@ -103,7 +131,9 @@ def _assembled_lfm2_tokenizer(template: str) -> Any:
     from packaged_assets import package_dir
 
     tokenizer = AutoTokenizer.from_pretrained(str(offline_tokenizer_dir("qwen3")))
-    tokenizer.add_special_tokens({"bos_token": "<|startoftext|>", "eos_token": "<|im_end|>", "additional_special_tokens": LFM2_TOKENS})
+    tokenizer.add_special_tokens(
+        {"bos_token": "<|startoftext|>", "eos_token": "<|im_end|>", "additional_special_tokens": LFM2_TOKENS}
+    )
     tokenizer.chat_template = (package_dir("trl") / "chat_templates" / template).read_text()
     unnamed = copy.copy(tokenizer)
     unnamed.name_or_path = "/checkpoints/step-100"
@@ -135,7 +165,9 @@ def test_lfm2_family_on_an_assembled_tokenizer(template: str, exact: bool, reaso
     assert not wrong.exact and "the hermes parser read []" in wrong.difference
 
 
-@pytest.mark.parametrize(("model", "why"), [("allenai/Olmo-3-7B-Instruct", "OLMo 3"), ("Team-ACE/ToolACE-2-8B", "ToolACE")])
+@pytest.mark.parametrize(
+    ("model", "why"), [("allenai/Olmo-3-7B-Instruct", "OLMo 3"), ("Team-ACE/ToolACE-2-8B", "ToolACE")]
+)
 def test_pythonic_models_without_an_offline_template_are_refused(model: str, why: str) -> None:
     with pytest.raises(UnsupportedModelError, match=f"the pythonic model family is not supported: .*{why}"):
         family_for(model)

@@ -102,21 +102,31 @@ async def weight_update(server: SGLangTestServer, version: str, *, cut: str, hel
     await until(lambda: any(rid.endswith(cut) for rid in server.in_flight), f"a request ending with {cut} in flight")
     await post(server, "/pause_generation")
     if held is not None:
-        await until(lambda: any(rid.endswith(held) for rid in server.held), f"the continuation {held} held by the pause")
+        await until(
+            lambda: any(rid.endswith(held) for rid in server.held), f"the continuation {held} held by the pause"
+        )
     server.weight_version = version
     await post(server, "/continue_generation")
 
 
 def task_rids(server: SGLangTestServer, task: int) -> list[str]:
-    return [r.rid for r in server.requests if r.rid and f"Task journal-{task}:" in server.tokenizer.decode(r.input_ids or [])]
+    return [
+        r.rid
+        for r in server.requests
+        if r.rid and f"Task journal-{task}:" in server.tokenizer.decode(r.input_ids or [])
+    ]
 
 
 async def start_slime_worker(tokenizer: Any, model: Any) -> tuple[SGLangTestServer, Any, Any]:
     """The SGLang double serving `model` at weight version "1", and a started Slime fully-async worker
     on it (two prompts a batch, two in flight, no partial rollout): the server, the args, the worker."""
     server = await SGLangTestServer(tokenizer, model, weight_version="1").start()
-    args = make_args(server, partial_rollout=False, rollout_batch_size=2, rollout_function_path=SLIME_FULLY_ASYNC_ROLLOUT)  # what `train --rollout-mode fully-async` passes
-    worker = slime_rollout.AsyncRolloutWorker(args, slime_rollout.RolloutDataSourceWithBuffer(args, prompt_sample), concurrency=2)
+    args = make_args(
+        server, partial_rollout=False, rollout_batch_size=2, rollout_function_path=SLIME_FULLY_ASYNC_ROLLOUT
+    )  # what `train --rollout-mode fully-async` passes
+    worker = slime_rollout.AsyncRolloutWorker(
+        args, slime_rollout.RolloutDataSourceWithBuffer(args, prompt_sample), concurrency=2
+    )
     worker.start()
     return server, args, worker
 
@@ -125,7 +135,9 @@ async def slime_steps(loop_thread: Any, worker: Any, args: Any, task: int, steps
     """Training steps of `train_async.py`: each drains `rollout_batch_size` groups; stop once `task` came through."""
     trained = []
     for _ in range(steps):
-        groups = await asyncio.to_thread(loop_thread.run, slime_rollout.drain_fully_async(worker, args.rollout_batch_size))
+        groups = await asyncio.to_thread(
+            loop_thread.run, slime_rollout.drain_fully_async(worker, args.rollout_batch_size)
+        )
         trained += [g[0] for g in groups]
         if any(s.metadata["index"] == task for s in trained):
             return trained
@@ -168,13 +180,17 @@ async def test_slime_fully_async_records_a_weight_update_between_turns(config_fi
     assert worker.requeued == 0
 
 
-async def test_slime_fully_async_weight_update_continues_the_cut_turn_in_place(config_file, tokenizer, loop_thread) -> None:
+async def test_slime_fully_async_weight_update_continues_the_cut_turn_in_place(
+    config_file, tokenizer, loop_thread
+) -> None:
     """The update's pause aborts task 1's second turn after 6 tokens. Slime's flag says the trainer is not
     aborting, so the hook sends the turn's continuation at once; SGLang holds it until the update is done and
     the new weights sample the rest: the uninterrupted run's tokens, one session, each tool call once."""
     lengths = {1: 3}
     reference = await uninterrupted(loop_thread, tokenizer, lengths, task=1)
-    model = JournalModel(tokenizer, lengths, interrupt={(1, 1): 6})  # the second turn is still generating when the weights are updated
+    model = JournalModel(
+        tokenizer, lengths, interrupt={(1, 1): 6}
+    )  # the second turn is still generating when the weights are updated
     server, args, worker = await start_slime_worker(tokenizer, model)
     try:
         await weight_update(server, "2", cut="_t1", held="_t1_p1")
@@ -188,12 +204,21 @@ async def test_slime_fully_async_weight_update_continues_the_cut_turn_in_place(c
     assert sample.status is slime_double.Sample.Status.COMPLETED and sample.reward == 1.0
     assert sample.tokens == reference.tokens and sample.loss_mask == reference.loss_mask
     assert sample.rollout_log_probs == reference.rollout_log_probs
-    assert sample.weight_versions == ["1", "1", "2", "2", "2"]  # one per engine call: turn 1, the cut turn's two calls, turns 3-4
+    assert sample.weight_versions == [
+        "1",
+        "1",
+        "2",
+        "2",
+        "2",
+    ]  # one per engine call: turn 1, the cut turn's two calls, turns 3-4
     spans = sample.metadata["weight_version_spans"]
     second_turn = len(model.planned(1, 1))
     cut_call, continuation = spans[1], spans[2]
     assert cut_call["request"].endswith("_t1") and (cut_call["tokens"], cut_call["weight_version"]) == (6, "1")
-    assert continuation["request"].endswith("_t1_p1") and (continuation["tokens"], continuation["weight_version"]) == (second_turn - 6 + 1, "2")  # + the EOS
+    assert continuation["request"].endswith("_t1_p1") and (continuation["tokens"], continuation["weight_version"]) == (
+        second_turn - 6 + 1,
+        "2",
+    )  # + the EOS
     assert record_of(sample).metrics["continuations"] == 1.0
     (session,) = task_sessions(1)
     assert session_tools(session) == ["note", "note", "note", "submit"]
@@ -206,7 +231,9 @@ async def test_slime_fully_async_continuations_are_bounded(config_file, tokenize
     config_file.write_text(config_file.read_text() + "max_turn_continuations: 1\n")
     lengths = {1: 3}
     reference = await uninterrupted(loop_thread, tokenizer, lengths, task=1)
-    model = JournalModel(tokenizer, lengths, interrupt={(1, 1): 6}, interrupt_continued={(1, 1): 4})  # the continuation is still generating at the next update
+    model = JournalModel(
+        tokenizer, lengths, interrupt={(1, 1): 6}, interrupt_continued={(1, 1): 4}
+    )  # the continuation is still generating at the next update
     server, args, worker = await start_slime_worker(tokenizer, model)
     try:
         await weight_update(server, "2", cut="_t1", held="_t1_p1")
@@ -225,7 +252,10 @@ async def test_slime_fully_async_continuations_are_bounded(config_file, tokenize
     assert sample.tokens == reference.tokens and sample.loss_mask == reference.loss_mask
     assert sample.weight_versions == ["3"] * 4  # the trained run is the second attempt, all on the newest weights
     by_length = sorted((session_tools(s) for s in task_sessions(1)), key=len)
-    assert by_length == [["note"], ["note", "note", "note", "submit"]]  # the lost attempt's first note ran in its own session
+    assert by_length == [
+        ["note"],
+        ["note", "note", "note", "submit"],
+    ]  # the lost attempt's first note ran in its own session
 
 
 async def test_trainer_abort_is_not_continued(config_file, tokenizer, loop_thread) -> None:
@@ -236,17 +266,23 @@ async def test_trainer_abort_is_not_continued(config_file, tokenizer, loop_threa
     try:
         args = make_args(server, partial_rollout=False)
         source = slime_rollout.RolloutDataSourceWithBuffer(args, prompt_sample)
-        (((first,),),) = await step(loop_thread, args, 0, source, aborter(server))  # sync: the default context policy makes a list of each rollout
+        (((first,),),) = await step(
+            loop_thread, args, 0, source, aborter(server)
+        )  # sync: the default context policy makes a list of each rollout
     finally:
         await server.close()
     assert first.metadata["index"] == 0 and first.status is slime_double.Sample.Status.COMPLETED
     assert source.buffer == []
-    assert any(rid.endswith("_t1") for rid in task_rids(server, 1)) and not any("_p" in rid for rid in task_rids(server, 1))
+    assert any(rid.endswith("_t1") for rid in task_rids(server, 1)) and not any(
+        "_p" in rid for rid in task_rids(server, 1)
+    )
     (session,) = task_sessions(1)
     assert session_tools(session) == ["note"]
 
 
-async def test_miles_fully_async_records_weight_versions_for_the_staleness_filter(config_file, tokenizer, loop_thread) -> None:
+async def test_miles_fully_async_records_weight_versions_for_the_staleness_filter(
+    config_file, tokenizer, loop_thread
+) -> None:
     lengths, waits = {1: 3}, {(1, 1)}
     reference = await uninterrupted(loop_thread, tokenizer, lengths, task=1, waits=waits)
     journal_env.GATE.clear()
@@ -298,7 +334,9 @@ async def miles_run_with_a_cut_turn(tokenizer: Any, loop_thread: Any, held: str 
     model = JournalModel(tokenizer, lengths, interrupt={(1, 1): 6})
     server = await SGLangTestServer(tokenizer, model, weight_version="1").start()
     args = miles_fully_async_args(server)
-    rollout_fn = miles_rollout.FullyAsyncRolloutFn(args, slime_rollout.RolloutDataSourceWithBuffer(args, lambda i: miles_sample(i)))
+    rollout_fn = miles_rollout.FullyAsyncRolloutFn(
+        args, slime_rollout.RolloutDataSourceWithBuffer(args, lambda i: miles_sample(i))
+    )
     trained: list[Any] = []
     try:
         trained += [g[0] for g in await asyncio.to_thread(loop_thread.run, rollout_fn(0, 1))]
@@ -323,7 +361,13 @@ async def test_miles_fully_async_abort_continues_the_cut_turn_in_place(config_fi
     assert sample.rollout_log_probs == reference.rollout_log_probs
     assert sample.weight_versions == ["1", "1", "2", "2", "2"]
     assert sample.oldest_weight_version == 1  # the cut turn's first part counts for --max-weight-staleness
-    assert [s["request"].rsplit("_", 1)[-1] for s in sample.metadata["weight_version_spans"]] == ["t0", "t1", "p1", "t2", "t3"]
+    assert [s["request"].rsplit("_", 1)[-1] for s in sample.metadata["weight_version_spans"]] == [
+        "t0",
+        "t1",
+        "p1",
+        "t2",
+        "t3",
+    ]
     (session,) = task_sessions(1)
     assert session_tools(session) == ["note", "note", "note", "submit"]
 

@@ -33,21 +33,38 @@ pytestmark = pytest.mark.anyio
 
 
 def trainer_args(**overrides: Any) -> SimpleNamespace:
-    values = dict(advantage_estimator="grpo", rewards_normalization=True, grpo_std_normalization=True, n_samples_per_prompt=2, rollout_batch_size=2, reward_key=None)
+    values = dict(
+        advantage_estimator="grpo",
+        rewards_normalization=True,
+        grpo_std_normalization=True,
+        n_samples_per_prompt=2,
+        rollout_batch_size=2,
+        reward_key=None,
+    )
     return SimpleNamespace(**{**values, **overrides})
 
 
 def episode(contexts: int, reward: float, stop: StopReason = StopReason.COMPLETED) -> Trajectory:
     segments = [TokenSegment([1, 2 + i], [3, 4], [1, 1], [-0.5, -0.25]) for i in range(contexts)]
     return Trajectory(
-        task=TaskRef("Corridor", "train", index=0), segments=segments, turns=[], messages=[],
-        step_rewards=[reward], reward=reward, stop_reason=stop, finished=True,
-    )  # fmt: skip
+        task=TaskRef("Corridor", "train", index=0),
+        segments=segments,
+        turns=[],
+        messages=[],
+        step_rewards=[reward],
+        reward=reward,
+        stop_reason=stop,
+        finished=True,
+    )
 
 
-def rollout(group: int, index: int, contexts: int, reward: float, tokenizer: Any, stop: StopReason = StopReason.COMPLETED) -> list[slime_double.Sample]:
+def rollout(
+    group: int, index: int, contexts: int, reward: float, tokenizer: Any, stop: StopReason = StopReason.COMPLETED
+) -> list[slime_double.Sample]:
     """One episode's samples, filled by the hooks' own code, as the generate hook returns them."""
-    sample = slime_double.Sample(index=index, group_index=group, metadata={"environment": "Corridor", "split": "train", "index": 0})
+    sample = slime_double.Sample(
+        index=index, group_index=group, metadata={"environment": "Corridor", "split": "train", "index": 0}
+    )
     return samples_from_trajectory(sample, episode(contexts, reward, stop), tokenizer=tokenizer)
 
 
@@ -85,26 +102,39 @@ def test_slime_default_normalises_a_forked_batch_as_one_group_and_ours_per_episo
 
 def test_a_failed_episode_takes_no_part_in_its_group(qwen3_tokenizer) -> None:
     groups = [
-        [rollout(0, 0, 2, 1.0, qwen3_tokenizer), rollout(0, 1, 1, 0.0, qwen3_tokenizer), rollout(0, 2, 2, 0.0, qwen3_tokenizer, StopReason.ENV_ERROR)],
+        [
+            rollout(0, 0, 2, 1.0, qwen3_tokenizer),
+            rollout(0, 1, 1, 0.0, qwen3_tokenizer),
+            rollout(0, 2, 2, 0.0, qwen3_tokenizer, StopReason.ENV_ERROR),
+        ],
     ]
     samples = train_data_double.flatten_step(groups)
     assert [s.remove_sample for s in samples] == [False, False, False, True, True]
     _, ours = slime_episode_post_process(trainer_args(n_samples_per_prompt=3, rollout_batch_size=1), samples)
     assert by_episode(samples, ours) == {0: {0.707106}, 1: {-0.707106}, 2: {0.0}}  # the placeholder 0.0 is no reward
-    _, miles_default = train_data_double.miles_post_process_rewards(trainer_args(n_samples_per_prompt=3, rollout_batch_size=1), samples)
+    _, miles_default = train_data_double.miles_post_process_rewards(
+        trainer_args(n_samples_per_prompt=3, rollout_batch_size=1), samples
+    )
     assert by_episode(samples, miles_default)[2] != {0.0}  # Miles counts the placeholder as a reward
 
 
 def test_siblings_with_different_rewards_are_refused(qwen3_tokenizer) -> None:
-    samples = train_data_double.flatten_step([[rollout(0, 0, 2, 1.0, qwen3_tokenizer), rollout(0, 1, 1, 0.0, qwen3_tokenizer)]])
+    samples = train_data_double.flatten_step(
+        [[rollout(0, 0, 2, 1.0, qwen3_tokenizer), rollout(0, 1, 1, 0.0, qwen3_tokenizer)]]
+    )
     samples[1].reward = 0.5
     with pytest.raises(ValueError, match="carry different rewards"):
         slime_episode_post_process(trainer_args(), samples)
 
 
 def test_without_normalisation_the_raw_rewards_pass(qwen3_tokenizer) -> None:
-    samples = train_data_double.flatten_step([[rollout(0, 0, 2, 1.0, qwen3_tokenizer), rollout(0, 1, 1, 0.0, qwen3_tokenizer)]])
-    assert slime_episode_post_process(trainer_args(advantage_estimator="ppo"), samples) == ([1.0, 1.0, 0.0], [1.0, 1.0, 0.0])
+    samples = train_data_double.flatten_step(
+        [[rollout(0, 0, 2, 1.0, qwen3_tokenizer), rollout(0, 1, 1, 0.0, qwen3_tokenizer)]]
+    )
+    assert slime_episode_post_process(trainer_args(advantage_estimator="ppo"), samples) == (
+        [1.0, 1.0, 0.0],
+        [1.0, 1.0, 0.0],
+    )
     assert slime_episode_post_process(trainer_args(rewards_normalization=False), samples)[1] == [1.0, 1.0, 0.0]
     _, centred = slime_episode_post_process(trainer_args(grpo_std_normalization=False), samples)
     assert centred == [0.5, 0.5, -0.5]
@@ -114,7 +144,9 @@ def test_the_former_hook_path_still_works_with_a_warning(qwen3_tokenizer) -> Non
     """`backends.fork_normalization.post_process_rewards`, the path a Slime flag named before, for one release."""
     from openreward_rl.backends import fork_normalization
 
-    samples = train_data_double.flatten_step([[rollout(0, 0, 2, 1.0, qwen3_tokenizer), rollout(0, 1, 1, 0.0, qwen3_tokenizer)]])
+    samples = train_data_double.flatten_step(
+        [[rollout(0, 0, 2, 1.0, qwen3_tokenizer), rollout(0, 1, 1, 0.0, qwen3_tokenizer)]]
+    )
     with pytest.warns(DeprecationWarning, match="advantages.slime_episode_post_process"):
         former = fork_normalization.post_process_rewards(trainer_args(), samples)
     assert former == slime_episode_post_process(trainer_args(), samples) and former[1] != former[0]
@@ -133,7 +165,10 @@ def test_mixed_nesting_breaks_the_trainers_flatten(qwen3_tokenizer) -> None:
 def test_train_passes_the_fix_to_slime_only() -> None:
     """The hook choice; the whole printed command is checked in test_train_launcher (with the turn/mix estimators)."""
     slime_args = episode_post_process_arguments(LaunchSpec(framework="slime", framework_path="/opt/slime"))
-    assert slime_args == ["--custom-reward-post-process-path", "openreward_rl.backends.advantages.slime_episode_post_process"]
+    assert slime_args == [
+        "--custom-reward-post-process-path",
+        "openreward_rl.backends.advantages.slime_episode_post_process",
+    ]
     assert episode_post_process_arguments(LaunchSpec(framework="miles", framework_path="/opt/miles")) == []
 
 
@@ -175,9 +210,13 @@ async def forked_groups(args: Any, double: Any, generate: Any, make_sample: Any)
     return groups
 
 
-async def test_forked_episodes_through_the_slime_hook_keep_their_group_advantage(corridor_config, qwen3_tokenizer) -> None:
+async def test_forked_episodes_through_the_slime_hook_keep_their_group_advantage(
+    corridor_config, qwen3_tokenizer
+) -> None:
     def slime_sample(index: int, group: int, route: str) -> Any:
-        return slime_double.task_sample(TaskRef("Corridor", "train", index=0), index=index, group_index=group, session_id=route)
+        return slime_double.task_sample(
+            TaskRef("Corridor", "train", index=0), index=index, group_index=group, session_id=route
+        )
 
     async with SGLangTestServer(qwen3_tokenizer, script=WalkerOrQuitter(qwen3_tokenizer)) as server:
         try:
@@ -185,19 +224,35 @@ async def test_forked_episodes_through_the_slime_hook_keep_their_group_advantage
             groups = await forked_groups(args, slime_double, slime.generate, slime_sample)
             row = task_row(TaskRef("Corridor", "train", index=0))
             evaluated = await slime_double.call_generate(
-                slime.generate, args, slime_double.Sample(index=7, metadata=row["metadata"], session_id="walk-eval"), copy.deepcopy(FORK_SAMPLING), evaluation=True
+                slime.generate,
+                args,
+                slime_double.Sample(index=7, metadata=row["metadata"], session_id="walk-eval"),
+                copy.deepcopy(FORK_SAMPLING),
+                evaluation=True,
             )
             with pytest.raises(ConfigError, match="--partial-rollout cannot take the fan-out"):
                 row = task_row(TaskRef("Corridor", "train", index=0))
-                await slime_double.call_generate(slime.generate, slime_args(server, partial_rollout=True), slime_double.Sample(index=9, metadata=row["metadata"]), dict(FORK_SAMPLING))
+                await slime_double.call_generate(
+                    slime.generate,
+                    slime_args(server, partial_rollout=True),
+                    slime_double.Sample(index=9, metadata=row["metadata"]),
+                    dict(FORK_SAMPLING),
+                )
         finally:
             await _state.close_states()
     assert all(isinstance(output, list) for outputs in groups for output in outputs)  # one nesting for every rollout
     # evaluation: one sample per episode (Slime's eval loop would count each context's reward)
     assert isinstance(evaluated, slime_double.Sample) and evaluated.reward == 1.0
-    assert EpisodeRecord.from_metadata(evaluated.metadata).segment == 0 and EpisodeRecord.from_metadata(evaluated.metadata).segments >= 2
+    assert (
+        EpisodeRecord.from_metadata(evaluated.metadata).segment == 0
+        and EpisodeRecord.from_metadata(evaluated.metadata).segments >= 2
+    )
     walker = groups[0][0]
-    assert len(walker) >= 2 and {s.reward for s in walker} == {1.0} and [len(q) for q in (groups[0][1], *groups[1])] == [1, 1, 1]
+    assert (
+        len(walker) >= 2
+        and {s.reward for s in walker} == {1.0}
+        and [len(q) for q in (groups[0][1], *groups[1])] == [1, 1, 1]
+    )
     for output in (o for outputs in groups for o in outputs):
         slime_double.check_output(output, args)
     samples = train_data_double.flatten_step(groups)
@@ -218,7 +273,9 @@ async def test_forked_episodes_through_the_miles_hook(corridor_config, qwen3_tok
 
     def miles_sample(index: int, group: int, route: str) -> Any:
         row = task_row(TaskRef("Corridor", "train", index=0))
-        return miles_double.Sample(index=index, group_index=group, prompt=row["prompt"], metadata=row["metadata"], routing_key=route)
+        return miles_double.Sample(
+            index=index, group_index=group, prompt=row["prompt"], metadata=row["metadata"], routing_key=route
+        )
 
     async with SGLangTestServer(qwen3_tokenizer, script=WalkerOrQuitter(qwen3_tokenizer)) as server:
         try:
@@ -243,8 +300,13 @@ def test_every_hook_groups_a_forked_batch_without_group_index_by_rollouts() -> N
     from openreward_rl.backends._sample.groups import prompt_groups, rollout_key
     from openreward_rl.errors import TrainerError
 
-    batch = [SimpleNamespace(rollout_id=r, index=i) for i, r in enumerate([0, 0, 0, 1, 2, 3])]  # rollout 0 forked into 3 samples
-    assert [sorted(p for ps in g.values() for p in ps) for g in prompt_groups(trainer_args(), batch)] == [[0, 1, 2, 3], [4, 5]]
+    batch = [
+        SimpleNamespace(rollout_id=r, index=i) for i, r in enumerate([0, 0, 0, 1, 2, 3])
+    ]  # rollout 0 forked into 3 samples
+    assert [sorted(p for ps in g.values() for p in ps) for g in prompt_groups(trainer_args(), batch)] == [
+        [0, 1, 2, 3],
+        [4, 5],
+    ]
     assert rollout_key(SimpleNamespace(index=7), 0) == ("index", 7) and rollout_key(SimpleNamespace(), 3) == ("row", 3)
     with pytest.raises(TrainerError, match="n_samples_per_prompt"):
         prompt_groups(SimpleNamespace(), batch)

@@ -33,20 +33,33 @@ _, TARGET_1 = make_question("closest/train/1")
 def config_file(served_config) -> Any:
     """As a user writes it: the rows carry no variant, the config names each environment's class. context_policy: none:
     these tests read one Sample per rollout (test_backend_slime.py::test_the_default_context_policy_makes_a_list_of_every_training_rollout)."""
-    return served_config({"ClosestGuess": {"context_policy": "none", "max_turns": 2}, "MathEnv": {"context_policy": "none", "max_turns": 2}})
+    return served_config(
+        {
+            "ClosestGuess": {"context_policy": "none", "max_turns": 2},
+            "MathEnv": {"context_policy": "none", "max_turns": 2},
+        }
+    )
 
 
 def slime_sample(environment: str = "ClosestGuess", index: int = 0, sample_index: int = 0) -> slime_double.Sample:
-    sample = slime_double.task_sample(TaskRef(environment, "train", index=index), index=sample_index, group_index=0, session_id=f"s-{sample_index}")
+    sample = slime_double.task_sample(
+        TaskRef(environment, "train", index=index), index=sample_index, group_index=0, session_id=f"s-{sample_index}"
+    )
     assert sample.metadata["variant"] is None  # the hook must take the variant from the config
     return sample
 
 
-async def slime_group(args: Any, sglang: SGLangTestServer, answers: list[ScriptedCompletion], **sample_kwargs: Any) -> list[slime_double.Sample]:
+async def slime_group(
+    args: Any, sglang: SGLangTestServer, answers: list[ScriptedCompletion], **sample_kwargs: Any
+) -> list[slime_double.Sample]:
     sglang.push(*answers)
     group = []
     for i in range(len(answers)):
-        group.append(await slime_double.call_generate(slime.generate, args, slime_sample(sample_index=i, **sample_kwargs), copy.deepcopy(SAMPLING)))
+        group.append(
+            await slime_double.call_generate(
+                slime.generate, args, slime_sample(sample_index=i, **sample_kwargs), copy.deepcopy(SAMPLING)
+            )
+        )
     assert sglang.pending_script == 0
     return group
 
@@ -74,7 +87,9 @@ async def test_closest_guess_scores_a_group_through_the_sdk(env_server, openrewa
         assert await session.supports_score_group() is False
 
 
-async def test_slime_group_rm_rewards_are_the_environments_group_scores(config_file, sglang, env_server, openreward_client) -> None:
+async def test_slime_group_rm_rewards_are_the_environments_group_scores(
+    config_file, sglang, env_server, openreward_client
+) -> None:
     args = make_args(sglang, group_rm=True)
     estimates = [TARGET * 3 // 2, "nothing", TARGET, TARGET * 1005 // 1000]  # pointwise 0, 0, 1, 1
     group = await slime_group(args, sglang, [say(e) for e in estimates])
@@ -95,7 +110,9 @@ async def test_slime_group_rm_rewards_are_the_environments_group_scores(config_f
     assert await slime.reward(make_args(sglang), group) == [0.0, 0.0, 1.0, 1.0]
 
 
-async def test_aborted_members_are_neither_scored_nor_rewarded(config_file, sglang, env_server, openreward_client) -> None:
+async def test_aborted_members_are_neither_scored_nor_rewarded(
+    config_file, sglang, env_server, openreward_client
+) -> None:
     args = make_args(sglang, group_rm=True)
     # the aborted member's partial text names the exact product: were it sent to score_group, it would
     # take the top rank and push the others down
@@ -106,7 +123,9 @@ async def test_aborted_members_are_neither_scored_nor_rewarded(config_file, sgla
 
     rewards = await slime.reward(args, group)
 
-    expected = await direct_scores(env_server, openreward_client, [f"My estimate is {TARGET * 2}.", f"My estimate is {TARGET * 3}."])
+    expected = await direct_scores(
+        env_server, openreward_client, [f"My estimate is {TARGET * 2}.", f"My estimate is {TARGET * 3}."]
+    )
     assert rewards == [expected[0].reward, 0.0, expected[1].reward] == [1.0, 0.0, 0.0]
     assert record_of(aborted).group_scored is None
     for sample, reward in zip(group, rewards):
@@ -133,10 +152,15 @@ async def test_a_failing_score_group_keeps_pointwise_rewards_and_says_why(config
     args = make_args(sglang, group_rm=True)
     group = await slime_group(args, sglang, [say(TARGET), say(TARGET * 2)])
     transcript = record_of(group[1]).transcript
-    group[1].metadata = attrs.evolve(record_of(group[1]), transcript=[m for m in transcript if m["role"] != "assistant"]).to_metadata(group[1].metadata)  # nothing to judge
+    group[1].metadata = attrs.evolve(
+        record_of(group[1]), transcript=[m for m in transcript if m["role"] != "assistant"]
+    ).to_metadata(group[1].metadata)  # nothing to judge
     assert await slime.reward(args, group) == [1.0, 0.0]  # the environment raised: pointwise rewards stand
     for sample in group:
-        assert "ScoreGroupFailed" in record_of(sample).group_score_error and "no assistant message" in record_of(sample).group_score_error
+        assert (
+            "ScoreGroupFailed" in record_of(sample).group_score_error
+            and "no assistant message" in record_of(sample).group_score_error
+        )
         assert record_of(sample).group_scored is None
 
 
@@ -147,23 +171,33 @@ async def test_environment_without_score_group_keeps_pointwise_rewards(config_fi
     args = make_args(sglang, group_rm=True)
     sglang.push(say(answer), say(answer + 1))
     group = [
-        await slime_double.call_generate(slime.generate, args, slime_sample("MathEnv", sample_index=i), copy.deepcopy(SAMPLING))
+        await slime_double.call_generate(
+            slime.generate, args, slime_sample("MathEnv", sample_index=i), copy.deepcopy(SAMPLING)
+        )
         for i in range(2)
     ]
     assert await slime.reward(args, group) == [1.0, 0.0]
     assert [record_of(s).group_scored for s in group] == [False, False]  # asked, and the environment has none
-    assert not any(record_of(s).group_score_error is not None or record_of(s).pointwise_reward is not None for s in group)
+    assert not any(
+        record_of(s).group_score_error is not None or record_of(s).pointwise_reward is not None for s in group
+    )
 
 
 async def test_clamped_to_the_configured_reward_range(config_file, sglang) -> None:
-    config_file.write_text(config_file.read_text().replace("    max_turns: 2\n  MathEnv", "    max_turns: 2\n    min_reward: 0.25\n    max_reward: 0.5\n  MathEnv"))
+    config_file.write_text(
+        config_file.read_text().replace(
+            "    max_turns: 2\n  MathEnv", "    max_turns: 2\n    min_reward: 0.25\n    max_reward: 0.5\n  MathEnv"
+        )
+    )
     args = make_args(sglang, group_rm=True)
     group = await slime_group(args, sglang, [say(TARGET), say(TARGET * 2), say(TARGET * 3)])
     assert await slime.reward(args, group) == [0.5, 0.5, 0.25]  # raw ranks 1.0, 0.5, 0.0
     assert [record_of(s).group_score for s in group] == [1.0, 0.5, 0.0]
 
 
-async def test_miles_group_rm_fills_rewards_from_score_group(config_file, env_server, openreward_client, tokenizer) -> None:
+async def test_miles_group_rm_fills_rewards_from_score_group(
+    config_file, env_server, openreward_client, tokenizer
+) -> None:
     async with SGLangTestServer(tokenizer) as server:
         try:
             args = make_args(server, group_rm=True)
@@ -172,7 +206,9 @@ async def test_miles_group_rm_fills_rewards_from_score_group(config_file, env_se
             group = []
             for i in range(len(answers)):
                 row = task_row(TaskRef("ClosestGuess", "train", index=0))
-                sample = miles_double.Sample(index=i, group_index=0, prompt=row["prompt"], metadata=row["metadata"], routing_key=f"r-{i}")
+                sample = miles_double.Sample(
+                    index=i, group_index=0, prompt=row["prompt"], metadata=row["metadata"], routing_key=f"r-{i}"
+                )
                 group.append(await miles_double.call_generate(miles.generate, args, sample, copy.deepcopy(SAMPLING)))
             miles_double.group_rm_precheck(group)  # Miles asserts that a group RM meets no preset reward
             rewards = await miles.reward(args, group)
@@ -213,7 +249,9 @@ async def test_a_hung_group_judge_is_bounded_by_tool_timeout(config_file, sglang
         assert "tool_timeout" in record_of(sample).group_score_error
 
 
-async def test_a_hung_group_judge_is_bounded_by_its_environments_own_tool_timeout(config_file, sglang, monkeypatch) -> None:
+async def test_a_hung_group_judge_is_bounded_by_its_environments_own_tool_timeout(
+    config_file, sglang, monkeypatch
+) -> None:
     """An environment's own `tool_timeout` (no run-wide one) bounds its `score_group` too, and the error names that key."""
     from openreward.api.environments.client import AsyncSession
 
@@ -221,7 +259,11 @@ async def test_a_hung_group_judge_is_bounded_by_its_environments_own_tool_timeou
         await asyncio.sleep(3600)
 
     monkeypatch.setattr(AsyncSession, "score_group", never_answers)
-    config_file.write_text(config_file.read_text().replace("    max_turns: 2\n  MathEnv:", "    max_turns: 2\n    tool_timeout: 1\n  MathEnv:", 1))
+    config_file.write_text(
+        config_file.read_text().replace(
+            "    max_turns: 2\n  MathEnv:", "    max_turns: 2\n    tool_timeout: 1\n  MathEnv:", 1
+        )
+    )
     args = make_args(sglang, group_rm=True)
     group = await slime_group(args, sglang, [say(TARGET), say(TARGET * 2)])
     assert await slime.reward(args, group) == [1.0, 0.0]

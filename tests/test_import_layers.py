@@ -49,7 +49,9 @@ def imports_of(path: Path, known: set[str]) -> set[str]:
         for node in nodes:
             if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("openreward_rl"):
                 found.add(node.module)
-                found.update(f"{node.module}.{alias.name}" for alias in node.names if f"{node.module}.{alias.name}" in known)
+                found.update(
+                    f"{node.module}.{alias.name}" for alias in node.names if f"{node.module}.{alias.name}" in known
+                )
             elif isinstance(node, ast.Import):
                 found.update(alias.name for alias in node.names if alias.name.startswith("openreward_rl"))
             for child in ast.iter_child_nodes(node):
@@ -121,14 +123,26 @@ def test_imports_point_down_the_layers(graph: dict[str, set[str]]) -> None:
 
 # The hook faces a trainer flag (or TRL user) names, the private plumbing they share, and one deprecated alias.
 BACKENDS = {
-    "advantages", "filters", "miles", "miles_agent", "rollout_log", "slime", "task_sampling", "trl", "_sample",
+    "advantages",
+    "filters",
+    "miles",
+    "miles_agent",
+    "rollout_log",
+    "slime",
+    "task_sampling",
+    "trl",
+    "_sample",
     "fork_normalization",  # deprecated alias of advantages.slime_episode_post_process, for one release
-}  # fmt: skip
+}
 
 
 def test_backends_holds_only_trainer_glue() -> None:
     """`backends/` keeps the hook faces at their public paths; code that knows no trainer lives below it."""
-    names = {p.stem if p.suffix == ".py" else p.name for p in (SOURCE / "backends").iterdir() if p.name not in ("__init__.py", "__pycache__")}
+    names = {
+        p.stem if p.suffix == ".py" else p.name
+        for p in (SOURCE / "backends").iterdir()
+        if p.name not in ("__init__.py", "__pycache__")
+    }
     assert names == BACKENDS
 
 

@@ -115,7 +115,9 @@ async def test_concurrent_slow_calls_share_one_watch() -> None:
 async def test_a_verdict_reaches_every_waiting_call() -> None:
     async with aiohttp.ClientSession(f"http://127.0.0.1:{closed_port()}") as http:
         probe = CountingProbe(http, after_s=0.02, interval_s=0.01, failures=2)
-        outcomes = await asyncio.gather(*(_race_liveness(asyncio.sleep(30), probe) for _ in range(50)), return_exceptions=True)
+        outcomes = await asyncio.gather(
+            *(_race_liveness(asyncio.sleep(30), probe) for _ in range(50)), return_exceptions=True
+        )
     assert all(isinstance(outcome, ServerUnreachable) for outcome in outcomes)
     assert probe.probes == 2  # one watch found it down for all 50
 

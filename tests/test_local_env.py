@@ -339,5 +339,7 @@ def test_a_server_started_beside_a_running_one_says_its_failures_again(capfd):
         asyncio.run(fail_in_sessions(first, 1))
         with serve_environments(Raising) as second:
             asyncio.run(fail_in_sessions(second, 2))
-    said = [line for line in capfd.readouterr().err.splitlines() if line.startswith("environment server (in this process)")]
+    said = [
+        line for line in capfd.readouterr().err.splitlines() if line.startswith("environment server (in this process)")
+    ]
     assert len(said) == 2 and all("RuntimeError: the environment's own bug" in line for line in said), said

@@ -65,7 +65,13 @@ async def read(config: Any, reader: Reader, *, index: int, max_new_tokens: int) 
     async with SGLangTestServer(reader.tokenizer, script=reader) as sglang:
         engine = SGLangEngine(sglang.url, max_attempts=1)
         rollouts = Rollouts.from_config(
-            config, engine=engine, tokenizer=reader.tokenizer, client=client, model="Qwen/Qwen3-8B", max_context_len=WINDOW, max_new_tokens=max_new_tokens
+            config,
+            engine=engine,
+            tokenizer=reader.tokenizer,
+            client=client,
+            model="Qwen/Qwen3-8B",
+            max_context_len=WINDOW,
+            max_new_tokens=max_new_tokens,
         )
         try:
             return await rollouts.run(TaskRef("LongRead", "train", index=index))
@@ -81,13 +87,25 @@ def long_read_server() -> Any:
 
 
 @pytest.mark.parametrize("policy", ["summarize", "clear_tool_outputs"])
-async def test_a_60_read_task_finishes_at_a_32k_window_with_the_default_compaction_settings(long_read_server: Any, policy: str) -> None:
+async def test_a_60_read_task_finishes_at_a_32k_window_with_the_default_compaction_settings(
+    long_read_server: Any, policy: str
+) -> None:
     tokenizer = load_tokenizer("offline:qwen3")
-    config = parse_config({
-        "environments": {"LongRead": {"base_url": long_read_server.base_url, "variant": long_read_server.variant_for("LongRead"),
-                                      "context_policy": policy, "max_turns": PAGES + 5}},
-        "parser": "hermes", "attempts": 1, "upload": False,
-    })  # fmt: skip
+    config = parse_config(
+        {
+            "environments": {
+                "LongRead": {
+                    "base_url": long_read_server.base_url,
+                    "variant": long_read_server.variant_for("LongRead"),
+                    "context_policy": policy,
+                    "max_turns": PAGES + 5,
+                }
+            },
+            "parser": "hermes",
+            "attempts": 1,
+            "upload": False,
+        }
+    )
     assert config.environment("LongRead").max_compactions is None  # the default: no cap
     reader = Reader(tokenizer)
     trajectory = await read(config, reader, index=0, max_new_tokens=512)
@@ -113,18 +131,29 @@ class VerboseReader(Reader):
 
 
 @pytest.mark.parametrize("cap", [None, 1000])
-async def test_uncapped_compaction_stops_when_a_boundary_no_longer_frees_room(long_read_server: Any, cap: int | None) -> None:
+async def test_uncapped_compaction_stops_when_a_boundary_no_longer_frees_room(
+    long_read_server: Any, cap: int | None
+) -> None:
     from openreward_rl.loop.tool_episode import STALL_FRACTION
 
     tokenizer = load_tokenizer("offline:qwen3")
-    environment = {"base_url": long_read_server.base_url, "variant": long_read_server.variant_for("LongRead"), "context_policy": "clear_tool_outputs",
-                   "max_turns": PAGES + 5, **({} if cap is None else {"max_compactions": cap})}  # fmt: skip
-    config = parse_config({"environments": {"LongRead": environment}, "parser": "hermes", "attempts": 1, "upload": False})
+    environment = {
+        "base_url": long_read_server.base_url,
+        "variant": long_read_server.variant_for("LongRead"),
+        "context_policy": "clear_tool_outputs",
+        "max_turns": PAGES + 5,
+        **({} if cap is None else {"max_compactions": cap}),
+    }
+    config = parse_config(
+        {"environments": {"LongRead": environment}, "parser": "hermes", "attempts": 1, "upload": False}
+    )
     trajectory = await read(config, VerboseReader(tokenizer), index=1, max_new_tokens=2048)
     assert trajectory.stop_reason is StopReason.CONTEXT_OVERFLOW
     compactions = trajectory.compactions
     assert len(compactions) > 1
-    if cap is None:  # the guard: every boundary taken freed at least a quarter of what the first did, the refused one less
+    if (
+        cap is None
+    ):  # the guard: every boundary taken freed at least a quarter of what the first did, the refused one less
         assert trajectory.stop_detail.startswith("compaction stalled"), trajectory.stop_detail
         assert all(c.tokens_saved >= STALL_FRACTION * compactions[0].tokens_saved for c in compactions)
     else:  # an explicit cap has no guard: it compacts on until a boundary saves nothing and the context overflows
@@ -156,7 +185,15 @@ async def play(config: Any, reader: Reader, task: TaskRef, max_new_tokens: int) 
     client = AsyncOpenReward(api_key="local")
     async with SGLangTestServer(tokenizer, script=reader) as sglang:
         engine = SGLangEngine(sglang.url, max_attempts=1)
-        rollouts = Rollouts.from_config(config, engine=engine, tokenizer=tokenizer, client=client, model="Qwen/Qwen3-8B", max_context_len=WINDOW, max_new_tokens=max_new_tokens)
+        rollouts = Rollouts.from_config(
+            config,
+            engine=engine,
+            tokenizer=tokenizer,
+            client=client,
+            model="Qwen/Qwen3-8B",
+            max_context_len=WINDOW,
+            max_new_tokens=max_new_tokens,
+        )
         try:
             trajectory = await rollouts.run(task)
         finally:
@@ -167,11 +204,17 @@ async def play(config: Any, reader: Reader, task: TaskRef, max_new_tokens: int) 
 
 @pytest.mark.parametrize("index", [0, 1])  # every task of the split
 @pytest.mark.parametrize("reader_class", [Reader, NoteTaker])
-async def test_the_default_config_finishes_every_60_read_task_at_a_32k_window(long_read_server: Any, reader_class: type[Reader], index: int) -> None:
+async def test_the_default_config_finishes_every_60_read_task_at_a_32k_window(
+    long_read_server: Any, reader_class: type[Reader], index: int
+) -> None:
     tokenizer = load_tokenizer("offline:qwen3")
     config = default_config(long_read_server)
     environment = config.environment("LongRead")
-    assert (environment.context_policy, environment.context_policy_chosen, environment.max_compactions) == (DEFAULT_CONTEXT_POLICY, False, None)
+    assert (environment.context_policy, environment.context_policy_chosen, environment.max_compactions) == (
+        DEFAULT_CONTEXT_POLICY,
+        False,
+        None,
+    )
     reader = reader_class(tokenizer)
     trajectory, sglang = await play(config, reader, TaskRef("LongRead", "train", index=index), max_new_tokens=2048)
     assert trajectory.stop_reason is StopReason.COMPLETED and trajectory.reward == 1.0, trajectory.stop_detail
@@ -180,17 +223,28 @@ async def test_the_default_config_finishes_every_60_read_task_at_a_32k_window(lo
     read_tokens = sum(len(tokenizer.encode(m["content"])) for m in trajectory.messages if m.get("role") == "tool")
     assert read_tokens > 110_000  # 60 reads of ~2k tokens: far past the window
     kinds = {c.kind for c in trajectory.compactions}
-    if reader_class is Reader:  # short notes: clearing old tool outputs is always enough, no model call spent on a summary
+    if (
+        reader_class is Reader
+    ):  # short notes: clearing old tool outputs is always enough, no model call spent on a summary
         assert kinds == {"clear_tool_outputs"} and reader.summaries == 0
     else:  # long notes: clearing first, then summaries once clearing would leave over half the window
-        assert kinds == {"clear_tool_outputs", DEFAULT_CONTEXT_POLICY} and reader.summaries == trajectory.metrics["summary_turns"] > 0
+        assert (
+            kinds == {"clear_tool_outputs", DEFAULT_CONTEXT_POLICY}
+            and reader.summaries == trajectory.metrics["summary_turns"] > 0
+        )
     assert len(trajectory.compactions) > 3 and all(c.tokens_before >= 0.8 * WINDOW for c in trajectory.compactions)
     # each context is token-exact on its own and fits the window; each is one trained sample with the episode's reward
     assert_segments_token_exact(Run(trajectory, sglang, [], reader))
-    assert len(trajectory.segments) == len(trajectory.compactions) + 1 and all(len(s.context()) <= WINDOW for s in trajectory.segments)
-    samples = samples_from_trajectory(slime_double.Sample(index=3, group_index=1, metadata={}), trajectory, tokenizer=tokenizer)
+    assert len(trajectory.segments) == len(trajectory.compactions) + 1 and all(
+        len(s.context()) <= WINDOW for s in trajectory.segments
+    )
+    samples = samples_from_trajectory(
+        slime_double.Sample(index=3, group_index=1, metadata={}), trajectory, tokenizer=tokenizer
+    )
     slime_double.check_output(samples)
-    assert [s.tokens for s in samples] == [s.context() for s in trajectory.segments] and {s.reward for s in samples} == {1.0}
+    assert [s.tokens for s in samples] == [s.context() for s in trajectory.segments] and {
+        s.reward for s in samples
+    } == {1.0}
 
 
 async def test_a_task_that_cannot_fit_is_stopped_by_the_guard_with_its_reason(long_read_server: Any) -> None:
@@ -202,10 +256,18 @@ async def test_a_task_that_cannot_fit_is_stopped_by_the_guard_with_its_reason(lo
 
     tokenizer = load_tokenizer("offline:qwen3")
     reader = Reader(tokenizer)
-    trajectory, _ = await play(default_config(long_read_server), reader, TaskRef("LongRead", "oversized", index=0), max_new_tokens=512)
+    trajectory, _ = await play(
+        default_config(long_read_server), reader, TaskRef("LongRead", "oversized", index=0), max_new_tokens=512
+    )
     assert trajectory.stop_reason is StopReason.CONTEXT_OVERFLOW
-    assert trajectory.stop_detail.startswith(f"compaction stalled: a {DEFAULT_CONTEXT_POLICY} boundary would free"), trajectory.stop_detail
+    assert trajectory.stop_detail.startswith(f"compaction stalled: a {DEFAULT_CONTEXT_POLICY} boundary would free"), (
+        trajectory.stop_detail
+    )
     assert f"less than {MIN_FREED_FRACTION:.0%} of the {WINDOW}-token budget" in trajectory.stop_detail
-    assert reader.summaries == 1 and not trajectory.compactions and len(trajectory.segments) == 1  # the boundary was not taken
-    assert not trajectory.finished and trajectory.reward is None and trajectory.step_rewards == []  # no reward observed, none made up
+    assert (
+        reader.summaries == 1 and not trajectory.compactions and len(trajectory.segments) == 1
+    )  # the boundary was not taken
+    assert (
+        not trajectory.finished and trajectory.reward is None and trajectory.step_rewards == []
+    )  # no reward observed, none made up
     assert [t.summary for t in trajectory.turns] == [False, True]

@@ -15,8 +15,20 @@ from openreward_rl.loop.trajectory import StopReason, Trajectory
 from openreward_rl.observe.metrics import EpisodeStats, aggregate, flat_metrics, pass_at_k, summarize
 
 
-def episode(env: str, index: int, reward: float | None, stop: StopReason = StopReason.COMPLETED, **metrics: float) -> Trajectory:
-    return Trajectory(TaskRef(env, "test", index=index), [], [], [], [], reward, stop, stop_detail=f"{stop.value} detail", metrics=dict(metrics))
+def episode(
+    env: str, index: int, reward: float | None, stop: StopReason = StopReason.COMPLETED, **metrics: float
+) -> Trajectory:
+    return Trajectory(
+        TaskRef(env, "test", index=index),
+        [],
+        [],
+        [],
+        [],
+        reward,
+        stop,
+        stop_detail=f"{stop.value} detail",
+        metrics=dict(metrics),
+    )
 
 
 @given(st.integers(1, 9).flatmap(lambda n: st.tuples(st.just(n), st.integers(0, n), st.integers(1, n))))
@@ -59,7 +71,10 @@ def test_infrastructure_failures_are_counted_apart_and_never_scored() -> None:
 def test_reward_figures_are_what_the_trainer_optimises() -> None:
     """A scored episode without a reward (truncated before any) is 0.0 for the trainer's reward hook
     (`EpisodeRecord.trained_reward`); the summary's reward figures count it so, and count it apart."""
-    trajectories = [episode("A", i, 0.5) for i in range(3)] + [episode("A", 3, None, StopReason.TRUNCATED), episode("A", 4, None, StopReason.ABORTED)]
+    trajectories = [episode("A", i, 0.5) for i in range(3)] + [
+        episode("A", 3, None, StopReason.TRUNCATED),
+        episode("A", 4, None, StopReason.ABORTED),
+    ]
     a = summarize(trajectories)["A"]
     assert (a.scored, a.unrewarded, a.infrastructure_failures) == (4, 1, 1)
     assert a.reward_mean == pytest.approx(1.5 / 4) and a.reward_min == 0.0 and a.reward_max == 0.5
@@ -74,7 +89,10 @@ def test_success_threshold_is_configurable() -> None:
 
 
 def test_flat_metrics_keys_per_environment() -> None:
-    flat = flat_metrics(summarize([episode("Org/Env", 0, 1.0, turns=3), episode("Org/Env", 0, None, StopReason.TIMEOUT)]), prefix="eval/")
+    flat = flat_metrics(
+        summarize([episode("Org/Env", 0, 1.0, turns=3), episode("Org/Env", 0, None, StopReason.TIMEOUT)]),
+        prefix="eval/",
+    )
     assert flat["eval/Org/Env/reward_mean"] == 1.0
     assert flat["eval/Org/Env/infra_failures"] == 1.0
     assert flat["eval/Org/Env/stop/timeout"] == 0.5
@@ -100,7 +118,9 @@ def test_eval_flat_metrics_carry_the_rollout_log_figures() -> None:
     assert flat["A/turns_mean"] == 3.0
     assert flat["A/parse_errors/invalid_json_mean"] == pytest.approx(2 / 3)  # 0 for the episodes without any
     assert flat["A/reward_min"] == 0.0 and flat["A/reward_max"] == 1.0
-    assert flat["A/reward_observed_rate"] == pytest.approx(2 / 3) and flat["A/infra_failure_rate"] == pytest.approx(1 / 3)
+    assert flat["A/reward_observed_rate"] == pytest.approx(2 / 3) and flat["A/infra_failure_rate"] == pytest.approx(
+        1 / 3
+    )
     assert flat["A/finished_rate"] == pytest.approx(1 / 3)
     assert flat["A/prefix_break_rate"] == pytest.approx(1 / 3) and flat["A/env_time_fraction"] == 0.25
     assert flat["A/trainable_fraction"] == pytest.approx(2 / 3)  # the timeout is not trainable
@@ -108,7 +128,11 @@ def test_eval_flat_metrics_carry_the_rollout_log_figures() -> None:
 
 
 def test_records_and_trajectories_summarize_alike() -> None:
-    trajectories = [episode("A", 0, 1.0, turns=2), episode("A", 0, 0.0, turns=3), episode("A", 1, None, StopReason.ENV_ERROR)]
+    trajectories = [
+        episode("A", 0, 1.0, turns=2),
+        episode("A", 0, 0.0, turns=3),
+        episode("A", 1, None, StopReason.ENV_ERROR),
+    ]
     records = [EpisodeStats.from_trajectory(t) for t in trajectories]
     assert summarize(records) == summarize(trajectories) == summarize([records[0], *trajectories[1:]])
 
@@ -140,7 +164,9 @@ def test_an_environment_with_only_failures_logs_no_success_rate() -> None:
     flat = aggregate([EpisodeStats("A", None, "env_error", stop_detail="gone")])
     assert "openreward/A/success_rate" not in flat and "openreward/A/reward_mean" not in flat
     assert flat["openreward/A/infra_failure_rate"] == 1.0 and flat["openreward/A/stop/env_error"] == 1.0
-    assert summarize([EpisodeStats("A", None, "env_error", stop_detail="gone")])["A"].failures == {"env_error": (1, "gone")}
+    assert summarize([EpisodeStats("A", None, "env_error", stop_detail="gone")])["A"].failures == {
+        "env_error": (1, "gone")
+    }
 
 
 def test_tasks_named_by_spec_are_told_apart_in_pass_at_k() -> None:
@@ -148,9 +174,16 @@ def test_tasks_named_by_spec_are_told_apart_in_pass_at_k() -> None:
     Grouping by (split, index, variant) alone read them as one task of 4 samples (tasks=1, pass@4=1.0)."""
 
     def episode(spec: dict, reward: float) -> Trajectory:
-        return Trajectory(task=TaskRef("SpecEnv", "test", task_spec=spec),
-                          segments=[], turns=[], messages=[], step_rewards=[reward], reward=reward,
-                          stop_reason=StopReason.COMPLETED, finished=True)
+        return Trajectory(
+            task=TaskRef("SpecEnv", "test", task_spec=spec),
+            segments=[],
+            turns=[],
+            messages=[],
+            step_rewards=[reward],
+            reward=reward,
+            stop_reason=StopReason.COMPLETED,
+            finished=True,
+        )
 
     episodes = [episode({"q": "a"}, 1.0), episode({"q": "a"}, 1.0), episode({"q": "b"}, 0.0), episode({"q": "b"}, 0.0)]
     summary = summarize(episodes)["SpecEnv"]

@@ -28,7 +28,10 @@ async def kv_stack(miles: Any, qwen3_tokenizer: Any, tmp_path: Path, served_conf
     rows = write_rows(tmp_path / "tasks.jsonl", [task_row(TaskRef("Corridor", "train", index=i)) for i in range(3)])
     script = WalkersAndQuitters(CorridorAgent(qwen3_tokenizer))
     engine = KVCacheModel(max_total_tokens=16384, step_s=0.002)
-    async with SGLangTestServer(qwen3_tokenizer, script=script, kv_cache=engine) as sglang, RouterStandIn(sglang.url) as router:
+    async with (
+        SGLangTestServer(qwen3_tokenizer, script=script, kv_cache=engine) as sglang,
+        RouterStandIn(sglang.url) as router,
+    ):
         stack = Stack(miles, sglang, router, script, str(offline_tokenizer_dir("qwen3")), rows)
         try:
             yield stack
@@ -46,7 +49,9 @@ async def test_a_class_based_rollout_step_admits_its_episodes_from_the_engines_k
         miles.base_types.RolloutFnConstructorInput(args=args, data_source=kv_stack.data_source(args)),
         "miles.rollout.inference_rollout.inference_rollout_common.InferenceRolloutFn",
     )
-    output = await blocking(miles.compatibility.call_rollout_function, rollout, miles.base_types.RolloutFnTrainInput(rollout_id=0))
+    output = await blocking(
+        miles.compatibility.call_rollout_function, rollout, miles.base_types.RolloutFnTrainInput(rollout_id=0)
+    )
     check_trained_step(miles, args, output.samples, forked=True)
     (state,) = list(_state._STATES.values())
     gate = state.admission

@@ -31,17 +31,29 @@ def test_dynamic_filter_answers_the_caller_when_both_trainers_import(caller: str
         for package in (name, f"{name}.rollout", f"{name}.rollout.filter_hub"):
             monkeypatch.setitem(sys.modules, package, types.ModuleType(package))
         base_types = types.ModuleType(f"{name}.rollout.filter_hub.base_types")
-        base_types.DynamicFilterOutput, base_types.call_dynamic_filter = double.DynamicFilterOutput, double.call_dynamic_filter
+        base_types.DynamicFilterOutput, base_types.call_dynamic_filter = (
+            double.DynamicFilterOutput,
+            double.call_dynamic_filter,
+        )
         monkeypatch.setitem(sys.modules, base_types.__name__, base_types)
     double = doubles[caller]
     cls = _framework_sample(double.Sample, f"{caller}.utils.types")
     args = SimpleNamespace(reward_key=None)
-    flat = [cls(index=0, reward=1.0, status=cls.Status.COMPLETED), cls(index=1, reward=1.0, status=cls.Status.COMPLETED)]
+    flat = [
+        cls(index=0, reward=1.0, status=cls.Status.COMPLETED),
+        cls(index=1, reward=1.0, status=cls.Status.COMPLETED),
+    ]
     verdict = double.call_dynamic_filter(filters.keep_informative_groups, args, flat)
     assert type(verdict) is double.DynamicFilterOutput and verdict.keep is False and verdict.reason == "zero_std_1.0"
     flat[1].reward = 0.0
     assert double.call_dynamic_filter(filters.keep_informative_groups, args, flat).keep is True
-    fanned = [[cls(index=0, rollout_id=0, reward=0.5, status=cls.Status.COMPLETED)], [cls(index=1, rollout_id=1, reward=0.5, status=cls.Status.COMPLETED)]]
+    fanned = [
+        [cls(index=0, rollout_id=0, reward=0.5, status=cls.Status.COMPLETED)],
+        [cls(index=1, rollout_id=1, reward=0.5, status=cls.Status.COMPLETED)],
+    ]
     assert double.call_dynamic_filter(filters.keep_informative_groups, args, fanned).keep is False
     # a Sample class of neither trainer: a plain bool, which both read correctly
-    assert filters.keep_informative_groups(args, [double.Sample(index=0, reward=1.0), double.Sample(index=1, reward=1.0)]) is False
+    assert (
+        filters.keep_informative_groups(args, [double.Sample(index=0, reward=1.0), double.Sample(index=1, reward=1.0)])
+        is False
+    )

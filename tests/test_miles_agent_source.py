@@ -45,8 +45,21 @@ WAIT = 'Let me wait first.\n<tool_call>\n{"name": "hang", "arguments": {"seconds
 
 # SGLang's ChatCompletionRequest names of sampling fields, as its chat serving hands them to the engine
 _TO_SAMPLING = {"max_tokens": "max_new_tokens", "min_tokens": "min_new_tokens", "seed": "sampling_seed"}
-_SAMPLING_FIELDS = {"temperature", "top_p", "top_k", "min_p", "stop", "stop_token_ids", "frequency_penalty", "presence_penalty",
-                    "repetition_penalty", "skip_special_tokens", "spaces_between_special_tokens", "ignore_eos", "no_stop_trim"}  # fmt: skip
+_SAMPLING_FIELDS = {
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "stop",
+    "stop_token_ids",
+    "frequency_penalty",
+    "presence_penalty",
+    "repetition_penalty",
+    "skip_special_tokens",
+    "spaces_between_special_tokens",
+    "ignore_eos",
+    "no_stop_trim",
+}
 
 
 class ChatCompletionsStandIn:
@@ -86,7 +99,11 @@ class ChatCompletionsStandIn:
         assert self._http is not None
         body = await request.json()
         assert body.get("logprobs") is True and body.get("return_meta_info") is True, "the session server asks for both"
-        params = {_TO_SAMPLING.get(key, key): value for key, value in body.items() if value is not None and (key in _TO_SAMPLING or key in _SAMPLING_FIELDS)}
+        params = {
+            _TO_SAMPLING.get(key, key): value
+            for key, value in body.items()
+            if value is not None and (key in _TO_SAMPLING or key in _SAMPLING_FIELDS)
+        }
         payload = {"input_ids": body["input_ids"], "sampling_params": params, "return_logprob": True}
         headers = {key: value for key, value in request.headers.items() if key.lower().startswith("x-")}
         async with self._http.post(f"{self.generate_url}/generate", json=payload, headers=headers) as upstream:
@@ -97,15 +114,25 @@ class ChatCompletionsStandIn:
         ids = [int(entry[1]) for entry in meta["output_token_logprobs"]]
         finish = meta["finish_reason"]
         stopped_on_token = finish.get("type") == "stop" and isinstance(finish.get("matched"), int)
-        text = self.tokenizer.decode(ids[:-1] if stopped_on_token and not params.get("no_stop_trim") else ids, skip_special_tokens=False)
+        text = self.tokenizer.decode(
+            ids[:-1] if stopped_on_token and not params.get("no_stop_trim") else ids, skip_special_tokens=False
+        )
         content, calls = _parse_tool_calls(text)
         message: dict[str, Any] = {"role": "assistant", "content": content, "tool_calls": calls or None}
         finish_reason = "tool_calls" if calls and finish.get("type") == "stop" else finish.get("type")
-        return web.json_response({
-            "id": meta.get("id") or uuid.uuid4().hex, "object": "chat.completion", "model": body.get("model"),
-            "choices": [{"index": 0, "message": message, "finish_reason": finish_reason, "meta_info": meta}],
-            "usage": {"prompt_tokens": len(body["input_ids"]), "completion_tokens": len(ids), "total_tokens": len(body["input_ids"]) + len(ids)},
-        })  # fmt: skip
+        return web.json_response(
+            {
+                "id": meta.get("id") or uuid.uuid4().hex,
+                "object": "chat.completion",
+                "model": body.get("model"),
+                "choices": [{"index": 0, "message": message, "finish_reason": finish_reason, "meta_info": meta}],
+                "usage": {
+                    "prompt_tokens": len(body["input_ids"]),
+                    "completion_tokens": len(ids),
+                    "total_tokens": len(body["input_ids"]) + len(ids),
+                },
+            }
+        )
 
 
 def _parse_tool_calls(text: str) -> tuple[str, list[dict[str, Any]]]:
@@ -118,7 +145,14 @@ def _parse_tool_calls(text: str) -> tuple[str, list[dict[str, Any]]]:
         raw = block.split("</tool_call>")[0].strip()
         parsed = json.loads(raw)
         arguments = json.dumps(parsed.get("arguments", {}), ensure_ascii=False)
-        calls.append({"id": f"call_{uuid.uuid4().hex[:24]}", "index": index, "type": "function", "function": {"name": parsed["name"], "arguments": arguments}})
+        calls.append(
+            {
+                "id": f"call_{uuid.uuid4().hex[:24]}",
+                "index": index,
+                "type": "function",
+                "function": {"name": parsed["name"], "arguments": arguments},
+            }
+        )
     return text[:start].strip(), calls
 
 
@@ -129,8 +163,15 @@ def _free_port() -> int:
 
 
 # Miles' defaults of the flags its session server reads (miles/utils/arguments.py), with the ones its docs give for Qwen3
-SESSION_SERVER_ARGS = dict(use_session_server=True, session_server_ip="127.0.0.1", tito_model="qwen3", session_message_matcher="strict",
-                           sglang_speculative_algorithm=None, save_debug_trajectory_data=None, pause_generation_mode="retract")  # fmt: skip
+SESSION_SERVER_ARGS = dict(
+    use_session_server=True,
+    session_server_ip="127.0.0.1",
+    tito_model="qwen3",
+    session_message_matcher="strict",
+    sglang_speculative_algorithm=None,
+    save_debug_trajectory_data=None,
+    pause_generation_mode="retract",
+)
 
 
 @attrs.define
@@ -144,10 +185,15 @@ class Stack:
         values = dict(
             custom_generate_function_path="openreward_rl.backends.miles_agent.generate",
             custom_agent_function_path="openreward_rl.backends.miles_agent.run",
-            **SESSION_SERVER_ARGS, session_server_port=self.session_port, session_server_ports=[self.session_port],
-            max_seq_len=None, rollout_max_context_len=4096,
-        )  # fmt: skip
-        args = miles_args(self.sglang.port, self.checkpoint, **{**values, **overrides})  # the double answers as its own router
+            **SESSION_SERVER_ARGS,
+            session_server_port=self.session_port,
+            session_server_ports=[self.session_port],
+            max_seq_len=None,
+            rollout_max_context_len=4096,
+        )
+        args = miles_args(
+            self.sglang.port, self.checkpoint, **{**values, **overrides}
+        )  # the double answers as its own router
         self.miles.http_utils.init_http_client(args)  # RolloutManager does this once at start
         return args
 
@@ -170,10 +216,15 @@ async def stack(miles: Any, qwen3_tokenizer: Any) -> AsyncIterator[Stack]:
 
     checkpoint = str(offline_tokenizer_dir("qwen3"))
     port = _free_port()
-    async with SGLangTestServer(qwen3_tokenizer, weight_version="w3") as sglang, ChatCompletionsStandIn(qwen3_tokenizer, sglang.url) as chat:
+    async with (
+        SGLangTestServer(qwen3_tokenizer, weight_version="w3") as sglang,
+        ChatCompletionsStandIn(qwen3_tokenizer, sglang.url) as chat,
+    ):
         server_args = miles_args(0, checkpoint, **SESSION_SERVER_ARGS, session_server_port=port)
         session_server = SessionServer(server_args, chat.url)
-        uvicorn_server = uvicorn.Server(uvicorn.Config(session_server.app, host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
+        uvicorn_server = uvicorn.Server(
+            uvicorn.Config(session_server.app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+        )
         serving = asyncio.create_task(uvicorn_server.serve())
         while not uvicorn_server.started:
             assert not serving.done(), "the session server did not start"
@@ -184,12 +235,16 @@ async def stack(miles: Any, qwen3_tokenizer: Any) -> AsyncIterator[Stack]:
             uvicorn_server.should_exit = True
             await serving
             await session_server.client.aclose()  # its shutdown hook, which lifespan="off" does not run
-            await blocking(miles.async_utils.run, miles_agent.close_agent_states())  # the agent's states live on Miles' loop
+            await blocking(
+                miles.async_utils.run, miles_agent.close_agent_states()
+            )  # the agent's states live on Miles' loop
 
 
 def make_sample(miles: Any, index: int = 0, group_index: int = 0) -> Any:
     row = task_row(TaskRef("Faulty", "train", index=index, variant="faulty"))
-    return miles.types.Sample(index=group_index, group_index=group_index, prompt=row["prompt"], metadata=row["metadata"])
+    return miles.types.Sample(
+        index=group_index, group_index=group_index, prompt=row["prompt"], metadata=row["metadata"]
+    )
 
 
 def record_of(sample: Any) -> EpisodeRecord:
@@ -217,15 +272,25 @@ async def test_an_agent_episode_through_miles_session_server_trains_what_it_samp
     (episode,) = played
     trained = [index for index, mask in enumerate(sample.loss_mask) if mask]
     response = sample.tokens[-sample.response_length :]
-    assert [response[i] for i in trained] == [t for t, mask in zip(episode.response_ids, episode.loss_mask, strict=True) if mask]
-    assert [sample.rollout_log_probs[i] for i in trained] == [p for p, mask in zip(episode.rollout_logprobs, episode.loss_mask, strict=True) if mask]
+    assert [response[i] for i in trained] == [
+        t for t, mask in zip(episode.response_ids, episode.loss_mask, strict=True) if mask
+    ]
+    assert [sample.rollout_log_probs[i] for i in trained] == [
+        p for p, mask in zip(episode.rollout_logprobs, episode.loss_mask, strict=True) if mask
+    ]
     record = record_of(sample)
-    assert record.stop_reason is StopReason.COMPLETED and record.episode_reward == 1.0 and record.metrics["turns"] == 2.0
-    assert sample.status is stack.miles.types.Sample.Status.COMPLETED and sample.reward == 1.0  # Miles' RM call read the record
+    assert (
+        record.stop_reason is StopReason.COMPLETED and record.episode_reward == 1.0 and record.metrics["turns"] == 2.0
+    )
+    assert (
+        sample.status is stack.miles.types.Sample.Status.COMPLETED and sample.reward == 1.0
+    )  # Miles' RM call read the record
     first, second = stack.sglang.requests
     end = qwen3_tokenizer.convert_tokens_to_ids("<|im_end|>")
     sampled = [qwen3_tokenizer.encode(WAIT) + [end], qwen3_tokenizer.encode(SUBMIT_OK) + [end]]
-    assert second.input_ids[: len(first.input_ids) + len(sampled[0])] == first.input_ids + sampled[0]  # TITO: the history replayed as sampled
+    assert (
+        second.input_ids[: len(first.input_ids) + len(sampled[0])] == first.input_ids + sampled[0]
+    )  # TITO: the history replayed as sampled
     assert sample.tokens == second.input_ids + sampled[1]
     gap = len(second.input_ids) - len(first.input_ids) - len(sampled[0])
     assert gap > 0 and sample.response_length == len(sampled[0]) + gap + len(sampled[1])
@@ -235,7 +300,10 @@ async def test_an_agent_episode_through_miles_session_server_trains_what_it_samp
     assert sample.rollout_log_probs == expected
     assert sample.weight_versions == ["w3", "w3"]
     assert sample.metadata["agent_metrics"]["model_calls"] == 2.0 and sample.non_generation_time >= 0.0
-    assert first.sampling_params["max_new_tokens"] <= args.rollout_max_response_len and first.sampling_params["temperature"] == 1.0
+    assert (
+        first.sampling_params["max_new_tokens"] <= args.rollout_max_response_len
+        and first.sampling_params["temperature"] == 1.0
+    )
 
 
 def _logprobs(context: list[int], ids: list[int]) -> list[float]:
@@ -260,7 +328,9 @@ async def test_an_environment_fault_mid_episode_is_removed_not_a_zero_reward(sta
     args = stack.args()
     failed = await stack.generate_and_rm(args, make_sample(stack.miles))
     record = record_of(failed)
-    assert record.stop_reason is StopReason.ENV_ERROR and "boom" in record.stop_detail and record.reward_observed is False
+    assert (
+        record.stop_reason is StopReason.ENV_ERROR and "boom" in record.stop_detail and record.reward_observed is False
+    )
     assert failed.status is stack.miles.types.Sample.Status.ABORTED and failed.remove_sample and failed.reward == 0.0
     assert failed.response_length > 0 and not any(failed.loss_mask) and not any(failed.rollout_log_probs)
     stack.sglang.push(ScriptedCompletion(text=SUBMIT_OK))
@@ -274,7 +344,11 @@ async def test_an_environment_that_never_opens_gives_a_removed_placeholder(stack
     served_config({"Faulty": {}})
     sample = await stack.generate_and_rm(stack.args(), make_sample(stack.miles, index=999))
     assert stack.sglang.requests == []
-    assert sample.status is stack.miles.types.Sample.Status.ABORTED and sample.remove_sample is True and sample.reward == 0.0
+    assert (
+        sample.status is stack.miles.types.Sample.Status.ABORTED
+        and sample.remove_sample is True
+        and sample.reward == 0.0
+    )
     assert sample.response_length == 1 and sample.loss_mask == [0] and sample.rollout_log_probs == [0.0]
     record = record_of(sample)
     assert record.stop_reason is StopReason.ENV_ERROR and record.placeholder and record.reward_observed is False
@@ -290,7 +364,10 @@ async def test_an_agent_that_raises_gives_a_removed_placeholder(stack: Stack, se
     args = stack.args(custom_agent_function_path=f"{__name__}.broken_agent")
     sample = await stack.generate_and_rm(args, make_sample(stack.miles))
     assert sample.status is stack.miles.types.Sample.Status.ABORTED and sample.remove_sample and sample.reward == 0.0
-    assert record_of(sample).stop_reason is StopReason.ABORTED and "without the agent's record" in record_of(sample).stop_detail
+    assert (
+        record_of(sample).stop_reason is StopReason.ABORTED
+        and "without the agent's record" in record_of(sample).stop_detail
+    )
 
 
 async def test_group_rm_scores_the_group_through_miles(stack: Stack, served_config: Any) -> None:
@@ -306,7 +383,9 @@ async def test_group_rm_scores_the_group_through_miles(stack: Stack, served_conf
     assert failed.reward == 0.0 and failed.remove_sample and failed.status is stack.miles.types.Sample.Status.ABORTED
 
 
-async def test_miles_generate_used_directly_with_the_tokenizer_variable(stack: Stack, served_config: Any, monkeypatch: Any) -> None:
+async def test_miles_generate_used_directly_with_the_tokenizer_variable(
+    stack: Stack, served_config: Any, monkeypatch: Any
+) -> None:
     """Miles' own agentic generate as `--custom-generate-function-path`: `run` finds the tokenizer through the variable."""
     served_config({"Faulty": {}})
     monkeypatch.setenv(miles_agent.TOKENIZER_ENV, stack.checkpoint)
@@ -320,12 +399,31 @@ async def test_miles_generate_used_directly_with_the_tokenizer_variable(stack: S
 async def test_the_agent_without_args_names_the_fix(stack: Stack, served_config: Any, monkeypatch: Any) -> None:
     served_config({"Faulty": {}})
     monkeypatch.delenv(miles_agent.TOKENIZER_ENV, raising=False)
-    with pytest.raises(miles_hooks.RolloutStepError, match="OPENREWARD_RL_TOKENIZER"):  # a ConfigError Miles would swallow, raised past it
-        await miles_agent.run(f"http://127.0.0.1:{stack.session_port}/sessions/x", [], {}, make_sample(stack.miles).metadata)
+    with pytest.raises(
+        miles_hooks.RolloutStepError, match="OPENREWARD_RL_TOKENIZER"
+    ):  # a ConfigError Miles would swallow, raised past it
+        await miles_agent.run(
+            f"http://127.0.0.1:{stack.session_port}/sessions/x", [], {}, make_sample(stack.miles).metadata
+        )
 
 
 def test_request_kwargs_map_back_to_sglang_names(miles: Any) -> None:
     """What Miles' `build_chat_request_kwargs` makes of the rollout's sampling params, `run` turns back into SGLang's."""
-    sampling = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "max_new_tokens": 64, "no_stop_trim": True, "sampling_seed": 5, "custom_params": {"keep": 1}}
-    expected = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "max_new_tokens": 64, "no_stop_trim": True, "sampling_seed": 5}
+    sampling = {
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "top_k": -1,
+        "max_new_tokens": 64,
+        "no_stop_trim": True,
+        "sampling_seed": 5,
+        "custom_params": {"keep": 1},
+    }
+    expected = {
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "top_k": -1,
+        "max_new_tokens": 64,
+        "no_stop_trim": True,
+        "sampling_seed": 5,
+    }
     assert miles_agent.chat_sampling_params(miles.agentic.build_chat_request_kwargs(sampling)) == expected

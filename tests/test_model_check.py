@@ -20,10 +20,24 @@ from openreward_rl.loop.rollout import episode_stack
 
 # offline tokenizer -> the family its hub name selects (the cache directory's name may say less)
 OFFLINE = {
-    "qwen3": "qwen3", "qwen2.5": "qwen", "qwen3.5": "qwen3.5", "qwen3.6": "qwen3.5", "qwen3.8": "qwen3.5", "qwen3-2507": "qwen",
-    "llama3.1": "llama3", "llama3.2": "llama3", "gpt-oss": "gpt-oss", "glm-4.5": "glm-4.5", "glm-4.7": "glm-4.7",
-    "deepseek-v3.1": "deepseek-v3.1", "deepseek-v3.2": "deepseek-v3.2", "deepseek-v4": "deepseek-v4", "minimax-m2": "minimax-m2",
-    "mistral-nemo": "mistral", "qwen2.5-vl": "qwen2.5-vl", "qwen3-vl": "qwen3-vl",
+    "qwen3": "qwen3",
+    "qwen2.5": "qwen",
+    "qwen3.5": "qwen3.5",
+    "qwen3.6": "qwen3.5",
+    "qwen3.8": "qwen3.5",
+    "qwen3-2507": "qwen",
+    "llama3.1": "llama3",
+    "llama3.2": "llama3",
+    "gpt-oss": "gpt-oss",
+    "glm-4.5": "glm-4.5",
+    "glm-4.7": "glm-4.7",
+    "deepseek-v3.1": "deepseek-v3.1",
+    "deepseek-v3.2": "deepseek-v3.2",
+    "deepseek-v4": "deepseek-v4",
+    "minimax-m2": "minimax-m2",
+    "mistral-nemo": "mistral",
+    "qwen2.5-vl": "qwen2.5-vl",
+    "qwen3-vl": "qwen3-vl",
 }
 
 
@@ -47,7 +61,10 @@ def test_the_probe_reasons_and_calls_in_parallel_where_the_family_does() -> None
     qwen3, gpt_oss, llama = (load_tokenizer(f"offline:{n}") for n in ("qwen3", "gpt-oss", "llama3.1"))
     assert probe_family(qwen3, get_family("qwen3"), {"enable_thinking": True}).reasoning == "1 of 4 turns"
     assert probe_family(qwen3, get_family("qwen3"), {"enable_thinking": False}).reasoning == "none"
-    assert probe_family(load_tokenizer("offline:glm-4.7"), get_family("glm-4.7"), {"enable_thinking": True}).reasoning == "4 of 4 turns"
+    assert (
+        probe_family(load_tokenizer("offline:glm-4.7"), get_family("glm-4.7"), {"enable_thinking": True}).reasoning
+        == "4 of 4 turns"
+    )
     assert probe_family(gpt_oss, get_family("gpt-oss")).reasoning == "1 of 4 turns"
     assert probe._plan(get_family("qwen3"), "none")[0].calls == ("1 + 1", "2 * 3")
     assert probe._plan(get_family("llama3"), "none")[0].calls == ("1 + 1",)
@@ -100,13 +117,19 @@ def test_a_wrong_family_is_refused_with_the_first_differing_token() -> None:
 def test_a_bridge_that_adds_a_token_is_refused(monkeypatch: Any) -> None:
     """The check runs the family's bridge: one stray token in it fails the comparison."""
     original = ChatRenderer.bridge
-    monkeypatch.setattr(ChatRenderer, "bridge", lambda self, **kwargs: [*original(self, **kwargs), self.encode("\n")[0]])
+    monkeypatch.setattr(
+        ChatRenderer, "bridge", lambda self, **kwargs: [*original(self, **kwargs), self.encode("\n")[0]]
+    )
     verdict = probe_family(load_tokenizer("offline:llama3.1"), get_family("llama3"))
     assert not verdict.exact and "the prompt of turn 1 differs" in verdict.difference
 
 
 def test_a_parser_that_misreads_the_template_is_refused() -> None:
-    verdict = probe_family(load_tokenizer("offline:qwen3"), attrs.evolve(get_family("qwen3"), parser="llama3_json"), {"enable_thinking": True})
+    verdict = probe_family(
+        load_tokenizer("offline:qwen3"),
+        attrs.evolve(get_family("qwen3"), parser="llama3_json"),
+        {"enable_thinking": True},
+    )
     assert not verdict.exact and "turn 0: the llama3_json parser read" in verdict.difference
 
 
@@ -134,8 +157,12 @@ def test_episode_stack_refuses_before_any_episode_and_check_model_false_skips() 
     """The one constructor eval and the training hooks use: the check runs there, with the run's kwargs."""
     tokenizer = load_tokenizer("offline:qwen3-2507")
     with pytest.raises(ModelCheckError, match="the qwen3 model family is not token-exact"):
-        episode_stack(parse_config({"environments": {"e": {}}, "model_family": "qwen3"}), tokenizer, "Qwen/Qwen3-4B-Instruct-2507")
-    renderer, _ = episode_stack(parse_config({"environments": {"e": {}}, "model_family": "qwen3", "check_model": False}), tokenizer)
+        episode_stack(
+            parse_config({"environments": {"e": {}}, "model_family": "qwen3"}), tokenizer, "Qwen/Qwen3-4B-Instruct-2507"
+        )
+    renderer, _ = episode_stack(
+        parse_config({"environments": {"e": {}}, "model_family": "qwen3", "check_model": False}), tokenizer
+    )
     assert renderer.family.name == "qwen3"
     renderer, _ = episode_stack(parse_config({"environments": {"e": {}}}), tokenizer, "Qwen/Qwen3-4B-Instruct-2507")
     assert renderer.family.name == "qwen"
@@ -162,17 +189,43 @@ def test_check_model_command(capsys: Any) -> None:
     assert "verdict    go" in out and len(out.splitlines()) <= 24
     assert main(["check-model", "--model", "offline:qwen3-2507", "--family", "qwen3", "--thinking", "off"]) == 2
     out = capsys.readouterr().out
-    assert "NOT token-exact" in out and "differs at token" in out and "verdict    refused" in out and "--skip-check-model" in out
+    assert (
+        "NOT token-exact" in out
+        and "differs at token" in out
+        and "verdict    refused" in out
+        and "--skip-check-model" in out
+    )
     assert main(["check-model", "--model", "moonshotai/Kimi-K3", "--tokenizer", "offline:qwen3"]) == 2
     assert "the kimi-k3 model family is not supported" in capsys.readouterr().err
-    assert main(["check-model", "--model", "NousResearch/Hermes-3-Llama-3.1-8B", "--tokenizer", "offline:llama3.1"]) == 2
+    assert (
+        main(["check-model", "--model", "NousResearch/Hermes-3-Llama-3.1-8B", "--tokenizer", "offline:llama3.1"]) == 2
+    )
     out = capsys.readouterr().out
     assert "family     hermes (by the model name)" in out and "none in this repository: this check is the proof" in out
 
 
 # Gemma 4's special tokens, as its template and renderers' Gemma4Renderer use them
-GEMMA4_TOKENS = ["<bos>", "<eos>", "<|turn>", "<turn|>", "<|tool_call>", "<tool_call|>", "<|tool_response>", "<tool_response|>", "<|tool>",
-                 "<tool|>", "<|channel>", "<channel|>", "<|think|>", '<|"|>', "<|image>", "<image|>", "<|image|>", "<|audio|>", "<|video|>"]
+GEMMA4_TOKENS = [
+    "<bos>",
+    "<eos>",
+    "<|turn>",
+    "<turn|>",
+    "<|tool_call>",
+    "<tool_call|>",
+    "<|tool_response>",
+    "<tool_response|>",
+    "<|tool>",
+    "<tool|>",
+    "<|channel>",
+    "<channel|>",
+    "<|think|>",
+    '<|"|>',
+    "<|image>",
+    "<image|>",
+    "<|image|>",
+    "<|audio|>",
+    "<|video|>",
+]
 
 
 def _assembled_gemma4_tokenizer(template: str) -> Any:
@@ -186,7 +239,9 @@ def _assembled_gemma4_tokenizer(template: str) -> Any:
     from packaged_assets import package_dir
 
     tokenizer = AutoTokenizer.from_pretrained(str(offline_tokenizer_dir("qwen3")))
-    tokenizer.add_special_tokens({"bos_token": "<bos>", "eos_token": "<eos>", "additional_special_tokens": GEMMA4_TOKENS})
+    tokenizer.add_special_tokens(
+        {"bos_token": "<bos>", "eos_token": "<eos>", "additional_special_tokens": GEMMA4_TOKENS}
+    )
     tokenizer.chat_template = (package_dir("trl") / "chat_templates" / template).read_text()
     return tokenizer
 
@@ -206,7 +261,9 @@ def test_gemma4_family_on_an_assembled_tokenizer(template: str, thinking: bool, 
     verdict = probe_family(_assembled_gemma4_tokenizer(template), get_family("gemma-4"), {"enable_thinking": thinking})
     assert verdict.exact == exact, verdict.difference
     if exact and thinking:
-        assert verdict.reasoning == "3 of 4 turns"  # the generation prompt after tool responses opens the thought channel
+        assert (
+            verdict.reasoning == "3 of 4 turns"
+        )  # the generation prompt after tool responses opens the thought channel
 
 
 def _assembled_qwen3_tokenizer(template: str) -> Any:
@@ -223,7 +280,10 @@ def _assembled_qwen3_tokenizer(template: str) -> Any:
     return tokenizer
 
 
-@pytest.mark.parametrize("template", ["nemotron_3_nano.jinja", "nemotron_3_super.jinja", "nemotron_3_ultra.jinja", "nemotron_3_5_lightning.jinja"])
+@pytest.mark.parametrize(
+    "template",
+    ["nemotron_3_nano.jinja", "nemotron_3_super.jinja", "nemotron_3_ultra.jinja", "nemotron_3_5_lightning.jinja"],
+)
 def test_nemotron_3_family_on_an_assembled_tokenizer(template: str) -> None:
     """Nemotron 3 writes Qwen3.5's <function=...> calls in its own template: by name and by markers it is
     `nemotron-3` (qwen3_coder parser, not the hermes of older Nemotrons), which passes, thinking off and
@@ -250,13 +310,17 @@ def test_phi_refusal_holds_for_its_official_templates(template: str) -> None:
     tokenizer = _assembled_qwen3_tokenizer(template)
     call = probe.assistant_message("", calls=[("calculator", {"expression": "1 + 1"})])
     text = tokenizer.apply_chat_template(
-        [{"role": "user", "content": "Q?"}, call, {"role": "tool", "tool_call_id": "call_0_0", "content": "RESULT-2"}], tools=probe.TOOLS, tokenize=False
+        [{"role": "user", "content": "Q?"}, call, {"role": "tool", "tool_call_id": "call_0_0", "content": "RESULT-2"}],
+        tools=probe.TOOLS,
+        tokenize=False,
     )
     assert "calculator" not in text and "1 + 1" not in text and "RESULT-2" not in text
     assert text.count("<|assistant|>") == 1  # the call turn is an empty assistant message
     unnamed = copy.copy(tokenizer)
     unnamed.name_or_path = "/checkpoints/step-100"
-    with pytest.raises(ModelFamilyError, match="the phi model family is not supported: the official templates render no tool turn"):
+    with pytest.raises(
+        ModelFamilyError, match="the phi model family is not supported: the official templates render no tool turn"
+    ):
         family_for(unnamed)
 
 
@@ -269,7 +333,11 @@ def test_cohere_templates_trl_ships_render_no_tool_turn(template: str) -> None:
     tokenizer = _assembled_qwen3_tokenizer(template)
     tokenizer.add_special_tokens({"additional_special_tokens": COHERE_TOKENS})
     call = probe.assistant_message("", calls=[("calculator", {"expression": "1 + 1"})])
-    conversation = [{"role": "user", "content": "Q?"}, call, {"role": "tool", "tool_call_id": "call_0_0", "content": "RESULT-2"}]
+    conversation = [
+        {"role": "user", "content": "Q?"},
+        call,
+        {"role": "tool", "tool_call_id": "call_0_0", "content": "RESULT-2"},
+    ]
     if template == "cohere.jinja":
         with pytest.raises(Exception, match="Conversation roles must alternate"):
             tokenizer.apply_chat_template(conversation, tools=probe.TOOLS, tokenize=False)
@@ -278,9 +346,22 @@ def test_cohere_templates_trl_ships_render_no_tool_turn(template: str) -> None:
         assert "calculator" not in text and "RESULT-2" not in text
     unnamed = copy.copy(tokenizer)
     unnamed.name_or_path = "/checkpoints/step-100"
-    with pytest.raises(ModelFamilyError, match="the command-r model family is not supported: the default chat templates"):
+    with pytest.raises(
+        ModelFamilyError, match="the command-r model family is not supported: the default chat templates"
+    ):
         family_for(unnamed)
 
 
-COHERE_TOKENS = ["<|START_OF_TURN_TOKEN|>", "<|END_OF_TURN_TOKEN|>", "<|SYSTEM_TOKEN|>", "<|USER_TOKEN|>", "<|CHATBOT_TOKEN|>",
-                 "<|START_RESPONSE|>", "<|END_RESPONSE|>", "<|START_THINKING|>", "<|END_THINKING|>", "<|START_ACTION|>", "<|END_ACTION|>"]
+COHERE_TOKENS = [
+    "<|START_OF_TURN_TOKEN|>",
+    "<|END_OF_TURN_TOKEN|>",
+    "<|SYSTEM_TOKEN|>",
+    "<|USER_TOKEN|>",
+    "<|CHATBOT_TOKEN|>",
+    "<|START_RESPONSE|>",
+    "<|END_RESPONSE|>",
+    "<|START_THINKING|>",
+    "<|END_THINKING|>",
+    "<|START_ACTION|>",
+    "<|END_ACTION|>",
+]

@@ -26,16 +26,38 @@ pytestmark = pytest.mark.anyio
 ANSWER = ScriptedCompletion(text="The answer is 1.")
 
 
-async def test_eval_and_the_training_hook_send_the_same_first_prompt(config_file, sglang, tokenizer, openreward_client, tmp_path) -> None:  # noqa: F811
-    config_file.write_text(config_file.read_text() + "chat_template_kwargs:\n  custom_marker: unused\n")  # thinking stays false
+async def test_eval_and_the_training_hook_send_the_same_first_prompt(
+    config_file, sglang, tokenizer, openreward_client, tmp_path
+) -> None:  # noqa: F811
+    config_file.write_text(
+        config_file.read_text() + "chat_template_kwargs:\n  custom_marker: unused\n"
+    )  # thinking stays false
     loaded = load_config(str(config_file))
-    config = attrs.evolve(prepare_config(loaded, split="train"), environments={"MathEnv": loaded.environments["MathEnv"]})
-    options = EvalOptions(engine="sglang", model="offline:qwen3", n=1, concurrency=1, max_new_tokens=32, temperature=1.0, top_p=1.0, max_tasks=1,
-                          output=tmp_path / "eval.jsonl")  # fmt: skip
+    config = attrs.evolve(
+        prepare_config(loaded, split="train"), environments={"MathEnv": loaded.environments["MathEnv"]}
+    )
+    options = EvalOptions(
+        engine="sglang",
+        model="offline:qwen3",
+        n=1,
+        concurrency=1,
+        max_new_tokens=32,
+        temperature=1.0,
+        top_p=1.0,
+        max_tasks=1,
+        output=tmp_path / "eval.jsonl",
+    )
     sglang.push(ANSWER)
     engine = SGLangEngine(sglang.url)
     try:
-        await run_eval(options, config, engine=engine, tokenizer=tokenizer, client=openreward_client, console=Console(file=io.StringIO()))
+        await run_eval(
+            options,
+            config,
+            engine=engine,
+            tokenizer=tokenizer,
+            client=openreward_client,
+            console=Console(file=io.StringIO()),
+        )
     finally:
         await engine.aclose()
     (row,) = [json.loads(line) for line in (tmp_path / "eval.jsonl").read_text().splitlines()]

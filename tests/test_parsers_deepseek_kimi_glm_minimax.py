@@ -43,7 +43,8 @@ def _raw(value: Any) -> str:
 
 def write_deepseek_v3(calls: list[Call]) -> str:
     body = "\n".join(
-        f"<｜tool▁call▁begin｜>function<｜tool▁sep｜>{name}\n```json\n{_json(args)}\n```<｜tool▁call▁end｜>" for name, args in calls
+        f"<｜tool▁call▁begin｜>function<｜tool▁sep｜>{name}\n```json\n{_json(args)}\n```<｜tool▁call▁end｜>"
+        for name, args in calls
     )
     return f"<｜tool▁calls▁begin｜>{body}<｜tool▁calls▁end｜>"
 
@@ -86,14 +87,17 @@ def write_kimi_k2(calls: list[Call]) -> str:
 
 
 def _k3_type(value: Any) -> str:
-    return {str: "string", bool: "boolean", int: "number", float: "number", dict: "object", list: "array"}.get(type(value), "null")
+    return {str: "string", bool: "boolean", int: "number", float: "number", dict: "object", list: "array"}.get(
+        type(value), "null"
+    )
 
 
 def write_kimi_k3(calls: list[Call]) -> str:
     out = []
     for i, (name, args) in enumerate(calls, start=1):
         arguments = "".join(
-            f'<|open|>argument key="{k}" type="{_k3_type(v)}"<|sep|>{_raw(v)}<|close|>argument<|sep|>' for k, v in args.items()
+            f'<|open|>argument key="{k}" type="{_k3_type(v)}"<|sep|>{_raw(v)}<|close|>argument<|sep|>'
+            for k, v in args.items()
         )
         out.append(f'<|open|>call tool="{name}" index="{i}"<|sep|>{arguments}<|close|>call<|sep|>')
     return "<|open|>tools<|sep|>" + "".join(out) + "<|close|>tools<|sep|>"
@@ -110,14 +114,18 @@ def write_glm45(calls: list[Call]) -> str:
 
 def write_glm47(calls: list[Call]) -> str:
     return "".join(
-        f"<tool_call>{name}" + "".join(f"<arg_key>{k}</arg_key><arg_value>{_raw(v)}</arg_value>" for k, v in args.items()) + "</tool_call>"
+        f"<tool_call>{name}"
+        + "".join(f"<arg_key>{k}</arg_key><arg_value>{_raw(v)}</arg_value>" for k, v in args.items())
+        + "</tool_call>"
         for name, args in calls
     )
 
 
 def write_minimax_m2(calls: list[Call]) -> str:
     invokes = "".join(
-        f'<invoke name="{name}">\n' + "".join(f'<parameter name="{k}">{_raw(v)}</parameter>\n' for k, v in args.items()) + "</invoke>\n"
+        f'<invoke name="{name}">\n'
+        + "".join(f'<parameter name="{k}">{_raw(v)}</parameter>\n' for k, v in args.items())
+        + "</invoke>\n"
         for name, args in calls
     )
     return f"<minimax:tool_call>\n{invokes}</minimax:tool_call>"
@@ -141,7 +149,12 @@ FORMATS = [
     Format("deepseek_v4", write_deepseek_v4, ("</｜DSML｜tool_calls>", "</｜DSML｜invoke>")),
     Format("deepseek_v4", write_deepseek_v41, ("</｜DSML｜ calls>", "</｜DSML｜ invoke>")),
     Format("kimi_k2", write_kimi_k2, ("<|tool_calls_section_end|>", "<|tool_call_end|>")),
-    Format("kimi_k3", write_kimi_k3, ("<|close|>tools<|sep|>", "<|close|>call<|sep|>"), ("<|open|>think<|sep|>", "<|close|>think<|sep|>")),
+    Format(
+        "kimi_k3",
+        write_kimi_k3,
+        ("<|close|>tools<|sep|>", "<|close|>call<|sep|>"),
+        ("<|open|>think<|sep|>", "<|close|>think<|sep|>"),
+    ),
     Format("glm45", write_glm45, ("</tool_call>",)),
     Format("glm47", write_glm47, ("</tool_call>",)),
     Format("minimax_m2", write_minimax_m2, ("</minimax:tool_call>", "</invoke>")),
@@ -218,7 +231,9 @@ def test_reasoning_then_call(fmt: Format) -> None:
 def test_reasoning_opened_by_the_generation_prompt(fmt: Format) -> None:
     opener, closer = fmt.think
     parser = get_parser(fmt.parser)
-    turn = parser.parse(f"Plan.{closer}Sure. " + fmt.write([WEATHER]), tools=TOOLS, generation_prompt=f"<prompt>{opener}")
+    turn = parser.parse(
+        f"Plan.{closer}Sure. " + fmt.write([WEATHER]), tools=TOOLS, generation_prompt=f"<prompt>{opener}"
+    )
     assert (turn.reasoning, turn.content, calls_of(turn)) == ("Plan.", "Sure.", [WEATHER])
     unfinished = parser.parse("still thinking", generation_prompt=f"<prompt>{opener}", finish_reason="length")
     assert (unfinished.reasoning, unfinished.content, unfinished.tool_calls) == ("still thinking", "", ())
@@ -334,7 +349,9 @@ def test_garbage_never_raises(fmt: Format) -> None:
         for finish_reason in ("stop", "length", None):
             turn = parser.parse(text, tools=TOOLS, finish_reason=finish_reason)
             # a well-formed turn whatever the input: only known tools are called, with dict arguments
-            assert isinstance(turn.content, str) and all(isinstance(c.arguments, dict) and c.name in names for c in turn.tool_calls)
+            assert isinstance(turn.content, str) and all(
+                isinstance(c.arguments, dict) and c.name in names for c in turn.tool_calls
+            )
     for text in (full[::-1], "<" * 50):  # nothing in these is a call
         assert parser.parse(text, tools=TOOLS, finish_reason="stop").tool_calls == ()
 
@@ -353,9 +370,16 @@ def _raw_call(fmt: Format, name: str, raw_args: dict[str, str]) -> str:
 SCHEMA_TOOLS = [
     bare_tool(
         "typed",
-        {"n": {"type": "integer"}, "label": {"type": "string"}, "maybe": {"type": ["integer", "null"]}, "either": {"anyOf": [{"type": "integer"}, {"type": "string"}]},
-         "flag": {"type": "boolean"}, "obj": {"type": "object"}, "ratio": {"type": "number"}},
-    )  # fmt: skip
+        {
+            "n": {"type": "integer"},
+            "label": {"type": "string"},
+            "maybe": {"type": ["integer", "null"]},
+            "either": {"anyOf": [{"type": "integer"}, {"type": "string"}]},
+            "flag": {"type": "boolean"},
+            "obj": {"type": "object"},
+            "ratio": {"type": "number"},
+        },
+    )
 ]
 
 
@@ -387,7 +411,9 @@ def test_raw_values_are_coerced_with_the_schema(fmt: Format, key: str, raw: str,
 
 
 @RAW
-@pytest.mark.parametrize(("key", "raw"), [("n", "9223372036854775808"), ("n", "forty-two"), ("flag", "yes"), ("obj", "{not json")])
+@pytest.mark.parametrize(
+    ("key", "raw"), [("n", "9223372036854775808"), ("n", "forty-two"), ("flag", "yes"), ("obj", "{not json")]
+)
 def test_value_that_cannot_satisfy_the_schema_is_kept_raw_and_reported(fmt: Format, key: str, raw: str) -> None:
     turn = get_parser(fmt.parser).parse(_raw_call(fmt, "typed", {key: raw}), tools=SCHEMA_TOOLS, finish_reason="stop")
     assert calls_of(turn) == [("typed", {key: raw})]
@@ -397,7 +423,9 @@ def test_value_that_cannot_satisfy_the_schema_is_kept_raw_and_reported(fmt: Form
 
 @RAW
 def test_without_a_schema_number_like_text_is_decoded_but_names_stay_strings(fmt: Format) -> None:
-    turn = get_parser(fmt.parser).parse(_raw_call(fmt, "free", {"a": "3", "b": "SF", "c": "[1, 2]"}), finish_reason="stop")
+    turn = get_parser(fmt.parser).parse(
+        _raw_call(fmt, "free", {"a": "3", "b": "SF", "c": "[1, 2]"}), finish_reason="stop"
+    )
     assert turn.tool_calls[0].arguments == {"a": 3, "b": "SF", "c": [1, 2]}
 
 
@@ -444,7 +472,14 @@ def test_dsml_string_flag_and_schema() -> None:
     assert turn.errors == ()
     # label: the schema says string; either: the model said string and the schema allows it;
     # n: the schema says integer although the model said string; free*: no schema, the flag decides.
-    assert turn.tool_calls[0].arguments == {"label": "123", "either": "7", "n": 7, "obj": {"k": "v"}, "free": [1, "x"], "free_text": "true"}
+    assert turn.tool_calls[0].arguments == {
+        "label": "123",
+        "either": "7",
+        "n": 7,
+        "obj": {"k": "v"},
+        "free": [1, "x"],
+        "free_text": "true",
+    }
 
 
 def test_dsml_v32_parser_does_not_take_v4_blocks() -> None:
@@ -473,9 +508,13 @@ def test_dsml_v41_spaced_tags_and_block_less_invokes() -> None:
 
 
 def test_dsml_v4_block_inside_unclosed_reasoning_ends_it() -> None:
-    turn = get_parser("deepseek_v4").parse("I will look it up.\n\n" + write_deepseek_v4([WEATHER]), generation_prompt="<｜Assistant｜><think>")
+    turn = get_parser("deepseek_v4").parse(
+        "I will look it up.\n\n" + write_deepseek_v4([WEATHER]), generation_prompt="<｜Assistant｜><think>"
+    )
     assert turn.reasoning == "I will look it up." and calls_of(turn) == [WEATHER] and turn.errors == ()
-    v32 = get_parser("deepseek_v32").parse("I will look it up.\n\n" + write_deepseek_v32([WEATHER]), generation_prompt="<｜Assistant｜><think>")
+    v32 = get_parser("deepseek_v32").parse(
+        "I will look it up.\n\n" + write_deepseek_v32([WEATHER]), generation_prompt="<｜Assistant｜><think>"
+    )
     assert v32.tool_calls == () and kinds(v32) == [ParseErrorKind.CALL_IN_REASONING]
 
 
@@ -494,7 +533,10 @@ def test_deepseek_invalid_json_is_reported_and_the_next_call_kept() -> None:
 
 def test_deepseek_r1_opener_in_the_prompt_and_emitted_by_the_model() -> None:
     parser = get_parser("deepseek_v3")
-    for prompt, text in (("<｜Assistant｜><think>\n", "hmm\n</think>\n\nHi"), ("<｜Assistant｜>", "<think>\nhmm\n</think>\n\nHi")):
+    for prompt, text in (
+        ("<｜Assistant｜><think>\n", "hmm\n</think>\n\nHi"),
+        ("<｜Assistant｜>", "<think>\nhmm\n</think>\n\nHi"),
+    ):
         turn = parser.parse(text, generation_prompt=prompt)
         assert (turn.reasoning, turn.content) == ("hmm", "Hi")
 
@@ -511,7 +553,12 @@ def _kimi(call_id: str, args: Args) -> str:
 
 @pytest.mark.parametrize(
     ("call_id", "name"),
-    [("functions.get_weather:0", "get_weather"), ("functions.get_weather:17", "get_weather"), ("get_weather:3", "get_weather"), ("functions_get_weather_4", "get_weather")],
+    [
+        ("functions.get_weather:0", "get_weather"),
+        ("functions.get_weather:17", "get_weather"),
+        ("get_weather:3", "get_weather"),
+        ("functions_get_weather_4", "get_weather"),
+    ],
 )
 def test_kimi_k2_keeps_the_native_id(call_id: str, name: str) -> None:
     turn = get_parser("kimi_k2").parse(_kimi(call_id, {"city": "SF"}), tools=TOOLS)
@@ -522,7 +569,10 @@ def test_kimi_k2_keeps_the_native_id(call_id: str, name: str) -> None:
 def test_kimi_k2_name_less_id_inferred_only_when_one_tool_fits(call_id: str) -> None:
     turn = get_parser("kimi_k2").parse(_kimi(call_id, {"city": "SF", "days": 2}), tools=TOOLS)
     assert [(c.name, c.id) for c in turn.tool_calls] == [("get_weather", call_id)]
-    ambiguous = [{"name": "a", "parameters": {"properties": {"x": {}}}}, {"name": "b", "parameters": {"properties": {"x": {}}}}]
+    ambiguous = [
+        {"name": "a", "parameters": {"properties": {"x": {}}}},
+        {"name": "b", "parameters": {"properties": {"x": {}}}},
+    ]
     turn = get_parser("kimi_k2").parse(_kimi(call_id, {"x": 1}), tools=ambiguous)
     assert turn.tool_calls == () and kinds(turn) == [ParseErrorKind.MISSING_NAME]
     assert turn.errors[0].call_id == call_id
@@ -580,9 +630,7 @@ def test_glm_name_with_spaces_is_malformed() -> None:
 
 
 def test_minimax_interleaved_thinking_is_all_reasoning() -> None:
-    text = (
-        "first thought\n</think>\n\nChecking.\n<think>\nsecond thought\n</think>\n\n" + write_minimax_m2([WEATHER])
-    )
+    text = "first thought\n</think>\n\nChecking.\n<think>\nsecond thought\n</think>\n\n" + write_minimax_m2([WEATHER])
     turn = get_parser("minimax_m2").parse(text, tools=TOOLS, generation_prompt="]~b]ai\n<think>\n")
     assert turn.reasoning == "first thought\n\nsecond thought"
     assert turn.content == "Checking." and calls_of(turn) == [WEATHER] and turn.errors == ()

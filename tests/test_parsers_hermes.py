@@ -7,8 +7,17 @@ import pytest
 from openreward_rl.parsers import ParseErrorKind, get_parser
 
 TOOLS = [
-    {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}},
-    {"type": "function", "function": {"name": "run", "parameters": {"type": "object", "properties": {"code": {"type": "string"}}}}},
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    },
+    {
+        "type": "function",
+        "function": {"name": "run", "parameters": {"type": "object", "properties": {"code": {"type": "string"}}}},
+    },
 ]
 ONE = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "SF"}}\n</tool_call>'
 TWO = ONE + '\n<tool_call>\n{"name": "run", "arguments": {"code": "x"}}\n</tool_call>'
@@ -77,9 +86,13 @@ def test_arguments_as_string_parameters_key_and_ids():
     granite = '<tool_call>{"name": "run", "arguments": "{\\"code\\": \\"1\\"}", "id": "abc"}</tool_call>'
     turn = parse(granite)
     assert turn.tool_calls[0].arguments == {"code": "1"} and turn.tool_calls[0].id == "abc"
-    assert parse('<tool_call>{"name": "run", "parameters": {"code": "2"}}</tool_call>').tool_calls[0].arguments == {"code": "2"}
+    assert parse('<tool_call>{"name": "run", "parameters": {"code": "2"}}</tool_call>').tool_calls[0].arguments == {
+        "code": "2"
+    }
     assert parse('<tool_call>{"name": "run"}</tool_call>').tool_calls[0].arguments == {}
-    assert kinds(parse('<tool_call>{"name": "run", "arguments": "not json"}</tool_call>')) == [ParseErrorKind.INVALID_ARGUMENTS]
+    assert kinds(parse('<tool_call>{"name": "run", "arguments": "not json"}</tool_call>')) == [
+        ParseErrorKind.INVALID_ARGUMENTS
+    ]
 
 
 @pytest.mark.parametrize(
@@ -109,7 +122,9 @@ def test_a_bad_block_does_not_swallow_the_next_call():
 
 
 def test_non_ascii_arguments_survive_unescaped():
-    turn = parse('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Zürich 東京 🚀", "e": "\\u00e9"}}\n</tool_call>')
+    turn = parse(
+        '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Zürich 東京 🚀", "e": "\\u00e9"}}\n</tool_call>'
+    )
     call = turn.tool_calls[0]
     assert call.arguments == {"city": "Zürich 東京 🚀", "e": "é"}
     assert call.arguments_json() == '{"city": "Zürich 東京 🚀", "e": "é"}'

@@ -23,7 +23,9 @@ from openreward_rl.parsers import get_parser
 from parser_renderings import TOOLS, FamilyRendering, families
 
 FAMILIES = families()
-_TEXT = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs", "Cc")) | st.sampled_from("\n\t "), max_size=6)
+_TEXT = st.text(
+    alphabet=st.characters(codec="utf-8", exclude_categories=("Cs", "Cc")) | st.sampled_from("\n\t "), max_size=6
+)
 
 
 def _arguments(family: FamilyRendering) -> st.SearchStrategy[str]:
@@ -33,8 +35,12 @@ def _arguments(family: FamilyRendering) -> st.SearchStrategy[str]:
     else:
         piece = st.one_of(marker, _TEXT)
     value = st.lists(piece, min_size=1, max_size=8).map("".join)
-    value = value.filter(lambda v: not any(c in v for c in family.forbidden) and family.forbidden not in v if family.forbidden else True)
-    if family.raw_values:  # a raw value's outer whitespace is layout in several templates; code starts and ends with text
+    value = value.filter(
+        lambda v: not any(c in v for c in family.forbidden) and family.forbidden not in v if family.forbidden else True
+    )
+    if (
+        family.raw_values
+    ):  # a raw value's outer whitespace is layout in several templates; code starts and ends with text
         value = value.map(lambda v: f"a{v}z")
     return value
 
@@ -48,7 +54,9 @@ def test_family_markers_inside_string_arguments_round_trip(family: FamilyRenderi
     calls = [("run_code", {"code": code, "note": note}), ("run_code", {"code": note})][: family.max_calls]
     prompt, completion = family.render(calls)
     for finish_reason in ("stop", None):
-        turn = get_parser(family.parser).parse(completion, tools=TOOLS, generation_prompt=prompt, finish_reason=finish_reason)
+        turn = get_parser(family.parser).parse(
+            completion, tools=TOOLS, generation_prompt=prompt, finish_reason=finish_reason
+        )
         assert turn.errors == (), (completion, turn.errors)
         assert [(c.name, c.arguments) for c in turn.tool_calls] == calls, completion
         assert turn.content == ""

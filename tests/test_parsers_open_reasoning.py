@@ -30,7 +30,9 @@ def _open_reasoning_completion(family) -> tuple[str, str]:
     return prompt, "I should list the directory.\n\n" + call
 
 
-@pytest.mark.parametrize(("family", "parser_class"), [(QWEN35, Qwen3CoderParser), (QWEN3, HermesParser)], ids=["qwen3_coder", "hermes"])
+@pytest.mark.parametrize(
+    ("family", "parser_class"), [(QWEN35, Qwen3CoderParser), (QWEN3, HermesParser)], ids=["qwen3_coder", "hermes"]
+)
 def test_tool_call_ends_open_reasoning_by_default(family, parser_class) -> None:
     assert "<think>" in (TRL_TEMPLATES / "qwen3_5_think.jinja").read_text()
     prompt, completion = _open_reasoning_completion(family)
@@ -41,10 +43,14 @@ def test_tool_call_ends_open_reasoning_by_default(family, parser_class) -> None:
     assert parser_class().tool_call_ends_reasoning is True
 
 
-@pytest.mark.parametrize(("family", "parser_class"), [(QWEN35, Qwen3CoderParser), (QWEN3, HermesParser)], ids=["qwen3_coder", "hermes"])
+@pytest.mark.parametrize(
+    ("family", "parser_class"), [(QWEN35, Qwen3CoderParser), (QWEN3, HermesParser)], ids=["qwen3_coder", "hermes"]
+)
 def test_strict_setting_reports_the_call_in_open_reasoning(family, parser_class) -> None:
     prompt, completion = _open_reasoning_completion(family)
-    turn = parser_class(tool_call_ends_reasoning=False).parse(completion, tools=TOOLS, generation_prompt=prompt, finish_reason="stop")
+    turn = parser_class(tool_call_ends_reasoning=False).parse(
+        completion, tools=TOOLS, generation_prompt=prompt, finish_reason="stop"
+    )
     assert turn.tool_calls == () and [e.kind for e in turn.errors] == [ParseErrorKind.CALL_IN_REASONING]
     assert turn.reasoning.startswith("I should list the directory.") and "<tool_call>" in turn.reasoning
 
@@ -53,9 +59,13 @@ def test_strict_setting_reports_the_call_in_open_reasoning(family, parser_class)
 def test_a_call_cut_off_in_open_reasoning_is_never_executed(ends: bool) -> None:
     prompt, completion = _open_reasoning_completion(QWEN35)
     cut = completion[: completion.index("ls -la") + 3]
-    turn = Qwen3CoderParser(tool_call_ends_reasoning=ends).parse(cut, tools=TOOLS, generation_prompt=prompt, finish_reason="length")
+    turn = Qwen3CoderParser(tool_call_ends_reasoning=ends).parse(
+        cut, tools=TOOLS, generation_prompt=prompt, finish_reason="length"
+    )
     assert turn.tool_calls == ()
-    assert [e.kind for e in turn.errors] == [ParseErrorKind.UNCLOSED_BLOCK if ends else ParseErrorKind.CALL_IN_REASONING]
+    assert [e.kind for e in turn.errors] == [
+        ParseErrorKind.UNCLOSED_BLOCK if ends else ParseErrorKind.CALL_IN_REASONING
+    ]
 
 
 def test_a_mention_of_the_opener_does_not_end_reasoning() -> None:
@@ -70,17 +80,31 @@ def test_a_rehearsal_inside_closed_reasoning_is_still_not_executed() -> None:
     call = completion[completion.index("<tool_call>") :]
     text = "Maybe:\n" + call + "\nNo, not yet.\n</think>\n\nDone."
     turn = get_parser("qwen3_coder").parse(text, tools=TOOLS, generation_prompt=prompt, finish_reason="stop")
-    assert turn.tool_calls == () and turn.content == "Done." and [e.kind for e in turn.errors] == [ParseErrorKind.CALL_IN_REASONING]
+    assert (
+        turn.tool_calls == ()
+        and turn.content == "Done."
+        and [e.kind for e in turn.errors] == [ParseErrorKind.CALL_IN_REASONING]
+    )
 
 
-@pytest.mark.parametrize(("family", "parser_class"), [(QWEN35, Qwen3CoderParser), (QWEN3, HermesParser)], ids=["qwen3_coder", "hermes"])
+@pytest.mark.parametrize(
+    ("family", "parser_class"), [(QWEN35, Qwen3CoderParser), (QWEN3, HermesParser)], ids=["qwen3_coder", "hermes"]
+)
 def test_a_call_in_open_reasoning_may_quote_the_reasoning_closer(family, parser_class) -> None:
     """The closer inside the call's arguments does not close the reasoning (classes 1 and 4 together)."""
     calls = [("run_code", {"code": "grep -n '</think>' notes.md"})]
     prompt, completion = family.render(calls)
     call = completion[completion.index("<tool_call>") :]
     prompt = prompt if prompt.rstrip().endswith("<think>") else prompt + "<think>\n"
-    turn = parser_class().parse("Search the notes.\n\n" + call, tools=TOOLS, generation_prompt=prompt, finish_reason="stop")
-    assert turn.reasoning == "Search the notes." and [(c.name, c.arguments) for c in turn.tool_calls] == calls and turn.errors == ()
-    strict = parser_class(tool_call_ends_reasoning=False).parse("Search the notes.\n\n" + call, tools=TOOLS, generation_prompt=prompt, finish_reason="stop")
+    turn = parser_class().parse(
+        "Search the notes.\n\n" + call, tools=TOOLS, generation_prompt=prompt, finish_reason="stop"
+    )
+    assert (
+        turn.reasoning == "Search the notes."
+        and [(c.name, c.arguments) for c in turn.tool_calls] == calls
+        and turn.errors == ()
+    )
+    strict = parser_class(tool_call_ends_reasoning=False).parse(
+        "Search the notes.\n\n" + call, tools=TOOLS, generation_prompt=prompt, finish_reason="stop"
+    )
     assert strict.tool_calls == ()

@@ -14,17 +14,84 @@ from openreward_rl.parsers import ParsedTurn, ParseError, ToolCall, available_pa
 
 # Markers of every format, so that generated text reaches deep into each parser.
 MARKERS = [
-    "<tool_call>", "</tool_call>", "<think>", "</think>", "<function=", "</function>", "<parameter=", "</parameter>",
-    "<|python_tag|>", "<|python_start|>", "<|python_end|>", "<|tool_call_start|>", "<|tool_call_end|>",
-    "<function_calls>", "</function_calls>", "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]", "[THINK]", "[/THINK]",
-    "<|tool_call>", "<tool_call|>", '<|"|>', "<|channel>", "<channel|>", "call:", "<start_function_call>", "<escape>",
-    "<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|constrain|>", "<|call|>", "<|return|>", " to=functions.",
-    "analysis", "commentary", "final", "<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>",
-    "<｜tool▁call▁end｜>", "<｜DSML｜", "<|tool_calls_section_begin|>", "<|tool_call_begin|>",
-    "<|tool_call_argument_begin|>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>",
-    "<minimax:tool_call>", "<invoke name=", "<|open|>", "<|sep|>", "<|close|>",
-    '{"name": "f", "arguments": {', '"parameters": ', "get_weather", "f(", "x=1", "1e999", "NaN", "{", "}", "[", "]",
-    '"', "'", ",", ";", ":", "=", ">", "\n", " ", "é東🚀", "\\",
+    "<tool_call>",
+    "</tool_call>",
+    "<think>",
+    "</think>",
+    "<function=",
+    "</function>",
+    "<parameter=",
+    "</parameter>",
+    "<|python_tag|>",
+    "<|python_start|>",
+    "<|python_end|>",
+    "<|tool_call_start|>",
+    "<|tool_call_end|>",
+    "<function_calls>",
+    "</function_calls>",
+    "[TOOL_CALLS]",
+    "[ARGS]",
+    "[CALL_ID]",
+    "[THINK]",
+    "[/THINK]",
+    "<|tool_call>",
+    "<tool_call|>",
+    '<|"|>',
+    "<|channel>",
+    "<channel|>",
+    "call:",
+    "<start_function_call>",
+    "<escape>",
+    "<|start|>",
+    "<|end|>",
+    "<|message|>",
+    "<|channel|>",
+    "<|constrain|>",
+    "<|call|>",
+    "<|return|>",
+    " to=functions.",
+    "analysis",
+    "commentary",
+    "final",
+    "<｜tool▁calls▁begin｜>",
+    "<｜tool▁call▁begin｜>",
+    "<｜tool▁sep｜>",
+    "<｜tool▁call▁end｜>",
+    "<｜DSML｜",
+    "<|tool_calls_section_begin|>",
+    "<|tool_call_begin|>",
+    "<|tool_call_argument_begin|>",
+    "<arg_key>",
+    "</arg_key>",
+    "<arg_value>",
+    "</arg_value>",
+    "<minimax:tool_call>",
+    "<invoke name=",
+    "<|open|>",
+    "<|sep|>",
+    "<|close|>",
+    '{"name": "f", "arguments": {',
+    '"parameters": ',
+    "get_weather",
+    "f(",
+    "x=1",
+    "1e999",
+    "NaN",
+    "{",
+    "}",
+    "[",
+    "]",
+    '"',
+    "'",
+    ",",
+    ";",
+    ":",
+    "=",
+    ">",
+    "\n",
+    " ",
+    "é東🚀",
+    "\\",
 ]
 texts = st.lists(st.one_of(st.sampled_from(MARKERS), st.text(max_size=8)), max_size=40).map("".join)
 json_values = st.recursive(
@@ -36,15 +103,26 @@ tool_lists = st.one_of(
     st.none(),
     st.lists(
         st.one_of(
-            st.fixed_dictionaries({"name": st.sampled_from(["f", "get_weather", "search", ""]), "parameters": json_values}),
-            st.fixed_dictionaries({"type": st.just("function"), "function": st.dictionaries(st.sampled_from(["name", "parameters"]), json_values)}),
+            st.fixed_dictionaries(
+                {"name": st.sampled_from(["f", "get_weather", "search", ""]), "parameters": json_values}
+            ),
+            st.fixed_dictionaries(
+                {
+                    "type": st.just("function"),
+                    "function": st.dictionaries(st.sampled_from(["name", "parameters"]), json_values),
+                }
+            ),
             st.dictionaries(st.text(max_size=4), json_values, max_size=2),
         ),
         max_size=3,
     ),
 )
 finish_reasons = st.sampled_from([None, "stop", "length", "abort"])
-prompts = st.one_of(st.just(""), st.sampled_from(["<|im_start|>assistant\n<think>\n", "<|start|>assistant", "[THINK]", "<|channel>"]), texts)
+prompts = st.one_of(
+    st.just(""),
+    st.sampled_from(["<|im_start|>assistant\n<think>\n", "<|start|>assistant", "[THINK]", "<|channel>"]),
+    texts,
+)
 
 
 @pytest.mark.parametrize("parser_name", available_parsers())
@@ -70,6 +148,8 @@ def test_parsers_never_raise_on_arbitrary_unicode(parser_name, text, finish_reas
 
 
 @pytest.mark.parametrize("parser_name", available_parsers())
-@pytest.mark.parametrize("nasty", ["[" * 50_000, "{" * 50_000, "<|tool_call>call:f" + "{a:" * 5000, "<tool_call>" * 5000])
+@pytest.mark.parametrize(
+    "nasty", ["[" * 50_000, "{" * 50_000, "<|tool_call>call:f" + "{a:" * 5000, "<tool_call>" * 5000]
+)
 def test_parsers_survive_pathological_nesting(parser_name, nasty):
     assert isinstance(get_parser(parser_name).parse(nasty, tools=[{"name": "f"}], finish_reason="stop"), ParsedTurn)

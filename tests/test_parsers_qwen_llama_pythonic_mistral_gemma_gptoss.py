@@ -10,9 +10,15 @@ from tool_schemas import bare_tool, function_tool
 
 WEATHER = function_tool(
     "get_weather",
-    {"city": {"type": "string"}, "days": {"type": "integer"}, "zip": {"type": "string"}, "limit": {"type": ["integer", "null"]},
-     "ratio": {"anyOf": [{"type": "number"}, {"type": "string"}]}, "flags": {"type": "object"}},
-)  # fmt: skip
+    {
+        "city": {"type": "string"},
+        "days": {"type": "integer"},
+        "zip": {"type": "string"},
+        "limit": {"type": ["integer", "null"]},
+        "ratio": {"anyOf": [{"type": "number"}, {"type": "string"}]},
+        "flags": {"type": "object"},
+    },
+)
 SEARCH = bare_tool("search", {"query": {"type": "string"}})
 TOOLS = [WEATHER, SEARCH]
 
@@ -49,7 +55,14 @@ def test_qwen3_coder_values_follow_the_schema():
         "</function>\n</tool_call>"
     )
     (call,) = get_parser("qwen3_coder").parse(text, tools=TOOLS).tool_calls
-    assert call.arguments == {"zip": "0042", "days": 7, "limit": None, "ratio": 0.5, "flags": {"a": [1, "b"]}, "city": "  two\nlines "}
+    assert call.arguments == {
+        "zip": "0042",
+        "days": 7,
+        "limit": None,
+        "ratio": 0.5,
+        "flags": {"a": [1, "b"]},
+        "city": "  two\nlines ",
+    }
 
 
 def test_qwen3_coder_value_failing_its_schema_runs_raw_with_a_warning():
@@ -100,7 +113,7 @@ def test_qwen3_coder_unknown_tool_and_malformed_block_are_reported():
 
 
 def test_qwen3_coder_non_ascii():
-    text = "<tool_call>\n<function=search>\n<parameter=query>\ncafé \"naïve\" 東京 🚀\n</parameter>\n</function>\n</tool_call>"
+    text = '<tool_call>\n<function=search>\n<parameter=query>\ncafé "naïve" 東京 🚀\n</parameter>\n</function>\n</tool_call>'
     (call,) = get_parser("qwen3_coder").parse(text, tools=TOOLS).tool_calls
     assert call.arguments == {"query": 'café "naïve" 東京 🚀'}
     assert "東京" in call.arguments_json()
@@ -112,7 +125,10 @@ def test_qwen3_coder_non_ascii():
 def test_llama3_tagged_calls_separated_by_semicolons():
     text = '<|python_tag|>{"name": "get_weather", "parameters": {"city": "SF"}}; {"name": "search", "arguments": "{\\"query\\": \\"x\\"}"}'
     turn = get_parser("llama3_json").parse(text, tools=TOOLS)
-    assert summary(turn) == [("get_weather", {"city": "SF"}), ("search", {"query": "x"})]  # string arguments decoded once
+    assert summary(turn) == [
+        ("get_weather", {"city": "SF"}),
+        ("search", {"query": "x"}),
+    ]  # string arguments decoded once
 
 
 def test_llama3_content_before_and_after_the_tag():
@@ -126,7 +142,9 @@ def test_llama3_bare_json_policy():
     parser = get_parser("llama3_json")
     call = '{"name": "search", "parameters": {"query": "x"}}'
     assert summary(parser.parse(call, tools=TOOLS)) == [("search", {"query": "x"})]
-    assert summary(parser.parse(f'{call};{{"type": "function", "name": "get_weather", "parameters": {{}}}}', tools=TOOLS)) == [
+    assert summary(
+        parser.parse(f'{call};{{"type": "function", "name": "get_weather", "parameters": {{}}}}', tools=TOOLS)
+    ) == [
         ("search", {"query": "x"}),
         ("get_weather", {}),
     ]
@@ -158,7 +176,9 @@ def test_llama3_truncated_second_call_keeps_the_first():
 
 
 def test_llama3_rejects_non_finite_numbers_and_reports_unknown_tools():
-    turn = get_parser("llama3_json").parse('<|python_tag|>{"name": "search", "parameters": {"n": 1e999}};{"name": "x", "parameters": {}}', tools=TOOLS)
+    turn = get_parser("llama3_json").parse(
+        '<|python_tag|>{"name": "search", "parameters": {"n": 1e999}};{"name": "x", "parameters": {}}', tools=TOOLS
+    )
     assert turn.tool_calls == ()
     assert ParseErrorKind.INVALID_JSON in kinds(turn)
 
@@ -175,7 +195,9 @@ def test_llama3_rejects_non_finite_numbers_and_reports_unknown_tools():
     ],
 )
 def test_pythonic_call_lists(wrap):
-    text = wrap("[get_weather(city='SF', days=3), search(query=\"x\", flags={'fresh': True, 'n': None}, tags=('a', \"b\"))]")
+    text = wrap(
+        "[get_weather(city='SF', days=3), search(query=\"x\", flags={'fresh': True, 'n': None}, tags=('a', \"b\"))]"
+    )
     turn = get_parser("pythonic").parse(text)
     assert summary(turn) == [
         ("get_weather", {"city": "SF", "days": 3}),
@@ -194,7 +216,15 @@ def test_pythonic_olmo3_lines_lfm2_json_and_content():
 
 @pytest.mark.parametrize(
     "bad",
-    ["[f(x=1e999)]", "[f(x=-1e999)]", "[f(x=float('nan'))]", "[f(1)]", "[f(**kw)]", "[f(x=__import__('os'))]", "[f(x={1: 2})]"],
+    [
+        "[f(x=1e999)]",
+        "[f(x=-1e999)]",
+        "[f(x=float('nan'))]",
+        "[f(1)]",
+        "[f(**kw)]",
+        "[f(x=__import__('os'))]",
+        "[f(x={1: 2})]",
+    ],
 )
 def test_pythonic_rejects_what_is_not_a_literal_call(bad):
     turn = get_parser("pythonic").parse(bad)
@@ -211,7 +241,9 @@ def test_pythonic_prose_stays_content_and_truncation_keeps_complete_calls():
 
 
 def test_pythonic_end_tag_in_string_and_non_ascii():
-    turn = get_parser("pythonic").parse("<|python_start|>[search(query='<|python_end|> 東京')]<|python_end|>", tools=TOOLS)
+    turn = get_parser("pythonic").parse(
+        "<|python_start|>[search(query='<|python_end|> 東京')]<|python_end|>", tools=TOOLS
+    )
     # The wrapper's closer is found string-aware (issue 13): quoted in an argument, it is text.
     assert summary(turn) == [("search", {"query": "<|python_end|> 東京"})] and turn.errors == ()
     # A closer outside any string still ends the block: the incomplete list is reported, never guessed at.
@@ -234,9 +266,14 @@ def test_mistral_v3_json_array_with_ids():
 
 def test_mistral_v11_call_ids_and_v13_reasoning():
     parser = get_parser("mistral")
-    turn = parser.parse('[TOOL_CALLS]get_weather[CALL_ID]abcDEF123[ARGS]{"city": "SF"}[TOOL_CALLS]search[CALL_ID]xyzXYZ789[ARGS]{"query": "x"}', tools=TOOLS)
+    turn = parser.parse(
+        '[TOOL_CALLS]get_weather[CALL_ID]abcDEF123[ARGS]{"city": "SF"}[TOOL_CALLS]search[CALL_ID]xyzXYZ789[ARGS]{"query": "x"}',
+        tools=TOOLS,
+    )
     assert [(c.name, c.id) for c in turn.tool_calls] == [("get_weather", "abcDEF123"), ("search", "xyzXYZ789")]
-    turn = parser.parse('[THINK]Need [TOOL_CALLS]x[/THINK]Okay.[TOOL_CALLS]search[ARGS]{"query": "[TOOL_CALLS]"}', tools=TOOLS)
+    turn = parser.parse(
+        '[THINK]Need [TOOL_CALLS]x[/THINK]Okay.[TOOL_CALLS]search[ARGS]{"query": "[TOOL_CALLS]"}', tools=TOOLS
+    )
     assert turn.reasoning == "Need [TOOL_CALLS]x" and turn.content == "Okay."
     assert summary(turn) == [("search", {"query": "[TOOL_CALLS]"})]
     assert kinds(turn) == [ParseErrorKind.CALL_IN_REASONING]
@@ -247,9 +284,11 @@ def test_mistral_truncation_and_unknown_tools():
     text = '[TOOL_CALLS] [{"name": "search", "arguments": {"query": "a"}}, {"name": "search", "arguments": {"qu'
     turn = parser.parse(text, tools=TOOLS, finish_reason="length")
     assert summary(turn) == [("search", {"query": "a"})] and kinds(turn) == [ParseErrorKind.UNCLOSED_BLOCK]
-    turn = parser.parse('[TOOL_CALLS]search[ARGS]{"query": "a"}[TOOL_CALLS]other[ARGS]{"q": ', tools=TOOLS, finish_reason="length")
+    turn = parser.parse(
+        '[TOOL_CALLS]search[ARGS]{"query": "a"}[TOOL_CALLS]other[ARGS]{"q": ', tools=TOOLS, finish_reason="length"
+    )
     assert summary(turn) == [("search", {"query": "a"})] and kinds(turn) == [ParseErrorKind.UNCLOSED_BLOCK]
-    turn = parser.parse('[TOOL_CALLS]other[ARGS]{}', tools=TOOLS)
+    turn = parser.parse("[TOOL_CALLS]other[ARGS]{}", tools=TOOLS)
     assert kinds(turn) == [ParseErrorKind.UNKNOWN_TOOL]
 
 
@@ -275,7 +314,9 @@ def test_gemma4_truncation_reasoning_and_errors():
     complete = '<|tool_call>call:search{query:<|"|>a<|"|>}'
     assert summary(parser.parse(complete, tools=TOOLS, finish_reason="stop")) == [("search", {"query": "a"})]
     assert kinds(parser.parse(complete, tools=TOOLS, finish_reason="length")) == [ParseErrorKind.UNCLOSED_BLOCK]
-    assert kinds(parser.parse('<|tool_call>call:search{query:<|"|>a', finish_reason="length")) == [ParseErrorKind.UNCLOSED_BLOCK]
+    assert kinds(parser.parse('<|tool_call>call:search{query:<|"|>a', finish_reason="length")) == [
+        ParseErrorKind.UNCLOSED_BLOCK
+    ]
     assert kinds(parser.parse("<|tool_call>call:search{n:1e999}<tool_call|>")) == [ParseErrorKind.INVALID_ARGUMENTS]
     turn = parser.parse('<|channel>thought\n<|tool_call>call:search{query:<|"|>a<|"|>}<tool_call|><channel|>no')
     assert turn.tool_calls == () and kinds(turn) == [ParseErrorKind.CALL_IN_REASONING] and turn.content == "no"
@@ -316,7 +357,9 @@ def test_gpt_oss_analysis_channel_calls_are_executed_and_mentions_are_not():
     parser = get_parser("gpt_oss")
     turn = parser.parse('<|channel|>analysis to=functions.search code<|message|>{"query": "a"}', tools=TOOLS)
     assert summary(turn) == [("search", {"query": "a"})]
-    turn = parser.parse('<|channel|>analysis<|message|>I could send to=functions.search {"query": 1}<|end|><|start|>assistant<|channel|>final<|message|>No.')
+    turn = parser.parse(
+        '<|channel|>analysis<|message|>I could send to=functions.search {"query": 1}<|end|><|start|>assistant<|channel|>final<|message|>No.'
+    )
     assert turn.tool_calls == () and turn.content == "No." and kinds(turn) == [ParseErrorKind.CALL_IN_REASONING]
 
 
@@ -329,4 +372,7 @@ def test_gpt_oss_truncation_unknown_tools_and_plain_text():
     assert kinds(parser.parse(text[:-3], tools=TOOLS)) == [ParseErrorKind.INVALID_JSON]
     assert parser.parse("just text").content == "just text"
     assert parser.parse("<|channel|>anal", finish_reason="length").tool_calls == ()
-    assert parser.parse("<|channel|>analysis<|message|>unfinished thought", finish_reason="length").reasoning == "unfinished thought"
+    assert (
+        parser.parse("<|channel|>analysis<|message|>unfinished thought", finish_reason="length").reasoning
+        == "unfinished thought"
+    )

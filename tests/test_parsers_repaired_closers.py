@@ -23,9 +23,11 @@ from parser_renderings import TOOLS, FamilyRendering, families
 
 CLOSERS = {"qwen3_coder": "\n</parameter>", "glm45": "</arg_value>", "glm47": "</arg_value>"}
 REPAIRABLE = [f for f in families() if f.parser in CLOSERS and f.label != "qwen3.5 nothink"]
-VALUES = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs", "Cc"), exclude_characters="<>"), min_size=1, max_size=20).map(
-    lambda v: f"x{v}y"
-)
+VALUES = st.text(
+    alphabet=st.characters(codec="utf-8", exclude_categories=("Cs", "Cc"), exclude_characters="<>"),
+    min_size=1,
+    max_size=20,
+).map(lambda v: f"x{v}y")
 
 
 def _forget(completion: str, closer: str, which: int) -> str:
@@ -78,11 +80,16 @@ def test_a_quoted_opener_is_not_mistaken_for_a_forgotten_closer(family: FamilyRe
 
 @pytest.mark.parametrize("family", REPAIRABLE, ids=lambda f: f.label)
 @pytest.mark.parametrize("which", [0, 1, 2])
-def test_a_cut_off_turn_with_a_forgotten_closer_never_runs_a_shortened_call(family: FamilyRendering, which: int) -> None:
+def test_a_cut_off_turn_with_a_forgotten_closer_never_runs_a_shortened_call(
+    family: FamilyRendering, which: int
+) -> None:
     calls = [("run_code", {"code": "rm -rf /tmp/build", "note": "clean"}), ("run_code", {"code": "make install"})]
     prompt, completion = family.render(calls)
     text = _forget(completion, CLOSERS[family.parser], which)
     parser = get_parser(family.parser)
     for cut in range(len(text)):
-        executed = [(c.name, c.arguments) for c in parser.parse(text[:cut], tools=TOOLS, generation_prompt=prompt, finish_reason="length").tool_calls]
+        executed = [
+            (c.name, c.arguments)
+            for c in parser.parse(text[:cut], tools=TOOLS, generation_prompt=prompt, finish_reason="length").tool_calls
+        ]
         assert executed == calls[: len(executed)], (cut, text[:cut], executed)

@@ -12,7 +12,10 @@ WEATHER = {
     "type": "function",
     "function": {
         "name": "get_weather",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}, "zip": {"type": "string"}}},
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "days": {"type": "integer"}, "zip": {"type": "string"}},
+        },
     },
 }
 SEARCH = {"name": "search", "parameters": {"type": "object", "properties": {"query": {"type": "string"}}}}
@@ -29,7 +32,11 @@ def summary(turn):
 
 
 def test_reasoning_content_and_two_calls_as_the_template_writes_them():
-    text = "\n<seed:think>I need the weather.</seed:think>\nLet me check.\n" + call("get_weather", city="San Francisco", days="3") + call("search", query="x")
+    text = (
+        "\n<seed:think>I need the weather.</seed:think>\nLet me check.\n"
+        + call("get_weather", city="San Francisco", days="3")
+        + call("search", query="x")
+    )
     turn = get_parser("seed_oss").parse(text, tools=TOOLS)
     assert summary(turn) == [("get_weather", {"city": "San Francisco", "days": 3}), ("search", {"query": "x"})]
     assert turn.reasoning == "I need the weather." and turn.content == "Let me check."
@@ -46,9 +53,15 @@ def test_values_are_kept_as_written_and_typed_by_the_schema():
 def test_a_forgotten_wrapper_is_accepted_as_qwen3_coder_accepts_it():
     """A bare `<function=…>` block (the model left out `<seed:tool_call>`) is still a call; a value keeps
     the newlines Qwen's layout puts around it (Seed's template writes none, so none is stripped)."""
-    turn = get_parser("seed_oss").parse("<function=search>\n<parameter=query>\nx\n</parameter>\n</function>", tools=TOOLS)
+    turn = get_parser("seed_oss").parse(
+        "<function=search>\n<parameter=query>\nx\n</parameter>\n</function>", tools=TOOLS
+    )
     assert summary(turn) == [("search", {"query": "\nx\n"})]
-    assert summary(get_parser("qwen3_coder").parse("<function=search>\n<parameter=query>\nx\n</parameter>\n</function>", tools=TOOLS)) == [("search", {"query": "x"})]
+    assert summary(
+        get_parser("qwen3_coder").parse(
+            "<function=search>\n<parameter=query>\nx\n</parameter>\n</function>", tools=TOOLS
+        )
+    ) == [("search", {"query": "x"})]
 
 
 def test_end_tag_inside_a_value_does_not_end_it():

@@ -40,7 +40,10 @@ def test_no_cut_executes_a_shortened_call_that_quotes_the_family_markers(family:
     quoted = " ".join(f"'{m}'" for m in family.markers if not (family.forbidden and family.forbidden in m))
     if "'" in family.forbidden:
         quoted = quoted.replace("'", '"')
-    calls = [("run_code", {"code": f"echo {quoted} && rm -rf /tmp/x", "timeout": 7}), ("run_code", {"code": f"cat {quoted}"})][: family.max_calls]
+    calls = [
+        ("run_code", {"code": f"echo {quoted} && rm -rf /tmp/x", "timeout": 7}),
+        ("run_code", {"code": f"cat {quoted}"}),
+    ][: family.max_calls]
     prompt, completion = family.render(calls)
     parser = get_parser(family.parser)
     full = parser.parse(completion, tools=TOOLS, generation_prompt=prompt, finish_reason="stop")
@@ -58,8 +61,14 @@ def test_the_check_can_fail_a_stop_cut_executes_a_prefix() -> None:
     prompt, completion = family.render(CALLS)
     parser = get_parser(family.parser)
     shortened = [
-        cut for cut in range(len(completion))
-        if [(c.name, c.arguments) for c in parser.parse(completion[:cut], tools=TOOLS, generation_prompt=prompt, finish_reason="stop").tool_calls]
+        cut
+        for cut in range(len(completion))
+        if [
+            (c.name, c.arguments)
+            for c in parser.parse(
+                completion[:cut], tools=TOOLS, generation_prompt=prompt, finish_reason="stop"
+            ).tool_calls
+        ]
         not in [CALLS[:k] for k in range(len(CALLS) + 1)]
     ]
     assert shortened

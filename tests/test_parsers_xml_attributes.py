@@ -17,7 +17,7 @@ from parser_renderings import TOOLS, families, xml_attribute
 KIMI_K3 = next(f for f in families() if f.parser == "kimi_k3")
 DSV4 = next(f for f in families() if f.label == "deepseek-v4")
 MINIMAX = next(f for f in families() if f.parser == "minimax_m2")
-KEYS = st.text(alphabet=st.sampled_from('ab_-&<>"\'é;#x1 '), min_size=1, max_size=12)
+KEYS = st.text(alphabet=st.sampled_from("ab_-&<>\"'é;#x1 "), min_size=1, max_size=12)
 
 
 @settings(max_examples=150, deadline=None)

@@ -178,20 +178,24 @@ def prompt_sample(index: int) -> Sample:
     return slime_double.task_sample(TaskRef("Journal", "train", index=index))
 
 
-
-
 async def step(loop_thread: Any, args: Any, rollout_id: int, source: Any, abort_servers: Any) -> list[list[Sample]]:
     return await asyncio.to_thread(slime_rollout.generate_rollout, loop_thread, args, rollout_id, source, abort_servers)
 
 
-async def uninterrupted(loop_thread: Any, tokenizer: Any, lengths: dict[int, int], task: int, waits: set = frozenset(), *, hook: Any = None) -> Sample:
+async def uninterrupted(
+    loop_thread: Any, tokenizer: Any, lengths: dict[int, int], task: int, waits: set = frozenset(), *, hook: Any = None
+) -> Sample:
     """The reference: the same model and task, one episode without partial rollout; the journal is
     emptied after it. `hook(server, sample)`: the generate call (default: Slime's, without partial rollout)."""
     server = await make_server(tokenizer, JournalModel(tokenizer, lengths, waits))
     try:
         sample = prompt_sample(task)
         sample.index = 0
-        call = hook or (lambda server, sample: slime_double.call_generate(slime_hooks.generate, make_args(server, partial_rollout=False), sample, copy.deepcopy(SAMPLING)))
+        call = hook or (
+            lambda server, sample: slime_double.call_generate(
+                slime_hooks.generate, make_args(server, partial_rollout=False), sample, copy.deepcopy(SAMPLING)
+            )
+        )
         out = await asyncio.to_thread(loop_thread.run, call(server, sample))
         (only,) = out  # the default context policy is on without partial rollout: a list for every rollout
         return only
@@ -209,7 +213,9 @@ async def test_mid_turn_abort_resumes_token_exactly(config_file, tokenizer, loop
     lengths = {0: 1, 1: 4}  # task 0 finishes at once; task 1 is the long tail
     reference = await uninterrupted(loop_thread, tokenizer, lengths, task=1)
 
-    model = JournalModel(tokenizer, lengths, interrupt={(1, 2): 7}, finish_late=FINISH_LATE_S)  # the third turn of task 1 is cut after 7 tokens
+    model = JournalModel(
+        tokenizer, lengths, interrupt={(1, 2): 7}, finish_late=FINISH_LATE_S
+    )  # the third turn of task 1 is cut after 7 tokens
     server = await make_server(tokenizer, model)
     try:
         args = make_args(server, mask_offpolicy_in_partial_rollout=mask_offpolicy)
@@ -239,9 +245,18 @@ async def test_mid_turn_abort_resumes_token_exactly(config_file, tokenizer, loop
     task_sessions = [s for s in journal_env.SESSIONS if any(c[0] == s and "task 1" in c[2] for c in journal_env.CALLS)]
     assert len(task_sessions) == 1  # one environment session for the whole resumed episode
     calls = session_calls(task_sessions[0])
-    assert calls == [("note", f"task 1 entry {t}: the long tail of this episode") for t in range(4)] + [("submit", "done")]  # each call once
+    assert calls == [("note", f"task 1 entry {t}: the long tail of this episode") for t in range(4)] + [
+        ("submit", "done")
+    ]  # each call once
     spans = resumed.metadata["weight_version_spans"]
-    assert [s["weight_version"] for s in spans] == ["w1", "w1", "w1", "w2", "w2", "w2"]  # turns 0-1, the cut piece, its rest, turns 3-4
+    assert [s["weight_version"] for s in spans] == [
+        "w1",
+        "w1",
+        "w1",
+        "w2",
+        "w2",
+        "w2",
+    ]  # turns 0-1, the cut piece, its rest, turns 3-4
     assert spans[2]["tokens"] == 7 and spans[3]["request"].endswith("_t2_p1")
     assert resumed.weight_versions == ["w1", "w1", "w1", "w2", "w2", "w2"]
     # the cut turn is one turn: the per-turn credit of the resumed episode is the uninterrupted run's
@@ -253,8 +268,12 @@ async def test_mid_turn_abort_resumes_token_exactly(config_file, tokenizer, loop
         assert resumed.loss_mask == reference.loss_mask and resumed.rollout_log_probs == reference.rollout_log_probs
     else:
         prompt_length = len(resumed.tokens) - resumed.response_length
-        boundary = len(server.requests[-3].input_ids) - prompt_length  # the continuation request: context + the 7 old tokens
-        assert resumed.loss_mask[:boundary] == [0] * boundary and resumed.rollout_log_probs[:boundary] == [0.0] * boundary
+        boundary = (
+            len(server.requests[-3].input_ids) - prompt_length
+        )  # the continuation request: context + the 7 old tokens
+        assert (
+            resumed.loss_mask[:boundary] == [0] * boundary and resumed.rollout_log_probs[:boundary] == [0.0] * boundary
+        )
         assert resumed.loss_mask[boundary:] == reference.loss_mask[boundary:] and 1 in resumed.loss_mask[boundary:]
         assert resumed.rollout_log_probs[boundary:] == reference.rollout_log_probs[boundary:]
 
@@ -300,7 +319,9 @@ async def test_process_restart_leaves_an_aborted_placeholder(config_file, tokeni
         ((lost,),) = await step(loop_thread, args, 1, source, aborter(server))
     finally:
         await server.close()
-    assert lost.status is Sample.Status.ABORTED and lost.remove_sample and lost.reward == 0.0 and not any(lost.loss_mask)
+    assert (
+        lost.status is Sample.Status.ABORTED and lost.remove_sample and lost.reward == 0.0 and not any(lost.loss_mask)
+    )
     assert record_of(lost).reward_observed is False and record_of(lost).placeholder is True
     assert "rollout process restarted" in record_of(lost).stop_detail
     slime_double.check_output(lost, args)
@@ -323,8 +344,12 @@ async def test_expired_and_evicted_episodes_become_placeholders(config_file, tok
     finally:
         await server.close()
     details = [record_of(g[0]).stop_detail for g in groups]
-    assert all(g[0].status is Sample.Status.ABORTED and g[0].remove_sample and record_of(g[0]).placeholder for g in groups)
-    assert sum("max_suspended_episodes=2" in d for d in details) == 1 and sum("expired" in d for d in details) == 2, details
+    assert all(
+        g[0].status is Sample.Status.ABORTED and g[0].remove_sample and record_of(g[0]).placeholder for g in groups
+    )
+    assert sum("max_suspended_episodes=2" in d for d in details) == 1 and sum("expired" in d for d in details) == 2, (
+        details
+    )
     assert len(store) == 0 and all(live.task.done() for live in parked)  # their sessions were closed
     for group in groups:
         slime_double.check_output(group[0], args)
@@ -333,7 +358,9 @@ async def test_expired_and_evicted_episodes_become_placeholders(config_file, tok
 async def test_abort_storm_keeps_one_session_and_exact_tokens(config_file, tokenizer, loop_thread) -> None:
     lengths = {1: 5}  # every other task submits at once, ending each step while task 1 is cut
     reference = await uninterrupted(loop_thread, tokenizer, lengths, task=1)
-    model = JournalModel(tokenizer, lengths, interrupt={(1, turn): cut for turn, cut in ((0, 3), (1, 9), (2, 1), (4, 6))})
+    model = JournalModel(
+        tokenizer, lengths, interrupt={(1, turn): cut for turn, cut in ((0, 3), (1, 9), (2, 1), (4, 6))}
+    )
     server = await make_server(tokenizer, model)
     finished: list[Sample] = []
     try:

@@ -76,7 +76,13 @@ def loop_thread(monkeypatch, request) -> Any:
 
 def miles_args(server: Any, form: str, **overrides: Any) -> Any:
     path, _ = FORMS[form]
-    return make_args(server, custom_generate_function_path=path, custom_rm_path="openreward_rl.backends.miles.reward", router_policy="consistent_hashing", **overrides)
+    return make_args(
+        server,
+        custom_generate_function_path=path,
+        custom_rm_path="openreward_rl.backends.miles.reward",
+        router_policy="consistent_hashing",
+        **overrides,
+    )
 
 
 def prompt_sample(index: int) -> Sample:
@@ -91,10 +97,14 @@ def rollout_parts(server: Any, form: str, **overrides: Any) -> tuple[Any, miles_
 
 
 async def step(loop_thread: Any, state: Any, rollout_id: int, source: Any, abort_servers: Any) -> list[list[Sample]]:
-    return await asyncio.to_thread(miles_rollout.generate_rollout, loop_thread, state, rollout_id, source, abort_servers)
+    return await asyncio.to_thread(
+        miles_rollout.generate_rollout, loop_thread, state, rollout_id, source, abort_servers
+    )
 
 
-async def uninterrupted(loop_thread: Any, tokenizer: Any, lengths: dict[int, int], task: int, waits: set = frozenset()) -> Sample:
+async def uninterrupted(
+    loop_thread: Any, tokenizer: Any, lengths: dict[int, int], task: int, waits: set = frozenset()
+) -> Sample:
     """The reference through the Miles hook, as test_partial_rollout's; the journal is emptied after it."""
 
     def hook(server: Any, sample: Any) -> Any:
@@ -105,7 +115,11 @@ async def uninterrupted(loop_thread: Any, tokenizer: Any, lengths: dict[int, int
 
 
 async def interrupted(
-    loop_thread: Any, tokenizer: Any, lengths: dict[int, int], interrupt: dict[tuple[int, int], int], finish_late: float = 0.0
+    loop_thread: Any,
+    tokenizer: Any,
+    lengths: dict[int, int],
+    interrupt: dict[tuple[int, int], int],
+    finish_late: float = 0.0,
 ) -> tuple[Sample, JournalModel, Any]:
     """Task 1's uninterrupted reference, then a server whose model cuts the turns `interrupt` names."""
     reference = await uninterrupted(loop_thread, tokenizer, lengths, task=1)
@@ -116,7 +130,9 @@ async def interrupted(
 @pytest.mark.parametrize("form", list(FORMS))
 async def test_mid_turn_abort_resumes_token_exactly(config_file, tokenizer, loop_thread, form) -> None:
     lengths = {0: 1, 1: 4}
-    reference, model, server = await interrupted(loop_thread, tokenizer, lengths, {(1, 2): 7}, finish_late=FINISH_LATE_S)
+    reference, model, server = await interrupted(
+        loop_thread, tokenizer, lengths, {(1, 2): 7}, finish_late=FINISH_LATE_S
+    )
     try:
         args, state, source = rollout_parts(server, form)
         (first,) = await step(loop_thread, state, 0, source, aborter(server))
@@ -137,9 +153,13 @@ async def test_mid_turn_abort_resumes_token_exactly(config_file, tokenizer, loop
     assert resumed.rollout_log_probs == reference.rollout_log_probs
     sessions = {c[0] for c in journal_env.CALLS if "task 1 " in c[2]}
     assert len(sessions) == 1
-    assert [(tool, text) for s, tool, text in journal_env.CALLS if s in sessions] == [("note", f"task 1 entry {t}: the long tail of this episode") for t in range(4)] + [("submit", "done")]
+    assert [(tool, text) for s, tool, text in journal_env.CALLS if s in sessions] == [
+        ("note", f"task 1 entry {t}: the long tail of this episode") for t in range(4)
+    ] + [("submit", "done")]
     assert resumed.weight_versions == ["w1", "w1", "w1", "w2", "w2", "w2"]
-    routes = {r.routing_key for r in server.requests if r.input_ids and "Task journal-1:" in tokenizer.decode(r.input_ids)}
+    routes = {
+        r.routing_key for r in server.requests if r.input_ids and "Task journal-1:" in tokenizer.decode(r.input_ids)
+    }
     assert routes == {resumed.routing_key}  # every turn of the resumed episode pinned to one worker
 
 
@@ -165,7 +185,12 @@ async def test_abort_between_turns_parks_at_the_next_model_call(config_file, tok
         await server.close()
     sessions = {c[0] for c in journal_env.CALLS if "task 1 " in c[2]}
     assert len(sessions) == 1
-    assert [c[1] for c in journal_env.CALLS if c[0] in sessions] == ["note", "wait", "note", "submit"]  # each tool call once
+    assert [c[1] for c in journal_env.CALLS if c[0] in sessions] == [
+        "note",
+        "wait",
+        "note",
+        "submit",
+    ]  # each tool call once
 
 
 @pytest.mark.parametrize("form", LEGACY_ROLLOUT)
@@ -186,4 +211,3 @@ async def test_mask_offpolicy_on_the_legacy_rollout(config_file, tokenizer, loop
     assert resumed.loss_mask[:boundary] == [0] * boundary and resumed.rollout_log_probs[:boundary] == [0.0] * boundary
     assert resumed.loss_mask[boundary:] == reference.loss_mask[boundary:] and 1 in resumed.loss_mask[boundary:]
     miles_double.check_trainable(resumed, args)
-

@@ -46,8 +46,32 @@ def reference(tokenizer, text: str) -> list[int]:
 
 # Single characters and the short runs that decide where the split pattern cuts.
 _PIECES = st.sampled_from(
-    [*"abcXYZ019 \t\n\r'.,;:!?-_()[]{}<>/\\\"#$%&*+=@^`|~", "  ", "   ", "\n\n", " \n", "\r\n", "\t ", " \n ", "'s", "'S", "'ll",
-     "'RE", "n't", "123", "4567", "Hello", " world", "x2", "..", "...\n", " !", "__init__", "{\"a\": 1}", "    "]
+    [
+        *"abcXYZ019 \t\n\r'.,;:!?-_()[]{}<>/\\\"#$%&*+=@^`|~",
+        "  ",
+        "   ",
+        "\n\n",
+        " \n",
+        "\r\n",
+        "\t ",
+        " \n ",
+        "'s",
+        "'S",
+        "'ll",
+        "'RE",
+        "n't",
+        "123",
+        "4567",
+        "Hello",
+        " world",
+        "x2",
+        "..",
+        "...\n",
+        " !",
+        "__init__",
+        '{"a": 1}',
+        "    ",
+    ]
 )
 _PLAIN_TEXT = st.lists(_PIECES, max_size=60).map("".join)
 

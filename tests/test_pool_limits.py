@@ -49,4 +49,6 @@ async def test_requests_past_the_cap_wait_and_complete() -> None:
             generations = await asyncio.gather(*(engine.generate(request) for _ in range(12)))
         finally:
             await engine.aclose()
-    assert sorted(tokenizer.decode(g.output_ids, skip_special_tokens=True) for g in generations) == sorted(f"answer {i}" for i in range(12))
+    assert sorted(tokenizer.decode(g.output_ids, skip_special_tokens=True) for g in generations) == sorted(
+        f"answer {i}" for i in range(12)
+    )

@@ -42,7 +42,9 @@ def test_prepare_writes_rows_deterministically(config_file: Path, tmp_path: Path
     first, second, other = tmp_path / "a.jsonl", tmp_path / "b.jsonl", tmp_path / "c.jsonl"
     assert main(["prepare", "--config", str(config_file), "--output", str(first), "--max-tasks", "4"]) == 0
     assert main(["prepare", "--config", str(config_file), "--output", str(second), "--max-tasks", "4"]) == 0
-    assert main(["prepare", "--config", str(config_file), "--output", str(other), "--max-tasks", "4", "--seed", "7"]) == 0
+    assert (
+        main(["prepare", "--config", str(config_file), "--output", str(other), "--max-tasks", "4", "--seed", "7"]) == 0
+    )
     rows = read_rows(first)
     assert first.read_text() == second.read_text()
     assert first.read_text() != other.read_text()
@@ -50,7 +52,9 @@ def test_prepare_writes_rows_deterministically(config_file: Path, tmp_path: Path
     counts = {}
     for row in rows:
         assert set(row) == {"prompt", "label", "metadata"} and isinstance(row["metadata"], dict)
-        counts[(row["metadata"]["environment"], row["metadata"]["split"])] = counts.get((row["metadata"]["environment"], row["metadata"]["split"]), 0) + 1
+        counts[(row["metadata"]["environment"], row["metadata"]["split"])] = (
+            counts.get((row["metadata"]["environment"], row["metadata"]["split"]), 0) + 1
+        )
         task = task_from_metadata(row["metadata"])
         assert task.task_spec is not None and task.variant in ("mathenv", "faulty")
     assert counts == {("MathEnv", "train"): 4, ("MathEnv", "test"): 4, ("Faulty", "train"): 2}
@@ -99,7 +103,9 @@ def hanging_up() -> Iterator[tuple[str, list[int]]]:
     listener.close()
 
 
-def test_a_server_that_hangs_up_gets_the_short_preflight_policy(hanging_up: tuple[str, list[int]], tmp_path: Path, capsys) -> None:
+def test_a_server_that_hangs_up_gets_the_short_preflight_policy(
+    hanging_up: tuple[str, list[int]], tmp_path: Path, capsys
+) -> None:
     """Start-up does not spend the listing's back-off (4 attempts of the SDK's 3 tries) on a server that
     cannot be used: the pre-flight check connects `PREFLIGHT_RETRY.attempts` times, then stops."""
     url, accepted = hanging_up
@@ -115,13 +121,24 @@ def test_a_server_that_hangs_up_gets_the_short_preflight_policy(hanging_up: tupl
 @pytest.mark.parametrize(
     ("environments", "message"),
     [
-        ({"NoSuchEnv": {}}, r"environment 'NoSuchEnv' is not served at http://127\.0\.0\.1:\d+; it serves: whodunit, mathenv, faulty, closestguess, gradedguess"),
-        ({"MathEnv": {}}, r"environment 'MathEnv' has no variant, so its requests would go to the default environment 'whodunit' .*variant: mathenv"),
+        (
+            {"NoSuchEnv": {}},
+            r"environment 'NoSuchEnv' is not served at http://127\.0\.0\.1:\d+; it serves: whodunit, mathenv, faulty, closestguess, gradedguess",
+        ),
+        (
+            {"MathEnv": {}},
+            r"environment 'MathEnv' has no variant, so its requests would go to the default environment 'whodunit' .*variant: mathenv",
+        ),
         ({"MathEnv": {"variant": "mathenvv"}}, r"environment 'MathEnv' with variant 'mathenvv' is not served at"),
-        ({"MathEnv": {"variant": "mathenv", "splits": ["nosplit"]}}, r"environments\.MathEnv\.splits: 'nosplit' not offered by the environment; it has: train, test"),
+        (
+            {"MathEnv": {"variant": "mathenv", "splits": ["nosplit"]}},
+            r"environments\.MathEnv\.splits: 'nosplit' not offered by the environment; it has: train, test",
+        ),
     ],
 )
-def test_prepare_refuses_an_environment_the_server_does_not_serve_as_configured(env_server, tmp_path: Path, capsys, environments: dict, message: str) -> None:
+def test_prepare_refuses_an_environment_the_server_does_not_serve_as_configured(
+    env_server, tmp_path: Path, capsys, environments: dict, message: str
+) -> None:
     """A local server ignores the environment name: without these checks an unknown name (or a known one
     without its variant) silently lists the server's first environment's tasks."""
     config = tmp_path / "c.yaml"

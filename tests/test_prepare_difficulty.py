@@ -20,12 +20,29 @@ from openreward_rl.cli import main
 
 
 def chars(p50: float) -> dict[str, float]:
-    return {"mean": p50, "p1": p50 / 4, "p10": p50 / 2, "p25": p50 / 2, "p50": p50, "p75": p50 * 1.5, "p90": p50 * 2, "p99": p50 * 3}
+    return {
+        "mean": p50,
+        "p1": p50 / 4,
+        "p10": p50 / 2,
+        "p25": p50 / 2,
+        "p50": p50,
+        "p75": p50 * 1.5,
+        "p90": p50 * 2,
+        "p99": p50 * 3,
+    }
 
 
 def row(index: int, low: float, high: float, rollouts: int, p50: float = 400.0, split: str = "train") -> dict[str, Any]:
-    return {"task_index": index, "avg_reward": (low + high) / 2, "min_reward": low, "max_reward": high, "num_rollouts": rollouts,
-            "response_chars": chars(p50), "split": split, "variant": "combinationlock"}  # fmt: skip
+    return {
+        "task_index": index,
+        "avg_reward": (low + high) / 2,
+        "min_reward": low,
+        "max_reward": high,
+        "num_rollouts": rollouts,
+        "response_chars": chars(p50),
+        "split": split,
+        "variant": "combinationlock",
+    }
 
 
 ROWS = [
@@ -81,7 +98,9 @@ def api(monkeypatch) -> Iterator[DifficultyAPI]:
 @pytest.fixture
 def config_file(tmp_path: Path, env_server) -> Path:
     file = tmp_path / "train_config.yaml"
-    file.write_text(f"environments:\n  Test/CombinationLock:\n    variant: combinationlock\n    base_url: {env_server.base_url}\n")
+    file.write_text(
+        f"environments:\n  Test/CombinationLock:\n    variant: combinationlock\n    base_url: {env_server.base_url}\n"
+    )
     return file
 
 
@@ -89,10 +108,28 @@ def rows_of(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def test_difficulty_drops_tasks_without_spread_or_too_long_before_the_cap(api, config_file: Path, tmp_path: Path, capsys) -> None:
+def test_difficulty_drops_tasks_without_spread_or_too_long_before_the_cap(
+    api, config_file: Path, tmp_path: Path, capsys
+) -> None:
     out = tmp_path / "tasks.jsonl"
-    argv = ["prepare", "--config", str(config_file), "--output", str(out), "--max-tasks", "28", "--difficulty",
-            "--difficulty-model", "Qwen/Qwen3-4B", "--difficulty-stage", "rl", "--difficulty-min-params", "1000", "--max-response-chars", "1000"]  # fmt: skip
+    argv = [
+        "prepare",
+        "--config",
+        str(config_file),
+        "--output",
+        str(out),
+        "--max-tasks",
+        "28",
+        "--difficulty",
+        "--difficulty-model",
+        "Qwen/Qwen3-4B",
+        "--difficulty-stage",
+        "rl",
+        "--difficulty-min-params",
+        "1000",
+        "--max-response-chars",
+        "1000",
+    ]
     assert main(argv) == 0
     rows = rows_of(out)
     indices = {r["metadata"]["index"] for r in rows}
@@ -102,9 +139,18 @@ def test_difficulty_drops_tasks_without_spread_or_too_long_before_the_cap(api, c
         assert by_index[1]["difficulty"]["num_rollouts"] == 8 and by_index[1]["difficulty"]["avg_reward"] == 0.5
     path, query, key = api.requests[0]
     assert path == "/v1/environments/Test/CombinationLock/task-difficulty" and key == "sk-difficulty"
-    assert query == {"variant": "combinationlock", "split": "train", "model_name": "Qwen/Qwen3-4B", "training_stage": "rl", "min_model_params": "1000"}
+    assert query == {
+        "variant": "combinationlock",
+        "split": "train",
+        "model_name": "Qwen/Qwen3-4B",
+        "training_stage": "rl",
+        "min_model_params": "1000",
+    }
     err = capsys.readouterr().err
-    assert "dropped 2 tasks of Test/CombinationLock:train: no_spread" in err and "dropped 1 tasks of Test/CombinationLock:train: too_long" in err
+    assert (
+        "dropped 2 tasks of Test/CombinationLock:train: no_spread" in err
+        and "dropped 1 tasks of Test/CombinationLock:train: too_long" in err
+    )
 
 
 def test_without_the_flag_nothing_is_asked_and_nothing_dropped(api, config_file: Path, tmp_path: Path) -> None:
@@ -115,11 +161,25 @@ def test_without_the_flag_nothing_is_asked_and_nothing_dropped(api, config_file:
 
 def test_kept_tasks_carry_their_statistics(api, config_file: Path, tmp_path: Path) -> None:
     out = tmp_path / "tasks.jsonl"
-    assert main(["prepare", "--config", str(config_file), "--output", str(out), "--difficulty", "--min-rollouts", "9"]) == 0
+    assert (
+        main(["prepare", "--config", str(config_file), "--output", str(out), "--difficulty", "--min-rollouts", "9"])
+        == 0
+    )
     rows = {r["metadata"]["index"]: r["metadata"] for r in rows_of(out)}
     assert len(rows) == 32  # nothing has 9 rollouts: nothing judged, nothing dropped
     assert main(["prepare", "--config", str(config_file), "--output", str(out), "--difficulty"]) == 0
-    assert 5 in {r["metadata"]["index"] for r in rows_of(out)} and 0 not in {r["metadata"]["index"] for r in rows_of(out)}
-    assert rows[1]["difficulty"] == {"avg_reward": 0.5, "min_reward": 0.0, "max_reward": 1.0, "num_rollouts": 8, "response_chars_p50": 400.0}
+    assert 5 in {r["metadata"]["index"] for r in rows_of(out)} and 0 not in {
+        r["metadata"]["index"] for r in rows_of(out)
+    }
+    assert rows[1]["difficulty"] == {
+        "avg_reward": 0.5,
+        "min_reward": 0.0,
+        "max_reward": 1.0,
+        "num_rollouts": 8,
+        "response_chars_p50": 400.0,
+    }
     assert "difficulty" not in rows[5]
-    assert main(["prepare", "--config", str(config_file), "--output", str(out), "--difficulty", "--min-rollouts", "1"]) == 2
+    assert (
+        main(["prepare", "--config", str(config_file), "--output", str(out), "--difficulty", "--min-rollouts", "1"])
+        == 2
+    )

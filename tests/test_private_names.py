@@ -42,7 +42,9 @@ def bindings(tree: ast.Module) -> dict[str, str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
-                bound[alias.asname or alias.name.split(".")[0]] = alias.name if alias.asname else alias.name.split(".")[0]
+                bound[alias.asname or alias.name.split(".")[0]] = (
+                    alias.name if alias.asname else alias.name.split(".")[0]
+                )
         elif isinstance(node, ast.ImportFrom):
             module = node.module if node.level == 0 and node.module else OWN
             for alias in node.names:
@@ -138,11 +140,17 @@ def findings(tree: ast.Module, own: set[str]) -> list[str]:
     found: list[str] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            found += [f"{node.lineno}: imports {alias.name}" for alias in node.names if foreign(alias.name) and any(map(private, alias.name.split(".")))]
+            found += [
+                f"{node.lineno}: imports {alias.name}"
+                for alias in node.names
+                if foreign(alias.name) and any(map(private, alias.name.split(".")))
+            ]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and foreign(node.module):
             if any(map(private, node.module.split("."))):
                 found.append(f"{node.lineno}: imports from {node.module}")
-            found += [f"{node.lineno}: imports {node.module}.{alias.name}" for alias in node.names if private(alias.name)]
+            found += [
+                f"{node.lineno}: imports {node.module}.{alias.name}" for alias in node.names if private(alias.name)
+            ]
 
     def visit(parent: ast.AST, theirs: set[str]) -> None:
         for node in ast.iter_child_nodes(parent):
@@ -180,7 +188,10 @@ def findings(tree: ast.Module, own: set[str]) -> list[str]:
                     found.extend(
                         f"{node.lineno}: names {arg.value!r}, no attribute of the package"
                         for arg in node.args
-                        if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and private(arg.value) and arg.value not in own
+                        if isinstance(arg, ast.Constant)
+                        and isinstance(arg.value, str)
+                        and private(arg.value)
+                        and arg.value not in own
                     )
             visit(node, theirs)
 
@@ -210,8 +221,12 @@ SAMPLES = {
     "from aiohttp import _helpers": ["1: imports aiohttp._helpers"],
     "import aiohttp\naiohttp._private = 1": ["2: aiohttp._private of aiohttp"],
     "def f(session):\n    session._mark_dead(None)": ["2: ._mark_dead, no attribute of the package"],
-    "def f(session):\n    return getattr(session, '_ping_task', None)": ["2: names '_ping_task', no attribute of the package"],
-    "def f(model):\n    vars(model).pop('_cached_manager', None)": ["2: names '_cached_manager', no attribute of the package"],
+    "def f(session):\n    return getattr(session, '_ping_task', None)": [
+        "2: names '_ping_task', no attribute of the package"
+    ],
+    "def f(model):\n    vars(model).pop('_cached_manager', None)": [
+        "2: names '_cached_manager', no attribute of the package"
+    ],
     (
         "from openreward.api.environments.client import AsyncEnvironmentsAPI\n"
         "class Pooled(AsyncEnvironmentsAPI):\n"
@@ -220,7 +235,7 @@ SAMPLES = {
     ): ["3: Pooled overrides _get_connector of its base", "4: _connector of a base from another library"],
     "class Mine:\n    def __init__(self):\n        self._own = 1\n    def read(self, other):\n        return other._own": [],
     "import json\njson.__name__": [],
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("source", SAMPLES)

@@ -20,7 +20,9 @@ def test_parser_selection_imports_from_the_package() -> None:
     assert parser_for_model("openai/gpt-oss-20b") == "gpt_oss"
     assert parser_for_template("... <|python_tag|> ...") == "llama3_json"
     assert match_family("openai/gpt-oss-20b").name in known_families()
-    assert all(get_parser(family.parser) is not None for family in _FAMILIES.values() if family.parser)  # refused families may name none
+    assert all(
+        get_parser(family.parser) is not None for family in _FAMILIES.values() if family.parser
+    )  # refused families may name none
     assert all(family.parser or family.refused for family in _FAMILIES.values())
 
 
@@ -66,7 +68,13 @@ def test_engines_do_not_import_the_trajectory_layer() -> None:
 
     for path in Path(engines.__file__).parent.glob("*.py"):
         imported = {n.module for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.ImportFrom)}
-        assert not any(m and m.startswith(("openreward_rl.loop.trajectory", "openreward_rl.loop.episode", "openreward_rl.loop.tool_episode")) for m in imported), path.name
+        assert not any(
+            m
+            and m.startswith(
+                ("openreward_rl.loop.trajectory", "openreward_rl.loop.episode", "openreward_rl.loop.tool_episode")
+            )
+            for m in imported
+        ), path.name
 
 
 def test_engines_load_without_the_openreward_sdk() -> None:

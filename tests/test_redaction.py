@@ -7,7 +7,14 @@ import logging
 import pytest
 
 from openreward_rl.env.environment import EnvironmentFault
-from openreward_rl.redaction import MASK, RedactingFilter, SecretRegistry, install_log_redaction, redact, register_secrets
+from openreward_rl.redaction import (
+    MASK,
+    RedactingFilter,
+    SecretRegistry,
+    install_log_redaction,
+    redact,
+    register_secrets,
+)
 
 SECRET = "sk-test-redaction-0123456789"
 
@@ -79,7 +86,9 @@ def test_known_credentials_in_the_environment_are_registered() -> None:
     from openreward_rl.redaction import KNOWN_SECRET_VARIABLES, register_known_secrets
 
     values = {name: f"{name.lower()}-value-test-0042" for name in KNOWN_SECRET_VARIABLES}
-    register_known_secrets({**values, "CUSTOM_KEY_ENV": "custom-value-test-0042", "UNRELATED": "unrelated-value-0042"}, ["CUSTOM_KEY_ENV"])
+    register_known_secrets(
+        {**values, "CUSTOM_KEY_ENV": "custom-value-test-0042", "UNRELATED": "unrelated-value-0042"}, ["CUSTOM_KEY_ENV"]
+    )
     text = " ".join([*values.values(), "custom-value-test-0042", "unrelated-value-0042"])
     assert redact(text) == " ".join([MASK] * (len(values) + 1) + ["unrelated-value-0042"])
 
@@ -94,11 +103,16 @@ def test_lines_the_sdk_prints_through_structlog_are_masked() -> None:
     register_secrets([SECRET])
     out = io.StringIO()
     logger = structlog.wrap_logger(
-        structlog.PrintLogger(out), processors=[structlog.processors.format_exc_info, structlog.dev.ConsoleRenderer(colors=False)]
+        structlog.PrintLogger(out),
+        processors=[structlog.processors.format_exc_info, structlog.dev.ConsoleRenderer(colors=False)],
     )
     try:
         raise RuntimeError(f"upstream rejected {SECRET}")
     except RuntimeError:
         logger.error("tool_call_failed", key=SECRET, exc_info=True)
     logger.info("plain %s", SECRET)
-    assert SECRET not in out.getvalue() and f"upstream rejected {MASK}" in out.getvalue() and out.getvalue().count(MASK) >= 3
+    assert (
+        SECRET not in out.getvalue()
+        and f"upstream rejected {MASK}" in out.getvalue()
+        and out.getvalue().count(MASK) >= 3
+    )

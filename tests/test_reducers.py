@@ -7,7 +7,14 @@ from openreward_rl.reducers import RewardPolicy, available_reducers, get_reducer
 
 @pytest.mark.parametrize(
     ("name", "expected"),
-    [("sum", 1.5), ("mean", 0.5), ("max", 1.0), ("min", -0.5), ("last", 1.0), ("discounted", 1.0 - 0.5 * 0.99 + 1.0 * 0.99**2)],
+    [
+        ("sum", 1.5),
+        ("mean", 0.5),
+        ("max", 1.0),
+        ("min", -0.5),
+        ("last", 1.0),
+        ("discounted", 1.0 - 0.5 * 0.99 + 1.0 * 0.99**2),
+    ],
 )
 def test_reductions(name: str, expected: float) -> None:
     assert math.isclose(get_reducer(name).reduce([1.0, -0.5, 1.0]), expected)

@@ -21,7 +21,16 @@ from openreward_rl.families import renderers_bridge
 from openreward_rl.families.chat import ChatRenderer
 from openreward_rl.families.renderers_bridge import _PROBE, RenderersBridge
 
-TOOLS = [{"type": "function", "function": {"name": "step", "description": "Walk on.", "parameters": {"type": "object", "properties": {"note": {"type": "string"}}, "required": ["note"]}}}]  # fmt: skip
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "step",
+            "description": "Walk on.",
+            "parameters": {"type": "object", "properties": {"note": {"type": "string"}}, "required": ["note"]},
+        },
+    }
+]
 CALL = '<tool_call>\n{"name": "step", "arguments": {"note": "a door"}}\n</tool_call>'
 COMPLETIONS = {
     "reasoning then call": f"<think>\nThe corridor goes on.\n</think>\n\n{CALL}<|im_end|>",
@@ -93,17 +102,27 @@ def test_the_shortcuts_give_the_whole_context_bridge_ids(tokenizer, thinking: bo
             for reply in [*REPLIES, *generated_replies(40)]:
                 for new_messages in (
                     [{"role": "tool", "tool_call_id": "c2", "name": "step", "content": reply}],
-                    [{"role": "tool", "tool_call_id": "c2", "content": reply}, {"role": "tool", "tool_call_id": "c3", "content": "Room 2."}],
+                    [
+                        {"role": "tool", "tool_call_id": "c2", "content": reply},
+                        {"role": "tool", "tool_call_id": "c3", "content": "Room 2."},
+                    ],
                     [{"role": "tool", "tool_call_id": "c2", "content": [{"type": "text", "text": reply}]}],
                     [{"role": "tool", "tool_call_id": "c2", "content": "Room 2."}, {"role": "user", "content": reply}],
                 ):
-                    expected = whole.bridge(context_ids=context, sampled_ids=sampled, new_messages=new_messages, tools=TOOLS)
-                    got = shortcut.bridge(context_ids=context, sampled_ids=sampled, new_messages=new_messages, tools=TOOLS)
+                    expected = whole.bridge(
+                        context_ids=context, sampled_ids=sampled, new_messages=new_messages, tools=TOOLS
+                    )
+                    got = shortcut.bridge(
+                        context_ids=context, sampled_ids=sampled, new_messages=new_messages, tools=TOOLS
+                    )
                     assert got == expected, (name, reply, new_messages)
                     answered += expected is not None
             if name in ("reasoning then call", "call"):  # the turns an episode bridges: answered, not refused
                 lone = [{"role": "tool", "tool_call_id": "c2", "content": REPLIES[0]}]
-                assert shortcut.bridge(context_ids=context, sampled_ids=sampled, new_messages=lone, tools=TOOLS) is not None
+                assert (
+                    shortcut.bridge(context_ids=context, sampled_ids=sampled, new_messages=lone, tools=TOOLS)
+                    is not None
+                )
     assert answered > 0
 
 
@@ -127,7 +146,9 @@ def test_a_lone_reply_is_rendered_as_the_stand_in_on_the_prompts_tail(tokenizer,
     sampled = tokenizer.encode(COMPLETIONS["call"], add_special_tokens=False)
     seen = spy(shortcut, monkeypatch)
     reply = "Room 2: basalt cedar delta. " * 20
-    ids = shortcut.bridge(context_ids=context, sampled_ids=sampled, new_messages=[{"role": "tool", "content": reply}], tools=TOOLS)
+    ids = shortcut.bridge(
+        context_ids=context, sampled_ids=sampled, new_messages=[{"role": "tool", "content": reply}], tools=TOOLS
+    )
     assert ids is not None and tokenizer.decode(ids).count(reply) == 1
     assert len(seen) == 1
     prompt_length, contents = seen[0]

@@ -30,20 +30,38 @@ class SlimeSample:
     metadata: dict
 
 
-def sample_of(trajectory: Trajectory, *, environment: str = "addenv", reward: float | None = None, **fields) -> SlimeSample:
+def sample_of(
+    trajectory: Trajectory, *, environment: str = "addenv", reward: float | None = None, **fields
+) -> SlimeSample:
     """A sample as the generate hook fills it: the trajectory's `EpisodeRecord` (with `fields` changed) as metadata."""
     record = attrs.evolve(EpisodeRecord.of_trajectory(trajectory, {}), environment=environment, **fields)
     return SlimeSample(reward=trajectory.reward if reward is None else reward, metadata=record.to_metadata())
 
 
 def infra_failure() -> Trajectory:
-    return Trajectory(task=TaskRef("addenv", "train", index=1), segments=[], turns=[], messages=[],
-                      step_rewards=[], reward=None, stop_reason=StopReason.ENV_ERROR, stop_detail="session died")
+    return Trajectory(
+        task=TaskRef("addenv", "train", index=1),
+        segments=[],
+        turns=[],
+        messages=[],
+        step_rewards=[],
+        reward=None,
+        stop_reason=StopReason.ENV_ERROR,
+        stop_detail="session died",
+    )
 
 
 def slime_args(**overrides) -> argparse.Namespace:
-    values = {"use_wandb": True, "wandb_project": "slime", "wandb_group": None, "wandb_always_use_train_step": False,
-              "rollout_batch_size": 4, "n_samples_per_prompt": 2, "global_batch_size": 4, "wandb_api_key": "secret-wandb"}
+    values = {
+        "use_wandb": True,
+        "wandb_project": "slime",
+        "wandb_group": None,
+        "wandb_always_use_train_step": False,
+        "rollout_batch_size": 4,
+        "n_samples_per_prompt": 2,
+        "global_batch_size": 4,
+        "wandb_api_key": "secret-wandb",
+    }
     return argparse.Namespace(**{**values, **overrides})
 
 
@@ -87,7 +105,13 @@ def test_rollout_metrics_land_on_slimes_rollout_step(offline):
 
 def test_eval_metrics_land_on_slimes_eval_step(offline):
     run = wandb.init(project="slime", dir=str(offline))
-    data = {"addenv_eval": {"rewards": [1.25, 0.0], "truncated": [False, False], "samples": [sample_of(real_trajectory()), sample_of(infra_failure(), reward=0.0)]}}
+    data = {
+        "addenv_eval": {
+            "rewards": [1.25, 0.0],
+            "truncated": [False, False],
+            "samples": [sample_of(real_trajectory()), sample_of(infra_failure(), reward=0.0)],
+        }
+    }
     assert log_eval_rollout(3, slime_args(), data, None) is False
     run.finish()
     _, rows = read_offline_run(offline)
@@ -98,7 +122,9 @@ def test_eval_metrics_land_on_slimes_eval_step(offline):
 
 
 def test_without_an_active_run_the_hook_starts_one_with_redacted_args(offline):
-    assert log_rollout(2, slime_args(wandb_always_use_train_step=True), [sample_of(real_trajectory())], {}, 1.0) is False
+    assert (
+        log_rollout(2, slime_args(wandb_always_use_train_step=True), [sample_of(real_trajectory())], {}, 1.0) is False
+    )
     rollout_log._LOGGER.finish()
     config, rows = read_offline_run(offline)
     assert rows[0]["rollout/step"] == 2 * 4 * 2 // 4
@@ -107,7 +133,12 @@ def test_without_an_active_run_the_hook_starts_one_with_redacted_args(offline):
 
 def test_fan_out_siblings_count_once_and_foreign_samples_are_ignored():
     good = real_trajectory()
-    samples = [sample_of(good, segment=0, segments=2), sample_of(good, segment=1, segments=2), sample_of(good), SlimeSample(1.0, {"foo": 1})]
+    samples = [
+        sample_of(good, segment=0, segments=2),
+        sample_of(good, segment=1, segments=2),
+        sample_of(good),
+        SlimeSample(1.0, {"foo": 1}),
+    ]
     episodes = rollout_log._episodes_of([samples])  # nested groups as Slime may hand them
     assert len(episodes) == 2
 
@@ -115,18 +146,24 @@ def test_fan_out_siblings_count_once_and_foreign_samples_are_ignored():
 def test_episode_reward_in_metadata_wins_over_the_padded_sample_reward():
     no_reward = real_trajectory().to_dict()
     no_reward.update(reward=None, stop_reason="max_turns")
-    sample = sample_of(Trajectory.from_dict(no_reward), reward=0.0, reward_observed=True)  # even if a writer got this wrong, None stays None
+    sample = sample_of(
+        Trajectory.from_dict(no_reward), reward=0.0, reward_observed=True
+    )  # even if a writer got this wrong, None stays None
     assert episode_of_sample(sample).reward is None
 
 
 def test_metrics_by_kind_count_zero_for_episodes_without_them():
-    with_error = EpisodeStats("e", 0.0, "completed", {"tool_errors": 1.0, "tool_errors/not_found": 1.0, "parse_errors/invalid_json": 2.0})
+    with_error = EpisodeStats(
+        "e", 0.0, "completed", {"tool_errors": 1.0, "tool_errors/not_found": 1.0, "parse_errors/invalid_json": 2.0}
+    )
     clean = EpisodeStats("e", 1.0, "completed", {"tool_errors": 0.0})
     metrics = aggregate([with_error, clean])
     assert metrics["openreward/e/tool_errors/not_found_mean"] == 0.5
     assert metrics["openreward/e/parse_errors/invalid_json_mean"] == 1.0
     assert metrics["openreward/e/reward_std"] == 0.5
-    assert all(metrics[f"openreward/e/stop/{r.value}"] == (1.0 if r is StopReason.COMPLETED else 0.0) for r in StopReason)
+    assert all(
+        metrics[f"openreward/e/stop/{r.value}"] == (1.0 if r is StopReason.COMPLETED else 0.0) for r in StopReason
+    )
 
 
 def test_a_broken_hook_input_is_logged_not_raised(offline, caplog):

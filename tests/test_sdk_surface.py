@@ -61,7 +61,9 @@ class ScriptedModel:
     async def generate(self, request: GenerationRequest) -> Generation:
         prompt = self.tokenizer.decode(list(request.input_ids))
         self.prompts.append(prompt)
-        ids = self.tokenizer.encode(self.reply(prompt), add_special_tokens=False) + [self.tokenizer.convert_tokens_to_ids("<|im_end|>")]
+        ids = self.tokenizer.encode(self.reply(prompt), add_special_tokens=False) + [
+            self.tokenizer.convert_tokens_to_ids("<|im_end|>")
+        ]
         return Generation(tuple(ids), tuple(-0.1 for _ in ids), FinishReason.STOP, matched_stop=ids[-1])
 
     async def aclose(self) -> None:
@@ -83,21 +85,34 @@ def surface_server() -> Iterator[LocalEnvServer]:
 def config_for(server: LocalEnvServer, environments: dict[str, Any], **top: Any) -> Any:
     environments = {name: {"splits": ["test"], **settings} for name, settings in environments.items()}
     raw = {"environments": environments, "parser": "hermes", "attempts": 1, "upload": False, **top}
-    return prepare_config(parse_config(raw), base_url=server.base_url, served={name.lower(): name.lower() for name in SPECS})
+    return prepare_config(
+        parse_config(raw), base_url=server.base_url, served={name.lower(): name.lower() for name in SPECS}
+    )
 
 
 async def one_episode(config: Any, environment: str, model: ScriptedModel, split: str = "test", index: int = 0) -> Any:
     client = AsyncOpenReward(api_key="local")
     try:
-        rollouts = Rollouts.from_config(config, engine=model, tokenizer=model.tokenizer, client=client, model="Qwen/Qwen3-8B", max_new_tokens=128)
+        rollouts = Rollouts.from_config(
+            config, engine=model, tokenizer=model.tokenizer, client=client, model="Qwen/Qwen3-8B", max_new_tokens=128
+        )
         return await rollouts.run(TaskRef(environment, split, index=index))
     finally:
         await client.environments.aclose()
 
 
 def eval_options(tmp_path: Path, **changes: Any) -> EvalOptions:
-    values = dict(engine="sglang", model="Qwen/Qwen3-8B", n=1, concurrency=2, max_new_tokens=128, temperature=1.0, top_p=1.0,
-                  output=tmp_path / "results.jsonl", max_tasks=None)  # fmt: skip
+    values = dict(
+        engine="sglang",
+        model="Qwen/Qwen3-8B",
+        n=1,
+        concurrency=2,
+        max_new_tokens=128,
+        temperature=1.0,
+        top_p=1.0,
+        output=tmp_path / "results.jsonl",
+        max_tasks=None,
+    )
     return EvalOptions(**(values | changes))
 
 
@@ -113,7 +128,9 @@ def answer_sum(prompt: str) -> str:
     return call("answer", answer=str(int(a) + int(b)))
 
 
-async def test_an_environment_that_serves_tasks_by_index_only_is_listed_for_training_and_evaluated(surface_server, tmp_path) -> None:
+async def test_an_environment_that_serves_tasks_by_index_only_is_listed_for_training_and_evaluated(
+    surface_server, tmp_path
+) -> None:
     """`IndexedTasks.list_tasks` raises, so the SDK server answers 400 ("use the index-based API"): the
     tasks come from `num_tasks`, and each session asks the server for its task by index."""
     config = config_for(surface_server, {"IndexedTasks": {"splits": ["train", "test"]}})
@@ -127,18 +144,28 @@ async def test_an_environment_that_serves_tasks_by_index_only_is_listed_for_trai
 
     # eval: every task runs, by index, and is graded
     model = ScriptedModel(answer_sum)
-    await run_eval(eval_options(tmp_path), config_for(surface_server, {"IndexedTasks": {"splits": ["test"]}}), engine=model,
-                   tokenizer=model.tokenizer, client=AsyncOpenReward(api_key="local"), console=Console(file=io.StringIO()))  # fmt: skip
+    await run_eval(
+        eval_options(tmp_path),
+        config_for(surface_server, {"IndexedTasks": {"splits": ["test"]}}),
+        engine=model,
+        tokenizer=model.tokenizer,
+        client=AsyncOpenReward(api_key="local"),
+        console=Console(file=io.StringIO()),
+    )
     results = rows_of(tmp_path / "results.jsonl")
     assert sorted(r["task"]["index"] for r in results) == [0, 1, 2]
     assert all(r["reward"] == 1.0 and r["stop_reason"] == "completed" for r in results)
 
 
-def test_prepare_writes_the_rows_of_an_index_only_environment_for_the_trainers_and_the_online_sampler(surface_server, tmp_path) -> None:
+def test_prepare_writes_the_rows_of_an_index_only_environment_for_the_trainers_and_the_online_sampler(
+    surface_server, tmp_path
+) -> None:
     from openreward_rl.backends.task_sampling import task_key_of
 
     config_file = tmp_path / "train_config.yaml"
-    config_file.write_text(f"env_base_url: {surface_server.base_url}\nenvironments:\n  IndexedTasks:\n    variant: indexedtasks\n    splits: [train]\n")
+    config_file.write_text(
+        f"env_base_url: {surface_server.base_url}\nenvironments:\n  IndexedTasks:\n    variant: indexedtasks\n    splits: [train]\n"
+    )
     assert main(["prepare", "--config", str(config_file), "--output", str(tmp_path / "rows.jsonl")]) == 0
     rows = rows_of(tmp_path / "rows.jsonl")
     assert sorted(task_from_metadata(r["metadata"]).index for r in rows) == [0, 1, 2]
@@ -157,7 +184,9 @@ def workbench(prompt: str) -> str:
     return call("submit", answer=seen.split("\n")[0])  # bash's output, then "(exit 0)"
 
 
-async def test_a_session_toolset_reaches_the_environment_and_tool_metadata_reaches_every_record(surface_server, tmp_path, capsys, monkeypatch) -> None:
+async def test_a_session_toolset_reaches_the_environment_and_tool_metadata_reaches_every_record(
+    surface_server, tmp_path, capsys, monkeypatch
+) -> None:
     """`toolset: claude-code` makes the server bind the SDK's Claude Code toolset to the session: its
     `bash` runs in the environment's sandbox. Its `ToolOutput.metadata` (output, exit code) and
     `submit`'s are kept in the results file, `show` (text and HTML) and the upload payload."""
@@ -174,7 +203,14 @@ async def test_a_session_toolset_reaches_the_environment_and_tool_metadata_reach
         monkeypatch.setenv("OPENREWARD_API_URL", sink.url)
         client = AsyncOpenReward(api_key="local-upload-key")
         try:
-            await run_eval(eval_options(tmp_path), config, engine=model, tokenizer=model.tokenizer, client=client, console=Console(file=io.StringIO()))
+            await run_eval(
+                eval_options(tmp_path),
+                config,
+                engine=model,
+                tokenizer=model.tokenizer,
+                client=client,
+                console=Console(file=io.StringIO()),
+            )
         finally:
             await client.environments.aclose()
         uploaded = json.dumps(sink.events)
@@ -188,7 +224,11 @@ async def test_a_session_toolset_reaches_the_environment_and_tool_metadata_reach
 
     assert main(["show", str(tmp_path / "results.jsonl"), "--index", "0", "--no-color"]) == 0
     shown = capsys.readouterr().out
-    assert "bash metadata (not shown to the model)" in shown and '"exit_code": 0' in shown and '"graded": "exact match"' in shown
+    assert (
+        "bash metadata (not shown to the model)" in shown
+        and '"exit_code": 0' in shown
+        and '"graded": "exact match"' in shown
+    )
     assert main(["show", str(tmp_path / "results.jsonl"), "--html", str(tmp_path / "report.html")]) == 0
     report = (tmp_path / "report.html").read_text()
     assert 'class="entry metadata"' in report and "&quot;exit_code&quot;: 0" in report
@@ -205,16 +245,27 @@ def slow_tests(prompt: str) -> str:
     ("settings", "cut", "knob"),
     [
         ({"tool_timeouts": {"run_tests": 0.3}}, True, "raise environments.Workbench.tool_timeouts.run_tests (0.3s)"),
-        ({"tool_timeout": 0.3}, True, "environments.Workbench.tool_timeout (0.3s), or environments.Workbench.tool_timeouts.run_tests for this tool alone"),
+        (
+            {"tool_timeout": 0.3},
+            True,
+            "environments.Workbench.tool_timeout (0.3s), or environments.Workbench.tool_timeouts.run_tests for this tool alone",
+        ),
         ({"tool_timeout": 0.3, "tool_timeouts": {"run_tests": 30}}, False, None),
     ],
     ids=["per-tool limit", "per-environment limit", "per-tool over per-environment"],
 )
-async def test_tool_timeouts_per_environment_and_per_tool_name_the_knob_that_cut_a_call(surface_server, settings, cut, knob) -> None:
-    trajectory = await one_episode(config_for(surface_server, {"Workbench": settings}, tool_timeout=None), "Workbench", ScriptedModel(slow_tests))
+async def test_tool_timeouts_per_environment_and_per_tool_name_the_knob_that_cut_a_call(
+    surface_server, settings, cut, knob
+) -> None:
+    trajectory = await one_episode(
+        config_for(surface_server, {"Workbench": settings}, tool_timeout=None), "Workbench", ScriptedModel(slow_tests)
+    )
     if cut:
         assert trajectory.stop_reason.value == "env_error"
-        assert "tool 'run_tests' of Workbench timed out after 0.3s and was cut" in trajectory.stop_detail and knob in trajectory.stop_detail
+        assert (
+            "tool 'run_tests' of Workbench timed out after 0.3s and was cut" in trajectory.stop_detail
+            and knob in trajectory.stop_detail
+        )
         assert trajectory.reward is None  # a fault, never a reward
     else:
         assert trajectory.reward == 1.0 and trajectory.turns[0].tool_results[0].metadata == {"passed": 3, "failed": 0}
@@ -227,7 +278,9 @@ def gallery(prompt: str) -> str:
     return call("look") if last_tool_output(prompt) is None else call("describe", answer="a pixel")
 
 
-async def test_a_text_only_model_shown_images_gets_a_warning_and_a_count_never_a_silent_substitution(surface_server, caplog, capsys, tmp_path) -> None:
+async def test_a_text_only_model_shown_images_gets_a_warning_and_a_count_never_a_silent_substitution(
+    surface_server, caplog, capsys, tmp_path
+) -> None:
     caplog.set_level(logging.WARNING, logger="openreward_rl")
     model = ScriptedModel(gallery)
     trajectory = await one_episode(config_for(surface_server, {"Gallery": {}}), "Gallery", model)
@@ -235,7 +288,11 @@ async def test_a_text_only_model_shown_images_gets_a_warning_and_a_count_never_a
     assert trajectory.metrics["images_dropped"] == 2.0  # one in the prompt, one from `look`
     assert IMAGE_PLACEHOLDER in model.prompts[0] and model.prompts[1].count(IMAGE_PLACEHOLDER) == 2
     warnings = [r.getMessage() for r in caplog.records if "reads text only" in r.getMessage()]
-    assert len(warnings) == 1 and "environment 'Gallery': the prompt holds an image" in warnings[0] and "images_dropped" in warnings[0]
+    assert (
+        len(warnings) == 1
+        and "environment 'Gallery': the prompt holds an image" in warnings[0]
+        and "images_dropped" in warnings[0]
+    )
     from openreward_rl.show.episode import summary_rows
 
     assert dict(summary_rows(trajectory))["images dropped"].startswith("2: this model reads text only")
@@ -292,7 +349,9 @@ def model_server() -> Iterator[Any]:
 
             prompt = self.tokenizer.decode(request.input_ids)
             seen = last_tool_output(prompt)
-            return ScriptedCompletion(text=call("login") if seen is None else f"The server said: {seen}\n" + call("report", text=seen))
+            return ScriptedCompletion(
+                text=call("login") if seen is None else f"The server said: {seen}\n" + call("report", text=seen)
+            )
 
     server = Leaker()
     try:
@@ -318,23 +377,52 @@ upload: true
 def eval_leaky(tmp_path: Path, model_server: Any, config_text: str, *extra: str) -> int:
     config = tmp_path / "config.yaml"
     config.write_text(config_text)
-    return main(["eval", "--config", str(config), "--engine", "sglang", "--base-url", model_server.server.url, "--model", "Qwen/Qwen3-8B",
-                 "--tokenizer", "offline:qwen3", "--max-new-tokens", "256", "--output", str(tmp_path / "results.jsonl"),
-                 "--serve", SPECS["Leaky"], *extra])  # fmt: skip
+    return main(
+        [
+            "eval",
+            "--config",
+            str(config),
+            "--engine",
+            "sglang",
+            "--base-url",
+            model_server.server.url,
+            "--model",
+            "Qwen/Qwen3-8B",
+            "--tokenizer",
+            "offline:qwen3",
+            "--max-new-tokens",
+            "256",
+            "--output",
+            str(tmp_path / "results.jsonl"),
+            "--serve",
+            SPECS["Leaky"],
+            *extra,
+        ]
+    )
 
 
 @pytest.mark.parametrize(
     ("environ", "required", "config_text", "message"),
     [
-        ({"OPENAI_API_KEY": OPENAI_KEY}, {}, LEAKY_CONFIG,
-         "environments.acme/Leaky.secrets.leak_token is configured to be read from the environment, but LEAK_TOKEN or leak_token is not set"),
-        ({"OPENAI_API_KEY": OPENAI_KEY, "LEAK_TOKEN": LEAK_TOKEN}, {"acme/Leaky": ["openai_api_key", "leak_token", "grader_key"]}, LEAKY_CONFIG,
-         "environment 'acme/Leaky' requires the secret 'grader_key' (OpenReward's required secrets: openai_api_key, leak_token, grader_key), "
-         "which the config does not give it"),
+        (
+            {"OPENAI_API_KEY": OPENAI_KEY},
+            {},
+            LEAKY_CONFIG,
+            "environments.acme/Leaky.secrets.leak_token is configured to be read from the environment, but LEAK_TOKEN or leak_token is not set",
+        ),
+        (
+            {"OPENAI_API_KEY": OPENAI_KEY, "LEAK_TOKEN": LEAK_TOKEN},
+            {"acme/Leaky": ["openai_api_key", "leak_token", "grader_key"]},
+            LEAKY_CONFIG,
+            "environment 'acme/Leaky' requires the secret 'grader_key' (OpenReward's required secrets: openai_api_key, leak_token, grader_key), "
+            "which the config does not give it",
+        ),
     ],
     ids=["configured but unset", "required by OpenReward, not configured"],
 )
-def test_missing_secrets_stop_the_run_at_start_up_naming_them(tmp_path, monkeypatch, capsys, model_server, environ, required, config_text, message) -> None:
+def test_missing_secrets_stop_the_run_at_start_up_naming_them(
+    tmp_path, monkeypatch, capsys, model_server, environ, required, config_text, message
+) -> None:
     for name in ("OPENAI_API_KEY", "LEAK_TOKEN"):
         monkeypatch.delenv(name, raising=False)
     for name, value in environ.items():
@@ -355,7 +443,9 @@ def test_missing_secrets_stop_the_run_at_start_up_naming_them(tmp_path, monkeypa
         assert platform.asked == ["acme/Leaky"]
 
 
-def test_no_secret_an_environment_prints_reaches_the_model_or_any_file_the_run_writes(tmp_path, monkeypatch, capsys, caplog, model_server) -> None:
+def test_no_secret_an_environment_prints_reaches_the_model_or_any_file_the_run_writes(
+    tmp_path, monkeypatch, capsys, caplog, model_server
+) -> None:
     """`Leaky` quotes both secrets in its prompt, in `login`'s error text and in its metadata; the model
     repeats what it saw. The model sees *** (so it samples ***: the records stay token-exact), a warning
     names the environment and the tool, and neither value is in the results, `show`'s output, the HTML
@@ -377,16 +467,37 @@ def test_no_secret_an_environment_prints_reaches_the_model_or_any_file_the_run_w
         assert eval_leaky(tmp_path, model_server, LEAKY_CONFIG, "--wandb-project", "leak-check") == 0
         uploaded = json.dumps(sink.events)
     run_output = capsys.readouterr()
-    assert main(["show", str(tmp_path / "results.jsonl"), "--index", "0", "--no-color", "--tokenizer", "offline:qwen3"]) == 0
+    assert (
+        main(["show", str(tmp_path / "results.jsonl"), "--index", "0", "--no-color", "--tokenizer", "offline:qwen3"])
+        == 0
+    )
     assert main(["show", str(tmp_path / "results.jsonl"), "--no-color"]) == 0
-    assert main(["show", str(tmp_path / "results.jsonl"), "--html", str(tmp_path / "report.html"), "--tokenizer", "offline:qwen3"]) == 0
-    assert main(["show", str(tmp_path / "results.jsonl"), "--index", "0", "--html", str(tmp_path / "episode.html")]) == 0
+    assert (
+        main(
+            [
+                "show",
+                str(tmp_path / "results.jsonl"),
+                "--html",
+                str(tmp_path / "report.html"),
+                "--tokenizer",
+                "offline:qwen3",
+            ]
+        )
+        == 0
+    )
+    assert (
+        main(["show", str(tmp_path / "results.jsonl"), "--index", "0", "--html", str(tmp_path / "episode.html")]) == 0
+    )
     show_output = capsys.readouterr()
 
     tokenizer = load_tokenizer("offline:qwen3")
-    seen_by_model = [tokenizer.decode(r.input_ids) for r in model_server.server.requests[first_request:] if r.path == "/generate"]
+    seen_by_model = [
+        tokenizer.decode(r.input_ids) for r in model_server.server.requests[first_request:] if r.path == "/generate"
+    ]
     written = {str(p.relative_to(tmp_path)): p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
-    assert {"results.jsonl", "report.html", "episode.html"} <= set(written) and any(name.endswith(".wandb") for name in written)
+    assert {"results.jsonl", "report.html", "episode.html"} <= set(written) and any(
+        name.endswith(".wandb") for name in written
+    )
     texts = {
         **{name: data.decode("utf-8", "replace") for name, data in written.items()},
         "upload payload": uploaded,
@@ -400,13 +511,20 @@ def test_no_secret_an_environment_prints_reaches_the_model_or_any_file_the_run_w
             assert secret not in text, f"{secret[:6]}... found in {where}"
 
     (row,) = rows_of(tmp_path / "results.jsonl")
-    assert row["reward"] == 1.0 and row["metrics"]["redacted_values"] == 4  # the prompt's 1, login's text 2, its metadata 1
+    assert (
+        row["reward"] == 1.0 and row["metrics"]["redacted_values"] == 4
+    )  # the prompt's 1, login's text 2, its metadata 1
     login, report = (turn["tool_results"][0] for turn in row["turns"])
-    assert login["text"] == f"Error: 401 Unauthorized: rejected keys {MASK} and {MASK}" and login["metadata"] == {"tried": [MASK, MASK]}
+    assert login["text"] == f"Error: 401 Unauthorized: rejected keys {MASK} and {MASK}" and login["metadata"] == {
+        "tried": [MASK, MASK]
+    }
     assert report["call"]["arguments"] == {"text": login["text"]}  # the model repeated what it saw: the masked text
     assert len(seen_by_model) == 2 and f"session token {MASK}" in seen_by_model[0]
     warnings = " ".join(r.getMessage() for r in caplog.records)
-    assert "environment 'acme/Leaky': tool 'login' showed 2 known secret value(s)" in warnings and "environment 'acme/Leaky': the prompt showed" in warnings
+    assert (
+        "environment 'acme/Leaky': tool 'login' showed 2 known secret value(s)" in warnings
+        and "environment 'acme/Leaky': the prompt showed" in warnings
+    )
     run_config, _ = read_offline_run(tmp_path / "wandb")
     assert run_config  # the WandB run was written (and was scanned above)
     assert len(sink.events) > 3

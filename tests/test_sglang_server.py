@@ -164,8 +164,11 @@ async def test_abort_request_matches_rid_prefix_and_returns_partial_output(qwen3
     assert status == 200
     assert answer["output_ids"] == encode(qwen3_tokenizer, partial)
     assert answer["meta_info"]["finish_reason"] == {
-        "type": "abort", "message": "Aborted", "status_code": None, "err_type": None,
-    }  # fmt: skip
+        "type": "abort",
+        "message": "Aborted",
+        "status_code": None,
+        "err_type": None,
+    }
     assert len(answer["meta_info"]["output_token_logprobs"]) == len(answer["output_ids"])
     assert other["output_ids"] == encode(qwen3_tokenizer, "other")
     assert other["meta_info"]["finish_reason"]["type"] == "abort"

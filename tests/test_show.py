@@ -20,8 +20,16 @@ def dump(tmp_path):
     path = tmp_path / "eval.jsonl"
     hostile = real_trajectory().to_dict()
     hostile["messages"][1]["content"] = "<script>alert(1)</script> & compute"
-    failed = Trajectory(task=TaskRef("addenv", "train", index=1), segments=[], turns=[], messages=[],
-                        step_rewards=[], reward=None, stop_reason=StopReason.ENV_ERROR, stop_detail="session died")
+    failed = Trajectory(
+        task=TaskRef("addenv", "train", index=1),
+        segments=[],
+        turns=[],
+        messages=[],
+        step_rewards=[],
+        reward=None,
+        stop_reason=StopReason.ENV_ERROR,
+        stop_detail="session died",
+    )
     with TrajectoryWriter(path) as writer:
         writer.write(real_trajectory(), model="qwen3", sample=0)
         writer.write(hostile, model="qwen3", sample=1)
@@ -33,14 +41,29 @@ def test_terminal_shows_turns_calls_results_rewards_and_mask(dump, capsys):
     assert main(["show", str(dump), "--index", "0", "--no-color"]) == 0
     out = capsys.readouterr().out
     assert "\x1b[" not in out
-    for expected in ("addenv · train · index 0", "completed", "1.25", "step rewards 0.25, 1", "I should add first.", "turn reward 0.25 · return 1.25", "turn reward 1 · return 1",
-                     "Let me add.", "add (call", '"answer": "5"', "reward 0.25", "reward 1", "finished the episode",
-                     "226 prompt + 81 response, 67 trained"):
+    for expected in (
+        "addenv · train · index 0",
+        "completed",
+        "1.25",
+        "step rewards 0.25, 1",
+        "I should add first.",
+        "turn reward 0.25 · return 1.25",
+        "turn reward 1 · return 1",
+        "Let me add.",
+        "add (call",
+        '"answer": "5"',
+        "reward 0.25",
+        "reward 1",
+        "finished the episode",
+        "226 prompt + 81 response, 67 trained",
+    ):
         assert expected in out, expected
     trajectory = real_trajectory()
     for span in mask_spans(trajectory.segments[-1]):
         assert f"{span.kind:8} {span.start:>6}–{span.end:<6} {span.length} tokens" in out
-    assert sum(s.length for s in mask_spans(trajectory.segments[-1]) if s.kind == "trained") == sum(trajectory.loss_mask)
+    assert sum(s.length for s in mask_spans(trajectory.segments[-1]) if s.kind == "trained") == sum(
+        trajectory.loss_mask
+    )
 
 
 def test_terminal_colour_and_decoded_spans(dump, capsys, monkeypatch):
@@ -114,7 +137,11 @@ def test_html_page_is_self_contained_escaped_and_highlights_trained_tokens(dump,
     assert "<script>alert(1)</script> & compute" in "".join(parsed.text)  # shown as text, not markup
     trajectory = real_trajectory()
     tokenizer = qwen3_tokenizer()
-    expected = [tokenizer.decode(trajectory.tokens[s.start : s.end], skip_special_tokens=False) for s in mask_spans(trajectory.segments[-1]) if s.kind == "trained"]
+    expected = [
+        tokenizer.decode(trajectory.tokens[s.start : s.end], skip_special_tokens=False)
+        for s in mask_spans(trajectory.segments[-1])
+        if s.kind == "trained"
+    ]
     assert parsed.trained == expected  # exactly the sampled turns are highlighted
     assert "<tool_response>" not in "".join(parsed.trained)
 

@@ -61,8 +61,15 @@ class ScriptedModel:
 
     async def generate(self, request: GenerationRequest) -> Generation:
         text = self._reply(self.tokenizer.decode(list(request.input_ids)))
-        ids = self.tokenizer.encode(text, add_special_tokens=False) + [self.tokenizer.convert_tokens_to_ids("<|im_end|>")]
-        return Generation(tuple(ids), tuple(LOGPROBS[i % len(LOGPROBS)] for i in range(len(ids))), FinishReason.STOP, matched_stop=ids[-1])
+        ids = self.tokenizer.encode(text, add_special_tokens=False) + [
+            self.tokenizer.convert_tokens_to_ids("<|im_end|>")
+        ]
+        return Generation(
+            tuple(ids),
+            tuple(LOGPROBS[i % len(LOGPROBS)] for i in range(len(ids))),
+            FinishReason.STOP,
+            matched_stop=ids[-1],
+        )
 
     async def aclose(self) -> None:
         pass
@@ -86,14 +93,30 @@ def results(env_server, example_env_specs, tmp_path_factory) -> Path:
     }
     config = prepare_config(parse_config(raw), base_url=env_server.base_url)
     output = tmp_path_factory.mktemp("report") / "results.jsonl"
-    options = EvalOptions(engine="sglang", model="scripted", tokenizer="offline:qwen3", n=N, concurrency=6, max_new_tokens=64,
-                          temperature=1.0, top_p=1.0, output=output, max_tasks=3)
+    options = EvalOptions(
+        engine="sglang",
+        model="scripted",
+        tokenizer="offline:qwen3",
+        n=N,
+        concurrency=6,
+        max_new_tokens=64,
+        temperature=1.0,
+        top_p=1.0,
+        output=output,
+        max_tasks=3,
+    )
 
     async def run() -> None:
         client = AsyncOpenReward(api_key="local")
         try:
-            await run_eval(options, config, engine=ScriptedModel(tokenizer, answers), tokenizer=tokenizer, client=client,
-                           console=Console(file=io.StringIO()))
+            await run_eval(
+                options,
+                config,
+                engine=ScriptedModel(tokenizer, answers),
+                tokenizer=tokenizer,
+                client=client,
+                console=Console(file=io.StringIO()),
+            )
         finally:
             await client.environments.aclose()
 
@@ -219,7 +242,9 @@ def test_group_view_shows_each_groups_members_and_advantages(page, records):
                 assert float(member["data-advantage"]) == pytest.approx(want, abs=1e-5)
     # the MathEnv groups have 0, 1, 2 and 3 successes of 4: one success is +1.5 against -0.5
     math_advantages = sorted(
-        sorted(float(m["data-advantage"]) for m in members) for members in page.groups.values() if records[int(members[0]["data-episode"])]["task"]["environment"] == "MathEnv"
+        sorted(float(m["data-advantage"]) for m in members)
+        for members in page.groups.values()
+        if records[int(members[0]["data-episode"])]["task"]["environment"] == "MathEnv"
     )
     assert [-0.5, -0.5, -0.5, 1.5] in [[round(a, 4) for a in group] for group in math_advantages]
     assert [0.0, 0.0, 0.0, 0.0] in math_advantages  # all wrong: std 0, no signal
@@ -244,14 +269,18 @@ def test_terminal_listing_lists_every_episode(results, records, capsys):
 
 def test_a_recorded_tokenizer_that_cannot_load_is_a_note_not_an_error(results, records, tmp_path):
     moved = tmp_path / "other.jsonl"
-    moved.write_text("".join(json.dumps({**r, "eval": {**r["eval"], "tokenizer": "offline:nothing"}}) + "\n" for r in records))
+    moved.write_text(
+        "".join(json.dumps({**r, "eval": {**r["eval"], "tokenizer": "offline:nothing"}}) + "\n" for r in records)
+    )
     out = tmp_path / "report.html"
     assert main(["show", str(moved), "--html", str(out)]) == 0
     page = out.read_text()
     assert "offline:nothing" in page and "could not be loaded" in page and "rollout logprob mean" in page
 
 
-chromium = pytest.mark.skipif(find_chromium() is None, reason="no Chromium installed (Debian: apt-get install chromium)")
+chromium = pytest.mark.skipif(
+    find_chromium() is None, reason="no Chromium installed (Debian: apt-get install chromium)"
+)
 
 
 @pytest.mark.browser
@@ -271,16 +300,25 @@ def test_report_in_headless_chromium(report, records, tmp_path):
             # sort by reward, descending: the best first, episodes without a reward last
             await browser.evaluate("document.querySelector('th[data-key=reward]').click()")
             await browser.evaluate("document.querySelector('th[data-key=reward]').click()")
-            values = await browser.evaluate("[...document.querySelectorAll('#episodes tbody tr')].map(r => r.cells[4].dataset.value)")
+            values = await browser.evaluate(
+                "[...document.querySelectorAll('#episodes tbody tr')].map(r => r.cells[4].dataset.value)"
+            )
             numbers = [float(v) for v in values if v != ""]
             assert numbers == sorted(numbers, reverse=True) and numbers[0] == top_reward
-            assert values[len(numbers):] == [""] * (len(values) - len(numbers))
+            assert values[len(numbers) :] == [""] * (len(values) - len(numbers))
 
             # filter by environment
-            await browser.evaluate("(s => { s.value = 'Faulty'; s.dispatchEvent(new Event('input')); })(document.getElementById('filter-env'))")
-            visible = await browser.evaluate("[...document.querySelectorAll('#episodes tbody tr')].filter(r => !r.hidden).map(r => r.dataset.environment)")
+            await browser.evaluate(
+                "(s => { s.value = 'Faulty'; s.dispatchEvent(new Event('input')); })(document.getElementById('filter-env'))"
+            )
+            visible = await browser.evaluate(
+                "[...document.querySelectorAll('#episodes tbody tr')].filter(r => !r.hidden).map(r => r.dataset.environment)"
+            )
             assert visible == ["Faulty"] * faulty
-            assert await browser.evaluate("document.getElementById('shown').textContent") == f"{faulty} of {len(records)} episodes shown"
+            assert (
+                await browser.evaluate("document.getElementById('shown').textContent")
+                == f"{faulty} of {len(records)} episodes shown"
+            )
 
             # the group view: every group with its members and advantage badges
             await browser.open(url + "#groups")
@@ -291,9 +329,13 @@ def test_report_in_headless_chromium(report, records, tmp_path):
 
             # one episode: only its section shows, with its sampled text
             await browser.open(url + "#episode-0")
-            shown = await browser.evaluate("[...document.querySelectorAll('section.view')].filter(s => !s.hidden).map(s => s.id)")
+            shown = await browser.evaluate(
+                "[...document.querySelectorAll('section.view')].filter(s => !s.hidden).map(s => s.id)"
+            )
             assert shown == ["episode-0"]
-            text = await browser.evaluate("[...document.querySelectorAll('#episode-0 .tok')].map(t => t.textContent).join('')")
+            text = await browser.evaluate(
+                "[...document.querySelectorAll('#episode-0 .tok')].map(t => t.textContent).join('')"
+            )
             tokenizer = load_tokenizer("offline:qwen3")
             assert text == "".join(tokenizer.decode(turn["sampled_ids"]) for turn in records[0]["turns"])
 
@@ -312,8 +354,18 @@ def test_serve_answers_the_report_on_loopback(results, records):
     import sys
     import urllib.request
 
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1] / "src"), os.environ.get("PYTHONPATH", "")])}
-    process = subprocess.Popen([sys.executable, "-m", "openreward_rl.cli", "show", str(results), "--serve"], stdout=subprocess.PIPE, text=True, env=env)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            [str(Path(__file__).resolve().parents[1] / "src"), os.environ.get("PYTHONPATH", "")]
+        ),
+    }
+    process = subprocess.Popen(
+        [sys.executable, "-m", "openreward_rl.cli", "show", str(results), "--serve"],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         line = process.stdout.readline()
         url = re.search(r"http://127\.0\.0\.1:\d+/", line).group(0)
@@ -347,7 +399,11 @@ def test_index_and_groups_name_each_task_by_its_question_and_expected_answer(rep
         row = rows[str(number)]
         assert html_escape(_question(record)) in row, number
         assert f"expected {html_escape(_expected(record))}" in row, number
-    groups = re.findall(r'<div class="group" id="group-\d+" data-group="[^"]*">(.*?)<div class="members">(.*?)(?=<div class="group"|$)', text, flags=re.S)
+    groups = re.findall(
+        r'<div class="group" id="group-\d+" data-group="[^"]*">(.*?)<div class="members">(.*?)(?=<div class="group"|$)',
+        text,
+        flags=re.S,
+    )
     head_of = {int(n): head for head, members in groups for n in re.findall(r'data-episode="(\d+)"', members)}
     for number, record in enumerate(records):
         head = head_of[number]

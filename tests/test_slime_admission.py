@@ -38,14 +38,18 @@ def kv_sglang(slime: SlimeCode) -> Iterator[SGLangTestServer]:
     """The Corridor's players on an engine of 16,384 KV tokens, 2 ms a scheduler step."""
     from openreward_rl.assets import load_tokenizer
 
-    yield from serve_sglang(slime, Player(load_tokenizer("offline:qwen3")), kv_cache=KVCacheModel(max_total_tokens=16384, step_s=0.002))
+    yield from serve_sglang(
+        slime, Player(load_tokenizer("offline:qwen3")), kv_cache=KVCacheModel(max_total_tokens=16384, step_s=0.002)
+    )
 
 
 def hook_states() -> list[_state.BackendState]:
     return list(_state._STATES.values())
 
 
-def test_a_training_step_admits_its_episodes_from_the_engines_kv_load(slime, kv_sglang, served_config, tmp_path) -> None:
+def test_a_training_step_admits_its_episodes_from_the_engines_kv_load(
+    slime, kv_sglang, served_config, tmp_path
+) -> None:
     """Two 7-room groups of two: every episode is admitted by the controller (floor 1, the trainer's
     `--sglang-server-concurrency 16` as its ceiling), none is aborted, and the step trains as without it."""
     served_config({"Corridor": {"max_turns": 20}}, concurrency={"mode": "auto", "floor": 1, "poll_interval": 0.02})
@@ -59,7 +63,9 @@ def test_a_training_step_admits_its_episodes_from_the_engines_kv_load(slime, kv_
     assert (gate.floor, gate.ceiling, gate.in_flight, gate.queued) == (1, 16, 0, 0)
     assert len(samples) == 4 and sorted(s.reward for s in samples) == [0.0, 0.0, 1.0, 1.0]
     assert all(s.status == slime.Sample.Status.COMPLETED for s in samples)
-    assert kv_sglang.kv_scheduler.generated_tokens >= sum(sum(s.loss_mask) for s in samples) > 0  # sampled through the KV pool
+    assert (
+        kv_sglang.kv_scheduler.generated_tokens >= sum(sum(s.loss_mask) for s in samples) > 0
+    )  # sampled through the KV pool
     assert data["raw_reward"] == [s.reward for s in samples]
 
 
@@ -77,26 +83,44 @@ def held_sglang(slime: SlimeCode) -> Iterator[SGLangTestServer]:
     """Walkers whose first model call stays in flight until it is aborted, on the KV double."""
     from openreward_rl.assets import load_tokenizer
 
-    yield from serve_sglang(slime, Player(load_tokenizer("offline:qwen3"), hold_at=1), kv_cache=KVCacheModel(max_total_tokens=16384, step_s=0.002))
+    yield from serve_sglang(
+        slime,
+        Player(load_tokenizer("offline:qwen3"), hold_at=1),
+        kv_cache=KVCacheModel(max_total_tokens=16384, step_s=0.002),
+    )
 
 
-def test_an_episode_still_waiting_for_its_slot_when_the_step_aborts_never_starts(slime, held_sglang, served_config, tmp_path) -> None:
+def test_an_episode_still_waiting_for_its_slot_when_the_step_aborts_never_starts(
+    slime, held_sglang, served_config, tmp_path
+) -> None:
     """Ceiling 1: the first walk runs (its first call held), the second waits in the controller. Slime's `abort()`
     sets `GenerateState.aborted` and aborts the requests in flight: the running walk ends ABORTED as the trainer's
     abort, and the waiting one gets its slot and returns ABORTED without a request, as Slime does with a sample that
     waited past the abort on its own semaphore."""
-    served_config({"Corridor": {"max_turns": 20}}, concurrency={"mode": "auto", "floor": 1, "ceiling": 1, "poll_interval": 0.02})
-    args = slime_args(held_sglang, corridor_rows(tmp_path / "corridor.jsonl", [SIX_ROOMS]), rollout_max_context_len=UNCOMPACTED)
+    served_config(
+        {"Corridor": {"max_turns": 20}}, concurrency={"mode": "auto", "floor": 1, "ceiling": 1, "poll_interval": 0.02}
+    )
+    args = slime_args(
+        held_sglang, corridor_rows(tmp_path / "corridor.jsonl", [SIX_ROOMS]), rollout_max_context_len=UNCOMPACTED
+    )
     start_step(slime, args)
     sampling = {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 256, "no_stop_trim": True}
 
     async def step() -> list[Any]:
-        walks = [asyncio.create_task(slime.rollout.generate_and_rm(args, corridor_sample(slime, i, task=SIX_ROOMS), dict(sampling))) for i in range(2)]
+        walks = [
+            asyncio.create_task(
+                slime.rollout.generate_and_rm(args, corridor_sample(slime, i, task=SIX_ROOMS), dict(sampling))
+            )
+            for i in range(2)
+        ]
         await held_sglang.wait_in_flight(1)
         while not hook_states() or hook_states()[0].admission.queued < 1:
             await asyncio.sleep(0.01)
         slime.rollout.GenerateState(args).aborted = True  # what Slime's abort() does first, then abort_all
-        async with aiohttp.ClientSession() as http, http.post(held_sglang.url + "/abort_request", json={"abort_all": True}) as response:
+        async with (
+            aiohttp.ClientSession() as http,
+            http.post(held_sglang.url + "/abort_request", json={"abort_all": True}) as response,
+        ):
             assert response.status == 200
         return await asyncio.gather(*walks)
 

@@ -67,7 +67,9 @@ def check_trainable(slime: SlimeCode, args: Any, sample: Any) -> None:
 # --- generate_and_rm / generate_and_rm_group --------------------------------------------------------------
 
 
-def test_generate_and_rm_group_takes_a_compacted_walk_as_a_list_of_its_contexts(slime, sglang, corridor_config, prompts) -> None:
+def test_generate_and_rm_group_takes_a_compacted_walk_as_a_list_of_its_contexts(
+    slime, sglang, corridor_config, prompts
+) -> None:
     """Plain training under the default config: Slime gathers each rollout as the hook returns it; a walker's is one
     sample per context (compacted by the default policy), a quitter's a list of one, all with the rollout's reward."""
     args = slime_args(sglang, prompts)
@@ -76,7 +78,9 @@ def test_generate_and_rm_group_takes_a_compacted_walk_as_a_list_of_its_contexts(
     assert all(isinstance(rollout, list) for rollout in out)
     walker, quitter = sorted(out, key=len, reverse=True)
     assert len(walker) >= 2 and len(quitter) == 1
-    assert record(walker[0]).segments == len(walker) and {s.reward for s in walker} == {1.0} and quitter[0].reward == 0.0
+    assert (
+        record(walker[0]).segments == len(walker) and {s.reward for s in walker} == {1.0} and quitter[0].reward == 0.0
+    )
     assert len({s.rollout_id for s in walker}) == 1 and walker[0].rollout_id != quitter[0].rollout_id
     for sample in walker + quitter:
         check_trainable(slime, args, sample)
@@ -85,7 +89,9 @@ def test_generate_and_rm_group_takes_a_compacted_walk_as_a_list_of_its_contexts(
         slime.filters.check_reward_nonzero_std(args, out)
 
 
-def test_group_rm_trains_under_the_default_config_one_sample_per_rollout(slime, sglang, corridor_config, prompts) -> None:
+def test_group_rm_trains_under_the_default_config_one_sample_per_rollout(
+    slime, sglang, corridor_config, prompts
+) -> None:
     """`--group-rm`: Slime sets `.reward` on each group member itself, so the hook returns one Sample per rollout
     (the default policy is off: the walk that compacts in plain training runs in one context and overflows it)."""
     args = slime_args(sglang, prompts, group_rm=True)
@@ -95,11 +101,15 @@ def test_group_rm_trains_under_the_default_config_one_sample_per_rollout(slime, 
     walker, quitter = sorted(out, key=lambda s: s.response_length, reverse=True)
     assert record(walker).segments == 1 and record(walker).stop_reason.value == "context_overflow"
     assert walker.status is slime.Sample.Status.TRUNCATED and quitter.reward == 0.0
-    assert all(record(s).group_scored is False for s in out)  # the Corridor has no score_group: the pointwise rewards stand
+    assert all(
+        record(s).group_scored is False for s in out
+    )  # the Corridor has no score_group: the pointwise rewards stand
     for sample in out:
         check_trainable(slime, args, sample)
     filtered = slime.filters.check_reward_nonzero_std(args, out)
-    assert isinstance(filtered, slime.filter_types.DynamicFilterOutput) and not filtered.keep  # 0.0 and 0.0: nothing to learn
+    assert (
+        isinstance(filtered, slime.filter_types.DynamicFilterOutput) and not filtered.keep
+    )  # 0.0 and 0.0: nothing to learn
 
 
 @pytest.fixture
@@ -119,7 +129,9 @@ async def group_scores(env_server: Any, texts: list[str]) -> list[float]:
         await client.environments.aclose()
 
 
-def test_group_rm_rewards_are_the_environments_group_scores_under_the_default_config(slime, scripted_sglang, served_config, prompts, env_server) -> None:
+def test_group_rm_rewards_are_the_environments_group_scores_under_the_default_config(
+    slime, scripted_sglang, served_config, prompts, env_server
+) -> None:
     """`--group-rm` with ClosestGuess (it implements `score_group`), no context_policy in the config: Slime's
     `generate_and_rm_group` runs the four episodes, then its `batched_async_rm` calls the reward hook with the
     group, whose rewards are the environment's ranking of the four answers, not their pointwise 0/1."""
@@ -129,7 +141,10 @@ def test_group_rm_rewards_are_the_environments_group_scores_under_the_default_co
     scripted_sglang.push(*(ScriptedCompletion(text=f"My estimate is {e}.") for e in estimates))
     args = slime_args(scripted_sglang, prompts, group_rm=True, n_samples_per_prompt=4)
     row = task_row(TaskRef("ClosestGuess", "train", index=0))
-    group = [slime.Sample(prompt=row["prompt"], label=row["label"], metadata=row["metadata"], index=i, group_index=0) for i in range(4)]
+    group = [
+        slime.Sample(prompt=row["prompt"], label=row["label"], metadata=row["metadata"], index=i, group_index=0)
+        for i in range(4)
+    ]
     out = slime.run(slime.rollout.generate_and_rm_group(args, group, copy.deepcopy(SAMPLING)))
     assert [type(sample) for sample in out] == [slime.Sample] * 4
     texts = [slime_response_text(sample) for sample in out]
@@ -150,8 +165,14 @@ def slime_response_text(sample: Any) -> str:
 def test_group_rm_with_a_named_policy_is_refused_through_slime(slime, sglang, corridor_config, prompts) -> None:
     corridor_config(NAMED_POLICY)
     args = slime_args(sglang, prompts, group_rm=True)
-    with pytest.raises(ConfigError, match=r"--group-rm cannot take the fan-out samples a context policy makes \(Corridor\)"):
-        slime.run(slime.rollout.generate_and_rm_group(args, [corridor_sample(slime, 0), corridor_sample(slime, 1)], copy.deepcopy(SAMPLING)))
+    with pytest.raises(
+        ConfigError, match=r"--group-rm cannot take the fan-out samples a context policy makes \(Corridor\)"
+    ):
+        slime.run(
+            slime.rollout.generate_and_rm_group(
+                args, [corridor_sample(slime, 0), corridor_sample(slime, 1)], copy.deepcopy(SAMPLING)
+            )
+        )
     assert not sglang.requests  # refused before any episode ran
 
 
@@ -164,21 +185,35 @@ def test_a_list_where_slime_reads_one_sample_fails(slime, sglang, corridor_confi
         monkeypatch.setattr(module, "one_sample_rule", lambda args: None)  # the hooks without the rule
     args = slime_args(sglang, prompts, group_rm=True)
     with pytest.raises(AttributeError, match="'list' object has no attribute 'reward'"):
-        slime.run(slime.rollout.generate_and_rm_group(args, [corridor_sample(slime, 0), corridor_sample(slime, 1)], copy.deepcopy(SAMPLING)))
+        slime.run(
+            slime.rollout.generate_and_rm_group(
+                args, [corridor_sample(slime, 0), corridor_sample(slime, 1)], copy.deepcopy(SAMPLING)
+            )
+        )
 
 
-def test_evaluation_through_slimes_eval_loop_counts_a_compacted_episode_once(slime, sglang, corridor_config, tmp_path, env_server) -> None:
+def test_evaluation_through_slimes_eval_loop_counts_a_compacted_episode_once(
+    slime, sglang, corridor_config, tmp_path, env_server
+) -> None:
     """Slime's eval loop (`generate_rollout(..., evaluation=True)`) extends its reward list with every member of a
     list; the hook returns one Sample per episode there: the first context, with the episode's reward and record."""
     args = slime_args(sglang, corridor_rows(tmp_path / "train.jsonl", [SEVEN_ROOMS]))
-    datasets = [{"name": "corridor", "path": corridor_rows(tmp_path / "eval.jsonl", [SIX_ROOMS]), "n_samples_per_eval_prompt": 1}]
+    datasets = [
+        {
+            "name": "corridor",
+            "path": corridor_rows(tmp_path / "eval.jsonl", [SIX_ROOMS]),
+            "n_samples_per_eval_prompt": 1,
+        }
+    ]
     args.eval_datasets = slime.eval_config.build_eval_dataset_configs(args, datasets, {})
     start_step(slime, args)
     output = slime.rollout.generate_rollout(args, 0, None, evaluation=True)
     result = output.data["corridor"]
     assert result["rewards"] == [1.0] and result["truncated"] == [False]
     (sample,) = result["samples"]
-    assert isinstance(sample, slime.Sample) and record(sample).segment == 0 and record(sample).segments >= 2  # compacted, counted once
+    assert (
+        isinstance(sample, slime.Sample) and record(sample).segment == 0 and record(sample).segments >= 2
+    )  # compacted, counted once
 
 
 # --- a training step: generate_rollout, its data source and dynamic filter, the conversion to train data ------
@@ -189,9 +224,12 @@ def test_a_training_step_with_the_librarys_filter_under_compaction(slime, sglang
     `RolloutManager`'s conversion, with the post-process `openreward-rl train` passes. The 7-room group (a
     compacted walk and a quitter) is kept; the 8-room group (two quitters, 0.0 each) is dropped."""
     args = slime_args(
-        sglang, prompts, rollout_batch_size=1, dynamic_sampling_filter_path="openreward_rl.backends.filters.keep_informative_groups",
+        sglang,
+        prompts,
+        rollout_batch_size=1,
+        dynamic_sampling_filter_path="openreward_rl.backends.filters.keep_informative_groups",
         custom_reward_post_process_path="openreward_rl.backends.advantages.slime_episode_post_process",
-    )  # fmt: skip
+    )
     start_step(slime, args)
     data_source = slime.data_source.RolloutDataSourceWithBuffer(args)
     metrics: dict[str, Any] = {}
@@ -209,7 +247,9 @@ def test_a_training_step_with_the_librarys_filter_under_compaction(slime, sglang
     advantages = {s.rollout_id: a for s, a in zip(samples, data["rewards"])}
     assert sorted(advantages.values()) == pytest.approx([-0.7071, 0.7071], abs=1e-3)  # one GRPO group of two rollouts
     assert data_source.sample_index == 4  # two groups drawn, one dropped by the filter
-    assert metrics == {"rollout/dynamic_filter/drop_zero_std_0.0": 1}  # the library's verdict read as Slime's own, with its reason
+    assert metrics == {
+        "rollout/dynamic_filter/drop_zero_std_0.0": 1
+    }  # the library's verdict read as Slime's own, with its reason
 
 
 def test_a_training_step_with_slimes_stock_filter(slime, sglang, corridor_config, prompts) -> None:
@@ -217,16 +257,23 @@ def test_a_training_step_with_slimes_stock_filter(slime, sglang, corridor_config
     policy off (as `--group-rm` does); the walks fit `--rollout-max-context-len 6144` uncompacted. Naming a
     policy with it is refused through Slime's rollout loop."""
     stock = "slime.rollout.filter_hub.dynamic_sampling_filters.check_reward_nonzero_std"
-    args = slime_args(sglang, prompts, rollout_batch_size=1, rollout_max_context_len=UNCOMPACTED, dynamic_sampling_filter_path=stock)
+    args = slime_args(
+        sglang, prompts, rollout_batch_size=1, rollout_max_context_len=UNCOMPACTED, dynamic_sampling_filter_path=stock
+    )
     start_step(slime, args)
     samples, data = train_data(slime, args, slime.data_source.RolloutDataSourceWithBuffer(args), rollout_id=0)
     assert sorted(s.reward for s in samples) == [0.0, 1.0] and all(record(s).segments == 1 for s in samples)
     for sample in samples:
         check_trainable(slime, args, sample)
-    assert data["rewards"] == pytest.approx([0.7071, -0.7071] if samples[0].reward else [-0.7071, 0.7071], abs=1e-3)  # Slime's own GRPO
+    assert data["rewards"] == pytest.approx(
+        [0.7071, -0.7071] if samples[0].reward else [-0.7071, 0.7071], abs=1e-3
+    )  # Slime's own GRPO
 
     corridor_config(NAMED_POLICY)
     slime.run(close_states())  # the hooks' process state is built from the config once: a new process reads the new one
     slime.rollout.GenerateState.clear_instances()
-    with pytest.raises(ConfigError, match=r"--dynamic-sampling-filter-path slime\.rollout\..*check_reward_nonzero_std cannot take the fan-out samples"):
+    with pytest.raises(
+        ConfigError,
+        match=r"--dynamic-sampling-filter-path slime\.rollout\..*check_reward_nonzero_std cannot take the fan-out samples",
+    ):
         slime.rollout.generate_rollout(args, 0, slime.data_source.RolloutDataSourceWithBuffer(args))

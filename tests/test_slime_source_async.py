@@ -60,7 +60,9 @@ def record(sample: Any) -> EpisodeRecord:
     return EpisodeRecord.from_metadata(sample.metadata)
 
 
-def test_partial_rollout_parks_the_long_tail_at_the_steps_abort_and_resumes_it_next_step(slime, sglang, corridor_config, tmp_path, env_server) -> None:
+def test_partial_rollout_parks_the_long_tail_at_the_steps_abort_and_resumes_it_next_step(
+    slime, sglang, corridor_config, tmp_path, env_server
+) -> None:
     """Step 0 keeps the first group to finish (two quitters) and aborts the walkers mid-corridor: Slime's `abort()`
     puts their ABORTED samples into the data buffer; step 1 draws them first and the hook resumes each walk
     where it stopped, with its environment session, and it trains."""
@@ -72,13 +74,18 @@ def test_partial_rollout_parks_the_long_tail_at_the_steps_abort_and_resumes_it_n
     quitters, _ = train_data(slime, args, data_source, rollout_id=0)
     assert [s.metadata["index"] for s in quitters] == [EIGHT_ROOMS] * 2 and [s.reward for s in quitters] == [0.0, 0.0]
     (parked,) = data_source.buffer
-    assert all(s.status is slime.Sample.Status.ABORTED and "resume" in s.metadata and not s.metadata.get("placeholder") for s in parked)
+    assert all(
+        s.status is slime.Sample.Status.ABORTED and "resume" in s.metadata and not s.metadata.get("placeholder")
+        for s in parked
+    )
     assert {s.metadata["start_rollout_id"] for s in parked} == {0}
     walks_so_far = [s.response_length for s in parked]
 
     walkers, data = train_data(slime, args, data_source, rollout_id=1)
     assert [s.index for s in walkers] == [s.index for s in parked]
-    assert [[s.index for s in group] for group in data_source.buffer] == [[4, 5]]  # step 1's over-sampled group, aborted in turn
+    assert [[s.index for s in group] for group in data_source.buffer] == [
+        [4, 5]
+    ]  # step 1's over-sampled group, aborted in turn
     for sample, before in zip(walkers, walks_so_far):
         check_trainable(slime, args, sample)
         assert sample.reward == 1.0 and sample.response_length > before and record(sample).segments == 1
@@ -86,7 +93,9 @@ def test_partial_rollout_parks_the_long_tail_at_the_steps_abort_and_resumes_it_n
     assert data["raw_reward"] == [1.0, 1.0]
 
 
-def test_a_sync_steps_abort_is_the_trainers_and_is_not_continued(slime, sglang, corridor_config, tmp_path, env_server) -> None:
+def test_a_sync_steps_abort_is_the_trainers_and_is_not_continued(
+    slime, sglang, corridor_config, tmp_path, env_server
+) -> None:
     """Without `--partial-rollout` Slime's `abort()` sets `GenerateState.aborted` before it aborts the requests in
     flight: the hook reads that abort as the trainer's, so the held walks end there (no continuation request), and
     Slime drops them; only the quitters train."""
@@ -102,11 +111,17 @@ def test_a_sync_steps_abort_is_the_trainers_and_is_not_continued(slime, sglang, 
     assert not any("_p" in (r.rid or "") for r in sglang.requests)  # no turn continued after the trainer's abort
 
 
-def test_partial_rollout_with_a_named_policy_is_refused_through_slimes_step(slime, sglang, corridor_config, tmp_path, env_server) -> None:
+def test_partial_rollout_with_a_named_policy_is_refused_through_slimes_step(
+    slime, sglang, corridor_config, tmp_path, env_server
+) -> None:
     corridor_config(NAMED_POLICY)
-    args = slime_args(sglang, corridor_rows(tmp_path / "corridor.jsonl", [SIX_ROOMS]), rollout_batch_size=1, partial_rollout=True)
+    args = slime_args(
+        sglang, corridor_rows(tmp_path / "corridor.jsonl", [SIX_ROOMS]), rollout_batch_size=1, partial_rollout=True
+    )
     start_step(slime, args)
-    with pytest.raises(ConfigError, match=r"--partial-rollout cannot take the fan-out samples a context policy makes \(Corridor\)"):
+    with pytest.raises(
+        ConfigError, match=r"--partial-rollout cannot take the fan-out samples a context policy makes \(Corridor\)"
+    ):
         slime.rollout.generate_rollout(args, 0, slime.data_source.RolloutDataSourceWithBuffer(args))
 
 
@@ -116,15 +131,21 @@ async def post(server: SGLangTestServer, path: str) -> None:
             assert response.status == 200
 
 
-def test_fully_async_rollout_trains_walks_cut_by_a_weight_update(slime, sglang, corridor_config, tmp_path, env_server) -> None:
+def test_fully_async_rollout_trains_walks_cut_by_a_weight_update(
+    slime, sglang, corridor_config, tmp_path, env_server
+) -> None:
     """Slime's fully-async worker runs the two walks of one prompt; a weight update (`/pause_generation`, SGLang's
     default mode "abort", then `/continue_generation`) cuts the turns in flight, which the hook continues in place
     (the worker never sets `GenerateState.aborted`); the step's rollout function collects the group and the
     manager converts it. Under a named context policy the worker's `generate_and_rm_group` is refused."""
     args = slime_args(
-        sglang, corridor_rows(tmp_path / "corridor.jsonl", [SIX_ROOMS]), rollout_batch_size=1, sglang_server_concurrency=2,
-        rollout_function_path="slime.rollout.fully_async_rollout.generate_rollout_fully_async", rollout_max_context_len=UNCOMPACTED,
-    )  # fmt: skip
+        sglang,
+        corridor_rows(tmp_path / "corridor.jsonl", [SIX_ROOMS]),
+        rollout_batch_size=1,
+        sglang_server_concurrency=2,
+        rollout_function_path="slime.rollout.fully_async_rollout.generate_rollout_fully_async",
+        rollout_max_context_len=UNCOMPACTED,
+    )
     start_step(slime, args)
     data_source = finite_data_source(slime, args, groups=1)  # Slime's worker outlives the test: it then idles
     step: list[Any] = []
@@ -150,11 +171,18 @@ def test_fully_async_rollout_trains_walks_cut_by_a_weight_update(slime, sglang, 
     for sample in samples:
         check_trainable(slime, args, sample)
         assert sample.weight_versions[0] == "default" and sample.weight_versions[-1] == "2"
-        assert sample.metadata["metrics"]["continuations"] == 1.0  # the cut turn continued in place, in the same session
+        assert (
+            sample.metadata["metrics"]["continuations"] == 1.0
+        )  # the cut turn continued in place, in the same session
 
     corridor_config(NAMED_POLICY)
     close_other_loops_states(slime)  # the worker's hook state, before this loop's call replaces it in the cache
     slime.run(close_states())
-    with pytest.raises(ConfigError, match=r"fully-async rollout cannot take the fan-out samples a context policy makes \(Corridor\)"):
-        slime.run(slime.rollout.generate_and_rm_group(args, [corridor_sample(slime, 0), corridor_sample(slime, 1)], dict(SAMPLING)))
-
+    with pytest.raises(
+        ConfigError, match=r"fully-async rollout cannot take the fan-out samples a context policy makes \(Corridor\)"
+    ):
+        slime.run(
+            slime.rollout.generate_and_rm_group(
+                args, [corridor_sample(slime, 0), corridor_sample(slime, 1)], dict(SAMPLING)
+            )
+        )

@@ -24,7 +24,10 @@ from openreward_rl.loop.trajectory import StopReason
 class RolloutDataSource:
     def __init__(self, args: Any) -> None:
         self.args = args
-        self.samples = [slime_double.Sample(prompt=f"task {i}", metadata=task_row(TaskRef("Env", "train", index=i))["metadata"]) for i in range(args.tasks)]
+        self.samples = [
+            slime_double.Sample(prompt=f"task {i}", metadata=task_row(TaskRef("Env", "train", index=i))["metadata"])
+            for i in range(args.tasks)
+        ]
         self.offset = self.group_index = self.index = 0
 
     def get_samples(self, num_samples: int) -> list[list[slime_double.Sample]]:
@@ -69,11 +72,26 @@ def sampling_config(tmp_path, monkeypatch) -> None:
     task_sampling.task_record.cache_clear()
 
 
-def finished_group(index: int, rewards: list[float], stop: StopReason = StopReason.COMPLETED) -> list[slime_double.Sample]:
+def finished_group(
+    index: int, rewards: list[float], stop: StopReason = StopReason.COMPLETED
+) -> list[slime_double.Sample]:
     out = []
     for i, reward in enumerate(rewards):
-        record = EpisodeRecord(environment="Env", stop_reason=stop, split="train", index=index, task_label=TaskRef("Env", "train", index=index).label, episode_reward=reward, reward_observed=True)
-        sample = slime_double.Sample(index=i, group_index=index, reward=reward, metadata=record.to_metadata(task_row(TaskRef("Env", "train", index=index))["metadata"]))
+        record = EpisodeRecord(
+            environment="Env",
+            stop_reason=stop,
+            split="train",
+            index=index,
+            task_label=TaskRef("Env", "train", index=index).label,
+            episode_reward=reward,
+            reward_observed=True,
+        )
+        sample = slime_double.Sample(
+            index=i,
+            group_index=index,
+            reward=reward,
+            metadata=record.to_metadata(task_row(TaskRef("Env", "train", index=index))["metadata"]),
+        )
         if stop.is_infrastructure_failure:
             sample.status, sample.remove_sample = slime_double.Sample.Status.ABORTED, True
         out.append(sample)

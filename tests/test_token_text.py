@@ -13,10 +13,14 @@ import pytest
 from openreward_rl.assets import load_tokenizer
 from openreward_rl.families.token_text import ByteLevelText, _plain_backend, decode_ids
 
-TEXT = "<|im_start|>user\nCafé: it's 3 o'clock  \t\n\n<think>ok</think> 😀 <tool_call>{\"a\": 1}</tool_call><|im_end|>\n"
+TEXT = (
+    "<|im_start|>user\nCafé: it's 3 o'clock  \t\n\n<think>ok</think> 😀 <tool_call>{\"a\": 1}</tool_call><|im_end|>\n"
+)
 
 
-@pytest.mark.parametrize("name", ["qwen3", "llama3.1", "glm-4.5", "gpt-oss", "minimax-m2", "deepseek-v3", "mistral-nemo"])
+@pytest.mark.parametrize(
+    "name", ["qwen3", "llama3.1", "glm-4.5", "gpt-oss", "minimax-m2", "deepseek-v3", "mistral-nemo"]
+)
 @pytest.mark.parametrize("skip_special_tokens", [False, True])
 def test_same_text_as_the_tokenizers_decode(name: str, skip_special_tokens: bool) -> None:
     tokenizer = load_tokenizer(f"offline:{name}")
@@ -26,7 +30,9 @@ def test_same_text_as_the_tokenizers_decode(name: str, skip_special_tokens: bool
         expected = tokenizer.decode(piece, skip_special_tokens=skip_special_tokens)
         assert decode_ids(tokenizer, piece, skip_special_tokens=skip_special_tokens) == expected
         assert decode_ids(tokenizer, tuple(piece), skip_special_tokens=skip_special_tokens) == expected
-    assert decode_ids(tokenizer, np.array(ids), skip_special_tokens=skip_special_tokens) == tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+    assert decode_ids(tokenizer, np.array(ids), skip_special_tokens=skip_special_tokens) == tokenizer.decode(
+        ids, skip_special_tokens=skip_special_tokens
+    )
 
 
 def test_the_direct_path_is_taken_only_where_transformers_would_not_change_the_text() -> None:
@@ -42,9 +48,22 @@ def test_the_direct_path_is_taken_only_where_transformers_would_not_change_the_t
     assert decode_ids(NotTransformers(), [1, 2, 3]) == "3 ids"
 
 
-BYTE_LEVEL = ["qwen3", "qwen3.5", "smollm2", "llama3.1", "gpt-oss", "deepseek-v3", "deepseek-v4", "glm-4.7", "minimax-m2", "mistral-nemo"]
-WORLD = ("Ünïcödé façade — naïve 北京欢迎你 こんにちは 안녕하세요 Привет مرحبا שלום नमस्ते 😀👍🏽🇫🇷 e\u0301 \u200b\ufeff"
-         " ½ ∑ ∞ ≠ 𝔘𝔫𝔦 tab\there\r\nnew\n\n  spaced   out  ")
+BYTE_LEVEL = [
+    "qwen3",
+    "qwen3.5",
+    "smollm2",
+    "llama3.1",
+    "gpt-oss",
+    "deepseek-v3",
+    "deepseek-v4",
+    "glm-4.7",
+    "minimax-m2",
+    "mistral-nemo",
+]
+WORLD = (
+    "Ünïcödé façade — naïve 北京欢迎你 こんにちは 안녕하세요 Привет مرحبا שלום नमस्ते 😀👍🏽🇫🇷 e\u0301 \u200b\ufeff"
+    " ½ ∑ ∞ ≠ 𝔘𝔫𝔦 tab\there\r\nnew\n\n  spaced   out  "
+)
 
 
 @pytest.mark.parametrize("name", BYTE_LEVEL)
@@ -59,7 +78,9 @@ def test_the_byte_table_gives_the_rust_decodes_text(name: str) -> None:
         return got
 
     added = sorted(backend.get_added_tokens_decoder())
-    if json.loads(backend.decoder.__getstate__())["type"] != "ByteLevel":  # e.g. SmolLM2's GGUF as an older transformers converts it
+    if (
+        json.loads(backend.decoder.__getstate__())["type"] != "ByteLevel"
+    ):  # e.g. SmolLM2's GGUF as an older transformers converts it
         assert text.decode(list(tokenizer.encode(TEXT, add_special_tokens=False))) is None
         return
     assert all(same([token_id]) is not None for token_id in added)  # every added token alone, through the table

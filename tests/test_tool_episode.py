@@ -58,10 +58,18 @@ class Harness:
             if server_setup:
                 server_setup(server)
             engine = SGLangEngine(server.url, max_attempts=engine_attempts, backoff_initial_s=0.01, backoff_max_s=0.02)
-            task = TaskRef(environment, "train", index=index, base_url=self.env_server.base_url, variant=self.env_server.variant_for(environment))
+            task = TaskRef(
+                environment,
+                "train",
+                index=index,
+                base_url=self.env_server.base_url,
+                variant=self.env_server.variant_for(environment),
+            )
             try:
                 trajectory = await run_episode(
-                    lambda: ToolEpisode(engine, ChatRenderer(tokenizer), get_parser("hermes"), settings, routing_key="session-1"),
+                    lambda: ToolEpisode(
+                        engine, ChatRenderer(tokenizer), get_parser("hermes"), settings, routing_key="session-1"
+                    ),
                     self.client,
                     task,
                     reward_policy=reward_policy,
@@ -101,10 +109,16 @@ def assert_token_exact(trajectory: Trajectory, server: SGLangTestServer, tokeniz
 
 
 @pytest.mark.parametrize("tokenizer_name", ["offline:qwen3", "offline:qwen2.5"])
-async def test_five_turn_whodunit_is_token_exact(harness: Harness, env_server: LocalEnvServer, tokenizer_name: str) -> None:
+async def test_five_turn_whodunit_is_token_exact(
+    harness: Harness, env_server: LocalEnvServer, tokenizer_name: str
+) -> None:
     harness.tokenizer_name = tokenizer_name
     culprit = culprit_of(env_server, 0)
-    thinking = "<think>\nThe trace near the body should match a habit.\n</think>\n\n" if tokenizer_name == "offline:qwen3" else ""
+    thinking = (
+        "<think>\nThe trace near the body should match a habit.\n</think>\n\n"
+        if tokenizer_name == "offline:qwen3"
+        else ""
+    )
     script = [
         ScriptedCompletion(text="Let me see who is here.\n" + call("list_suspects")),
         ScriptedCompletion(text=call("interview", suspect=culprit) + "\n" + call("inspect", location="library")),
@@ -150,34 +164,48 @@ async def test_math_terminal_tool_takes_the_plain_answer(harness: Harness, env_s
 async def test_max_turns_applies_the_nonterminal_reward(harness: Harness) -> None:
     policy = RewardPolicy(get_reducer("sum"), nonterminal_reward=-0.5)
     settings = EpisodeSettings(max_turns=2, sampling_params=SAMPLING)
-    trajectory, server = await harness.run([ScriptedCompletion(text=call("list_suspects"))] * 2, settings=settings, reward_policy=policy)
+    trajectory, server = await harness.run(
+        [ScriptedCompletion(text=call("list_suspects"))] * 2, settings=settings, reward_policy=policy
+    )
     assert trajectory.stop_reason is StopReason.MAX_TURNS
     assert not trajectory.finished and trajectory.step_rewards == [] and trajectory.reward == -0.5
     assert_token_exact(trajectory, server, load_tokenizer("offline:qwen3"))
 
 
 async def test_no_tool_call_ends_or_nudges(harness: Harness, env_server: LocalEnvServer) -> None:
-    ended, _ = await harness.run([ScriptedCompletion(text="I give up.")], settings=EpisodeSettings(on_no_tool_call="end", sampling_params=SAMPLING))
+    ended, _ = await harness.run(
+        [ScriptedCompletion(text="I give up.")],
+        settings=EpisodeSettings(on_no_tool_call="end", sampling_params=SAMPLING),
+    )
     assert ended.stop_reason is StopReason.NO_TOOL_CALL and ended.reward is None  # no reward observed, not 0
 
     culprit = culprit_of(env_server, 0)
     settings = EpisodeSettings(on_no_tool_call="nudge", nudge_message="Use a tool, please.", sampling_params=SAMPLING)
-    nudged, server = await harness.run([ScriptedCompletion(text="Hmm."), ScriptedCompletion(text=call("accuse", suspect=culprit))], settings=settings)
+    nudged, server = await harness.run(
+        [ScriptedCompletion(text="Hmm."), ScriptedCompletion(text=call("accuse", suspect=culprit))], settings=settings
+    )
     assert nudged.stop_reason is StopReason.COMPLETED and nudged.reward == 1.0
     second_prompt = load_tokenizer("offline:qwen3").decode(server.requests[1].input_ids)
-    assert second_prompt.endswith("Hmm.<|im_end|>\n<|im_start|>user\nUse a tool, please.<|im_end|>\n<|im_start|>assistant\n")
+    assert second_prompt.endswith(
+        "Hmm.<|im_end|>\n<|im_start|>user\nUse a tool, please.<|im_end|>\n<|im_start|>assistant\n"
+    )
 
 
 async def test_length_finish_is_truncated_and_the_cut_call_never_runs(harness: Harness) -> None:
     settings = EpisodeSettings(sampling_params={**SAMPLING, "max_new_tokens": 6})
-    trajectory, _ = await harness.run([ScriptedCompletion(text=call("accuse", suspect="Somebody Innocent Indeed"))], settings=settings)
+    trajectory, _ = await harness.run(
+        [ScriptedCompletion(text=call("accuse", suspect="Somebody Innocent Indeed"))], settings=settings
+    )
     assert trajectory.stop_reason is StopReason.TRUNCATED
     assert trajectory.turns[0].tool_results == () and trajectory.step_rewards == []
     assert len(trajectory.turns[0].sampled_ids) == 6 and sum(trajectory.loss_mask) == 6
 
 
 async def test_context_budget_clamps_max_new_tokens_and_overflows(harness: Harness) -> None:
-    probe, server = await harness.run([ScriptedCompletion(text=call("list_suspects"))] * 2, settings=EpisodeSettings(max_turns=1, sampling_params=SAMPLING))
+    probe, server = await harness.run(
+        [ScriptedCompletion(text=call("list_suspects"))] * 2,
+        settings=EpisodeSettings(max_turns=1, sampling_params=SAMPLING),
+    )
     prompt_length = len(server.requests[0].input_ids)
     budget = prompt_length + 40
     settings = EpisodeSettings(max_context_len=budget, max_turns=10, sampling_params=SAMPLING)
@@ -193,7 +221,9 @@ async def test_engine_abort_and_engine_failure_are_aborted_without_reward(harnes
     assert aborted.stop_reason is StopReason.ABORTED and aborted.reward is None
     assert aborted.turns[0].sampled_ids  # the partial output is kept, not lost
 
-    failed, _ = await harness.run([ScriptedCompletion(text="x")], server_setup=lambda s: s.fail_next(10, status=500), engine_attempts=2)
+    failed, _ = await harness.run(
+        [ScriptedCompletion(text="x")], server_setup=lambda s: s.fail_next(10, status=500), engine_attempts=2
+    )
     assert failed.stop_reason is StopReason.ABORTED and failed.reward is None
     assert "engine" in failed.stop_detail
 
@@ -238,27 +268,39 @@ async def test_thinking_can_be_masked_out_of_the_loss(harness: Harness, env_serv
 
 
 async def test_a_turn_whose_tool_call_fails_stays_on_record(harness: Harness) -> None:
-    trajectory, server = await harness.run([ScriptedCompletion(text=call("explode", message="boom"))], environment="Faulty")
+    trajectory, server = await harness.run(
+        [ScriptedCompletion(text=call("explode", message="boom"))], environment="Faulty"
+    )
     assert trajectory.stop_reason is StopReason.ENV_ERROR
     (turn,) = trajectory.turns
     assert turn.parsed.tool_calls[0].name == "explode" and turn.tool_results == ()
     assert trajectory.tokens == server.requests[0].input_ids + list(turn.sampled_ids)
 
 
-async def test_the_configured_episode_timeout_keeps_what_was_produced(harness: Harness, env_server: LocalEnvServer) -> None:
+async def test_the_configured_episode_timeout_keeps_what_was_produced(
+    harness: Harness, env_server: LocalEnvServer
+) -> None:
     """`episode_timeout` from train_config.yaml, through `Rollouts`: Faulty's `hang` tool outlasts it;
     the episode ends as `timeout` with its sampled turn on record, not as an empty failure."""
     from openreward_rl.config import parse_config
     from openreward_rl.loop.rollout import Rollouts
 
     config = parse_config(
-        {"environments": {"Faulty": {"variant": "faulty", "base_url": env_server.base_url}}, "parser": "hermes", "attempts": 1, "episode_timeout": 1, "tool_timeout": 60}
+        {
+            "environments": {"Faulty": {"variant": "faulty", "base_url": env_server.base_url}},
+            "parser": "hermes",
+            "attempts": 1,
+            "episode_timeout": 1,
+            "tool_timeout": 60,
+        }
     )
     tokenizer = load_tokenizer("offline:qwen3")
     async with SGLangTestServer(tokenizer, script=[ScriptedCompletion(text=call("hang", seconds=30))]) as server:
         engine = SGLangEngine(server.url)
         try:
-            rollouts = Rollouts(config, engine, ChatRenderer(tokenizer), get_parser("hermes"), harness.client, max_new_tokens=64)
+            rollouts = Rollouts(
+                config, engine, ChatRenderer(tokenizer), get_parser("hermes"), harness.client, max_new_tokens=64
+            )
             trajectory = await rollouts.run(TaskRef("Faulty", "train", index=0))
         finally:
             await engine.aclose()

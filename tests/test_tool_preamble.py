@@ -22,10 +22,22 @@ from openreward_rl.parsers import get_parser
 REPO = Path(__file__).resolve().parents[1]
 ONLY_THE_ENVIRONMENT = {"environments": {"PaintOrder": {}}}
 TOOLS = [
-    {"type": "function", "function": {"name": "read_order", "description": "Read an order.",
-     "parameters": {"type": "object", "properties": {"order": {"type": "integer"}}, "required": ["order"]}}},
-    {"type": "function", "function": {"name": "paint", "description": "Paint the wall.",
-     "parameters": {"type": "object", "properties": {"colour": {"type": "string"}}, "required": ["colour"]}}},
+    {
+        "type": "function",
+        "function": {
+            "name": "read_order",
+            "description": "Read an order.",
+            "parameters": {"type": "object", "properties": {"order": {"type": "integer"}}, "required": ["order"]},
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "paint",
+            "description": "Paint the wall.",
+            "parameters": {"type": "object", "properties": {"colour": {"type": "string"}}, "required": ["colour"]},
+        },
+    },
 ]
 
 
@@ -83,10 +95,14 @@ def test_the_preamble_follows_the_parser_not_the_family(smollm2, caplog) -> None
 
     with caplog.at_level(logging.WARNING, logger="openreward_rl.loop.rollout"):
         for _ in range(2):
-            renderer, parser = episode_stack(parse_config({**ONLY_THE_ENVIRONMENT, "parser": "pythonic"}), smollm2, "offline:smollm2")
+            renderer, parser = episode_stack(
+                parse_config({**ONLY_THE_ENVIRONMENT, "parser": "pythonic"}), smollm2, "offline:smollm2"
+            )
     assert renderer.tool_preamble(TOOLS, parser=parser) is None
     [warning] = [r.getMessage() for r in caplog.records if "does not read" in r.getMessage()]
-    assert warning.startswith("the chatml family's tool preamble teaches hermes calls, which the parser pythonic does not read")
+    assert warning.startswith(
+        "the chatml family's tool preamble teaches hermes calls, which the parser pythonic does not read"
+    )
 
     class LenientHermes(HermesParser):
         name = "lenient_hermes"
@@ -96,7 +112,9 @@ def test_the_preamble_follows_the_parser_not_the_family(smollm2, caplog) -> None
         tool_preamble = HERMES_PREAMBLE
 
         def parse(self, text, *, tools=None, generation_prompt="", finish_reason=None):
-            return get_parser("hermes").parse(text, tools=tools, generation_prompt=generation_prompt, finish_reason=finish_reason)
+            return get_parser("hermes").parse(
+                text, tools=tools, generation_prompt=generation_prompt, finish_reason=finish_reason
+            )
 
     hermes = renderer.tool_preamble(TOOLS, parser=get_parser("hermes"))
     assert hermes is not None and renderer.tool_preamble(TOOLS, parser=LenientHermes()) == hermes
@@ -105,21 +123,29 @@ def test_the_preamble_follows_the_parser_not_the_family(smollm2, caplog) -> None
 
 def test_tool_preamble_false_is_accepted_and_shows_no_tools(smollm2) -> None:
     """`tool_preamble: false` says the replies need no tools shown (a plain answer to a @terminal tool)."""
-    renderer, parser = episode_stack(parse_config({**ONLY_THE_ENVIRONMENT, "tool_preamble": False}), smollm2, "offline:smollm2")
+    renderer, parser = episode_stack(
+        parse_config({**ONLY_THE_ENVIRONMENT, "tool_preamble": False}), smollm2, "offline:smollm2"
+    )
     assert first_system_prompt("Answer.", TOOLS, renderer, parser=parser, tool_preamble=False) == "Answer."
 
 
 def test_a_tools_placeholder_shows_the_tools_without_a_preamble(smollm2) -> None:
-    config = parse_config({**ONLY_THE_ENVIRONMENT, "model_family": "generic", "system_prompt_template": "Tools:\n{tools}"})
+    config = parse_config(
+        {**ONLY_THE_ENVIRONMENT, "model_family": "generic", "system_prompt_template": "Tools:\n{tools}"}
+    )
     renderer, parser = episode_stack(config, smollm2, "offline:smollm2")
     assert renderer.tool_preamble(TOOLS, parser=parser) is None
 
 
 @pytest.mark.anyio
-async def test_the_episode_first_prompt_shows_every_tool_in_the_hermes_format(env_server: LocalEnvServer, openreward_client) -> None:
+async def test_the_episode_first_prompt_shows_every_tool_in_the_hermes_format(
+    env_server: LocalEnvServer, openreward_client
+) -> None:
     """A whole scripted episode (tests/family_episodes.py) on SmolLM2's real template: the first request's
     ids hold the preamble, with every tool the environment offers, after the system prompt."""
-    run = await run_family_episode(env_server, openreward_client, FamilyCase("offline:smollm2", thinks=False, calls_as_text=HERMES_PREAMBLE))
+    run = await run_family_episode(
+        env_server, openreward_client, FamilyCase("offline:smollm2", thinks=False, calls_as_text=HERMES_PREAMBLE)
+    )
     first = run.tokenizer.decode(run.server.requests[0].input_ids)
     names = [tool["function"]["name"] for tool in run.tools]
     assert first.startswith("<|im_start|>system\n# Tools") and "<tools>" in first
@@ -131,7 +157,12 @@ def test_check_model_says_go_for_the_quickstarts_own_model_and_how_it_shows_the_
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-m", "openreward_rl.cli", "check-model", "--model", "offline:smollm2"], capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "openreward_rl.cli", "check-model", "--model", "offline:smollm2"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "family     chatml (by the model name); parser hermes" in done.stdout
     assert "tools      the chatml family's tool preamble (hermes calls): the chat template drops them" in done.stdout
@@ -147,7 +178,9 @@ def _paint_room_teacher(messages, tools):
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("tool_preamble", [True, False])
-async def test_paint_rooms_first_prompt_is_its_system_prompt_and_task_only(smollm2, openreward_client, monkeypatch, tool_preamble) -> None:
+async def test_paint_rooms_first_prompt_is_its_system_prompt_and_task_only(
+    smollm2, openreward_client, monkeypatch, tool_preamble
+) -> None:
     """examples/train_paint_room_config.yaml (`parser: reply_as_call`: the reply is the call) on SmolLM2, whose
     family's preamble teaches Hermes calls: the first prompt holds no Hermes instructions, as before the
     preamble existed (36 tokens; 195 with the Hermes preamble, and 80% of replies were cut at 24 tokens), and
@@ -163,11 +196,19 @@ async def test_paint_rooms_first_prompt_is_its_system_prompt_and_task_only(smoll
     monkeypatch.chdir(REPO)  # the config names its plugin relative to the repository root
     config = attrs.evolve(load_config("examples/train_paint_room_config.yaml"), tool_preamble=tool_preamble)
     with serve_environments(["examples/environments/paint_room.py:PaintRoom"]) as server:
-        renderer = Rollouts.from_config(config, engine=None, tokenizer=smollm2, client=openreward_client, model="offline:smollm2").renderer
+        renderer = Rollouts.from_config(
+            config, engine=None, tokenizer=smollm2, client=openreward_client, model="offline:smollm2"
+        ).renderer
         rollouts = Rollouts.from_config(
-            config, engine=TeacherEngine(renderer, _paint_room_teacher), tokenizer=smollm2, client=openreward_client, model="offline:smollm2"
+            config,
+            engine=TeacherEngine(renderer, _paint_room_teacher),
+            tokenizer=smollm2,
+            client=openreward_client,
+            model="offline:smollm2",
         )
-        trajectory = await rollouts.run(TaskRef("PaintRoom", "train", index=0, base_url=server.base_url, variant=server.variant_for("PaintRoom")))
+        trajectory = await rollouts.run(
+            TaskRef("PaintRoom", "train", index=0, base_url=server.base_url, variant=server.variant_for("PaintRoom"))
+        )
     system, task = trajectory.messages[:2]
     assert system == {"role": "system", "content": config.system_prompt_template}
     first_prompt = trajectory.segments[0].prompt_ids

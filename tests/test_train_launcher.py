@@ -70,11 +70,24 @@ def checkout_flags(framework: str, tmp_path: Path) -> list[str]:
     """A framework checkout to launch with: Slime's with its model files and the Megatron flags, Miles' (FSDP) as is."""
     if framework == "miles":
         return ["--miles-path", str(tmp_path)]
-    return ["--slime-path", str(slime_checkout(tmp_path / "slime")), "--megatron-path", str(tmp_path / "Megatron-LM"), "--ref-load", str(tmp_path / "ckpt")]
+    return [
+        "--slime-path",
+        str(slime_checkout(tmp_path / "slime")),
+        "--megatron-path",
+        str(tmp_path / "Megatron-LM"),
+        "--ref-load",
+        str(tmp_path / "ckpt"),
+    ]
 
 
 def megatron_spec(tmp_path: Path, **changes) -> LaunchSpec:
-    return LaunchSpec("slime", str(slime_checkout(tmp_path / "slime")), megatron_path=str(tmp_path / "Megatron-LM"), ref_load=str(tmp_path / "ckpt"), **changes)
+    return LaunchSpec(
+        "slime",
+        str(slime_checkout(tmp_path / "slime")),
+        megatron_path=str(tmp_path / "Megatron-LM"),
+        ref_load=str(tmp_path / "ckpt"),
+        **changes,
+    )
 
 
 def dry_run(capsys, *argv: str) -> list[list[str]]:
@@ -88,14 +101,31 @@ def value(command: list[str], flag: str) -> str:
 
 
 @pytest.mark.parametrize("framework", ["slime", "miles"])
-def test_dry_run_prints_ray_start_and_submit(framework: str, config_file: Path, tmp_path: Path, capsys, monkeypatch, megatron) -> None:
+def test_dry_run_prints_ray_start_and_submit(
+    framework: str, config_file: Path, tmp_path: Path, capsys, monkeypatch, megatron
+) -> None:
     monkeypatch.setenv("OPENREWARD_API_KEY", "sk-secret-123")
     slime_checkout(tmp_path / "slime")
     start, submit = dry_run(
-        capsys, "--framework", framework, f"--{framework}-path", str(tmp_path / framework), "--config", str(config_file),
+        capsys,
+        "--framework",
+        framework,
+        f"--{framework}-path",
+        str(tmp_path / framework),
+        "--config",
+        str(config_file),
         *(megatron if framework == "slime" else ()),
-        "--model", "Qwen/Qwen3-4B", "--n-samples", "8", "--rollout-batch-size", "16", "--", "--use-kl-loss", "--kl-loss-coef", "0.01",
-    )  # fmt: skip
+        "--model",
+        "Qwen/Qwen3-4B",
+        "--n-samples",
+        "8",
+        "--rollout-batch-size",
+        "16",
+        "--",
+        "--use-kl-loss",
+        "--kl-loss-coef",
+        "0.01",
+    )
     assert start[:3] == ["ray", "start", "--head"] and value(start, "--num-gpus") == "4"
     assert submit[:4] == ["ray", "job", "submit", "--address=http://127.0.0.1:8265"]
     train = submit[submit.index("--") + 1 :]
@@ -103,7 +133,9 @@ def test_dry_run_prints_ray_start_and_submit(framework: str, config_file: Path, 
     assert value(train, "--custom-generate-function-path") == f"openreward_rl.backends.{framework}.generate"
     assert value(train, "--custom-rm-path") == f"openreward_rl.backends.{framework}.reward"
     assert value(train, "--custom-rollout-log-function-path") == "openreward_rl.backends.rollout_log.log_rollout"
-    assert value(train, "--custom-eval-rollout-log-function-path") == "openreward_rl.backends.rollout_log.log_eval_rollout"
+    assert (
+        value(train, "--custom-eval-rollout-log-function-path") == "openreward_rl.backends.rollout_log.log_eval_rollout"
+    )
     assert value(train, "--metadata-key") == "metadata" and value(train, "--rollout-max-context-len") == "32768"
     assert value(train, "--global-batch-size") == "128" and value(train, "--hf-checkpoint") == "Qwen/Qwen3-4B"
     assert train[-3:] == ["--use-kl-loss", "--kl-loss-coef", "0.01"]  # passthrough last
@@ -121,14 +153,35 @@ def test_reused_ray_cluster_is_not_restarted(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--rollout-batch-size", "16", "--n-samples", "8", "--global-batch-size", "48"], "not a multiple of --global-batch-size 48"),
+        (
+            ["--rollout-batch-size", "16", "--n-samples", "8", "--global-batch-size", "48"],
+            "not a multiple of --global-batch-size 48",
+        ),
         (["--num-gpus", "6", "--tp", "4"], "not a multiple of --tp"),
         (["--train-backend", "fsdp"], "Slime removed its FSDP backend"),
         (["--max-context-len", "1000"], "must exceed --max-response-len"),
     ],
 )
-def test_bad_launch_settings(argv: list[str], message: str, config_file: Path, capsys, slime_path: Path, megatron: list[str]) -> None:
-    assert main(["train", "--framework", "slime", "--slime-path", str(slime_path), *megatron, "--config", str(config_file), *argv, "--dry-run"]) == 2
+def test_bad_launch_settings(
+    argv: list[str], message: str, config_file: Path, capsys, slime_path: Path, megatron: list[str]
+) -> None:
+    assert (
+        main(
+            [
+                "train",
+                "--framework",
+                "slime",
+                "--slime-path",
+                str(slime_path),
+                *megatron,
+                "--config",
+                str(config_file),
+                *argv,
+                "--dry-run",
+            ]
+        )
+        == 2
+    )
     assert message in capsys.readouterr().err
 
 
@@ -142,7 +195,18 @@ def test_real_launch_checks_keys_and_files(config_file: Path, tmp_path: Path, ca
     checkout = slime_checkout(tmp_path / "slime")
     (tmp_path / "Megatron-LM" / "megatron").mkdir(parents=True)
     tasks = tmp_path / "tasks.jsonl"
-    common = ["train", "--framework", "slime", "--slime-path", str(checkout), *megatron, "--config", str(config_file), "--task-data", str(tasks)]
+    common = [
+        "train",
+        "--framework",
+        "slime",
+        "--slime-path",
+        str(checkout),
+        *megatron,
+        "--config",
+        str(config_file),
+        "--task-data",
+        str(tasks),
+    ]
     monkeypatch.delenv("OPENREWARD_API_KEY", raising=False)
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     assert main(common) == 2 and "has no train.py" in capsys.readouterr().err
@@ -152,18 +216,37 @@ def test_real_launch_checks_keys_and_files(config_file: Path, tmp_path: Path, ca
     assert main(common) == 2 and "needs an API key: set OPENREWARD_API_KEY" in capsys.readouterr().err
     monkeypatch.setenv("OPENREWARD_API_KEY", "k")
     assert main(common) == 2 and "WANDB_API_KEY is not set" in capsys.readouterr().err
-    monkeypatch.setenv("WANDB_API_KEY", "w")  # then the model check, which needs --model's tokenizer (Qwen/Qwen3-30B-A3B: none offline)
+    monkeypatch.setenv(
+        "WANDB_API_KEY", "w"
+    )  # then the model check, which needs --model's tokenizer (Qwen/Qwen3-30B-A3B: none offline)
     assert main(common) == 2 and "cannot load the tokenizer of --model Qwen/Qwen3-30B-A3B" in capsys.readouterr().err
 
 
 def test_dry_run_refuses_a_broken_config(tmp_path: Path, capsys, slime_path: Path, megatron: list[str]) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("environment: {}\n")
-    assert main(["train", "--framework", "slime", "--slime-path", str(slime_path), *megatron, "--config", str(bad), "--dry-run"]) == 2
+    assert (
+        main(
+            [
+                "train",
+                "--framework",
+                "slime",
+                "--slime-path",
+                str(slime_path),
+                *megatron,
+                "--config",
+                str(bad),
+                "--dry-run",
+            ]
+        )
+        == 2
+    )
     assert "did you mean 'environments'" in capsys.readouterr().err
 
 
-def test_real_launch_refuses_an_unreachable_environment_before_ray(config_file: Path, tmp_path: Path, capsys, monkeypatch, megatron) -> None:
+def test_real_launch_refuses_an_unreachable_environment_before_ray(
+    config_file: Path, tmp_path: Path, capsys, monkeypatch, megatron
+) -> None:
     """The preflight asks each environment for its splits; the suite's OpenReward URL is a closed loopback port."""
     checkout = slime_checkout(tmp_path / "slime")
     (checkout / "train.py").write_text("")
@@ -172,19 +255,46 @@ def test_real_launch_refuses_an_unreachable_environment_before_ray(config_file: 
     tasks.write_text("")
     monkeypatch.setenv("OPENREWARD_API_KEY", "k")
     monkeypatch.setenv("WANDB_API_KEY", "w")
-    monkeypatch.setattr("openreward_rl.cli.train.ray_is_running", lambda: pytest.fail("Ray was consulted before the environments were checked"))
-    common = ["train", "--framework", "slime", "--slime-path", str(checkout), *megatron, "--config", str(config_file), "--task-data", str(tasks),
-              "--skip-check-model"]  # no tokenizer of the default model offline  # fmt: skip
+    monkeypatch.setattr(
+        "openreward_rl.cli.train.ray_is_running",
+        lambda: pytest.fail("Ray was consulted before the environments were checked"),
+    )
+    common = [
+        "train",
+        "--framework",
+        "slime",
+        "--slime-path",
+        str(checkout),
+        *megatron,
+        "--config",
+        str(config_file),
+        "--task-data",
+        str(tasks),
+        "--skip-check-model",
+    ]  # no tokenizer of the default model offline
     assert main(common) == 2
     assert "cannot be used" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("framework", ["slime", "miles"])
-def test_dry_run_partial_rollout_passes_partial_and_over_sampling(framework: str, config_file: Path, tmp_path: Path, capsys, megatron) -> None:
+def test_dry_run_partial_rollout_passes_partial_and_over_sampling(
+    framework: str, config_file: Path, tmp_path: Path, capsys, megatron
+) -> None:
     _, submit = dry_run(
-        capsys, "--framework", framework, f"--{framework}-path", str(slime_checkout(tmp_path)), *megatron, "--config", str(config_file),
-        "--rollout-mode", "partial", "--rollout-batch-size", "16", "--mask-offpolicy",
-    )  # fmt: skip
+        capsys,
+        "--framework",
+        framework,
+        f"--{framework}-path",
+        str(slime_checkout(tmp_path)),
+        *megatron,
+        "--config",
+        str(config_file),
+        "--rollout-mode",
+        "partial",
+        "--rollout-batch-size",
+        "16",
+        "--mask-offpolicy",
+    )
     train = submit[submit.index("--") + 1 :]
     assert train[1].endswith("/train.py") and "--colocate" in train
     assert "--partial-rollout" in train and "--mask-offpolicy-in-partial-rollout" in train
@@ -195,17 +305,35 @@ def test_dry_run_partial_rollout_passes_partial_and_over_sampling(framework: str
 
 
 @pytest.mark.parametrize("framework", ["slime", "miles"])
-def test_dry_run_fully_async_uses_train_async_and_disjoint_gpus(framework: str, config_file: Path, tmp_path: Path, capsys, megatron) -> None:
+def test_dry_run_fully_async_uses_train_async_and_disjoint_gpus(
+    framework: str, config_file: Path, tmp_path: Path, capsys, megatron
+) -> None:
     _, submit = dry_run(
-        capsys, "--framework", framework, f"--{framework}-path", str(slime_checkout(tmp_path)), *megatron, "--config", str(config_file),
-        "--rollout-mode", "fully-async", "--num-gpus", "8", "--tp", "2", "--rollout-gpus", "2",
-    )  # fmt: skip
+        capsys,
+        "--framework",
+        framework,
+        f"--{framework}-path",
+        str(slime_checkout(tmp_path)),
+        *megatron,
+        "--config",
+        str(config_file),
+        "--rollout-mode",
+        "fully-async",
+        "--num-gpus",
+        "8",
+        "--tp",
+        "2",
+        "--rollout-gpus",
+        "2",
+    )
     train = submit[submit.index("--") + 1 :]
     assert train[1] == str(tmp_path / "train_async.py")
     assert "--colocate" not in train and "--partial-rollout" not in train
     assert value(train, "--actor-num-gpus-per-node") == "6" and value(train, "--rollout-num-gpus") == "2"
     if framework == "slime":
-        assert value(train, "--rollout-function-path") == "slime.rollout.fully_async_rollout.generate_rollout_fully_async"
+        assert (
+            value(train, "--rollout-function-path") == "slime.rollout.fully_async_rollout.generate_rollout_fully_async"
+        )
     else:
         assert "--fully-async" in train and "--rollout-function-path" not in train
 
@@ -215,9 +343,15 @@ def test_dry_run_fully_async_uses_train_async_and_disjoint_gpus(framework: str, 
     [
         ({"rollout_mode": "eager"}, "--rollout-mode must be one of"),
         ({"rollout_mode": "partial", "over_sampling_batch_size": 8}, "below --rollout-batch-size 32"),
-        ({"rollout_mode": "fully-async", "num_gpus": 8, "over_sampling_batch_size": 64}, "does not apply to --rollout-mode fully-async"),
+        (
+            {"rollout_mode": "fully-async", "num_gpus": 8, "over_sampling_batch_size": 64},
+            "does not apply to --rollout-mode fully-async",
+        ),
         ({"mask_offpolicy": True}, "needs --rollout-mode partial"),
-        ({"rollout_gpus": 4}, "--rollout-gpus needs GPUs for both training and rollout: --num-gpus 4 leaves 0 to train"),
+        (
+            {"rollout_gpus": 4},
+            "--rollout-gpus needs GPUs for both training and rollout: --num-gpus 4 leaves 0 to train",
+        ),
         ({"num_gpus": 8, "rollout_gpus": 2}, "2 GPUs for rollout is not a multiple of --tp 4"),
         ({"rollout_mode": "fully-async", "num_gpus": 8, "rollout_gpus": 8}, "leaves 0 to train"),
         ({"rollout_mode": "fully-async", "num_gpus": 8, "rollout_gpus": 3}, "not a multiple of --tp 4"),
@@ -234,7 +368,9 @@ def test_sync_mode_passes_no_rollout_mode_flags(tmp_path: Path) -> None:
     from openreward_rl.cli.launcher import train_arguments
 
     args = train_arguments(megatron_spec(tmp_path))
-    assert not {"--partial-rollout", "--over-sampling-batch-size", "--fully-async", "--rollout-function-path"} & set(args)
+    assert not {"--partial-rollout", "--over-sampling-batch-size", "--fully-async", "--rollout-function-path"} & set(
+        args
+    )
     explicit = train_arguments(megatron_spec(tmp_path, over_sampling_batch_size=64))
     assert explicit[explicit.index("--over-sampling-batch-size") + 1] == "64" and "--partial-rollout" not in explicit
 
@@ -243,7 +379,17 @@ def test_train_refuses_a_refused_model_family_before_ray(config_file: Path, tmp_
     """The hooks would pick the family from --model (their hf_checkpoint); a refused one fails the launch up
     front, naming the family and why; `model_family` in the config overrides it."""
     checkout = slime_checkout(tmp_path / "slime", "qwen3-8B", "Kimi-K3")
-    argv = ["train", "--framework", "slime", "--slime-path", str(checkout), *megatron, "--config", str(config_file), "--dry-run"]
+    argv = [
+        "train",
+        "--framework",
+        "slime",
+        "--slime-path",
+        str(checkout),
+        *megatron,
+        "--config",
+        str(config_file),
+        "--dry-run",
+    ]
     assert main([*argv, "--model", "moonshotai/Kimi-K3"]) == 2
     err = capsys.readouterr().err
     assert "the kimi-k3 model family is not supported: no Kimi K3 tokenizer" in err and "set model_family in" in err
@@ -261,29 +407,53 @@ def test_train_runs_the_model_check_before_ray(tmp_path: Path, capsys) -> None:
     --skip-check-model reaches the hooks through the job's environment."""
     config = tmp_path / "train_config.yaml"
     config.write_text("environments:\n  GeneralReasoning/WhoDunIt: {}\nmodel_family: qwen3\n")
-    argv = ["train", "--framework", "miles", *checkout_flags("miles", tmp_path), "--config", str(config), "--model", "offline:qwen3-2507", "--dry-run"]
+    argv = [
+        "train",
+        "--framework",
+        "miles",
+        *checkout_flags("miles", tmp_path),
+        "--config",
+        str(config),
+        "--model",
+        "offline:qwen3-2507",
+        "--dry-run",
+    ]
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert "the qwen3 model family is not token-exact on" in err and "differs at token" in err and "--skip-check-model" in err
+    assert (
+        "the qwen3 model family is not token-exact on" in err
+        and "differs at token" in err
+        and "--skip-check-model" in err
+    )
     assert main([*argv, "--skip-check-model"]) == 0
-    submit = [shlex.split(line) for line in capsys.readouterr().out.splitlines() if line.startswith("ray job submit")][0]
+    submit = [shlex.split(line) for line in capsys.readouterr().out.splitlines() if line.startswith("ray job submit")][
+        0
+    ]
     assert json.loads(submit[4].split("=", 1)[1])["env_vars"]["OPENREWARD_RL_CHECK_MODEL"] == "0"
     config.write_text("environments:\n  GeneralReasoning/WhoDunIt: {}\nmodel_family: qwen3\ncheck_model: false\n")
     assert main(argv) == 0
-    submit = [shlex.split(line) for line in capsys.readouterr().out.splitlines() if line.startswith("ray job submit")][0]
-    assert "OPENREWARD_RL_CHECK_MODEL" not in json.loads(submit[4].split("=", 1)[1])["env_vars"]  # the hooks read the config
+    submit = [shlex.split(line) for line in capsys.readouterr().out.splitlines() if line.startswith("ray job submit")][
+        0
+    ]
+    assert (
+        "OPENREWARD_RL_CHECK_MODEL" not in json.loads(submit[4].split("=", 1)[1])["env_vars"]
+    )  # the hooks read the config
     config.write_text("environments:\n  GeneralReasoning/WhoDunIt: {}\nmodel_family: qwen\n")
     assert main(argv) == 0, capsys.readouterr().err  # its own family is token-exact there
 
 
-def test_a_tokenizer_that_cannot_load_fails_a_launch_and_not_a_dry_run(config_file: Path, tmp_path: Path, capsys, megatron) -> None:
+def test_a_tokenizer_that_cannot_load_fails_a_launch_and_not_a_dry_run(
+    config_file: Path, tmp_path: Path, capsys, megatron
+) -> None:
     """No tokenizer for --model here (a hub name, offline): the hooks could not load it either, so a launch
     stops before Ray; a dry run says the check is left to the hooks."""
     from openreward_rl.cli.train import _check_model
     from openreward_rl.config import load_config
 
     missing = str(tmp_path / "no-such-checkpoint")
-    with pytest.raises(LaunchError, match="cannot load the tokenizer of --model .*no-such-checkpoint.*--skip-check-model"):
+    with pytest.raises(
+        LaunchError, match="cannot load the tokenizer of --model .*no-such-checkpoint.*--skip-check-model"
+    ):
         _check_model(load_config(config_file), megatron_spec(tmp_path, model=missing), required=True)
     _check_model(load_config(config_file), megatron_spec(tmp_path, model=missing), required=False)
     assert "the hooks will check it" in capsys.readouterr().err
@@ -304,16 +474,42 @@ def test_no_api_key_in_the_commands_or_the_runtime_env(tmp_path: Path, ray_runni
         assert "--dashboard-host=127.0.0.1" in plan.start_ray
 
 
-def test_the_dashboard_is_exposed_only_when_asked(config_file: Path, slime_path: Path, megatron: list[str], capsys) -> None:
-    start, submit = dry_run(capsys, "--framework", "slime", "--slime-path", str(slime_path), *megatron, "--config", str(config_file), "--dashboard-host", "0.0.0.0")
+def test_the_dashboard_is_exposed_only_when_asked(
+    config_file: Path, slime_path: Path, megatron: list[str], capsys
+) -> None:
+    start, submit = dry_run(
+        capsys,
+        "--framework",
+        "slime",
+        "--slime-path",
+        str(slime_path),
+        *megatron,
+        "--config",
+        str(config_file),
+        "--dashboard-host",
+        "0.0.0.0",
+    )
     assert "--dashboard-host=0.0.0.0" in start and submit[3] == "--address=http://127.0.0.1:8265"
-    start, submit = dry_run(capsys, "--framework", "slime", "--slime-path", str(slime_path), *megatron, "--config", str(config_file), "--dashboard-host", "10.1.2.3")
+    start, submit = dry_run(
+        capsys,
+        "--framework",
+        "slime",
+        "--slime-path",
+        str(slime_path),
+        *megatron,
+        "--config",
+        str(config_file),
+        "--dashboard-host",
+        "10.1.2.3",
+    )
     assert "--dashboard-host=10.1.2.3" in start and submit[3] == "--address=http://10.1.2.3:8265"
 
 
 def test_a_key_given_to_train_py_is_refused(tmp_path: Path) -> None:
     spec = megatron_spec(tmp_path, extra=("--wandb-key", KEYS["WANDB_API_KEY"]))
-    with pytest.raises(LaunchError, match=r"value of \$WANDB_API_KEY is in the launch command.*environment of the Ray head"):
+    with pytest.raises(
+        LaunchError, match=r"value of \$WANDB_API_KEY is in the launch command.*environment of the Ray head"
+    ):
         plan_launch(spec, KEYS, ray_running=False)
 
 
@@ -325,7 +521,9 @@ sys.exit(1 if sys.argv[1:2] == ["status"] else 0)  # no cluster running; start a
 """
 
 
-def test_a_real_launch_gives_ray_the_keys_through_its_environment_only(env_server, tmp_path: Path, capsys, monkeypatch, megatron) -> None:
+def test_a_real_launch_gives_ray_the_keys_through_its_environment_only(
+    env_server, tmp_path: Path, capsys, monkeypatch, megatron
+) -> None:
     """`train` without --dry-run, against an environment on the SDK's server (127.0.0.1), with `ray` an
     executable on PATH that records how it was called: its argv never holds a key, its environment does."""
     bin_dir, log = tmp_path / "bin", tmp_path / "ray-calls.jsonl"
@@ -339,12 +537,25 @@ def test_a_real_launch_gives_ray_the_keys_through_its_environment_only(env_serve
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text("")
     config = tmp_path / "train_config.yaml"
-    config.write_text(f"env_base_url: {env_server.base_url}\nenvironments:\n  MathEnv:\n    variant: mathenv\n    splits: [train]\n")
+    config.write_text(
+        f"env_base_url: {env_server.base_url}\nenvironments:\n  MathEnv:\n    variant: mathenv\n    splits: [train]\n"
+    )
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     for name, value in KEYS.items():
         monkeypatch.setenv(name, value)
-    argv = ["train", "--framework", "slime", "--slime-path", str(checkout), *megatron, "--config", str(config), "--task-data", str(tasks),
-            "--skip-check-model"]  # no tokenizer of the default model offline (test_train_runs_the_model_check_before_ray runs the check)  # fmt: skip
+    argv = [
+        "train",
+        "--framework",
+        "slime",
+        "--slime-path",
+        str(checkout),
+        *megatron,
+        "--config",
+        str(config),
+        "--task-data",
+        str(tasks),
+        "--skip-check-model",
+    ]  # no tokenizer of the default model offline (test_train_runs_the_model_check_before_ray runs the check)
     assert main(argv) == 0, capsys.readouterr().err
     calls = [json.loads(line) for line in log.read_text().splitlines()]
     assert [call["argv"][:2] for call in calls] == [["status"], ["start", "--head"], ["job", "submit"]]
@@ -358,7 +569,9 @@ def train_command(submit: list[str]) -> list[str]:
     return submit[submit.index("--") + 1 :]
 
 
-def test_slime_command_parses_through_slime_argument_contract(config_file: Path, tmp_path: Path, capsys, monkeypatch, megatron) -> None:
+def test_slime_command_parses_through_slime_argument_contract(
+    config_file: Path, tmp_path: Path, capsys, monkeypatch, megatron
+) -> None:
     """The printed Slime command, parsed by a double of slime's parser and its Megatron checks (built from
     THUDM/slime 624b824, tests/doubles/slime_arguments_double.py): every flag is one they define, the model's
     architecture flags come from slime's scripts/models file, and training starts from --ref-load."""
@@ -366,8 +579,20 @@ def test_slime_command_parses_through_slime_argument_contract(config_file: Path,
 
     monkeypatch.setenv("MODEL_ARGS_ROTARY_BASE", "5000000")  # the model files' own override, read when sourced
     checkout = slime_checkout(tmp_path / "slime", "qwen3-4B")
-    _, submit = dry_run(capsys, "--framework", "slime", "--slime-path", str(checkout), *megatron, "--config", str(config_file),
-                        "--model", "Qwen/Qwen3-4B", "--save", str(tmp_path / "out"))  # fmt: skip
+    _, submit = dry_run(
+        capsys,
+        "--framework",
+        "slime",
+        "--slime-path",
+        str(checkout),
+        *megatron,
+        "--config",
+        str(config_file),
+        "--model",
+        "Qwen/Qwen3-4B",
+        "--save",
+        str(tmp_path / "out"),
+    )
     train = train_command(submit)
     args, unknown = parse_train_args(train[2:])
     assert unknown == []  # Megatron's parser would drop these silently
@@ -402,13 +627,29 @@ def test_slime_double_refuses_a_command_without_megatron_model_args(tmp_path: Pa
         ("scripts/models", "no Megatron model arguments for Qwen/Qwen3-4B:"),
     ],
 )
-def test_megatron_launch_refuses_what_is_missing_in_one_line(drop: str, message: str, config_file: Path, tmp_path: Path, capsys, monkeypatch, megatron) -> None:
+def test_megatron_launch_refuses_what_is_missing_in_one_line(
+    drop: str, message: str, config_file: Path, tmp_path: Path, capsys, monkeypatch, megatron
+) -> None:
     monkeypatch.delenv("MEGATRON_PATH", raising=False)
     checkout = slime_checkout(tmp_path / "slime", *(() if drop != "scripts/models" else ("qwen3-8B",)))
     flags = list(megatron)
     if drop.startswith("--"):
         del flags[flags.index(drop) : flags.index(drop) + 2]
-    code = main(["train", "--framework", "slime", "--slime-path", str(checkout), *flags, "--config", str(config_file), "--model", "Qwen/Qwen3-4B", "--dry-run"])
+    code = main(
+        [
+            "train",
+            "--framework",
+            "slime",
+            "--slime-path",
+            str(checkout),
+            *flags,
+            "--config",
+            str(config_file),
+            "--model",
+            "Qwen/Qwen3-4B",
+            "--dry-run",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
     if drop == "scripts/models":
@@ -424,7 +665,9 @@ def test_model_args_found_by_model_path_any_case_or_given_by_flag(tmp_path: Path
     own = tmp_path / "mine.sh"
     own.write_text("MODEL_ARGS=(--num-layers 2 --hidden-size 64 --num-attention-heads 4)\n")
     given = train_arguments(megatron_spec(tmp_path, model="org/unknown-model", model_args_script=str(own)))
-    assert given[given.index("--num-layers") + 1] == "2" and given.index("--num-layers") > given.index("--hf-checkpoint")
+    assert given[given.index("--num-layers") + 1] == "2" and given.index("--num-layers") > given.index(
+        "--hf-checkpoint"
+    )
     (tmp_path / "empty.sh").write_text("X=1\n")
     with pytest.raises(LaunchError, match="sets no model arguments"):
         train_arguments(megatron_spec(tmp_path, model_args_script=str(tmp_path / "empty.sh")))
@@ -447,29 +690,51 @@ def test_miles_fsdp_needs_no_megatron_and_miles_megatron_reads_its_python_model_
     (tmp_path / "scripts" / "models" / "qwen3-4B.py").write_text(
         "import os\n\ndef model_args(rotary_base=None):\n    return '--num-layers 36 --hidden-size 2560 --normalization RMSNorm '\n"
     )
-    spec = LaunchSpec("miles", str(tmp_path), model="Qwen/Qwen3-4B", train_backend="megatron", megatron_path="/m", ref_load="/ckpt")
+    spec = LaunchSpec(
+        "miles", str(tmp_path), model="Qwen/Qwen3-4B", train_backend="megatron", megatron_path="/m", ref_load="/ckpt"
+    )
     args = train_arguments(spec)
     assert args[args.index("--num-layers") + 1] == "36" and args[args.index("--ref-load") + 1] == "/ckpt"
-    assert args[args.index("--train-backend") + 1] == "megatron" and "/m" in runtime_env(spec, {})["env_vars"]["PYTHONPATH"]
+    assert (
+        args[args.index("--train-backend") + 1] == "megatron"
+        and "/m" in runtime_env(spec, {})["env_vars"]["PYTHONPATH"]
+    )
 
 
-@pytest.mark.parametrize(("framework", "estimator"), [("slime", "turn"), ("slime", "mix"), ("miles", "turn"), ("slime", "episode"), ("miles", "episode")])
-def test_dry_run_passes_the_advantage_hooks_the_config_asks_for(framework: str, estimator: str, tmp_path: Path, capsys) -> None:
+@pytest.mark.parametrize(
+    ("framework", "estimator"),
+    [("slime", "turn"), ("slime", "mix"), ("miles", "turn"), ("slime", "episode"), ("miles", "episode")],
+)
+def test_dry_run_passes_the_advantage_hooks_the_config_asks_for(
+    framework: str, estimator: str, tmp_path: Path, capsys
+) -> None:
     config = tmp_path / "train_config.yaml"
     config.write_text(f"environments:\n  GeneralReasoning/WhoDunIt: {{}}\nadvantage: {{estimator: {estimator}}}\n")
     _, submit = dry_run(capsys, "--framework", framework, *checkout_flags(framework, tmp_path), "--config", str(config))
     train = submit[submit.index("--") + 1 :]
     assert value(train, "--advantage-estimator") == "grpo"
     if estimator == "episode":  # Slime keeps only the fork-aware GRPO normalisation; Miles' own is right
-        episode_post_process = ["openreward_rl.backends.advantages.slime_episode_post_process"] if framework == "slime" else []
-        assert [train[i + 1] for i, flag in enumerate(train) if flag == "--custom-reward-post-process-path"] == episode_post_process
+        episode_post_process = (
+            ["openreward_rl.backends.advantages.slime_episode_post_process"] if framework == "slime" else []
+        )
+        assert [
+            train[i + 1] for i, flag in enumerate(train) if flag == "--custom-reward-post-process-path"
+        ] == episode_post_process
         assert "--custom-advantage-function-path" not in train and "--use-opd" not in train
     elif framework == "slime":
-        assert value(train, "--custom-reward-post-process-path") == "openreward_rl.backends.advantages.slime_reward_post_process"
+        assert (
+            value(train, "--custom-reward-post-process-path")
+            == "openreward_rl.backends.advantages.slime_reward_post_process"
+        )
         assert value(train, "--custom-advantage-function-path") == "openreward_rl.backends.advantages.slime_advantages"
     else:
-        assert value(train, "--custom-reward-post-process-path") == "openreward_rl.backends.advantages.miles_reward_post_process"
-        assert "--use-opd" in train and value(train, "--opd-type") == "sglang" and value(train, "--opd-kl-coef") == "1.0"
+        assert (
+            value(train, "--custom-reward-post-process-path")
+            == "openreward_rl.backends.advantages.miles_reward_post_process"
+        )
+        assert (
+            "--use-opd" in train and value(train, "--opd-type") == "sglang" and value(train, "--opd-kl-coef") == "1.0"
+        )
 
 
 @pytest.mark.parametrize("framework", ["slime", "miles"])
@@ -478,7 +743,9 @@ def test_dry_run_passes_the_task_sampler_when_the_config_sets_it(framework: str,
     config.write_text("environments:\n  GeneralReasoning/WhoDunIt: {}\ntask_sampling: {floor: 0.2}\n")
     _, submit = dry_run(capsys, "--framework", framework, *checkout_flags(framework, tmp_path), "--config", str(config))
     train = submit[submit.index("--") + 1 :]
-    assert value(train, "--data-source-path") == f"openreward_rl.backends.task_sampling.{framework.capitalize()}DataSource"
+    assert (
+        value(train, "--data-source-path") == f"openreward_rl.backends.task_sampling.{framework.capitalize()}DataSource"
+    )
     assert value(train, "--dynamic-sampling-filter-path") == "openreward_rl.backends.filters.keep_informative_groups"
     config.write_text("environments:\n  GeneralReasoning/WhoDunIt: {}\n")
     _, submit = dry_run(capsys, "--framework", framework, *checkout_flags(framework, tmp_path), "--config", str(config))
@@ -488,18 +755,45 @@ def test_dry_run_passes_the_task_sampler_when_the_config_sets_it(framework: str,
 def test_task_sampling_needs_the_dynamic_filter(tmp_path: Path, capsys) -> None:
     config = tmp_path / "train_config.yaml"
     config.write_text("environments:\n  GeneralReasoning/WhoDunIt: {}\ntask_sampling: {}\n")
-    assert main(["train", "--framework", "slime", *checkout_flags("slime", tmp_path), "--config", str(config), "--no-dynamic-filter", "--dry-run"]) == 2
+    assert (
+        main(
+            [
+                "train",
+                "--framework",
+                "slime",
+                *checkout_flags("slime", tmp_path),
+                "--config",
+                str(config),
+                "--no-dynamic-filter",
+                "--dry-run",
+            ]
+        )
+        == 2
+    )
     assert "task_sampling" in capsys.readouterr().err
 
 
-def test_slimes_stock_dynamic_filter_with_a_compacting_context_policy_is_refused_before_ray(tmp_path: Path, capsys) -> None:
+def test_slimes_stock_dynamic_filter_with_a_compacting_context_policy_is_refused_before_ray(
+    tmp_path: Path, capsys
+) -> None:
     """Slime's `check_reward_nonzero_std` reads each group member as one Sample, as `--group-rm` does."""
     compacting = tmp_path / "compacting.yaml"
     compacting.write_text("environments:\n  Corridor:\n    context_policy: summarize\n")
-    argv = ["train", "--framework", "slime", *checkout_flags("slime", tmp_path), "--config", str(compacting), "--dry-run"]
+    argv = [
+        "train",
+        "--framework",
+        "slime",
+        *checkout_flags("slime", tmp_path),
+        "--config",
+        str(compacting),
+        "--dry-run",
+    ]
     stock = "slime.rollout.filter_hub.dynamic_sampling_filters.check_reward_nonzero_std"
     assert main([*argv, "--", "--dynamic-sampling-filter-path", stock]) == 2
-    assert f"--dynamic-sampling-filter-path {stock} cannot take the fan-out samples of a context policy (Corridor)" in capsys.readouterr().err
+    assert (
+        f"--dynamic-sampling-filter-path {stock} cannot take the fan-out samples of a context policy (Corridor)"
+        in capsys.readouterr().err
+    )
     assert main([*argv, "--", f"--dynamic-sampling-filter-path={stock}"]) == 2
     assert main(argv) == 0  # the default filter reads fan-out groups
     compacting.write_text("environments:\n  Corridor: {}\n")  # the default policy: off with the stock filter
@@ -509,14 +803,27 @@ def test_slimes_stock_dynamic_filter_with_a_compacting_context_policy_is_refused
 def test_partial_rollout_with_a_compacting_context_policy_is_refused_before_ray(tmp_path: Path, capsys) -> None:
     compacting = tmp_path / "compacting.yaml"
     compacting.write_text("environments:\n  Corridor:\n    context_policy: summarize\n")
-    argv = ["train", "--framework", "slime", *checkout_flags("slime", tmp_path), "--config", str(compacting), "--dry-run"]
+    argv = [
+        "train",
+        "--framework",
+        "slime",
+        *checkout_flags("slime", tmp_path),
+        "--config",
+        str(compacting),
+        "--dry-run",
+    ]
     assert main([*argv, "--rollout-mode", "partial"]) == 2
     assert "cannot take the fan-out samples of a context policy (Corridor)" in capsys.readouterr().err
     assert main([*argv, "--rollout-mode", "sync"]) == 0
     compacting.write_text("environments:\n  Corridor:\n    context_policy: {name: summarize, threshold: 1.5}\n")
     assert main(argv) == 2
-    assert "environments.Corridor.context_policy: context policy 'summarize': threshold must be in (0, 1]" in capsys.readouterr().err
-    compacting.write_text("environments:\n  Corridor: {}\n")  # the default policy: partial rollout runs it without compaction
+    assert (
+        "environments.Corridor.context_policy: context policy 'summarize': threshold must be in (0, 1]"
+        in capsys.readouterr().err
+    )
+    compacting.write_text(
+        "environments:\n  Corridor: {}\n"
+    )  # the default policy: partial rollout runs it without compaction
     assert main([*argv, "--rollout-mode", "partial"]) == 0
 
 
@@ -535,7 +842,9 @@ def test_the_hooks_skip_the_model_check_only_when_the_launch_says_so(tmp_path: P
     assert not load_process_parts("offline:qwen3")[0].check_model
 
 
-def test_a_slime_dry_run_pythonpath_imports_the_library_in_a_fresh_interpreter_and_shadows_nothing(config_file: Path, tmp_path: Path, capsys, megatron) -> None:
+def test_a_slime_dry_run_pythonpath_imports_the_library_in_a_fresh_interpreter_and_shadows_nothing(
+    config_file: Path, tmp_path: Path, capsys, megatron
+) -> None:
     """The job's PYTHONPATH holds the folder that holds `openreward_rl` (a checkout's src), never the package
     folder itself: `import openreward_rl` works in a fresh interpreter (no site-packages: the path alone
     decides), and no entry turns one of our modules into a top-level name (`import retry`)."""
@@ -543,14 +852,27 @@ def test_a_slime_dry_run_pythonpath_imports_the_library_in_a_fresh_interpreter_a
 
     import openreward_rl
 
-    _, submit = dry_run(capsys, "--framework", "slime", "--slime-path", str(slime_checkout(tmp_path / "slime")), *megatron, "--config", str(config_file))
+    _, submit = dry_run(
+        capsys,
+        "--framework",
+        "slime",
+        "--slime-path",
+        str(slime_checkout(tmp_path / "slime")),
+        *megatron,
+        "--config",
+        str(config_file),
+    )
     pythonpath = json.loads(submit[4].split("=", 1)[1])["env_vars"]["PYTHONPATH"]
     package = Path(openreward_rl.__file__).resolve().parent
     ours = {p.stem for p in package.iterdir() if p.suffix == ".py" or (p / "__init__.py").exists()} - {"__init__"}
     assert {"retry", "config", "errors", "cli"} <= ours
     for entry in pythonpath.split(os.pathsep):
-        assert not [name for name in ours if (Path(entry) / f"{name}.py").exists() or (Path(entry) / name).is_dir()], entry
-    probe = "import importlib.util, openreward_rl; print(openreward_rl.__file__); print(importlib.util.find_spec('retry'))"
+        assert not [name for name in ours if (Path(entry) / f"{name}.py").exists() or (Path(entry) / name).is_dir()], (
+            entry
+        )
+    probe = (
+        "import importlib.util, openreward_rl; print(openreward_rl.__file__); print(importlib.util.find_spec('retry'))"
+    )
     env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": pythonpath}
     result = subprocess.run([sys.executable, "-S", "-c", probe], env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
@@ -566,14 +888,19 @@ def test_an_installed_library_adds_no_pythonpath_entry() -> None:
     assert library_path("/home/me/clone/src/openreward_rl/__init__.py") == ["/home/me/clone/src"]
 
 
-def test_a_job_saves_checkpoints_under_the_output_dir_unless_save_says_where(config_file: Path, tmp_path: Path, capsys, monkeypatch) -> None:
+def test_a_job_saves_checkpoints_under_the_output_dir_unless_save_says_where(
+    config_file: Path, tmp_path: Path, capsys, monkeypatch
+) -> None:
     """A 3,000-rollout job without --save used to save nothing: --save defaults to <--output-dir>/checkpoints
     (./<framework>_output without it), absolute because the job runs elsewhere."""
     monkeypatch.chdir(tmp_path)
     base = ["--framework", "miles", "--miles-path", str(tmp_path), "--config", str(config_file)]
     _, submit = dry_run(capsys, *base)
     train = train_command(submit)
-    assert value(train, "--save") == str(tmp_path / "miles_output" / "checkpoints") and value(train, "--save-interval") == "10"
+    assert (
+        value(train, "--save") == str(tmp_path / "miles_output" / "checkpoints")
+        and value(train, "--save-interval") == "10"
+    )
     _, submit = dry_run(capsys, *base, "--output-dir", "runs/a")
     assert value(train_command(submit), "--save") == str(tmp_path / "runs" / "a" / "checkpoints")
     _, submit = dry_run(capsys, *base, "--output-dir", "runs/a", "--save", "/ckpt/here")
@@ -597,17 +924,54 @@ def test_a_dry_run_never_asks_the_hub(config_file: Path, tmp_path: Path, capsys,
 
     monkeypatch.setattr(socket, "getaddrinfo", refuse)
     monkeypatch.setattr(socket.socket, "connect", refuse)
-    dry_run(capsys, "--framework", "miles", "--miles-path", str(tmp_path), "--config", str(config_file), "--model", "acme/foo-7b")
+    dry_run(
+        capsys,
+        "--framework",
+        "miles",
+        "--miles-path",
+        str(tmp_path),
+        "--config",
+        str(config_file),
+        "--model",
+        "acme/foo-7b",
+    )
     assert attempts == []
 
 
-def test_sync_mode_can_put_actor_and_rollout_on_separate_gpus(config_file: Path, tmp_path: Path, capsys, megatron) -> None:
+def test_sync_mode_can_put_actor_and_rollout_on_separate_gpus(
+    config_file: Path, tmp_path: Path, capsys, megatron
+) -> None:
     """The cookbook's disaggregated layout: --rollout-gpus N gives SGLang N GPUs and trains on the rest, with no --colocate."""
-    _, submit = dry_run(capsys, "--framework", "slime", "--slime-path", str(slime_checkout(tmp_path / "slime")), *megatron, "--config", str(config_file),
-                        "--num-gpus", "8", "--tp", "2", "--rollout-gpus", "2")  # fmt: skip
+    _, submit = dry_run(
+        capsys,
+        "--framework",
+        "slime",
+        "--slime-path",
+        str(slime_checkout(tmp_path / "slime")),
+        *megatron,
+        "--config",
+        str(config_file),
+        "--num-gpus",
+        "8",
+        "--tp",
+        "2",
+        "--rollout-gpus",
+        "2",
+    )
     train = train_command(submit)
     assert train[1].endswith("/train.py") and "--colocate" not in train
     assert value(train, "--actor-num-gpus-per-node") == "6" and value(train, "--rollout-num-gpus") == "2"
-    _, submit = dry_run(capsys, "--framework", "slime", "--slime-path", str(slime_checkout(tmp_path / "slime")), *megatron, "--config", str(config_file))
+    _, submit = dry_run(
+        capsys,
+        "--framework",
+        "slime",
+        "--slime-path",
+        str(slime_checkout(tmp_path / "slime")),
+        *megatron,
+        "--config",
+        str(config_file),
+    )
     train = train_command(submit)
-    assert "--colocate" in train and value(train, "--actor-num-gpus-per-node") == value(train, "--rollout-num-gpus") == "4"
+    assert (
+        "--colocate" in train and value(train, "--actor-num-gpus-per-node") == value(train, "--rollout-num-gpus") == "4"
+    )

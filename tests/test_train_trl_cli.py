@@ -22,16 +22,52 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return save_tiny_qwen3(tmp_path_factory.mktemp("tiny-qwen3"))
 
 
-def test_evaluations_inside_train_show_progress_and_record_the_tokenizer_for_show(capsys, tmp_path: Path, tiny_model_dir: Path) -> None:
+def test_evaluations_inside_train_show_progress_and_record_the_tokenizer_for_show(
+    capsys, tmp_path: Path, tiny_model_dir: Path
+) -> None:
     """Both evaluations print eval's progress bar (episodes done of all), and the files they write name the
     tokenizer, so `show` renders the token view instead of "the file records no tokenizer"."""
     config = tmp_path / "c.yaml"
-    config.write_text("environments:\n  PaintColour:\n    splits: [train]\n    max_turns: 1\nparser: hermes\non_no_tool_call: end\nupload: false\n")
+    config.write_text(
+        "environments:\n  PaintColour:\n    splits: [train]\n    max_turns: 1\nparser: hermes\non_no_tool_call: end\nupload: false\n"
+    )
     results = tmp_path / "results.jsonl"
-    code = main(["train", "--framework", "trl", "--config", str(config), "--model", str(tiny_model_dir), "--serve", PAINT, "--device", "cpu",
-                 "--output-dir", str(tmp_path / "out"), "--max-steps", "1", "--rollout-batch-size", "1", "--n-samples", "2",
-                 "--max-response-len", "4", "--save-interval", "0", "--no-save-model",
-                 "--eval-split", "test", "--eval-max-tasks", "2", "--eval-n", "2", "--eval-output", str(results)])  # fmt: skip
+    code = main(
+        [
+            "train",
+            "--framework",
+            "trl",
+            "--config",
+            str(config),
+            "--model",
+            str(tiny_model_dir),
+            "--serve",
+            PAINT,
+            "--device",
+            "cpu",
+            "--output-dir",
+            str(tmp_path / "out"),
+            "--max-steps",
+            "1",
+            "--rollout-batch-size",
+            "1",
+            "--n-samples",
+            "2",
+            "--max-response-len",
+            "4",
+            "--save-interval",
+            "0",
+            "--no-save-model",
+            "--eval-split",
+            "test",
+            "--eval-max-tasks",
+            "2",
+            "--eval-n",
+            "2",
+            "--eval-output",
+            str(results),
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0, out
     assert out.count("4/4") == 2, out  # the bar of each evaluation, finished: 2 tasks x 2 episodes
@@ -46,12 +82,47 @@ def test_no_eval_before_evaluates_after_training_only(capsys, tmp_path: Path, ti
     """`--no-eval-before` (the quickstart's second command, whose model its first command just evaluated):
     one evaluation, after training, and no `.before.jsonl`."""
     config = tmp_path / "c.yaml"
-    config.write_text("environments:\n  PaintColour:\n    splits: [train]\n    max_turns: 1\nparser: hermes\non_no_tool_call: end\nupload: false\n")
+    config.write_text(
+        "environments:\n  PaintColour:\n    splits: [train]\n    max_turns: 1\nparser: hermes\non_no_tool_call: end\nupload: false\n"
+    )
     results = tmp_path / "results.jsonl"
-    code = main(["train", "--framework", "trl", "--config", str(config), "--model", str(tiny_model_dir), "--serve", PAINT, "--device", "cpu",
-                 "--output-dir", str(tmp_path / "out"), "--max-steps", "1", "--rollout-batch-size", "1", "--n-samples", "2",
-                 "--max-response-len", "4", "--save-interval", "0", "--no-save-model", "--no-eval-before",
-                 "--eval-split", "test", "--eval-max-tasks", "2", "--eval-n", "2", "--eval-output", str(results)])  # fmt: skip
+    code = main(
+        [
+            "train",
+            "--framework",
+            "trl",
+            "--config",
+            str(config),
+            "--model",
+            str(tiny_model_dir),
+            "--serve",
+            PAINT,
+            "--device",
+            "cpu",
+            "--output-dir",
+            str(tmp_path / "out"),
+            "--max-steps",
+            "1",
+            "--rollout-batch-size",
+            "1",
+            "--n-samples",
+            "2",
+            "--max-response-len",
+            "4",
+            "--save-interval",
+            "0",
+            "--no-save-model",
+            "--no-eval-before",
+            "--eval-split",
+            "test",
+            "--eval-max-tasks",
+            "2",
+            "--eval-n",
+            "2",
+            "--eval-output",
+            str(results),
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0, out
     assert out.count("4/4") == 1 and "before " not in out and "after " in out, out
@@ -73,19 +144,51 @@ def test_a_run_whose_environment_server_dies_stops_with_one_line(tmp_path: Path,
 
     with serve_environments([f"{REPO}/examples/environments/paint_order.py:PaintOrder"], subprocess=True) as server:
         config = tmp_path / "c.yaml"
-        config.write_text(f"environments:\n  PaintOrder:\n    splits: [train]\n    max_turns: 3\nattempts: 2\nupload: false\nenv_base_url: {server.base_url}\n")
+        config.write_text(
+            f"environments:\n  PaintOrder:\n    splits: [train]\n    max_turns: 3\nattempts: 2\nupload: false\nenv_base_url: {server.base_url}\n"
+        )
         env = loopback_environ()
         env["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), env.get("PYTHONPATH", "")])
-        command = [sys.executable, "-m", "openreward_rl.cli", "train", "--framework", "trl", "--config", str(config), "--model", str(tiny_model_dir),
-                   "--device", "cpu", "--output-dir", str(tmp_path / "out"), "--max-steps", "6", "--rollout-batch-size", "2", "--n-samples", "2",
-                   "--max-response-len", "8", "--save-interval", "0", "--no-save-model", "--max-failed-steps", "2"]  # fmt: skip
+        command = [
+            sys.executable,
+            "-m",
+            "openreward_rl.cli",
+            "train",
+            "--framework",
+            "trl",
+            "--config",
+            str(config),
+            "--model",
+            str(tiny_model_dir),
+            "--device",
+            "cpu",
+            "--output-dir",
+            str(tmp_path / "out"),
+            "--max-steps",
+            "6",
+            "--rollout-batch-size",
+            "2",
+            "--n-samples",
+            "2",
+            "--max-response-len",
+            "8",
+            "--save-interval",
+            "0",
+            "--no-save-model",
+            "--max-failed-steps",
+            "2",
+        ]
         run = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         lines: list[str] = []
         reader = threading.Thread(target=lambda: lines.extend(run.stdout), daemon=True)  # type: ignore[arg-type]
         reader.start()
         try:
             deadline = time.monotonic() + 240
-            while not any("training tasks" in line for line in lines) and run.poll() is None and time.monotonic() < deadline:
+            while (
+                not any("training tasks" in line for line in lines)
+                and run.poll() is None
+                and time.monotonic() < deadline
+            ):
                 time.sleep(0.1)
             assert run.poll() is None, "".join(lines)
             time.sleep(1.0)
@@ -101,24 +204,44 @@ def test_a_run_whose_environment_server_dies_stops_with_one_line(tmp_path: Path,
     out = "".join(lines)
     assert code == 1, out
     final = lines[-1]
-    assert final.startswith("openreward-rl train: stopped at step ") and "every episode failed" in final and "environment server unreachable" in final, out
+    assert (
+        final.startswith("openreward-rl train: stopped at step ")
+        and "every episode failed" in final
+        and "environment server unreachable" in final
+    ), out
     assert "ping failed" not in out and "Traceback" not in out, out
     assert out.count("episode on PaintOrder failed") <= 3, out  # one line per distinct failure, not one per episode
     print(f"\nenvironment server killed: the run stopped {stopped_after:.1f}s later")
 
 
-def test_a_served_environment_server_that_stopped_stops_training_at_the_steps_end(tmp_path: Path, tiny_model_dir: Path) -> None:
+def test_a_served_environment_server_that_stopped_stops_training_at_the_steps_end(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
     """`--serve` runs the environment server in this process: a server that has stopped (its thread ended) is
     seen directly at the step's end, and training stops there, saying so, without waiting for
     `max_failed_steps` failed steps."""
     from openreward_rl.backends.trl import TrlOptions, TrlSession
     from openreward_rl.config import parse_config
 
-    config = parse_config({"environments": {"PaintColour": {"splits": ["train"], "max_turns": 1}}, "parser": "hermes", "upload": False})
-    options = TrlOptions(model=str(tiny_model_dir), device="cpu", output_dir=str(tmp_path / "out"), max_steps=4, prompts_per_step=1, n_samples=2,
-                         max_new_tokens=4, save_interval=0, max_failed_steps=3)  # fmt: skip
+    config = parse_config(
+        {"environments": {"PaintColour": {"splits": ["train"], "max_turns": 1}}, "parser": "hermes", "upload": False}
+    )
+    options = TrlOptions(
+        model=str(tiny_model_dir),
+        device="cpu",
+        output_dir=str(tmp_path / "out"),
+        max_steps=4,
+        prompts_per_step=1,
+        n_samples=2,
+        max_new_tokens=4,
+        save_interval=0,
+        max_failed_steps=3,
+    )
     with TrlSession.open(config, options, serve=[PAINT]) as session:
         assert session.server is not None and session.server.running
         session.server.stop()
         session.trainer().train()
-        assert session.stopped == f"stopped at step 1: the environment server serving PaintColour ({session.server.base_url}) has stopped"
+        assert (
+            session.stopped
+            == f"stopped at step 1: the environment server serving PaintColour ({session.server.base_url}) has stopped"
+        )

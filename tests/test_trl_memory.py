@@ -31,7 +31,12 @@ def test_gradient_checkpointing_is_on_by_default_and_can_be_turned_off() -> None
     assert options_from_args(parser.parse_args(train)).gradient_checkpointing is True
     assert options_from_args(parser.parse_args([*train, "--no-gradient-checkpointing"])).gradient_checkpointing is False
     assert grpo_config(TrlOptions(model="offline:smollm2", device="cpu")).gradient_checkpointing is True
-    assert grpo_config(TrlOptions(model="offline:smollm2", device="cpu", gradient_checkpointing=False)).gradient_checkpointing is False
+    assert (
+        grpo_config(
+            TrlOptions(model="offline:smollm2", device="cpu", gradient_checkpointing=False)
+        ).gradient_checkpointing
+        is False
+    )
     sft = ["sft", "--config", "c.yaml", "--model", "offline:smollm2", "--teacher", "t.py:teacher"]
     assert parser.parse_args(sft).gradient_checkpointing is True
     assert parser.parse_args([*sft, "--no-gradient-checkpointing"]).gradient_checkpointing is False
@@ -45,15 +50,28 @@ def test_sft_trains_with_gradient_checkpointing_unless_told_not_to_and_releases_
     from openreward_rl.backends.trl import train_sft
 
     directory, gguf = smollm2_gguf()
-    config = AutoConfig.from_pretrained(str(directory), gguf_file=gguf, num_hidden_layers=2)  # SmolLM2's shape, two layers
+    config = AutoConfig.from_pretrained(
+        str(directory), gguf_file=gguf, num_hidden_layers=2
+    )  # SmolLM2's shape, two layers
     rows = [{"input_ids": [1, 5, 6, 7, 2], "assistant_masks": [0, 0, 1, 1, 1]}] * 2
     for setting in (True, False):
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-        trainer = train_sft(model, load_tokenizer("offline:smollm2"), rows, output_dir=str(tmp_path / str(setting)), epochs=1, lr=1e-5,
-                            batch_size=2, seed=0, gradient_checkpointing=setting)  # fmt: skip
+        trainer = train_sft(
+            model,
+            load_tokenizer("offline:smollm2"),
+            rows,
+            output_dir=str(tmp_path / str(setting)),
+            epochs=1,
+            lr=1e-5,
+            batch_size=2,
+            seed=0,
+            gradient_checkpointing=setting,
+        )
         assert trainer.args.gradient_checkpointing is setting and model.is_gradient_checkpointing is setting
         assert model.config.use_cache  # the saved model samples with its KV cache
-        assert trainer.optimizer is None and all(p.grad is None for p in model.parameters())  # released for sampling after
+        assert trainer.optimizer is None and all(
+            p.grad is None for p in model.parameters()
+        )  # released for sampling after
 
 
 def test_a_step_in_micro_batches_makes_the_same_update_as_one_pass(tmp_path: Path) -> None:
@@ -69,7 +87,9 @@ def test_a_step_in_micro_batches_makes_the_same_update_as_one_pass(tmp_path: Pat
     from openreward_rl.backends.trl.run import TrlOptions, grpo_config, quiet_trainer
 
     directory, gguf = smollm2_gguf()
-    config = AutoConfig.from_pretrained(str(directory), gguf_file=gguf, num_hidden_layers=2)  # SmolLM2's shape, two layers
+    config = AutoConfig.from_pretrained(
+        str(directory), gguf_file=gguf, num_hidden_layers=2
+    )  # SmolLM2's shape, two layers
     lengths = [9, 3, 6, 1, 8, 4, 2, 7]  # episodes of different lengths: each pass is padded to the step's longest
 
     def rollout(prompts: list, trainer: object) -> dict:
@@ -82,22 +102,40 @@ def test_a_step_in_micro_batches_makes_the_same_update_as_one_pass(tmp_path: Pat
         }
 
     class Gradients(TrainerCallback):
-        def on_pre_optimizer_step(self, args: object, state: object, control: object, model: object = None, **_: object) -> None:
+        def on_pre_optimizer_step(
+            self, args: object, state: object, control: object, model: object = None, **_: object
+        ) -> None:
             self.seen = {name: p.grad.detach().clone() for name, p in model.named_parameters() if p.grad is not None}
 
     trained = {}
     for micro_batch in (0, 2):
         set_seed(0)
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-        options = TrlOptions(model="offline:smollm2", device="cpu", output_dir=str(tmp_path / str(micro_batch)), max_steps=1, prompts_per_step=2,
-                             n_samples=4, max_new_tokens=9, save_interval=0, lr=1e-3, micro_batch=micro_batch)  # fmt: skip
+        options = TrlOptions(
+            model="offline:smollm2",
+            device="cpu",
+            output_dir=str(tmp_path / str(micro_batch)),
+            max_steps=1,
+            prompts_per_step=2,
+            n_samples=4,
+            max_new_tokens=9,
+            save_interval=0,
+            lr=1e-3,
+            micro_batch=micro_batch,
+        )
         args = grpo_config(options)
-        assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) == ((8, 1) if micro_batch == 0 else (2, 4))
+        assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) == (
+            (8, 1) if micro_batch == 0 else (2, 4)
+        )
         trainer = GRPOTrainer(
-            model=model, processing_class=load_tokenizer("offline:smollm2"), args=args, rollout_func=rollout,
-            reward_funcs=[lambda prompts, completions, reward, **_: reward], train_dataset=Dataset.from_list([{"prompt": f"task {i}"} for i in range(8)]),
+            model=model,
+            processing_class=load_tokenizer("offline:smollm2"),
+            args=args,
+            rollout_func=rollout,
+            reward_funcs=[lambda prompts, completions, reward, **_: reward],
+            train_dataset=Dataset.from_list([{"prompt": f"task {i}"} for i in range(8)]),
             callbacks=[gradients := Gradients()],
-        )  # fmt: skip
+        )
         quiet_trainer(trainer).train()
         assert trainer.state.global_step == 1
         trained[micro_batch] = (trainer.state.log_history[0]["loss"], gradients.seen)
@@ -109,9 +147,19 @@ def test_a_step_in_micro_batches_makes_the_same_update_as_one_pass(tmp_path: Pat
 
 
 def _step_memory(**settings: object) -> dict[str, float]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]), "TRL_EXPERIMENTAL_SILENCE": "1"}
-    done = subprocess.run([sys.executable, str(REPO / "tests" / "_grpo_step_memory.py"), json.dumps(settings)],
-                          capture_output=True, text=True, env=env, timeout=850, check=False)  # fmt: skip
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]),
+        "TRL_EXPERIMENTAL_SILENCE": "1",
+    }
+    done = subprocess.run(
+        [sys.executable, str(REPO / "tests" / "_grpo_step_memory.py"), json.dumps(settings)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=850,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -119,7 +167,9 @@ def _step_memory(**settings: object) -> dict[str, float]:
 @pytest.mark.slow
 @pytest.mark.timeout(900)  # one GRPO step of 1,024 tokens on the CPU, ~1 CPU-minute
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="ru_maxrss is in KiB on Linux (bytes on macOS)")
-def test_a_grpo_step_in_micro_batches_rises_by_at_most_two_and_a_half_times_the_weights_by_its_backward_passes() -> None:
+def test_a_grpo_step_in_micro_batches_rises_by_at_most_two_and_a_half_times_the_weights_by_its_backward_passes() -> (
+    None
+):
     """One step of 8 episodes x 128 tokens under `grpo_config`'s defaults (checkpointing, passes of 4 episodes) and the
     allocator setting `sft` and `train` make, in MiB over the process's peak before the step: measured 1,084 by the end
     of the backward passes (2.1x the 513 MiB of float32 weights: the gradients and one pass's transient memory) and

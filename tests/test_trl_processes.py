@@ -35,16 +35,68 @@ def test_two_processes_sample_their_own_groups_and_write_once(tmp_path: Path, ti
     from openreward_rl.env.local_server import loopback_environ
 
     config = tmp_path / "c.yaml"
-    config.write_text("environments:\n  RankPaint:\n    splits: [train]\n    max_turns: 1\nparser: hermes\non_no_tool_call: end\nupload: false\n")
+    config.write_text(
+        "environments:\n  RankPaint:\n    splits: [train]\n    max_turns: 1\nparser: hermes\non_no_tool_call: end\nupload: false\n"
+    )
     log, results, out_dir = tmp_path / "ranks.log", tmp_path / "results.jsonl", tmp_path / "out"
     env = loopback_environ()
-    env.update(PYTHONPATH=os.pathsep.join([str(REPO / "src"), env.get("PYTHONPATH", "")]), RANK_PAINT_LOG=str(log), OMP_NUM_THREADS="1",
-               WANDB_MODE="offline", WANDB_SILENT="true", WANDB_DIR=str(tmp_path))  # fmt: skip
-    command = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-               "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "openreward_rl.cli",
-               "train", "--framework", "trl", "--config", str(config), "--model", str(tiny_model_dir), "--serve", RANK_PAINT, "--device", "cpu",
-               "--output-dir", str(out_dir), "--max-steps", "1", "--rollout-batch-size", "2", "--n-samples", "2", "--max-response-len", "4",
-               "--save-interval", "1", "--eval-split", "test", "--eval-max-tasks", "3", "--eval-n", "1", "--eval-output", str(results), "--wandb-project", "processes"]  # fmt: skip
+    env.update(
+        PYTHONPATH=os.pathsep.join([str(REPO / "src"), env.get("PYTHONPATH", "")]),
+        RANK_PAINT_LOG=str(log),
+        OMP_NUM_THREADS="1",
+        WANDB_MODE="offline",
+        WANDB_SILENT="true",
+        WANDB_DIR=str(tmp_path),
+    )
+    command = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "-m",
+        "openreward_rl.cli",
+        "train",
+        "--framework",
+        "trl",
+        "--config",
+        str(config),
+        "--model",
+        str(tiny_model_dir),
+        "--serve",
+        RANK_PAINT,
+        "--device",
+        "cpu",
+        "--output-dir",
+        str(out_dir),
+        "--max-steps",
+        "1",
+        "--rollout-batch-size",
+        "2",
+        "--n-samples",
+        "2",
+        "--max-response-len",
+        "4",
+        "--save-interval",
+        "1",
+        "--eval-split",
+        "test",
+        "--eval-max-tasks",
+        "3",
+        "--eval-n",
+        "1",
+        "--eval-output",
+        str(results),
+        "--wandb-project",
+        "processes",
+    ]
     done = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
@@ -66,7 +118,9 @@ def test_two_processes_sample_their_own_groups_and_write_once(tmp_path: Path, ti
     for line in ("step 1/1 ", "model saved to", "done in ", "over 2 processes (1 task each)"):
         assert out.count(line) == 1, out
     _, rows = read_offline_run(tmp_path)  # one WandB run (it raises on two)
-    assert [row["train/openreward/RankPaint/episodes"] for row in rows if "train/openreward/RankPaint/episodes" in row] == [4.0], rows
+    assert [
+        row["train/openreward/RankPaint/episodes"] for row in rows if "train/openreward/RankPaint/episodes" in row
+    ] == [4.0], rows
     for file in (results, results.with_suffix(".before.jsonl")):
         assert len(file.read_text().splitlines()) == 3
     assert (out_dir / "model.safetensors").exists()
@@ -81,8 +135,26 @@ def test_a_step_that_cannot_be_split_in_whole_groups_is_refused(capsys, monkeypa
     monkeypatch.setenv("WORLD_SIZE", "2")
     config = tmp_path / "c.yaml"
     config.write_text("environments:\n  PaintColour:\n    splits: [train]\n")
-    assert main(["train", "--framework", "trl", "--config", str(config), "--model", "offline:smollm2", "--rollout-batch-size", "3"]) == 2
-    assert "--rollout-batch-size 3 cannot be split over 2 processes: each samples whole groups, so it must be a multiple of 2" in capsys.readouterr().err
+    assert (
+        main(
+            [
+                "train",
+                "--framework",
+                "trl",
+                "--config",
+                str(config),
+                "--model",
+                "offline:smollm2",
+                "--rollout-batch-size",
+                "3",
+            ]
+        )
+        == 2
+    )
+    assert (
+        "--rollout-batch-size 3 cannot be split over 2 processes: each samples whole groups, so it must be a multiple of 2"
+        in capsys.readouterr().err
+    )
 
     with pytest.raises(ConfigError, match="prompts-per-step 3 cannot be split over 2 processes"):
         TrlOptions(model="m", prompts_per_step=3, ranks=Ranks(index=0, count=2)).check_split()
@@ -92,18 +164,50 @@ def test_a_step_that_cannot_be_split_in_whole_groups_is_refused(capsys, monkeypa
 
 
 @pytest.mark.slow
-def test_sft_on_two_processes_plays_each_teacher_episode_once_and_saves_once(tmp_path: Path, tiny_model_dir: Path) -> None:
+def test_sft_on_two_processes_plays_each_teacher_episode_once_and_saves_once(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
     """`sft` under the same launcher: the 3 teacher episodes are played once over both processes (the line counts 3),
     `SFTTrainer` trains, and the lines and the saved model come from the main process alone."""
     from openreward_rl.env.local_server import loopback_environ
 
     env = loopback_environ()
     env["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), env.get("PYTHONPATH", "")])
-    command = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-               "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "openreward_rl.cli",
-               "sft", "--config", "examples/train_tool_agent_config.yaml", "--serve", "examples/environments/paint_order.py:PaintOrder",
-               "--model", str(tiny_model_dir), "--device", "cpu", "--teacher", "examples/paint_order_teacher.py:teacher", "--max-tasks", "3",
-               "--epochs", "1", "--max-response-len", "8", "--output-dir", str(tmp_path / "warm")]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "-m",
+        "openreward_rl.cli",
+        "sft",
+        "--config",
+        "examples/train_tool_agent_config.yaml",
+        "--serve",
+        "examples/environments/paint_order.py:PaintOrder",
+        "--model",
+        str(tiny_model_dir),
+        "--device",
+        "cpu",
+        "--teacher",
+        "examples/paint_order_teacher.py:teacher",
+        "--max-tasks",
+        "3",
+        "--epochs",
+        "1",
+        "--max-response-len",
+        "8",
+        "--output-dir",
+        str(tmp_path / "warm"),
+    ]
     done = subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True, timeout=400)
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout

@@ -125,7 +125,14 @@ def test_terminal_answers_without_tool_messages_are_uploaded_as_call_and_result(
     last = data["turns"][-1]
     data["turns"] = [dict(last, message_index=2)]
     last = data["turns"][-1]
-    last["tool_results"] = [dict(last["tool_results"][0], call={"id": "terminal", "name": "__terminal__", "arguments": {"message": "5"}}, text="correct", reward=1.0)]
+    last["tool_results"] = [
+        dict(
+            last["tool_results"][0],
+            call={"id": "terminal", "name": "__terminal__", "arguments": {"message": "5"}},
+            text="correct",
+            reward=1.0,
+        )
+    ]
     events = trajectory_events(Trajectory.from_dict(data))
     assert [type(e.message).__name__ for e in events[-3:]] == ["AssistantMessage", "ToolCall", "ToolResult"]
     assert (events[-1].reward, events[-1].is_finished, events[-1].message.call_id) == (1.0, True, "terminal")
@@ -152,10 +159,21 @@ def test_events_reach_the_sink(monkeypatch: pytest.MonkeyPatch):
     messages = [m for m in sink.of_type("message") if m["rolloutEventId"] == rollouts[0]["eventId"]]
     messages.sort(key=lambda m: m["index"])
     assert [m["type"] for m in messages] == [
-        "system_message", "user_message", "reasoning", "assistant_message", "tool_call", "tool_result", "reasoning", "tool_call", "tool_result",
+        "system_message",
+        "user_message",
+        "reasoning",
+        "assistant_message",
+        "tool_call",
+        "tool_result",
+        "reasoning",
+        "tool_call",
+        "tool_result",
     ]
     assert messages[1]["content"] == "Compute 2+3 with the add tool, then submit."
-    assert [(m.get("reward"), m["isFinished"]) for m in messages if m["type"] == "tool_result"] == [(0.25, False), (1.0, True)]
+    assert [(m.get("reward"), m["isFinished"]) for m in messages if m["type"] == "tool_result"] == [
+        (0.25, False),
+        (1.0, True),
+    ]
     assert messages[4]["name"] == "add" and json.loads(messages[4]["content"]) == {"a": 2, "b": 3}
 
     updates = sink.of_type("rollout_update")
@@ -176,7 +194,13 @@ def test_the_rollout_is_named_by_the_trajectorys_own_task(monkeypatch: pytest.Mo
         trajectory = asyncio.run(run_real_episode(env.url, index=None, task_spec=spec))
     assert trajectory.stop_reason is StopReason.COMPLETED and trajectory.reward == 1.25
     assert trajectory.task == TaskRef("addenv", "train", task_spec=spec)
-    assert trajectory.to_dict()["task"] == {"environment": "addenv", "split": "train", "index": None, "variant": None, "task_spec": spec}
+    assert trajectory.to_dict()["task"] == {
+        "environment": "addenv",
+        "split": "train",
+        "index": None,
+        "variant": None,
+        "task_spec": spec,
+    }
     assert Trajectory.from_dict(json.loads(json.dumps(trajectory.to_dict()))).task == trajectory.task
     with UploadSink() as sink:
         uploader = TrajectoryUploader(_client(monkeypatch, sink.url), "obs-run")

@@ -79,7 +79,9 @@ def real_processor(tokenizer: Any) -> Any:
             pass  # the video processor class needs torchvision; no video is processed here
 
     image_processor = get_family("qwen2.5-vl").vision.image_processor  # type: ignore[union-attr]
-    return ImageOnlyProcessor(image_processor=image_processor, tokenizer=tokenizer, chat_template=tokenizer.chat_template)
+    return ImageOnlyProcessor(
+        image_processor=image_processor, tokenizer=tokenizer, chat_template=tokenizer.chat_template
+    )
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +98,9 @@ def config_for(server: LocalEnvServer) -> Any:
 async def one_episode(server: LocalEnvServer, engine: Any, tokenizer: Any, model: str) -> Any:
     client = AsyncOpenReward(api_key="local")
     try:
-        rollouts = Rollouts.from_config(config_for(server), engine=engine, tokenizer=tokenizer, client=client, model=model, max_new_tokens=128)
+        rollouts = Rollouts.from_config(
+            config_for(server), engine=engine, tokenizer=tokenizer, client=client, model=model, max_new_tokens=128
+        )
         return await rollouts.run(TaskRef("Easel", "test", index=0))
     finally:
         await client.environments.aclose()
@@ -105,7 +109,9 @@ async def one_episode(server: LocalEnvServer, engine: Any, tokenizer: Any, model
 SCRIPT = [ScriptedCompletion(text=call("look")), ScriptedCompletion(text=call("describe", answer="red, then blue"))]
 
 
-async def through_sglang(server: LocalEnvServer, tokenizer: Any, model: str, processor: Any = None) -> tuple[Any, SGLangTestServer]:
+async def through_sglang(
+    server: LocalEnvServer, tokenizer: Any, model: str, processor: Any = None
+) -> tuple[Any, SGLangTestServer]:
     """One scripted episode through the SGLang double (`processor`: the vision expansion it answers with)."""
     async with SGLangTestServer(tokenizer, script=list(SCRIPT), processor=processor) as sglang:
         engine = SGLangEngine(sglang.url)
@@ -121,7 +127,9 @@ async def test_a_vlm_sees_the_prompt_and_tool_images_token_exact_through_sglang(
     pad = tokenizer.convert_tokens_to_ids("<|image_pad|>")
     prompt_url, look_url = (f"data:image/png;base64,{data}" for data in (ENV.PROMPT_IMAGE, ENV.LOOK_IMAGE))
     trajectory, server = await through_sglang(easel, tokenizer, VLM, processor)
-    assert trajectory.stop_reason.value == "completed" and trajectory.reward == 1.0 and trajectory.token_exact, trajectory.stop_detail
+    assert trajectory.stop_reason.value == "completed" and trajectory.reward == 1.0 and trajectory.token_exact, (
+        trajectory.stop_detail
+    )
     assert trajectory.metrics["images_shown"] == 2.0 and trajectory.metrics["images_dropped"] == 0.0
     first, second = server.requests
     # the wire: every image of the context as a data URL, one pad per image in the ids (SGLang expands them)
@@ -144,8 +152,9 @@ async def test_a_vlm_sees_the_prompt_and_tool_images_token_exact_through_sglang(
     assert processor._get_num_multimodal_tokens(image_sizes=[(84, 56)]).num_image_tokens == [6]
     tool_message = trajectory.messages[3]
     assert tool_message["role"] == "tool" and tool_message["content"] == [
-        {"type": "text", "text": "the second picture:"}, {"type": "image", "image": look_url}
-    ]  # fmt: skip
+        {"type": "text", "text": "the second picture:"},
+        {"type": "image", "image": look_url},
+    ]
 
     # `show` names the images (never their base64) and counts them
     from openreward_rl.show.episode import conversation, episode_html, summary_rows
@@ -172,7 +181,9 @@ async def test_sglang_answering_another_expansion_fails_the_episode_instead_of_r
     what the model saw, so the turn fails (an infrastructure failure: no reward), naming why."""
     tokenizer = load_tokenizer("offline:qwen2.5-vl")
     processor = real_processor(tokenizer)
-    processor.image_processor = type(processor.image_processor)(patch_size=14, merge_size=2, temporal_patch_size=2, size={"shortest_edge": 3136 * 4, "longest_edge": 12845056})
+    processor.image_processor = type(processor.image_processor)(
+        patch_size=14, merge_size=2, temporal_patch_size=2, size={"shortest_edge": 3136 * 4, "longest_edge": 12845056}
+    )
     trajectory, server = await through_sglang(easel, tokenizer, VLM, processor)
     assert trajectory.stop_reason.is_infrastructure_failure and trajectory.reward is None
     assert "expanded the images to a" in trajectory.stop_detail and "processor settings" in trajectory.stop_detail
@@ -182,7 +193,11 @@ async def test_a_text_model_facing_the_same_images_gets_a_placeholder_a_warning_
     caplog.set_level(logging.WARNING, logger="openreward_rl")
     tokenizer = load_tokenizer("offline:qwen2.5")
     trajectory, server = await through_sglang(easel, tokenizer, "Qwen/Qwen2.5-7B-Instruct")
-    assert trajectory.reward == 1.0 and trajectory.metrics["images_dropped"] == 2.0 and trajectory.metrics["images_shown"] == 0.0
+    assert (
+        trajectory.reward == 1.0
+        and trajectory.metrics["images_dropped"] == 2.0
+        and trajectory.metrics["images_shown"] == 0.0
+    )
     assert all("image_data" not in request.body for request in server.requests)
     assert tokenizer.decode(server.requests[1].input_ids).count(IMAGE_PLACEHOLDER) == 2
     assert trajectory.segments[0].images == []
@@ -193,7 +208,9 @@ async def test_a_text_model_facing_the_same_images_gets_a_placeholder_a_warning_
 def test_the_embedded_engine_refuses_a_vlm_at_start_up_naming_why(easel) -> None:
     tokenizer = load_tokenizer("offline:qwen2.5-vl")
     embedded = object.__new__(TransformersEngine)  # no model is loaded: the refusal comes before any would be
-    with pytest.raises(ConfigError, match=r"qwen2.5-vl family is a vision-language model.*TransformersEngine.*no pixel values"):
+    with pytest.raises(
+        ConfigError, match=r"qwen2.5-vl family is a vision-language model.*TransformersEngine.*no pixel values"
+    ):
         Rollouts.from_config(config_for(easel), engine=embedded, tokenizer=tokenizer, client=None, model=VLM)
 
 
@@ -209,7 +226,9 @@ def real_qwen3_vl_processor(tokenizer: Any) -> Any:
             pass
 
     image_processor = get_family("qwen3-vl").vision.image_processor  # type: ignore[union-attr]
-    return ImageOnlyProcessor(image_processor=image_processor, tokenizer=tokenizer, chat_template=tokenizer.chat_template)
+    return ImageOnlyProcessor(
+        image_processor=image_processor, tokenizer=tokenizer, chat_template=tokenizer.chat_template
+    )
 
 
 async def test_qwen3_vl_tool_images_reach_the_model_as_its_processor_expands_them(easel) -> None:
@@ -233,7 +252,6 @@ async def test_qwen3_vl_tool_images_reach_the_model_as_its_processor_expands_the
     counts = processor._get_num_multimodal_tokens(image_sizes=[(60, 100), (84, 56)]).num_image_tokens
     assert context.count(pad) == sum(counts) and counts[0] != 8  # Qwen3-VL's own grid, not Qwen2.5-VL's
     assert "<tool_response>\nthe second picture:<|vision_start|>" in tokenizer.decode(context)
-
 
 
 def test_the_trl_backend_refuses_a_vlm_before_its_engine_exists(easel) -> None:

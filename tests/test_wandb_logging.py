@@ -26,7 +26,12 @@ def offline(monkeypatch: pytest.MonkeyPatch, tmp_path):
 
 def test_metrics_reach_an_offline_run_it_starts(offline):
     metrics = aggregate([EpisodeStats.from_trajectory(real_trajectory())], "openreward_eval")
-    config = {"model": "qwen3", "secrets": {"openai_api_key": SECRET_VALUE}, "wandb_key": "abc123", "note": SECRET_VALUE}
+    config = {
+        "model": "qwen3",
+        "secrets": {"openai_api_key": SECRET_VALUE},
+        "wandb_key": "abc123",
+        "note": SECRET_VALUE,
+    }
     logger = WandbLogger(project="obs", name="eval-run", config=config, directory=offline)
     logger.log(metrics, step_key="eval/step", step=0)
     logger.log({"openreward_eval/addenv/reward_mean": 0.5}, step_key="eval/step", step=1)
@@ -53,7 +58,9 @@ def test_logs_into_the_active_run_and_leaves_it_open(offline):
     assert wandb.run is run  # not ours to finish
     run.finish()
     _, rows = read_offline_run(offline)
-    assert rows == [{**rows[0], "openreward/addenv/reward_mean": 1.0, "openreward/addenv/episodes": 4.0, "rollout/step": 7}]
+    assert rows == [
+        {**rows[0], "openreward/addenv/reward_mean": 1.0, "openreward/addenv/episodes": 4.0, "rollout/step": 7}
+    ]
 
 
 def test_without_a_run_and_without_permission_to_start_one_metrics_go_to_the_log(offline, caplog):

@@ -20,7 +20,13 @@ from test_transformers_engine import run, teacher_forced_logprobs, tiny_model, t
 def alone(model, prompt, max_new_tokens: int, stop_ids) -> list[int]:
     """The model's own greedy `generate` on one unpadded prompt."""
     with torch.no_grad():
-        out = model.generate(torch.tensor([prompt]), max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=list(stop_ids), pad_token_id=0)
+        out = model.generate(
+            torch.tensor([prompt]),
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            eos_token_id=list(stop_ids),
+            pad_token_id=0,
+        )
     return out[0, len(prompt) :].tolist()
 
 
@@ -39,7 +45,9 @@ def test_a_wave_of_uneven_prompts_samples_what_each_prompt_alone_samples(tiny_mo
         expected = alone(tiny_model, prompt, limit, engine.eos_token_ids)
         assert list(output.output_ids) == expected
         assert output.finish_reason is FinishReason.LENGTH and len(output.output_ids) == limit
-        assert output.logprobs == pytest.approx(teacher_forced_logprobs(tiny_model, prompt, output.output_ids), abs=1e-4)
+        assert output.logprobs == pytest.approx(
+            teacher_forced_logprobs(tiny_model, prompt, output.output_ids), abs=1e-4
+        )
         assert output.meta["wave_rows"] == len(inputs)
 
 
@@ -66,7 +74,9 @@ def test_sampled_logprobs_are_the_temperature_scaled_distribution(tiny_model, to
     inputs = uneven_prompts(tokenizer)
     outputs = run(engine, *(GenerationRequest(p, {"max_new_tokens": 6, "temperature": 0.7}) for p in inputs))
     for prompt, output in zip(inputs, outputs, strict=True):
-        assert output.logprobs == pytest.approx(teacher_forced_logprobs(tiny_model, prompt, output.output_ids, 0.7), abs=1e-4)
+        assert output.logprobs == pytest.approx(
+            teacher_forced_logprobs(tiny_model, prompt, output.output_ids, 0.7), abs=1e-4
+        )
 
 
 def test_a_model_whose_forward_runs_under_bf16_autocast_samples(tokenizer) -> None:
@@ -74,8 +84,18 @@ def test_a_model_whose_forward_runs_under_bf16_autocast_samples(tokenizer) -> No
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     torch.manual_seed(5)
-    model = Qwen3ForCausalLM(Qwen3Config(vocab_size=151936, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                                         num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=512)).eval()  # fmt: skip
+    model = Qwen3ForCausalLM(
+        Qwen3Config(
+            vocab_size=151936,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            head_dim=16,
+            max_position_embeddings=512,
+        )
+    ).eval()
     model.forward = torch.autocast("cpu", dtype=torch.bfloat16)(model.forward)
     engine = WaveEngine(model, tokenizer, sampling=SamplingConfig(temperature=0))
     outputs = run(engine, *(GenerationRequest(p, {"max_new_tokens": 4}) for p in uneven_prompts(tokenizer)))
@@ -119,7 +139,9 @@ def test_a_wave_waits_for_every_declared_episode_not_for_the_quiet_period(tiny_m
 
     async def go():
         try:
-            return await asyncio.wait_for(asyncio.gather(*(episode(p, 0.05 * i) for i, p in enumerate(inputs))), timeout=60)
+            return await asyncio.wait_for(
+                asyncio.gather(*(episode(p, 0.05 * i) for i, p in enumerate(inputs))), timeout=60
+            )
         finally:
             await engine.aclose()
 
@@ -157,13 +179,17 @@ def test_a_request_cancelled_before_its_wave_leaves_the_queue(tiny_model, tokeni
         try:
             with engine.episode():
                 with engine.episode():  # two declared: one waiting request does not start a wave
-                    cancelled = asyncio.ensure_future(engine.generate(GenerationRequest(inputs[0], {"max_new_tokens": 2})))
+                    cancelled = asyncio.ensure_future(
+                        engine.generate(GenerationRequest(inputs[0], {"max_new_tokens": 2}))
+                    )
                     await asyncio.sleep(0.05)
                     cancelled.cancel()
                     with pytest.raises(asyncio.CancelledError):
                         await cancelled
                     assert engine._waiting == []
-                return await asyncio.wait_for(engine.generate(GenerationRequest(inputs[1], {"max_new_tokens": 2})), timeout=60)
+                return await asyncio.wait_for(
+                    engine.generate(GenerationRequest(inputs[1], {"max_new_tokens": 2})), timeout=60
+                )
         finally:
             await engine.aclose()
 
@@ -211,9 +237,12 @@ def test_a_failing_forward_fails_its_callers_and_every_later_request(tiny_model,
 
 @pytest.mark.parametrize(
     "params, message",
-    [({"temperature": 0.5}, "samples with temperature=1.0"), ({"frequency_penalty": 0.1}, "does not support the sampling parameter 'frequency_penalty'"),
-     ({"max_new_tokens": 0}, "max_new_tokens must be a positive integer")],
-)  # fmt: skip
+    [
+        ({"temperature": 0.5}, "samples with temperature=1.0"),
+        ({"frequency_penalty": 0.1}, "does not support the sampling parameter 'frequency_penalty'"),
+        ({"max_new_tokens": 0}, "max_new_tokens must be a positive integer"),
+    ],
+)
 def test_unsupported_sampling_params_are_refused_by_name(tiny_model, tokenizer, params, message) -> None:
     engine = WaveEngine(tiny_model, tokenizer)
     with pytest.raises(UnsupportedSamplingError, match=message):
@@ -231,8 +260,12 @@ def test_smollm2_answers_and_its_logprobs_match_a_forward_pass(decode: str) -> N
     from openreward_rl.engines.transformers import load_model
 
     model, tokenizer = load_model("offline:smollm2", device="cpu")
-    messages = [[{"role": "user", "content": text}] for text in ("What is 2 + 2?", "Name a colour of the sky, in one word.")]
-    inputs = [tokenizer.apply_chat_template(m, add_generation_prompt=True, tokenize=True, return_dict=False) for m in messages]
+    messages = [
+        [{"role": "user", "content": text}] for text in ("What is 2 + 2?", "Name a colour of the sky, in one word.")
+    ]
+    inputs = [
+        tokenizer.apply_chat_template(m, add_generation_prompt=True, tokenize=True, return_dict=False) for m in messages
+    ]
     engine = WaveEngine(model, tokenizer, sampling=SamplingConfig(temperature=0), decode=decode)
     outputs = run(engine, *(GenerationRequest(list(p), {"max_new_tokens": 24}) for p in inputs))
     for prompt, output in zip(inputs, outputs, strict=True):
@@ -244,16 +277,40 @@ def test_the_static_decoder_serves_full_attention_under_sdpa_only(tiny_model) ->
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     assert tiny_model.config._attn_implementation == "sdpa" and StaticDecoder.serves(tiny_model)
-    sliding = Qwen3ForCausalLM(Qwen3Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-                                           num_key_value_heads=1, head_dim=16, use_sliding_window=True, sliding_window=8,
-                                           max_window_layers=1, layer_types=["full_attention", "sliding_attention"]))  # fmt: skip
+    sliding = Qwen3ForCausalLM(
+        Qwen3Config(
+            vocab_size=64,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            head_dim=16,
+            use_sliding_window=True,
+            sliding_window=8,
+            max_window_layers=1,
+            layer_types=["full_attention", "sliding_attention"],
+        )
+    )
     assert not StaticDecoder.serves(sliding)  # one 4D mask cannot say two layers' windows
-    eager = Qwen3ForCausalLM(Qwen3Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-                                         num_key_value_heads=1, head_dim=16, attn_implementation="eager"))  # fmt: skip
+    eager = Qwen3ForCausalLM(
+        Qwen3Config(
+            vocab_size=64,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            head_dim=16,
+            attn_implementation="eager",
+        )
+    )
     assert not StaticDecoder.serves(eager)  # eager attention adds a float mask; the decoder builds sdpa's boolean one
 
 
-def test_a_static_decode_that_fails_is_sampled_again_eagerly_and_the_engine_stays_eager(tiny_model, tokenizer, monkeypatch, caplog) -> None:
+def test_a_static_decode_that_fails_is_sampled_again_eagerly_and_the_engine_stays_eager(
+    tiny_model, tokenizer, monkeypatch, caplog
+) -> None:
     steps: list[int] = []
 
     def cannot_capture(self, index, tokens, positions):
@@ -266,7 +323,9 @@ def test_a_static_decode_that_fails_is_sampled_again_eagerly_and_the_engine_stay
 
     async def two_waves():
         try:
-            first = await asyncio.gather(*(engine.generate(GenerationRequest(p, {"max_new_tokens": 5})) for p in inputs))
+            first = await asyncio.gather(
+                *(engine.generate(GenerationRequest(p, {"max_new_tokens": 5})) for p in inputs)
+            )
             return first, [await engine.generate(GenerationRequest(inputs[0], {"max_new_tokens": 5}))]
         finally:
             await engine.aclose()

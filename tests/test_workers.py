@@ -35,7 +35,9 @@ SUBMIT_OK = '<tool_call>\n{"name": "submit", "arguments": {"answer": "ok"}}\n</t
 HANG = '<tool_call>\n{"name": "hang", "arguments": {"seconds": 60}}\n</tool_call>'
 
 
-def write_config(directory: Path, base_url: str, workers: int, backend: str = "process", file: Path | None = None) -> Path:
+def write_config(
+    directory: Path, base_url: str, workers: int, backend: str = "process", file: Path | None = None
+) -> Path:
     file = file or directory / f"config_{workers}.yaml"
     file.write_text(
         f"""
@@ -73,9 +75,16 @@ def comparable(sample: Any) -> dict[str, Any]:
     metadata = {k: v for k, v in sample.metadata.items() if k not in ("metrics",)}
     metrics = {k: v for k, v in sample.metadata["metrics"].items() if not k.endswith("_seconds")}
     return {
-        "tokens": sample.tokens, "response": sample.response, "response_length": sample.response_length,
-        "loss_mask": sample.loss_mask, "rollout_log_probs": sample.rollout_log_probs, "reward": sample.reward,
-        "status": sample.status, "weight_versions": sample.weight_versions, "metadata": metadata, "metrics": metrics,
+        "tokens": sample.tokens,
+        "response": sample.response,
+        "response_length": sample.response_length,
+        "loss_mask": sample.loss_mask,
+        "rollout_log_probs": sample.rollout_log_probs,
+        "reward": sample.reward,
+        "status": sample.status,
+        "weight_versions": sample.weight_versions,
+        "metadata": metadata,
+        "metrics": metrics,
     }
 
 
@@ -96,7 +105,9 @@ async def test_worker_episodes_give_the_same_samples_as_in_process(sglang, env_s
     assert in_workers == in_process
 
 
-async def lose_the_worker_mid_episode(args: Any, sglang: Any, kill: Callable[[Any], Awaitable[int]], cause: str) -> tuple[Any, int]:
+async def lose_the_worker_mid_episode(
+    args: Any, sglang: Any, kill: Callable[[Any], Awaitable[int]], cause: str
+) -> tuple[Any, int]:
     """Two episodes hang in one worker; `kill(workers)` kills it (returning the pid it killed): both come
     back ABORTED naming `cause` with no reward observed, and the next episode runs in a fresh worker.
     Returns the workers and the killed pid."""
@@ -119,7 +130,9 @@ async def lose_the_worker_mid_episode(args: Any, sglang: Any, kill: Callable[[An
     return workers, pid
 
 
-async def test_a_worker_that_dies_aborts_its_episodes_and_the_next_one_runs(sglang, env_server, tmp_path, monkeypatch) -> None:
+async def test_a_worker_that_dies_aborts_its_episodes_and_the_next_one_runs(
+    sglang, env_server, tmp_path, monkeypatch
+) -> None:
     monkeypatch.setenv("OPENREWARD_RL_CONFIG", str(write_config(tmp_path, env_server.base_url, 1)))
 
     async def kill(workers: Any) -> int:
@@ -177,7 +190,10 @@ async def test_a_runner_that_fails_aborts_its_episode_naming_the_cause() -> None
     workers = ProcessWorkers(factory=FaultyRunner, count=1)
     try:
         raised, unsendable = await asyncio.gather(
-            *(workers.run(TaskRef("e", "train", index=i), sampling_params=None, routing_key=None, evaluation=False) for i in (0, 1))
+            *(
+                workers.run(TaskRef("e", "train", index=i), sampling_params=None, routing_key=None, evaluation=False)
+                for i in (0, 1)
+            )
         )
     finally:
         await workers.aclose()

@@ -23,7 +23,16 @@ from openreward_rl.loop.trajectory import StopReason
 from openreward_rl.loop.workers import RayWorkers, WorkerRollouts
 from openreward_rl.testing import ScriptedCompletion
 from test_backend_slime import make_args
-from test_workers import GARBLE, SUBMIT_OK, FaultyRunner, comparable, episode, lose_the_worker_mid_episode, sglang, write_config  # noqa: F401
+from test_workers import (
+    GARBLE,
+    SUBMIT_OK,
+    FaultyRunner,
+    comparable,
+    episode,
+    lose_the_worker_mid_episode,
+    sglang,  # noqa: F401
+    write_config,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -50,12 +59,16 @@ def local_ray() -> Any:
                 os.environ[name] = value
 
 
-async def test_ray_actor_episodes_give_the_same_samples_as_in_process(local_ray, sglang, env_server, tmp_path, monkeypatch) -> None:
+async def test_ray_actor_episodes_give_the_same_samples_as_in_process(
+    local_ray, sglang, env_server, tmp_path, monkeypatch
+) -> None:
     args = make_args(sglang)
     monkeypatch.setenv("OPENREWARD_RL_CONFIG", str(write_config(tmp_path, env_server.base_url, 0)))
     sglang.push(ScriptedCompletion(text=GARBLE), ScriptedCompletion(text=SUBMIT_OK))
     in_process = await episode(args, sample_index=0)
-    monkeypatch.setenv("OPENREWARD_RL_CONFIG", str(write_config(tmp_path, env_server.base_url, 1, "ray", file=_RAY_CONFIG)))
+    monkeypatch.setenv(
+        "OPENREWARD_RL_CONFIG", str(write_config(tmp_path, env_server.base_url, 1, "ray", file=_RAY_CONFIG))
+    )
     sglang.push(ScriptedCompletion(text=GARBLE), ScriptedCompletion(text=SUBMIT_OK))
     in_actor = await episode(args, sample_index=0)
     slime_double.check_output(in_actor, args)
@@ -67,8 +80,12 @@ async def test_ray_actor_episodes_give_the_same_samples_as_in_process(local_ray,
     assert comparable(in_actor) == comparable(in_process)
 
 
-async def test_a_ray_actor_that_dies_aborts_its_episodes_and_the_next_one_runs(local_ray, sglang, env_server, monkeypatch) -> None:
-    monkeypatch.setenv("OPENREWARD_RL_CONFIG", str(write_config(_RAY_CONFIG.parent, env_server.base_url, 1, "ray", file=_RAY_CONFIG)))
+async def test_a_ray_actor_that_dies_aborts_its_episodes_and_the_next_one_runs(
+    local_ray, sglang, env_server, monkeypatch
+) -> None:
+    monkeypatch.setenv(
+        "OPENREWARD_RL_CONFIG", str(write_config(_RAY_CONFIG.parent, env_server.base_url, 1, "ray", file=_RAY_CONFIG))
+    )
 
     async def kill(workers: Any) -> int:
         (actor,) = workers.actors()
@@ -84,7 +101,9 @@ async def test_a_ray_actor_that_dies_aborts_its_episodes_and_the_next_one_runs(l
 async def test_a_runner_that_fails_in_an_actor_aborts_its_episode_naming_the_cause(local_ray) -> None:
     workers = RayWorkers(factory=FaultyRunner, count=1)
     try:
-        raised = await workers.run(TaskRef("e", "train", index=0), sampling_params=None, routing_key=None, evaluation=False)
+        raised = await workers.run(
+            TaskRef("e", "train", index=0), sampling_params=None, routing_key=None, evaluation=False
+        )
     finally:
         await workers.aclose()
     assert raised.stop_reason is StopReason.ABORTED and raised.reward is None

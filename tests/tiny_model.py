@@ -13,8 +13,16 @@ def save_tiny_qwen3(directory: Path) -> Path:
     from openreward_rl.assets import load_tokenizer
 
     torch.manual_seed(0)
-    config = Qwen3Config(vocab_size=151936, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-                         num_key_value_heads=1, head_dim=16, max_position_embeddings=512)  # fmt: skip
+    config = Qwen3Config(
+        vocab_size=151936,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        max_position_embeddings=512,
+    )
     Qwen3ForCausalLM(config).save_pretrained(directory)
     load_tokenizer("offline:qwen3").save_pretrained(directory)
     return directory

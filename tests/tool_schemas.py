@@ -10,7 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 
-def bare_tool(name: str, properties: dict[str, Any], *, required: list[str] | None = None, description: str | None = None) -> dict[str, Any]:
+def bare_tool(
+    name: str, properties: dict[str, Any], *, required: list[str] | None = None, description: str | None = None
+) -> dict[str, Any]:
     function: dict[str, Any] = {"name": name}
     if description is not None:
         function["description"] = description
@@ -21,5 +23,7 @@ def bare_tool(name: str, properties: dict[str, Any], *, required: list[str] | No
     return function
 
 
-def function_tool(name: str, properties: dict[str, Any], *, required: list[str] | None = None, description: str | None = None) -> dict[str, Any]:
+def function_tool(
+    name: str, properties: dict[str, Any], *, required: list[str] | None = None, description: str | None = None
+) -> dict[str, Any]:
     return {"type": "function", "function": bare_tool(name, properties, required=required, description=description)}

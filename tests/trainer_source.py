@@ -31,7 +31,9 @@ def use_trainer_source(trainer: str) -> Path:
     """Put `trainer`'s package on `sys.path` (once), or skip the calling test with the reason."""
     folder = trainer_source(trainer)
     if folder is None:
-        pytest.skip(f"{trainer}'s own source is not here (../shared/thirdparty/{trainer}, or ${TRAINER_SOURCE_ENV}); the tests through its rollout code need it")
+        pytest.skip(
+            f"{trainer}'s own source is not here (../shared/thirdparty/{trainer}, or ${TRAINER_SOURCE_ENV}); the tests through its rollout code need it"
+        )
     if str(folder) not in sys.path:
         sys.path.insert(0, str(folder))
     return folder

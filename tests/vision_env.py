@@ -36,12 +36,17 @@ class Easel(Environment):
         return [{"id": "easel-0"}]
 
     def get_prompt(self) -> list[TextBlock | ImageBlock]:
-        return [TextBlock(text="Easel: what colour is this picture? Call look for a second one."), ImageBlock(data=PROMPT_IMAGE, mimeType="image/png")]
+        return [
+            TextBlock(text="Easel: what colour is this picture? Call look for a second one."),
+            ImageBlock(data=PROMPT_IMAGE, mimeType="image/png"),
+        ]
 
     @tool
     def look(self) -> ToolOutput:
         """A second picture."""
-        return ToolOutput(blocks=[TextBlock(text="the second picture:"), ImageBlock(data=LOOK_IMAGE, mimeType="image/png")])
+        return ToolOutput(
+            blocks=[TextBlock(text="the second picture:"), ImageBlock(data=LOOK_IMAGE, mimeType="image/png")]
+        )
 
     @tool
     def describe(self, args: Answer) -> ToolOutput:

@@ -45,7 +45,16 @@ from pydantic import BaseModel, Field
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from env_splits import TrainTestEnvironment  # noqa: E402
 
-__all__ = ["ClosestGuess", "GradedGuess", "TASKS_PER_SPLIT", "closeness", "estimate_in", "make_question", "rank_rewards", "relative_error"]
+__all__ = [
+    "ClosestGuess",
+    "GradedGuess",
+    "TASKS_PER_SPLIT",
+    "closeness",
+    "estimate_in",
+    "make_question",
+    "rank_rewards",
+    "relative_error",
+]
 
 TASKS_PER_SPLIT = {"train": 20, "test": 5}
 TOLERANCE = Fraction(1, 100)
@@ -129,7 +138,9 @@ class ClosestGuess(TrainTestEnvironment):
         return {"id": f"{split}-{index:03d}", "question": question, "answer": str(target)}
 
     def get_prompt(self) -> list[TextBlock]:
-        return [TextBlock(text=f"{self.task_spec['question']}\nReply with one short message that ends with your estimate.")]
+        return [
+            TextBlock(text=f"{self.task_spec['question']}\nReply with one short message that ends with your estimate.")
+        ]
 
     @terminal
     @tool
@@ -151,12 +162,15 @@ class ClosestGuess(TrainTestEnvironment):
         estimates = [estimate_in(_final_assistant_text(c)) for c in candidates]
         rewards = rank_rewards(estimates, target)
         return [
-            GroupScore(reward=reward, metadata={
-                "estimate": None if estimate is None else str(estimate),
-                "relative_error": None if estimate is None else float(relative_error(estimate, target)),
-            })
+            GroupScore(
+                reward=reward,
+                metadata={
+                    "estimate": None if estimate is None else str(estimate),
+                    "relative_error": None if estimate is None else float(relative_error(estimate, target)),
+                },
+            )
             for estimate, reward in zip(estimates, rewards)
-        ]  # fmt: skip
+        ]
 
 
 class GradedGuess(ClosestGuess):

@@ -57,7 +57,11 @@ class CombinationLock(TrainTestEnvironment):
         return {"id": f"lock-{split}-{index}", "seed": offset + index, "length": 2 + index % 3}
 
     def get_prompt(self) -> list[TextBlock]:
-        return [TextBlock(text=f"Open a lock of {len(self.digits)} digits. Call try_digit with one digit (0-9) at a time, from the first position.")]
+        return [
+            TextBlock(
+                text=f"Open a lock of {len(self.digits)} digits. Call try_digit with one digit (0-9) at a time, from the first position."
+            )
+        ]
 
     @tool
     def try_digit(self, args: DigitArgs) -> ToolOutput:
@@ -65,11 +69,16 @@ class CombinationLock(TrainTestEnvironment):
         right = self.digits[self.position]
         if args.digit != right:
             hint = "higher" if right > args.digit else "lower"
-            return ToolOutput(blocks=[TextBlock(text=f"wrong: the digit at position {self.position + 1} is {hint}")], reward=0.0)
+            return ToolOutput(
+                blocks=[TextBlock(text=f"wrong: the digit at position {self.position + 1} is {hint}")], reward=0.0
+            )
         self.position += 1
         if self.position == len(self.digits):
             return ToolOutput(blocks=[TextBlock(text="the lock opens")], reward=OPEN_REWARD, finished=True)
-        return ToolOutput(blocks=[TextBlock(text=f"right: position {self.position + 1} of {len(self.digits)} next")], reward=PROGRESS_REWARD)
+        return ToolOutput(
+            blocks=[TextBlock(text=f"right: position {self.position + 1} of {len(self.digits)} next")],
+            reward=PROGRESS_REWARD,
+        )
 
 
 if __name__ == "__main__":

@@ -50,7 +50,9 @@ def room_text(spec: dict, room: int) -> str:
     lines = [f"Room {room + 1} of {length}."]
     lines += [_FILLER] * spec["bulk"]
     if room == 0:
-        lines.append(f"Carved above the door: THE EXIT KEY IS {key_of(spec['id'])}. Remember it; you will not see it again.")
+        lines.append(
+            f"Carved above the door: THE EXIT KEY IS {key_of(spec['id'])}. Remember it; you will not see it again."
+        )
     if room == length - 1:
         lines.append("This is the last room. The exit door has a keyhole: call leave with the key.")
     else:
@@ -87,7 +89,9 @@ class Corridor(TrainTestEnvironment):
     def walk(self) -> ToolOutput:
         """Enter the next room and read its description."""
         if self.room + 1 >= self.task_spec["length"]:
-            return ToolOutput(blocks=[TextBlock(text="There is no further room: this is the last one. Call leave with the key.")])
+            return ToolOutput(
+                blocks=[TextBlock(text="There is no further room: this is the last one. Call leave with the key.")]
+            )
         self.room += 1
         return ToolOutput(blocks=[TextBlock(text=room_text(self.task_spec, self.room))])
 
@@ -96,7 +100,13 @@ class Corridor(TrainTestEnvironment):
         """Try the exit door with a key; ends the episode."""
         at_end = self.room == self.task_spec["length"] - 1
         correct = at_end and args.key.strip() == key_of(self.task_spec["id"])
-        text = "The door opens: you are out." if correct else "The door stays shut." if at_end else "There is no door here yet."
+        text = (
+            "The door opens: you are out."
+            if correct
+            else "The door stays shut."
+            if at_end
+            else "There is no door here yet."
+        )
         return ToolOutput(blocks=[TextBlock(text=text)], reward=1.0 if correct else 0.0, finished=True)
 
 

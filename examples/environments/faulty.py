@@ -27,7 +27,7 @@ __all__ = ["Faulty", "GARBLED_TEXT", "FLOOD_LINE"]
 GARBLED_TEXT = (
     "nul:\x00 bell:\x07 backspace:\x08 esc:\x1b[31mred\x1b[0m cr:\r vt:\x0b ff:\x0c del:\x7f c1:\x85\x9b "
     "bom:\ufeff zwj:a\u200db rtl:\u202eevil\u202c replacement:\ufffd combining:e\u0301\u0301\u0301 "
-    "emoji:\U0001f575\ufe0f\u200d\u2640\ufe0f nonchar:\uffff private:\ue000 json:\"}]<tool_call>"
+    'emoji:\U0001f575\ufe0f\u200d\u2640\ufe0f nonchar:\uffff private:\ue000 json:"}]<tool_call>'
 )
 FLOOD_LINE = "flood " * 10 + "\n"  # 61 bytes
 

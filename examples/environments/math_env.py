@@ -77,7 +77,7 @@ def _evaluate(node: ast.AST) -> Fraction:
             raise CalculatorError(f"exponents must be integers of at most {MAX_EXPONENT}")
         if base == 0 and exponent < 0:
             raise CalculatorError("division by zero")
-        return _bounded(base**int(exponent))
+        return _bounded(base ** int(exponent))
     if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
         left, right = _evaluate(node.left), _evaluate(node.right)
         if right == 0 and isinstance(node.op, (ast.Div, ast.FloorDiv, ast.Mod)):
@@ -114,7 +114,10 @@ def last_number(text: str) -> Fraction | None:
 def _bakery(r: random.Random) -> tuple[str, int]:
     trays, per = r.randint(3, 19), r.randint(6, 24)
     sold = r.randint(1, trays * per - 1)
-    return f"A baker fills {trays} trays with {per} rolls each and sells {sold} rolls. How many rolls are left?", trays * per - sold
+    return (
+        f"A baker fills {trays} trays with {per} rolls each and sells {sold} rolls. How many rolls are left?",
+        trays * per - sold,
+    )
 
 
 def _change(r: random.Random) -> tuple[str, int]:
@@ -168,11 +171,15 @@ class MathEnv(TrainTestEnvironment):
         return {"id": f"{split}-{index:03d}", "question": question, "answer": str(target)}
 
     def get_prompt(self) -> list[TextBlock]:
-        return [TextBlock(text=(
-            f"{self.task_spec['question']}\n"
-            "You may use the calculator tool. When done, reply with a short message (no tool call) "
-            "that ends with the final number."
-        ))]
+        return [
+            TextBlock(
+                text=(
+                    f"{self.task_spec['question']}\n"
+                    "You may use the calculator tool. When done, reply with a short message (no tool call) "
+                    "that ends with the final number."
+                )
+            )
+        ]
 
     @tool
     def calculator(self, args: CalculatorArgs) -> ToolOutput:

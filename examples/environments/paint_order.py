@@ -87,7 +87,9 @@ class PaintOrder(TrainTestEnvironment):
 
     def get_prompt(self) -> list[TextBlock]:
         order = self.task_spec["order"]
-        return [TextBlock(text=f"Order {order} says which colour to paint the wall. Read the order, then paint the wall.")]
+        return [
+            TextBlock(text=f"Order {order} says which colour to paint the wall. Read the order, then paint the wall.")
+        ]
 
     @tool
     def read_order(self, args: ReadOrderArgs) -> ToolOutput:
@@ -95,7 +97,11 @@ class PaintOrder(TrainTestEnvironment):
         split, index = self.task_spec["id"].split("-")
         colour = order_book(split, int(index)).get(args.order)
         if colour is None:
-            return ToolOutput(blocks=[TextBlock(text=f"There is no order {args.order}; orders run from 10 to 99.")], reward=0.0, finished=False)
+            return ToolOutput(
+                blocks=[TextBlock(text=f"There is no order {args.order}; orders run from 10 to 99.")],
+                reward=0.0,
+                finished=False,
+            )
         first_right = args.order == self.task_spec["order"] and not self.read
         self.read = self.read or first_right
         return ToolOutput(
@@ -110,7 +116,11 @@ class PaintOrder(TrainTestEnvironment):
         """Paint the wall: 1.0 for exactly the ordered colour, less for more words, 0.0 without it."""
         reward = grade(self.task_spec["colour"], args.colour)
         return ToolOutput(
-            blocks=[TextBlock(text=f"Order {self.task_spec['order']} asked for {self.task_spec['colour']}; reward {reward:.2f}.")],
+            blocks=[
+                TextBlock(
+                    text=f"Order {self.task_spec['order']} asked for {self.task_spec['colour']}; reward {reward:.2f}."
+                )
+            ],
             metadata={"read_order": self.read},
             reward=reward,
             finished=True,

@@ -39,12 +39,56 @@ SUSPECTS_PER_CASE = 5
 ALIBI_LOCATIONS_PER_CASE = 3
 CRIME_WINDOW = "between 9 and 10 pm"
 
-_FIRST_NAMES = ("Ada", "Basil", "Clara", "Desmond", "Edith", "Felix", "Greta", "Hugo", "Iris", "Jasper",
-                "Lydia", "Magnus", "Nora", "Oscar", "Petra", "Rupert")
-_SURNAMES = ("Ashdown", "Blackwood", "Crane", "Drummond", "Everly", "Fairfax", "Grimsby", "Holloway",
-             "Ingram", "Kestrel", "Lockhart", "Marlowe", "Norcross", "Pemberton", "Quill", "Ravensworth")
-_OCCUPATIONS = ("butler", "gardener", "cook", "chauffeur", "governess", "retired colonel", "art dealer",
-                "family doctor", "solicitor", "heiress", "opera singer", "librarian")
+_FIRST_NAMES = (
+    "Ada",
+    "Basil",
+    "Clara",
+    "Desmond",
+    "Edith",
+    "Felix",
+    "Greta",
+    "Hugo",
+    "Iris",
+    "Jasper",
+    "Lydia",
+    "Magnus",
+    "Nora",
+    "Oscar",
+    "Petra",
+    "Rupert",
+)
+_SURNAMES = (
+    "Ashdown",
+    "Blackwood",
+    "Crane",
+    "Drummond",
+    "Everly",
+    "Fairfax",
+    "Grimsby",
+    "Holloway",
+    "Ingram",
+    "Kestrel",
+    "Lockhart",
+    "Marlowe",
+    "Norcross",
+    "Pemberton",
+    "Quill",
+    "Ravensworth",
+)
+_OCCUPATIONS = (
+    "butler",
+    "gardener",
+    "cook",
+    "chauffeur",
+    "governess",
+    "retired colonel",
+    "art dealer",
+    "family doctor",
+    "solicitor",
+    "heiress",
+    "opera singer",
+    "librarian",
+)
 # trait shown in interviews -> trace it leaves at a crime scene
 _TRAITS = {
     "smokes thin cigars": "the stub of a thin cigar",
@@ -56,12 +100,16 @@ _TRAITS = {
     "has ink-stained fingers": "ink smudges on the door handle",
     "wears a heavy signet ring": "a scratch shaped like a signet ring's crest",
 }
-_LOCATIONS = ("library", "conservatory", "kitchen", "ballroom", "study", "garden", "billiard room",
-              "wine cellar")
+_LOCATIONS = ("library", "conservatory", "kitchen", "ballroom", "study", "garden", "billiard room", "wine cellar")
 _WITNESSES = ("the housekeeper", "the night porter", "the stable boy", "the maid")
 _WEAPONS = ("a candlestick", "a length of rope", "a lead pipe", "a dagger", "a revolver", "a spanner")
-_RED_HERRINGS = ("a torn theatre ticket", "an overturned chair", "a half-finished cup of tea",
-                 "a dog-eared railway timetable", "a vase of wilting roses")
+_RED_HERRINGS = (
+    "a torn theatre ticket",
+    "an overturned chair",
+    "a half-finished cup of tea",
+    "a dog-eared railway timetable",
+    "a vase of wilting roses",
+)
 
 
 @dataclass(frozen=True)
@@ -186,8 +234,8 @@ class WhoDunIt(TrainTestEnvironment):
         if suspect is None:
             return _text(self._unknown_suspect(args.suspect))
         return _text(
-            f"{suspect.name}, the {suspect.occupation}, says: \"{CRIME_WINDOW.capitalize()} I was in the "
-            f"{suspect.alibi_location}.\" During the interview you notice that {suspect.name} {suspect.trait}."
+            f'{suspect.name}, the {suspect.occupation}, says: "{CRIME_WINDOW.capitalize()} I was in the '
+            f'{suspect.alibi_location}." During the interview you notice that {suspect.name} {suspect.trait}.'
         )
 
     @tool

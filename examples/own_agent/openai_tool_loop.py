@@ -44,7 +44,9 @@ async def solve(task: Any) -> str:
         return (await task.call_tool(name, arguments)).to_dict()
 
     async with AsyncOpenAI(base_url=task.base_url, api_key=task.api_key) as client:
-        return await run_loop(client, [{"role": "system", "content": SYSTEM_PROMPT}, *task.prompt], task.tools, call_tool)
+        return await run_loop(
+            client, [{"role": "system", "content": SYSTEM_PROMPT}, *task.prompt], task.tools, call_tool
+        )
 
 
 async def main() -> None:
@@ -56,7 +58,11 @@ async def main() -> None:
             answer.raise_for_status()
             return answer.json()
 
-        print(await run_loop(client, [{"role": "system", "content": SYSTEM_PROMPT}, *task["prompt"]], task["tools"], call_tool))
+        print(
+            await run_loop(
+                client, [{"role": "system", "content": SYSTEM_PROMPT}, *task["prompt"]], task["tools"], call_tool
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -10,7 +10,9 @@ from typing import Any
 __all__ = ["lazy_exports"]
 
 
-def lazy_exports(package: str, names_by_module: Mapping[str, Iterable[str]], namespace: dict[str, Any]) -> tuple[list[str], Callable[[str], Any], Callable[[], list[str]]]:
+def lazy_exports(
+    package: str, names_by_module: Mapping[str, Iterable[str]], namespace: dict[str, Any]
+) -> tuple[list[str], Callable[[str], Any], Callable[[], list[str]]]:
     """The `__all__`, `__getattr__` and `__dir__` of `package`, whose names come from the modules of
     `names_by_module` (module -> the names it gives the package).
 

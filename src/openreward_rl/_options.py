@@ -35,5 +35,9 @@ def from_attributes(cls: type[T], source: Any, **given: Any) -> T:
     >>> from_attributes(Options, SimpleNamespace(model=" m ", seed=7), model="m")
     Options(model='m', seed=7, steps=1)
     """
-    names = [field.name for field in attrs.fields(cls) if field.init and field.name not in given and hasattr(source, field.name)]
+    names = [
+        field.name
+        for field in attrs.fields(cls)
+        if field.init and field.name not in given and hasattr(source, field.name)
+    ]
     return cls(**same_named(source, *names), **given)

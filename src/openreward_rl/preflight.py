@@ -38,7 +38,14 @@ from openreward_rl.loop.rollout import check_extensions
 from openreward_rl.redaction import register_known_secrets, register_secrets
 from openreward_rl.retry import RetryPolicy, call_with_retries, describe_error, is_transient
 
-__all__ = ["check_ready", "check_environments", "check_required_secrets", "remote_environments", "served_environments", "PREFLIGHT_RETRY"]
+__all__ = [
+    "check_ready",
+    "check_environments",
+    "check_required_secrets",
+    "remote_environments",
+    "served_environments",
+    "PREFLIGHT_RETRY",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -77,7 +84,9 @@ def check_ready(config: TrainConfig, *, environ: Mapping[str, str] | None = None
     for name in config.environments:
         url = config.base_url_for(name)
         if url and not url.startswith(("http://", "https://")):
-            raise ConfigError(f"{config.source}: environments.{name}: base URL {url!r} must start with http:// or https://")
+            raise ConfigError(
+                f"{config.source}: environments.{name}: base URL {url!r} must start with http:// or https://"
+            )
     check_extensions(config)  # the episode and context policies, which the config's layer cannot look up
 
 
@@ -85,7 +94,9 @@ def _cannot_connect(error: BaseException) -> bool:
     return isinstance(error, (aiohttp.ClientConnectionError, asyncio.TimeoutError))
 
 
-async def served_environments(url: str, *, retry: RetryPolicy = PREFLIGHT_RETRY, timeout_s: float = PROBE_TIMEOUT_S) -> list[str] | None:
+async def served_environments(
+    url: str, *, retry: RetryPolicy = PREFLIGHT_RETRY, timeout_s: float = PROBE_TIMEOUT_S
+) -> list[str] | None:
     """The environments the server at `url` hosts (the SDK server's `GET /list_environments`: lowercased
     class names, the default one first), or None when it answers without that list (not an SDK server,
     e.g. a proxy). Failures to connect are retried under `retry`, then raised."""
@@ -132,7 +143,9 @@ def _check_served(config: TrainConfig, name: str, url: str, served: list[str]) -
     hosts = ", ".join(served)
     if variant is not None:
         if variant.lower() not in served:
-            raise ConfigError(f"{config.source}: environment {name!r} with variant {variant!r} is not served at {url}; it serves: {hosts}")
+            raise ConfigError(
+                f"{config.source}: environment {name!r} with variant {variant!r} is not served at {url}; it serves: {hosts}"
+            )
         return
     wanted = name.split("/")[-1].lower()
     if wanted == served[0]:
@@ -142,10 +155,14 @@ def _check_served(config: TrainConfig, name: str, url: str, served: list[str]) -
             f"{config.source}: environment {name!r} has no variant, so its requests would go to the default environment "
             f"{served[0]!r} at {url}; set environments.{name}.variant: {wanted}"
         )
-    raise ConfigError(f"{config.source}: environment {name!r} is not served at {url}; it serves: {hosts} (name one of them, or set its variant)")
+    raise ConfigError(
+        f"{config.source}: environment {name!r} is not served at {url}; it serves: {hosts} (name one of them, or set its variant)"
+    )
 
 
-async def check_environments(client: Any, config: TrainConfig, *, retry: RetryPolicy = PREFLIGHT_RETRY, split_option: str | None = None) -> None:
+async def check_environments(
+    client: Any, config: TrainConfig, *, retry: RetryPolicy = PREFLIGHT_RETRY, split_option: str | None = None
+) -> None:
     """`ConfigError` for the first configured environment that cannot be used: its server is unreachable,
     does not serve it, does not offer one of its splits, or needs a secret the config does not give it
     (`check_required_secrets`). `split_option` names the command-line option
@@ -160,7 +177,9 @@ async def check_environments(client: Any, config: TrainConfig, *, retry: RetryPo
             _check_served(config, name, url, served)
         environment = client.environments.get(name, variant=env_config.variant, base_url=url)
         try:
-            splits = await call_with_retries(environment.list_splits, retry, what=f"listing the splits of {name}", retry_on=is_transient)
+            splits = await call_with_retries(
+                environment.list_splits, retry, what=f"listing the splits of {name}", retry_on=is_transient
+            )
         except aiohttp.ClientResponseError as error:
             if error.status == 404:
                 variant = f" with variant {env_config.variant!r}" if env_config.variant else ""
@@ -168,15 +187,21 @@ async def check_environments(client: Any, config: TrainConfig, *, retry: RetryPo
                     f"{config.source}: environment {name!r}{variant} was not found at {where} ({describe_error(error)}); "
                     "check the name (case-sensitive), the variant and the base URL"
                 ) from None
-            raise ConfigError(f"{config.source}: environment {name!r} at {where} answered an error: {describe_error(error)}") from None
+            raise ConfigError(
+                f"{config.source}: environment {name!r} at {where} answered an error: {describe_error(error)}"
+            ) from None
         except Exception as error:  # unreachable, authentication, at capacity: all stop the run here
-            raise ConfigError(f"{config.source}: environment {name!r} at {where} cannot be used: {describe_error(error)}") from None
+            raise ConfigError(
+                f"{config.source}: environment {name!r} at {where} cannot be used: {describe_error(error)}"
+            ) from None
         available = [getattr(s, "name", s) for s in splits]
         missing = [s for s in env_config.splits if s not in available]
         if missing:
             offered = ", ".join(map(str, available))
             if split_option:
-                raise ConfigError(f"{split_option} {missing[0]!r}: environment {name!r} has no such split; it has: {offered}")
+                raise ConfigError(
+                    f"{split_option} {missing[0]!r}: environment {name!r} has no such split; it has: {offered}"
+                )
             raise ConfigError(
                 f"{config.source}: environments.{name}.splits: {', '.join(repr(s) for s in missing)} not offered by the "
                 f"environment; it has: {offered}"
@@ -184,7 +209,9 @@ async def check_environments(client: Any, config: TrainConfig, *, retry: RetryPo
         await check_required_secrets(environment, config, name)
 
 
-async def check_required_secrets(environment: Any, config: TrainConfig, name: str, *, timeout_s: float = PROBE_TIMEOUT_S) -> None:
+async def check_required_secrets(
+    environment: Any, config: TrainConfig, name: str, *, timeout_s: float = PROBE_TIMEOUT_S
+) -> None:
     """`ConfigError` naming the first secret OpenReward lists as required for environment `name` (the SDK's
     `AsyncEnvironment.list_required_secrets`, from the platform API) that the config does not give it.
 
@@ -204,7 +231,11 @@ async def check_required_secrets(environment: Any, config: TrainConfig, name: st
         if secret in given:
             continue
         other_case = [key for key in given if key.lower() == str(secret).lower()]
-        hint = f" (the config has {other_case[0]!r}: the environment looks its secrets up by exact name)" if other_case else ""
+        hint = (
+            f" (the config has {other_case[0]!r}: the environment looks its secrets up by exact name)"
+            if other_case
+            else ""
+        )
         raise ConfigError(
             f"{config.source}: environment {name!r} requires the secret {secret!r} (OpenReward's required secrets: "
             f"{', '.join(map(str, required))}), which the config does not give it{hint}; add it under "

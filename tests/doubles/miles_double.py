@@ -76,7 +76,9 @@ def generate_form(fn: Any) -> str:
     raise AssertionError(f"Miles cannot call {fn!r}")
 
 
-def call_generate(fn: Any, args: Any, sample: Sample, sampling_params: dict[str, Any], *, evaluation: bool = False) -> Any:
+def call_generate(
+    fn: Any, args: Any, sample: Sample, sampling_params: dict[str, Any], *, evaluation: bool = False
+) -> Any:
     """A legacy generate is called by the `generate_and_rm` Miles inherits from Slime: Slime's rule."""
     assert generate_form(fn) == "legacy"
     return slime_double.call_generate(fn, args, sample, sampling_params, evaluation=evaluation)
@@ -92,7 +94,9 @@ def check_sibling_rewards(samples: list[Sample]) -> None:
     """Miles' normalization: siblings sharing rollout_id (else index) must have identical rewards."""
     by_rollout: dict[Any, set[Any]] = {}
     for sample in samples:
-        by_rollout.setdefault(sample.rollout_id if sample.rollout_id is not None else sample.index, set()).add(sample.reward)
+        by_rollout.setdefault(sample.rollout_id if sample.rollout_id is not None else sample.index, set()).add(
+            sample.reward
+        )
     for key, rewards in by_rollout.items():
         if len(rewards) > 1:
             raise ValueError(f"rollout {key} has different rewards across siblings: {rewards}")
@@ -137,7 +141,9 @@ def convert_samples_to_train_data(args: Any, samples: list[Sample]) -> dict[str,
     for sample in samples:
         if sample.loss_mask is None:
             sample.loss_mask = [1] * sample.response_length
-        assert len(sample.loss_mask) == sample.response_length, f"loss mask length {len(sample.loss_mask)} != response length {sample.response_length}"
+        assert len(sample.loss_mask) == sample.response_length, (
+            f"loss mask length {len(sample.loss_mask)} != response length {sample.response_length}"
+        )
         if sample.remove_sample:
             sample.loss_mask = [0] * sample.response_length
         loss_masks.append(sample.loss_mask)

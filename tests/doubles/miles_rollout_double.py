@@ -111,7 +111,9 @@ class LegacyGenerateState(GenerateState, metaclass=SingletonMeta):
 legacy_module_attributes = {"GenerateState": LegacyGenerateState}
 
 
-async def generate_and_rm(state: GenerateState, sample: Sample, sampling_params: dict[str, Any], evaluation: bool = False) -> Any:
+async def generate_and_rm(
+    state: GenerateState, sample: Sample, sampling_params: dict[str, Any], evaluation: bool = False
+) -> Any:
     args = state.args
     if args.partial_rollout and args.mask_offpolicy_in_partial_rollout and sample.response_length > 0:
         sample.loss_mask = [0] * sample.response_length
@@ -123,21 +125,29 @@ async def generate_and_rm(state: GenerateState, sample: Sample, sampling_params:
             sample.status = Sample.Status.ABORTED
             return sample
         generate_fn = load_generate_function(sample.generate_function_path) or state.generate_function
-        output = await generate_fn(GenerateFnInput(state=state, sample=sample, sampling_params=copy.deepcopy(sampling_params), evaluation=evaluation))
+        output = await generate_fn(
+            GenerateFnInput(
+                state=state, sample=sample, sampling_params=copy.deepcopy(sampling_params), evaluation=evaluation
+            )
+        )
         sample = output.samples
     if args.group_rm:
         return sample
     return await reward_unless_aborted(args, sample)
 
 
-async def generate_and_rm_group(state: GenerateState, group: list[Sample], sampling_params: dict[str, Any], evaluation: bool = False) -> list[Any]:
+async def generate_and_rm_group(
+    state: GenerateState, group: list[Sample], sampling_params: dict[str, Any], evaluation: bool = False
+) -> list[Any]:
     if state.aborted:
         return group
     if getattr(state.args, "router_policy", None) == "consistent_hashing":
         for sample in group:
             if sample.routing_key is None:
                 sample.routing_key = str(uuid.uuid4())
-    group = list(await asyncio.gather(*(generate_and_rm(state, s, sampling_params.copy(), evaluation=evaluation) for s in group)))
+    group = list(
+        await asyncio.gather(*(generate_and_rm(state, s, sampling_params.copy(), evaluation=evaluation) for s in group))
+    )
     if state.aborted or not state.args.group_rm:
         return group
     rm = load_function(state.args.custom_rm_path)
@@ -154,7 +164,9 @@ async def call_agent_abort_hook(args: Any) -> None:
             await hook(args)
 
 
-async def abort(state: GenerateState, pendings: set[asyncio.Task], rollout_id: int, abort_servers: Callable[[], Awaitable[None]]) -> list[list[Sample]]:
+async def abort(
+    state: GenerateState, pendings: set[asyncio.Task], rollout_id: int, abort_servers: Callable[[], Awaitable[None]]
+) -> list[list[Sample]]:
     args = state.args
     assert not state.aborted
     state.aborted = True
@@ -173,7 +185,10 @@ async def abort(state: GenerateState, pendings: set[asyncio.Task], rollout_id: i
 
 
 async def generate_rollout_async(
-    state: GenerateState, rollout_id: int, data_source: Callable[[int], list[list[Sample]]], abort_servers: Callable[[], Awaitable[None]]
+    state: GenerateState,
+    rollout_id: int,
+    data_source: Callable[[int], list[list[Sample]]],
+    abort_servers: Callable[[], Awaitable[None]],
 ) -> tuple[list[list[Sample]], list[list[Sample]]]:
     args = state.args
     target = args.rollout_batch_size
@@ -195,7 +210,13 @@ async def generate_rollout_async(
     return data, aborted
 
 
-def generate_rollout(loop_thread: Any, state: GenerateState, rollout_id: int, data_source: Any, abort_servers: Callable[[], Awaitable[None]]) -> list[list[Sample]]:
+def generate_rollout(
+    loop_thread: Any,
+    state: GenerateState,
+    rollout_id: int,
+    data_source: Any,
+    abort_servers: Callable[[], Awaitable[None]],
+) -> list[list[Sample]]:
     """One training step as `InferenceRolloutFn._call_train` (or the legacy `generate_rollout`) runs it."""
     data, aborted = loop_thread.run(generate_rollout_async(state, rollout_id, data_source.get_samples, abort_servers))
     data_source.add_samples(aborted)

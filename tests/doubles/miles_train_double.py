@@ -21,10 +21,26 @@ import torch
 from doubles.slime_train_double import common_train_data, load_function
 
 _SHARD_KEYS = (
-    "tokens", "multimodal_train_inputs", "response_lengths", "rewards", "truncated", "loss_masks", "round_number",
-    "sample_indices", "rollout_ids", "rollout_mask_sums", "rollout_log_probs", "rollout_routed_experts", "rollout_indexer_topk",
-    "prompt", "teacher_log_probs", "opd_reverse_kl", "seq_witness_ids", "weight_versions", "adapter_slots",
-)  # fmt: skip
+    "tokens",
+    "multimodal_train_inputs",
+    "response_lengths",
+    "rewards",
+    "truncated",
+    "loss_masks",
+    "round_number",
+    "sample_indices",
+    "rollout_ids",
+    "rollout_mask_sums",
+    "rollout_log_probs",
+    "rollout_routed_experts",
+    "rollout_indexer_topk",
+    "prompt",
+    "teacher_log_probs",
+    "opd_reverse_kl",
+    "seq_witness_ids",
+    "weight_versions",
+    "adapter_slots",
+)
 
 
 def convert_samples_to_train_data(args: Any, samples: list[Any]) -> dict[str, Any]:
@@ -40,7 +56,12 @@ def package_shard(data: dict[str, Any]) -> dict[str, Any]:
     shard["rewards"] = np.asarray(shard["rewards"], dtype=np.float32)  # the value spec's ndarray codec
     for key in ("tokens", "loss_masks", "rollout_log_probs", "opd_reverse_kl"):
         if key in shard:
-            shard[key] = [torch.as_tensor(np.asarray(v, dtype=np.float32 if key in ("rollout_log_probs", "opd_reverse_kl") else np.int32)) for v in shard[key]]
+            shard[key] = [
+                torch.as_tensor(
+                    np.asarray(v, dtype=np.float32 if key in ("rollout_log_probs", "opd_reverse_kl") else np.int32)
+                )
+                for v in shard[key]
+            ]
     return shard
 
 
@@ -61,11 +82,16 @@ def compute_advantages_and_returns(args: Any, rollout_data: dict[str, Any]) -> N
     rollout_data["returns"] = returns
 
 
-def logits_offsets(total_length: int, response_length: int, cp_rank: int, cp_size: int) -> tuple[tuple[int, int], tuple[int, int]]:
+def logits_offsets(
+    total_length: int, response_length: int, cp_rank: int, cp_size: int
+) -> tuple[tuple[int, int], tuple[int, int]]:
     """The two logit ranges (from the prompt's start) a context-parallel rank holds (thd layout)."""
     prompt_length = total_length - response_length
     chunk = (total_length + 2 * cp_size - 1) // (2 * cp_size)
-    chunks = ((cp_rank * chunk, (cp_rank + 1) * chunk), ((2 * cp_size - cp_rank - 1) * chunk, (2 * cp_size - cp_rank) * chunk))
+    chunks = (
+        (cp_rank * chunk, (cp_rank + 1) * chunk),
+        ((2 * cp_size - cp_rank - 1) * chunk, (2 * cp_size - cp_rank) * chunk),
+    )
     out = []
     for start, end in chunks:
         logits = (max(start, prompt_length - 1), min(end, total_length - 1))
@@ -80,7 +106,12 @@ def slice_with_cp(values: Any, total_length: int, response_length: int, cp_rank:
         return values
     prompt_length = total_length - response_length
     (a0, b0), (a1, b1) = logits_offsets(total_length, response_length, cp_rank, cp_size)
-    return torch.cat([values[a0 - (prompt_length - 1) : b0 - (prompt_length - 1)], values[a1 - (prompt_length - 1) : b1 - (prompt_length - 1)]])
+    return torch.cat(
+        [
+            values[a0 - (prompt_length - 1) : b0 - (prompt_length - 1)],
+            values[a1 - (prompt_length - 1) : b1 - (prompt_length - 1)],
+        ]
+    )
 
 
 def train_step(args: Any, samples: list[Any], *, cp_rank: int = 0, cp_size: int = 1) -> dict[str, Any]:
@@ -88,6 +119,9 @@ def train_step(args: Any, samples: list[Any], *, cp_rank: int = 0, cp_size: int 
     totals = [len(s.tokens) for s in samples]
     for key in ("rollout_log_probs", "opd_reverse_kl"):
         if key in rollout_data:
-            rollout_data[key] = [slice_with_cp(v, t, r, cp_rank, cp_size) for v, t, r in zip(rollout_data[key], totals, rollout_data["response_lengths"])]
+            rollout_data[key] = [
+                slice_with_cp(v, t, r, cp_rank, cp_size)
+                for v, t, r in zip(rollout_data[key], totals, rollout_data["response_lengths"])
+            ]
     compute_advantages_and_returns(args, rollout_data)
     return rollout_data

@@ -45,39 +45,85 @@ def _pre_parse(argv: list[str]) -> argparse.Namespace:
 
 def _megatron_flags(parser: argparse.ArgumentParser) -> None:
     for flag, kind in (
-        ("--num-layers", int), ("--hidden-size", int), ("--ffn-hidden-size", int), ("--num-attention-heads", int),
-        ("--num-query-groups", int), ("--kv-channels", int), ("--vocab-size", int), ("--rotary-base", int),
-        ("--norm-epsilon", float), ("--rotary-percent", float), ("--lr", float), ("--global-batch-size", int),
-        ("--seq-length", int), ("--max-position-embeddings", int), ("--save-interval", int),
-        ("--load", str), ("--save", str), ("--pretrained-checkpoint", str), ("--position-embedding-type", str),
-    ):  # fmt: skip
+        ("--num-layers", int),
+        ("--hidden-size", int),
+        ("--ffn-hidden-size", int),
+        ("--num-attention-heads", int),
+        ("--num-query-groups", int),
+        ("--kv-channels", int),
+        ("--vocab-size", int),
+        ("--rotary-base", int),
+        ("--norm-epsilon", float),
+        ("--rotary-percent", float),
+        ("--lr", float),
+        ("--global-batch-size", int),
+        ("--seq-length", int),
+        ("--max-position-embeddings", int),
+        ("--save-interval", int),
+        ("--load", str),
+        ("--save", str),
+        ("--pretrained-checkpoint", str),
+        ("--position-embedding-type", str),
+    ):
         parser.add_argument(flag, type=kind, default=None)
     parser.add_argument("--normalization", choices=["LayerNorm", "RMSNorm"], default="LayerNorm")
-    for flag in ("--swiglu", "--group-query-attention", "--use-rotary-position-embeddings", "--disable-bias-linear",
-                 "--qk-layernorm", "--untie-embeddings-and-output-weights"):  # fmt: skip
+    for flag in (
+        "--swiglu",
+        "--group-query-attention",
+        "--use-rotary-position-embeddings",
+        "--disable-bias-linear",
+        "--qk-layernorm",
+        "--untie-embeddings-and-output-weights",
+    ):
         parser.add_argument(flag, action="store_true")
 
 
 def _slime_flags(parser: argparse.ArgumentParser) -> None:
     for flag, kind, default in (
-        ("--actor-num-nodes", int, 1), ("--actor-num-gpus-per-node", int, 8), ("--rollout-num-gpus", int, None),
-        ("--rollout-num-gpus-per-engine", int, 1), ("--hf-checkpoint", str, None), ("--ref-load", str, None),
-        ("--prompt-data", str, None), ("--input-key", str, "input"), ("--label-key", str, None),
-        ("--metadata-key", str, "metadata"), ("--custom-generate-function-path", str, None),
-        ("--custom-rm-path", str, None), ("--custom-rollout-log-function-path", str, None),
-        ("--custom-eval-rollout-log-function-path", str, None), ("--num-rollout", int, None),
-        ("--n-samples-per-prompt", int, 1), ("--rollout-max-response-len", int, None),
-        ("--rollout-max-context-len", int, None), ("--rollout-temperature", float, 1.0),
-        ("--max-tokens-per-gpu", int, None), ("--wandb-project", str, None), ("--wandb-group", str, None),
-        ("--dynamic-sampling-filter-path", str, None), ("--over-sampling-batch-size", int, None),
+        ("--actor-num-nodes", int, 1),
+        ("--actor-num-gpus-per-node", int, 8),
+        ("--rollout-num-gpus", int, None),
+        ("--rollout-num-gpus-per-engine", int, 1),
+        ("--hf-checkpoint", str, None),
+        ("--ref-load", str, None),
+        ("--prompt-data", str, None),
+        ("--input-key", str, "input"),
+        ("--label-key", str, None),
+        ("--metadata-key", str, "metadata"),
+        ("--custom-generate-function-path", str, None),
+        ("--custom-rm-path", str, None),
+        ("--custom-rollout-log-function-path", str, None),
+        ("--custom-eval-rollout-log-function-path", str, None),
+        ("--num-rollout", int, None),
+        ("--n-samples-per-prompt", int, 1),
+        ("--rollout-max-response-len", int, None),
+        ("--rollout-max-context-len", int, None),
+        ("--rollout-temperature", float, 1.0),
+        ("--max-tokens-per-gpu", int, None),
+        ("--wandb-project", str, None),
+        ("--wandb-group", str, None),
+        ("--dynamic-sampling-filter-path", str, None),
+        ("--over-sampling-batch-size", int, None),
         ("--rollout-function-path", str, "slime.rollout.sglang_rollout.generate_rollout"),
-        ("--custom-reward-post-process-path", str, None), ("--custom-advantage-function-path", str, None),  # arguments.py:1371, :968
+        ("--custom-reward-post-process-path", str, None),
+        ("--custom-advantage-function-path", str, None),  # arguments.py:1371, :968
         ("--data-source-path", str, "slime.rollout.data_source.RolloutDataSourceWithBuffer"),  # arguments.py:639
-    ):  # fmt: skip
+    ):
         parser.add_argument(flag, type=kind, default=default)
     parser.add_argument("--rollout-batch-size", type=int, required=True)
-    parser.add_argument("--advantage-estimator", choices=["grpo", "gspo", "cispo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "ppo"], default="grpo")
-    for flag in ("--colocate", "--rollout-shuffle", "--use-dynamic-batch-size", "--use-wandb", "--partial-rollout", "--mask-offpolicy-in-partial-rollout"):
+    parser.add_argument(
+        "--advantage-estimator",
+        choices=["grpo", "gspo", "cispo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "ppo"],
+        default="grpo",
+    )
+    for flag in (
+        "--colocate",
+        "--rollout-shuffle",
+        "--use-dynamic-batch-size",
+        "--use-wandb",
+        "--partial-rollout",
+        "--mask-offpolicy-in-partial-rollout",
+    ):
         parser.add_argument(flag, action="store_true")
 
 
@@ -88,16 +134,25 @@ def _validate(args: argparse.Namespace) -> None:
 
     check(args.rollout_temperature > 0, "--rollout-temperature must be > 0")
     check(args.save_interval is None or args.save is not None, "'--save' is required when save_interval is set.")
-    check(not args.use_dynamic_batch_size or args.max_tokens_per_gpu is not None, "max_tokens_per_gpu must be set when use_dynamic_batch_size is set")
+    check(
+        not args.use_dynamic_batch_size or args.max_tokens_per_gpu is not None,
+        "max_tokens_per_gpu must be set when use_dynamic_batch_size is set",
+    )
     over = args.over_sampling_batch_size or args.rollout_batch_size
-    check(over >= args.rollout_batch_size, f"over_sampling_batch_size {over} should be greater than or equal to rollout_batch_size")
+    check(
+        over >= args.rollout_batch_size,
+        f"over_sampling_batch_size {over} should be greater than or equal to rollout_batch_size",
+    )
     if args.load is None:  # not a Megatron (or HF) checkpoint: slime starts from the reference checkpoint
         args.load = args.ref_load
     if args.max_position_embeddings is None:
         args.max_position_embeddings = args.seq_length or 4096
     for name in ("num_layers", "hidden_size", "num_attention_heads", "max_position_embeddings"):
         check(getattr(args, name) is not None, f"{name} argument is None")  # Megatron's _check_arg_is_not_none
-    check(args.load is not None or args.pretrained_checkpoint is not None, "assert args.load is not None or args.pretrained_checkpoint is not None")
+    check(
+        args.load is not None or args.pretrained_checkpoint is not None,
+        "assert args.load is not None or args.pretrained_checkpoint is not None",
+    )
 
 
 def parse_train_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:

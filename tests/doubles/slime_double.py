@@ -79,7 +79,9 @@ class Sample(CommonFields):
     def get_source(self) -> Any:
         return self.metadata.get("source")  # raises AttributeError on a JSON-string metadata, as Slime does
 
-    def append_response_tokens(self, *args: Any, **kwargs: Any) -> None:  # present from 2026-06-21; our hooks do not need it
+    def append_response_tokens(
+        self, *args: Any, **kwargs: Any
+    ) -> None:  # present from 2026-06-21; our hooks do not need it
         raise AssertionError("the double does not implement append_response_tokens")
 
 
@@ -111,7 +113,9 @@ def rollout_args(host: str, port: int, **overrides: Any) -> SimpleNamespace:
     return SimpleNamespace(**values)
 
 
-def call_generate(fn: Any, args: Any, sample: Sample, sampling_params: dict[str, Any], *, evaluation: bool = False) -> Any:
+def call_generate(
+    fn: Any, args: Any, sample: Sample, sampling_params: dict[str, Any], *, evaluation: bool = False
+) -> Any:
     """How `generate_and_rm` calls a custom generate: three positional arguments, plus
     `evaluation=` only when a parameter literally named `evaluation` exists."""
     parameters = inspect.signature(fn).parameters
@@ -137,17 +141,23 @@ def check_trainable(sample: Sample, args: Any = None) -> None:
         f"loss mask length {len(sample.loss_mask or [])} != response length {sample.response_length}"
     )
     assert set(sample.loss_mask) <= {0, 1}
-    assert type(sample.rollout_log_probs) is list and len(sample.rollout_log_probs) == sample.response_length, "log_prob length mismatch"
+    assert type(sample.rollout_log_probs) is list and len(sample.rollout_log_probs) == sample.response_length, (
+        "log_prob length mismatch"
+    )
     assert all(type(lp) is float for lp in sample.rollout_log_probs)
-    assert all(lp == 0.0 for lp, m in zip(sample.rollout_log_probs, sample.loss_mask) if m == 0), "masked tokens carry log-prob 0.0"
+    assert all(lp == 0.0 for lp, m in zip(sample.rollout_log_probs, sample.loss_mask) if m == 0), (
+        "masked tokens carry log-prob 0.0"
+    )
     assert all(lp <= 0.0 for lp in sample.rollout_log_probs), "log-probs are <= 0"
     assert sample.reward is not None, "reward must not be None when training starts"
     assert isinstance(sample.get_reward_value(args), float)
     assert isinstance(sample.metadata, dict), "metadata must stay a dict"
     sample.get_source()
     assert isinstance(sample.status, Sample.Status) and sample.status in (
-        Sample.Status.COMPLETED, Sample.Status.TRUNCATED, Sample.Status.ABORTED
-    ), f"a finished sample is COMPLETED, TRUNCATED or ABORTED, not {sample.status}"  # fmt: skip
+        Sample.Status.COMPLETED,
+        Sample.Status.TRUNCATED,
+        Sample.Status.ABORTED,
+    ), f"a finished sample is COMPLETED, TRUNCATED or ABORTED, not {sample.status}"
     assert type(sample.weight_versions) is list and all(isinstance(v, str) for v in sample.weight_versions)
     if sample.status is Sample.Status.ABORTED:
         assert sample.remove_sample, "an ABORTED sample that reaches training must be removed"

@@ -78,7 +78,11 @@ class GenerateState(metaclass=SingletonMeta):
 
     def submit_generate_tasks(self, groups: list[list[Sample]]) -> None:
         for group in groups:
-            self.pendings.add(asyncio.create_task(generate_and_rm_group(self.args, group, sampling_params=self.sampling_params.copy())))
+            self.pendings.add(
+                asyncio.create_task(
+                    generate_and_rm_group(self.args, group, sampling_params=self.sampling_params.copy())
+                )
+            )
         self.remaining_batch_size += len(groups)
 
 
@@ -134,14 +138,18 @@ async def reward_unless_aborted(args: Any, sample: Any) -> Any:
     return sample
 
 
-async def generate_and_rm_group(args: Any, group: list[Sample], sampling_params: dict[str, Any], evaluation: bool = False) -> list[Any]:
+async def generate_and_rm_group(
+    args: Any, group: list[Sample], sampling_params: dict[str, Any], evaluation: bool = False
+) -> list[Any]:
     state = GenerateState(args)
     if state.aborted:
         return group
     for sample in group:
         if sample.session_id is None:
             sample.session_id = str(uuid.uuid4())
-    return list(await asyncio.gather(*(generate_and_rm(args, s, sampling_params.copy(), evaluation=evaluation) for s in group)))
+    return list(
+        await asyncio.gather(*(generate_and_rm(args, s, sampling_params.copy(), evaluation=evaluation) for s in group))
+    )
 
 
 async def abort(args: Any, rollout_id: int, abort_servers: Callable[[], Awaitable[None]]) -> list[list[Sample]]:
@@ -194,7 +202,11 @@ class RolloutDataSourceWithBuffer:
 
 
 async def generate_rollout_async(
-    args: Any, rollout_id: int, data_source: Callable[[int], list[list[Sample]]], abort_servers: Callable[[], Awaitable[None]], dynamic_filter: Any = None
+    args: Any,
+    rollout_id: int,
+    data_source: Callable[[int], list[list[Sample]]],
+    abort_servers: Callable[[], Awaitable[None]],
+    dynamic_filter: Any = None,
 ) -> tuple[list[list[Sample]], list[list[Sample]]]:
     state = GenerateState(args)
     target = args.rollout_batch_size
@@ -238,10 +250,17 @@ class AsyncLoopThread:
 
 
 def generate_rollout(
-    loop_thread: AsyncLoopThread, args: Any, rollout_id: int, data_source: RolloutDataSourceWithBuffer, abort_servers: Callable[[], Awaitable[None]], dynamic_filter: Any = None
+    loop_thread: AsyncLoopThread,
+    args: Any,
+    rollout_id: int,
+    data_source: RolloutDataSourceWithBuffer,
+    abort_servers: Callable[[], Awaitable[None]],
+    dynamic_filter: Any = None,
 ) -> list[list[Sample]]:
     """One training rollout step as Slime's `generate_rollout` runs it: on the loop thread; aborted groups go back to the buffer."""
-    data, aborted = loop_thread.run(generate_rollout_async(args, rollout_id, data_source.get_samples, abort_servers, dynamic_filter))
+    data, aborted = loop_thread.run(
+        generate_rollout_async(args, rollout_id, data_source.get_samples, abort_servers, dynamic_filter)
+    )
     if aborted:
         data_source.add_samples(aborted)
     return data
@@ -250,13 +269,22 @@ def generate_rollout(
 class AsyncRolloutWorker:
     """Fully async: a thread running its own loop (`asyncio.run`), generating groups continuously."""
 
-    def __init__(self, args: Any, data_buffer: RolloutDataSourceWithBuffer, concurrency: int = 4, poll_interval: float = 0.01) -> None:
-        self.args, self.data_buffer, self.concurrency, self.poll_interval = args, data_buffer, concurrency, poll_interval
+    def __init__(
+        self, args: Any, data_buffer: RolloutDataSourceWithBuffer, concurrency: int = 4, poll_interval: float = 0.01
+    ) -> None:
+        self.args, self.data_buffer, self.concurrency, self.poll_interval = (
+            args,
+            data_buffer,
+            concurrency,
+            poll_interval,
+        )
         self.running = True
         self.output_queue: queue.Queue[list[Sample]] = queue.Queue()
         self.requeued = 0
         self.state = GenerateState(args)
-        self.thread = threading.Thread(target=lambda: asyncio.run(self._loop()), name="fully-async-rollout", daemon=True)
+        self.thread = threading.Thread(
+            target=lambda: asyncio.run(self._loop()), name="fully-async-rollout", daemon=True
+        )
 
     def start(self) -> None:
         self.thread.start()
@@ -271,7 +299,9 @@ class AsyncRolloutWorker:
             active = {t for t in active if not t.done()}
             while len(active) < self.concurrency and self.output_queue.qsize() < self.concurrency and self.running:
                 for group in self.data_buffer.get_samples(1):
-                    task = asyncio.create_task(generate_and_rm_group(self.args, group, sampling_params=self.state.sampling_params.copy()))
+                    task = asyncio.create_task(
+                        generate_and_rm_group(self.args, group, sampling_params=self.state.sampling_params.copy())
+                    )
                     task.add_done_callback(self._done)
                     active.add(task)
             await asyncio.sleep(self.poll_interval)

@@ -22,12 +22,41 @@ from typing import Any
 import torch
 
 _SPLIT_KEYS = (
-    "tokens", "multimodal_train_inputs", "response_lengths", "rewards", "truncated", "loss_masks", "round_number",
-    "sample_indices", "rollout_ids", "rollout_mask_sums", "rollout_log_probs", "rollout_top_p_token_ids",
-    "rollout_top_p_token_offsets", "rollout_routed_experts", "source_names", "prompt", "teacher_log_probs",
-)  # fmt: skip
-_TENSOR_DTYPES = {"tokens": torch.long, "loss_masks": torch.int, "rollout_log_probs": torch.float32, "teacher_log_probs": torch.float32}
-_LOG_IGNORED = {"tokens", "loss_masks", "sample_indices", "rollout_ids", "rollout_mask_sums", "global_batch_sizes", "partition", "source_names", "local_raw_reward"}
+    "tokens",
+    "multimodal_train_inputs",
+    "response_lengths",
+    "rewards",
+    "truncated",
+    "loss_masks",
+    "round_number",
+    "sample_indices",
+    "rollout_ids",
+    "rollout_mask_sums",
+    "rollout_log_probs",
+    "rollout_top_p_token_ids",
+    "rollout_top_p_token_offsets",
+    "rollout_routed_experts",
+    "source_names",
+    "prompt",
+    "teacher_log_probs",
+)
+_TENSOR_DTYPES = {
+    "tokens": torch.long,
+    "loss_masks": torch.int,
+    "rollout_log_probs": torch.float32,
+    "teacher_log_probs": torch.float32,
+}
+_LOG_IGNORED = {
+    "tokens",
+    "loss_masks",
+    "sample_indices",
+    "rollout_ids",
+    "rollout_mask_sums",
+    "global_batch_sizes",
+    "partition",
+    "source_names",
+    "local_raw_reward",
+}
 
 
 def load_function(path: str) -> Any:
@@ -50,7 +79,9 @@ def post_process_rewards(args: Any, samples: list[Any]) -> tuple[list[Any], list
     return raw, rewards.flatten().tolist()
 
 
-def common_train_data(samples: list[Any], raw: list[Any], rewards: list[Any], *, check_mask_lengths: bool) -> dict[str, Any]:
+def common_train_data(
+    samples: list[Any], raw: list[Any], rewards: list[Any], *, check_mask_lengths: bool
+) -> dict[str, Any]:
     """The per-sample keys Slime's and Miles' conversions both build (Miles forked Slime's): a `remove_sample`
     sample's loss mask zeroed; Slime (`check_mask_lengths`) first asserts each mask is as long as the response."""
     assert len(raw) == len(samples) and len(rewards) == len(samples)

@@ -30,12 +30,16 @@ from doubles.slime_double import Sample
 
 def validate_rollout_id_annotated(node: Any, depth: int = 0) -> None:
     if isinstance(node, Sample) or not isinstance(node, list):
-        assert isinstance(node, Sample) or hasattr(node, "tokens"), f"unexpected rollout output node {type(node).__name__}"
+        assert isinstance(node, Sample) or hasattr(node, "tokens"), (
+            f"unexpected rollout output node {type(node).__name__}"
+        )
         return
     if node and not isinstance(node[0], list):
         if depth >= 2 and len(node) > 1:
             ids = [s.rollout_id for s in node]
-            assert None not in ids, f"a compact rollout of {len(node)} samples needs rollout_id on every sibling, got {ids}"
+            assert None not in ids, (
+                f"a compact rollout of {len(node)} samples needs rollout_id on every sibling, got {ids}"
+            )
             assert len(set(ids)) == 1, f"siblings of one rollout must share rollout_id, got {ids}"
         return
     for item in node:
@@ -67,7 +71,10 @@ def slime_post_process_rewards(args: Any, samples: list[Any], custom: Any = None
     if custom is not None:
         return custom(args, samples)
     raw = [s.get_reward_value(args) for s in samples]
-    if args.advantage_estimator not in ("grpo", "gspo", "cispo", "reinforce_plus_plus_baseline") or not args.rewards_normalization:
+    if (
+        args.advantage_estimator not in ("grpo", "gspo", "cispo", "reinforce_plus_plus_baseline")
+        or not args.rewards_normalization
+    ):
         return raw, raw
     if len(raw) == args.n_samples_per_prompt * args.rollout_batch_size:
         rows = [raw[i : i + args.n_samples_per_prompt] for i in range(0, len(raw), args.n_samples_per_prompt)]
@@ -88,7 +95,10 @@ def miles_post_process_rewards(args: Any, samples: list[Any], custom: Any = None
     if custom is not None:
         return custom(args, samples)
     raw = [s.get_reward_value(args) for s in samples]
-    if args.advantage_estimator not in ("grpo", "gspo", "reinforce_plus_plus_baseline") or not args.rewards_normalization:
+    if (
+        args.advantage_estimator not in ("grpo", "gspo", "reinforce_plus_plus_baseline")
+        or not args.rewards_normalization
+    ):
         return raw, raw
     if all(s.group_index is not None for s in samples):
         groups: dict[int, list[int]] = {}

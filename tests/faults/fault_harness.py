@@ -58,12 +58,18 @@ class EpisodeRun:
             if server_setup:
                 server_setup(server)
             engine = SGLangEngine(
-                server.url, max_attempts=engine_attempts, backoff_initial_s=0.01, backoff_max_s=0.02, timeout_s=engine_timeout_s
+                server.url,
+                max_attempts=engine_attempts,
+                backoff_initial_s=0.01,
+                backoff_max_s=0.02,
+                timeout_s=engine_timeout_s,
             )
             task = TaskRef(environment, "train", index=index, base_url=self.base_url, variant=self.variant)
             try:
                 trajectory = await run_episode(
-                    lambda: ToolEpisode(engine, ChatRenderer(tokenizer), get_parser("hermes"), settings, routing_key="faults"),
+                    lambda: ToolEpisode(
+                        engine, ChatRenderer(tokenizer), get_parser("hermes"), settings, routing_key="faults"
+                    ),
                     self.client,
                     task,
                     reward_policy=reward_policy,
@@ -108,11 +114,16 @@ def assert_sample(trajectory: Trajectory, *, infrastructure: bool) -> None:
         assert len(trajectory.response_ids) == len(trajectory.loss_mask) == len(trajectory.rollout_logprobs)
         assert trajectory.prompt_ids
     else:
-        assert not trajectory.segments and trajectory.reward is None and trajectory.stop_reason.is_infrastructure_failure
+        assert (
+            not trajectory.segments and trajectory.reward is None and trajectory.stop_reason.is_infrastructure_failure
+        )
     if trajectory.stop_reason.is_infrastructure_failure:
         assert trajectory.reward is None, f"an infrastructure failure became reward {trajectory.reward}"
         assert not trajectory.trainable
-    assert trajectory.stop_reason.is_infrastructure_failure is infrastructure, (trajectory.stop_reason, trajectory.stop_detail)
+    assert trajectory.stop_reason.is_infrastructure_failure is infrastructure, (
+        trajectory.stop_reason,
+        trajectory.stop_detail,
+    )
     for sample in slime_samples(trajectory):  # Slime's own invariants hold, whatever happened
         assert sample.tokens and sample.response_length >= 1
         if infrastructure:

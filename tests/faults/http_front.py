@@ -34,7 +34,9 @@ class HttpFront:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def fail_next(self, count: int, *, status: int = 503, retry_after: str | None = None, paths: Iterable[str] | None = None) -> None:
+    def fail_next(
+        self, count: int, *, status: int = 503, retry_after: str | None = None, paths: Iterable[str] | None = None
+    ) -> None:
         """Answer the next `count` requests (to `paths`, if given: suffixes such as "/create_session") with `status`."""
         chosen = frozenset(paths) if paths is not None else None
         self._faults.extend(_Fault(status, retry_after, chosen) for _ in range(count))
@@ -64,7 +66,10 @@ class HttpFront:
             request.method, self.upstream + str(request.rel_url), headers=headers, data=body, allow_redirects=False
         ) as upstream:
             self.seen.append((path, upstream.status))
-            response = web.StreamResponse(status=upstream.status, headers={k: v for k, v in upstream.headers.items() if k.lower() not in _HOP_BY_HOP})
+            response = web.StreamResponse(
+                status=upstream.status,
+                headers={k: v for k, v in upstream.headers.items() if k.lower() not in _HOP_BY_HOP},
+            )
             await response.prepare(request)
             async for chunk in upstream.content.iter_any():
                 await response.write(chunk)

@@ -38,7 +38,12 @@ class SecretKeeper(Environment):
     def use_key(self) -> ToolOutput:
         """Use the configured secrets without showing them."""
         have = sorted(k for k, v in self.secrets.items() if v)
-        return ToolOutput(blocks=[TextBlock(text=f"authorized with {', '.join(have)}")], reward=1.0, finished=True, metadata={"keys": have})
+        return ToolOutput(
+            blocks=[TextBlock(text=f"authorized with {', '.join(have)}")],
+            reward=1.0,
+            finished=True,
+            metadata={"keys": have},
+        )
 
     @tool
     def fail_auth(self) -> ToolOutput:

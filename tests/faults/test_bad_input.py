@@ -24,7 +24,9 @@ def config(environments: dict, **top) -> object:
 
 def test_a_remote_environment_needs_an_api_key() -> None:
     remote = config({"GeneralReasoning/WhoDunIt": {}, "Local": {"base_url": "http://127.0.0.1:1"}})
-    with pytest.raises(ConfigError, match=r"environment 'GeneralReasoning/WhoDunIt' is served by OpenReward .* set OPENREWARD_API_KEY"):
+    with pytest.raises(
+        ConfigError, match=r"environment 'GeneralReasoning/WhoDunIt' is served by OpenReward .* set OPENREWARD_API_KEY"
+    ):
         check_ready(remote, environ={})
     check_ready(remote, environ={"OPENREWARD_API_KEY": "or-live-abcdef"})
     check_ready(remote, environ={}, api_key="or-live-abcdef")
@@ -36,7 +38,12 @@ def test_resolved_secrets_are_registered_for_redaction_before_any_work() -> None
     from openreward_rl.redaction import SECRETS
 
     ready = config(
-        {"WhoDunIt": {"base_url": "http://127.0.0.1:1", "secrets": {"my_token": {"value": None, "domains": ["api.example.com"]}}}},
+        {
+            "WhoDunIt": {
+                "base_url": "http://127.0.0.1:1",
+                "secrets": {"my_token": {"value": None, "domains": ["api.example.com"]}},
+            }
+        },
         secrets={"openai_api_key": None},
     )
     check_ready(ready, environ={"MY_TOKEN": "tok-preflight-1234", "OPENAI_API_KEY": "sk-preflight-5678"})
@@ -62,14 +69,21 @@ def test_bad_config_values_name_the_key(raw: dict, message: str) -> None:
         config(raw)
 
 
-async def test_check_environments_accepts_what_the_server_offers(env_server: LocalEnvServer, openreward_client: AsyncOpenReward) -> None:
+async def test_check_environments_accepts_what_the_server_offers(
+    env_server: LocalEnvServer, openreward_client: AsyncOpenReward
+) -> None:
     good = config({"WhoDunIt": {"variant": "whodunit", "splits": ["train"]}}, env_base_url=env_server.base_url)
     await check_environments(openreward_client, good)
 
 
-async def test_an_unknown_environment_is_named_before_any_episode(env_server: LocalEnvServer, openreward_client: AsyncOpenReward) -> None:
+async def test_an_unknown_environment_is_named_before_any_episode(
+    env_server: LocalEnvServer, openreward_client: AsyncOpenReward
+) -> None:
     unknown = config({"WhoDunnit": {"variant": "whodunnit"}}, env_base_url=env_server.base_url)
-    with pytest.raises(ConfigError, match=r"environment 'WhoDunnit' with variant 'whodunnit' is not served at http://127\.0\.0\.1:\d+; it serves: whodunit, "):
+    with pytest.raises(
+        ConfigError,
+        match=r"environment 'WhoDunnit' with variant 'whodunnit' is not served at http://127\.0\.0\.1:\d+; it serves: whodunit, ",
+    ):
         await check_environments(openreward_client, unknown)
 
 
@@ -83,11 +97,16 @@ async def test_an_unreachable_server_is_named(openreward_client: AsyncOpenReward
     from openreward_rl.retry import RetryPolicy
 
     gone = config({"WhoDunIt": {}}, env_base_url="http://127.0.0.1:9")
-    with pytest.raises(ConfigError, match=r"cannot reach the environment server at http://127\.0\.0\.1:9 \(for 'WhoDunIt'\): .*(Connect|connect)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"cannot reach the environment server at http://127\.0\.0\.1:9 \(for 'WhoDunIt'\): .*(Connect|connect)",
+    ):
         await check_environments(openreward_client, gone, retry=RetryPolicy(attempts=1))
 
 
-async def test_an_unknown_environment_mid_run_is_an_env_error(env_server: LocalEnvServer, openreward_client: AsyncOpenReward, fault_report) -> None:
+async def test_an_unknown_environment_mid_run_is_an_env_error(
+    env_server: LocalEnvServer, openreward_client: AsyncOpenReward, fault_report
+) -> None:
     run = EpisodeRun(openreward_client, env_server.base_url, "nosuchenv")
     trajectory, _ = await run.run([ScriptedCompletion(text=call("submit", answer="ok"))], environment="NoSuchEnv")
     fault_report.sample("unknown environment", trajectory)

@@ -31,7 +31,9 @@ async def faulty(env_server: LocalEnvServer) -> AsyncIterator[EpisodeRun]:
 
 @pytest.mark.parametrize("status", [500, 503, 429])
 async def test_an_engine_error_storm_aborts_the_sample(faulty: EpisodeRun, fault_report, status: int) -> None:
-    trajectory, server = await faulty.run([SUBMIT], server_setup=lambda s: s.fail_next(10, status=status), engine_attempts=3)
+    trajectory, server = await faulty.run(
+        [SUBMIT], server_setup=lambda s: s.fail_next(10, status=status), engine_attempts=3
+    )
     fault_report.sample(f"engine answers {status} x10", trajectory)
     assert_sample(trajectory, infrastructure=True)
     assert trajectory.stop_reason is StopReason.ABORTED and "after 3 attempt(s)" in trajectory.stop_detail
@@ -60,7 +62,9 @@ async def test_dropped_connections_past_the_retries_abort(faulty: EpisodeRun, fa
 
 
 async def test_a_hanging_engine_times_out_and_aborts(faulty: EpisodeRun, fault_report) -> None:
-    trajectory, _ = await faulty.run([SUBMIT], server_setup=lambda s: s.hang_next(5), engine_attempts=2, engine_timeout_s=0.3)
+    trajectory, _ = await faulty.run(
+        [SUBMIT], server_setup=lambda s: s.hang_next(5), engine_attempts=2, engine_timeout_s=0.3
+    )
     fault_report.sample("engine hangs", trajectory)
     assert_sample(trajectory, infrastructure=True)
     assert trajectory.stop_reason is StopReason.ABORTED and "timeout" in trajectory.stop_detail

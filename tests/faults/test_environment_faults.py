@@ -73,7 +73,9 @@ async def test_a_hanging_tool_hits_the_attempt_timeout_and_nothing_is_kept(fault
 async def test_megabytes_of_tool_output_are_cut_to_the_token_budget(faulty: EpisodeRun, fault_report) -> None:
     budget = 256
     settings = EpisodeSettings(sampling_params=SAMPLING, max_tool_output_tokens=budget)
-    trajectory, server = await faulty.run([ScriptedCompletion(text=call("flood", megabytes=4)), SUBMIT], settings=settings)
+    trajectory, server = await faulty.run(
+        [ScriptedCompletion(text=call("flood", megabytes=4)), SUBMIT], settings=settings
+    )
     fault_report.sample("tool returns 4 MiB", trajectory)
     assert_sample(trajectory, infrastructure=False)
     assert trajectory.stop_reason is StopReason.COMPLETED and trajectory.reward == 1.0
@@ -145,7 +147,9 @@ async def faulty_child() -> AsyncIterator[LocalEnvServer]:
         yield server
 
 
-async def test_env_server_killed_between_turns(faulty_child: LocalEnvServer, openreward_client: AsyncOpenReward, fault_report) -> None:
+async def test_env_server_killed_between_turns(
+    faulty_child: LocalEnvServer, openreward_client: AsyncOpenReward, fault_report
+) -> None:
     run = EpisodeRun(openreward_client, faulty_child.base_url, None)
 
     def script(request) -> ScriptedCompletion:
@@ -168,7 +172,9 @@ async def test_env_server_killed_between_turns(faulty_child: LocalEnvServer, ope
     print(f"\nenv server killed between turns: episode ended after {elapsed:.1f}s with {trajectory.stop_detail!r}")
 
 
-async def test_env_server_killed_during_a_tool_call(faulty_child: LocalEnvServer, openreward_client: AsyncOpenReward, fault_report) -> None:
+async def test_env_server_killed_during_a_tool_call(
+    faulty_child: LocalEnvServer, openreward_client: AsyncOpenReward, fault_report
+) -> None:
     run = EpisodeRun(openreward_client, faulty_child.base_url, None)
 
     async def kill_when_the_tool_runs() -> None:
@@ -199,7 +205,11 @@ async def test_env_server_killed_during_a_tool_call(faulty_child: LocalEnvServer
 
 @pytest.mark.parametrize("when", ["between turns", "during a tool call"])
 async def test_env_server_that_stops_answering_ends_the_episode_within_the_window(
-    faulty_child: LocalEnvServer, openreward_client: AsyncOpenReward, fault_report, monkeypatch: pytest.MonkeyPatch, when: str
+    faulty_child: LocalEnvServer,
+    openreward_client: AsyncOpenReward,
+    fault_report,
+    monkeypatch: pytest.MonkeyPatch,
+    when: str,
 ) -> None:
     """A server that accepts connections and answers nothing (SIGSTOPped: hung, or its host cut off) ends
     the episode as env_error within the liveness window (shortened here from 60 s), never as a reward; the
@@ -230,4 +240,6 @@ async def test_env_server_that_stops_answering_ends_the_episode_within_the_windo
     assert trajectory.metrics["attempts"] == 2.0
     # the first attempt: after_s (1 s) then the window; the second: a few unanswered probes; plus the backoff
     assert elapsed < 1.0 + window_s + 30.0, elapsed  # not open_timeout (600 s) nor CALL_ANSWER_WAIT_S (300 s)
-    print(f"\nenv server stopped answering {when}: episode ended {elapsed:.1f}s after the stop with {trajectory.stop_detail!r}")
+    print(
+        f"\nenv server stopped answering {when}: episode ended {elapsed:.1f}s after the stop with {trajectory.stop_detail!r}"
+    )

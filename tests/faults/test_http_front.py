@@ -39,10 +39,14 @@ async def run(front: HttpFront, env_server: LocalEnvServer) -> AsyncIterator[Epi
     [
         pytest.param(2, 503, None, "proxy answers 503 x2", id="a_few_503s"),
         # The SDK gives session creation 4 tries; 5 capacity refusals outlast them, our open retry does not.
-        pytest.param(5, 429, ["/create_session"], "proxy answers 429 x5 on create", id="a_429_storm_longer_than_the_sdk_retries"),
+        pytest.param(
+            5, 429, ["/create_session"], "proxy answers 429 x5 on create", id="a_429_storm_longer_than_the_sdk_retries"
+        ),
     ],
 )
-async def test_refusals_are_ridden_out(front: HttpFront, run: EpisodeRun, fault_report, count: int, status: int, paths: list[str] | None, label: str) -> None:
+async def test_refusals_are_ridden_out(
+    front: HttpFront, run: EpisodeRun, fault_report, count: int, status: int, paths: list[str] | None, label: str
+) -> None:
     front.fail_next(count, status=status, retry_after="0", paths=paths)
     trajectory, _ = await run.run([SUBMIT])
     fault_report.sample(label, trajectory)
@@ -51,7 +55,9 @@ async def test_refusals_are_ridden_out(front: HttpFront, run: EpisodeRun, fault_
     assert front.statuses(status) == count
 
 
-async def test_endless_429_is_an_env_error_naming_the_concurrency_setting(front: HttpFront, run: EpisodeRun, fault_report) -> None:
+async def test_endless_429_is_an_env_error_naming_the_concurrency_setting(
+    front: HttpFront, run: EpisodeRun, fault_report
+) -> None:
     front.fail_next(1000, status=429, retry_after="0")
     trajectory, _ = await run.run([SUBMIT], attempts=2)
     fault_report.sample("proxy answers 429 forever", trajectory)
@@ -92,14 +98,18 @@ async def test_busy_reads_inside_a_session_are_retried(front: HttpFront, run: Ep
     assert front.statuses(503) == 4
 
 
-async def test_prepare_rides_out_busy_listings_under_the_retry_policy_it_is_given(front: HttpFront, env_server: LocalEnvServer, tmp_path) -> None:
+async def test_prepare_rides_out_busy_listings_under_the_retry_policy_it_is_given(
+    front: HttpFront, env_server: LocalEnvServer, tmp_path
+) -> None:
     """`prepare(retry=...)` repeats a listing that stayed busy through the SDK's own 3 tries: with 3
     attempts of no back-off, 6 busy answers are ridden out at once (production waits 1 + 2 s)."""
     from openreward_rl.cli.prepare import prepare
     from openreward_rl.config import parse_config
     from openreward_rl.retry import RetryPolicy
 
-    config = parse_config({"environments": {"Faulty": {"variant": env_server.variant_for("Faulty")}}, "env_base_url": front.url})
+    config = parse_config(
+        {"environments": {"Faulty": {"variant": env_server.variant_for("Faulty")}}, "env_base_url": front.url}
+    )
     output = tmp_path / "tasks.jsonl"
     instant = RetryPolicy(attempts=3, initial_s=0.0, max_s=0.0, jitter_s=0.0)
     front.fail_next(6, status=503, retry_after="0", paths=["/tasks"])
@@ -108,8 +118,12 @@ async def test_prepare_rides_out_busy_listings_under_the_retry_policy_it_is_give
         count = await prepare(config, output, max_tasks=2, seed=0, client=client, retry=instant, check_retry=instant)
         front.fail_next(6, status=503, retry_after="0", paths=["/tasks"])
         with pytest.raises(Exception, match="503"):
-            await prepare(config, output, max_tasks=2, seed=0, client=client, retry=RetryPolicy(attempts=1), check_retry=instant)
+            await prepare(
+                config, output, max_tasks=2, seed=0, client=client, retry=RetryPolicy(attempts=1), check_retry=instant
+            )
     finally:
         await client.environments.aclose()
     assert count == 2 and len(output.read_text().splitlines()) == 2
-    assert sum(1 for path, status in front.seen if path.endswith("/tasks") and status == 503) == 6 + 3  # one attempt: the SDK's 3 tries
+    assert (
+        sum(1 for path, status in front.seen if path.endswith("/tasks") and status == 503) == 6 + 3
+    )  # one attempt: the SDK's 3 tries

@@ -23,12 +23,15 @@ TOOL_NAMES = ["list_suspects", "interview", "inspect", "accuse"]
 # Text without lone surrogates (the tokenizer cannot encode them) or the chat template's specials.
 plain_text = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="<|>"), max_size=40)
 json_value = st.recursive(
-    st.none() | st.booleans() | st.integers(-10**6, 10**6) | st.floats(allow_nan=False) | plain_text,
+    st.none() | st.booleans() | st.integers(-(10**6), 10**6) | st.floats(allow_nan=False) | plain_text,
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(plain_text, inner, max_size=3),
     max_leaves=6,
 )
 name = st.sampled_from(TOOL_NAMES) | plain_text
-arguments = st.dictionaries(st.sampled_from(["suspect", "location", "who", "x"]) | plain_text, json_value, max_size=3) | json_value
+arguments = (
+    st.dictionaries(st.sampled_from(["suspect", "location", "who", "x"]) | plain_text, json_value, max_size=3)
+    | json_value
+)
 
 
 @st.composite
@@ -51,14 +54,22 @@ def call_block(draw: st.DrawFn) -> str:
 model_turn = st.lists(plain_text | call_block(), min_size=1, max_size=3).map("\n".join)
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(turns=st.lists(model_turn, min_size=1, max_size=3))
-async def test_random_model_output_never_breaks_an_episode(env_server: LocalEnvServer, fault_report, turns: list[str]) -> None:
+async def test_random_model_output_never_breaks_an_episode(
+    env_server: LocalEnvServer, fault_report, turns: list[str]
+) -> None:
     client = AsyncOpenReward(api_key="local")
     try:
         run = EpisodeRun(client, env_server.base_url, env_server.variant_for("WhoDunIt"))
         episode_settings = EpisodeSettings(max_turns=3, on_no_tool_call="nudge", sampling_params=SAMPLING)
-        trajectory, server = await run.run([ScriptedCompletion(text=t) for t in turns] + [ScriptedCompletion(text="done")] * 3, environment="WhoDunIt", settings=episode_settings)
+        trajectory, server = await run.run(
+            [ScriptedCompletion(text=t) for t in turns] + [ScriptedCompletion(text="done")] * 3,
+            environment="WhoDunIt",
+            settings=episode_settings,
+        )
     finally:
         await client.environments.aclose()
     fault_report.sample("hypothesis: malformed tool calls", trajectory)

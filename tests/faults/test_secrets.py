@@ -78,11 +78,19 @@ async def test_no_secret_in_logs_errors_dumps_or_uploads(
     assert secrets == {"openai_api_key": JUDGE_KEY, "tavily_api_key": GLOBAL_KEY}
 
     used, _ = await run.run([ScriptedCompletion(text=call("use_key"))], environment="SecretKeeper", secrets=secrets)
-    failed, _ = await run.run([ScriptedCompletion(text=call("fail_auth"))] * 2, environment="SecretKeeper", secrets=secrets, attempts=2)
-    echoed, _ = await run.run(
-        [ScriptedCompletion(text=call("echo_key")), ScriptedCompletion(text=call("use_key"))], environment="SecretKeeper", secrets=secrets
+    failed, _ = await run.run(
+        [ScriptedCompletion(text=call("fail_auth"))] * 2, environment="SecretKeeper", secrets=secrets, attempts=2
     )
-    for label, trajectory in (("secrets used", used), ("env raises with a secret", failed), ("env shows the model a secret", echoed)):
+    echoed, _ = await run.run(
+        [ScriptedCompletion(text=call("echo_key")), ScriptedCompletion(text=call("use_key"))],
+        environment="SecretKeeper",
+        secrets=secrets,
+    )
+    for label, trajectory in (
+        ("secrets used", used),
+        ("env raises with a secret", failed),
+        ("env shows the model a secret", echoed),
+    ):
         fault_report.sample(label, trajectory)
 
     assert_sample(used, infrastructure=False)
@@ -152,7 +160,11 @@ upload: true
 
 def written_text(root: Path) -> dict[str, str]:
     """Every file under `root`, as text (binary files decoded leniently: a secret is ASCII)."""
-    return {str(path.relative_to(root)): path.read_bytes().decode("utf-8", "replace") for path in sorted(root.rglob("*")) if path.is_file()}
+    return {
+        str(path.relative_to(root)): path.read_bytes().decode("utf-8", "replace")
+        for path in sorted(root.rglob("*"))
+        if path.is_file()
+    }
 
 
 async def test_no_known_secret_in_any_file_the_commands_write(secret_server: LocalEnvServer, tmp_path: Path) -> None:
@@ -190,25 +202,61 @@ async def test_no_known_secret_in_any_file_the_commands_write(secret_server: Loc
         async def cli(*argv: str, name: str) -> int:
             with (out / f"{name}.stdout").open("wb") as stdout, (out / f"{name}.stderr").open("wb") as stderr:
                 process = await asyncio.create_subprocess_exec(
-                    sys.executable, "-m", "openreward_rl.cli", *argv, env=environ, stdout=stdout, stderr=stderr, cwd=tmp_path
+                    sys.executable,
+                    "-m",
+                    "openreward_rl.cli",
+                    *argv,
+                    env=environ,
+                    stdout=stdout,
+                    stderr=stderr,
+                    cwd=tmp_path,
                 )
                 return await asyncio.wait_for(process.wait(), 300)
 
         async with SGLangTestServer(tokenizer, script=[ScriptedCompletion(text=call("fail_all"))]) as model:
             code = await cli(
-                "eval", "--config", str(config), "--engine", "sglang", "--base-url", model.url, "--model", "scripted",
-                "--tokenizer", "offline:qwen3", "--serve", f"{Path(__file__).parent / 'secret_env.py'}:SecretKeeper",
-                "--output", str(out / "results.jsonl"), "--wandb-project", "secrets", name="eval",
-            )  # fmt: skip
-        assert code == 1, (out / "eval.stderr").read_text()[-3000:]  # its one episode is an infrastructure failure (by design)
+                "eval",
+                "--config",
+                str(config),
+                "--engine",
+                "sglang",
+                "--base-url",
+                model.url,
+                "--model",
+                "scripted",
+                "--tokenizer",
+                "offline:qwen3",
+                "--serve",
+                f"{Path(__file__).parent / 'secret_env.py'}:SecretKeeper",
+                "--output",
+                str(out / "results.jsonl"),
+                "--wandb-project",
+                "secrets",
+                name="eval",
+            )
+        assert code == 1, (out / "eval.stderr").read_text()[
+            -3000:
+        ]  # its one episode is an infrastructure failure (by design)
         assert await cli("show", str(out / "results.jsonl"), "--no-color", name="show") == 0
         assert await cli("show", str(out / "results.jsonl"), "--html", str(out / "report.html"), name="show-html") == 0
         assert await cli("show", str(out / "results.jsonl"), "--index", "0", "--no-color", name="show-episode") == 0
         assert await cli("prepare", "--config", str(served), "--output", str(out / "tasks.jsonl"), name="prepare") == 0
-        assert await cli(
-            "train", "--framework", "miles", "--miles-path", str(tmp_path / "miles"), "--config", str(served),  # FSDP: no Megatron checkout needed
-            "--task-data", str(out / "tasks.jsonl"), "--dry-run", name="train-dry-run",
-        ) == 0  # fmt: skip
+        assert (
+            await cli(
+                "train",
+                "--framework",
+                "miles",
+                "--miles-path",
+                str(tmp_path / "miles"),
+                "--config",
+                str(served),  # FSDP: no Megatron checkout needed
+                "--task-data",
+                str(out / "tasks.jsonl"),
+                "--dry-run",
+                name="train-dry-run",
+            )
+            == 0
+        )
         uploads = json.dumps(sink.events)
 
     record = json.loads((out / "results.jsonl").read_text())

@@ -89,4 +89,7 @@ def gates() -> dict[str, Gate]:
     """Every compat module's gate, by module (importing a module imports no patched library)."""
     from openreward_rl._compat import aiohttp, openreward, renderers, sse_starlette, structlog, transformers, trl
 
-    return {module.__name__.rsplit(".", 1)[1]: module.GATE for module in (openreward, aiohttp, sse_starlette, structlog, transformers, trl, renderers)}
+    return {
+        module.__name__.rsplit(".", 1)[1]: module.GATE
+        for module in (openreward, aiohttp, sse_starlette, structlog, transformers, trl, renderers)
+    }

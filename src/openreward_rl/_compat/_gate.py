@@ -40,7 +40,9 @@ class Gate:
         try:
             return version(self.distribution)
         except PackageNotFoundError as error:
-            raise CompatError(f"{self.distribution} is not installed; openreward_rl needs {self.distribution}{self.supported}") from error
+            raise CompatError(
+                f"{self.distribution} is not installed; openreward_rl needs {self.distribution}{self.supported}"
+            ) from error
 
     def check(self) -> None:
         if self._passed:

@@ -37,7 +37,8 @@ def _internals() -> list[Internal]:
     return [
         Internal("aiohttp.ClientResponse.start(connection)", lambda: callable(aiohttp.ClientResponse.start)),
         Internal(
-            "aiohttp.client_proto.ResponseHandler.read_timeout", lambda: isinstance(handler.read_timeout, property) and handler.read_timeout.fset is not None
+            "aiohttp.client_proto.ResponseHandler.read_timeout",
+            lambda: isinstance(handler.read_timeout, property) and handler.read_timeout.fset is not None,
         ),
         Internal("aiohttp.client_proto.ResponseHandler.start_timeout", lambda: callable(handler.start_timeout)),
         *(

@@ -15,7 +15,9 @@ def _internals() -> list[Internal]:
     return [
         Internal(
             "renderers.RendererConfig._template_fields",
-            lambda: isinstance(getattr(renderers.Llama3RendererConfig, "_template_fields", None), frozenset | set | tuple),
+            lambda: isinstance(
+                getattr(renderers.Llama3RendererConfig, "_template_fields", None), frozenset | set | tuple
+            ),
         )
     ]
 

@@ -18,7 +18,20 @@ from openreward_rl._compat._gate import Gate, Internal
 __all__ = ["GATE", "install", "uninstall", "installed", "PRINT_LOGGER_METHODS"]
 
 # structlog.PrintLogger's output methods (all aliases of `msg`); the bound logger calls them by level name.
-PRINT_LOGGER_METHODS = ("msg", "log", "debug", "info", "warn", "warning", "fatal", "failure", "err", "error", "critical", "exception")
+PRINT_LOGGER_METHODS = (
+    "msg",
+    "log",
+    "debug",
+    "info",
+    "warn",
+    "warning",
+    "fatal",
+    "failure",
+    "err",
+    "error",
+    "critical",
+    "exception",
+)
 
 
 def _internals() -> list[Internal]:
@@ -27,7 +40,10 @@ def _internals() -> list[Internal]:
     def is_alias(name: str) -> bool:
         return getattr(PrintLogger, name) is PrintLogger.msg or name in _saved
 
-    return [Internal(f"structlog.PrintLogger.{name} (an alias of msg)", functools.partial(is_alias, name)) for name in PRINT_LOGGER_METHODS]
+    return [
+        Internal(f"structlog.PrintLogger.{name} (an alias of msg)", functools.partial(is_alias, name))
+        for name in PRINT_LOGGER_METHODS
+    ]
 
 
 GATE = Gate("structlog", "", _internals)

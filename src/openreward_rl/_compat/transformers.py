@@ -10,9 +10,15 @@ from typing import Any
 from openreward_rl._compat._gate import Gate, Internal
 
 __all__ = [
-    "GATE", "set_name_or_path", "cast_cache_to", "forget_batching_manager", "attention_implementation",
-    "decodes_with_backend", "backend_tokenizer", "image_token_counts",
-]  # fmt: skip
+    "GATE",
+    "set_name_or_path",
+    "cast_cache_to",
+    "forget_batching_manager",
+    "attention_implementation",
+    "decodes_with_backend",
+    "backend_tokenizer",
+    "image_token_counts",
+]
 
 
 def _internals() -> list[Internal]:
@@ -24,8 +30,14 @@ def _internals() -> list[Internal]:
     return [
         Internal("PretrainedConfig._name_or_path", lambda: "self._name_or_path" in inspect.getsource(PretrainedConfig)),
         Internal("PretrainedConfig._attn_implementation", lambda: hasattr(PretrainedConfig, "_attn_implementation")),
-        Internal("ContinuousBatchingManager._create_batch_processor()", lambda: callable(ContinuousBatchingManager._create_batch_processor)),
-        Internal("the model's _cached_continuous_batching_manager", lambda: "_cached_continuous_batching_manager" in inspect.getsource(continuous_api)),
+        Internal(
+            "ContinuousBatchingManager._create_batch_processor()",
+            lambda: callable(ContinuousBatchingManager._create_batch_processor),
+        ),
+        Internal(
+            "the model's _cached_continuous_batching_manager",
+            lambda: "_cached_continuous_batching_manager" in inspect.getsource(continuous_api),
+        ),
         Internal(
             "TokenizersBackend._decode and ._tokenizer",
             lambda: callable(TokenizersBackend._decode) and "self._tokenizer" in inspect.getsource(TokenizersBackend),
@@ -86,7 +98,11 @@ def decodes_with_backend(kind: type) -> bool:
         from transformers.tokenization_utils_tokenizers import TokenizersBackend
     except ImportError:
         return False
-    return issubclass(kind, TokenizersBackend) and kind.decode is PreTrainedTokenizerBase.decode and kind._decode is TokenizersBackend._decode
+    return (
+        issubclass(kind, TokenizersBackend)
+        and kind.decode is PreTrainedTokenizerBase.decode
+        and kind._decode is TokenizersBackend._decode
+    )
 
 
 def backend_tokenizer(tokenizer: Any) -> Any:
@@ -96,4 +112,6 @@ def backend_tokenizer(tokenizer: Any) -> Any:
 
 def image_token_counts(processor: Any, image_sizes: Sequence[tuple[int, int]]) -> list[int]:
     """How many image tokens `processor` expands each image of (height, width) into."""
-    return [int(count) for count in processor._get_num_multimodal_tokens(image_sizes=list(image_sizes)).num_image_tokens]
+    return [
+        int(count) for count in processor._get_num_multimodal_tokens(image_sizes=list(image_sizes)).num_image_tokens
+    ]

@@ -19,7 +19,9 @@ def _internals() -> list[Internal]:
     return [
         Internal(
             "trl.GRPOTrainer._generate_and_score_completions(inputs)",
-            lambda: list(inspect.signature(GRPOTrainer._generate_and_score_completions).parameters) == ["self", "inputs"],
+            lambda: (
+                list(inspect.signature(GRPOTrainer._generate_and_score_completions).parameters) == ["self", "inputs"]
+            ),
         )
     ]
 

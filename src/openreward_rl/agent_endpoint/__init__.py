@@ -10,7 +10,15 @@ _EXPORTS = {
     "openreward_rl.agent_endpoint.server": ["AgentEndpoint"],
     "openreward_rl.agent_endpoint.recorder": ["EpisodeRecorder", "RecorderSettings"],
     "openreward_rl.agent_endpoint.openai_shape": ["ChatRequest", "BadRequest"],
-    "openreward_rl.agent_endpoint.episode": ["AgentEpisode", "AgentEpisodeBuilder", "AgentTask", "SubprocessAgent", "ToolAnswer", "AgentCrashed", "agent_episode_builder"],
+    "openreward_rl.agent_endpoint.episode": [
+        "AgentEpisode",
+        "AgentEpisodeBuilder",
+        "AgentTask",
+        "SubprocessAgent",
+        "ToolAnswer",
+        "AgentCrashed",
+        "agent_episode_builder",
+    ],
 }
 
 __all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

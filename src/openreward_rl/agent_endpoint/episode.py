@@ -42,7 +42,16 @@ from openreward_rl.loop.episode import EpisodeSettings
 from openreward_rl.loop.trajectory import StopReason, ToolResult, Trajectory
 from openreward_rl.parsers.base import ToolCall, ToolParser
 
-__all__ = ["AgentCrashed", "AgentEpisode", "AgentEpisodeBuilder", "AgentProgram", "AgentTask", "SubprocessAgent", "ToolAnswer", "agent_episode_builder"]
+__all__ = [
+    "AgentCrashed",
+    "AgentEpisode",
+    "AgentEpisodeBuilder",
+    "AgentProgram",
+    "AgentTask",
+    "SubprocessAgent",
+    "ToolAnswer",
+    "agent_episode_builder",
+]
 
 DEFAULT_API_KEY = "openreward-rl"
 STDERR_KEPT = 2000  # characters of a crashed command's stderr kept in the stop detail
@@ -96,16 +105,28 @@ class SubprocessAgent:
     async def __call__(self, task: AgentTask) -> str | None:
         described = json.dumps(task.describe(), ensure_ascii=False)
         environ = {
-            **os.environ, **self.env, "OPENAI_BASE_URL": task.base_url, "OPENAI_API_KEY": task.api_key,
-            "OPENREWARD_TOOLS_URL": task.tools_url, "OPENREWARD_TASK": described,
-        }  # fmt: skip
-        for key in ("NO_PROXY", "no_proxy"):  # the endpoint is on loopback: never through a proxy the trainer's environment names
+            **os.environ,
+            **self.env,
+            "OPENAI_BASE_URL": task.base_url,
+            "OPENAI_API_KEY": task.api_key,
+            "OPENREWARD_TOOLS_URL": task.tools_url,
+            "OPENREWARD_TASK": described,
+        }
+        for key in (
+            "NO_PROXY",
+            "no_proxy",
+        ):  # the endpoint is on loopback: never through a proxy the trainer's environment names
             entries = [e for e in environ.get(key, "").split(",") if e.strip()]
             environ[key] = ",".join(dict.fromkeys([*entries, "127.0.0.1", "localhost"]))
         process = await asyncio.create_subprocess_exec(
-            *self.command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            env=environ, cwd=self.cwd, start_new_session=True,
-        )  # fmt: skip
+            *self.command,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=environ,
+            cwd=self.cwd,
+            start_new_session=True,
+        )
         try:
             out, err = await process.communicate(described.encode())
         except BaseException:
@@ -115,7 +136,9 @@ class SubprocessAgent:
             raise
         if process.returncode != 0:
             tail = err.decode(errors="replace")[-STDERR_KEPT:].strip()
-            raise AgentCrashed(f"the agent command exited with status {process.returncode}" + (f": {tail}" if tail else ""))
+            raise AgentCrashed(
+                f"the agent command exited with status {process.returncode}" + (f": {tail}" if tail else "")
+            )
         return out.decode(errors="replace").strip() or None
 
 
@@ -147,14 +170,28 @@ class AgentEpisode:
             except EnvError as error:
                 env_faults.append(str(error))
                 raise
-            return _recorded(recorder, ToolCall(name, dict(arguments), f"agent_call_{next(numbers)}"), outcome, time.perf_counter() - call_started)
+            return _recorded(
+                recorder,
+                ToolCall(name, dict(arguments), f"agent_call_{next(numbers)}"),
+                outcome,
+                time.perf_counter() - call_started,
+            )
 
         async def run_tool(name: str, arguments: Mapping[str, Any]) -> Mapping[str, Any]:
             return (await call_tool(name, arguments)).to_dict()
 
-        recorder = self.endpoint.open_episode(tool_runner=run_tool, parser=self.parser, settings=self.settings, engine=self.engine)
+        recorder = self.endpoint.open_episode(
+            tool_runner=run_tool, parser=self.parser, settings=self.settings, engine=self.engine
+        )
         api_key = self.endpoint.api_key or DEFAULT_API_KEY
-        task = AgentTask(self.endpoint.base_url(recorder.key), api_key, prompt, tools, self.endpoint.tools_url(recorder.key), call_tool)
+        task = AgentTask(
+            self.endpoint.base_url(recorder.key),
+            api_key,
+            prompt,
+            tools,
+            self.endpoint.tools_url(recorder.key),
+            call_tool,
+        )
         failure: tuple[StopReason, str] | None = None
         try:
             try:
@@ -167,15 +204,28 @@ class AgentEpisode:
             except Exception as error:
                 failure = (StopReason.ABORTED, f"the agent failed: {type(error).__name__}: {error}")
             else:
-                gave_answer = answer and not recorder.last_answer_truncated  # a cut-off answer is no answer, as in ToolEpisode
-                if answer and gave_answer and has_terminal_tool and not session.finished and not env_faults and recorder.fault is None:
+                gave_answer = (
+                    answer and not recorder.last_answer_truncated
+                )  # a cut-off answer is no answer, as in ToolEpisode
+                if (
+                    answer
+                    and gave_answer
+                    and has_terminal_tool
+                    and not session.finished
+                    and not env_faults
+                    and recorder.fault is None
+                ):
                     outcome = await session.call_terminal_tool(answer)
                     _recorded(recorder, ToolCall("__terminal__", {"message": answer}, "terminal"), outcome, 0.0)
         finally:
             self.endpoint.close_episode(recorder.key)
         stop_reason, detail = failure or _ending(recorder, session, env_faults)
         return recorder.trajectory(
-            session.task.describe(), stop_reason=stop_reason, stop_detail=detail, finished=session.finished, seconds=time.perf_counter() - started
+            session.task.describe(),
+            stop_reason=stop_reason,
+            stop_detail=detail,
+            finished=session.finished,
+            seconds=time.perf_counter() - started,
         )
 
 
@@ -195,12 +245,27 @@ class AgentEpisodeBuilder:
     agent_timeout: float | None = None
     endpoints: dict[int, AgentEndpoint] = attrs.field(factory=dict, repr=False)
 
-    def __call__(self, engine: Engine, renderer: ChatRenderer, parser: ToolParser, settings: EpisodeSettings, *, routing_key: str | None = None) -> AgentEpisode:
+    def __call__(
+        self,
+        engine: Engine,
+        renderer: ChatRenderer,
+        parser: ToolParser,
+        settings: EpisodeSettings,
+        *,
+        routing_key: str | None = None,
+    ) -> AgentEpisode:
         endpoint = self.endpoints.get(id(renderer))
         if endpoint is None or endpoint.renderer is not renderer:
             endpoint = self.endpoints[id(renderer)] = AgentEndpoint(engine, renderer, parser)
         settings_for_episode = RecorderSettings.from_episode(settings)
-        return AgentEpisode(endpoint, self.agent, agent_timeout=self.agent_timeout, parser=parser, settings=settings_for_episode, engine=engine)
+        return AgentEpisode(
+            endpoint,
+            self.agent,
+            agent_timeout=self.agent_timeout,
+            parser=parser,
+            settings=settings_for_episode,
+            engine=engine,
+        )
 
 
 def agent_episode_builder(agent: AgentProgram, *, agent_timeout: float | None = None) -> AgentEpisodeBuilder:
@@ -218,8 +283,14 @@ def agent_episode_builder(agent: AgentProgram, *, agent_timeout: float | None = 
 
 def _recorded(recorder: EpisodeRecorder, call: ToolCall, outcome: ToolOutcome, seconds: float) -> ToolAnswer:
     result = ToolResult(
-        call=call, text=outcome.text, reward=outcome.reward, finished=outcome.finished, error=outcome.error, seconds=seconds, metadata=outcome.metadata
-    )  # fmt: skip
+        call=call,
+        text=outcome.text,
+        reward=outcome.reward,
+        finished=outcome.finished,
+        error=outcome.error,
+        seconds=seconds,
+        metadata=outcome.metadata,
+    )
     recorder.record_tool_result(result)
     return ToolAnswer(outcome.text, outcome.reward, outcome.finished, outcome.error)
 

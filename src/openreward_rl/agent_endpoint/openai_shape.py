@@ -29,8 +29,34 @@ TOOL_CHOICES = ("auto", "none", "required")
 ROLES = ("system", "developer", "user", "assistant", "tool")
 # Fields of the request this endpoint reads; the rest of the OpenAI API's is refused where it changes
 # what is sampled (it cannot be honoured), accepted and ignored where it does not.
-IGNORED_FIELDS = frozenset({"model", "user", "metadata", "store", "stream_options", "parallel_tool_calls", "service_tier", "seed", "logprobs", "top_logprobs"})
-READ_FIELDS = frozenset({"messages", "tools", "tool_choice", "n", "stop", "max_tokens", "max_completion_tokens", "temperature", "top_p", "stream"})
+IGNORED_FIELDS = frozenset(
+    {
+        "model",
+        "user",
+        "metadata",
+        "store",
+        "stream_options",
+        "parallel_tool_calls",
+        "service_tier",
+        "seed",
+        "logprobs",
+        "top_logprobs",
+    }
+)
+READ_FIELDS = frozenset(
+    {
+        "messages",
+        "tools",
+        "tool_choice",
+        "n",
+        "stop",
+        "max_tokens",
+        "max_completion_tokens",
+        "temperature",
+        "top_p",
+        "stream",
+    }
+)
 
 
 class BadRequest(ValueError):
@@ -42,7 +68,9 @@ class BadRequest(ValueError):
         self.code = code
 
     def body(self) -> dict[str, Any]:
-        return {"error": {"message": str(self), "type": "invalid_request_error", "param": self.param, "code": self.code}}
+        return {
+            "error": {"message": str(self), "type": "invalid_request_error", "param": self.param, "code": self.code}
+        }
 
 
 def _number(body: Mapping[str, Any], name: str, low: float, high: float) -> float | None:
@@ -69,10 +97,16 @@ def _messages(value: Any) -> list[dict[str, Any]]:
     messages = []
     for index, message in enumerate(value):
         if not isinstance(message, Mapping) or message.get("role") not in ROLES:
-            raise BadRequest(f"messages[{index}] must be an object whose role is one of {', '.join(ROLES)}", param=f"messages[{index}]")
+            raise BadRequest(
+                f"messages[{index}] must be an object whose role is one of {', '.join(ROLES)}",
+                param=f"messages[{index}]",
+            )
         messages.append(dict(message))
     if messages[-1]["role"] == "assistant":
-        raise BadRequest("the last message is the assistant's: continuing a pre-filled assistant turn is not supported", param="messages")
+        raise BadRequest(
+            "the last message is the assistant's: continuing a pre-filled assistant turn is not supported",
+            param="messages",
+        )
     return messages
 
 
@@ -83,8 +117,16 @@ def _tools(value: Any) -> list[dict[str, Any]]:
         raise BadRequest("tools must be a list of function tools", param="tools")
     for index, tool in enumerate(value):
         function = tool.get("function") if isinstance(tool, Mapping) else None
-        if not isinstance(tool, Mapping) or tool.get("type") != "function" or not isinstance(function, Mapping) or not function.get("name"):
-            raise BadRequest(f"tools[{index}] must be {{'type': 'function', 'function': {{'name': ..., ...}}}}", param=f"tools[{index}]")
+        if (
+            not isinstance(tool, Mapping)
+            or tool.get("type") != "function"
+            or not isinstance(function, Mapping)
+            or not function.get("name")
+        ):
+            raise BadRequest(
+                f"tools[{index}] must be {{'type': 'function', 'function': {{'name': ..., ...}}}}",
+                param=f"tools[{index}]",
+            )
     return [dict(t) for t in value]
 
 
@@ -122,9 +164,14 @@ class ChatRequest:
             raise BadRequest(f"{', '.join(refused)}: not supported by this endpoint", param=refused[0])
         tool_choice = body.get("tool_choice") or "auto"
         if isinstance(tool_choice, Mapping):
-            raise BadRequest("tool_choice naming one function is not supported by this endpoint (only 'auto', 'none' and 'required')", param="tool_choice")
+            raise BadRequest(
+                "tool_choice naming one function is not supported by this endpoint (only 'auto', 'none' and 'required')",
+                param="tool_choice",
+            )
         if tool_choice not in TOOL_CHOICES:
-            raise BadRequest(f"tool_choice must be one of {', '.join(TOOL_CHOICES)}, got {tool_choice!r}", param="tool_choice")
+            raise BadRequest(
+                f"tool_choice must be one of {', '.join(TOOL_CHOICES)}, got {tool_choice!r}", param="tool_choice"
+            )
         tools = _tools(body.get("tools"))
         if tool_choice == "required" and not tools:
             raise BadRequest("tool_choice 'required' needs tools", param="tool_choice")
@@ -157,9 +204,14 @@ class Choice:
 def openai_message(parsed: ParsedTurn, *, with_calls: bool = True) -> dict[str, Any]:
     """The assistant message of a parsed turn in the API's shape: arguments as JSON strings; content None
     beside tool calls when empty (as the API writes it); the reasoning as `reasoning_content`."""
-    calls = [
-        {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments_json()}} for c in parsed.tool_calls
-    ] if with_calls else []  # fmt: skip
+    calls = (
+        [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments_json()}}
+            for c in parsed.tool_calls
+        ]
+        if with_calls
+        else []
+    )
     message: dict[str, Any] = {"role": "assistant", "content": parsed.content if parsed.content or not calls else None}
     if calls:
         message["tool_calls"] = calls
@@ -187,12 +239,17 @@ def completion_body(completion_id: str, model: str, choices: Sequence[Choice]) -
         "object": "chat.completion",
         "created": int(time.time()),
         "model": model,
-        "choices": [{"index": i, "message": c.message, "logprobs": None, "finish_reason": c.finish_reason} for i, c in enumerate(choices)],
+        "choices": [
+            {"index": i, "message": c.message, "logprobs": None, "finish_reason": c.finish_reason}
+            for i, c in enumerate(choices)
+        ],
         "usage": _usage(choices),
     }
 
 
-def stream_chunks(completion_id: str, model: str, choices: Sequence[Choice], *, include_usage: bool = False) -> Iterator[str]:
+def stream_chunks(
+    completion_id: str, model: str, choices: Sequence[Choice], *, include_usage: bool = False
+) -> Iterator[str]:
     """The server-sent events of a streamed answer, as the API sends them: per choice a role chunk, the
     content, each tool call (id, name, then its arguments), a chunk with the finish reason; then the
     usage chunk where asked for, and `[DONE]`."""
@@ -200,9 +257,12 @@ def stream_chunks(completion_id: str, model: str, choices: Sequence[Choice], *, 
 
     def event(delta: Mapping[str, Any], index: int, finish: str | None = None) -> str:
         chunk = {
-            "id": completion_id, "object": "chat.completion.chunk", "created": created, "model": model,
+            "id": completion_id,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
             "choices": [{"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}],
-        }  # fmt: skip
+        }
         return f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n"
 
     for index, choice in enumerate(choices):
@@ -213,11 +273,25 @@ def stream_chunks(completion_id: str, model: str, choices: Sequence[Choice], *, 
         if message.get("content"):
             yield event({"content": message["content"]}, index)
         for number, call in enumerate(message.get("tool_calls") or ()):
-            head = {"index": number, "id": call["id"], "type": "function", "function": {"name": call["function"]["name"], "arguments": ""}}
+            head = {
+                "index": number,
+                "id": call["id"],
+                "type": "function",
+                "function": {"name": call["function"]["name"], "arguments": ""},
+            }
             yield event({"tool_calls": [head]}, index)
-            yield event({"tool_calls": [{"index": number, "function": {"arguments": call["function"]["arguments"]}}]}, index)
+            yield event(
+                {"tool_calls": [{"index": number, "function": {"arguments": call["function"]["arguments"]}}]}, index
+            )
         yield event({}, index, choice.finish_reason)
     if include_usage:
-        usage = {"id": completion_id, "object": "chat.completion.chunk", "created": created, "model": model, "choices": [], "usage": _usage(choices)}
+        usage = {
+            "id": completion_id,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "choices": [],
+            "usage": _usage(choices),
+        }
         yield f"data: {json.dumps(usage)}\n\n"
     yield "data: [DONE]\n\n"

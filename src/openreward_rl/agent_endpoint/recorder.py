@@ -30,7 +30,16 @@ from typing import Any
 import attrs
 
 from openreward_rl.agent_endpoint.openai_shape import BadRequest, ChatRequest, Choice, finish_reason, openai_message
-from openreward_rl.engines.base import ContextLengthError, EncodedIds, Engine, EngineError, EngineRequestError, FinishReason, Generation, GenerationRequest
+from openreward_rl.engines.base import (
+    ContextLengthError,
+    EncodedIds,
+    Engine,
+    EngineError,
+    EngineRequestError,
+    FinishReason,
+    Generation,
+    GenerationRequest,
+)
 from openreward_rl.errors import ConfigError
 from openreward_rl.families.chat import ChatRenderer
 from openreward_rl.families.vision import images_in
@@ -65,9 +74,13 @@ class RecorderSettings:
     def from_episode(cls, settings: EpisodeSettings) -> RecorderSettings:
         """The limits an environment's `EpisodeSettings` (the config's) set for the model calls."""
         return cls(
-            max_new_tokens=settings.max_new_tokens, max_context_len=settings.max_context_len, sampling_params=dict(settings.sampling_params),
-            train_thinking=settings.train_thinking, tool_preamble=settings.tool_preamble, tool_call_example=settings.tool_call_example,
-        )  # fmt: skip
+            max_new_tokens=settings.max_new_tokens,
+            max_context_len=settings.max_context_len,
+            sampling_params=dict(settings.sampling_params),
+            train_thinking=settings.train_thinking,
+            tool_preamble=settings.tool_preamble,
+            tool_call_example=settings.tool_call_example,
+        )
 
 
 @attrs.frozen
@@ -103,7 +116,11 @@ def _arguments(value: Any) -> Any:
 def comparable(message: Mapping[str, Any]) -> tuple[Any, ...]:
     """What of a message decides whether it is the one recorded (the fields the API may drop or add aside)."""
     calls = tuple(
-        (c.get("id"), (c.get("function") or {}).get("name"), json.dumps(_arguments((c.get("function") or {}).get("arguments")), sort_keys=True))
+        (
+            c.get("id"),
+            (c.get("function") or {}).get("name"),
+            json.dumps(_arguments((c.get("function") or {}).get("arguments")), sort_keys=True),
+        )
         for c in message.get("tool_calls") or ()
     )
     images = tuple(images_in([message]))
@@ -149,7 +166,12 @@ class EpisodeRecorder:
             self.unchosen += len(self._pending)  # answers of the previous request the agent did not continue
             self._pending = answers
             return [
-                Choice(a.message, finish_reason(a.generation.finish_reason, a.message), a.context_length + len(a.prefill), len(a.generation.output_ids))
+                Choice(
+                    a.message,
+                    finish_reason(a.generation.finish_reason, a.message),
+                    a.context_length + len(a.prefill),
+                    len(a.generation.output_ids),
+                )
                 for a in answers
             ]
 
@@ -172,7 +194,9 @@ class EpisodeRecorder:
             self._open_segment(messages, tools)
             return
         recorded = len(self.context)
-        if tools == self.tools and [comparable(m) for m in messages[:recorded]] == [comparable(m) for m in self.context]:
+        if tools == self.tools and [comparable(m) for m in messages[:recorded]] == [
+            comparable(m) for m in self.context
+        ]:
             rest = messages[recorded:]
             if not rest:
                 return  # the same context again: sample again from it
@@ -251,10 +275,14 @@ class EpisodeRecorder:
         else:
             self.compactions.append(
                 Compaction(
-                    kind="rewrite", segment=len(self.ledger.segments), turn=len(self.turns), message_index=len(self.messages),
-                    tokens_before=self.ledger.context_length, tokens_after=len(prompt),
+                    kind="rewrite",
+                    segment=len(self.ledger.segments),
+                    turn=len(self.turns),
+                    message_index=len(self.messages),
+                    tokens_before=self.ledger.context_length,
+                    tokens_after=len(prompt),
                 )
-            )  # fmt: skip
+            )
             self.ledger.compact(prompt, images)
         self.tools = list(tools)
         self.context = list(messages)
@@ -266,7 +294,11 @@ class EpisodeRecorder:
         string_arguments = bool(getattr(self.renderer.family, "string_arguments", False))
         rendered = [_as_template_reads(m, string_arguments) for m in messages]
         settings = self.settings
-        preamble = self.renderer.tool_preamble(tools, parser=self.parser, example=settings.tool_call_example) if settings.tool_preamble else None
+        preamble = (
+            self.renderer.tool_preamble(tools, parser=self.parser, example=settings.tool_call_example)
+            if settings.tool_preamble
+            else None
+        )
         if preamble:
             first = rendered[0]
             if first["role"] in ("system", "developer") and isinstance(first.get("content"), str) and first["content"]:
@@ -293,7 +325,9 @@ class EpisodeRecorder:
         assert self.ledger is not None
         prefill = self._prefill(request)
         context_length = self.ledger.context_length
-        budget = request.max_tokens or int(self.settings.sampling_params.get("max_new_tokens") or self.settings.max_new_tokens)
+        budget = request.max_tokens or int(
+            self.settings.sampling_params.get("max_new_tokens") or self.settings.max_new_tokens
+        )
         limit = self.settings.max_context_len
         if limit is not None:
             budget = min(budget, limit - context_length - len(prefill))
@@ -314,9 +348,15 @@ class EpisodeRecorder:
         input_ids = EncodedIds(ids, json_text=json.dumps(ids))
         label = f"{self._run_id}_t{self.requests - 1}"  # as ToolEpisode names its turns
         generate_request = lambda i: GenerationRequest(  # noqa: E731
-            input_ids=input_ids, sampling_params=params, messages=request.messages, tools=request.tools, request_id=label if request.n == 1 else f"{label}n{i}",
-            routing_key=self.key, image_data=tuple(self.ledger.current.images), image_token_id=self.renderer.image_token_id if self.ledger.current.images else None,
-        )  # fmt: skip
+            input_ids=input_ids,
+            sampling_params=params,
+            messages=request.messages,
+            tools=request.tools,
+            request_id=label if request.n == 1 else f"{label}n{i}",
+            routing_key=self.key,
+            image_data=tuple(self.ledger.current.images),
+            image_token_id=self.renderer.image_token_id if self.ledger.current.images else None,
+        )
         started = time.perf_counter()
         try:
             generations = await asyncio.gather(*(self.engine.generate(generate_request(i)) for i in range(request.n)))
@@ -353,7 +393,12 @@ class EpisodeRecorder:
             text = text[: text.rfind(stop)]
         if request.tool_choice == "none":
             return ParsedTurn(content=text)
-        return self.parser.parse(text, tools=request.tools, generation_prompt=self.renderer.generation_prompt, finish_reason=generation.finish_reason.value)
+        return self.parser.parse(
+            text,
+            tools=request.tools,
+            generation_prompt=self.renderer.generation_prompt,
+            finish_reason=generation.finish_reason.value,
+        )
 
     # ---------------------------------------------------------------- the record
 
@@ -366,17 +411,31 @@ class EpisodeRecorder:
         if self._results and self.turns:  # tool calls after the last answer was recorded: they followed it
             last = self.turns[-1]
             results = (*last.tool_results, *self._results)
-            self.turns[-1] = attrs.evolve(last, tool_results=results, rewards=tuple(r.reward for r in results if r.reward is not None))
+            self.turns[-1] = attrs.evolve(
+                last, tool_results=results, rewards=tuple(r.reward for r in results if r.reward is not None)
+            )
             self._results = []
 
-    def trajectory(self, task: dict[str, Any], *, stop_reason: StopReason, stop_detail: str, finished: bool, seconds: float) -> Trajectory:
+    def trajectory(
+        self, task: dict[str, Any], *, stop_reason: StopReason, stop_detail: str, finished: bool, seconds: float
+    ) -> Trajectory:
         self.close()
         segments = self.ledger.segments if self.ledger else []
         return Trajectory(
-            task=task, segments=segments, turns=self.turns, messages=self.messages, step_rewards=self.step_rewards, reward=None,
-            stop_reason=stop_reason, stop_detail=stop_detail, finished=finished, token_exact=self.token_exact,
-            prefix_breaks=self.ledger.prefix_breaks if self.ledger else 0, metrics=self._metrics(seconds), compactions=list(self.compactions),
-        )  # fmt: skip
+            task=task,
+            segments=segments,
+            turns=self.turns,
+            messages=self.messages,
+            step_rewards=self.step_rewards,
+            reward=None,
+            stop_reason=stop_reason,
+            stop_detail=stop_detail,
+            finished=finished,
+            token_exact=self.token_exact,
+            prefix_breaks=self.ledger.prefix_breaks if self.ledger else 0,
+            metrics=self._metrics(seconds),
+            compactions=list(self.compactions),
+        )
 
     def _metrics(self, seconds: float) -> dict[str, float]:
         results = [r for t in self.turns for r in t.tool_results]
@@ -404,7 +463,9 @@ def _as_template_reads(message: dict[str, Any], string_arguments: bool) -> dict[
     calls = message.get("tool_calls")
     if not calls or string_arguments:
         return message
-    objects = [{**c, "function": {**c["function"], "arguments": _arguments(c["function"].get("arguments"))}} for c in calls]
+    objects = [
+        {**c, "function": {**c["function"], "arguments": _arguments(c["function"].get("arguments"))}} for c in calls
+    ]
     return {**message, "tool_calls": objects}
 
 

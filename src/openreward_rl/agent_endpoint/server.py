@@ -36,7 +36,9 @@ __all__ = ["AgentEndpoint", "ToolRunner"]
 ToolRunner = Callable[[str, Mapping[str, Any]], Awaitable[Mapping[str, Any]]]
 
 
-def _error(status: int, message: str, *, kind: str = "invalid_request_error", code: str | None = None, param: str | None = None) -> web.Response:
+def _error(
+    status: int, message: str, *, kind: str = "invalid_request_error", code: str | None = None, param: str | None = None
+) -> web.Response:
     return web.json_response({"error": {"message": message, "type": kind, "param": param, "code": code}}, status=status)
 
 
@@ -70,7 +72,12 @@ class AgentEndpoint:
         return f"http://{self.host}:{self.port}/episodes/{key}/tools"
 
     def open_episode(
-        self, key: str | None = None, *, tool_runner: ToolRunner | None = None, parser: ToolParser | None = None, settings: RecorderSettings | None = None,
+        self,
+        key: str | None = None,
+        *,
+        tool_runner: ToolRunner | None = None,
+        parser: ToolParser | None = None,
+        settings: RecorderSettings | None = None,
         engine: Engine | None = None,
     ) -> EpisodeRecorder:
         """A new episode's recorder, served at `base_url(key)`; `parser`, `settings` and `engine` (the hooks give each
@@ -78,7 +85,9 @@ class AgentEndpoint:
         key = key or uuid.uuid4().hex
         if key in self.episodes:
             raise ValueError(f"episode {key!r} is already open on this endpoint")
-        recorder = self.episodes[key] = EpisodeRecorder(key, engine or self.engine, self.renderer, parser or self.parser, settings or self.settings)
+        recorder = self.episodes[key] = EpisodeRecorder(
+            key, engine or self.engine, self.renderer, parser or self.parser, settings or self.settings
+        )
         if tool_runner is not None:
             self._tool_runners[key] = tool_runner
         return recorder
@@ -142,7 +151,12 @@ class AgentEndpoint:
         found = self._recorder(request)
         if isinstance(found, web.Response):
             return found
-        return web.json_response({"object": "list", "data": [{"id": self.model_name, "object": "model", "created": 0, "owned_by": "openreward-rl"}]})
+        return web.json_response(
+            {
+                "object": "list",
+                "data": [{"id": self.model_name, "object": "model", "created": 0, "owned_by": "openreward-rl"}],
+            }
+        )
 
     async def _completions(self, request: web.Request) -> web.StreamResponse:
         found = self._recorder(request)
@@ -162,7 +176,9 @@ class AgentEndpoint:
         completion_id = f"chatcmpl-{uuid.uuid4().hex}"
         model = body.get("model") or self.model_name
         if not chat.stream:
-            return web.json_response(completion_body(completion_id, model, choices), dumps=lambda o: json.dumps(o, ensure_ascii=False))
+            return web.json_response(
+                completion_body(completion_id, model, choices), dumps=lambda o: json.dumps(o, ensure_ascii=False)
+            )
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await response.prepare(request)
         for event in stream_chunks(completion_id, model, choices, include_usage=chat.include_usage):
@@ -186,5 +202,10 @@ class AgentEndpoint:
         try:
             answer = await runner(request.match_info["name"], arguments)
         except Exception as error:  # the environment failed: the episode reports it; the agent learns the call failed
-            return _error(503, f"the tool call failed: {type(error).__name__}: {error}", kind="server_error", code="environment_failed")
+            return _error(
+                503,
+                f"the tool call failed: {type(error).__name__}: {error}",
+                kind="server_error",
+                code="environment_failed",
+            )
         return web.json_response(dict(answer))

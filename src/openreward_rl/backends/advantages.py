@@ -89,9 +89,18 @@ from openreward_rl.credit.signal import StepSignal, group_signal
 from openreward_rl.errors import TrainerError
 
 __all__ = [
-    "NORMALIZED_ESTIMATORS", "STD_ESTIMATORS", "SampleCredit", "sample_credits", "step_signal", "slime_episode_post_process",
-    "slime_reward_post_process", "slime_advantages", "miles_reward_post_process", "expand_runs", "settings_for",
-]  # fmt: skip
+    "NORMALIZED_ESTIMATORS",
+    "STD_ESTIMATORS",
+    "SampleCredit",
+    "sample_credits",
+    "step_signal",
+    "slime_episode_post_process",
+    "slime_reward_post_process",
+    "slime_advantages",
+    "miles_reward_post_process",
+    "expand_runs",
+    "settings_for",
+]
 
 POST_PROCESS = "openreward_rl.backends.advantages.slime_reward_post_process"
 NORMALIZED_ESTIMATORS = ("grpo", "gspo", "cispo", "reinforce_plus_plus_baseline")  # Slime's list at 624b824
@@ -169,7 +178,9 @@ def _episode_groups(args: Any, samples: Sequence[Any]) -> list[list[_Episode]]:
             if record is None:
                 raise TrainerError(f"sample {first.index} {_NOT_OURS}")
             if record.credit is None and not all(_masked(samples[p]) for p in positions):
-                raise TrainerError(f"sample {first.index} ({record.stop_reason.value}) has trained tokens but no per-turn returns")
+                raise TrainerError(
+                    f"sample {first.index} ({record.stop_reason.value}) has trained tokens but no per-turn returns"
+                )
             reward = None if record.credit is None else float(first.get_reward_value(args))
             members.append(_Episode(tuple(positions), record, reward))
         out.append(members)
@@ -195,7 +206,11 @@ def sample_credits(args: Any, samples: Sequence[Any], settings: AdvantageSetting
                     credits[position] = SampleCredit((), sample.response_length, reward)
                     continue
                 segment = EpisodeRecord.of_sample(sample).segment  # type: ignore[union-attr]
-                runs = tuple((start, end, value) for (s, start, end), value in zip(credit.spans, advantages) if s == segment and end > start)
+                runs = tuple(
+                    (start, end, value)
+                    for (s, start, end), value in zip(credit.spans, advantages)
+                    if s == segment and end > start
+                )
                 credits[position] = SampleCredit(runs, sample.response_length, reward)
     return [c for c in credits if c is not None]
 
@@ -206,7 +221,11 @@ def step_signal(args: Any, samples: Sequence[Any], settings: AdvantageSettings) 
     signal = StepSignal()
     for group in _episode_groups(args, flatten(list(samples))):
         rewards = [e.reward for e in group]
-        per_turn = _per_turn(group, settings) if settings.per_token else [None if a is None else [a] for a in episode_advantages(rewards)]
+        per_turn = (
+            _per_turn(group, settings)
+            if settings.per_token
+            else [None if a is None else [a] for a in episode_advantages(rewards)]
+        )
         signal += group_signal(rewards, per_turn)
     return signal
 
@@ -215,7 +234,9 @@ def slime_reward_post_process(args: Any, samples: list[Any]) -> tuple[list[float
     """Slime's `--custom-reward-post-process-path`: (raw rewards, each sample's advantage runs)."""
     settings = settings_for(args)
     if not settings.per_token:
-        raise TrainerError("the config's advantage.estimator is 'episode': drop --custom-reward-post-process-path and --custom-advantage-function-path")
+        raise TrainerError(
+            "the config's advantage.estimator is 'episode': drop --custom-reward-post-process-path and --custom-advantage-function-path"
+        )
     credits = sample_credits(args, samples, settings)
     return [float(s.get_reward_value(args)) for s in samples], [c.to_wire() for c in credits]
 
@@ -225,14 +246,18 @@ def _local_slice(values: Any, target: Any, total_length: int, response_length: i
     if values.numel() == target.numel():
         return values
     import torch
-    from slime.backends.megatron_utils.cp_utils import get_logits_and_tokens_offset_with_cp  # only under context parallelism
+    from slime.backends.megatron_utils.cp_utils import (
+        get_logits_and_tokens_offset_with_cp,
+    )  # only under context parallelism
 
     prompt_length = total_length - response_length
     _, _, _, tokens = get_logits_and_tokens_offset_with_cp(total_length, response_length)
     parts = [values[max(0, a - prompt_length) : max(0, b - prompt_length)] for a, b in tokens]
     local = torch.cat(parts)
     if local.numel() != target.numel():
-        raise TrainerError(f"advantages of {local.numel()} tokens for a context-parallel slice of {target.numel()}; with --allgather-cp use context-parallel size 1")
+        raise TrainerError(
+            f"advantages of {local.numel()} tokens for a context-parallel slice of {target.numel()}; with --allgather-cp use context-parallel size 1"
+        )
     return local
 
 
@@ -246,9 +271,17 @@ def slime_advantages(args: Any, rollout_data: dict[str, Any]) -> None:
     advantages = []
     for index, entry in enumerate(wire):
         if not isinstance(entry, dict) or "openreward_credit" not in entry:
-            raise TrainerError(f"rollout_data['rewards'][{index}] holds no advantages; set --custom-reward-post-process-path {POST_PROCESS}")
-        full = torch.tensor(expand_runs(entry["openreward_credit"], int(entry["length"])), dtype=torch.float32, device=kl[index].device)
-        advantages.append(_local_slice(full, kl[index], int(rollout_data["total_lengths"][index]), int(rollout_data["response_lengths"][index])))
+            raise TrainerError(
+                f"rollout_data['rewards'][{index}] holds no advantages; set --custom-reward-post-process-path {POST_PROCESS}"
+            )
+        full = torch.tensor(
+            expand_runs(entry["openreward_credit"], int(entry["length"])), dtype=torch.float32, device=kl[index].device
+        )
+        advantages.append(
+            _local_slice(
+                full, kl[index], int(rollout_data["total_lengths"][index]), int(rollout_data["response_lengths"][index])
+            )
+        )
     rollout_data["advantages"] = advantages
     rollout_data["returns"] = advantages
     rollout_data["rewards"] = [float(entry["reward"]) for entry in wire]
@@ -259,15 +292,28 @@ def miles_reward_post_process(args: Any, samples: list[Any]) -> tuple[list[float
     `sample.opd_reverse_kl` as `-advantage / opd_kl_coef` (Miles subtracts `opd_kl_coef * opd_reverse_kl`)."""
     settings = settings_for(args)
     if not settings.per_token:
-        raise TrainerError("the config's advantage.estimator is 'episode': drop --custom-reward-post-process-path and --use-opd")
-    if not getattr(args, "use_opd", False) or getattr(args, "opd_type", None) != "sglang" or getattr(args, "opd_log_prob_top_k", 0):
-        raise TrainerError("Miles adds per-token advantages through its precomputed OPD term: pass --use-opd --opd-type sglang --opd-kl-coef 1.0 (and no --opd-log-prob-top-k)")
+        raise TrainerError(
+            "the config's advantage.estimator is 'episode': drop --custom-reward-post-process-path and --use-opd"
+        )
+    if (
+        not getattr(args, "use_opd", False)
+        or getattr(args, "opd_type", None) != "sglang"
+        or getattr(args, "opd_log_prob_top_k", 0)
+    ):
+        raise TrainerError(
+            "Miles adds per-token advantages through its precomputed OPD term: pass --use-opd --opd-type sglang --opd-kl-coef 1.0 (and no --opd-log-prob-top-k)"
+        )
     coef = float(getattr(args, "opd_kl_coef", 1.0))
     if coef <= 0:
         raise TrainerError(f"--opd-kl-coef must be positive to carry advantages, got {coef}")
     for sample in samples:
-        if getattr(sample, "teacher_log_probs", None) is not None or getattr(sample, "opd_reverse_kl", None) is not None:
-            raise TrainerError(f"sample {sample.index} already carries on-policy distillation data; the turn and mix estimators use that channel on Miles")
+        if (
+            getattr(sample, "teacher_log_probs", None) is not None
+            or getattr(sample, "opd_reverse_kl", None) is not None
+        ):
+            raise TrainerError(
+                f"sample {sample.index} already carries on-policy distillation data; the turn and mix estimators use that channel on Miles"
+            )
     credits = sample_credits(args, samples, settings)
     for sample, credit in zip(samples, credits):
         sample.opd_reverse_kl = [-value / coef for value in credit.tokens()]
@@ -297,11 +343,15 @@ def slime_episode_post_process(args: Any, samples: list[Any]) -> tuple[list[floa
         for key, positions in rollouts.items():
             values = {raw[p] for p in positions}
             if len(values) > 1:
-                raise ValueError(f"the samples of rollout {key[1]!r} carry different rewards {sorted(values)}; one episode has one reward")
+                raise ValueError(
+                    f"the samples of rollout {key[1]!r} carry different rewards {sorted(values)}; one episode has one reward"
+                )
             if any(getattr(samples[p], "remove_sample", False) for p in positions):
                 continue  # a failed episode: no reward, no part in the baseline, advantage 0.0
             scored.append((positions, raw[positions[0]]))
-        for (positions, _), advantage in zip(scored, episode_advantages([r for _, r in scored], std_normalization=std_normalization)):
+        for (positions, _), advantage in zip(
+            scored, episode_advantages([r for _, r in scored], std_normalization=std_normalization)
+        ):
             for p in positions:
                 out[p] = advantage or 0.0  # never None: every reward here is a number
     return raw, out

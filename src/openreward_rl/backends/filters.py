@@ -36,7 +36,7 @@ _OUTPUT_MODULE = "{trainer}.rollout.filter_hub.base_types"
 
 
 def caller_trainer(samples: list[Any]) -> str | None:
-    """"slime" or "miles": the package of the group's `Sample` class; None when it is neither."""
+    """ "slime" or "miles": the package of the group's `Sample` class; None when it is neither."""
     leaves = flatten(samples)
     if not leaves:
         return None

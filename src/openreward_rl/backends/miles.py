@@ -73,16 +73,30 @@ def step_errors() -> Iterator[None]:
 
 async def generate(args: Any, sample: Any, sampling_params: Mapping[str, Any], evaluation: bool = False) -> Any:
     """Run the episode of `sample.metadata` and return `sample` filled (a list after prefix breaks)."""
-    return await _generate(args, sample, sampling_params, evaluation, singleton_abort_signal(MILES_LEGACY_ROLLOUT_MODULE))
+    return await _generate(
+        args, sample, sampling_params, evaluation, singleton_abort_signal(MILES_LEGACY_ROLLOUT_MODULE)
+    )
 
 
-async def _generate(args: Any, sample: Any, sampling_params: Mapping[str, Any], evaluation: bool, abort_signal: Any) -> Any:
+async def _generate(
+    args: Any, sample: Any, sampling_params: Mapping[str, Any], evaluation: bool, abort_signal: Any
+) -> Any:
     routing_key, preset_reward = getattr(sample, "routing_key", None), not getattr(args, "group_rm", False)
     with step_errors():
-        out = await generate_samples(args, sample, sampling_params, evaluation=evaluation, routing_key=routing_key, preset_reward=preset_reward, abort_signal=abort_signal)
+        out = await generate_samples(
+            args,
+            sample,
+            sampling_params,
+            evaluation=evaluation,
+            routing_key=routing_key,
+            preset_reward=preset_reward,
+            abort_signal=abort_signal,
+        )
     rule = None if evaluation else one_sample_rule(args)
     if rule is not None and isinstance(out, list):
-        raise RolloutStepError(f"the generate hook made {len(out)} samples of one rollout, which {rule} cannot take (Miles reads each group member as one Sample there)")
+        raise RolloutStepError(
+            f"the generate hook made {len(out)} samples of one rollout, which {rule} cannot take (Miles reads each group member as one Sample there)"
+        )
     return out
 
 
@@ -114,4 +128,6 @@ async def generate_fn(input: Any) -> GenerateOutput:  # noqa: A002  (Miles detec
     state: Any = getattr(input, "state", None)  # Miles' untyped objects
     args = getattr(input, "args", None) or state.args
     evaluation = bool(getattr(input, "evaluation", False))
-    return GenerateOutput(samples=await _generate(args, input.sample, input.sampling_params, evaluation, state_abort_signal(state)))
+    return GenerateOutput(
+        samples=await _generate(args, input.sample, input.sampling_params, evaluation, state_abort_signal(state))
+    )

@@ -61,7 +61,13 @@ from typing import Any
 
 import attrs
 
-from openreward_rl.backends._sample.fill import episode_metadata, fill_placeholder, non_generation_seconds, sample_fields, status_for
+from openreward_rl.backends._sample.fill import (
+    episode_metadata,
+    fill_placeholder,
+    non_generation_seconds,
+    sample_fields,
+    status_for,
+)
 from openreward_rl.backends._sample.record import EpisodeRecord
 from openreward_rl.backends._sample.reward import flatten
 from openreward_rl.backends._sample.state import load_process_parts
@@ -90,7 +96,9 @@ _FINISH = {**CHAT_FINISH_REASONS, "abort": FinishReason.ABORT}
 
 _ARGS: contextvars.ContextVar[Any] = contextvars.ContextVar("openreward_rl_miles_args", default=None)
 # Where `run` leaves its record for `generate`: Miles drops it when the session recorded no model call.
-_RECORD: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("openreward_rl_miles_record", default=None)
+_RECORD: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+    "openreward_rl_miles_record", default=None
+)
 NO_RECORD_DETAIL = "Miles returned the sample without the agent's record (the agent function raised, or the session's samples could not be collected)"
 
 
@@ -121,7 +129,11 @@ class SessionChatEngine(OpenAIChatEngine):
         return RetryPolicy(attempts=self.max_attempts, initial_s=0.0, max_s=0.0, jitter_s=0.0)
 
     def sampling_body(self, sampling_params: Mapping[str, Any]) -> dict[str, Any]:
-        return {_TO_CHAT.get(key, key): value for key, value in sampling_params.items() if value is not None and key != "custom_params"}
+        return {
+            _TO_CHAT.get(key, key): value
+            for key, value in sampling_params.items()
+            if value is not None and key != "custom_params"
+        }
 
     async def generate(self, request: GenerationRequest) -> Generation:
         body = self.payload(request)
@@ -131,7 +143,9 @@ class SessionChatEngine(OpenAIChatEngine):
         choice = reply["choices"][0]
         meta = choice.get("meta_info")
         if not isinstance(meta, Mapping) or "output_token_logprobs" not in meta:
-            raise EngineError(f"{self.base_url}: the reply has no choices[0].meta_info.output_token_logprobs; is this a Miles session server?")
+            raise EngineError(
+                f"{self.base_url}: the reply has no choices[0].meta_info.output_token_logprobs; is this a Miles session server?"
+            )
         entries = meta["output_token_logprobs"]
         finish_info = meta["finish_reason"] if isinstance(meta.get("finish_reason"), Mapping) else {}
         finish = _FINISH.get(finish_info.get("type") or choice.get("finish_reason") or "stop", FinishReason.STOP)
@@ -201,7 +215,13 @@ async def close_agent_states() -> None:
         await state.client.environments.aclose()
 
 
-async def run(base_url: str, prompt: Any, request_kwargs: Mapping[str, Any] | None = None, metadata: Mapping[str, Any] | None = None, **kwargs: Any) -> dict[str, Any]:
+async def run(
+    base_url: str,
+    prompt: Any,
+    request_kwargs: Mapping[str, Any] | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    **kwargs: Any,
+) -> dict[str, Any]:
     """Miles agent function: play the episode `metadata` names against the session at `base_url`.
 
     Returns the dict Miles merges into `sample.metadata`: the episode record (its `episode_reward`
@@ -218,9 +238,14 @@ async def run(base_url: str, prompt: Any, request_kwargs: Mapping[str, Any] | No
     max_new_tokens = int(sampling.get("max_new_tokens") or getattr(args, "rollout_max_response_len", None) or 4096)
     engine = SessionChatEngine(f"{base_url.rstrip('/')}/v1", state.model, state.tokenizer)
     rollouts = Rollouts.from_config(
-        attrs.evolve(state.config, attempts=1), engine=engine, tokenizer=state.tokenizer, client=state.client, model=state.model,
-        max_context_len=int(context) if context else None, max_new_tokens=max_new_tokens,
-    )  # fmt: skip
+        attrs.evolve(state.config, attempts=1),
+        engine=engine,
+        tokenizer=state.tokenizer,
+        client=state.client,
+        model=state.model,
+        max_context_len=int(context) if context else None,
+        max_new_tokens=max_new_tokens,
+    )
     try:
         trajectory = await _play(rollouts, engine, task, sampling, attempts=state.config.attempts)
     finally:
@@ -237,7 +262,9 @@ async def run(base_url: str, prompt: Any, request_kwargs: Mapping[str, Any] | No
     return out
 
 
-async def _play(rollouts: Rollouts, engine: SessionChatEngine, task: Any, sampling: Mapping[str, Any], *, attempts: int) -> Trajectory:
+async def _play(
+    rollouts: Rollouts, engine: SessionChatEngine, task: Any, sampling: Mapping[str, Any], *, attempts: int
+) -> Trajectory:
     """The episode, retried on infrastructure failures only while no model call reached the session."""
     started = time.monotonic()
     trajectory: Trajectory | None = None
@@ -247,7 +274,14 @@ async def _play(rollouts: Rollouts, engine: SessionChatEngine, task: Any, sampli
         failed = trajectory.stop_reason.is_infrastructure_failure and trajectory.stop_reason is not StopReason.ABORTED
         if not failed or engine.calls:
             break
-        logger.warning("episode on %s failed before its first model call (%s: %s), attempt %d of %d", task.environment, trajectory.stop_reason.value, trajectory.stop_detail, attempt, attempts)
+        logger.warning(
+            "episode on %s failed before its first model call (%s: %s), attempt %d of %d",
+            task.environment,
+            trajectory.stop_reason.value,
+            trajectory.stop_detail,
+            attempt,
+            attempts,
+        )
     assert trajectory is not None
     trajectory.metrics.setdefault("episode_seconds", time.monotonic() - started)
     return trajectory
@@ -277,15 +311,23 @@ def apply_episode_status(sample: Any, *, preset_reward: bool = True) -> None:
     sample.status = status_for(sample, record.stop_reason)
 
 
-def remove_unrecorded(sample: Any, agent_record: Mapping[str, Any], tokenizer: Any, *, preset_reward: bool = True) -> None:
+def remove_unrecorded(
+    sample: Any, agent_record: Mapping[str, Any], tokenizer: Any, *, preset_reward: bool = True
+) -> None:
     """A sample Miles returned without the agent's record (no model call reached the session): the masked
     placeholder, ABORTED and removed, with the episode's record (or one saying why there is none)."""
     row = dict(sample.metadata or {})
     try:
         record = EpisodeRecord.from_metadata({**row, **agent_record})
     except ValueError:
-        record = EpisodeRecord(environment=str(row.get("environment", "")), stop_reason=StopReason.ABORTED, stop_detail=NO_RECORD_DETAIL,
-                               split=row.get("split"), index=row.get("index"), variant=row.get("variant"))  # fmt: skip
+        record = EpisodeRecord(
+            environment=str(row.get("environment", "")),
+            stop_reason=StopReason.ABORTED,
+            stop_detail=NO_RECORD_DETAIL,
+            split=row.get("split"),
+            index=row.get("index"),
+            variant=row.get("variant"),
+        )
     metadata = attrs.evolve(record, placeholder=True).to_metadata({**row, **agent_record})
     fill_placeholder(sample, tokenizer, metadata, reward=0.0 if preset_reward else None)
 

@@ -99,7 +99,13 @@ def _logger(args: Any) -> WandbLogger:
     return _LOGGER
 
 
-def log_rollout(rollout_id: int, args: Any, samples: Sequence[Any], rollout_extra_metrics: Mapping[str, Any] | None, rollout_time: float) -> bool:
+def log_rollout(
+    rollout_id: int,
+    args: Any,
+    samples: Sequence[Any],
+    rollout_extra_metrics: Mapping[str, Any] | None,
+    rollout_time: float,
+) -> bool:
     """`--custom-rollout-log-function-path`. Never raises; returns False (Slime still logs its own)."""
     try:
         metrics = aggregate(_episodes_of(samples), "openreward")
@@ -108,7 +114,9 @@ def log_rollout(rollout_id: int, args: Any, samples: Sequence[Any], rollout_extr
             metrics.update(_signal_metrics(rollout_id, args, samples))
             _logger(args).log(metrics, step_key="rollout/step", step=rollout_step(args, rollout_id))
     except Exception as error:
-        logger.warning("openreward rollout metrics for rollout %s not logged: %s: %s", rollout_id, type(error).__name__, error)
+        logger.warning(
+            "openreward rollout metrics for rollout %s not logged: %s: %s", rollout_id, type(error).__name__, error
+        )
     return False
 
 
@@ -119,7 +127,12 @@ def _signal_metrics(rollout_id: int, args: Any, samples: Sequence[Any]) -> dict[
     try:
         signal = step_signal(args, samples, settings_for(args))
     except Exception as error:
-        logger.warning("openreward zero-spread metrics for rollout %s not computed: %s: %s", rollout_id, type(error).__name__, error)
+        logger.warning(
+            "openreward zero-spread metrics for rollout %s not computed: %s: %s",
+            rollout_id,
+            type(error).__name__,
+            error,
+        )
         return {}
     message = signal.warning()
     if message:
@@ -127,7 +140,9 @@ def _signal_metrics(rollout_id: int, args: Any, samples: Sequence[Any]) -> dict[
     return signal.metrics("openreward")
 
 
-def log_eval_rollout(rollout_id: int, args: Any, data: Mapping[str, Any], extra_metrics: Mapping[str, Any] | None) -> bool:
+def log_eval_rollout(
+    rollout_id: int, args: Any, data: Mapping[str, Any], extra_metrics: Mapping[str, Any] | None
+) -> bool:
     """`--custom-eval-rollout-log-function-path`; `data` maps eval set names to {"rewards", "samples", ...}."""
     try:
         samples = [s for entry in data.values() if isinstance(entry, Mapping) for s in entry.get("samples") or ()]
@@ -135,5 +150,7 @@ def log_eval_rollout(rollout_id: int, args: Any, data: Mapping[str, Any], extra_
         if metrics:
             _logger(args).log(metrics, step_key="eval/step", step=rollout_step(args, rollout_id))
     except Exception as error:
-        logger.warning("openreward eval metrics for rollout %s not logged: %s: %s", rollout_id, type(error).__name__, error)
+        logger.warning(
+            "openreward eval metrics for rollout %s not logged: %s: %s", rollout_id, type(error).__name__, error
+        )
     return False

@@ -47,7 +47,15 @@ async def generate(args: Any, sample: Any, sampling_params: Mapping[str, Any], e
     a function with a parameter of exactly that name; eval episodes use `--eval-max-context-len`.
     """
     routing_key, abort_signal = getattr(sample, "session_id", None), singleton_abort_signal(SLIME_ROLLOUT_MODULE)
-    return await generate_samples(args, sample, sampling_params, evaluation=evaluation, routing_key=routing_key, preset_reward=True, abort_signal=abort_signal)
+    return await generate_samples(
+        args,
+        sample,
+        sampling_params,
+        evaluation=evaluation,
+        routing_key=routing_key,
+        preset_reward=True,
+        abort_signal=abort_signal,
+    )
 
 
 async def reward(args: Any, sample_or_samples: Any, **kwargs: Any) -> Any:

@@ -35,7 +35,16 @@ import attrs
 from openreward_rl.backends._sample.record import EpisodeRecord
 from openreward_rl.config import ConfigError, TaskSamplingSettings, load_config
 
-__all__ = ["SlimeDataSource", "MilesDataSource", "SkipPolicy", "TaskRecord", "task_record", "record_group", "skipping_source", "task_key_of"]
+__all__ = [
+    "SlimeDataSource",
+    "MilesDataSource",
+    "SkipPolicy",
+    "TaskRecord",
+    "task_record",
+    "record_group",
+    "skipping_source",
+    "task_key_of",
+]
 
 
 def task_key_of(sample: Any) -> tuple[str, str] | None:
@@ -142,7 +151,9 @@ def skipping_source(base: type[Any]) -> type:
             seed = getattr(args, "rollout_seed", 0) or 0
             settings = _settings()
             if settings is None:
-                raise ConfigError("--data-source-path names openreward_rl's task sampler but the config sets no task_sampling")
+                raise ConfigError(
+                    "--data-source-path names openreward_rl's task sampler but the config sets no task_sampling"
+                )
             self.skip_policy = SkipPolicy(task_record(), floor=settings.floor, seed=seed)
 
         def get_samples(self, num_samples: int) -> list[Any]:

@@ -25,11 +25,25 @@ def _register(name: str, module: str, help_text: str) -> None:
     SUBCOMMANDS[name] = (module, help_text)
 
 
-_register("prepare", "openreward_rl.cli.prepare", "write the tasks of the configured environments as JSONL for Slime/Miles")
-_register("train", "openreward_rl.cli.train", "GRPO training: with TRL in this process (--framework trl), or a Slime/Miles job with this library's hooks")
-_register("sft", "openreward_rl.cli.sft", "warm start: fine-tune a model on whole episodes (a scripted teacher's or recorded ones) before RL")
+_register(
+    "prepare", "openreward_rl.cli.prepare", "write the tasks of the configured environments as JSONL for Slime/Miles"
+)
+_register(
+    "train",
+    "openreward_rl.cli.train",
+    "GRPO training: with TRL in this process (--framework trl), or a Slime/Miles job with this library's hooks",
+)
+_register(
+    "sft",
+    "openreward_rl.cli.sft",
+    "warm start: fine-tune a model on whole episodes (a scripted teacher's or recorded ones) before RL",
+)
 _register("eval", "openreward_rl.cli.eval", "run episodes with a model and print a summary per environment")
-_register("check-model", "openreward_rl.cli.check_model", "prove the model family token-exact on a tokenizer's own chat template (exit 0: go, 2: refused)")
+_register(
+    "check-model",
+    "openreward_rl.cli.check_model",
+    "prove the model family token-exact on a tokenizer's own chat template (exit 0: go, 2: refused)",
+)
 _register("show", "openreward_rl.cli.show", "render a trajectory dump for a person (terminal or HTML)")
 
 

@@ -20,12 +20,24 @@ __all__ = ["add_arguments", "run"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", required=True, help="the model: a hub name, a local path or offline:NAME (its name picks the family)")
+    parser.add_argument(
+        "--model", required=True, help="the model: a hub name, a local path or offline:NAME (its name picks the family)"
+    )
     parser.add_argument("--tokenizer", default=None, help="load the tokenizer from here instead of --model")
-    parser.add_argument("--family", default=None, help="the model family to prove (docs/families.md); default: from --model, then the chat template")
-    parser.add_argument("--config", default=None, help="a train_config.yaml: its model_family, thinking and chat_template_kwargs")
-    parser.add_argument("--thinking", choices=("on", "off", "both"), default=None,
-                        help="enable_thinking for the probe (default: the config's; without --config both)")
+    parser.add_argument(
+        "--family",
+        default=None,
+        help="the model family to prove (docs/families.md); default: from --model, then the chat template",
+    )
+    parser.add_argument(
+        "--config", default=None, help="a train_config.yaml: its model_family, thinking and chat_template_kwargs"
+    )
+    parser.add_argument(
+        "--thinking",
+        choices=("on", "off", "both"),
+        default=None,
+        help="enable_thinking for the probe (default: the config's; without --config both)",
+    )
 
 
 def _fail(message: str) -> int:
@@ -48,9 +60,13 @@ def run(args: argparse.Namespace) -> int:
     try:
         tokenizer = load_tokenizer(source)
     except Exception as error:
-        return _fail(f"cannot load the tokenizer {source!r} ({type(error).__name__}: {error}); pass --tokenizer (a hub name, a local path or offline:qwen3)")
+        return _fail(
+            f"cannot load the tokenizer {source!r} ({type(error).__name__}: {error}); pass --tokenizer (a hub name, a local path or offline:qwen3)"
+        )
     template = getattr(tokenizer, "chat_template", None)
-    digest = hashlib.sha256((template if isinstance(template, str) else json.dumps(template, default=str)).encode()).hexdigest()[:12]
+    digest = hashlib.sha256(
+        (template if isinstance(template, str) else json.dumps(template, default=str)).encode()
+    ).hexdigest()[:12]
     print(f"model      {args.model}")
     print(f"tokenizer  {source} ({len(tokenizer)} tokens, chat template sha256 {digest}…)")
     chosen = args.family or config.model_family
@@ -73,8 +89,12 @@ def run(args: argparse.Namespace) -> int:
     except ModelFamilyError as error:
         return _fail(str(error))
     stops = " / ".join(" ".join(s) or "eos" for s in (family.tool_turn_stops, family.final_turn_stops))
-    print(f"family     {family.name} ({how}); parser {family.parser}; stops {stops}; parallel calls: {'yes' if family.parallel_calls else 'no'}")
-    print(f"proof      {'tests here: ' + family.template_source if family.proven_here else 'none in this repository: this check is the proof'}")
+    print(
+        f"family     {family.name} ({how}); parser {family.parser}; stops {stops}; parallel calls: {'yes' if family.parallel_calls else 'no'}"
+    )
+    print(
+        f"proof      {'tests here: ' + family.template_source if family.proven_here else 'none in this repository: this check is the proof'}"
+    )
     print(f"tools      {_tools_shown(family, tokenizer)}")
     exact = True
     for label, kwargs in _settings(args, config):

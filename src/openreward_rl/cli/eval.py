@@ -38,35 +38,110 @@ ENGINES = ("transformers", "sglang", "openai")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", default=None, help="train_config.yaml (default $OPENREWARD_RL_CONFIG, $TRAIN_CONFIG, ./train_config.yaml)")
-    parser.add_argument("--engine", required=True, choices=ENGINES, help="transformers (in-process), sglang (/generate server) or openai (chat completions)")
-    parser.add_argument("--model", required=True, help="hub name, local path or offline:smollm2 (transformers); the served model name (sglang/openai)")
-    default = {field.name: field.default for field in attrs.fields(EvalOptions) if field.default is not attrs.NOTHING}  # the one table
-    parser.add_argument("--n", type=int, default=default["n"], help=f"episodes per task (pass@k uses them; default {default['n']})")
-    parser.add_argument("--concurrency", type=int, default=default["concurrency"], help=f"episodes in flight at once (default {default['concurrency']})")
-    parser.add_argument("--output", default=None, help="JSONL file, one trajectory per line; an existing file is resumed")
-    parser.add_argument("--max-tasks", type=int, default=None, help="cap per split where an environment sets no num_samples")
-    parser.add_argument("--split", default=None, help="evaluate this split of every environment instead of the configured ones")
-    parser.add_argument("--seed", type=int, default=default["seed"], help=f"task shuffle seed (default {default['seed']})")
-    parser.add_argument("--max-new-tokens", type=int, default=default["max_new_tokens"], help=f"per model call (default {default['max_new_tokens']})")
+    parser.add_argument(
+        "--config",
+        default=None,
+        help="train_config.yaml (default $OPENREWARD_RL_CONFIG, $TRAIN_CONFIG, ./train_config.yaml)",
+    )
+    parser.add_argument(
+        "--engine",
+        required=True,
+        choices=ENGINES,
+        help="transformers (in-process), sglang (/generate server) or openai (chat completions)",
+    )
+    parser.add_argument(
+        "--model",
+        required=True,
+        help="hub name, local path or offline:smollm2 (transformers); the served model name (sglang/openai)",
+    )
+    default = {
+        field.name: field.default for field in attrs.fields(EvalOptions) if field.default is not attrs.NOTHING
+    }  # the one table
+    parser.add_argument(
+        "--n", type=int, default=default["n"], help=f"episodes per task (pass@k uses them; default {default['n']})"
+    )
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=default["concurrency"],
+        help=f"episodes in flight at once (default {default['concurrency']})",
+    )
+    parser.add_argument(
+        "--output", default=None, help="JSONL file, one trajectory per line; an existing file is resumed"
+    )
+    parser.add_argument(
+        "--max-tasks", type=int, default=None, help="cap per split where an environment sets no num_samples"
+    )
+    parser.add_argument(
+        "--split", default=None, help="evaluate this split of every environment instead of the configured ones"
+    )
+    parser.add_argument(
+        "--seed", type=int, default=default["seed"], help=f"task shuffle seed (default {default['seed']})"
+    )
+    parser.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=default["max_new_tokens"],
+        help=f"per model call (default {default['max_new_tokens']})",
+    )
     parser.add_argument("--max-context-len", type=int, default=None, help="token budget of an episode (default: none)")
-    parser.add_argument("--temperature", type=float, default=default["temperature"], help=f"0 is greedy (default {default['temperature']:g})")
+    parser.add_argument(
+        "--temperature",
+        type=float,
+        default=default["temperature"],
+        help=f"0 is greedy (default {default['temperature']:g})",
+    )
     parser.add_argument("--top-p", type=float, default=default["top_p"], help=f"default {default['top_p']:g}")
-    parser.add_argument("--serve", action="append", default=[], metavar="FILE.py:Class",
-                        help="serve this environment class on 127.0.0.1 for the run (repeatable); sets env_base_url")
-    parser.add_argument("--base-url", default=None, help="sglang: http://host:port; openai: .../v1 (default https://api.openai.com/v1)")
-    parser.add_argument("--family", default=None, help="model family (docs/families.md), overriding the config's model_family and the one --model implies; 'generic' for the template-derived bridge")
-    parser.add_argument("--skip-check-model", action="store_true", help="do not prove the model family token-exact on the tokenizer before the first episode (config: check_model: false)")
-    parser.add_argument("--tokenizer", default=None, help="sglang/openai: tokenizer for the chat template (default: --model)")
-    parser.add_argument("--api-key-env", default=default["api_key_env"], help=f"openai: environment variable holding the API key (default {default['api_key_env']})")
+    parser.add_argument(
+        "--serve",
+        action="append",
+        default=[],
+        metavar="FILE.py:Class",
+        help="serve this environment class on 127.0.0.1 for the run (repeatable); sets env_base_url",
+    )
+    parser.add_argument(
+        "--base-url", default=None, help="sglang: http://host:port; openai: .../v1 (default https://api.openai.com/v1)"
+    )
+    parser.add_argument(
+        "--family",
+        default=None,
+        help="model family (docs/families.md), overriding the config's model_family and the one --model implies; 'generic' for the template-derived bridge",
+    )
+    parser.add_argument(
+        "--skip-check-model",
+        action="store_true",
+        help="do not prove the model family token-exact on the tokenizer before the first episode (config: check_model: false)",
+    )
+    parser.add_argument(
+        "--tokenizer", default=None, help="sglang/openai: tokenizer for the chat template (default: --model)"
+    )
+    parser.add_argument(
+        "--api-key-env",
+        default=default["api_key_env"],
+        help=f"openai: environment variable holding the API key (default {default['api_key_env']})",
+    )
     parser.add_argument("--device", default=None, help="transformers: cpu or cuda (default: cuda when available)")
-    parser.add_argument("--dtype", default=None, help="transformers: float32, bfloat16, ... (default float32 on CPU, bfloat16 on CUDA)")
-    parser.add_argument("--keep-failures", action="store_true",
-                        help="on resume, keep episodes recorded as infrastructure failures (default: run them again)")
-    parser.add_argument("--retry-failures", action="store_true", help=argparse.SUPPRESS)  # the default now; accepted for old scripts
-    parser.add_argument("--overwrite", action="store_true",
-                        help="--output holds results of other settings: move it aside (results.old-N.jsonl) and start a new file")
-    parser.add_argument("--wandb-project", default=None, help="log the per-environment metrics to this WandB project (WANDB_MODE=offline works)")
+    parser.add_argument(
+        "--dtype", default=None, help="transformers: float32, bfloat16, ... (default float32 on CPU, bfloat16 on CUDA)"
+    )
+    parser.add_argument(
+        "--keep-failures",
+        action="store_true",
+        help="on resume, keep episodes recorded as infrastructure failures (default: run them again)",
+    )
+    parser.add_argument(
+        "--retry-failures", action="store_true", help=argparse.SUPPRESS
+    )  # the default now; accepted for old scripts
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="--output holds results of other settings: move it aside (results.old-N.jsonl) and start a new file",
+    )
+    parser.add_argument(
+        "--wandb-project",
+        default=None,
+        help="log the per-environment metrics to this WandB project (WANDB_MODE=offline works)",
+    )
     parser.add_argument("--wandb-run", default=None, help="WandB run name (default: WandB's)")
 
 
@@ -118,11 +193,15 @@ class EvalOptions:
         if not 0 < args.top_p <= 1:
             raise ConfigError(f"--top-p must be in (0, 1], got {args.top_p}")
         if args.engine == "sglang" and not args.base_url:
-            raise ConfigError("--engine sglang needs --base-url (the SGLang server or router, e.g. http://127.0.0.1:30000)")
+            raise ConfigError(
+                "--engine sglang needs --base-url (the SGLang server or router, e.g. http://127.0.0.1:30000)"
+            )
         if args.engine != "transformers" and (args.device or args.dtype):
             raise ConfigError("--device and --dtype apply to --engine transformers only")
         if getattr(args, "keep_failures", False) and getattr(args, "retry_failures", False):
-            raise ConfigError("--keep-failures and --retry-failures contradict each other (rerunning failures is the default)")
+            raise ConfigError(
+                "--keep-failures and --retry-failures contradict each other (rerunning failures is the default)"
+            )
         if getattr(args, "family", None):
             from openreward_rl.config import check_family_name
 
@@ -168,23 +247,48 @@ def _check_local_path(args: Any) -> None:
     """A model (transformers) or tokenizer source that is a path must exist: otherwise Hugging Face
     answers that it is not a valid repo id, which hides the real problem."""
     tokenizer = getattr(args, "tokenizer", None)
-    option, name = ("--tokenizer", tokenizer) if tokenizer and args.engine != "transformers" else ("--model", args.model.strip())
+    option, name = (
+        ("--tokenizer", tokenizer) if tokenizer and args.engine != "transformers" else ("--model", args.model.strip())
+    )
     if looks_like_path(name) and not os.path.exists(os.path.expanduser(name)):
-        used_for = "" if args.engine == "transformers" or option == "--tokenizer" else " (the tokenizer is loaded from it; pass --tokenizer to load it from elsewhere)"
+        used_for = (
+            ""
+            if args.engine == "transformers" or option == "--tokenizer"
+            else " (the tokenizer is loaded from it; pass --tokenizer to load it from elsewhere)"
+        )
         raise ConfigError(f"{option} {name!r}: no such file or directory{used_for}")
 
 
 # Config keys that change what an episode is (prompt, parsing, tools, rewards, limits); a results file
 # written under other values is not resumed. Task selection (splits, num_samples) is the eval keys'.
-_EPISODE_KEYS = ("system_prompt_template", "thinking", "parser", "tool_execution", "on_no_tool_call", "nudge_message",
-                 "train_thinking", "max_tool_output_tokens", "chat_template_kwargs")
-_ENVIRONMENT_EPISODE_KEYS = ("nonterminal_reward", "reward_reduction", "discount", "min_reward", "max_reward", "max_turns")
+_EPISODE_KEYS = (
+    "system_prompt_template",
+    "thinking",
+    "parser",
+    "tool_execution",
+    "on_no_tool_call",
+    "nudge_message",
+    "train_thinking",
+    "max_tool_output_tokens",
+    "chat_template_kwargs",
+)
+_ENVIRONMENT_EPISODE_KEYS = (
+    "nonterminal_reward",
+    "reward_reduction",
+    "discount",
+    "min_reward",
+    "max_reward",
+    "max_turns",
+)
 
 
 def eval_settings(options: EvalOptions, config: TrainConfig) -> dict[str, Any]:
     """The settings a results file records in every line (`eval`) and a resumed run must share."""
     episode = {key: getattr(config, key) for key in _EPISODE_KEYS}
-    episode["environments"] = {name: {key: getattr(env, key) for key in _ENVIRONMENT_EPISODE_KEYS} for name, env in sorted(config.environments.items())}
+    episode["environments"] = {
+        name: {key: getattr(env, key) for key in _ENVIRONMENT_EPISODE_KEYS}
+        for name, env in sorted(config.environments.items())
+    }
     digest = hashlib.sha256(json.dumps(episode, sort_keys=True, default=str).encode()).hexdigest()[:16]
     return {
         "engine": options.engine,
@@ -207,7 +311,9 @@ def open_results(options: EvalOptions, config: TrainConfig, console: Any) -> Any
         console.print(f"openreward-rl eval: {message}", markup=False, soft_wrap=True)
 
     assert options.output is not None  # called only with --output
-    results = ResultsFile(options.output, {"eval": eval_settings(options, config)}, warn=warn, overwrite=options.overwrite).open()
+    results = ResultsFile(
+        options.output, {"eval": eval_settings(options, config)}, warn=warn, overwrite=options.overwrite
+    ).open()
     if results.moved_to is not None:
         console.print(f"moved the earlier results to {results.moved_to} (--overwrite)", markup=False, soft_wrap=True)
     return results
@@ -227,14 +333,32 @@ def summary_table(summary: Mapping[str, Any], title: str = "evaluation") -> Any:
     from rich.table import Table
 
     table = Table(title=title)
-    columns = ("environment", "episodes", "scored", "no reward", "reward", "success", "pass@k", "tool calls/ep", "parse errors/ep", "stop reasons", "turns", "tokens", "infra failures")
+    columns = (
+        "environment",
+        "episodes",
+        "scored",
+        "no reward",
+        "reward",
+        "success",
+        "pass@k",
+        "tool calls/ep",
+        "parse errors/ep",
+        "stop reasons",
+        "turns",
+        "tokens",
+        "infra failures",
+    )
     for column in columns:
         table.add_column(column, overflow="fold")
     for env, item in summary.items():
         reward = "-" if item.reward_mean is None else f"{item.reward_mean:.3f} ± {item.reward_std:.3f}"
         pass_k = ", ".join(f"@{k} {v:.2f}" for k, v in item.pass_at_k.items()) or "-"
-        stops = ", ".join(f"{reason} {fraction:.0%}" for reason, fraction in sorted(item.stop_reasons.items(), key=lambda kv: -kv[1]))
-        failures = ", ".join(f"{reason} ×{count}: {detail[:80]}" for reason, (count, detail) in item.failures.items()) or "0"
+        stops = ", ".join(
+            f"{reason} {fraction:.0%}" for reason, fraction in sorted(item.stop_reasons.items(), key=lambda kv: -kv[1])
+        )
+        failures = (
+            ", ".join(f"{reason} ×{count}: {detail[:80]}" for reason, (count, detail) in item.failures.items()) or "0"
+        )
         table.add_row(
             env,
             str(item.episodes),
@@ -264,7 +388,9 @@ def _load_tokenizer(options: EvalOptions) -> Any:
     try:
         return load_tokenizer(tokenizer_name)
     except Exception as error:
-        raise ConfigError(f"cannot load the tokenizer {tokenizer_name!r} ({type(error).__name__}: {first_line(error)}); pass --tokenizer (a hub name, a local path or offline:qwen3)") from error
+        raise ConfigError(
+            f"cannot load the tokenizer {tokenizer_name!r} ({type(error).__name__}: {first_line(error)}); pass --tokenizer (a hub name, a local path or offline:qwen3)"
+        ) from error
 
 
 def _build_engine(options: EvalOptions, tokenizer: Any) -> tuple[Any, Any]:
@@ -288,7 +414,9 @@ def _build_engine(options: EvalOptions, tokenizer: Any) -> tuple[Any, Any]:
         return SGLangEngine(options.base_url), tokenizer
     from openreward_rl.engines.openai_chat import OpenAIChatEngine
 
-    return OpenAIChatEngine(options.base_url or "https://api.openai.com/v1", options.model, tokenizer, api_key_env=options.api_key_env), tokenizer
+    return OpenAIChatEngine(
+        options.base_url or "https://api.openai.com/v1", options.model, tokenizer, api_key_env=options.api_key_env
+    ), tokenizer
 
 
 async def run_eval(
@@ -311,7 +439,16 @@ async def run_eval(
     if results is None and options.output:
         results = open_results(options, config, console)
     with results if results is not None else contextlib.nullcontext():
-        return await _run_eval(options, config, engine=engine, tokenizer=tokenizer, client=client, console=console, results=results, server_check=server_check)
+        return await _run_eval(
+            options,
+            config,
+            engine=engine,
+            tokenizer=tokenizer,
+            client=client,
+            console=console,
+            results=results,
+            server_check=server_check,
+        )
 
 
 def model_server_check(options: EvalOptions) -> Callable[[], Awaitable[None]] | None:
@@ -322,11 +459,21 @@ def model_server_check(options: EvalOptions) -> Callable[[], Awaitable[None]] | 
 
     base_url = options.base_url or "https://api.openai.com/v1"
     api_key = os.environ.get(options.api_key_env) if options.engine == "openai" else None
-    return lambda: asyncio.to_thread(check_model_endpoint, options.engine, base_url, api_key=api_key, key_name=f"${options.api_key_env}")
+    return lambda: asyncio.to_thread(
+        check_model_endpoint, options.engine, base_url, api_key=api_key, key_name=f"${options.api_key_env}"
+    )
 
 
 async def _run_eval(
-    options: EvalOptions, config: TrainConfig, *, engine: Any, tokenizer: Any, client: Any, console: Any, results: Any, server_check: Any
+    options: EvalOptions,
+    config: TrainConfig,
+    *,
+    engine: Any,
+    tokenizer: Any,
+    client: Any,
+    console: Any,
+    results: Any,
+    server_check: Any,
 ) -> dict[str, Any]:
     from openreward_rl.cli.evaluation import EvalJob, eval_key, evaluate, plan
     from openreward_rl.env.tasks import list_tasks
@@ -338,7 +485,13 @@ async def _run_eval(
     if check is not None:
         check({**options.sampling_params, "max_new_tokens": options.max_new_tokens})
     rollouts = Rollouts.from_config(
-        config, engine=engine, tokenizer=tokenizer, client=client, model=options.model, max_context_len=options.max_context_len, max_new_tokens=options.max_new_tokens
+        config,
+        engine=engine,
+        tokenizer=tokenizer,
+        client=client,
+        model=options.model,
+        max_context_len=options.max_context_len,
+        max_new_tokens=options.max_new_tokens,
     )  # the same constructor as the training hooks: one config renders one prompt
     if server_check is not None:
         await server_check()
@@ -351,10 +504,20 @@ async def _run_eval(
     jobs = plan(tasks, options.n, kept, keep_failures=options.keep_failures)
     if kept:
         failed = sum(trajectory.stop_reason.is_infrastructure_failure for trajectory in kept.values())
-        rerun = f", {failed} of them infrastructure failures to run again" if failed and not options.keep_failures else ""
-        kept_failed = f" ({failed} of them infrastructure failures, kept: --keep-failures)" if failed and options.keep_failures else ""
-        console.print(f"resuming {options.output}: {len(wanted) - len(jobs)} of {len(wanted)} episodes already done{kept_failed}, "
-                      f"{len(jobs)} to run{rerun}", markup=False, soft_wrap=True)
+        rerun = (
+            f", {failed} of them infrastructure failures to run again" if failed and not options.keep_failures else ""
+        )
+        kept_failed = (
+            f" ({failed} of them infrastructure failures, kept: --keep-failures)"
+            if failed and options.keep_failures
+            else ""
+        )
+        console.print(
+            f"resuming {options.output}: {len(wanted) - len(jobs)} of {len(wanted)} episodes already done{kept_failed}, "
+            f"{len(jobs)} to run{rerun}",
+            markup=False,
+            soft_wrap=True,
+        )
     results_by_key = dict(kept)
 
     uploader = TrajectoryUploader.from_config(client, config)
@@ -385,12 +548,18 @@ def episode_bar(console: Any, total: int) -> Iterator[Callable[[Any], None]]:
     evaluations of `train --framework trl`)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console) as bar:
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
+    ) as bar:
         progress = bar.add_task("episodes", total=total)
 
         def advance(trajectory: Any) -> None:
             reward = "-" if trajectory.reward is None else f"{trajectory.reward:g}"
-            bar.update(progress, advance=1, description=f"{trajectory.task.environment} reward {reward} ({trajectory.stop_reason.value})")
+            bar.update(
+                progress,
+                advance=1,
+                description=f"{trajectory.task.environment} reward {reward} ({trajectory.stop_reason.value})",
+            )
 
         yield advance
 
@@ -400,7 +569,14 @@ def log_to_wandb(options: EvalOptions, summary: Mapping[str, Any], config: Train
     from openreward_rl.observe.metrics import flat_metrics
     from openreward_rl.observe.wandb_logging import WandbLogger
 
-    run_config = {"engine": options.engine, "model": options.model, "n": options.n, "temperature": options.temperature, "top_p": options.top_p, "config": config.source}
+    run_config = {
+        "engine": options.engine,
+        "model": options.model,
+        "n": options.n,
+        "temperature": options.temperature,
+        "top_p": options.top_p,
+        "config": config.source,
+    }
     logger = WandbLogger(project=options.wandb_project, name=options.wandb_run, config=run_config)
     try:
         logger.log(flat_metrics(summary, prefix="openreward_eval/"), step_key="eval/step", step=0)
@@ -429,7 +605,9 @@ def run(args: Any) -> int:
     if options.serve and (config.env_base_url or any(env.base_url for env in config.environments.values())):
         raise ConfigError("--serve sets env_base_url; remove env_base_url / base_url from the config or drop --serve")
     if options.engine == "openai" and not options.base_url and not os.environ.get(options.api_key_env):
-        raise ConfigError(f"--engine openai against api.openai.com needs ${options.api_key_env} (or pass --base-url for a local server)")
+        raise ConfigError(
+            f"--engine openai against api.openai.com needs ${options.api_key_env} (or pass --base-url for a local server)"
+        )
     if options.engine == "transformers":
         check_device(options.device)
     classes = []
@@ -447,7 +625,9 @@ def run(args: Any) -> int:
             results.close()
 
 
-def _serve_and_run(options: EvalOptions, config: TrainConfig, classes: Sequence[Any], console: Any, out: Any, results: Any) -> int:
+def _serve_and_run(
+    options: EvalOptions, config: TrainConfig, classes: Sequence[Any], console: Any, out: Any, results: Any
+) -> int:
     """Serve `classes`, check every environment, load the model, run the episodes, print the summary."""
     from openreward_rl.env.local_server import loopback_environ, serve_environments, variant_name
     from openreward_rl.loop.rollout import episode_stack
@@ -455,12 +635,25 @@ def _serve_and_run(options: EvalOptions, config: TrainConfig, classes: Sequence[
     with contextlib.ExitStack() as stack:
         base_url, served = None, {}
         if classes:
-            os.environ.update({k: v for k, v in loopback_environ().items() if k in ("NO_PROXY", "no_proxy", "OPENREWARD_DISABLE_UPDATE_CHECK")})
+            os.environ.update(
+                {
+                    k: v
+                    for k, v in loopback_environ().items()
+                    if k in ("NO_PROXY", "no_proxy", "OPENREWARD_DISABLE_UPDATE_CHECK")
+                }
+            )
             server = stack.enter_context(serve_environments(list(classes)))
             base_url = server.base_url
             served = {variant_name(cls): variant_name(cls) for cls in classes}
             console.print(f"serving {', '.join(cls.name() for cls in classes)} on {base_url}", markup=False)
-        prepared = prepare_config(config, split=options.split, served=served, base_url=base_url, family=options.family, skip_check_model=options.skip_check_model)
+        prepared = prepare_config(
+            config,
+            split=options.split,
+            served=served,
+            base_url=base_url,
+            family=options.family,
+            skip_check_model=options.skip_check_model,
+        )
         check_ready(prepared)
         # an unreachable server, an environment it does not serve, a split it lacks: one line, before the model loads
         asyncio.run(_check_environments(prepared, split_option="--split" if options.split else None))
@@ -472,11 +665,17 @@ def _serve_and_run(options: EvalOptions, config: TrainConfig, classes: Sequence[
             try:
                 summary = asyncio.run(_episodes(options, prepared, engine, tokenizer, console, results))
             except KeyboardInterrupt:
-                console.print("interrupted; rerun the same command to resume" if options.output else "interrupted", markup=False)
+                console.print(
+                    "interrupted; rerun the same command to resume" if options.output else "interrupted", markup=False
+                )
                 return 130
         finally:
             asyncio.run(engine.aclose())  # a hard stop: generation in flight ends now, not at max_new_tokens
-    out.print(summary_table(summary, title=f"{options.model} ({options.engine}, n={options.n}, temperature={options.temperature:g})"))
+    out.print(
+        summary_table(
+            summary, title=f"{options.model} ({options.engine}, n={options.n}, temperature={options.temperature:g})"
+        )
+    )
     if options.wandb_project:
         log_to_wandb(options, summary, config)
     if options.output:
@@ -494,12 +693,23 @@ async def _check_environments(config: TrainConfig, *, split_option: str | None) 
         await client.environments.aclose()
 
 
-async def _episodes(options: EvalOptions, config: TrainConfig, engine: Any, tokenizer: Any, console: Any, results: Any) -> dict[str, Any]:
+async def _episodes(
+    options: EvalOptions, config: TrainConfig, engine: Any, tokenizer: Any, console: Any, results: Any
+) -> dict[str, Any]:
     from openreward import AsyncOpenReward
 
     client = AsyncOpenReward()
     try:
-        return await run_eval(options, config, engine=engine, tokenizer=tokenizer, client=client, console=console, results=results, server_check=model_server_check(options))
+        return await run_eval(
+            options,
+            config,
+            engine=engine,
+            tokenizer=tokenizer,
+            client=client,
+            console=console,
+            results=results,
+            server_check=model_server_check(options),
+        )
     finally:
         await client.environments.aclose()
 
@@ -517,6 +727,10 @@ def _infrastructure_verdict(summary: Mapping[str, Any], console: Any, *, rerun: 
             kinds[reason] += count
     detail = next((detail for item in summary.values() for _, detail in item.failures.values() if detail), "")
     again = "; fix the cause and rerun the same command: failed episodes run again" if rerun else ""
-    console.print(f"openreward-rl eval: {failed} of {episodes} episodes were infrastructure failures "
-                  f"({', '.join(f'{reason} ×{count}' for reason, count in kinds.most_common())}; e.g. {detail[:200]}){again}", markup=False, soft_wrap=True)
+    console.print(
+        f"openreward-rl eval: {failed} of {episodes} episodes were infrastructure failures "
+        f"({', '.join(f'{reason} ×{count}' for reason, count in kinds.most_common())}; e.g. {detail[:200]}){again}",
+        markup=False,
+        soft_wrap=True,
+    )
     return 1

@@ -33,7 +33,18 @@ from openreward_rl.loop.episode import failed_trajectory
 from openreward_rl.loop.trajectory import StopReason, Trajectory
 from openreward_rl.observe.dumps import DumpError, TrajectoryWriter, _drop_unfinished_last_line, record_to_trajectory
 
-__all__ = ["EvalJob", "eval_key", "read_results", "evaluate", "plan", "ResultsFile", "ResultsError", "ResultsScan", "scan_results", "latest_records"]
+__all__ = [
+    "EvalJob",
+    "eval_key",
+    "read_results",
+    "evaluate",
+    "plan",
+    "ResultsFile",
+    "ResultsError",
+    "ResultsScan",
+    "scan_results",
+    "latest_records",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -141,8 +152,16 @@ def latest_records(records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, An
     >>> [r["n"] for r in latest_records([{"eval_key": "a", "n": 0}, {"n": 1}, {"eval_key": "a", "n": 2}])]
     [1, 2]
     """
-    last = {record["eval_key"]: position for position, record in enumerate(records) if isinstance(record.get("eval_key"), str)}
-    return [record for position, record in enumerate(records) if not isinstance(record.get("eval_key"), str) or last[record["eval_key"]] == position]
+    last = {
+        record["eval_key"]: position
+        for position, record in enumerate(records)
+        if isinstance(record.get("eval_key"), str)
+    }
+    return [
+        record
+        for position, record in enumerate(records)
+        if not isinstance(record.get("eval_key"), str) or last[record["eval_key"]] == position
+    ]
 
 
 def _flag(name: str) -> str:
@@ -156,7 +175,11 @@ def settings_differences(written: Mapping[str, Any], wanted: Mapping[str, Any]) 
     >>> settings_differences({"model": "a", "temperature": 1.0}, {"model": "b", "temperature": 1.0, "top_p": 1.0})
     ["--model 'a' (this run: 'b')"]
     """
-    return [f"{_flag(name)} {written[name]!r} (this run: {value!r})" for name, value in wanted.items() if name in written and written[name] != value]
+    return [
+        f"{_flag(name)} {written[name]!r} (this run: {value!r})"
+        for name, value in wanted.items()
+        if name in written and written[name] != value
+    ]
 
 
 def _lock(path: Path) -> IO[bytes]:
@@ -293,7 +316,9 @@ class ResultsFile:
 
     def write(self, job: EvalJob, trajectory: Trajectory) -> None:
         assert self._writer is not None, "ResultsFile is written after open() or inside `with`"
-        self._writer.write(trajectory, eval_key=job.key, sample=job.sample, task_ref=attrs.asdict(job.task), **self.metadata)
+        self._writer.write(
+            trajectory, eval_key=job.key, sample=job.sample, task_ref=attrs.asdict(job.task), **self.metadata
+        )
         if job.key in self.done:
             self._rerun += 1
         self.done[job.key] = trajectory
@@ -317,7 +342,9 @@ class ResultsFile:
             self._handle = None
 
 
-def plan(tasks: Sequence[TaskRef], n: int, done: Mapping[str, Trajectory], *, keep_failures: bool = False) -> list[EvalJob]:
+def plan(
+    tasks: Sequence[TaskRef], n: int, done: Mapping[str, Trajectory], *, keep_failures: bool = False
+) -> list[EvalJob]:
     """The (task, sample) jobs still to run: all N samples of each task minus those already done.
 
     An episode recorded as an infrastructure failure (the model server or the environment failed,
@@ -367,7 +394,9 @@ async def evaluate(
                 trajectory = await run(job)
             except Exception as error:  # noqa: BLE001 - recorded as an infrastructure failure, never a reward
                 logger.exception("episode %s raised", job.key)
-                trajectory = failed_trajectory(job.task, StopReason.ABORTED, f"unexpected error: {type(error).__name__}: {error}")
+                trajectory = failed_trajectory(
+                    job.task, StopReason.ABORTED, f"unexpected error: {type(error).__name__}: {error}"
+                )
         if results is not None:
             results.write(job, trajectory)
         finished.append((job, trajectory))

@@ -42,7 +42,19 @@ from openreward_rl.config import CHECK_MODEL_ENV
 from openreward_rl.errors import TrainerError
 from openreward_rl.redaction import KNOWN_SECRET_VARIABLES, MIN_SECRET_LENGTH
 
-__all__ = ["LaunchError", "LaunchSpec", "LaunchPlan", "train_arguments", "megatron_arguments", "read_model_args", "runtime_env", "library_path", "plan_launch", "check_batch_sizes", "ray_is_running"]
+__all__ = [
+    "LaunchError",
+    "LaunchSpec",
+    "LaunchPlan",
+    "train_arguments",
+    "megatron_arguments",
+    "read_model_args",
+    "runtime_env",
+    "library_path",
+    "plan_launch",
+    "check_batch_sizes",
+    "ray_is_running",
+]
 
 FRAMEWORKS = ("slime", "miles")
 ROLLOUT_MODES = ("sync", "partial", "fully-async")
@@ -91,7 +103,9 @@ class LaunchSpec:
     rollout_mode: str = "sync"  # sync | partial (--partial-rollout + over-sampling) | fully-async (train_async.py)
     over_sampling_batch_size: int | None = None  # default under partial: 2 x rollout_batch_size
     mask_offpolicy: bool = False  # --mask-offpolicy-in-partial-rollout
-    rollout_gpus: int | None = None  # GPUs for SGLang, the rest train (not colocated); default: colocated, except fully-async: num_gpus // 2
+    rollout_gpus: int | None = (
+        None  # GPUs for SGLang, the rest train (not colocated); default: colocated, except fully-async: num_gpus // 2
+    )
     dashboard_host: str = DASHBOARD_HOST  # `ray start --dashboard-host`; 0.0.0.0 exposes the job API to the network
     # Megatron backend (what the cookbook's run.sh asks for): Megatron-LM's checkout (put on PYTHONPATH), the
     # reference checkpoint (torch_dist, also where training starts without --load), and the model's Megatron
@@ -101,7 +115,9 @@ class LaunchSpec:
     model_args_script: str | None = None
     advantage_estimator: str = "episode"  # the config's advantage.estimator: turn / mix add the advantage hooks
     task_sampling: bool = False  # the config sets task_sampling: our data source skips saturated tasks
-    skip_check_model: bool = False  # --skip-check-model: the hooks skip the family check too (OPENREWARD_RL_CHECK_MODEL=0)
+    skip_check_model: bool = (
+        False  # --skip-check-model: the hooks skip the family check too (OPENREWARD_RL_CHECK_MODEL=0)
+    )
     extra: tuple[str, ...] = ()
 
     @property
@@ -149,7 +165,12 @@ def check_batch_sizes(spec: LaunchSpec) -> None:
     ...
     openreward_rl.cli.launcher.LaunchError: --rollout-batch-size 16 x --n-samples 8 = 128 samples per rollout is not a multiple of --global-batch-size 48; choose a divisor of 128 (e.g. 128 or 64)
     """
-    for name, value in (("--rollout-batch-size", spec.rollout_batch_size), ("--n-samples", spec.n_samples), ("--num-gpus", spec.num_gpus), ("--tp", spec.tp)):
+    for name, value in (
+        ("--rollout-batch-size", spec.rollout_batch_size),
+        ("--n-samples", spec.n_samples),
+        ("--num-gpus", spec.num_gpus),
+        ("--tp", spec.tp),
+    ):
         if value < 1:
             raise LaunchError(f"{name} must be at least 1, got {value}")
     if not spec.lr > 0:
@@ -165,10 +186,14 @@ def check_batch_sizes(spec: LaunchSpec) -> None:
             f"is not a multiple of --global-batch-size {spec.batch_size}; choose a divisor of {per_rollout} (e.g. {hint})"
         )
     if spec.num_gpus % spec.tp and spec.colocated:
-        raise LaunchError(f"--num-gpus {spec.num_gpus} is not a multiple of --tp {spec.tp}: each SGLang engine takes --tp GPUs")
+        raise LaunchError(
+            f"--num-gpus {spec.num_gpus} is not a multiple of --tp {spec.tp}: each SGLang engine takes --tp GPUs"
+        )
     _check_rollout_mode(spec)
     if spec.max_context_len <= spec.max_response_len:
-        raise LaunchError(f"--max-context-len {spec.max_context_len} must exceed --max-response-len {spec.max_response_len} (the episode budget holds the prompt and every turn)")
+        raise LaunchError(
+            f"--max-context-len {spec.max_context_len} must exceed --max-response-len {spec.max_response_len} (the episode budget holds the prompt and every turn)"
+        )
 
 
 def _check_rollout_mode(spec: LaunchSpec) -> None:
@@ -176,7 +201,9 @@ def _check_rollout_mode(spec: LaunchSpec) -> None:
         raise LaunchError(f"--rollout-mode must be one of {', '.join(ROLLOUT_MODES)}, got {spec.rollout_mode!r}")
     if spec.over_sampling_batch_size is not None:
         if spec.fully_async:
-            raise LaunchError("--over-sampling-batch-size does not apply to --rollout-mode fully-async (its worker keeps its own pool in flight); drop it")
+            raise LaunchError(
+                "--over-sampling-batch-size does not apply to --rollout-mode fully-async (its worker keeps its own pool in flight); drop it"
+            )
         if spec.over_sampling_batch_size < spec.rollout_batch_size:
             raise LaunchError(
                 f"--over-sampling-batch-size {spec.over_sampling_batch_size} is below --rollout-batch-size {spec.rollout_batch_size}; "
@@ -188,9 +215,13 @@ def _check_rollout_mode(spec: LaunchSpec) -> None:
         actor, rollout = spec.split_gpus
         mode = "--rollout-mode fully-async" if spec.fully_async else "--rollout-gpus"
         if actor < 1 or rollout < 1:
-            raise LaunchError(f"{mode} needs GPUs for both training and rollout: --num-gpus {spec.num_gpus} leaves {actor} to train and {rollout} to roll out")
+            raise LaunchError(
+                f"{mode} needs GPUs for both training and rollout: --num-gpus {spec.num_gpus} leaves {actor} to train and {rollout} to roll out"
+            )
         if rollout % spec.tp:
-            raise LaunchError(f"{rollout} GPUs for rollout is not a multiple of --tp {spec.tp}; set --rollout-gpus to a multiple of --tp")
+            raise LaunchError(
+                f"{rollout} GPUs for rollout is not a multiple of --tp {spec.tp}; set --rollout-gpus to a multiple of --tp"
+            )
 
 
 def _check_spec(spec: LaunchSpec) -> None:
@@ -199,9 +230,13 @@ def _check_spec(spec: LaunchSpec) -> None:
     if spec.backend not in ("fsdp", "megatron"):
         raise LaunchError(f"--train-backend must be fsdp or megatron, got {spec.backend!r}")
     if spec.framework == "slime" and spec.backend == "fsdp":
-        raise LaunchError("Slime removed its FSDP backend (THUDM/slime #1664); use --train-backend megatron, or --framework miles for FSDP")
+        raise LaunchError(
+            "Slime removed its FSDP backend (THUDM/slime #1664); use --train-backend megatron, or --framework miles for FSDP"
+        )
     if spec.task_sampling and not spec.dynamic_filter:
-        raise LaunchError("the config's task_sampling learns from the dynamic filter's verdicts: drop --no-dynamic-filter, or task_sampling")
+        raise LaunchError(
+            "the config's task_sampling learns from the dynamic filter's verdicts: drop --no-dynamic-filter, or task_sampling"
+        )
     check_batch_sizes(spec)
     _check_megatron(spec)
 
@@ -210,10 +245,14 @@ def _check_megatron(spec: LaunchSpec) -> None:
     """The Megatron backend cannot start without Megatron-LM, a checkpoint and the model's architecture flags."""
     if spec.backend != "megatron":
         if spec.model_args_script:
-            raise LaunchError("--model-args-script applies to the Megatron backend only (FSDP reads the architecture from --model)")
+            raise LaunchError(
+                "--model-args-script applies to the Megatron backend only (FSDP reads the architecture from --model)"
+            )
         return
     if not spec.megatron_path:
-        raise LaunchError("the Megatron backend needs Megatron-LM on PYTHONPATH: pass --megatron-path /path/to/Megatron-LM or set $MEGATRON_PATH")
+        raise LaunchError(
+            "the Megatron backend needs Megatron-LM on PYTHONPATH: pass --megatron-path /path/to/Megatron-LM or set $MEGATRON_PATH"
+        )
     if not spec.ref_load:
         raise LaunchError(
             f"the Megatron backend needs a Megatron checkpoint of {spec.model}: pass --ref-load DIR "
@@ -227,36 +266,60 @@ def train_arguments(spec: LaunchSpec) -> list[str]:
     hooks = f"openreward_rl.backends.{spec.framework}"
     actor_gpus, rollout_gpus = spec.split_gpus
     args = [
-        "--actor-num-nodes", "1",
-        "--actor-num-gpus-per-node", str(actor_gpus),
-        "--rollout-num-gpus", str(rollout_gpus),
+        "--actor-num-nodes",
+        "1",
+        "--actor-num-gpus-per-node",
+        str(actor_gpus),
+        "--rollout-num-gpus",
+        str(rollout_gpus),
         *(("--colocate",) if spec.colocated else ()),
-        "--rollout-num-gpus-per-engine", str(spec.tp),
-        "--hf-checkpoint", spec.model,
+        "--rollout-num-gpus-per-engine",
+        str(spec.tp),
+        "--hf-checkpoint",
+        spec.model,
         *megatron_arguments(spec),
-        "--prompt-data", str(Path(spec.task_data).resolve()),
-        "--input-key", "prompt",
-        "--label-key", "label",
-        "--metadata-key", "metadata",
+        "--prompt-data",
+        str(Path(spec.task_data).resolve()),
+        "--input-key",
+        "prompt",
+        "--label-key",
+        "label",
+        "--metadata-key",
+        "metadata",
         "--rollout-shuffle",
-        "--custom-generate-function-path", f"{hooks}.generate",
-        "--custom-rm-path", f"{hooks}.reward",
-        "--custom-rollout-log-function-path", "openreward_rl.backends.rollout_log.log_rollout",
-        "--custom-eval-rollout-log-function-path", "openreward_rl.backends.rollout_log.log_eval_rollout",
-        "--num-rollout", str(spec.num_rollout),
-        "--n-samples-per-prompt", str(spec.n_samples),
-        "--rollout-batch-size", str(spec.rollout_batch_size),
-        "--global-batch-size", str(spec.batch_size),
-        "--rollout-max-response-len", str(spec.max_response_len),
-        "--rollout-max-context-len", str(spec.max_context_len),
-        "--rollout-temperature", str(spec.temperature),
-        "--advantage-estimator", "grpo",
-        "--lr", str(spec.lr),
+        "--custom-generate-function-path",
+        f"{hooks}.generate",
+        "--custom-rm-path",
+        f"{hooks}.reward",
+        "--custom-rollout-log-function-path",
+        "openreward_rl.backends.rollout_log.log_rollout",
+        "--custom-eval-rollout-log-function-path",
+        "openreward_rl.backends.rollout_log.log_eval_rollout",
+        "--num-rollout",
+        str(spec.num_rollout),
+        "--n-samples-per-prompt",
+        str(spec.n_samples),
+        "--rollout-batch-size",
+        str(spec.rollout_batch_size),
+        "--global-batch-size",
+        str(spec.batch_size),
+        "--rollout-max-response-len",
+        str(spec.max_response_len),
+        "--rollout-max-context-len",
+        str(spec.max_context_len),
+        "--rollout-temperature",
+        str(spec.temperature),
+        "--advantage-estimator",
+        "grpo",
+        "--lr",
+        str(spec.lr),
         "--use-dynamic-batch-size",
-        "--max-tokens-per-gpu", str(spec.max_tokens_per_gpu),
+        "--max-tokens-per-gpu",
+        str(spec.max_tokens_per_gpu),
         "--use-wandb",
-        "--wandb-project", spec.wandb_project,
-    ]  # fmt: skip
+        "--wandb-project",
+        spec.wandb_project,
+    ]
     if spec.framework == "miles":
         args += ["--train-backend", spec.backend]
     args += rollout_mode_arguments(spec)
@@ -294,7 +357,9 @@ def model_args_script(spec: LaunchSpec) -> Path:
     wanted = f"{Path(spec.model.rstrip('/')).name}{suffix}".lower()
     found = sorted(p for p in models.glob(f"*{suffix}") if p.name.lower() == wanted) if models.is_dir() else []
     if not found:
-        raise LaunchError(f"no Megatron model arguments for {spec.model}: {models} has no {wanted}; pass --model-args-script PATH")
+        raise LaunchError(
+            f"no Megatron model arguments for {spec.model}: {models} has no {wanted}; pass --model-args-script PATH"
+        )
     return found[0]
 
 
@@ -338,10 +403,20 @@ def advantage_arguments(spec: LaunchSpec) -> list[str]:
         return []
     if spec.framework == "slime":
         return [
-            "--custom-reward-post-process-path", "openreward_rl.backends.advantages.slime_reward_post_process",
-            "--custom-advantage-function-path", "openreward_rl.backends.advantages.slime_advantages",
-        ]  # fmt: skip
-    return ["--custom-reward-post-process-path", "openreward_rl.backends.advantages.miles_reward_post_process", "--use-opd", "--opd-type", "sglang", "--opd-kl-coef", "1.0"]
+            "--custom-reward-post-process-path",
+            "openreward_rl.backends.advantages.slime_reward_post_process",
+            "--custom-advantage-function-path",
+            "openreward_rl.backends.advantages.slime_advantages",
+        ]
+    return [
+        "--custom-reward-post-process-path",
+        "openreward_rl.backends.advantages.miles_reward_post_process",
+        "--use-opd",
+        "--opd-type",
+        "sglang",
+        "--opd-kl-coef",
+        "1.0",
+    ]
 
 
 def rollout_mode_arguments(spec: LaunchSpec) -> list[str]:
@@ -356,7 +431,9 @@ def rollout_mode_arguments(spec: LaunchSpec) -> list[str]:
         args = ["--partial-rollout", "--over-sampling-batch-size", str(spec.over_sampling)]
         return args + (["--mask-offpolicy-in-partial-rollout"] if spec.mask_offpolicy else [])
     if spec.fully_async:
-        return ["--rollout-function-path", SLIME_FULLY_ASYNC_ROLLOUT] if spec.framework == "slime" else ["--fully-async"]
+        return (
+            ["--rollout-function-path", SLIME_FULLY_ASYNC_ROLLOUT] if spec.framework == "slime" else ["--fully-async"]
+        )
     return ["--over-sampling-batch-size", str(spec.over_sampling)] if spec.over_sampling is not None else []
 
 
@@ -371,7 +448,9 @@ def library_path(package_file: str | os.PathLike[str] | None = None) -> list[str
     >>> library_path("/home/me/openreward_rl/src/openreward_rl/__init__.py")
     ['/home/me/openreward_rl/src']
     """
-    package = Path(package_file).resolve().parent if package_file else Path(__file__).resolve().parents[1]  # .../openreward_rl
+    package = (
+        Path(package_file).resolve().parent if package_file else Path(__file__).resolve().parents[1]
+    )  # .../openreward_rl
     holder = package.parent
     return [] if holder.name in ("site-packages", "dist-packages") else [str(holder)]
 
@@ -426,7 +505,9 @@ def ray_is_running() -> bool:
     try:
         result = subprocess.run(["ray", "status"], capture_output=True, text=True, timeout=60)
     except FileNotFoundError:
-        raise LaunchError("the `ray` command is not installed in this environment; install Slime/Miles' dependencies (pip install 'ray[default]')") from None
+        raise LaunchError(
+            "the `ray` command is not installed in this environment; install Slime/Miles' dependencies (pip install 'ray[default]')"
+        ) from None
     except subprocess.TimeoutExpired:
         return False
     return result.returncode == 0
@@ -442,14 +523,28 @@ def plan_launch(spec: LaunchSpec, environ: Mapping[str, str], *, ray_running: bo
     start = None
     if not ray_running:
         start = (
-            "ray", "start", "--head", "--node-ip-address", "127.0.0.1", "--num-gpus", str(spec.num_gpus),
-            "--disable-usage-stats", f"--dashboard-host={spec.dashboard_host}", f"--dashboard-port={DASHBOARD_PORT}",
-        )  # fmt: skip
+            "ray",
+            "start",
+            "--head",
+            "--node-ip-address",
+            "127.0.0.1",
+            "--num-gpus",
+            str(spec.num_gpus),
+            "--disable-usage-stats",
+            f"--dashboard-host={spec.dashboard_host}",
+            f"--dashboard-port={DASHBOARD_PORT}",
+        )
     submit = (
-        "ray", "job", "submit", f"--address=http://{_submit_host(spec.dashboard_host)}:{DASHBOARD_PORT}",
+        "ray",
+        "job",
+        "submit",
+        f"--address=http://{_submit_host(spec.dashboard_host)}:{DASHBOARD_PORT}",
         f"--runtime-env-json={json.dumps(runtime_env(spec, environ), sort_keys=True)}",
-        "--", "python3", str(train_py), *train_arguments(spec),
-    )  # fmt: skip
+        "--",
+        "python3",
+        str(train_py),
+        *train_arguments(spec),
+    )
     plan = LaunchPlan(start_ray=start, submit=submit)
     _refuse_secrets_in_commands(plan, environ)
     return plan
@@ -463,7 +558,9 @@ def _submit_host(dashboard_host: str) -> str:
 def _refuse_secrets_in_commands(plan: LaunchPlan, environ: Mapping[str, str]) -> None:
     for key in SECRET_ENV:
         value = environ.get(key) or ""
-        if len(value) >= MIN_SECRET_LENGTH and any(value in argument for command in plan.commands() for argument in command):
+        if len(value) >= MIN_SECRET_LENGTH and any(
+            value in argument for command in plan.commands() for argument in command
+        ):
             raise LaunchError(
                 f"the value of ${key} is in the launch command, where any user of this machine sees it (`ps`); "
                 f"drop it from the arguments: the job reads {key} from the environment of the Ray head"

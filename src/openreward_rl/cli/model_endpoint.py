@@ -34,7 +34,9 @@ def probe_url(engine: str, base_url: str) -> str:
     return base_url.rstrip("/") + _PATHS[engine]
 
 
-def check_model_endpoint(engine: str, base_url: str, *, api_key: str | None = None, key_name: str = "the API key", timeout: float = 10.0) -> None:
+def check_model_endpoint(
+    engine: str, base_url: str, *, api_key: str | None = None, key_name: str = "the API key", timeout: float = 10.0
+) -> None:
     """A `ConfigError` (a --base-url to fix, a server to start) naming the server and the problem, unless it answers like a model server."""
     url = probe_url(engine, base_url)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -43,9 +45,13 @@ def check_model_endpoint(engine: str, base_url: str, *, api_key: str | None = No
             return
     except urllib.error.HTTPError as error:
         if error.code in (401, 403):
-            raise ConfigError(f"the model server at {base_url} refuses {key_name} (HTTP {error.code} on GET {url})") from None
+            raise ConfigError(
+                f"the model server at {base_url} refuses {key_name} (HTTP {error.code} on GET {url})"
+            ) from None
         if error.code >= 500:
             raise ConfigError(f"the model server at {base_url} is not ready (HTTP {error.code} on GET {url})") from None
     except (urllib.error.URLError, OSError) as error:
         reason = getattr(error, "reason", error)
-        raise ConfigError(f"cannot reach the model server at {base_url} (GET {url}: {reason}); start it or fix --base-url") from None
+        raise ConfigError(
+            f"cannot reach the model server at {base_url} (GET {url}: {reason}); start it or fix --base-url"
+        ) from None

@@ -40,17 +40,51 @@ __all__ = ["add_arguments", "run", "prepare"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", default=None, help="train_config.yaml (default $OPENREWARD_RL_CONFIG, $TRAIN_CONFIG, ./train_config.yaml)")
+    parser.add_argument(
+        "--config",
+        default=None,
+        help="train_config.yaml (default $OPENREWARD_RL_CONFIG, $TRAIN_CONFIG, ./train_config.yaml)",
+    )
     parser.add_argument("--output", required=True, help="the JSONL file to write")
-    parser.add_argument("--max-tasks", type=int, default=None, help="cap per split where an environment sets no num_samples")
+    parser.add_argument(
+        "--max-tasks", type=int, default=None, help="cap per split where an environment sets no num_samples"
+    )
     parser.add_argument("--seed", type=int, default=42, help="shuffle seed (default 42)")
-    parser.add_argument("--difficulty", action="store_true", help="drop tasks by their logged rollouts (get_task_difficulty): no reward spread, or too long")
-    parser.add_argument("--difficulty-model", default=None, help="statistics of rollouts logged under this model name only")
-    parser.add_argument("--difficulty-stage", choices=TRAINING_STAGES, default=None, help="statistics of rollouts of this training stage only")
-    parser.add_argument("--difficulty-min-params", type=int, default=None, help="statistics of models with at least this many parameters")
-    parser.add_argument("--difficulty-max-params", type=int, default=None, help="statistics of models with at most this many parameters")
-    parser.add_argument("--min-rollouts", type=int, default=4, help="judge a task only with at least this many logged rollouts (default 4)")
-    parser.add_argument("--max-response-chars", type=float, default=None, help="drop tasks whose median logged response is longer (characters)")
+    parser.add_argument(
+        "--difficulty",
+        action="store_true",
+        help="drop tasks by their logged rollouts (get_task_difficulty): no reward spread, or too long",
+    )
+    parser.add_argument(
+        "--difficulty-model", default=None, help="statistics of rollouts logged under this model name only"
+    )
+    parser.add_argument(
+        "--difficulty-stage",
+        choices=TRAINING_STAGES,
+        default=None,
+        help="statistics of rollouts of this training stage only",
+    )
+    parser.add_argument(
+        "--difficulty-min-params",
+        type=int,
+        default=None,
+        help="statistics of models with at least this many parameters",
+    )
+    parser.add_argument(
+        "--difficulty-max-params", type=int, default=None, help="statistics of models with at most this many parameters"
+    )
+    parser.add_argument(
+        "--min-rollouts",
+        type=int,
+        default=4,
+        help="judge a task only with at least this many logged rollouts (default 4)",
+    )
+    parser.add_argument(
+        "--max-response-chars",
+        type=float,
+        default=None,
+        help="drop tasks whose median logged response is longer (characters)",
+    )
 
 
 async def prepare(
@@ -74,7 +108,9 @@ async def prepare(
     client = client or AsyncOpenReward()
     try:
         await check_environments(client, config, retry=check_retry)
-        refs = await list_tasks(client, config, max_tasks=max_tasks, seed=seed, progress=progress, retry=retry, select=selection)
+        refs = await list_tasks(
+            client, config, max_tasks=max_tasks, seed=seed, progress=progress, retry=retry, select=selection
+        )
     finally:
         if own_client:
             await client.environments.aclose()
@@ -108,19 +144,38 @@ def run(args: Any) -> int:
         console.print(f"openreward-rl prepare: {error}", markup=False, soft_wrap=True)
         return 2
     splits = sum(len(env.splits) for env in config.environments.values())
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), console=console, transient=not console.is_terminal) as bar:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        console=console,
+        transient=not console.is_terminal,
+    ) as bar:
         listing = bar.add_task("listing tasks", total=splits)
 
         def advance(environment: str, split: str, count: int) -> None:
             bar.update(listing, advance=1, description=f"{environment}:{split} ({count} tasks)")
 
         try:
-            count = asyncio.run(prepare(config, Path(args.output), max_tasks=args.max_tasks, seed=args.seed, progress=advance, selection=selection))
+            count = asyncio.run(
+                prepare(
+                    config,
+                    Path(args.output),
+                    max_tasks=args.max_tasks,
+                    seed=args.seed,
+                    progress=advance,
+                    selection=selection,
+                )
+            )
         except ConfigError as error:  # unreachable server, an environment it does not serve, a missing split
             console.print(f"openreward-rl prepare: {error}", markup=False, soft_wrap=True)
             return 2
         except Exception as error:  # SDK / network failures: say which, without a traceback
-            console.print(f"openreward-rl prepare: listing tasks failed: {type(error).__name__}: {error}", markup=False, soft_wrap=True)
+            console.print(
+                f"openreward-rl prepare: listing tasks failed: {type(error).__name__}: {error}",
+                markup=False,
+                soft_wrap=True,
+            )
             return 1
     if selection is not None:
         for (environment, split, reason), dropped in sorted(selection.dropped.items()):
@@ -132,5 +187,9 @@ def run(args: Any) -> int:
 def _selection(args: Any) -> DifficultySelection | None:
     if not getattr(args, "difficulty", False):
         return None
-    query = DifficultyQuery(args.difficulty_model, args.difficulty_min_params, args.difficulty_max_params, args.difficulty_stage)
-    return DifficultySelection(query=query, rule=DifficultyRule(min_rollouts=args.min_rollouts, max_response_chars=args.max_response_chars))
+    query = DifficultyQuery(
+        args.difficulty_model, args.difficulty_min_params, args.difficulty_max_params, args.difficulty_stage
+    )
+    return DifficultySelection(
+        query=query, rule=DifficultyRule(min_rollouts=args.min_rollouts, max_response_chars=args.max_response_chars)
+    )

@@ -38,29 +38,72 @@ __all__ = ["add_arguments", "run"]
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", required=True, help="train_config.yaml: the environments and the episode settings")
     parser.add_argument("--model", required=True, help="the student: hub name, local path or offline:smollm2")
-    parser.add_argument("--serve", action="append", default=[], metavar="FILE.py:Class", help="serve this environment class on 127.0.0.1 (repeatable)")
-    parser.add_argument("--teacher", default=None, metavar="FILE.py:function", help="a scripted teacher: function(messages, tools[, task: TeacherTask]) -> TeacherTurn (engines.teacher)")
+    parser.add_argument(
+        "--serve",
+        action="append",
+        default=[],
+        metavar="FILE.py:Class",
+        help="serve this environment class on 127.0.0.1 (repeatable)",
+    )
+    parser.add_argument(
+        "--teacher",
+        default=None,
+        metavar="FILE.py:function",
+        help="a scripted teacher: function(messages, tools[, task: TeacherTask]) -> TeacherTurn (engines.teacher)",
+    )
     parser.add_argument("--teacher-n", type=int, default=1, help="teacher episodes per training task (default 1)")
-    parser.add_argument("--max-tasks", type=int, default=None, help="cap on the training tasks the teacher plays (a lighter warm start)")
-    parser.add_argument("--from-results", action="append", default=[], metavar="FILE.jsonl", help="episodes eval --output recorded (any model's), replayed in the student's format (repeatable)")
-    parser.add_argument("--min-reward", type=float, default=1.0, help="keep episodes rewarded at least this (default 1.0)")
+    parser.add_argument(
+        "--max-tasks", type=int, default=None, help="cap on the training tasks the teacher plays (a lighter warm start)"
+    )
+    parser.add_argument(
+        "--from-results",
+        action="append",
+        default=[],
+        metavar="FILE.jsonl",
+        help="episodes eval --output recorded (any model's), replayed in the student's format (repeatable)",
+    )
+    parser.add_argument(
+        "--min-reward", type=float, default=1.0, help="keep episodes rewarded at least this (default 1.0)"
+    )
     parser.add_argument("--epochs", type=float, default=2.0, help="passes over the kept episodes (default 2)")
     parser.add_argument("--lr", type=float, default=5e-5, help="learning rate (default 5e-5, constant)")
     parser.add_argument("--batch-size", type=int, default=8, help="episode contexts per optimizer step (default 8)")
-    parser.add_argument("--micro-batch", type=int, default=2, metavar="N",
-                        help="episode contexts per forward and backward pass (the largest divisor of --batch-size at most N); their gradients "
-                        "accumulate into one optimizer step: less memory, the same update (default 2)")
-    parser.add_argument("--output-dir", default="sft_output", help="where the fine-tuned model is saved (default ./sft_output)")
+    parser.add_argument(
+        "--micro-batch",
+        type=int,
+        default=2,
+        metavar="N",
+        help="episode contexts per forward and backward pass (the largest divisor of --batch-size at most N); their gradients "
+        "accumulate into one optimizer step: less memory, the same update (default 2)",
+    )
+    parser.add_argument(
+        "--output-dir", default="sft_output", help="where the fine-tuned model is saved (default ./sft_output)"
+    )
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     parser.add_argument("--bf16", action="store_true", help="train under bf16 autocast (GPU)")
-    parser.add_argument("--gradient-checkpointing", action=argparse.BooleanOptionalAction, default=True,
-                        help="recompute activations in the backward pass: far less memory, a slower step (default on; --no-gradient-checkpointing: off)")
-    parser.add_argument("--max-response-len", type=int, default=256, help="tokens per model call in evaluations (default 256)")
-    parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature in evaluations (default 1.0)")
+    parser.add_argument(
+        "--gradient-checkpointing",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="recompute activations in the backward pass: far less memory, a slower step (default on; --no-gradient-checkpointing: off)",
+    )
+    parser.add_argument(
+        "--max-response-len", type=int, default=256, help="tokens per model call in evaluations (default 256)"
+    )
+    parser.add_argument(
+        "--temperature", type=float, default=1.0, help="sampling temperature in evaluations (default 1.0)"
+    )
     parser.add_argument("--eval-split", default=None, help="evaluate this split before and after (e.g. test)")
     parser.add_argument("--eval-n", type=int, default=2, help="episodes per evaluation task (default 2)")
-    parser.add_argument("--eval-max-tasks", type=int, default=None, help="cap on evaluation tasks per environment (without --eval-split: training tasks the student plays after, default 8)")
-    parser.add_argument("--family", default=None, help="model family, overriding the config's model_family (docs/families.md)")
+    parser.add_argument(
+        "--eval-max-tasks",
+        type=int,
+        default=None,
+        help="cap on evaluation tasks per environment (without --eval-split: training tasks the student plays after, default 8)",
+    )
+    parser.add_argument(
+        "--family", default=None, help="model family, overriding the config's model_family (docs/families.md)"
+    )
     parser.add_argument("--seed", type=int, default=0, help="training seed and task shuffle seed (default 0)")
 
 
@@ -92,7 +135,9 @@ def tool_use(stats: Mapping[str, Any], split: str) -> str:
 
 def _check(args: argparse.Namespace) -> None:
     if not args.teacher and not args.from_results:
-        raise ConfigError("give the episodes to learn from: --teacher FILE.py:function and/or --from-results FILE.jsonl")
+        raise ConfigError(
+            "give the episodes to learn from: --teacher FILE.py:function and/or --from-results FILE.jsonl"
+        )
     if args.teacher and ":" not in args.teacher:
         raise ConfigError(f"--teacher {args.teacher!r} must look like path/to/file.py:function")
     for name in ("teacher_n", "batch_size", "micro_batch", "eval_n", "max_response_len"):
@@ -135,10 +180,15 @@ def recorded_episodes(paths: list[str], config: Any, min_reward: float) -> list[
                     f"(configured: {', '.join(config.environments)})"
                 )
         rewarded = [e for e in episodes if e.turns and e.trained_reward is not None and e.trained_reward >= min_reward]
-        print(f"{path}: {len(rewarded)} of {len(episodes)} episodes rewarded >= {min_reward:g}, to replay in the student's format", flush=True)
+        print(
+            f"{path}: {len(rewarded)} of {len(episodes)} episodes rewarded >= {min_reward:g}, to replay in the student's format",
+            flush=True,
+        )
         kept.extend(rewarded)
     if paths and not kept:
-        raise ConfigError(f"--from-results: no recorded episode is rewarded >= {min_reward:g} (--min-reward): nothing to learn from")
+        raise ConfigError(
+            f"--from-results: no recorded episode is rewarded >= {min_reward:g} (--min-reward): nothing to learn from"
+        )
     return kept
 
 
@@ -149,13 +199,17 @@ def replays(renderer: Any, config: Any, episodes: list[Any]) -> list[tuple[Any, 
 
     from openreward_rl.engines.teacher import Replay, TeacherEngine
 
-    reasoning = renderer.family is not None and renderer.family.thinking is not None  # the student's format marks reasoning
+    reasoning = (
+        renderer.family is not None and renderer.family.thinking is not None
+    )  # the student's format marks reasoning
     plays = []
     for episode in episodes:
         task = episode.task
         if config.environment(task.environment).variant is not None:
             task = attrs.evolve(task, variant=None)  # the served class's variant, not the recording's
-        plays.append((TeacherEngine(renderer, Replay.of((turn.parsed for turn in episode.turns), reasoning=reasoning)), task))
+        plays.append(
+            (TeacherEngine(renderer, Replay.of((turn.parsed for turn in episode.turns), reasoning=reasoning)), task)
+        )
     return plays
 
 
@@ -163,7 +217,9 @@ def _play(adapter: Any, plays: list[tuple[Any, Any]]) -> list[Any]:
     """One episode per (teacher engine, task), each engine bound to its task (a teacher may read it); with several
     processes each plays its share and every one gets them all, in order."""
     mine = adapter.ranks.share(plays)
-    return adapter.ranks.gather(adapter.run_episodes([task for _, task in mine], engine=[engine.for_task(task) for engine, task in mine]))
+    return adapter.ranks.gather(
+        adapter.run_episodes([task for _, task in mine], engine=[engine.for_task(task) for engine, task in mine])
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -200,9 +256,17 @@ def _run(args: argparse.Namespace) -> int:
         recorded = recorded_episodes(args.from_results, config, args.min_reward)
         classes = [load_environment_class(spec) for spec in args.serve]
         options = TrlOptions(
-            model=args.model, output_dir=args.output_dir, device=args.device, bf16=args.bf16, max_new_tokens=args.max_response_len,
-            temperature=args.temperature, seed=args.seed, family=args.family, save_interval=0, max_tasks=args.max_tasks,
-        )  # fmt: skip
+            model=args.model,
+            output_dir=args.output_dir,
+            device=args.device,
+            bf16=args.bf16,
+            max_new_tokens=args.max_response_len,
+            temperature=args.temperature,
+            seed=args.seed,
+            family=args.family,
+            save_interval=0,
+            max_tasks=args.max_tasks,
+        )
     except ConfigError as error:
         return fail(str(error))
     from transformers import set_seed
@@ -222,19 +286,38 @@ def _run(args: argparse.Namespace) -> int:
                 episodes.extend(replayed)
             if teacher is not None:
                 engine = TeacherEngine(renderer, teacher)
-                taught = _play(session.adapter, [(engine, task) for task in session.train_tasks for _ in range(args.teacher_n)])
+                taught = _play(
+                    session.adapter, [(engine, task) for task in session.train_tasks for _ in range(args.teacher_n)]
+                )
                 print_summary("teacher", eval_stats(taught))
                 if taught and not any(t.trainable for t in taught):
-                    return fail(f"every one of the {len(taught)} teacher episodes failed ({failures(taught)}; the first: {taught[0].stop_detail}): nothing to learn from")
+                    return fail(
+                        f"every one of the {len(taught)} teacher episodes failed ({failures(taught)}; the first: {taught[0].stop_detail}): nothing to learn from"
+                    )
                 episodes.extend(taught)
             rows = sft_rows(episodes, min_reward=args.min_reward)
             if not rows:
-                return fail(f"no episode of {len(episodes)} was trainable with reward >= {args.min_reward:g}: nothing to fine-tune on")
+                return fail(
+                    f"no episode of {len(episodes)} was trainable with reward >= {args.min_reward:g}: nothing to fine-tune on"
+                )
             trained = sum(sum(row["assistant_masks"]) for row in rows)
-            print(f"fine-tuning on {len(rows)} episode contexts of {len(episodes)} episodes ({trained} trained tokens), {args.epochs:g} epochs", flush=True)
-            trainer = train_sft(session.model, session.tokenizer, rows, output_dir=args.output_dir, epochs=args.epochs, lr=args.lr,
-                                batch_size=args.batch_size, seed=args.seed, bf16=args.bf16,
-                                gradient_checkpointing=args.gradient_checkpointing, micro_batch=args.micro_batch)  # fmt: skip
+            print(
+                f"fine-tuning on {len(rows)} episode contexts of {len(episodes)} episodes ({trained} trained tokens), {args.epochs:g} epochs",
+                flush=True,
+            )
+            trainer = train_sft(
+                session.model,
+                session.tokenizer,
+                rows,
+                output_dir=args.output_dir,
+                epochs=args.epochs,
+                lr=args.lr,
+                batch_size=args.batch_size,
+                seed=args.seed,
+                bf16=args.bf16,
+                gradient_checkpointing=args.gradient_checkpointing,
+                micro_batch=args.micro_batch,
+            )
             losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
             if losses:
                 print(f"loss {losses[0]:.4f} -> {losses[-1]:.4f} over {len(losses)} steps", flush=True)

@@ -20,13 +20,25 @@ from openreward_rl.observe.dumps import DumpError, read_records, record_to_traje
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", help="a trajectory dump (JSON lines, e.g. what `openreward-rl eval` writes)")
-    parser.add_argument("--index", type=int, default=None, help="show this one record (0-based; negative counts from the end); default: list them all")
-    parser.add_argument("--html", metavar="OUT.html", help="write a self-contained HTML report (with --index: one episode's page) instead of printing")
+    parser.add_argument(
+        "--index",
+        type=int,
+        default=None,
+        help="show this one record (0-based; negative counts from the end); default: list them all",
+    )
+    parser.add_argument(
+        "--html",
+        metavar="OUT.html",
+        help="write a self-contained HTML report (with --index: one episode's page) instead of printing",
+    )
     parser.add_argument("--serve", action="store_true", help="serve the HTML report on 127.0.0.1 until interrupted")
     parser.add_argument("--port", type=int, default=0, help="port for --serve (default: any free one)")
     parser.add_argument("--no-color", action="store_true", help="plain terminal output")
-    parser.add_argument("--tokenizer", help="decode token spans with this tokenizer (a path, a hub name in the cache, or offline:qwen3); "
-                                            "default: the one the file records")
+    parser.add_argument(
+        "--tokenizer",
+        help="decode token spans with this tokenizer (a path, a hub name in the cache, or offline:qwen3); "
+        "default: the one the file records",
+    )
 
 
 def _fail(message: str) -> int:
@@ -58,7 +70,10 @@ def _tokenizer(args: argparse.Namespace, records: Sequence[Mapping[str, Any]]) -
     try:
         return load_tokenizer(name), f"tokens decoded with {name} (recorded in the file)"
     except Exception as error:
-        return None, f"the recorded tokenizer {name!r} could not be loaded ({type(error).__name__}); token spans are shown as counts (pass --tokenizer)"
+        return (
+            None,
+            f"the recorded tokenizer {name!r} could not be loaded ({type(error).__name__}); token spans are shown as counts (pass --tokenizer)",
+        )
 
 
 def _skipped(message: str) -> None:
@@ -92,7 +107,9 @@ def run(args: argparse.Namespace) -> int:
         if not records:
             raise DumpError(f"{args.file}: no records")
         if args.index is not None and not -len(records) <= args.index < len(records):
-            raise DumpError(f"{args.file}: --index {args.index} is out of range; the file has {len(records)} records (0–{len(records) - 1})")
+            raise DumpError(
+                f"{args.file}: --index {args.index} is out of range; the file has {len(records)} records (0–{len(records) - 1})"
+            )
         if args.index is not None:
             trajectories = [trajectories[args.index]]
     except DumpError as error:
@@ -117,14 +134,23 @@ def run(args: argparse.Namespace) -> int:
         return 0
     from rich.console import Console
 
-    console = Console(no_color=args.no_color, highlight=False, soft_wrap=args.index is not None, force_terminal=None if not args.no_color else False)
+    console = Console(
+        no_color=args.no_color,
+        highlight=False,
+        soft_wrap=args.index is not None,
+        force_terminal=None if not args.no_color else False,
+    )
     if listing_only:
         if not console.is_terminal:
             console.width = 200  # a file or pipe: one line per episode rather than folded cells
         rows = show.episode_rows(records, trajectories)
-        show.render_listing(rows, console, title=f"{args.file} · {len(rows)} episodes · {len(show.groups(rows))} groups")
-        console.print("[dim]advantage: GRPO (r - mean) / (std + 1e-6) within each task's samples; infrastructure failures take no part. "
-                      "One episode: --index N; everything in a browser: --html report.html[/]")
+        show.render_listing(
+            rows, console, title=f"{args.file} · {len(rows)} episodes · {len(show.groups(rows))} groups"
+        )
+        console.print(
+            "[dim]advantage: GRPO (r - mean) / (std + 1e-6) within each task's samples; infrastructure failures take no part. "
+            "One episode: --index N; everything in a browser: --html report.html[/]"
+        )
         return 0
     console.print(f"[dim]{args.file} · record {args.index % len(records)} of {len(records)}[/]")
     if note and tokenizer is not None:

@@ -28,59 +28,166 @@ __all__ = ["add_arguments", "run", "spec_from_args"]
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     defaults = LaunchSpec(framework="slime", framework_path="")
-    parser.add_argument("--framework", choices=("slime", "miles", "trl"), required=True, help="which trainer: slime/miles (Ray job) or trl (GRPO in this process)")
-    parser.add_argument("--slime-path", default=os.environ.get("SLIME_PATH"), help="Slime checkout (default $SLIME_PATH)")
-    parser.add_argument("--miles-path", default=os.environ.get("MILES_PATH"), help="Miles checkout (default $MILES_PATH)")
-    parser.add_argument("--config", default=None, help="train_config.yaml (default $OPENREWARD_RL_CONFIG, $TRAIN_CONFIG, ./train_config.yaml)")
-    parser.add_argument("--task-data", default=defaults.task_data, help="JSONL from `openreward-rl prepare`")
-    parser.add_argument("--model", default=None, help=f"HF checkpoint (also the tokenizer; slime/miles default {defaults.model}, required for trl)")
-    parser.add_argument("--lr", type=float, default=None, help=f"learning rate (default {defaults.lr:g})")
-    parser.add_argument("--num-gpus", type=int, default=defaults.num_gpus, help="GPUs of the run: actor and rollout share them (colocated), unless --rollout-gpus splits them")
-    parser.add_argument("--tp", type=int, default=defaults.tp, help="GPUs per SGLang engine")
-    parser.add_argument("--rollout-batch-size", type=int, default=None, help=f"prompts per rollout (slime/miles default {defaults.rollout_batch_size})")
-    parser.add_argument("--n-samples", type=int, default=None, help=f"rollouts per prompt, the GRPO group (slime/miles default {defaults.n_samples})")
-    parser.add_argument("--global-batch-size", type=int, default=None, help="samples per optimizer step (default: rollout batch x n samples)")
-    parser.add_argument("--max-response-len", type=int, default=None, help=f"tokens per model call (slime/miles default {defaults.max_response_len})")
-    parser.add_argument("--max-context-len", type=int, default=None, help=f"tokens per episode, prompt + all turns (slime/miles default {defaults.max_context_len})")
-    parser.add_argument("--max-tokens-per-gpu", type=int, default=defaults.max_tokens_per_gpu, help=f"training token cap per GPU with dynamic batching (default {defaults.max_tokens_per_gpu})")
-    parser.add_argument("--temperature", type=float, default=None, help=f"rollout sampling temperature, > 0 (default {defaults.temperature:g})")
-    parser.add_argument("--num-rollout", type=int, default=defaults.num_rollout, help=f"rollout/train iterations (default {defaults.num_rollout})")
-    parser.add_argument("--train-backend", choices=("fsdp", "megatron"), default=None, help="default: megatron on Slime, fsdp on Miles")
-    parser.add_argument("--megatron-path", default=os.environ.get("MEGATRON_PATH"), help="Megatron backend: Megatron-LM checkout, put on the job's PYTHONPATH (default $MEGATRON_PATH)")
-    parser.add_argument("--ref-load", default=None, help="Megatron backend: the model's Megatron (torch_dist) checkpoint: the reference model, and the start when --load has none")
     parser.add_argument(
-        "--model-args-script", default=None,
+        "--framework",
+        choices=("slime", "miles", "trl"),
+        required=True,
+        help="which trainer: slime/miles (Ray job) or trl (GRPO in this process)",
+    )
+    parser.add_argument(
+        "--slime-path", default=os.environ.get("SLIME_PATH"), help="Slime checkout (default $SLIME_PATH)"
+    )
+    parser.add_argument(
+        "--miles-path", default=os.environ.get("MILES_PATH"), help="Miles checkout (default $MILES_PATH)"
+    )
+    parser.add_argument(
+        "--config",
+        default=None,
+        help="train_config.yaml (default $OPENREWARD_RL_CONFIG, $TRAIN_CONFIG, ./train_config.yaml)",
+    )
+    parser.add_argument("--task-data", default=defaults.task_data, help="JSONL from `openreward-rl prepare`")
+    parser.add_argument(
+        "--model",
+        default=None,
+        help=f"HF checkpoint (also the tokenizer; slime/miles default {defaults.model}, required for trl)",
+    )
+    parser.add_argument("--lr", type=float, default=None, help=f"learning rate (default {defaults.lr:g})")
+    parser.add_argument(
+        "--num-gpus",
+        type=int,
+        default=defaults.num_gpus,
+        help="GPUs of the run: actor and rollout share them (colocated), unless --rollout-gpus splits them",
+    )
+    parser.add_argument("--tp", type=int, default=defaults.tp, help="GPUs per SGLang engine")
+    parser.add_argument(
+        "--rollout-batch-size",
+        type=int,
+        default=None,
+        help=f"prompts per rollout (slime/miles default {defaults.rollout_batch_size})",
+    )
+    parser.add_argument(
+        "--n-samples",
+        type=int,
+        default=None,
+        help=f"rollouts per prompt, the GRPO group (slime/miles default {defaults.n_samples})",
+    )
+    parser.add_argument(
+        "--global-batch-size",
+        type=int,
+        default=None,
+        help="samples per optimizer step (default: rollout batch x n samples)",
+    )
+    parser.add_argument(
+        "--max-response-len",
+        type=int,
+        default=None,
+        help=f"tokens per model call (slime/miles default {defaults.max_response_len})",
+    )
+    parser.add_argument(
+        "--max-context-len",
+        type=int,
+        default=None,
+        help=f"tokens per episode, prompt + all turns (slime/miles default {defaults.max_context_len})",
+    )
+    parser.add_argument(
+        "--max-tokens-per-gpu",
+        type=int,
+        default=defaults.max_tokens_per_gpu,
+        help=f"training token cap per GPU with dynamic batching (default {defaults.max_tokens_per_gpu})",
+    )
+    parser.add_argument(
+        "--temperature",
+        type=float,
+        default=None,
+        help=f"rollout sampling temperature, > 0 (default {defaults.temperature:g})",
+    )
+    parser.add_argument(
+        "--num-rollout",
+        type=int,
+        default=defaults.num_rollout,
+        help=f"rollout/train iterations (default {defaults.num_rollout})",
+    )
+    parser.add_argument(
+        "--train-backend", choices=("fsdp", "megatron"), default=None, help="default: megatron on Slime, fsdp on Miles"
+    )
+    parser.add_argument(
+        "--megatron-path",
+        default=os.environ.get("MEGATRON_PATH"),
+        help="Megatron backend: Megatron-LM checkout, put on the job's PYTHONPATH (default $MEGATRON_PATH)",
+    )
+    parser.add_argument(
+        "--ref-load",
+        default=None,
+        help="Megatron backend: the model's Megatron (torch_dist) checkpoint: the reference model, and the start when --load has none",
+    )
+    parser.add_argument(
+        "--model-args-script",
+        default=None,
         help="Megatron backend: file with the model's Megatron flags (Slime: a scripts/models/*.sh setting MODEL_ARGS; Miles: a scripts/models/*.py with model_args()); "
         "default: <framework>/scripts/models/<--model's name>.sh|.py",
-    )  # fmt: skip
-    parser.add_argument("--output-dir", default=None, help="where the run writes (trl: checkpoints and the final model, default ./trl_output; slime/miles: default ./<framework>_output)")
-    parser.add_argument("--save", default=None, help="slime/miles: checkpoint directory to save to (default <--output-dir>/checkpoints)")
-    parser.add_argument("--save-interval", type=int, default=None, help=f"rollouts between checkpoints (default {defaults.save_interval})")
-    parser.add_argument("--load", default=None, help="checkpoint directory to resume from (the trainer picks the latest)")
-    parser.add_argument("--wandb-project", default=None, help=f"W&B project (slime/miles default {defaults.wandb_project}; trl logs to W&B only when given)")
-    parser.add_argument("--wandb-run", default=None, help="W&B group of this run")
-    parser.add_argument("--no-dynamic-filter", action="store_true", help="keep groups with aborted members or zero reward spread")
+    )
     parser.add_argument(
-        "--rollout-mode", choices=("sync", "partial", "fully-async"), default="sync",
+        "--output-dir",
+        default=None,
+        help="where the run writes (trl: checkpoints and the final model, default ./trl_output; slime/miles: default ./<framework>_output)",
+    )
+    parser.add_argument(
+        "--save", default=None, help="slime/miles: checkpoint directory to save to (default <--output-dir>/checkpoints)"
+    )
+    parser.add_argument(
+        "--save-interval",
+        type=int,
+        default=None,
+        help=f"rollouts between checkpoints (default {defaults.save_interval})",
+    )
+    parser.add_argument(
+        "--load", default=None, help="checkpoint directory to resume from (the trainer picks the latest)"
+    )
+    parser.add_argument(
+        "--wandb-project",
+        default=None,
+        help=f"W&B project (slime/miles default {defaults.wandb_project}; trl logs to W&B only when given)",
+    )
+    parser.add_argument("--wandb-run", default=None, help="W&B group of this run")
+    parser.add_argument(
+        "--no-dynamic-filter", action="store_true", help="keep groups with aborted members or zero reward spread"
+    )
+    parser.add_argument(
+        "--rollout-mode",
+        choices=("sync", "partial", "fully-async"),
+        default="sync",
         help="sync (default): every rollout step waits for its slowest episode; partial: --partial-rollout with over-sampling, "
         "unfinished episodes are suspended and resumed next step; fully-async: the framework's train_async.py with disjoint rollout GPUs",
-    )  # fmt: skip
-    parser.add_argument("--over-sampling-batch-size", type=int, default=None, help="groups fetched per refill (default under partial: 2 x --rollout-batch-size)")
-    parser.add_argument("--mask-offpolicy", action="store_true", help="partial: zero the loss mask of tokens sampled in earlier rollout steps (--mask-offpolicy-in-partial-rollout)")
+    )
     parser.add_argument(
-        "--rollout-gpus", type=int, default=None,
+        "--over-sampling-batch-size",
+        type=int,
+        default=None,
+        help="groups fetched per refill (default under partial: 2 x --rollout-batch-size)",
+    )
+    parser.add_argument(
+        "--mask-offpolicy",
+        action="store_true",
+        help="partial: zero the loss mask of tokens sampled in earlier rollout steps (--mask-offpolicy-in-partial-rollout)",
+    )
+    parser.add_argument(
+        "--rollout-gpus",
+        type=int,
+        default=None,
         help="GPUs for SGLang, the rest of --num-gpus train (actor and rollout on separate GPUs, no --colocate); "
         "default: colocated, except under fully-async: half",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--dashboard-host", default=defaults.dashboard_host,
+        "--dashboard-host",
+        default=defaults.dashboard_host,
         help=f"interface the Ray dashboard (and its unauthenticated job API) listens on when this command starts Ray "
         f"(default {defaults.dashboard_host}: this machine only; 0.0.0.0 exposes it to the network)",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--skip-check-model", action="store_true",
+        "--skip-check-model",
+        action="store_true",
         help="do not prove the model family token-exact on --model's tokenizer, here before Ray starts nor in the hooks (config: check_model: false)",
-    )  # fmt: skip
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the commands without running anything")
     parser.add_argument("extra", nargs=argparse.REMAINDER, help="-- then arguments for train.py")
     from openreward_rl.cli.train_trl import add_trl_arguments
@@ -104,7 +211,17 @@ def spec_from_args(args: Any) -> LaunchSpec:
     if extra and extra[0] == "--":
         extra = extra[1:]
     config = args.config or str(_config_file(args))
-    shared = ("model", "lr", "rollout_batch_size", "n_samples", "max_response_len", "max_context_len", "temperature", "save_interval", "wandb_project")
+    shared = (
+        "model",
+        "lr",
+        "rollout_batch_size",
+        "n_samples",
+        "max_response_len",
+        "max_context_len",
+        "temperature",
+        "save_interval",
+        "wandb_project",
+    )
     return from_attributes(
         LaunchSpec,
         args,
@@ -148,19 +265,34 @@ def _config_file(args: Any) -> str:
 def _check_ready(spec: LaunchSpec, environ: dict[str, str]) -> None:
     """Things a real launch needs that a dry run does not."""
     if not os.path.isfile(os.path.join(spec.framework_path, spec.train_script)):
-        raise LaunchError(f"{spec.framework_path} has no {spec.train_script}; point --{spec.framework}-path at a {spec.framework} checkout")
-    if spec.megatron_path and spec.backend == "megatron" and not os.path.isdir(os.path.join(str(spec.megatron_path), "megatron")):
-        raise LaunchError(f"--megatron-path {spec.megatron_path} has no megatron package; point it at a Megatron-LM checkout")
+        raise LaunchError(
+            f"{spec.framework_path} has no {spec.train_script}; point --{spec.framework}-path at a {spec.framework} checkout"
+        )
+    if (
+        spec.megatron_path
+        and spec.backend == "megatron"
+        and not os.path.isdir(os.path.join(str(spec.megatron_path), "megatron"))
+    ):
+        raise LaunchError(
+            f"--megatron-path {spec.megatron_path} has no megatron package; point it at a Megatron-LM checkout"
+        )
     if not os.path.isfile(spec.task_data):
-        raise LaunchError(f"task data {spec.task_data} does not exist; write it with `openreward-rl prepare --config {spec.config} --output {spec.task_data}`")
+        raise LaunchError(
+            f"task data {spec.task_data} does not exist; write it with `openreward-rl prepare --config {spec.config} --output {spec.task_data}`"
+        )
     config = load_config(spec.config)
     _check_family(config, spec.model)
     _check_compaction(config, spec)
     check_ready(config, environ=environ)  # API key for remote environments, base URLs; registers secrets for redaction
     remote = remote_environments(config)
-    offline = any(mode in " ".join(spec.extra) for mode in ("--wandb-mode offline", "--wandb-mode disabled", "--wandb-mode=offline", "--wandb-mode=disabled"))
+    offline = any(
+        mode in " ".join(spec.extra)
+        for mode in ("--wandb-mode offline", "--wandb-mode disabled", "--wandb-mode=offline", "--wandb-mode=disabled")
+    )
     if remote and not offline and not environ.get("WANDB_API_KEY"):
-        raise LaunchError("WANDB_API_KEY is not set (the job logs to W&B with --use-wandb); export WANDB_API_KEY=..., or pass `-- --wandb-mode offline`")
+        raise LaunchError(
+            "WANDB_API_KEY is not set (the job logs to W&B with --use-wandb); export WANDB_API_KEY=..., or pass `-- --wandb-mode offline`"
+        )
     _check_model(config, spec, required=True)
 
 
@@ -195,7 +327,9 @@ def _check_model(config: Any, spec: LaunchSpec, *, required: bool) -> None:
         where = "" if required else " from local files (a dry run does not ask the hub)"
         problem = f"cannot load the tokenizer of --model {spec.model}{where} to check its model family ({type(error).__name__}: {first_line(error)})"
         if required:
-            raise LaunchError(f"{problem}; the hooks load the same one. --skip-check-model (or check_model: false) skips the check") from None
+            raise LaunchError(
+                f"{problem}; the hooks load the same one. --skip-check-model (or check_model: false) skips the check"
+            ) from None
         print(f"openreward-rl train: {problem}; the hooks will check it", file=sys.stderr)
         return
     try:
@@ -217,7 +351,9 @@ def _check_compaction(config: Any, spec: LaunchSpec) -> None:
     rule = {"partial": "--rollout-mode partial", "fully-async": "--rollout-mode fully-async"}.get(spec.rollout_mode)
     if rule is None and any(arg == "--group-rm" for arg in spec.extra):
         rule = "--group-rm"
-    dynamic_filter = _last_value(list(spec.extra), "--dynamic-sampling-filter-path")  # the trainer's parser keeps the last
+    dynamic_filter = _last_value(
+        list(spec.extra), "--dynamic-sampling-filter-path"
+    )  # the trainer's parser keeps the last
     if rule is None and reads_members_as_samples(dynamic_filter):
         rule = f"--dynamic-sampling-filter-path {dynamic_filter}"
     if rule is not None and config.compacts:
@@ -262,7 +398,9 @@ def run(args: Any) -> int:
         spec = spec_from_args(args)
         train_arguments(spec)  # refuses bad settings (and a Megatron run without what it needs) before anything else
         if args.dry_run:
-            config = load_config(spec.config)  # a dry run still refuses a broken config, a refused model family or a bad mode
+            config = load_config(
+                spec.config
+            )  # a dry run still refuses a broken config, a refused model family or a bad mode
             _check_family(config, spec.model)
             _check_compaction(config, spec)
             _check_model(config, spec, required=False)

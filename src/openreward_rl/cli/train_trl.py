@@ -45,15 +45,30 @@ from openreward_rl.backends.trl import SAMPLERS, TrlOptions
 from openreward_rl.cli.interrupts import Interrupts
 from openreward_rl.errors import ConfigError
 
-__all__ = ["SHARED_FLAGS", "TRL_DEFAULTS", "add_trl_arguments", "check_output_dir", "options_from_args", "run", "print_summary"]
+__all__ = [
+    "SHARED_FLAGS",
+    "TRL_DEFAULTS",
+    "add_trl_arguments",
+    "check_output_dir",
+    "options_from_args",
+    "run",
+    "print_summary",
+]
 
 # `TrlOptions` is the table of this command's defaults; nothing here restates one.
-_DEFAULT: dict[str, Any] = {field.name: field.default for field in attrs.fields(TrlOptions) if field.default is not attrs.NOTHING}
+_DEFAULT: dict[str, Any] = {
+    field.name: field.default for field in attrs.fields(TrlOptions) if field.default is not attrs.NOTHING
+}
 # The flags `train` shares with Slime/Miles, by the `TrlOptions` field each sets (Slime/Miles take theirs from `LaunchSpec`).
 SHARED_FLAGS = {
-    "lr": "lr", "n_samples": "n_samples", "rollout_batch_size": "prompts_per_step", "max_response_len": "max_new_tokens",
-    "max_context_len": "max_context_len", "temperature": "temperature", "save_interval": "save_interval",
-}  # fmt: skip
+    "lr": "lr",
+    "n_samples": "n_samples",
+    "rollout_batch_size": "prompts_per_step",
+    "max_response_len": "max_new_tokens",
+    "max_context_len": "max_context_len",
+    "temperature": "temperature",
+    "save_interval": "save_interval",
+}
 # What `train --framework trl` uses where a shared flag is not given.
 TRL_DEFAULTS = {"model": None, **{flag: _DEFAULT[field] for flag, field in SHARED_FLAGS.items()}}
 
@@ -70,49 +85,127 @@ def add_trl_arguments(parser: Any) -> None:
         "--wandb-project/--wandb-run (TRL logs to WandB), --dry-run (print the trainer config, load nothing).",
     )
     group.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
-    group.add_argument("--dtype", default=None, help="model weights: float32 (default, also on CUDA; add --bf16 for autocast), bfloat16, ...")
+    group.add_argument(
+        "--dtype",
+        default=None,
+        help="model weights: float32 (default, also on CUDA; add --bf16 for autocast), bfloat16, ...",
+    )
     group.add_argument("--bf16", action="store_true", help="train under bf16 autocast (GPU)")
-    group.add_argument("--gradient-checkpointing", action=argparse.BooleanOptionalAction, default=_DEFAULT["gradient_checkpointing"],
-                       help="recompute activations in the backward pass: far less memory, a slower step (default on; --no-gradient-checkpointing: off)")
-    group.add_argument("--micro-batch", type=int, default=_DEFAULT["micro_batch"], metavar="N",
-                       help="episodes per forward and backward pass of a step (the largest divisor of the step's episodes at most N); "
-                       "their gradients accumulate into one optimizer step: less memory, the same update; 0: the whole step in one pass "
-                       "(default: 4 on the CPU, the whole step on a GPU)")
-    group.add_argument("--max-steps", type=int, default=_DEFAULT["max_steps"], help=f"optimizer steps (default {_DEFAULT['max_steps']})")
+    group.add_argument(
+        "--gradient-checkpointing",
+        action=argparse.BooleanOptionalAction,
+        default=_DEFAULT["gradient_checkpointing"],
+        help="recompute activations in the backward pass: far less memory, a slower step (default on; --no-gradient-checkpointing: off)",
+    )
+    group.add_argument(
+        "--micro-batch",
+        type=int,
+        default=_DEFAULT["micro_batch"],
+        metavar="N",
+        help="episodes per forward and backward pass of a step (the largest divisor of the step's episodes at most N); "
+        "their gradients accumulate into one optimizer step: less memory, the same update; 0: the whole step in one pass "
+        "(default: 4 on the CPU, the whole step on a GPU)",
+    )
+    group.add_argument(
+        "--max-steps",
+        type=int,
+        default=_DEFAULT["max_steps"],
+        help=f"optimizer steps (default {_DEFAULT['max_steps']})",
+    )
     group.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --output-dir")
     group.add_argument("--lora", action="store_true", help="train a LoRA adapter (peft) instead of all weights")
-    group.add_argument("--lora-rank", type=int, default=_DEFAULT["lora_rank"], help=f"LoRA rank (default {_DEFAULT['lora_rank']})")
-    group.add_argument("--beta", type=float, default=_DEFAULT["beta"], help=f"KL coefficient against the initial model (default {_DEFAULT['beta']:g}; 0: no reference model)")
-    group.add_argument("--top-p", type=float, default=_DEFAULT["top_p"], help=f"sampling top-p (default {_DEFAULT['top_p']:g})")
-    group.add_argument("--serve", action="append", default=[], metavar="FILE.py:Class", help="serve this environment class on 127.0.0.1 for the run (repeatable); sets env_base_url")
-    group.add_argument("--max-tasks", type=int, default=None, help="cap on training tasks per split where an environment sets no num_samples")
+    group.add_argument(
+        "--lora-rank", type=int, default=_DEFAULT["lora_rank"], help=f"LoRA rank (default {_DEFAULT['lora_rank']})"
+    )
+    group.add_argument(
+        "--beta",
+        type=float,
+        default=_DEFAULT["beta"],
+        help=f"KL coefficient against the initial model (default {_DEFAULT['beta']:g}; 0: no reference model)",
+    )
+    group.add_argument(
+        "--top-p", type=float, default=_DEFAULT["top_p"], help=f"sampling top-p (default {_DEFAULT['top_p']:g})"
+    )
+    group.add_argument(
+        "--serve",
+        action="append",
+        default=[],
+        metavar="FILE.py:Class",
+        help="serve this environment class on 127.0.0.1 for the run (repeatable); sets env_base_url",
+    )
+    group.add_argument(
+        "--max-tasks",
+        type=int,
+        default=None,
+        help="cap on training tasks per split where an environment sets no num_samples",
+    )
     group.add_argument("--eval-split", default=None, help="evaluate this split before and after training (e.g. test)")
     group.add_argument("--eval-n", type=int, default=4, help="episodes per evaluation task (default 4)")
     group.add_argument("--eval-max-tasks", type=int, default=None, help="cap on evaluation tasks per environment")
-    group.add_argument("--eval-output", default=None, metavar="FILE.jsonl", help="write the evaluation episodes: after training to FILE.jsonl, before to FILE.before.jsonl (for `openreward-rl show`)")
-    group.add_argument("--no-save-model", action="store_true", help="do not write the final model to --output-dir")
-    group.add_argument("--no-eval-before", action="store_true", help="with --eval-split: evaluate after training only (e.g. the model was just evaluated)")
-    group.add_argument("--group-rm", action="store_true", help="score each group with the environment's score_group where it has one")
-    group.add_argument("--family", default=None, help="model family, overriding the config's model_family (docs/families.md)")
-    group.add_argument("--seed", type=int, default=_DEFAULT["seed"], help=f"training seed and task shuffle seed (default {_DEFAULT['seed']})")
-    group.add_argument("--concurrency", type=int, default=_DEFAULT["concurrency"], help="episodes in flight at once (default: all of a step's, rollout batch x n samples)")
-    group.add_argument("--sampler", choices=SAMPLERS, default=_DEFAULT["sampler"],
-                       help="how the model samples: waves (a step's waiting turns as one padded batch, as TRL generates) or continuous "
-                       f"(transformers' continuous batching) (default {_DEFAULT['sampler']})")
-    group.add_argument("--sampler-memory", type=float, default=_DEFAULT["sampler_memory"],
-                       help=f"--sampler continuous on a GPU: the most of its free memory the paged KV cache may take; it is sized to a step's episodes (default {_DEFAULT['sampler_memory']:g})")
-    group.add_argument("--resample-zero-spread", type=int, default=_DEFAULT["resample_zero_spread"], metavar="N",
-                       help="rerun groups that would train nothing (no reward spread), at most N rounds per step (default: the config's resample_zero_spread, 0: off)")
     group.add_argument(
-        "--max-failed-steps", type=int, default=_DEFAULT["max_failed_steps"],
+        "--eval-output",
+        default=None,
+        metavar="FILE.jsonl",
+        help="write the evaluation episodes: after training to FILE.jsonl, before to FILE.before.jsonl (for `openreward-rl show`)",
+    )
+    group.add_argument("--no-save-model", action="store_true", help="do not write the final model to --output-dir")
+    group.add_argument(
+        "--no-eval-before",
+        action="store_true",
+        help="with --eval-split: evaluate after training only (e.g. the model was just evaluated)",
+    )
+    group.add_argument(
+        "--group-rm", action="store_true", help="score each group with the environment's score_group where it has one"
+    )
+    group.add_argument(
+        "--family", default=None, help="model family, overriding the config's model_family (docs/families.md)"
+    )
+    group.add_argument(
+        "--seed",
+        type=int,
+        default=_DEFAULT["seed"],
+        help=f"training seed and task shuffle seed (default {_DEFAULT['seed']})",
+    )
+    group.add_argument(
+        "--concurrency",
+        type=int,
+        default=_DEFAULT["concurrency"],
+        help="episodes in flight at once (default: all of a step's, rollout batch x n samples)",
+    )
+    group.add_argument(
+        "--sampler",
+        choices=SAMPLERS,
+        default=_DEFAULT["sampler"],
+        help="how the model samples: waves (a step's waiting turns as one padded batch, as TRL generates) or continuous "
+        f"(transformers' continuous batching) (default {_DEFAULT['sampler']})",
+    )
+    group.add_argument(
+        "--sampler-memory",
+        type=float,
+        default=_DEFAULT["sampler_memory"],
+        help=f"--sampler continuous on a GPU: the most of its free memory the paged KV cache may take; it is sized to a step's episodes (default {_DEFAULT['sampler_memory']:g})",
+    )
+    group.add_argument(
+        "--resample-zero-spread",
+        type=int,
+        default=_DEFAULT["resample_zero_spread"],
+        metavar="N",
+        help="rerun groups that would train nothing (no reward spread), at most N rounds per step (default: the config's resample_zero_spread, 0: off)",
+    )
+    group.add_argument(
+        "--max-failed-steps",
+        type=int,
+        default=_DEFAULT["max_failed_steps"],
         help="stop after this many steps in a row in which every episode failed (infrastructure failures), keeping the checkpoints; "
         f"0: never (default {_DEFAULT['max_failed_steps']})",
-    )  # fmt: skip
+    )
     group.add_argument(
-        "--max-untrained-steps", type=int, default=_DEFAULT["max_untrained_steps"],
+        "--max-untrained-steps",
+        type=int,
+        default=_DEFAULT["max_untrained_steps"],
         help="stop after this many steps in a row that trained nothing (no group had reward spread), saying why and what to try; "
         f"the model is saved and evaluated as at the end; 0: never (default {_DEFAULT['max_untrained_steps']})",
-    )  # fmt: skip
+    )
 
 
 def _shared(args: Any, name: str) -> Any:
@@ -126,7 +219,9 @@ def options_from_args(args: Any) -> Any:
 
     model = getattr(args, "model", None)
     if not model:
-        raise ConfigError("--framework trl needs --model (e.g. offline:smollm2, HuggingFaceTB/SmolLM2-135M-Instruct or a local path)")
+        raise ConfigError(
+            "--framework trl needs --model (e.g. offline:smollm2, HuggingFaceTB/SmolLM2-135M-Instruct or a local path)"
+        )
     from openreward_rl.engines.transformers import check_model_name
 
     check_model_name(model)
@@ -164,7 +259,7 @@ def _as_typed(message: str) -> str:
     for flag, field in SHARED_FLAGS.items():
         option = field.replace("_", "-")
         if flag != field and message.startswith(f"{option} "):
-            return f"--{flag.replace('_', '-')}{message[len(option):]}"
+            return f"--{flag.replace('_', '-')}{message[len(option) :]}"
     return message
 
 
@@ -217,14 +312,19 @@ class _Progress:
 
         def per_environment(metric: str) -> dict[str, Any]:  # environment names may hold "/" (Org/Env)
             prefix, suffix = "openreward/", f"/{metric}"
-            return {key[len(prefix) : -len(suffix)]: value for key, value in logs.items() if key.startswith(prefix) and key.endswith(suffix)}
+            return {
+                key[len(prefix) : -len(suffix)]: value
+                for key, value in logs.items()
+                if key.startswith(prefix) and key.endswith(suffix)
+            }
 
         parts = [f"{env} {_number(value, '.3f')}" for env, value in sorted(per_environment("reward_mean").items())]
         failures = sum(int(value or 0) for value in per_environment("infra_failures").values())
         signal = (
             f"  zero-spread {_number(logs.get('openreward/zero_spread_share'), '.2f')}  untrained {_number(logs.get('openreward/untrained_share'), '.2f')}"
-            if "openreward/untrained_share" in logs else ""
-        )  # fmt: skip
+            if "openreward/untrained_share" in logs
+            else ""
+        )
         return (
             f"step {step}  reward {_number(logs.get('reward'), '.3f')} ± {_number(logs.get('reward_std'), '.3f')}  "
             f"[{', '.join(parts)}]  infra failures {failures}{signal}  loss {_number(logs.get('loss'), '.4f')}  {elapsed}"
@@ -236,7 +336,9 @@ class _Progress:
         progress = self
 
         class Progress(TrainerCallback):
-            def on_log(self, args: Any, state: Any, control: Any, logs: Mapping[str, Any] | None = None, **_: Any) -> None:
+            def on_log(
+                self, args: Any, state: Any, control: Any, logs: Mapping[str, Any] | None = None, **_: Any
+            ) -> None:
                 if not logs or "reward" not in logs:
                     return
                 print(progress.line(f"{state.global_step}/{state.max_steps}", logs), file=progress.out, flush=True)
@@ -254,13 +356,24 @@ def dry_run_text(options: Any, config_source: str, serve: Sequence[str]) -> str:
 
     grpo = grpo_config(options)
     defaults = {f.name: f.default for f in dataclasses.fields(grpo) if f.default is not dataclasses.MISSING}
-    changed = {k: v for k, v in grpo.to_dict().items() if (k in defaults and defaults[k] != v or k in ("output_dir", "bf16", "use_cpu")) and k not in ("accelerator_config", "hub_token")}
+    changed = {
+        k: v
+        for k, v in grpo.to_dict().items()
+        if (k in defaults and defaults[k] != v or k in ("output_dir", "bf16", "use_cpu"))
+        and k not in ("accelerator_config", "hub_token")
+    }
     plan = {
         "config": config_source,
         "serve": list(serve),
         "options": attrs.asdict(options),
         "GRPOConfig": changed,
-        "LoraConfig": {k: v for k, v in lora_config(options).to_dict().items() if k in ("r", "lora_alpha", "target_modules", "lora_dropout")} if options.lora else None,
+        "LoraConfig": {
+            k: v
+            for k, v in lora_config(options).to_dict().items()
+            if k in ("r", "lora_alpha", "target_modules", "lora_dropout")
+        }
+        if options.lora
+        else None,
     }
     return json.dumps(plan, indent=2, default=str)
 
@@ -292,7 +405,9 @@ def run(args: Any) -> int:
 
     return_freed_memory()  # before the model loads
     classes = [load_environment_class(spec) for spec in args.serve]
-    check_servable(classes)  # what the SDK's Server refuses (no tools, a concurrent terminal tool), before the model loads
+    check_servable(
+        classes
+    )  # what the SDK's Server refuses (no tools, a concurrent terminal tool), before the model loads
     if options.report_to == "wandb":
         os.environ.setdefault("WANDB_PROJECT", args.wandb_project)
     interrupts = Interrupts()
@@ -322,7 +437,11 @@ def last_checkpoint_line(output_dir: str) -> str:
     from openreward_rl.backends.trl import last_checkpoint
 
     newest = last_checkpoint(output_dir)
-    return f"; checkpoints kept in {output_dir} (newest {os.path.basename(newest)}): --resume continues from it" if newest else "; no checkpoint was saved yet"
+    return (
+        f"; checkpoints kept in {output_dir} (newest {os.path.basename(newest)}): --resume continues from it"
+        if newest
+        else "; no checkpoint was saved yet"
+    )
 
 
 def _quiet_libraries() -> None:
@@ -347,8 +466,14 @@ def _write(path: str | None, phase: str, episodes: Sequence[Any], options: Any) 
 
     from openreward_rl.observe.dumps import TrajectoryWriter
 
-    settings = {"engine": "transformers", "model": options.model, "tokenizer": options.model, "temperature": options.temperature,
-                "top_p": options.top_p, "max_new_tokens": options.max_new_tokens}  # fmt: skip
+    settings = {
+        "engine": "transformers",
+        "model": options.model,
+        "tokenizer": options.model,
+        "temperature": options.temperature,
+        "top_p": options.top_p,
+        "max_new_tokens": options.max_new_tokens,
+    }
     target = Path(path) if phase == "after" else Path(path).with_suffix(".before.jsonl")
     target.unlink(missing_ok=True)
     with TrajectoryWriter(target) as writer:
@@ -364,7 +489,11 @@ def _all_failed(episodes: Sequence[Any]) -> str | None:
     by_env: dict[str, list[Any]] = {}
     for episode in episodes:
         by_env.setdefault(episode.task.environment, []).append(episode)
-    broken = [f"{env}: all {len(items)} episodes failed: {failures(items)}" for env, items in by_env.items() if not any(t.trainable for t in items)]
+    broken = [
+        f"{env}: all {len(items)} episodes failed: {failures(items)}"
+        for env, items in by_env.items()
+        if not any(t.trainable for t in items)
+    ]
     return "; ".join(broken) or None
 
 
@@ -387,7 +516,9 @@ def _train(args: Any, options: Any, config: Any, classes: Sequence[type], interr
         return _train_process(args, options, config, classes, interrupts, out, err)
 
 
-def _train_process(args: Any, options: Any, config: Any, classes: Sequence[type], interrupts: Interrupts, out: Any, err: Any) -> int:
+def _train_process(
+    args: Any, options: Any, config: Any, classes: Sequence[type], interrupts: Interrupts, out: Any, err: Any
+) -> int:
     from openreward_rl.backends.trl import TrlSession, eval_stats, last_checkpoint, quiet_trainer, release_optimizer
 
     main = options.ranks.main
@@ -397,21 +528,37 @@ def _train_process(args: Any, options: Any, config: Any, classes: Sequence[type]
     if options.weight_precision_warning:
         print(f"openreward-rl train: warning: {options.weight_precision_warning}", file=err, flush=True)
     started = time.monotonic()
-    with TrlSession.open(config, options, serve=classes, announce=lambda line: print(line, file=out, flush=True)) as session:
+    with TrlSession.open(
+        config, options, serve=classes, announce=lambda line: print(line, file=out, flush=True)
+    ) as session:
         share = options.prompts_per_step // options.ranks.count
-        split = f" over {options.ranks.count} processes ({share} task{'s' * (share != 1)} each)" if options.ranks.count > 1 else ""
-        print(f"{len(session.train_tasks)} training tasks; {options.prompts_per_step} tasks x {options.n_samples} episodes per step{split}, {options.max_steps} steps", file=out, flush=True)
+        split = (
+            f" over {options.ranks.count} processes ({share} task{'s' * (share != 1)} each)"
+            if options.ranks.count > 1
+            else ""
+        )
+        print(
+            f"{len(session.train_tasks)} training tasks; {options.prompts_per_step} tasks x {options.n_samples} episodes per step{split}, {options.max_steps} steps",
+            file=out,
+            flush=True,
+        )
         eval_tasks = session.tasks_of(args.eval_split, args.eval_max_tasks) if args.eval_split else []
         before = None
         if eval_tasks and resume is None and not args.no_eval_before:
-            print(f"evaluating {args.eval_split}: {len(eval_tasks)} tasks x {args.eval_n} episodes", file=out, flush=True)
+            print(
+                f"evaluating {args.eval_split}: {len(eval_tasks)} tasks x {args.eval_n} episodes", file=out, flush=True
+            )
             episodes = _evaluate(session, eval_tasks, args.eval_n, out)
             _write(args.eval_output if main else None, "before", episodes, options)
             before = eval_stats(episodes)
             print_summary("before", before, out)
             broken = _all_failed(episodes)
             if broken:
-                print(f"openreward-rl train: the before-evaluation failed entirely ({broken}); nothing was trained: fix the environment and rerun", file=err, flush=True)
+                print(
+                    f"openreward-rl train: the before-evaluation failed entirely ({broken}); nothing was trained: fix the environment and rerun",
+                    file=err,
+                    flush=True,
+                )
                 return 1
         trainer = session.trainer(callbacks=[_Progress(out, session.adapter).callback(), interrupts.callback()])
         quiet_trainer(trainer)
@@ -420,9 +567,15 @@ def _train_process(args: Any, options: Any, config: Any, classes: Sequence[type]
         trainer.train(resume_from_checkpoint=resume)
         if session.stopped and session.stopped_failed:
             kept = last_checkpoint(options.output_dir)
-            print(f"openreward-rl train: {session.stopped}; {f'checkpoints kept, the last {kept}' if kept else 'no checkpoint was written'}", file=err, flush=True)
+            print(
+                f"openreward-rl train: {session.stopped}; {f'checkpoints kept, the last {kept}' if kept else 'no checkpoint was written'}",
+                file=err,
+                flush=True,
+            )
             return 1
-        if session.stopped:  # steps that trained nothing: what earlier steps trained is saved and evaluated as at the end
+        if (
+            session.stopped
+        ):  # steps that trained nothing: what earlier steps trained is saved and evaluated as at the end
             print(f"openreward-rl train: {session.stopped}", file=err, flush=True)
         if not args.no_save_model:
             trainer.save_model(options.output_dir)  # every process calls it; the main one writes

@@ -9,7 +9,15 @@ from openreward_rl._lazy import lazy_exports
 
 _EXPORTS = {
     "openreward_rl.credit.returns": ["TurnCredit", "reward_to_go", "turn_rewards", "turn_spans", "token_rewards"],
-    "openreward_rl.credit.estimators": ["advantage_bound", "episode_advantages", "turn_advantages", "turn_index_advantages", "mixed_advantages", "group_advantages", "token_advantages"],
+    "openreward_rl.credit.estimators": [
+        "advantage_bound",
+        "episode_advantages",
+        "turn_advantages",
+        "turn_index_advantages",
+        "mixed_advantages",
+        "group_advantages",
+        "token_advantages",
+    ],
     "openreward_rl.credit.group": ["group_token_advantages"],
 }
 

@@ -84,7 +84,9 @@ def _check_returns(returns: Sequence[Sequence[float] | None]) -> list[Sequence[f
     return [r for r in returns if r is not None]
 
 
-def episode_advantages(rewards: Sequence[float | None], *, eps: float = EPS, std_normalization: bool = True) -> list[float | None]:
+def episode_advantages(
+    rewards: Sequence[float | None], *, eps: float = EPS, std_normalization: bool = True
+) -> list[float | None]:
     """GRPO's group-normalised episode rewards; None stays None (no reward, no advantage). The one
     implementation of GRPO's group statistic: the trainer hooks, the fork normalisation and the viewer
     use it. `std_normalization=False` only centres (Slime without `--grpo-std-normalization`).
@@ -151,10 +153,15 @@ def mixed_advantages(
         raise ValueError("an episode has returns but no reward, or a reward but no returns")
     per_turn = turn_advantages(returns, eps=eps)
     per_episode = episode_advantages(rewards, eps=eps)
-    return [None if t is None or e is None else [weight * a + (1.0 - weight) * e for a in t] for t, e in zip(per_turn, per_episode)]
+    return [
+        None if t is None or e is None else [weight * a + (1.0 - weight) * e for a in t]
+        for t, e in zip(per_turn, per_episode)
+    ]
 
 
-def advantage_bound(estimator: str, turns: Sequence[int | None], *, weight: float = 0.5, clip: float | None = None) -> float:
+def advantage_bound(
+    estimator: str, turns: Sequence[int | None], *, weight: float = 0.5, clip: float | None = None
+) -> float:
     """The largest |advantage| `estimator` can give a group whose episodes ran `turns[i]` turns (None: a
     failure, no returns): a function of the group's shape only (see the module docstring).
 
@@ -215,7 +222,9 @@ def token_advantages(advantages: Sequence[float], spans: Sequence[Sequence[int]]
     previous_end = 0
     for (start, end), value in zip(spans, advantages):
         if not previous_end <= start <= end <= length:
-            raise ValueError(f"span ({start}, {end}) overlaps the previous one or leaves the response of {length} tokens")
+            raise ValueError(
+                f"span ({start}, {end}) overlaps the previous one or leaves the response of {length} tokens"
+            )
         out[start:end] = [float(value)] * (end - start)
         previous_end = end
     return out

@@ -34,10 +34,14 @@ def group_turn_advantages(
 ) -> tuple[list[TurnCredit | None], list[list[float] | None]]:
     """Each trajectory's credit and per-turn advantages under `settings` (None for one that is not trained).
     The episode estimator uses `Trajectory.reward` (0.0 where none was observed, as the hooks train it)."""
-    credits = [TurnCredit.of_trajectory(t, gamma=settings.gamma, nonterminal_reward=nonterminal_reward) for t in trajectories]
+    credits = [
+        TurnCredit.of_trajectory(t, gamma=settings.gamma, nonterminal_reward=nonterminal_reward) for t in trajectories
+    ]
     returns = [None if c is None else list(c.returns) for c in credits]
     rewards = [None if c is None else float(t.reward or 0.0) for c, t in zip(credits, trajectories)]
-    return credits, group_advantages(settings.estimator, returns, rewards, weight=settings.mix_weight, clip=settings.clip)
+    return credits, group_advantages(
+        settings.estimator, returns, rewards, weight=settings.mix_weight, clip=settings.clip
+    )
 
 
 def group_token_advantages(
@@ -60,7 +64,11 @@ def group_token_advantages(
 
 
 def trajectory_group_signal(
-    trajectories: Sequence[Trajectory], settings: AdvantageSettings, rewards: Sequence[float | None], *, nonterminal_reward: float | None = None
+    trajectories: Sequence[Trajectory],
+    settings: AdvantageSettings,
+    rewards: Sequence[float | None],
+    *,
+    nonterminal_reward: float | None = None,
 ) -> StepSignal:
     """Whether the group has reward spread (over `rewards`, the ones trained) and which episodes train
     nothing under `settings` (`credit.signal`). For `episode`, the advantages are GRPO's over `rewards`."""

@@ -80,7 +80,9 @@ def turn_spans(trajectory: Trajectory) -> list[tuple[int, int, int]]:
     return spans
 
 
-def token_rewards(spans: Sequence[Sequence[int]], rewards: Sequence[float], length: int, *, ends: Sequence[int] | None = None) -> list[float]:
+def token_rewards(
+    spans: Sequence[Sequence[int]], rewards: Sequence[float], length: int, *, ends: Sequence[int] | None = None
+) -> list[float]:
     """A per-token reward vector of `length` (one segment's response): each turn's reward on its last
     sampled token (`ends[i]`, exclusive; default: the span's end), 0.0 elsewhere. `spans` are `(start, end)`.
 
@@ -91,7 +93,9 @@ def token_rewards(spans: Sequence[Sequence[int]], rewards: Sequence[float], leng
     for index, ((start, end), reward) in enumerate(zip(spans, rewards, strict=True)):
         last = (ends[index] if ends is not None else end) - 1
         if not start <= last < length:
-            raise ValueError(f"turn {index} ends at token {last}, outside its span [{start}, {end}) or the response ({length})")
+            raise ValueError(
+                f"turn {index} ends at token {last}, outside its span [{start}, {end}) or the response ({length})"
+            )
         out[last] += float(reward)
     return out
 
@@ -108,7 +112,9 @@ class TurnCredit:
     gamma: float = 1.0
 
     @classmethod
-    def of_trajectory(cls, trajectory: Trajectory, *, gamma: float = 1.0, nonterminal_reward: float | None = None) -> TurnCredit | None:
+    def of_trajectory(
+        cls, trajectory: Trajectory, *, gamma: float = 1.0, nonterminal_reward: float | None = None
+    ) -> TurnCredit | None:
         """The episode's credit; None for an infrastructure failure or a trajectory that is not token-exact
         (no returns: such samples are never trained)."""
         if not trajectory.trainable or not trajectory.turns:
@@ -121,4 +127,9 @@ class TurnCredit:
     def segment_token_rewards(self, segment: int, length: int) -> list[float]:
         """Per-token rewards of one segment's response (`length` tokens): each turn's reward at its last sampled token."""
         chosen = [i for i, span in enumerate(self.spans) if span[0] == segment]
-        return token_rewards([self.spans[i][1:] for i in chosen], [self.rewards[i] for i in chosen], length, ends=[self.sampled_ends[i] for i in chosen])
+        return token_rewards(
+            [self.spans[i][1:] for i in chosen],
+            [self.rewards[i] for i in chosen],
+            length,
+            ends=[self.sampled_ends[i] for i in chosen],
+        )

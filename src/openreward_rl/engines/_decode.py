@@ -34,9 +34,13 @@ def forward_keywords(forward: Any) -> tuple[str, dict[str, Any]]:
     return cache_name, {"logits_to_keep": 1} if "logits_to_keep" in accepted else {}
 
 
-def _last_logits(model: Any, keywords: tuple[str, dict[str, Any]], ids: Any, mask: Any, positions: Any, cache: Any) -> Any:
+def _last_logits(
+    model: Any, keywords: tuple[str, dict[str, Any]], ids: Any, mask: Any, positions: Any, cache: Any
+) -> Any:
     cache_name, extra = keywords
-    output = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **{cache_name: cache}, **extra)
+    output = model(
+        input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **{cache_name: cache}, **extra
+    )
     return output.logits[:, -1]
 
 
@@ -57,14 +61,18 @@ class EagerDecoder:
 
     def step(self, index: int, tokens: Any, positions: Any) -> Any:
         """The logits after feeding `tokens` (one per row) at `positions`: the wave's `index`-th sampled token (from 0)."""
-        return _last_logits(self.model, self.keywords, tokens[:, None], self.mask[:, : self.width + index + 1], positions, self.cache)
+        return _last_logits(
+            self.model, self.keywords, tokens[:, None], self.mask[:, : self.width + index + 1], positions, self.cache
+        )
 
 
 class StaticDecoder:
     """A wave over a `StaticCache` with an explicit 4D mask, its decode step a replayed CUDA graph with `graphs` (see the
     module docstring). The mask says True where a query may attend."""
 
-    def __init__(self, model: Any, keywords: tuple[str, dict[str, Any]], mask: Any, steps: int, *, graphs: bool) -> None:
+    def __init__(
+        self, model: Any, keywords: tuple[str, dict[str, Any]], mask: Any, steps: int, *, graphs: bool
+    ) -> None:
         import torch
         from transformers import StaticCache
 

@@ -99,7 +99,11 @@ class SGLangLoads:
         except aiohttp.ClientResponseError:  # a plain server, no router in front
             return [self.base_url]
         workers = listed.get("workers") if isinstance(listed, Mapping) else None
-        urls = [str(worker["url"]).rstrip("/") for worker in workers or [] if isinstance(worker, Mapping) and worker.get("url")]
+        urls = [
+            str(worker["url"]).rstrip("/")
+            for worker in workers or []
+            if isinstance(worker, Mapping) and worker.get("url")
+        ]
         return urls or [self.base_url]
 
     async def _get(self, session: aiohttp.ClientSession, url: str) -> Any:
@@ -135,7 +139,9 @@ class AdmissionController:
     ceiling: int = attrs.field(default=512, validator=_positive)
     interval_s: float = attrs.field(default=0.5, validator=_positive)
     full_usage: float = attrs.field(default=0.9, validator=_positive)
-    short_queue: float = attrs.field(default=0.5, validator=_positive)  # waiting per running request at which growth stops
+    short_queue: float = attrs.field(
+        default=0.5, validator=_positive
+    )  # waiting per running request at which growth stops
     long_queue: float = attrs.field(default=4.0, validator=_positive)  # ... past which the limit is trimmed
     limit: int = attrs.field(init=False)
     in_flight: int = attrs.field(default=0, init=False)
@@ -149,7 +155,9 @@ class AdmissionController:
         if self.floor > self.ceiling:
             raise ValueError(f"AdmissionController.floor ({self.floor}) is above its ceiling ({self.ceiling})")
         if self.full_usage > 1:
-            raise ValueError(f"AdmissionController.full_usage is a fraction of the KV cache, at most 1, got {self.full_usage!r}")
+            raise ValueError(
+                f"AdmissionController.full_usage is a fraction of the KV cache, at most 1, got {self.full_usage!r}"
+            )
         self.limit = self.floor
 
     @contextlib.asynccontextmanager
@@ -198,7 +206,9 @@ class AdmissionController:
             if self.polls == 1:
                 self.static = True
                 logger.warning(
-                    "adaptive concurrency: the engines' load is not readable (%s); admitting up to the static %d episodes in flight instead", failure, self.ceiling
+                    "adaptive concurrency: the engines' load is not readable (%s); admitting up to the static %d episodes in flight instead",
+                    failure,
+                    self.ceiling,
                 )
                 await self._set_limit(self.ceiling)
             else:

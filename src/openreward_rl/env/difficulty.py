@@ -41,7 +41,9 @@ class DifficultyQuery:
 
     def __attrs_post_init__(self) -> None:
         if self.training_stage is not None and self.training_stage not in TRAINING_STAGES:
-            raise ConfigError(f"training stage must be one of {', '.join(TRAINING_STAGES)}, got {self.training_stage!r}")
+            raise ConfigError(
+                f"training stage must be one of {', '.join(TRAINING_STAGES)}, got {self.training_stage!r}"
+            )
 
     def arguments(self) -> dict[str, Any]:
         return {k: v for k, v in attrs.asdict(self).items() if v is not None}
@@ -104,7 +106,9 @@ class DifficultySelection:
 
     async def __call__(self, environment: Any, name: str, split: str, refs: list[TaskRef]) -> list[TaskRef]:
         rows = await environment.get_task_difficulty(split=split, **self.query.arguments())
-        by_task: Mapping[tuple[int, str | None], Any] = {(row.task_index, row.variant): row for row in rows if row.split in (None, split)}
+        by_task: Mapping[tuple[int, str | None], Any] = {
+            (row.task_index, row.variant): row for row in rows if row.split in (None, split)
+        }
         kept = []
         for ref in refs:
             stats = None if ref.index is None else by_task.get((ref.index, ref.variant), by_task.get((ref.index, None)))

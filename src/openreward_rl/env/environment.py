@@ -120,8 +120,12 @@ def _fault(error: BaseException, action: str) -> EnvironmentFault:
         return EnvironmentFault(str(error), kind="AtCapacity")
     if isinstance(error, ServerUnreachable):
         return EnvironmentFault(f"environment server unreachable while {action}: {error}", kind="ServerUnreachable")
-    if isinstance(error, SessionTerminatedError):  # its reason without the session id: one line for a server's every session
-        return EnvironmentFault(f"the environment session ended while {action}: {error.reason}", kind="SessionTerminated")
+    if isinstance(
+        error, SessionTerminatedError
+    ):  # its reason without the session id: one line for a server's every session
+        return EnvironmentFault(
+            f"the environment session ended while {action}: {error.reason}", kind="SessionTerminated"
+        )
     if isinstance(error, AuthenticationError):
         return EnvironmentFault(
             f"authentication failed while {action}: the OpenReward API key is missing or invalid (set OPENREWARD_API_KEY)",
@@ -171,7 +175,9 @@ class LivenessProbe:
     _watch: asyncio.Task[str] | None = attrs.field(default=None, init=False)
     _waiting: dict[asyncio.Task[str], int] = attrs.field(factory=dict, init=False)  # calls waiting on each watch
     _answered_at: float = attrs.field(default=float("-inf"), init=False)  # loop time of the latest /health answer
-    _found_unresponsive_at: float | None = attrs.field(default=None, init=False)  # the latest "answered nothing" verdict
+    _found_unresponsive_at: float | None = attrs.field(
+        default=None, init=False
+    )  # the latest "answered nothing" verdict
 
     @classmethod
     def for_environment(cls, environment: Any, **options: Any) -> LivenessProbe | None:
@@ -209,7 +215,11 @@ class LivenessProbe:
                 silent_s = now - max(began, heard)
                 if silent_s >= self.unresponsive_s or self._found_unresponsive_at is not None:
                     self._found_unresponsive_at = now
-                    since = f"for {silent_s:.0f} s" if silent_s >= self.unresponsive_s else "since it was found unresponsive"
+                    since = (
+                        f"for {silent_s:.0f} s"
+                        if silent_s >= self.unresponsive_s
+                        else "since it was found unresponsive"
+                    )
                     return f"the server accepts connections but has answered nothing {since}: /health {outcome.reason}"
             await asyncio.sleep(self.interval_s)
 
@@ -256,7 +266,9 @@ class LivenessProbe:
 
     async def _probe_once(self) -> _ProbeFailure | None:
         try:
-            async with self.http.get("/health", timeout=aiohttp.ClientTimeout(total=self.request_timeout_s)) as response:
+            async with self.http.get(
+                "/health", timeout=aiohttp.ClientTimeout(total=self.request_timeout_s)
+            ) as response:
                 await response.read()
         except aiohttp.ClientConnectorError as error:
             return _ProbeFailure(refused=True, reason=f"{type(error).__name__}: {error}")
@@ -280,7 +292,9 @@ def _retrieve(watch: asyncio.Task[str]) -> None:
 
 
 # One probe per (HTTP client, settings): every session on a client shares its watch.
-_PROBES: weakref.WeakKeyDictionary[aiohttp.ClientSession, dict[tuple[Any, ...], LivenessProbe]] = weakref.WeakKeyDictionary()
+_PROBES: weakref.WeakKeyDictionary[aiohttp.ClientSession, dict[tuple[Any, ...], LivenessProbe]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 async def _race_liveness(operation: Awaitable[Any], probe: LivenessProbe | None) -> Any:
@@ -354,7 +368,11 @@ def nested_tool_specs(flat_tools: list[Mapping[str, Any]]) -> list[dict[str, Any
         nested.append(
             {
                 "type": "function",
-                "function": {"name": tool["name"], "description": tool.get("description") or "", "parameters": parameters},
+                "function": {
+                    "name": tool["name"],
+                    "description": tool.get("description") or "",
+                    "parameters": parameters,
+                },
             }
         )
     return nested
@@ -373,14 +391,18 @@ class EnvSession:
 
     sdk_session: Any
     task: TaskRef
-    tool_timeout: ToolTimeouts = attrs.field(factory=lambda: ToolTimeouts(None), converter=lambda t: t if isinstance(t, ToolTimeouts) else ToolTimeouts(t))
+    tool_timeout: ToolTimeouts = attrs.field(
+        factory=lambda: ToolTimeouts(None), converter=lambda t: t if isinstance(t, ToolTimeouts) else ToolTimeouts(t)
+    )
     probe: LivenessProbe | None = None
     read_retry: RetryPolicy = DEFAULT_READ_RETRY
     unreachable: bool = False  # set once the probe found the server down
     finished: bool = False  # set once a tool call's answer said the episode is over
     _in_flight: int = attrs.field(default=0, init=False)
     _overlapped: bool = attrs.field(default=False, init=False)  # two calls were ever in flight at once
-    shown: ShownText = attrs.field(default=attrs.Factory(lambda self: ShownText(self.task.environment), takes_self=True))
+    shown: ShownText = attrs.field(
+        default=attrs.Factory(lambda self: ShownText(self.task.environment), takes_self=True)
+    )
 
     async def _guard(
         self,
@@ -392,7 +414,10 @@ class EnvSession:
     ) -> Any:
         try:
             return await call_with_retries(
-                lambda: _bounded(operation(), timeout, self.probe), retry, what=f"{self.task.environment}: {action}", retry_on=is_busy
+                lambda: _bounded(operation(), timeout, self.probe),
+                retry,
+                what=f"{self.task.environment}: {action}",
+                retry_on=is_busy,
             )
         except ToolCallError:
             raise
@@ -404,16 +429,22 @@ class EnvSession:
 
     async def prompt_messages(self) -> list[dict[str, Any]]:
         """The task's opening conversation as chat messages (`get_messages`, or the prompt as one user turn)."""
-        messages = await self._guard("getting the prompt", lambda: self.sdk_session.get_messages(format="openai"), retry=self.read_retry)
+        messages = await self._guard(
+            "getting the prompt", lambda: self.sdk_session.get_messages(format="openai"), retry=self.read_retry
+        )
         return [self._plain_message(m) for m in messages]
 
     async def tools(self) -> list[dict[str, Any]]:
-        flat = await self._guard("listing tools", lambda: self.sdk_session.list_tools(format="openai"), retry=self.read_retry)
+        flat = await self._guard(
+            "listing tools", lambda: self.sdk_session.list_tools(format="openai"), retry=self.read_retry
+        )
         return self.shown.value(nested_tool_specs(flat), "the tool list")
 
     async def terminal_tool(self) -> Any:
         sdk.reuse_listed_terminal_tool(self.sdk_session)
-        return await self._guard("reading the terminal tool", lambda: self.sdk_session.terminal_tool(), retry=self.read_retry)
+        return await self._guard(
+            "reading the terminal tool", lambda: self.sdk_session.terminal_tool(), retry=self.read_retry
+        )
 
     async def call_tool(self, name: str, arguments: Mapping[str, Any]) -> ToolOutcome:
         if has_lone_surrogate(arguments):
@@ -430,9 +461,13 @@ class EnvSession:
         if self.tool_timeout.per_tool:  # a limit of its own is looked up by its name
             spec = await self.terminal_tool()
             name = getattr(spec, "name", None)
-        return await self._call(name, lambda: self.sdk_session.call_terminal_tool(message), action="calling the terminal tool")
+        return await self._call(
+            name, lambda: self.sdk_session.call_terminal_tool(message), action="calling the terminal tool"
+        )
 
-    async def _call(self, name: str | None, operation: Callable[[], Awaitable[Any]], action: str | None = None) -> ToolOutcome:
+    async def _call(
+        self, name: str | None, operation: Callable[[], Awaitable[Any]], action: str | None = None
+    ) -> ToolOutcome:
         where = f"tool {name!r}" if name else "the terminal tool"
         timeout = self.tool_timeout.seconds(name)
         self._in_flight += 1
@@ -532,13 +567,19 @@ async def open_session(
             if spec_task is not None:
                 context = environment.session(task=spec_task, secrets=session_secrets, toolset=toolset)
             else:
-                context = environment.session(split=task.split, index=task.index, secrets=session_secrets, toolset=toolset)
+                context = environment.session(
+                    split=task.split, index=task.index, secrets=session_secrets, toolset=toolset
+                )
         except ValueError as error:  # e.g. a secret name the SDK has no allowed domains for, an unknown toolset
-            raise EnvironmentFault(f"cannot open a session for {task.environment}: {error}", kind="Configuration") from error
+            raise EnvironmentFault(
+                f"cannot open a session for {task.environment}: {error}", kind="Configuration"
+            ) from error
         try:
             opening = asyncio.get_running_loop().time()  # the server knows the session from after this on
             sdk_session = await _bounded(context.__aenter__(), open_timeout, probe)
-            adopt_pings(sdk_session, heard_at=opening, probe=probe)  # its pings on this loop and the pooled client (env.keepalive)
+            adopt_pings(
+                sdk_session, heard_at=opening, probe=probe
+            )  # its pings on this loop and the pooled client (env.keepalive)
             run_calls_in_caller(sdk_session)  # no tasks of its own per call (_compat.openreward.calls)
             return context, sdk_session
         except Exception as error:
@@ -551,7 +592,9 @@ async def open_session(
     try:
         context, sdk_session = await call_with_retries(open_once, open_retry, what=action, retry_on=is_transient)
     except ToolCallError as error:
-        raise EnvironmentFault(f"could not open a session for {task.environment}: {error}", kind="ToolCallError") from error
+        raise EnvironmentFault(
+            f"could not open a session for {task.environment}: {error}", kind="ToolCallError"
+        ) from error
     except aiohttp.ClientResponseError as error:
         if error.status == 404:
             raise EnvironmentFault(
@@ -562,7 +605,9 @@ async def open_session(
         raise _fault(error, action) from error
     except _FAULTS as error:
         raise _fault(error, action) from error
-    session = EnvSession(sdk_session=sdk_session, task=task, tool_timeout=tool_timeout, probe=probe, read_retry=read_retry)
+    session = EnvSession(
+        sdk_session=sdk_session, task=task, tool_timeout=tool_timeout, probe=probe, read_retry=read_retry
+    )
     try:
         yield session
     finally:

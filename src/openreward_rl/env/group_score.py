@@ -56,43 +56,66 @@ class GroupScoring:
     error: str | None = None
 
 
-async def score_group(client: Any, config: TrainConfig, task: TaskRef, transcripts: Sequence[Sequence[Mapping[str, str]]]) -> GroupScoring:
+async def score_group(
+    client: Any, config: TrainConfig, task: TaskRef, transcripts: Sequence[Sequence[Mapping[str, str]]]
+) -> GroupScoring:
     """The environment's judgement of `transcripts` (the episodes of `task`); see the module docstring."""
     try:
         scores = await _sdk_scores(client, config, task, transcripts)
     except Exception as error:  # unsupported, judge failure, environment down: the pointwise rewards stand
-        logger.warning("group scoring for %s failed, keeping pointwise rewards: %s: %s", task.environment, type(error).__name__, error)
+        logger.warning(
+            "group scoring for %s failed, keeping pointwise rewards: %s: %s",
+            task.environment,
+            type(error).__name__,
+            error,
+        )
         return GroupScoring(error=f"{type(error).__name__}: {error}")
     if scores is None:
         logger.info("%s has no score_group; keeping pointwise rewards", task.environment)
         return GroupScoring()
     policy = config.environment(task.environment).reward_policy()
-    return GroupScoring(members=tuple(MemberScore(policy.clamp(float(s.reward)), float(s.reward), s.metadata) for s in scores))
+    return GroupScoring(
+        members=tuple(MemberScore(policy.clamp(float(s.reward)), float(s.reward), s.metadata) for s in scores)
+    )
 
 
-async def _sdk_scores(client: Any, config: TrainConfig, task: TaskRef, transcripts: Sequence[Sequence[Mapping[str, str]]]) -> list[Any] | None:
+async def _sdk_scores(
+    client: Any, config: TrainConfig, task: TaskRef, transcripts: Sequence[Sequence[Mapping[str, str]]]
+) -> list[Any] | None:
     """The SDK's `GroupScore`s, index-aligned, or None when the environment does not implement `score_group`."""
     from openreward.api.environments.types import GroupCandidate, Message, TextBlock
 
     task = resolve_task(config, task)  # the episodes' own server and variant
     candidates = [
-        GroupCandidate(messages=[Message(role=_sdk_role(m["role"]), blocks=[TextBlock(text=m["content"])]) for m in messages])
+        GroupCandidate(
+            messages=[Message(role=_sdk_role(m["role"]), blocks=[TextBlock(text=m["content"])]) for m in messages]
+        )
         for messages in transcripts
     ]
-    async with open_session(client, task, secrets=config.session_secrets(task.environment), open_timeout=600.0) as session:
+    async with open_session(
+        client, task, secrets=config.session_secrets(task.environment), open_timeout=600.0
+    ) as session:
         if not await session.sdk_session.supports_score_group():
             return None
         limits = config.tool_timeouts(task.environment)
         try:  # a hung judge must not stall the trainer: the environment's tool-call time limit bounds it too
             scores = await asyncio.wait_for(session.sdk_session.score_group(candidates), limits.default)
         except TimeoutError:
-            raise EnvironmentFault(f"score_group of {task.environment} took longer than its limit, {limits.knob(None)}", kind="Timeout") from None
+            raise EnvironmentFault(
+                f"score_group of {task.environment} took longer than its limit, {limits.knob(None)}", kind="Timeout"
+            ) from None
     if len(scores) != len(candidates):
-        raise EnvironmentFault(f"score_group returned {len(scores)} scores for {len(candidates)} candidates", kind="ScoreGroupShape")
+        raise EnvironmentFault(
+            f"score_group returned {len(scores)} scores for {len(candidates)} candidates", kind="ScoreGroupShape"
+        )
     return list(scores)
 
 
-_SDK_ROLES: dict[str, Literal["system", "user", "assistant"]] = {"system": "system", "user": "user", "assistant": "assistant"}
+_SDK_ROLES: dict[str, Literal["system", "user", "assistant"]] = {
+    "system": "system",
+    "user": "user",
+    "assistant": "assistant",
+}
 
 
 def _sdk_role(role: str) -> Literal["system", "user", "assistant"]:

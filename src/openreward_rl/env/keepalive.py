@@ -66,7 +66,9 @@ STRIKES = 5  # the SDK's _run_ping: the session is dead when its ping loop has e
 _FAILING = OncePerKey()  # base URLs whose pings fail: the first failure of each is a warning, the rest debug
 
 
-async def keep_alive(session: Any, interval_s: float = PING_INTERVAL_S, heard_at: float | None = None, probe: Any = None) -> None:
+async def keep_alive(
+    session: Any, interval_s: float = PING_INTERVAL_S, heard_at: float | None = None, probe: Any = None
+) -> None:
     """Ping `session`'s server whenever it has not heard from the session for `interval_s` (see the
     module; `heard_at`: a loop time by which the server knew the session, e.g. its open's start; None:
     ping at once) until cancelled; mark the session dead and stop as the SDK would (`STREAK`, `STRIKES`),
@@ -81,7 +83,9 @@ async def keep_alive(session: Any, interval_s: float = PING_INTERVAL_S, heard_at
             traffic.forget(session.sid)
 
 
-async def _ping_when_quiet(session: Any, interval_s: float, heard_at: float, traffic: SessionTraffic | None, probe: Any) -> None:
+async def _ping_when_quiet(
+    session: Any, interval_s: float, heard_at: float, traffic: SessionTraffic | None, probe: Any
+) -> None:
     streak, strikes = 0, 0
     loop = asyncio.get_running_loop()
     attempted = float("-inf")  # the start of the latest ping (failed or not)
@@ -117,14 +121,20 @@ async def _ping_when_quiet(session: Any, interval_s: float, heard_at: float, tra
             if streak >= STREAK:
                 streak, strikes = 0, strikes + 1
                 if strikes >= STRIKES:
-                    sdk.mark_dead(session, f"{strikes} x {STREAK} consecutive ping failures: {type(error).__name__}: {error}")
+                    sdk.mark_dead(
+                        session, f"{strikes} x {STREAK} consecutive ping failures: {type(error).__name__}: {error}"
+                    )
                     return
 
 
 def _log_failure(session: Any, error: BaseException, count: str) -> None:
     detail = f"{type(error).__name__}: {error}"
     if _FAILING.first(session.base_url):
-        logger.warning("pings to %s fail (%s); further ping failures there are logged at debug level until one succeeds", session.base_url, detail)
+        logger.warning(
+            "pings to %s fail (%s); further ping failures there are logged at debug level until one succeeds",
+            session.base_url,
+            detail,
+        )
     else:
         logger.debug("ping failed sid=%s (%s): %s", session.sid, count, detail)
 

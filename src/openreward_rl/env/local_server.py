@@ -215,7 +215,9 @@ class LocalEnvServer:
     _process: _subprocess.Popen[bytes] | None = attrs.field(default=None, init=False, repr=False)
     _log: IO[bytes] | None = attrs.field(default=None, init=False, repr=False)
     _final_logs: str = attrs.field(default="", init=False, repr=False)
-    log_file: str | None = attrs.field(default=None, init=False)  # in-process mode: where the SDK's server loggers write
+    log_file: str | None = attrs.field(
+        default=None, init=False
+    )  # in-process mode: where the SDK's server loggers write
     _routes_logs: bool = attrs.field(default=False, init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
@@ -358,20 +360,32 @@ class LocalEnvServer:
     def _start_subprocess(self) -> None:
         with contextlib.closing(_free_loopback_socket()) as sock:
             self.port = sock.getsockname()[1]
-        command = [sys.executable, "-m", "openreward_rl.env.local_server", *self.specs, "--port", str(self.port),
-                   "--log-level", self.log_level]
+        command = [
+            sys.executable,
+            "-m",
+            "openreward_rl.env.local_server",
+            *self.specs,
+            "--port",
+            str(self.port),
+            "--log-level",
+            self.log_level,
+        ]
         env = loopback_environ()
         env["PYTHONPATH"] = os.pathsep.join(_child_import_path(env.get("PYTHONPATH", "")))
         self._log = tempfile.NamedTemporaryFile(prefix="openreward-env-server-", suffix=".log")
-        self._process = _subprocess.Popen(command, env=env, stdin=_subprocess.DEVNULL, stdout=self._log,
-                                          stderr=_subprocess.STDOUT)
+        self._process = _subprocess.Popen(
+            command, env=env, stdin=_subprocess.DEVNULL, stdout=self._log, stderr=_subprocess.STDOUT
+        )
         deadline = time.monotonic() + self.start_timeout_s
         while not self._healthy():
             if self._process.poll() is not None or time.monotonic() > deadline:
                 logs = self.logs()
                 self.stop()
-                state = (f"exited with status {self._process.returncode}" if self._process.poll() is not None
-                         else f"no healthy /health after {self.start_timeout_s:g} s")
+                state = (
+                    f"exited with status {self._process.returncode}"
+                    if self._process.poll() is not None
+                    else f"no healthy /health after {self.start_timeout_s:g} s"
+                )
                 raise EnvServerStartError(f"environment server {command} {state}; its output:\n{logs[-4000:]}")
             time.sleep(0.05)
 
@@ -404,8 +418,9 @@ def serve_environments(
     """
     items = [specs_or_classes] if isinstance(specs_or_classes, (str, type)) else list(specs_or_classes)
     classes = [load_environment_class(item) if isinstance(item, str) else item for item in items]
-    server = LocalEnvServer(classes, mode="subprocess" if subprocess else "thread", log_level=log_level,
-                            start_timeout_s=start_timeout_s)
+    server = LocalEnvServer(
+        classes, mode="subprocess" if subprocess else "thread", log_level=log_level, start_timeout_s=start_timeout_s
+    )
     if subprocess:
         server.specs  # noqa: B018 - fail now, not in the child, when a class cannot be re-imported
     return server
@@ -420,14 +435,21 @@ def main(argv: Sequence[str] | None = None) -> None:
             "reach the others with variant=<lowercased class name>."
         ),
         epilog="example: python -m openreward_rl.env.local_server examples/environments/whodunit.py:WhoDunIt "
-               "examples/environments/math_env.py:MathEnv --port 8080",
+        "examples/environments/math_env.py:MathEnv --port 8080",
     )
-    parser.add_argument("specs", nargs="+", metavar="SPEC",
-                        help="environment class as path/to/file.py:ClassName or package.module:ClassName")
+    parser.add_argument(
+        "specs",
+        nargs="+",
+        metavar="SPEC",
+        help="environment class as path/to/file.py:ClassName or package.module:ClassName",
+    )
     parser.add_argument("--port", type=int, required=True, help="TCP port on 127.0.0.1 to listen on")
-    parser.add_argument("--log-level", default="info",
-                        choices=["critical", "error", "warning", "info", "debug", "trace"],
-                        help="uvicorn log level (default: info)")
+    parser.add_argument(
+        "--log-level",
+        default="info",
+        choices=["critical", "error", "warning", "info", "debug", "trace"],
+        help="uvicorn log level (default: info)",
+    )
     args = parser.parse_args(argv)
     os.environ.setdefault("OPENREWARD_DISABLE_UPDATE_CHECK", "1")
     try:

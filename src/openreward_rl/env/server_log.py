@@ -67,7 +67,9 @@ class ServerLog:
                 str(event[key]) for key in ("error_type", "error") if event.get(key)
             )
             where = ", ".join(f"{key} {event[key]}" for key in ("tool", "path") if event.get(key))
-            if self._said.first(failure or event.get("event")):  # the SDK logs one failure under two events (request_error, unhandled_exception)
+            if self._said.first(
+                failure or event.get("event")
+            ):  # the SDK logs one failure under two events (request_error, unhandled_exception)
                 first = self._said.first("the file")
                 line = f"environment server (in this process): {event.get('event')}{f' ({where})' if where else ''}: {failure or 'see its log'}"
                 note = f"; its log, tracebacks included: {self.path}" if first else ""
@@ -94,7 +96,11 @@ def route_server_logs() -> ServerLog:
         handle, path = tempfile.mkstemp(prefix="openreward-env-server-", suffix=".log")
         os.close(handle)
         log = ServerLog(path)
-        level = getattr(logging, (os.environ.get("OPENREWARD_LOG_LEVEL") or os.environ.get("LOG_LEVEL") or "INFO").upper(), logging.INFO)
+        level = getattr(
+            logging,
+            (os.environ.get("OPENREWARD_LOG_LEVEL") or os.environ.get("LOG_LEVEL") or "INFO").upper(),
+            logging.INFO,
+        )
         processors: list[structlog.typing.Processor] = [
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso"),

@@ -65,8 +65,11 @@ class ShownText:
             self._warn(
                 f"secret:{where}",
                 "environment %r: %s showed %d known secret value(s); each was replaced with %s before the model saw it",
-                self.environment, where, max(found, 1), MASK,
-            )  # fmt: skip
+                self.environment,
+                where,
+                max(found, 1),
+                MASK,
+            )
         return masked
 
     def value(self, value: Any, where: str) -> Any:
@@ -74,7 +77,13 @@ class ShownText:
         masked = redact(value)
         if masked != value:
             self.redacted_values += 1
-            self._warn(f"secret:{where}", "environment %r: %s metadata held a known secret value; it was replaced with %s", self.environment, where, MASK)
+            self._warn(
+                f"secret:{where}",
+                "environment %r: %s metadata held a known secret value; it was replaced with %s",
+                self.environment,
+                where,
+                MASK,
+            )
         return masked
 
     def blocks(self, blocks: Iterable[Any], where: str) -> str:
@@ -126,8 +135,10 @@ class ShownText:
             "image",
             "environment %r: %s holds an image, and this model reads text only; it sees %r in its place "
             "(counted in the episode's images_dropped metric)",
-            self.environment, where, IMAGE_PLACEHOLDER,
-        )  # fmt: skip
+            self.environment,
+            where,
+            IMAGE_PLACEHOLDER,
+        )
         return IMAGE_PLACEHOLDER
 
     def _warn(self, key: str, message: str, *args: Any) -> None:

@@ -20,7 +20,17 @@ from openreward_rl.task import TaskRef, task_hash
 # Listing is repeated on transient errors (busy answers, the SDK giving up its own retries): 1 + 2 + 4 s of back-off.
 LISTING_RETRY = RetryPolicy(attempts=4, initial_s=1.0, max_s=10.0)
 
-__all__ = ["TaskRef", "task_hash", "sdk_task", "list_tasks", "resolve_task", "task_row", "task_from_metadata", "LISTING_RETRY", "NO_LISTING_STATUSES"]
+__all__ = [
+    "TaskRef",
+    "task_hash",
+    "sdk_task",
+    "list_tasks",
+    "resolve_task",
+    "task_row",
+    "task_from_metadata",
+    "LISTING_RETRY",
+    "NO_LISTING_STATUSES",
+]
 
 
 def sdk_task(task: TaskRef) -> Any:
@@ -33,9 +43,9 @@ def sdk_task(task: TaskRef) -> Any:
         server_name=task.server_name or task.environment.split("/")[-1],
         environment_name=task.environment_name or task.environment.split("/")[-1],
         task_spec=dict(task.task_spec),
-        namespace=task.namespace if task.namespace is not None else (
-            task.environment.split("/")[0] if "/" in task.environment else None
-        ),
+        namespace=task.namespace
+        if task.namespace is not None
+        else (task.environment.split("/")[0] if "/" in task.environment else None),
     )
 
 
@@ -46,7 +56,14 @@ NO_LISTING_STATUSES = frozenset({400, 404, 405, 501})
 
 
 async def _tasks_of_split(
-    environment: Any, name: str, split: str, cap: int | None, rng: random.Random, base_url: str | None, variant: str | None, retry: RetryPolicy
+    environment: Any,
+    name: str,
+    split: str,
+    cap: int | None,
+    rng: random.Random,
+    base_url: str | None,
+    variant: str | None,
+    retry: RetryPolicy,
 ) -> list[TaskRef]:
     """All tasks of one split through the list API, or through the index API where listing is unsupported.
 
@@ -59,7 +76,9 @@ async def _tasks_of_split(
     except aiohttp.ClientResponseError as error:
         if error.status not in NO_LISTING_STATUSES:
             raise
-        count = await call_with_retries(lambda: environment.num_tasks(split), retry, what=f"counting the tasks of {name}:{split} (it lists none)")
+        count = await call_with_retries(
+            lambda: environment.num_tasks(split), retry, what=f"counting the tasks of {name}:{split} (it lists none)"
+        )
         indices = list(range(count))
         rng.shuffle(indices)
         return [TaskRef(name, split, index=i, base_url=base_url, variant=variant) for i in indices[: cap or count]]
@@ -82,7 +101,14 @@ async def _tasks_of_split(
 
 
 async def list_tasks(
-    client: Any, config: TrainConfig, *, max_tasks: int | None = None, seed: int = 0, progress: Any = None, retry: RetryPolicy = LISTING_RETRY, select: Any = None
+    client: Any,
+    config: TrainConfig,
+    *,
+    max_tasks: int | None = None,
+    seed: int = 0,
+    progress: Any = None,
+    retry: RetryPolicy = LISTING_RETRY,
+    select: Any = None,
 ) -> list[TaskRef]:
     """Tasks of every configured environment and split, shuffled deterministically by `seed`.
 
@@ -99,7 +125,16 @@ async def list_tasks(
         base_url = config.base_url_for(name)
         environment = client.environments.get(name, variant=env_config.variant, base_url=base_url)
         for split in env_config.splits:
-            split_refs = await _tasks_of_split(environment, name, split, None if select else env_config.num_samples or max_tasks, rng, base_url, env_config.variant, retry)
+            split_refs = await _tasks_of_split(
+                environment,
+                name,
+                split,
+                None if select else env_config.num_samples or max_tasks,
+                rng,
+                base_url,
+                env_config.variant,
+                retry,
+            )
             if select is not None:
                 cap = env_config.num_samples or max_tasks
                 split_refs = (await select(environment, name, split, split_refs))[: cap or None]

@@ -76,19 +76,25 @@ class SessionTraffic:
         """Make this the record `traffic_of(client)` returns (`client` must carry `trace_config`)."""
         _by_client[client] = self
 
-    async def _on_start(self, session: aiohttp.ClientSession, context: SimpleNamespace, params: aiohttp.TraceRequestStartParams) -> None:
+    async def _on_start(
+        self, session: aiohttp.ClientSession, context: SimpleNamespace, params: aiohttp.TraceRequestStartParams
+    ) -> None:
         sid = params.headers.get(SESSION_HEADER)
         if sid is not None and sid in self._heard:
             context.sid, context.sent = sid, asyncio.get_running_loop().time()
             self._waiting.setdefault(sid, {})[id(context)] = context.sent
 
-    async def _on_end(self, session: aiohttp.ClientSession, context: SimpleNamespace, params: aiohttp.TraceRequestEndParams) -> None:
+    async def _on_end(
+        self, session: aiohttp.ClientSession, context: SimpleNamespace, params: aiohttp.TraceRequestEndParams
+    ) -> None:
         self.last_answer = asyncio.get_running_loop().time()
         sid = self._settle(context)
         if sid is not None and 200 <= params.response.status < 300 and sid in self._heard:
             self._heard[sid] = max(self._heard[sid], context.sent)
 
-    async def _on_exception(self, session: aiohttp.ClientSession, context: SimpleNamespace, params: aiohttp.TraceRequestExceptionParams) -> None:
+    async def _on_exception(
+        self, session: aiohttp.ClientSession, context: SimpleNamespace, params: aiohttp.TraceRequestExceptionParams
+    ) -> None:
         self._settle(context)
 
     def _settle(self, context: SimpleNamespace) -> str | None:

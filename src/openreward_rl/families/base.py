@@ -110,7 +110,9 @@ class ModelFamily:
         for token in self.stops:
             token_id = tokenizer.convert_tokens_to_ids(token)
             if not isinstance(token_id, int) or token_id == tokenizer.unk_token_id:
-                raise ModelFamilyError(f"the {self.name} family stops on {token!r}, which this tokenizer does not have as one token")
+                raise ModelFamilyError(
+                    f"the {self.name} family stops on {token!r}, which this tokenizer does not have as one token"
+                )
             ids.append(token_id)
         return tuple(ids)
 

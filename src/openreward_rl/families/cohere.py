@@ -50,7 +50,14 @@ class CohereBridge:
     tokenizer: Any
     template_kwargs: Mapping[str, Any] = attrs.field(factory=dict)
 
-    def bridge(self, *, context_ids: Sequence[int], sampled_ids: Sequence[int], new_messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None) -> list[int] | None:  # fmt: skip
+    def bridge(
+        self,
+        *,
+        context_ids: Sequence[int],
+        sampled_ids: Sequence[int],
+        new_messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None,
+    ) -> list[int] | None:
         earlier = count_calls(decode_ids(self.tokenizer, list(context_ids)))
         answered = [m for m in new_messages if m["role"] == "tool"]
         stand_in: list[dict[str, Any]] = [{"role": "user", "content": _USER}]
@@ -58,8 +65,15 @@ class CohereBridge:
             prior = [_call(f"orrl_prior_{n}", "orrl_tool") for n in range(earlier)]
             stand_in += [{"role": "assistant", "content": "", "tool_calls": prior}]
             stand_in += [{"role": "tool", "tool_call_id": c["id"], "content": "0"} for c in prior]
-        turn_calls = [_call(str(m.get("tool_call_id") or f"orrl_call_{n}"), str(m.get("name") or "orrl_tool")) for n, m in enumerate(answered)]
-        stand_in.append({"role": "assistant", "content": "", "tool_calls": turn_calls} if turn_calls else {"role": "assistant", "content": "0"})
+        turn_calls = [
+            _call(str(m.get("tool_call_id") or f"orrl_call_{n}"), str(m.get("name") or "orrl_tool"))
+            for n, m in enumerate(answered)
+        ]
+        stand_in.append(
+            {"role": "assistant", "content": "", "tool_calls": turn_calls}
+            if turn_calls
+            else {"role": "assistant", "content": "0"}
+        )
         try:
             base = self._render(stand_in, tools, generation=False)
             full = self._render([*stand_in, *new_messages], tools, generation=True)
@@ -71,9 +85,15 @@ class CohereBridge:
             return None
         return list(self.tokenizer.encode(full[cut:], add_special_tokens=False))
 
-    def _render(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None, *, generation: bool) -> str:
+    def _render(
+        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None, *, generation: bool
+    ) -> str:
         return self.tokenizer.apply_chat_template(
-            messages, tools=list(tools) if tools else None, tokenize=False, add_generation_prompt=generation, **self.template_kwargs
+            messages,
+            tools=list(tools) if tools else None,
+            tokenize=False,
+            add_generation_prompt=generation,
+            **self.template_kwargs,
         )
 
 

@@ -58,7 +58,12 @@ class DeepSeekV3Format:
     prefill: str = ""
 
     def render(
-        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None, *, add_generation_prompt: bool, **template_kwargs: Any
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None,
+        *,
+        add_generation_prompt: bool,
+        **template_kwargs: Any,
     ) -> str:
         system = "\n\n".join(str(m.get("content") or "") for m in messages if m["role"] == "system")
         parts = [BOS, system]
@@ -71,7 +76,10 @@ class DeepSeekV3Format:
             elif role == "assistant":
                 parts.append(self._assistant(message, prompted=previous in ("user", "tool")))
             elif role == "tool":
-                parts.append((OUTPUTS_BEGIN if previous != "tool" else "\n") + f"{OUTPUT_BEGIN}{message.get('content') or ''}{OUTPUT_END}")
+                parts.append(
+                    (OUTPUTS_BEGIN if previous != "tool" else "\n")
+                    + f"{OUTPUT_BEGIN}{message.get('content') or ''}{OUTPUT_END}"
+                )
                 if following not in ("tool", "user"):
                     parts.append(OUTPUTS_END)
             elif role != "system":

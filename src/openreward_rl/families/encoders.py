@@ -36,7 +36,12 @@ class DeepSeekEncoder:
     passes_effort: bool = False  # V4's encode_messages takes reasoning_effort
 
     def render(
-        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None, *, add_generation_prompt: bool, **template_kwargs: Any
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None,
+        *,
+        add_generation_prompt: bool,
+        **template_kwargs: Any,
     ) -> str:
         prepared = [_with_string_arguments(m) for m in messages]
         if tools:
@@ -78,7 +83,9 @@ def encoder_from_checkpoint(file_name: str, **options: Any) -> Callable[[Any], D
         candidates = [directory / file_name, directory / "encoding" / file_name]
         for path in candidates:
             if path.is_file():
-                spec = importlib.util.spec_from_file_location(f"_openreward_rl_{path.stem}_{abs(hash(str(path)))}", path)
+                spec = importlib.util.spec_from_file_location(
+                    f"_openreward_rl_{path.stem}_{abs(hash(str(path)))}", path
+                )
                 assert spec is not None and spec.loader is not None
                 module = importlib.util.module_from_spec(spec)
                 spec.loader.exec_module(module)

@@ -97,7 +97,9 @@ class ReasoningBeforeLastUser:
         def enc(text: str) -> list[int]:
             return list(tokenizer.encode(text, add_special_tokens=False)) if text else []
 
-        user, opener, closer, reply, instead = map(enc, (self.user, self.opener, self.closer, self.tool_reply, self.replacement))
+        user, opener, closer, reply, instead = map(
+            enc, (self.user, self.opener, self.closer, self.tool_reply, self.replacement)
+        )
         headers = [enc(h) for h in (self.assistant, *self.also_after)]
         last = _last_user(ids, user, reply)
         if last is None:
@@ -140,5 +142,9 @@ def _at(ids: list[int], pattern: list[int], index: int) -> bool:
 def _last_user(ids: list[int], user: list[int], reply: list[int]) -> int | None:
     """Where the last user message (not a tool reply) opens; an opener that ends `ids` is a sampled stop
     token (GLM's `<|user|>`), not a message."""
-    starts = [i for i in range(len(ids)) if _at(ids, user, i) and i + len(user) < len(ids) and not _at(ids, reply, i + len(user))]
+    starts = [
+        i
+        for i in range(len(ids))
+        if _at(ids, user, i) and i + len(user) < len(ids) and not _at(ids, reply, i + len(user))
+    ]
     return starts[-1] if starts else None

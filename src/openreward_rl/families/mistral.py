@@ -47,7 +47,14 @@ class MistralBridge:
     tokenizer: Any
     template_kwargs: Mapping[str, Any] = attrs.field(factory=dict)
 
-    def bridge(self, *, context_ids: Sequence[int], sampled_ids: Sequence[int], new_messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None) -> list[int] | None:  # fmt: skip
+    def bridge(
+        self,
+        *,
+        context_ids: Sequence[int],
+        sampled_ids: Sequence[int],
+        new_messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None,
+    ) -> list[int] | None:
         text = "".join(self.message_text(m) for m in new_messages)
         return list(self.tokenizer.encode(text, add_special_tokens=False)) if text else []
 
@@ -55,22 +62,35 @@ class MistralBridge:
         """One new message as the template writes it after an assistant turn, with no system prompt or tools."""
         if message["role"] == "user":
             # after a stand-in exchange, so that what a template writes once at the start (a default system prompt) stays put
-            before: list[dict[str, Any]] = [{"role": "user", "content": _USER}, {"role": "assistant", "content": _ASSISTANT}]
+            before: list[dict[str, Any]] = [
+                {"role": "user", "content": _USER},
+                {"role": "assistant", "content": _ASSISTANT},
+            ]
             return self._after(self._render(before), [*before, {"role": "user", "content": message["content"]}])
         if message["role"] == "tool":
             call_id = str(message.get("tool_call_id") or _STAND_IN_ID)
-            call = {"id": call_id, "type": "function", "function": {"name": message.get("name") or "tool", "arguments": {}}}
+            call = {
+                "id": call_id,
+                "type": "function",
+                "function": {"name": message.get("name") or "tool", "arguments": {}},
+            }
             before = [{"role": "user", "content": _USER}, {"role": "assistant", "content": "", "tool_calls": [call]}]
             return self._after(self._render(before), [*before, dict(message)])
-        raise ValueError(f"the mistral training format appends tool results and user messages, not {message['role']!r} messages")
+        raise ValueError(
+            f"the mistral training format appends tool results and user messages, not {message['role']!r} messages"
+        )
 
     def _render(self, messages: list[dict[str, Any]]) -> str:
-        return self.tokenizer.apply_chat_template(messages, tools=None, tokenize=False, add_generation_prompt=False, **self.template_kwargs)
+        return self.tokenizer.apply_chat_template(
+            messages, tools=None, tokenize=False, add_generation_prompt=False, **self.template_kwargs
+        )
 
     def _after(self, base: str, messages: list[dict[str, Any]]) -> str:
         full = self._render(messages)
         if not full.startswith(base):
-            raise ValueError(f"the chat template rewrites the conversation it is appending {messages[-1]['role']!r} to; no training format can be taken from it")
+            raise ValueError(
+                f"the chat template rewrites the conversation it is appending {messages[-1]['role']!r} to; no training format can be taken from it"
+            )
         return full[len(base) :]
 
 

@@ -39,12 +39,21 @@ class Phi4MiniFormat:
     """Renders the format (module docstring)."""
 
     def render(
-        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None, *, add_generation_prompt: bool, **template_kwargs: Any
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None,
+        *,
+        add_generation_prompt: bool,
+        **template_kwargs: Any,
     ) -> str:
         parts = []
         system = [str(m.get("content") or "") for m in messages if m["role"] == "system"]
         if system or tools:
-            listed = f"<|tool|>{json.dumps([t.get('function', t) for t in tools], ensure_ascii=False)}<|/tool|>" if tools else ""
+            listed = (
+                f"<|tool|>{json.dumps([t.get('function', t) for t in tools], ensure_ascii=False)}<|/tool|>"
+                if tools
+                else ""
+            )
             parts.append(f"<|system|>{chr(10).join(system)}{listed}{END}")
         for message in messages:
             role = message["role"]
@@ -53,7 +62,9 @@ class Phi4MiniFormat:
             if role not in ("user", "assistant", "tool"):
                 raise ValueError(f"the Phi-4-mini training format has no {role!r} messages")
             calls = message.get("tool_calls") or [] if role == "assistant" else []
-            listed_calls = [{"name": c["function"]["name"], "arguments": _arguments(c["function"].get("arguments"))} for c in calls]
+            listed_calls = [
+                {"name": c["function"]["name"], "arguments": _arguments(c["function"].get("arguments"))} for c in calls
+            ]
             body = f"<|tool_call|>{json.dumps(listed_calls, ensure_ascii=False)}<|/tool_call|>" if listed_calls else ""
             parts.append(f"<|{role}|>{message.get('content') or ''}{body}{END}")
         if add_generation_prompt:

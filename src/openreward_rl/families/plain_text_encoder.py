@@ -34,11 +34,9 @@ __all__ = ["PlainTextEncoder"]
 # The tokenizer's split pattern -> the same pattern on plain ASCII text (see the module docstring).
 _ASCII_SPLITS = {
     # Qwen2, Qwen2.5, Qwen3 (and Qwen3.5's tokenizer family)
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+":
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\nA-Za-z0-9]?[A-Za-z]+|[0-9]| ?[^\t\n\r A-Za-z0-9]+[\r\n]*|[\t\n\r ]*[\r\n]+|[\t\n\r ]+(?![^\t\n\r ])|[\t\n\r ]+",
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+": r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\nA-Za-z0-9]?[A-Za-z]+|[0-9]| ?[^\t\n\r A-Za-z0-9]+[\r\n]*|[\t\n\r ]*[\r\n]+|[\t\n\r ]+(?![^\t\n\r ])|[\t\n\r ]+",  # noqa: E501
     # Llama 3 (tiktoken cl100k-style: digits in runs of up to three)
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+":
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\nA-Za-z0-9]?[A-Za-z]+|[0-9]{1,3}| ?[^\t\n\r A-Za-z0-9]+[\r\n]*|[\t\n\r ]*[\r\n]+|[\t\n\r ]+(?![^\t\n\r ])|[\t\n\r ]+",
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+": r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\nA-Za-z0-9]?[A-Za-z]+|[0-9]{1,3}| ?[^\t\n\r A-Za-z0-9]+[\r\n]*|[\t\n\r ]*[\r\n]+|[\t\n\r ]+(?![^\t\n\r ])|[\t\n\r ]+",  # noqa: E501
 }
 _PLAIN = re.compile(r"[\t\n\r\x20-\x7e]*")  # the characters the ASCII patterns are proven on
 _REMEMBERED = 65536  # pieces whose ids are kept; starts over when full
@@ -127,7 +125,12 @@ def _known_split(pre_tokenizer: dict[str, Any] | None) -> str | None:
     split, byte_level = steps
     if split.get("type") != "Split" or split.get("behavior") != "Isolated" or split.get("invert") is not False:
         return None
-    if byte_level != {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": byte_level.get("trim_offsets"), "use_regex": False}:
+    if byte_level != {
+        "type": "ByteLevel",
+        "add_prefix_space": False,
+        "trim_offsets": byte_level.get("trim_offsets"),
+        "use_regex": False,
+    }:
         return None
     regex = (split.get("pattern") or {}).get("Regex")
     return _ASCII_SPLITS.get(regex) if isinstance(regex, str) else None

@@ -51,7 +51,15 @@ from openreward_rl.families.training_format import official_family, opt_in_hint
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ModelCheck", "ModelCheckError", "assistant_message", "check_model", "describe_difference", "probe_family", "template_turn"]
+__all__ = [
+    "ModelCheck",
+    "ModelCheckError",
+    "assistant_message",
+    "check_model",
+    "describe_difference",
+    "probe_family",
+    "template_turn",
+]
 
 PROBE_VERSION = 5  # part of the cache key: a changed probe proves again
 OVERRIDE = (
@@ -66,7 +74,11 @@ TOOLS = [
         "function": {
             "name": "calculator",
             "description": "Evaluate an arithmetic expression.",
-            "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]},
+            "parameters": {
+                "type": "object",
+                "properties": {"expression": {"type": "string"}},
+                "required": ["expression"],
+            },
         },
     }
 ]
@@ -136,9 +148,13 @@ def check_model(
     if not verdict.exact:
         name = getattr(tokenizer, "name_or_path", "") or "this tokenizer"
         hint = opt_in_hint(family.name)
-        raise ModelCheckError(f"the {family.name} model family is not token-exact on {name}: {verdict.difference}\n{hint + '; ' if hint else ''}{OVERRIDE}")
+        raise ModelCheckError(
+            f"the {family.name} model family is not token-exact on {name}: {verdict.difference}\n{hint + '; ' if hint else ''}{OVERRIDE}"
+        )
     if verdict.departs:
-        logger.warning("the %s model family runs its stated training format, departing from %s", family.name, verdict.departs)
+        logger.warning(
+            "the %s model family runs its stated training format, departing from %s", family.name, verdict.departs
+        )
     return verdict
 
 
@@ -148,19 +164,34 @@ def cache_key(tokenizer: Any, family: ModelFamily, template_kwargs: Mapping[str,
     encoder = ""
     if family.encoder_factory is not None:
         directory = Path(str(getattr(tokenizer, "name_or_path", "") or ""))
-        files = sorted([*directory.glob("encoding_*.py"), *directory.glob("encoding/encoding_*.py")])  # where encoders.py looks
+        files = sorted(
+            [*directory.glob("encoding_*.py"), *directory.glob("encoding/encoding_*.py")]
+        )  # where encoders.py looks
         encoder = ";".join(p.read_text() for p in files if p.is_file())
     template = getattr(tokenizer, "chat_template", None)
     parts = {
         "probe": PROBE_VERSION,
-        "tokenizer": [str(getattr(tokenizer, "name_or_path", "")), len(tokenizer), str(getattr(tokenizer, "all_special_tokens", ""))],
+        "tokenizer": [
+            str(getattr(tokenizer, "name_or_path", "")),
+            len(tokenizer),
+            str(getattr(tokenizer, "all_special_tokens", "")),
+        ],
         "template": template if isinstance(template, str) else json.dumps(template, sort_keys=True, default=str),
         "encoder": encoder,
         "family": [
-            family.name, family.parser, family.tool_turn_stops, family.final_turn_stops, family.parallel_calls,
-            attrs.asdict(family.thinking) if family.thinking else None, dict(family.rewritten_closers),
-            family.reasoning_key, family.string_arguments, _qualname(family.bridge_factory), _qualname(family.encoder_factory),
-            repr(family.history_rule), *([family.call_id_format] if family.call_id_format != "call_{index}_{n}" else []),
+            family.name,
+            family.parser,
+            family.tool_turn_stops,
+            family.final_turn_stops,
+            family.parallel_calls,
+            attrs.asdict(family.thinking) if family.thinking else None,
+            dict(family.rewritten_closers),
+            family.reasoning_key,
+            family.string_arguments,
+            _qualname(family.bridge_factory),
+            _qualname(family.encoder_factory),
+            repr(family.history_rule),
+            *([family.call_id_format] if family.call_id_format != "call_{index}_{n}" else []),
         ],
         "kwargs": dict(template_kwargs),
     }
@@ -217,9 +248,13 @@ def probe_family(tokenizer: Any, family: ModelFamily, template_kwargs: Mapping[s
     parser = get_parser(family.parser)
     user_after_tools = _renders_user_after_tools(renderer, family)
     turns = _plan(family, reasoning, feedback=user_after_tools)
-    not_compared = "" if user_after_tools else (
-        "a user message after tool results (the feedback on an unknown tool): the chat template refuses to render one, "
-        "so the probe leaves it out; the episode appends it in the family's own format"
+    not_compared = (
+        ""
+        if user_after_tools
+        else (
+            "a user message after tool results (the feedback on an unknown tool): the chat template refuses to render one, "
+            "so the probe leaves it out; the episode appends it in the family's own format"
+        )
     )
     messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": QUESTION}]
     ruled = False
@@ -232,31 +267,55 @@ def probe_family(tokenizer: Any, family: ModelFamily, template_kwargs: Mapping[s
             if ours != expected and family.history_rule is not None:  # the template rewrote history: the rule maps ours
                 ours = family.history_rule(tokenizer, context)
             if ours != expected:
-                rule = f" (after the family's rule: {family.history_rule})" if family.history_rule is not None and ours != context else ""
+                rule = (
+                    f" (after the family's rule: {family.history_rule})"
+                    if family.history_rule is not None and ours != context
+                    else ""
+                )
                 return fail(describe_difference(renderer, ours, expected, f"the prompt of turn {index}{rule}"))
             ruled = ruled or ours != context
             if family.thinking is not None and turn.reasoning is None and _opens_reasoning(renderer, family, messages):
-                turn = attrs.evolve(turn, reasoning=REASONING)  # this prompt opens reasoning (Gemma 4 after tool replies)
+                turn = attrs.evolve(
+                    turn, reasoning=REASONING
+                )  # this prompt opens reasoning (Gemma 4 after tool replies)
             reasoned += bool(turn.reasoning)
             message = _assistant(turn, index, family)
-            sampled = renderer.encode(template_turn(renderer, messages, message, closers_tool if turn.calls else closers_final))
+            sampled = renderer.encode(
+                template_turn(renderer, messages, message, closers_tool if turn.calls else closers_final)
+            )
             problem = _parse_problem(renderer, parser, sampled, turn)
             if problem:
                 return fail(f"turn {index}: {problem}")
             if not turn.calls:
                 break
-            parsed = parser.parse(renderer.decode(_without_closer(renderer, sampled)), tools=TOOLS, generation_prompt=renderer.generation_prompt, finish_reason="stop")
+            parsed = parser.parse(
+                renderer.decode(_without_closer(renderer, sampled)),
+                tools=TOOLS,
+                generation_prompt=renderer.generation_prompt,
+                finish_reason="stop",
+            )
             replies = [
-                {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": RESULTS[call.arguments["expression"]]}
+                {
+                    "role": "tool",
+                    "tool_call_id": call.id,
+                    "name": call.name,
+                    "content": RESULTS[call.arguments["expression"]],
+                }
                 for call in parsed.tool_calls
             ]
             if turn.user:
                 replies.append({"role": "user", "content": turn.user})
             hand_written = renderer.bridge_needs_ids
-            if hand_written and renderer._family_bridge.bridge(
-                context_ids=context, sampled_ids=sampled, new_messages=replies, tools=TOOLS
-            ) is None:
-                declined += 1  # the hand-written bridge declined: ChatRenderer.bridge falls back to the template-derived one
+            if (
+                hand_written
+                and renderer._family_bridge.bridge(
+                    context_ids=context, sampled_ids=sampled, new_messages=replies, tools=TOOLS
+                )
+                is None
+            ):
+                declined += (
+                    1  # the hand-written bridge declined: ChatRenderer.bridge falls back to the template-derived one
+                )
             bridge = renderer.bridge(
                 sampled_tail=renderer.decode(sampled[-1:]),
                 assistant_tool_calls=[c.to_openai() for c in parsed.tool_calls],
@@ -269,16 +328,30 @@ def probe_family(tokenizer: Any, family: ModelFamily, template_kwargs: Mapping[s
             # the reference answers the calls as the template wrote them (templates that look results up by the
             # call's id, as Command R7B's numbers them, need the id the assistant message holds)
             written = iter(c["id"] for c in message.get("tool_calls", []))
-            messages = [*messages, message, *({**r, "tool_call_id": next(written, r["tool_call_id"])} if r["role"] == "tool" else r for r in replies)]
+            messages = [
+                *messages,
+                message,
+                *(
+                    {**r, "tool_call_id": next(written, r["tool_call_id"])} if r["role"] == "tool" else r
+                    for r in replies
+                ),
+            ]
     except ModelFamilyError as error:
         return fail(str(error))
     except Exception as error:  # a bridge or parser that fails on this tokenizer cannot be proven on it
         return fail(f"{type(error).__name__} while probing: {error}")
     return ModelCheck(
-        family.name, True, turns=len(turns), tokens=len(context) + len(sampled), key=key,
+        family.name,
+        True,
+        turns=len(turns),
+        tokens=len(context) + len(sampled),
+        key=key,
         reasoning=f"{reasoned} of {len(turns)} turns" if reasoned else "none",
-        bridge=f"hand-written, declined {declined} of {len(turns) - 1} (template-derived then)" if declined else bridge_kind,
-        rule=str(family.history_rule) if ruled else "", not_compared=not_compared,
+        bridge=f"hand-written, declined {declined} of {len(turns) - 1} (template-derived then)"
+        if declined
+        else bridge_kind,
+        rule=str(family.history_rule) if ruled else "",
+        not_compared=not_compared,
         departs=departure(tokenizer, family.name, template_kwargs),
     )
 
@@ -305,7 +378,7 @@ def _closers(renderer: ChatRenderer, family: ModelFamily) -> tuple[tuple[str, ..
 
 
 def _reasoning_mode(renderer: ChatRenderer, family: ModelFamily) -> str:
-    """"every turn" where the generation prompt opens reasoning; "one turn" where the template renders a
+    """ "every turn" where the generation prompt opens reasoning; "one turn" where the template renders a
     tool-call turn's reasoning; else "none"."""
     if family.thinking is None:
         return "none"
@@ -345,7 +418,9 @@ def _renders_user_after_tools(renderer: ChatRenderer, family: ModelFamily) -> bo
     """Whether the template renders a user message right after tool results (Mistral-Nemo's raises: it
     demands user/assistant alternation)."""
     try:
-        renderer.render_text([*_one_call(family), {"role": "user", "content": FEEDBACK}], TOOLS, add_generation_prompt=True)
+        renderer.render_text(
+            [*_one_call(family), {"role": "user", "content": FEEDBACK}], TOOLS, add_generation_prompt=True
+        )
     except ModelFamilyError:
         return False
     return True
@@ -406,13 +481,23 @@ def assistant_message(
 def _assistant(turn: _Turn, index: int, family: ModelFamily) -> dict[str, Any]:
     calls = [("calculator", {"expression": e}) for e in turn.calls]
     return assistant_message(
-        turn.content, reasoning=turn.reasoning, calls=calls, index=index, reasoning_key=family.reasoning_key,
-        string_arguments=family.string_arguments, call_id_format=family.call_id_format, calls_as_text=family.tool_preamble,
+        turn.content,
+        reasoning=turn.reasoning,
+        calls=calls,
+        index=index,
+        reasoning_key=family.reasoning_key,
+        string_arguments=family.string_arguments,
+        call_id_format=family.call_id_format,
+        calls_as_text=family.tool_preamble,
     )
 
 
 def template_turn(
-    renderer: ChatRenderer, before: Sequence[Mapping[str, Any]], message: Mapping[str, Any], closers: Sequence[str], tools: Sequence[Mapping[str, Any]] | None = TOOLS
+    renderer: ChatRenderer,
+    before: Sequence[Mapping[str, Any]],
+    message: Mapping[str, Any],
+    closers: Sequence[str],
+    tools: Sequence[Mapping[str, Any]] | None = TOOLS,
 ) -> str:
     """What the template writes for the assistant `message` after the generation prompt that follows
     `before`, up to and including the first of `closers`: what a model that follows its template samples.
@@ -421,7 +506,10 @@ def template_turn(
     prompt = renderer.render_text(before, tools, add_generation_prompt=True)
     after: list[dict[str, Any]] = []
     if message.get("tool_calls"):  # a tool reply follows a call: the template then writes the call turn's closer
-        after = [{"role": "tool", "tool_call_id": c["id"], "name": c["function"]["name"], "content": "0"} for c in message["tool_calls"]]
+        after = [
+            {"role": "tool", "tool_call_id": c["id"], "name": c["function"]["name"], "content": "0"}
+            for c in message["tool_calls"]
+        ]
     full = renderer.render_text([*before, message, *after], tools, add_generation_prompt=False)
     base = renderer.render_text(before, tools, add_generation_prompt=False)
     opener = prompt[len(base) :]
@@ -437,10 +525,14 @@ def template_turn(
         text = full[full.rfind(opener) + len(opener) :]
     else:  # no generation prompt, and earlier turns rewritten (Mistral-Nemo drops the system prompt once the assistant
         # answers): the turn starts where the template starts an assistant message after `before` in that rewritten form
-        marked = renderer.render_text([*before, {"role": "assistant", "content": _TURN_MARK}], tools, add_generation_prompt=False)
+        marked = renderer.render_text(
+            [*before, {"role": "assistant", "content": _TURN_MARK}], tools, add_generation_prompt=False
+        )
         head = marked[: marked.find(_TURN_MARK)]
         if _TURN_MARK not in marked or not full.startswith(head):
-            raise ModelCheckError("the template rewrites the conversation, and no generation prompt shows where the assistant turn starts")
+            raise ModelCheckError(
+                "the template rewrites the conversation, and no generation prompt shows where the assistant turn starts"
+            )
         text = full[len(head) :]
     ends = [(text.find(c), c) for c in closers if c in text]
     if not ends:  # the template leaves the final closer to the next message (GLM's <|user|>)
@@ -467,7 +559,12 @@ def _parse_problem(renderer: ChatRenderer, parser: Any, sampled: list[int], turn
     """What the family's parser gets wrong about the sampled turn, as `ToolEpisode` parses it; "" when nothing."""
     if not sampled or sampled[-1] not in renderer.end_of_turn_ids:
         return f"the turn does not end on one of the family's closers: {renderer.decode(sampled[-3:])!r}"
-    parsed = parser.parse(renderer.decode(_without_closer(renderer, sampled)), tools=TOOLS, generation_prompt=renderer.generation_prompt, finish_reason="stop")
+    parsed = parser.parse(
+        renderer.decode(_without_closer(renderer, sampled)),
+        tools=TOOLS,
+        generation_prompt=renderer.generation_prompt,
+        finish_reason="stop",
+    )
     calls = [(c.name, c.arguments) for c in parsed.tool_calls]
     expected = [("calculator", {"expression": e}) for e in turn.calls]
     if calls != expected or parsed.errors:
@@ -479,7 +576,9 @@ def _parse_problem(renderer: ChatRenderer, parser: Any, sampled: list[int], turn
     return ""
 
 
-def describe_difference(renderer: ChatRenderer, ours: Sequence[int], theirs: Sequence[int], label: str, width: int = 6) -> str:
+def describe_difference(
+    renderer: ChatRenderer, ours: Sequence[int], theirs: Sequence[int], label: str, width: int = 6
+) -> str:
     """Where two id sequences first differ, as tokens with `width` tokens of context on each side."""
     at = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
 

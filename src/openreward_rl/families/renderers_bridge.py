@@ -113,7 +113,14 @@ class RenderersBridge:
         self._audited = (kind.__module__, kind.__qualname__) in _AUDITED and self.encoder is not None
         self._stops = frozenset(self.renderer.get_stop_token_ids()) if self._audited else frozenset()
 
-    def bridge(self, *, context_ids: Sequence[int], sampled_ids: Sequence[int], new_messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None) -> list[int] | None:  # fmt: skip
+    def bridge(
+        self,
+        *,
+        context_ids: Sequence[int],
+        sampled_ids: Sequence[int],
+        new_messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None,
+    ) -> list[int] | None:
         context = context_ids if type(context_ids) is list else list(context_ids)  # O(context): copied only if need be
         sampled = list(sampled_ids)
         messages = [dict(m) for m in new_messages]
@@ -122,7 +129,9 @@ class RenderersBridge:
         reply = messages[0].get("content") if len(messages) == 1 and messages[0].get("role") == "tool" else None
         if not isinstance(reply, str):
             return self._whole(context[_last_stop(context, self._stops) :], sampled, messages, tools)
-        ids = self._whole(context[_last_stop(context, self._stops) :], sampled, [{**messages[0], "content": _PROBE}], tools)
+        ids = self._whole(
+            context[_last_stop(context, self._stops) :], sampled, [{**messages[0], "content": _PROBE}], tools
+        )
         if ids is None:
             return None  # nothing the renderer refuses here depends on a tool reply's text
         probe = self._run(_PROBE)
@@ -135,7 +144,13 @@ class RenderersBridge:
         """The ids of a tool reply's run, encoded as the renderer encodes it (one pass over the joined text)."""
         return list(self.encoder.encode("\n" + text + "\n", add_special_tokens=False))
 
-    def _whole(self, context: list[int], sampled: list[int], messages: list[dict[str, Any]], tools: Sequence[Mapping[str, Any]] | None) -> list[int] | None:  # fmt: skip
+    def _whole(
+        self,
+        context: list[int],
+        sampled: list[int],
+        messages: list[dict[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None,
+    ) -> list[int] | None:
         extended = self.renderer.bridge_to_next_turn(context, sampled, messages, tools=list(tools) if tools else None)
         if extended is None:
             return None

@@ -66,7 +66,9 @@ def _plain_backend(tokenizer: Any) -> Any:
     return compat_transformers.backend_tokenizer(tokenizer)
 
 
-_TO_BYTE = {character: byte for byte, character in _byte_level_alphabet().items()}  # the inverse of the pre-tokenizer's map
+_TO_BYTE = {
+    character: byte for byte, character in _byte_level_alphabet().items()
+}  # the inverse of the pre-tokenizer's map
 _TO_LATIN1 = str.maketrans({character: chr(byte) for character, byte in _TO_BYTE.items()})
 _ALPHABET = frozenset(_TO_BYTE)
 
@@ -127,7 +129,11 @@ class ByteLevelText:
     def _table(backend: Any) -> _IdBytes | None:
         """The id -> bytes table, or None where the tokenizer's decode is not exactly ByteLevel over BPE."""
         try:
-            decoder, model, added = _settings(backend.decoder), type(backend.model).__name__, backend.get_added_tokens_decoder()
+            decoder, model, added = (
+                _settings(backend.decoder),
+                type(backend.model).__name__,
+                backend.get_added_tokens_decoder(),
+            )
         except (AttributeError, TypeError, ValueError):
             return None
         if not isinstance(decoder, dict) or decoder.get("type") != "ByteLevel" or model != "BPE":

@@ -39,7 +39,15 @@ from typing import Any, Protocol
 
 import attrs
 
-__all__ = ["HERMES_PREAMBLE", "JsonTagPreamble", "ToolPreamble", "example_arguments", "needs_no_preamble", "parser_preamble", "reads_family_calls"]
+__all__ = [
+    "HERMES_PREAMBLE",
+    "JsonTagPreamble",
+    "ToolPreamble",
+    "example_arguments",
+    "needs_no_preamble",
+    "parser_preamble",
+    "reads_family_calls",
+]
 
 
 class ToolPreamble(Protocol):
@@ -91,11 +99,28 @@ class JsonTagPreamble:
     def render(self, tools: Sequence[Mapping[str, Any]], *, example: bool) -> str:
         schemas = "\n".join(json.dumps(dict(tool), ensure_ascii=False) for tool in tools)
         if example and tools:
-            how, call = "for example", self.call_text(tools[0].get("function", tools[0]).get("name", ""), example_arguments(tools[0]))
+            how, call = (
+                "for example",
+                self.call_text(tools[0].get("function", tools[0]).get("name", ""), example_arguments(tools[0])),
+            )
         else:  # the shape alone, its slots named (not valid JSON, so never mistaken for a call)
-            how, call = "in this form", f'{self.call_open}\n{{"name": <tool name>, "arguments": <arguments as a JSON object>}}\n{self.call_close}'
-        return "\n".join(["# Tools", "", "You can call these tools:", self.tools_open, schemas, self.tools_close, "",
-                          f"To call a tool, write one JSON object with its name and arguments, {how}:", call])
+            how, call = (
+                "in this form",
+                f'{self.call_open}\n{{"name": <tool name>, "arguments": <arguments as a JSON object>}}\n{self.call_close}',
+            )
+        return "\n".join(
+            [
+                "# Tools",
+                "",
+                "You can call these tools:",
+                self.tools_open,
+                schemas,
+                self.tools_close,
+                "",
+                f"To call a tool, write one JSON object with its name and arguments, {how}:",
+                call,
+            ]
+        )
 
 
 HERMES_PREAMBLE = JsonTagPreamble("<tools>", "</tools>", "<tool_call>", "</tool_call>")

@@ -31,7 +31,18 @@ import attrs
 
 from openreward_rl.errors import ModelFamilyError
 
-__all__ = ["VisionSpec", "VisionError", "get_vision", "image_part", "images_in", "image_url", "is_image_part", "one_pad_per_image", "sample_inputs", "describe_content"]
+__all__ = [
+    "VisionSpec",
+    "VisionError",
+    "get_vision",
+    "image_part",
+    "images_in",
+    "image_url",
+    "is_image_part",
+    "one_pad_per_image",
+    "sample_inputs",
+    "describe_content",
+]
 
 
 class VisionError(ModelFamilyError):
@@ -51,7 +62,9 @@ def image_part(url: str) -> dict[str, Any]:
 
 
 def is_image_part(part: Any) -> bool:
-    return isinstance(part, Mapping) and (part.get("type") in ("image", "image_url") or "image" in part or "image_url" in part)
+    return isinstance(part, Mapping) and (
+        part.get("type") in ("image", "image_url") or "image" in part or "image_url" in part
+    )
 
 
 def _part_url(part: Mapping[str, Any]) -> str:
@@ -164,7 +177,12 @@ QWEN2_VL = VisionSpec(
     name="qwen2-vl",
     image_token="<|image_pad|>",
     processor_class="Qwen2VLImageProcessor",
-    processor_kwargs={"patch_size": 14, "merge_size": 2, "temporal_patch_size": 2, "size": {"shortest_edge": 3136, "longest_edge": 12845056}},
+    processor_kwargs={
+        "patch_size": 14,
+        "merge_size": 2,
+        "temporal_patch_size": 2,
+        "size": {"shortest_edge": 3136, "longest_edge": 12845056},
+    },
     source="transformers Qwen2VLImageProcessor with Qwen2.5-VL's preprocessor_config values",
 )
 # Qwen3-VL: patch 16, mean/std 0.5 (its preprocessor_config.json)
@@ -173,9 +191,13 @@ QWEN3_VL = VisionSpec(
     image_token="<|image_pad|>",
     processor_class="Qwen2VLImageProcessor",
     processor_kwargs={
-        "patch_size": 16, "merge_size": 2, "temporal_patch_size": 2, "size": {"shortest_edge": 65536, "longest_edge": 16777216},
-        "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
-    },  # fmt: skip
+        "patch_size": 16,
+        "merge_size": 2,
+        "temporal_patch_size": 2,
+        "size": {"shortest_edge": 65536, "longest_edge": 16777216},
+        "image_mean": [0.5, 0.5, 0.5],
+        "image_std": [0.5, 0.5, 0.5],
+    },
     source="transformers Qwen2VLImageProcessor with Qwen3-VL's preprocessor_config values",
 )
 _SPECS = {spec.name: spec for spec in (QWEN2_VL, QWEN3_VL)}

@@ -12,10 +12,34 @@ from __future__ import annotations
 from openreward_rl._lazy import lazy_exports
 
 _EXPORTS = {
-    "openreward_rl.loop.episode": ["Episode", "EpisodeSettings", "run_episode", "episode_reward", "failed_trajectory", "format_system_prompt"],
+    "openreward_rl.loop.episode": [
+        "Episode",
+        "EpisodeSettings",
+        "run_episode",
+        "episode_reward",
+        "failed_trajectory",
+        "format_system_prompt",
+    ],
     "openreward_rl.loop.tool_episode": ["ToolEpisode"],
-    "openreward_rl.loop.trajectory": ["StopReason", "ToolResult", "Turn", "TokenSegment", "TokenLedger", "Trajectory", "Compaction"],
-    "openreward_rl.loop.context": ["ContextPolicy", "ContextView", "Rewrite", "Summarize", "ClearToolOutputs", "SummarizeContext", "context_policy", "register_context_policy"],
+    "openreward_rl.loop.trajectory": [
+        "StopReason",
+        "ToolResult",
+        "Turn",
+        "TokenSegment",
+        "TokenLedger",
+        "Trajectory",
+        "Compaction",
+    ],
+    "openreward_rl.loop.context": [
+        "ContextPolicy",
+        "ContextView",
+        "Rewrite",
+        "Summarize",
+        "ClearToolOutputs",
+        "SummarizeContext",
+        "context_policy",
+        "register_context_policy",
+    ],
     "openreward_rl.loop.rollout": ["EpisodeBuilder", "Rollouts", "episode_stack"],
 }
 

@@ -185,11 +185,16 @@ class ClearToolOutputs:
     def fallback(self, view: ContextView) -> Rewrite | None:
         """The rewrite, whatever the fill; None when no tool output is left to clear."""
         tools = [i for i, m in enumerate(view.messages) if m.get("role") == "tool" and i >= view.prompt_messages]
-        old = [i for i in tools[: max(0, len(tools) - self.keep_last)] if view.messages[i].get("content") != self.marker]
+        old = [
+            i for i in tools[: max(0, len(tools) - self.keep_last)] if view.messages[i].get("content") != self.marker
+        ]
         if not old:
             return None
         cleared = set(old)
-        return Rewrite(tuple({**m, "content": self.marker} if i in cleared else m for i, m in enumerate(view.messages)), kind=self.name)
+        return Rewrite(
+            tuple({**m, "content": self.marker} if i in cleared else m for i, m in enumerate(view.messages)),
+            kind=self.name,
+        )
 
 
 @attrs.frozen
@@ -263,17 +268,25 @@ class ClearThenSummarize:
         if view.fraction < self.threshold:
             return None
         cleared = self.fallback(view)
-        if cleared is not None and view.max_context_len and view.tokens_of(cleared.messages) <= self.clear_target * view.max_context_len:
+        if (
+            cleared is not None
+            and view.max_context_len
+            and view.tokens_of(cleared.messages) <= self.clear_target * view.max_context_len
+        ):
             return cleared
         return Summarize(self.request, self.summary_tokens)
 
     def after_summary(self, view: ContextView, summary: str) -> Rewrite:
-        head = SummarizeContext(keep_recent_turns=self.keep_recent_turns, summary_prefix=self.summary_prefix, name=self.name)
+        head = SummarizeContext(
+            keep_recent_turns=self.keep_recent_turns, summary_prefix=self.summary_prefix, name=self.name
+        )
         return head.after_summary(view, summary)
 
     def fallback(self, view: ContextView) -> Rewrite | None:
         """Clearing, whatever it frees; None when no old tool output is left to clear."""
-        clearing = ClearToolOutputs(threshold=1.0, keep_last=self.keep_last, marker=self.marker, name="clear_tool_outputs")
+        clearing = ClearToolOutputs(
+            threshold=1.0, keep_last=self.keep_last, marker=self.marker, name="clear_tool_outputs"
+        )
         return clearing.fallback(view)
 
 
@@ -281,9 +294,14 @@ _REGISTRY: Registry[Callable[..., ContextPolicy | None]] = Registry(
     duplicate="a context policy named {name!r} is already registered",
     unknown="unknown context policy {name!r}; choose one of: {known}",
 )
-_REGISTRY.update({
-    "none": lambda **options: None, "clear_tool_outputs": ClearToolOutputs, "summarize": SummarizeContext, "clear_then_summarize": ClearThenSummarize,
-})  # fmt: skip
+_REGISTRY.update(
+    {
+        "none": lambda **options: None,
+        "clear_tool_outputs": ClearToolOutputs,
+        "summarize": SummarizeContext,
+        "clear_then_summarize": ClearThenSummarize,
+    }
+)
 
 
 def register_context_policy(name: str, factory: Callable[..., ContextPolicy | None]) -> None:
@@ -319,5 +337,7 @@ def context_policy(name: str, options: Mapping[str, Any] | None = None) -> Conte
     except (TypeError, ValueError) as error:
         raise ConfigError(f"context policy {name!r}: {error}") from None
     if policy is not None and not isinstance(policy, ContextPolicy):
-        raise ConfigError(f"context policy {name!r} built {type(policy).__name__}, which lacks plan/after_summary/fallback or a name")
+        raise ConfigError(
+            f"context policy {name!r} built {type(policy).__name__}, which lacks plan/after_summary/fallback or a name"
+        )
     return policy

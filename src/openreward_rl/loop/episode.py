@@ -11,7 +11,13 @@ from typing import Any, Literal, Protocol, overload, runtime_checkable
 import attrs
 
 from openreward_rl.config import ToolTimeouts, fill_system_prompt
-from openreward_rl.env.environment import DEFAULT_CLOSE_TIMEOUT_S, DEFAULT_OPEN_RETRY, DEFAULT_READ_RETRY, EnvSession, open_session
+from openreward_rl.env.environment import (
+    DEFAULT_CLOSE_TIMEOUT_S,
+    DEFAULT_OPEN_RETRY,
+    DEFAULT_READ_RETRY,
+    EnvSession,
+    open_session,
+)
 from openreward_rl.env.repeats import OncePerKey
 from openreward_rl.env.tasks import TaskRef
 from openreward_rl.errors import ConfigError, EnvError, ModelFamilyError
@@ -22,7 +28,17 @@ from openreward_rl.redaction import redact
 from openreward_rl.reducers.base import RewardPolicy, get_reducer
 from openreward_rl.retry import RetryPolicy
 
-__all__ = ["Episode", "EpisodeSettings", "run_episode", "episode_reward", "failed_trajectory", "fault_stop", "format_system_prompt", "first_system_prompt", "DEFAULT_NUDGE"]
+__all__ = [
+    "Episode",
+    "EpisodeSettings",
+    "run_episode",
+    "episode_reward",
+    "failed_trajectory",
+    "fault_stop",
+    "format_system_prompt",
+    "first_system_prompt",
+    "DEFAULT_NUDGE",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -119,13 +135,21 @@ def format_system_prompt(template: str | None, tools: Sequence[Mapping[str, Any]
     if not has_tools_placeholder(template):
         return template or None
     try:
-        return fill_system_prompt(template, "\n".join(json.dumps(t.get("function", t), ensure_ascii=False) for t in tools))
+        return fill_system_prompt(
+            template, "\n".join(json.dumps(t.get("function", t), ensure_ascii=False) for t in tools)
+        )
     except ValueError as error:
         raise ConfigError(f"system prompt template: {error}") from None
 
 
 def first_system_prompt(
-    template: str | None, tools: Sequence[Mapping[str, Any]], renderer: Any, *, parser: Any, tool_preamble: bool = True, example: bool = False
+    template: str | None,
+    tools: Sequence[Mapping[str, Any]],
+    renderer: Any,
+    *,
+    parser: Any,
+    tool_preamble: bool = True,
+    example: bool = False,
 ) -> str | None:
     """The system prompt of an episode's first context: `template` (its `{tools}` filled), then, where the
     template has no `{tools}` and `tool_preamble` is on, the tool preamble that teaches `parser`'s calls
@@ -140,7 +164,9 @@ def first_system_prompt(
 
 
 @overload
-def fault_stop(error: EnvError | TimeoutError | ModelFamilyError, *, timeout_detail: Callable[[], str]) -> tuple[StopReason, str]: ...
+def fault_stop(
+    error: EnvError | TimeoutError | ModelFamilyError, *, timeout_detail: Callable[[], str]
+) -> tuple[StopReason, str]: ...
 @overload
 def fault_stop(error: BaseException, *, timeout_detail: Callable[[], str]) -> tuple[StopReason, str] | None: ...
 def fault_stop(error: BaseException, *, timeout_detail: Callable[[], str]) -> tuple[StopReason, str] | None:
@@ -240,9 +266,15 @@ async def run_episode(
             return trajectory
         first = _REPORTED.first((task.environment, trajectory.stop_reason, trajectory.stop_detail))
         logger.log(
-            logging.WARNING if first else logging.DEBUG, "episode on %s failed (%s: %s), attempt %d of %d%s", task.environment,
-            trajectory.stop_reason.value, trajectory.stop_detail, attempt, attempts, "; the same failure again is logged at debug level" if first else "",
-        )  # fmt: skip
+            logging.WARNING if first else logging.DEBUG,
+            "episode on %s failed (%s: %s), attempt %d of %d%s",
+            task.environment,
+            trajectory.stop_reason.value,
+            trajectory.stop_detail,
+            attempt,
+            attempts,
+            "; the same failure again is logged at debug level" if first else "",
+        )
     assert trajectory is not None
     return trajectory
 

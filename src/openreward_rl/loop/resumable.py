@@ -73,7 +73,16 @@ import attrs
 from openreward_rl.engines.base import Engine, FinishReason, Generation, GenerationRequest
 from openreward_rl.loop.trajectory import StopReason, TokenSegment, Trajectory
 
-__all__ = ["AbortSignal", "ContinuingEngine", "ParkingEngine", "Parked", "LiveEpisode", "Suspended", "Finished", "mask_before"]
+__all__ = [
+    "AbortSignal",
+    "ContinuingEngine",
+    "ParkingEngine",
+    "Parked",
+    "LiveEpisode",
+    "Suspended",
+    "Finished",
+    "mask_before",
+]
 
 AbortSignal = Callable[[], bool]
 """True while the trainer is aborting its rollout step (Slime/Miles `GenerateState.aborted`)."""
@@ -168,12 +177,20 @@ class ContinuingEngine:
         """Wait before sending the next call; True when it waited (the call is then rebuilt from `pieces`)."""
         return False
 
-    async def _hold_after_abort(self, request: GenerationRequest, pieces: Sequence[Generation], generation: Generation) -> bool:
+    async def _hold_after_abort(
+        self, request: GenerationRequest, pieces: Sequence[Generation], generation: Generation
+    ) -> bool:
         """What a cut call that is not continued in place does instead; False ends the turn aborted."""
         return False
 
     def _record(self, request: GenerationRequest, generation: Generation) -> None:
-        self.spans.append({"request": request.request_id, "tokens": len(generation.output_ids), "weight_version": generation.weight_version})
+        self.spans.append(
+            {
+                "request": request.request_id,
+                "tokens": len(generation.output_ids),
+                "weight_version": generation.weight_version,
+            }
+        )
 
 
 @attrs.define(eq=False)
@@ -189,7 +206,9 @@ class ParkingEngine(ContinuingEngine):
     its own time limit stops while it waits.
     """
 
-    offpolicy_boundary: tuple[int, int] | None = None  # (segment index, context position) sampled before the last resume
+    offpolicy_boundary: tuple[int, int] | None = (
+        None  # (segment index, context position) sampled before the last resume
+    )
     suspensions: int = 0
     parked_seconds: float = 0.0  # time spent parked, all of it inside `generate` calls
     _events: asyncio.Queue[Parked] = attrs.field(init=False, factory=asyncio.Queue)
@@ -214,7 +233,9 @@ class ParkingEngine(ContinuingEngine):
         await self._park(request, pieces, "the trainer aborted the rollout step before this call")
         return True
 
-    async def _hold_after_abort(self, request: GenerationRequest, pieces: Sequence[Generation], generation: Generation) -> bool:
+    async def _hold_after_abort(
+        self, request: GenerationRequest, pieces: Sequence[Generation], generation: Generation
+    ) -> bool:
         """Parks on the trainer's abort (or any abort when there is no signal); past the bound of in-place
         continuations, or with no episode attached, the turn ends aborted, as without partial rollout."""
         if (self.abort_signal is not None and not self._aborting()) or self._snapshot is None:
@@ -262,14 +283,24 @@ class ParkingEngine(ContinuingEngine):
         trajectory = self._snapshot()
         if trajectory is None:
             raise RuntimeError("the episode has no record yet")
-        segments = [attrs.evolve(s, response_ids=list(s.response_ids), loss_mask=list(s.loss_mask), rollout_logprobs=list(s.rollout_logprobs)) for s in trajectory.segments]
+        segments = [
+            attrs.evolve(
+                s,
+                response_ids=list(s.response_ids),
+                loss_mask=list(s.loss_mask),
+                rollout_logprobs=list(s.rollout_logprobs),
+            )
+            for s in trajectory.segments
+        ]
         if segments and parked.partial_ids:
             last = segments[-1]
             last.response_ids.extend(parked.partial_ids)
             last.loss_mask.extend([1] * len(parked.partial_ids))
             last.rollout_logprobs.extend(parked.partial_logprobs)
         detail = f"suspended by partial rollout ({parked.reason}); {len(parked.partial_ids)} tokens of turn {len(trajectory.turns) + 1} kept"
-        return attrs.evolve(trajectory, segments=segments, stop_reason=StopReason.ABORTED, stop_detail=detail, reward=None)
+        return attrs.evolve(
+            trajectory, segments=segments, stop_reason=StopReason.ABORTED, stop_detail=detail, reward=None
+        )
 
 
 def _continuation(request: GenerationRequest, pieces: Sequence[Generation]) -> GenerationRequest:
@@ -281,7 +312,9 @@ def _continuation(request: GenerationRequest, pieces: Sequence[Generation]) -> G
     if params.get("max_new_tokens") is not None:
         params["max_new_tokens"] = max(0, int(params["max_new_tokens"]) - len(produced))
     request_id = None if request.request_id is None else f"{request.request_id}_p{len(pieces)}"
-    return attrs.evolve(request, input_ids=[*request.input_ids, *produced], sampling_params=params, request_id=request_id)
+    return attrs.evolve(
+        request, input_ids=[*request.input_ids, *produced], sampling_params=params, request_id=request_id
+    )
 
 
 def _merge(pieces: Sequence[Generation], *, finish: FinishReason | None = None) -> Generation:
@@ -300,7 +333,11 @@ def _merge(pieces: Sequence[Generation], *, finish: FinishReason | None = None) 
         text=None if None in texts else "".join(t for t in texts if t is not None),
         token_exact=all(p.token_exact for p in pieces),
         parsed=None,  # parsed again from the whole turn
-        meta={**last.meta, "weight_versions": [p.weight_version for p in pieces], "piece_tokens": [len(p.output_ids) for p in pieces]},
+        meta={
+            **last.meta,
+            "weight_versions": [p.weight_version for p in pieces],
+            "piece_tokens": [len(p.output_ids) for p in pieces],
+        },
     )
 
 
@@ -308,7 +345,11 @@ def mask_before(trajectory: Trajectory, boundary: tuple[int, int]) -> None:
     """Zero the loss mask and log-probs of every response token before `boundary` (segment, context position), in place."""
     segment_index, position = boundary
     for index, segment in enumerate(trajectory.segments[: segment_index + 1]):
-        end = len(segment.response_ids) if index < segment_index else max(0, min(len(segment.response_ids), position - len(segment.prompt_ids)))
+        end = (
+            len(segment.response_ids)
+            if index < segment_index
+            else max(0, min(len(segment.response_ids), position - len(segment.prompt_ids)))
+        )
         _zero(segment, end)
 
 

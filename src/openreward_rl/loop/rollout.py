@@ -23,9 +23,20 @@ from openreward_rl.loop.trajectory import Trajectory
 from openreward_rl.parsers.base import ToolParser, get_parser
 
 __all__ = [
-    "EpisodeBuilder", "Rollouts", "available_episodes", "check_engine_reads_images", "check_extensions", "check_tools_shown", "choose_family", "choose_parser",
-    "context_policies", "episode_builder", "episode_stack", "register_episode", "resolve_task",
-]  # fmt: skip
+    "EpisodeBuilder",
+    "Rollouts",
+    "available_episodes",
+    "check_engine_reads_images",
+    "check_extensions",
+    "check_tools_shown",
+    "choose_family",
+    "choose_parser",
+    "context_policies",
+    "episode_builder",
+    "episode_stack",
+    "register_episode",
+    "resolve_task",
+]
 
 
 logger = logging.getLogger(__name__)
@@ -39,11 +50,20 @@ class EpisodeBuilder(Protocol):
     a custom Episode passes a builder to `Rollouts.from_config` and gets the config's reward policy,
     retries, timeouts and secrets from the runner without writing them."""
 
-    def __call__(self, engine: Engine, renderer: ChatRenderer, parser: ToolParser, settings: EpisodeSettings, *, routing_key: str | None = None) -> Episode: ...
+    def __call__(
+        self,
+        engine: Engine,
+        renderer: ChatRenderer,
+        parser: ToolParser,
+        settings: EpisodeSettings,
+        *,
+        routing_key: str | None = None,
+    ) -> Episode: ...
 
 
 _EPISODES: Registry[EpisodeBuilder] = Registry(
-    duplicate="an episode named {name!r} is already registered", unknown="unknown episode {name!r}; choose one of: {known}"
+    duplicate="an episode named {name!r} is already registered",
+    unknown="unknown episode {name!r}; choose one of: {known}",
 )
 _EPISODES["tool"] = ToolEpisode
 
@@ -70,7 +90,9 @@ def episode_builder(name: str | None) -> EpisodeBuilder:
     """
     builder = ToolEpisode if name is None else _EPISODES.resolve(name)
     if not callable(builder):
-        raise ValueError(f"episode {name!r} is {builder!r}, not an EpisodeBuilder (a callable taking engine, renderer, parser, settings)")
+        raise ValueError(
+            f"episode {name!r} is {builder!r}, not an EpisodeBuilder (a callable taking engine, renderer, parser, settings)"
+        )
     return builder
 
 
@@ -84,7 +106,9 @@ def check_extensions(config: TrainConfig) -> None:
         raise ConfigError(f"{config.source}: episode: {error}") from None
 
 
-def choose_parser(config: TrainConfig, model: str | None, tokenizer: Any, family: ModelFamily | None = None) -> ToolParser:
+def choose_parser(
+    config: TrainConfig, model: str | None, tokenizer: Any, family: ModelFamily | None = None
+) -> ToolParser:
     """The configured parser, else `family`'s, else the one the model name or chat template implies."""
     if config.parser:
         return get_parser(config.parser)
@@ -128,7 +152,9 @@ def episode_stack(config: TrainConfig, tokenizer: Any, model: str | None = None)
     """
     family = choose_family(config, model, tokenizer)
     template_kwargs = {"enable_thinking": config.thinking, **config.chat_template_kwargs}
-    renderer = ChatRenderer(tokenizer, template_kwargs) if family is None else family.renderer(tokenizer, template_kwargs)
+    renderer = (
+        ChatRenderer(tokenizer, template_kwargs) if family is None else family.renderer(tokenizer, template_kwargs)
+    )
     if family is not None and config.check_model:
         from openreward_rl.families.probe import check_model
 
@@ -154,7 +180,9 @@ def check_engine_reads_images(engine: Any, renderer: ChatRenderer) -> None:
         )
 
 
-def check_tools_shown(config: TrainConfig, renderer: ChatRenderer, parser: ToolParser, model: str | None = None) -> None:
+def check_tools_shown(
+    config: TrainConfig, renderer: ChatRenderer, parser: ToolParser, model: str | None = None
+) -> None:
     """ConfigError when the first prompt would show the model none of the environment's tools by default:
     the chat template drops `tools`, the system prompt has no `{tools}`, and the family declares no tool
     preamble. A parser whose reply is the call (`tool_preamble = None`) needs no tools shown, and
@@ -171,8 +199,11 @@ def check_tools_shown(config: TrainConfig, renderer: ChatRenderer, parser: ToolP
             logger.warning(
                 "the %s family's tool preamble teaches %s calls, which the parser %s does not read: the first prompt shows "
                 "no tools; give the parser a `tool_preamble` (None where the reply is the call: docs/parsers.md) or put "
-                "{tools} in system_prompt_template", family.name, family.parser, parser.name,
-            )  # fmt: skip
+                "{tools} in system_prompt_template",
+                family.name,
+                family.parser,
+                parser.name,
+            )
         return
     name = model or getattr(renderer.tokenizer, "name_or_path", "") or "this model"
     raise ConfigError(
@@ -245,9 +276,16 @@ class Rollouts:
             except ValueError as error:
                 raise ConfigError(f"{config.source}: episode: {error}") from None
         return cls(
-            config, engine, renderer, parser, client, max_context_len=max_context_len, max_new_tokens=max_new_tokens, episode=episode,
+            config,
+            engine,
+            renderer,
+            parser,
+            client,
+            max_context_len=max_context_len,
+            max_new_tokens=max_new_tokens,
+            episode=episode,
             policies=context_policies(config),
-        )  # fmt: skip
+        )
 
     def settings_for(self, environment: str, sampling_params: Mapping[str, Any] | None = None) -> EpisodeSettings:
         env_config = self.config.environment(environment)
@@ -272,7 +310,12 @@ class Rollouts:
         )
 
     async def run(
-        self, task: TaskRef, *, sampling_params: Mapping[str, Any] | None = None, routing_key: str | None = None, engine: Engine | None = None
+        self,
+        task: TaskRef,
+        *,
+        sampling_params: Mapping[str, Any] | None = None,
+        routing_key: str | None = None,
+        engine: Engine | None = None,
     ) -> Trajectory:
         """One episode of `task`, with the config's retries, timeouts and secrets; `engine` replaces the
         runner's for this episode (a `ParkingEngine` wrapping it, under partial rollout)."""

@@ -11,7 +11,15 @@ from typing import Any
 
 import attrs
 
-from openreward_rl.engines.base import AttachesEpisode, ContextLengthError, Engine, EngineError, FinishReason, Generation, GenerationRequest
+from openreward_rl.engines.base import (
+    AttachesEpisode,
+    ContextLengthError,
+    Engine,
+    EngineError,
+    FinishReason,
+    Generation,
+    GenerationRequest,
+)
 from openreward_rl.env.environment import EnvSession, ToolOutcome
 from openreward_rl.env.tool_output import clean_tool_text
 from openreward_rl.errors import ConfigError, EnvError, ModelFamilyError
@@ -98,10 +106,15 @@ class ToolEpisode:
         try:
             async with asyncio.timeout(self.settings.episode_timeout) as deadline:
                 if isinstance(self.engine, AttachesEpisode):
-                    self.engine.attach_episode(deadline, lambda: self._trajectory(state, time.perf_counter() - started) if state.ledger else None)
+                    self.engine.attach_episode(
+                        deadline,
+                        lambda: self._trajectory(state, time.perf_counter() - started) if state.ledger else None,
+                    )
                 await self._loop(state)
         except (TimeoutError, EnvError, ModelFamilyError) as error:
-            state.stop(*fault_stop(error, timeout_detail=lambda: f"the episode ran past {self.settings.episode_timeout:g}s"))
+            state.stop(
+                *fault_stop(error, timeout_detail=lambda: f"the episode ran past {self.settings.episode_timeout:g}s")
+            )
         return self._trajectory(state, time.perf_counter() - started)
 
     async def _loop(self, state: _Run) -> None:
@@ -119,11 +132,17 @@ class ToolEpisode:
     async def _start(self, state: _Run) -> None:
         """Tools, the system prompt and the task's prompt: the first context."""
         session = state.session
-        session.shown.reads_images = self.renderer.reads_images  # a VLM sees the environment's images, a text model a counted placeholder
+        session.shown.reads_images = (
+            self.renderer.reads_images
+        )  # a VLM sees the environment's images, a text model a counted placeholder
         state.tools = await session.tools()
         settings = self.settings
         system_prompt = first_system_prompt(
-            settings.system_prompt, state.tools, self.renderer, parser=self.parser, tool_preamble=settings.tool_preamble,
+            settings.system_prompt,
+            state.tools,
+            self.renderer,
+            parser=self.parser,
+            tool_preamble=settings.tool_preamble,
             example=settings.tool_call_example,
         )
         if system_prompt:
@@ -133,7 +152,9 @@ class ToolEpisode:
         state.has_terminal_tool = await session.terminal_tool() is not None
         vision = self.renderer.vision
         state.ledger = TokenLedger.start(
-            self.renderer.render_prompt(state.messages, state.tools), images_in(state.messages), vision.name if vision else None
+            self.renderer.render_prompt(state.messages, state.tools),
+            images_in(state.messages),
+            vision.name if vision else None,
         )
         state.run_id = uuid.uuid4().hex
         state.per_call_cap = int(self.settings.sampling_params.get("max_new_tokens") or self.settings.max_new_tokens)
@@ -149,7 +170,10 @@ class ToolEpisode:
         if settings.max_context_len is not None:
             budget = min(budget, settings.max_context_len - context_length)
             if budget <= 0:
-                state.stop(StopReason.CONTEXT_OVERFLOW, f"{context_length} context tokens leave no room under {settings.max_context_len}")
+                state.stop(
+                    StopReason.CONTEXT_OVERFLOW,
+                    f"{context_length} context tokens leave no room under {settings.max_context_len}",
+                )
                 return None
         request = GenerationRequest(
             input_ids=state.ledger.encoded_context(),
@@ -172,12 +196,22 @@ class ToolEpisode:
             return None
         model_seconds = time.perf_counter() - model_started
         state.token_exact &= generation.token_exact
-        state.ledger.append_sampled(generation.output_ids, generation.logprobs, self._trained_mask(generation.output_ids))
+        state.ledger.append_sampled(
+            generation.output_ids, generation.logprobs, self._trained_mask(generation.output_ids)
+        )
         parsed = generation.parsed or self._parse(generation, state.tools)
         message = _assistant_message(parsed)
         state.messages.append(message)
         state.context.append(message)
-        draft = _TurnDraft(generation, parsed, context_length, budget, model_seconds, len(state.messages) - 1, summary=summary_cap is not None)
+        draft = _TurnDraft(
+            generation,
+            parsed,
+            context_length,
+            budget,
+            model_seconds,
+            len(state.messages) - 1,
+            summary=summary_cap is not None,
+        )
         if generation.finish_reason is FinishReason.ABORT:
             self._record(state, draft)
             state.stop(StopReason.ABORTED, generation.abort_message or "the engine aborted the request")
@@ -207,9 +241,13 @@ class ToolEpisode:
                 results = await self._execute(state.session, parsed.tool_calls)
             elif state.has_terminal_tool:
                 outcome = await state.session.call_terminal_tool(parsed.content)
-                results = [self._result(ToolCall("__terminal__", {"message": parsed.content}, "terminal"), outcome, 0.0)]
+                results = [
+                    self._result(ToolCall("__terminal__", {"message": parsed.content}, "terminal"), outcome, 0.0)
+                ]
         except BaseException:  # environment fault, or the episode timeout cancelling the call
-            self._record(state, draft, env_seconds=time.perf_counter() - env_started)  # the sampled turn stays on record
+            self._record(
+                state, draft, env_seconds=time.perf_counter() - env_started
+            )  # the sampled turn stays on record
             raise
         if parsed.has_tool_activity:
             new_messages.extend(_tool_message(r) for r in results)
@@ -307,7 +345,9 @@ class ToolEpisode:
         state.rendered = (messages, prompt)
         return prompt
 
-    async def _summarize(self, state: _Run, draft: _TurnDraft, new_messages: list[dict[str, Any]], action: Summarize) -> bool | None:
+    async def _summarize(
+        self, state: _Run, draft: _TurnDraft, new_messages: list[dict[str, Any]], action: Summarize
+    ) -> bool | None:
         """The summary turn, then the policy's next context. None when it does not fit (the caller falls
         back); False when the run stopped (the usual rules: an abort is ABORTED, never a reward)."""
         assert state.ledger is not None and self.settings.context_policy is not None
@@ -329,7 +369,10 @@ class ToolEpisode:
         rewrite = self.settings.context_policy.after_summary(self._view(state, 0), text)
         if not self._rewrite(state, rewrite, state.ledger.context_length):
             if state.stop_reason is None:
-                state.stop(StopReason.CONTEXT_OVERFLOW, f"the context after the summary ({rewrite.kind}) does not fit in {max_context_len} tokens or saves none")
+                state.stop(
+                    StopReason.CONTEXT_OVERFLOW,
+                    f"the context after the summary ({rewrite.kind}) does not fit in {max_context_len} tokens or saves none",
+                )
             return False
         return True
 
@@ -380,13 +423,21 @@ class ToolEpisode:
         assert state.ledger is not None
         max_context_len = self.settings.max_context_len
         if max_context_len is not None and state.ledger.context_length + len(bridge) >= max_context_len:
-            state.stop(StopReason.CONTEXT_OVERFLOW, f"the environment's reply ({len(bridge)} tokens) leaves no room under {max_context_len}")
+            state.stop(
+                StopReason.CONTEXT_OVERFLOW,
+                f"the environment's reply ({len(bridge)} tokens) leaves no room under {max_context_len}",
+            )
             return False
         state.ledger.append_environment(bridge, images)
         return True
 
     def _record(
-        self, state: _Run, draft: _TurnDraft, results: Sequence[ToolResult] = (), rewards: Sequence[float] = (), env_seconds: float = 0.0
+        self,
+        state: _Run,
+        draft: _TurnDraft,
+        results: Sequence[ToolResult] = (),
+        rewards: Sequence[float] = (),
+        env_seconds: float = 0.0,
     ) -> None:
         generation = draft.generation
         state.turns.append(
@@ -455,13 +506,25 @@ class ToolEpisode:
         text, truncated = clean_tool_text(outcome.text, self.renderer, limit)
         content = None
         if outcome.content is not None:  # a VLM's text and images: each text part cleaned and held to the budget
-            cleaned = [clean_tool_text(p["text"], self.renderer, limit) if p.get("type") == "text" else (None, False) for p in outcome.content]
-            content = tuple({"type": "text", "text": c} if c is not None else dict(p) for p, (c, _) in zip(outcome.content, cleaned))
+            cleaned = [
+                clean_tool_text(p["text"], self.renderer, limit) if p.get("type") == "text" else (None, False)
+                for p in outcome.content
+            ]
+            content = tuple(
+                {"type": "text", "text": c} if c is not None else dict(p) for p, (c, _) in zip(outcome.content, cleaned)
+            )
             truncated = any(cut for _, cut in cleaned)
         return ToolResult(
-            call=call, text=text, reward=outcome.reward, finished=outcome.finished, error=outcome.error, truncated=truncated, seconds=seconds,
-            metadata=outcome.metadata, content=content,
-        )  # fmt: skip
+            call=call,
+            text=text,
+            reward=outcome.reward,
+            finished=outcome.finished,
+            error=outcome.error,
+            truncated=truncated,
+            seconds=seconds,
+            metadata=outcome.metadata,
+            content=content,
+        )
 
     def _trajectory(self, state: _Run, seconds: float) -> Trajectory:
         stop_reason = state.stop_reason or StopReason.ABORTED

@@ -20,7 +20,17 @@ from openreward_rl.engines.base import EncodedIds, FinishReason
 from openreward_rl.parsers.base import ParsedTurn, ParseError, ParseErrorKind, ToolCall
 from openreward_rl.task import TaskRef
 
-__all__ = ["StopReason", "ToolResult", "Turn", "TokenSegment", "TokenLedger", "Trajectory", "Compaction", "recorded_task", "trained_reward"]
+__all__ = [
+    "StopReason",
+    "ToolResult",
+    "Turn",
+    "TokenSegment",
+    "TokenLedger",
+    "Trajectory",
+    "Compaction",
+    "recorded_task",
+    "trained_reward",
+]
 
 
 class StopReason(str, enum.Enum):
@@ -195,7 +205,9 @@ class TokenLedger:
         segment.loss_mask.extend([0] * len(ids))
         segment.rollout_logprobs.extend([0.0] * len(ids))
 
-    def append_sampled(self, ids: Sequence[int], logprobs: Sequence[float], trained: Sequence[bool] | None = None) -> None:
+    def append_sampled(
+        self, ids: Sequence[int], logprobs: Sequence[float], trained: Sequence[bool] | None = None
+    ) -> None:
         if len(ids) != len(logprobs):
             raise ValueError(f"{len(logprobs)} log-probs for {len(ids)} sampled ids")
         segment = self.current
@@ -262,7 +274,9 @@ def recorded_task(task: TaskRef | Mapping[str, Any]) -> TaskRef:
         raise TypeError(f"a trajectory's task is a TaskRef, got {type(task).__name__}")
     named = TaskRef.from_description(task)
     if named is None:
-        raise ValueError(f"a trajectory's task must name a task (an environment, split and index or task_spec): {dict(task)!r}")
+        raise ValueError(
+            f"a trajectory's task must name a task (an environment, split and index or task_spec): {dict(task)!r}"
+        )
     return named
 
 

@@ -58,7 +58,9 @@ IN_WORKER_ENV = "OPENREWARD_RL_EPISODE_WORKER"
 class EpisodeWorkers:
     """What `WorkerRollouts` needs of a set of workers."""
 
-    async def run(self, task: TaskRef, *, sampling_params: Mapping[str, Any] | None, routing_key: str | None, evaluation: bool) -> Trajectory:
+    async def run(
+        self, task: TaskRef, *, sampling_params: Mapping[str, Any] | None, routing_key: str | None, evaluation: bool
+    ) -> Trajectory:
         raise NotImplementedError
 
     async def aclose(self) -> None:
@@ -100,9 +102,13 @@ async def _serve(connection: Connection, factory: Callable[[], Any]) -> None:
     # reading the parent's requests (a parent and a worker both blocked in send would deadlock).
     writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="openreward-rl-replies")
 
-    async def run_one(number: int, task: TaskRef, sampling_params: Any, routing_key: str | None, evaluation: bool) -> None:
+    async def run_one(
+        number: int, task: TaskRef, sampling_params: Any, routing_key: str | None, evaluation: bool
+    ) -> None:
         try:
-            trajectory = await runner.run(task, sampling_params=sampling_params, routing_key=routing_key, evaluation=evaluation)
+            trajectory = await runner.run(
+                task, sampling_params=sampling_params, routing_key=routing_key, evaluation=evaluation
+            )
             reply: tuple[Any, ...] = ("done", number, trajectory)
         except asyncio.CancelledError:
             raise
@@ -166,7 +172,9 @@ class ProcessWorkers(EpisodeWorkers):
     def _start(self, slot: int) -> _Process:
         context = multiprocessing.get_context("spawn")
         parent_end, child_end = context.Pipe(duplex=True)
-        process = context.Process(target=_worker_main, args=(child_end, self.factory), name=f"openreward-rl-episodes-{slot}", daemon=True)
+        process = context.Process(
+            target=_worker_main, args=(child_end, self.factory), name=f"openreward-rl-episodes-{slot}", daemon=True
+        )
         process.start()
         child_end.close()
         worker = _Process(slot, process, parent_end)
@@ -182,7 +190,9 @@ class ProcessWorkers(EpisodeWorkers):
                 return self._start(slot)
         return min((w for w in self._workers if w is not None), key=lambda w: len(w.pending))
 
-    async def run(self, task: TaskRef, *, sampling_params: Mapping[str, Any] | None, routing_key: str | None, evaluation: bool) -> Trajectory:
+    async def run(
+        self, task: TaskRef, *, sampling_params: Mapping[str, Any] | None, routing_key: str | None, evaluation: bool
+    ) -> Trajectory:
         if self._closed:
             raise RuntimeError("these episode workers are closed")
         worker = self._pick()
@@ -190,7 +200,16 @@ class ProcessWorkers(EpisodeWorkers):
         future: asyncio.Future[Trajectory] = asyncio.get_running_loop().create_future()
         worker.pending[number] = (task, future)
         try:
-            worker.connection.send(("run", number, task, dict(sampling_params) if sampling_params is not None else None, routing_key, evaluation))
+            worker.connection.send(
+                (
+                    "run",
+                    number,
+                    task,
+                    dict(sampling_params) if sampling_params is not None else None,
+                    routing_key,
+                    evaluation,
+                )
+            )
         except (OSError, ValueError) as error:  # the pipe broke: the worker is dying
             self._lost(worker, f"could not reach it: {error}")
         try:
@@ -232,7 +251,9 @@ class ProcessWorkers(EpisodeWorkers):
             loop.remove_reader(worker.process.sentinel)
         for task, future in worker.pending.values():
             if not future.done():
-                future.set_result(_aborted(task, f"episode worker {worker.number} (pid {worker.process.pid}) died: {why}"))
+                future.set_result(
+                    _aborted(task, f"episode worker {worker.number} (pid {worker.process.pid}) died: {why}")
+                )
         worker.pending.clear()
         worker.connection.close()
 
@@ -277,7 +298,9 @@ class _RayEpisodeActor:
     async def run(self, task: TaskRef, sampling_params: Any, routing_key: str | None, evaluation: bool) -> Trajectory:
         if self.runner is None:
             self.runner = self.factory()
-        return await self.runner.run(task, sampling_params=sampling_params, routing_key=routing_key, evaluation=evaluation)
+        return await self.runner.run(
+            task, sampling_params=sampling_params, routing_key=routing_key, evaluation=evaluation
+        )
 
 
 def _ray_errors() -> tuple[tuple[type[BaseException], ...], type[BaseException]]:
@@ -316,16 +339,22 @@ class RayWorkers(EpisodeWorkers):
         slot = min(range(self.count), key=lambda i: (self._actors[i] is not None, self._load[i]))
         if self._actors[slot] is None:
             if self._remote is None:
-                self._remote = ray.remote(num_cpus=1, max_restarts=0, max_task_retries=0, max_concurrency=self.max_concurrency)(_RayEpisodeActor)  # type: ignore[call-overload]  # Ray's overloads omit the actor option max_concurrency
+                self._remote = ray.remote(
+                    num_cpus=1, max_restarts=0, max_task_retries=0, max_concurrency=self.max_concurrency
+                )(_RayEpisodeActor)  # type: ignore[call-overload]  # Ray's overloads omit the actor option max_concurrency
             self._actors[slot] = self._remote.remote(self.factory)
         return slot, self._actors[slot]
 
-    async def run(self, task: TaskRef, *, sampling_params: Mapping[str, Any] | None, routing_key: str | None, evaluation: bool) -> Trajectory:
+    async def run(
+        self, task: TaskRef, *, sampling_params: Mapping[str, Any] | None, routing_key: str | None, evaluation: bool
+    ) -> Trajectory:
         gone, task_error = _ray_errors()
         slot, actor = self._pick()
         self._load[slot] += 1
         try:
-            return await actor.run.remote(task, dict(sampling_params) if sampling_params is not None else None, routing_key, evaluation)
+            return await actor.run.remote(
+                task, dict(sampling_params) if sampling_params is not None else None, routing_key, evaluation
+            )
         except gone as error:
             if self._actors[slot] is actor:  # the first of its episodes to hear: replace it
                 self._actors[slot] = None
@@ -364,7 +393,9 @@ def make_workers(factory: Callable[[], Any], count: int, backend: str = "auto") 
         raise ValueError(f"rollout_worker_backend must be auto, process or ray, got {backend!r}")
     if backend == "ray":
         if not _ray_running():
-            raise RuntimeError("rollout_worker_backend: ray, but Ray is not initialised in this process (run inside the trainer's Ray cluster, or use process)")
+            raise RuntimeError(
+                "rollout_worker_backend: ray, but Ray is not initialised in this process (run inside the trainer's Ray cluster, or use process)"
+            )
         return RayWorkers(factory, count)
     return ProcessWorkers(factory, count)
 
@@ -385,10 +416,19 @@ class WorkerRollouts:
     def engine(self) -> Any:
         return self.local.engine
 
-    async def run(self, task: TaskRef, *, sampling_params: Mapping[str, Any] | None = None, routing_key: str | None = None, engine: Any = None) -> Trajectory:
+    async def run(
+        self,
+        task: TaskRef,
+        *,
+        sampling_params: Mapping[str, Any] | None = None,
+        routing_key: str | None = None,
+        engine: Any = None,
+    ) -> Trajectory:
         if engine is not None:
             return await self.local.run(task, sampling_params=sampling_params, routing_key=routing_key, engine=engine)
-        return await self.workers.run(task, sampling_params=sampling_params, routing_key=routing_key, evaluation=self.evaluation)
+        return await self.workers.run(
+            task, sampling_params=sampling_params, routing_key=routing_key, evaluation=self.evaluation
+        )
 
     async def aclose(self) -> None:
         await self.workers.aclose()

@@ -74,7 +74,9 @@ def conversation_steps(trajectory: Trajectory) -> Iterator[ConversationStep]:
                 open_results.update({r.call.id: r for r in turn.tool_results})
             yield ConversationStep(message, turn=turn, turn_number=number, position=position)
         elif role == "tool":
-            yield ConversationStep(message, result=open_results.pop(str(message.get("tool_call_id", "")), None), position=position)
+            yield ConversationStep(
+                message, result=open_results.pop(str(message.get("tool_call_id", "")), None), position=position
+            )
         else:
             yield ConversationStep(message, position=position)
     yield from unanswered()

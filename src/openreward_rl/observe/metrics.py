@@ -112,7 +112,9 @@ class EpisodeStats:
         return not self.infrastructure_failure and self.reward is not None and self.reward > threshold
 
     @classmethod
-    def from_trajectory(cls, trajectory: Trajectory, task_key: Callable[[Trajectory], str | None] = default_task_key) -> EpisodeStats:
+    def from_trajectory(
+        cls, trajectory: Trajectory, task_key: Callable[[Trajectory], str | None] = default_task_key
+    ) -> EpisodeStats:
         """A scored trajectory without "turns" / "sampled_tokens" metrics gets them counted from its
         turns, and "context_tokens" is its training sequence's length."""
         metrics = dict(trajectory.metrics)

@@ -80,8 +80,20 @@ def trajectory_events(trajectory: Trajectory) -> list[UploadEvent]:
         message, result = step.message, step.result
         if message is None:  # a result with no tool message: its call and result, after its turn
             assert result is not None
-            events.append(UploadEvent(ToolCall(name=result.call.name, content=_arguments_json(result.call.arguments), call_id=result.call.id)))
-            events.append(UploadEvent(ToolResult(content=result.text, call_id=result.call.id), reward=result.reward, metadata=_tool_metadata(result)))
+            events.append(
+                UploadEvent(
+                    ToolCall(
+                        name=result.call.name, content=_arguments_json(result.call.arguments), call_id=result.call.id
+                    )
+                )
+            )
+            events.append(
+                UploadEvent(
+                    ToolResult(content=result.text, call_id=result.call.id),
+                    reward=result.reward,
+                    metadata=_tool_metadata(result),
+                )
+            )
             continue
         role = message.get("role")
         content = _text(message.get("content"))
@@ -93,10 +105,23 @@ def trajectory_events(trajectory: Trajectory) -> list[UploadEvent]:
                 events.append(UploadEvent(AssistantMessage(content=content)))
             for call in tool_calls:
                 function = call.get("function", call)
-                events.append(UploadEvent(ToolCall(name=str(function.get("name", "")), content=_arguments_json(function.get("arguments", {})), call_id=str(call.get("id", "")))))
+                events.append(
+                    UploadEvent(
+                        ToolCall(
+                            name=str(function.get("name", "")),
+                            content=_arguments_json(function.get("arguments", {})),
+                            call_id=str(call.get("id", "")),
+                        )
+                    )
+                )
         elif role == "tool":
-            events.append(UploadEvent(ToolResult(content=content, call_id=str(message.get("tool_call_id", ""))), reward=result.reward if result else None,
-                                      metadata=_tool_metadata(result)))  # fmt: skip
+            events.append(
+                UploadEvent(
+                    ToolResult(content=content, call_id=str(message.get("tool_call_id", ""))),
+                    reward=result.reward if result else None,
+                    metadata=_tool_metadata(result),
+                )
+            )
         elif role == "system":
             events.append(UploadEvent(SystemMessage(content=content)))
         else:
@@ -198,7 +223,9 @@ class TrajectoryUploader:
         local environment servers needs none)."""
         enabled = config.upload
         if enabled and not getattr(client, "api_key", ""):
-            logger.warning("trajectory upload is off: no OpenReward API key (set OPENREWARD_API_KEY, or `upload: false` in the config)")
+            logger.warning(
+                "trajectory upload is off: no OpenReward API key (set OPENREWARD_API_KEY, or `upload: false` in the config)"
+            )
             enabled = False
         return cls(client, config.run_name(), enabled=enabled, **options)
 
@@ -234,7 +261,9 @@ class TrajectoryUploader:
                 top_p=sampling.get("top_p"),
                 top_k=sampling.get("top_k"),
                 max_tokens=sampling.get("max_new_tokens"),
-                duration_ms=int(trajectory.metrics["episode_seconds"] * 1000) if "episode_seconds" in trajectory.metrics else None,
+                duration_ms=int(trajectory.metrics["episode_seconds"] * 1000)
+                if "episode_seconds" in trajectory.metrics
+                else None,
                 harness="openreward-rl",
             )
         done: concurrent.futures.Future[bool] = concurrent.futures.Future()
@@ -244,7 +273,8 @@ class TrajectoryUploader:
             split=split,
             variant=task.variant,
             task_spec=task.task_spec,
-            rollout_name=rollout_name or rollout_name_for(environment, split, index if isinstance(index, int) else None),
+            rollout_name=rollout_name
+            or rollout_name_for(environment, split, index if isinstance(index, int) else None),
             rollout_info=info,
             done=done,
         )
@@ -256,7 +286,9 @@ class TrajectoryUploader:
                 self._queue.put_nowait(job)
             except queue.Full:
                 self.dropped += 1
-                logger.warning("upload queue full (%d waiting); trajectory %s dropped", self._queue.maxsize, job.rollout_name)
+                logger.warning(
+                    "upload queue full (%d waiting); trajectory %s dropped", self._queue.maxsize, job.rollout_name
+                )
                 return None
             self._pending.add(done)
         done.add_done_callback(self._forget)
@@ -299,7 +331,11 @@ class TrajectoryUploader:
         for number, event in enumerate(events):
             last = number == len(events) - 1
             rollout.log(
-                event.message, reward=event.reward, is_finished=event.is_finished, metadata=event.metadata, rollout_info=job.rollout_info if last else None
+                event.message,
+                reward=event.reward,
+                is_finished=event.is_finished,
+                metadata=event.metadata,
+                rollout_info=job.rollout_info if last else None,
             )
         return True
 

@@ -28,7 +28,9 @@ __all__ = ["WandbLogger", "redact_config", "REDACTED"]
 logger = logging.getLogger(__name__)
 
 REDACTED = "<redacted>"
-_SECRET_KEY = re.compile(r"(secret|passw|api[_-]?key|(^|[_-])key$|(^|[_-])token$|auth|credential|cookie)", re.IGNORECASE)
+_SECRET_KEY = re.compile(
+    r"(secret|passw|api[_-]?key|(^|[_-])key$|(^|[_-])token$|auth|credential|cookie)", re.IGNORECASE
+)
 _SECRET_VALUE = re.compile(r"^(sk-|sk_|hf_|ghp_|gho_|github_pat_|xox[abp]-|AKIA|AIza)")
 
 
@@ -36,10 +38,17 @@ def redact_config(config: Any) -> Any:
     """A copy of `config` safe to log: values under secret-looking keys, and values that look like
     API keys, become "<redacted>"; registered secret values (`openreward_rl.redaction`) become "***". Accepts mappings, sequences and objects with `__dict__`
     (an argparse Namespace)."""
-    if hasattr(config, "__dict__") and not isinstance(config, (str, bytes, int, float, bool, type(None))) and not isinstance(config, Mapping):
+    if (
+        hasattr(config, "__dict__")
+        and not isinstance(config, (str, bytes, int, float, bool, type(None)))
+        and not isinstance(config, Mapping)
+    ):
         config = vars(config)
     if isinstance(config, Mapping):
-        return {str(k): REDACTED if _SECRET_KEY.search(str(k)) and v not in (None, "", False) else redact_config(v) for k, v in config.items()}
+        return {
+            str(k): REDACTED if _SECRET_KEY.search(str(k)) and v not in (None, "", False) else redact_config(v)
+            for k, v in config.items()
+        }
     if isinstance(config, (list, tuple)):
         return [redact_config(v) for v in config]
     if isinstance(config, str) and _SECRET_VALUE.match(config):

@@ -116,14 +116,18 @@ class InvokeGrammar:
                     if builder.truncated:
                         builder.add_unclosed(text[block_start:], self.section_name)
                     else:
-                        builder.add_error(ParseErrorKind.MALFORMED_CALL, f"the {self.section_name} holds no call", text[block_start:])
+                        builder.add_error(
+                            ParseErrorKind.MALFORMED_CALL, f"the {self.section_name} holds no call", text[block_start:]
+                        )
                 return index  # a missing block closer after complete invokes is accepted
             invokes += 1
             if _starting(text, index, self.invoke_openers):
                 index = self.parse_invoke(text, index, builder)
                 continue
             stop = _first(text, index, self.invoke_openers + self.block_closers)
-            builder.add_error(ParseErrorKind.MALFORMED_CALL, f"unexpected text inside the {self.section_name}", text[index:stop])
+            builder.add_error(
+                ParseErrorKind.MALFORMED_CALL, f"unexpected text inside the {self.section_name}", text[index:stop]
+            )
             index = stop
 
     def _after_invoke(self, text: str, index: int) -> int:
@@ -141,7 +145,9 @@ class InvokeGrammar:
         name = attributes(tag.group("attrs"), xml_escaped=self.xml_escaped_attributes).get(self.name_attribute)
         if name is None:
             end = self._after_invoke(text, tag.end())
-            builder.add_error(ParseErrorKind.MISSING_NAME, f"the call has no {self.name_attribute}= attribute", text[start:end])
+            builder.add_error(
+                ParseErrorKind.MISSING_NAME, f"the call has no {self.name_attribute}= attribute", text[start:end]
+            )
             return end
         if "self_closing" in tag.groupdict() and tag.group("self_closing"):
             builder.add_call(name, {}, raw=text[start : tag.end()])
@@ -176,13 +182,22 @@ class InvokeGrammar:
                 if builder.truncated:
                     builder.add_unclosed(text[start:], tool_name=name)
                 else:
-                    builder.add_error(ParseErrorKind.MALFORMED_CALL, "a parameter value has no closing tag", text[start:], tool_name=name)
+                    builder.add_error(
+                        ParseErrorKind.MALFORMED_CALL,
+                        "a parameter value has no closing tag",
+                        text[start:],
+                        tool_name=name,
+                    )
                 return len(text)
             found = attributes(parameter.group("attrs"), xml_escaped=self.xml_escaped_attributes)
             key = found.get(self.key_attribute)
             if key is None or key in arguments:
                 end = self._after_invoke(text, index)
-                problem = f"parameter {key!r} is given twice" if key is not None else f"a parameter has no {self.key_attribute}="
+                problem = (
+                    f"parameter {key!r} is given twice"
+                    if key is not None
+                    else f"a parameter has no {self.key_attribute}="
+                )
                 builder.add_error(ParseErrorKind.MALFORMED_CALL, problem, text[start:end], tool_name=name)
                 return end
             arguments[key] = RawValue(text[parameter.end() : value_end[0]], self.declared_type(found))
@@ -207,7 +222,12 @@ class InvokeGrammar:
             if not closed and builder.truncated:
                 builder.add_unclosed(text[start:], tool_name=name)
             else:
-                builder.add_error(ParseErrorKind.INVALID_JSON, "the call's JSON body is not valid JSON", text[start:end], tool_name=name)
+                builder.add_error(
+                    ParseErrorKind.INVALID_JSON,
+                    "the call's JSON body is not valid JSON",
+                    text[start:end],
+                    tool_name=name,
+                )
             return end
         arguments, after = decoded
         index = skip_spaces(text, after)
@@ -221,7 +241,12 @@ class InvokeGrammar:
             return index
         else:
             end = self._after_invoke(text, index)
-            builder.add_error(ParseErrorKind.MALFORMED_CALL, "unexpected text after the call's JSON body", text[start:end], tool_name=name)
+            builder.add_error(
+                ParseErrorKind.MALFORMED_CALL,
+                "unexpected text after the call's JSON body",
+                text[start:end],
+                tool_name=name,
+            )
             return end
         builder.add_call(name, arguments, raw=text[start:end])
         return end

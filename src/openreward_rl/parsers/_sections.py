@@ -75,7 +75,14 @@ class SectionedParser:
     opener_ends_reasoning: ClassVar[bool] = False
     interleaved_reasoning: ClassVar[bool] = False
 
-    def parse(self, text: str, *, tools: Sequence[Mapping[str, Any]] | None = None, generation_prompt: str = "", finish_reason: str | None = None) -> ParsedTurn:
+    def parse(
+        self,
+        text: str,
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        generation_prompt: str = "",
+        finish_reason: str | None = None,
+    ) -> ParsedTurn:
         grammar = self.grammar
         return parse_sectioned_turn(
             text,
@@ -181,7 +188,9 @@ def parse_call_list(
                 if builder.truncated:
                     builder.add_unclosed(text[section_start:], section_name)
                 else:
-                    builder.add_error(ParseErrorKind.MALFORMED_CALL, f"the {section_name} holds no tool call", text[section_start:])
+                    builder.add_error(
+                        ParseErrorKind.MALFORMED_CALL, f"the {section_name} holds no tool call", text[section_start:]
+                    )
             return index  # a missing section closer after complete calls is accepted
         if text.startswith(call_begin, index):
             index = parse_call(text, index + len(call_begin), builder)
@@ -195,12 +204,26 @@ def parse_call_list(
         index = stop
 
 
-def call_list_section(*, section_end: str | tuple[str, ...], call_begin: str, parse_call: CallParser, section_name: str = "tool-call section") -> SectionParser:
+def call_list_section(
+    *,
+    section_end: str | tuple[str, ...],
+    call_begin: str,
+    parse_call: CallParser,
+    section_name: str = "tool-call section",
+) -> SectionParser:
     """The section parser of a format whose sections are `call call ... SECTION_END` (see `parse_call_list`)."""
-    return partial(parse_call_list, section_name=section_name, section_end=section_end, call_begin=call_begin, parse_call=parse_call)
+    return partial(
+        parse_call_list,
+        section_name=section_name,
+        section_end=section_end,
+        call_begin=call_begin,
+        parse_call=parse_call,
+    )
 
 
-def missing_marker(text: str, builder: TurnBuilder, *, raw_start: int, close_at: int, call_end: str, missing: str) -> int:
+def missing_marker(
+    text: str, builder: TurnBuilder, *, raw_start: int, close_at: int, call_end: str, missing: str
+) -> int:
     """Report a call that lacks its `missing` marker; return the index where scanning resumes.
 
     `close_at` is where the call's `call_end` closer is (-1: none). A call cut off before any
@@ -234,10 +257,22 @@ def finish_json_call(
             if builder.truncated:
                 builder.add_unclosed(raw, tool_name=name)
             else:
-                builder.add_error(ParseErrorKind.INVALID_JSON, "the tool call's arguments are not valid JSON", raw, tool_name=name, call_id=call_id)
+                builder.add_error(
+                    ParseErrorKind.INVALID_JSON,
+                    "the tool call's arguments are not valid JSON",
+                    raw,
+                    tool_name=name,
+                    call_id=call_id,
+                )
             return len(text)
         raw = text[raw_start : close + len(call_end)]
-        builder.add_error(ParseErrorKind.INVALID_JSON, "the tool call's arguments are not valid JSON", raw, tool_name=name, call_id=call_id)
+        builder.add_error(
+            ParseErrorKind.INVALID_JSON,
+            "the tool call's arguments are not valid JSON",
+            raw,
+            tool_name=name,
+            call_id=call_id,
+        )
         return close + len(call_end)
     arguments, after = decoded
     index = skip_spaces(text, after)
@@ -253,7 +288,13 @@ def finish_json_call(
     else:
         close = text.find(call_end, index)
         end = len(text) if close < 0 else close + len(call_end)
-        builder.add_error(ParseErrorKind.MALFORMED_CALL, "unexpected text after the tool call's arguments", text[raw_start:end], tool_name=name, call_id=call_id)
+        builder.add_error(
+            ParseErrorKind.MALFORMED_CALL,
+            "unexpected text after the tool call's arguments",
+            text[raw_start:end],
+            tool_name=name,
+            call_id=call_id,
+        )
         return end
     if isinstance(arguments, str):  # arguments written as a JSON string: decode exactly once
         inner = decode_json_object(arguments, 0)

@@ -160,7 +160,13 @@ def _matches(value: Any, schema: Mapping[str, Any]) -> bool:
     if "enum" in schema and value in (schema.get("enum") or ()):
         return True
     names = {
-        bool: "boolean", int: "integer", float: "number", str: "string", list: "array", dict: "object", type(None): "null"
+        bool: "boolean",
+        int: "integer",
+        float: "number",
+        str: "string",
+        list: "array",
+        dict: "object",
+        type(None): "null",
     }
     kind = names.get(type(value))
     allowed = schema.get("type")
@@ -253,11 +259,18 @@ class TurnBuilder:
     def add_content(self, text: str) -> None:
         self._content.append(text)
 
-    def add_error(self, kind: ParseErrorKind, message: str, raw: str, *, tool_name: str | None = None, call_id: str | None = None) -> None:
+    def add_error(
+        self, kind: ParseErrorKind, message: str, raw: str, *, tool_name: str | None = None, call_id: str | None = None
+    ) -> None:
         self.errors.append(ParseError(kind, message, raw=raw, tool_name=tool_name, call_id=call_id))
 
     def add_unclosed(self, raw: str, what: str = "tool call", *, tool_name: str | None = None) -> None:
-        self.add_error(ParseErrorKind.UNCLOSED_BLOCK, f"the {what} was cut off by the length limit and is not executed", raw, tool_name=tool_name)
+        self.add_error(
+            ParseErrorKind.UNCLOSED_BLOCK,
+            f"the {what} was cut off by the length limit and is not executed",
+            raw,
+            tool_name=tool_name,
+        )
 
     def add_call(self, name: Any, arguments: Any, *, raw: str, call_id: str | None = None) -> ToolCall | None:
         """Validate and keep a call whose arguments are already JSON values."""
@@ -268,7 +281,9 @@ class TurnBuilder:
         self.errors.append(result)
         return None
 
-    def add_raw_call(self, name: str, raw_arguments: Mapping[str, RawValue], *, raw: str, call_id: str | None = None) -> ToolCall | None:
+    def add_raw_call(
+        self, name: str, raw_arguments: Mapping[str, RawValue], *, raw: str, call_id: str | None = None
+    ) -> ToolCall | None:
         """Coerce raw values with the tool's schema, then validate and keep the call."""
         arguments, problems = coerce_raw_arguments(raw_arguments, tool_schema(self.tools, name.strip()))
         call = self.add_call(name, arguments, raw=raw, call_id=call_id)

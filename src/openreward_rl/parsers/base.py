@@ -109,7 +109,14 @@ class ToolParser(Protocol):
 
     name: str
 
-    def parse(self, text: str, *, tools: Sequence[Mapping[str, Any]] | None = None, generation_prompt: str = "", finish_reason: str | None = None) -> ParsedTurn: ...
+    def parse(
+        self,
+        text: str,
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        generation_prompt: str = "",
+        finish_reason: str | None = None,
+    ) -> ParsedTurn: ...
 
 
 _ParserT = TypeVar("_ParserT", bound=type)
@@ -149,7 +156,9 @@ def get_parser(name: str) -> ToolParser:
         raise ValueError(f"tool parser {name!r} is {factory!r}, not a parser class")
     parser = factory()
     if not isinstance(parser, ToolParser):
-        raise ValueError(f"tool parser {name!r} built {type(parser).__name__}, which lacks a `name` or a `parse` method")
+        raise ValueError(
+            f"tool parser {name!r} built {type(parser).__name__}, which lacks a `name` or a `parse` method"
+        )
     return parser
 
 

@@ -41,21 +41,45 @@ RESPONSE_MARKERS = ("<|START_RESPONSE|>", "<|END_RESPONSE|>")
 class CohereParser:
     name = "cohere"
 
-    def parse(self, text: str, *, tools: Sequence[Mapping[str, Any]] | None = None, generation_prompt: str = "", finish_reason: str | None = None) -> ParsedTurn:
+    def parse(
+        self,
+        text: str,
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        generation_prompt: str = "",
+        finish_reason: str | None = None,
+    ) -> ParsedTurn:
         errors: list[ParseError] = []
         split = split_turn_reasoning(
-            text, generation_prompt=generation_prompt, call_openers=(ACTION_OPEN,), errors=errors, open_tag=THINK_OPEN, close_tag=THINK_CLOSE
+            text,
+            generation_prompt=generation_prompt,
+            call_openers=(ACTION_OPEN,),
+            errors=errors,
+            open_tag=THINK_OPEN,
+            close_tag=THINK_CLOSE,
         )
         calls: list = []
         body = split.rest
-        content = scan_blocks(body, (ACTION_OPEN,), lambda start, _opener: self._parse_action(body, start, tools, finish_reason, calls, errors))
+        content = scan_blocks(
+            body,
+            (ACTION_OPEN,),
+            lambda start, _opener: self._parse_action(body, start, tools, finish_reason, calls, errors),
+        )
         answer = join_content(content)
         for marker in RESPONSE_MARKERS:
             answer = answer.replace(marker, "")
-        return ParsedTurn(content=answer.strip(), reasoning=split.reasoning, tool_calls=tuple(calls), errors=tuple(errors))
+        return ParsedTurn(
+            content=answer.strip(), reasoning=split.reasoning, tool_calls=tuple(calls), errors=tuple(errors)
+        )
 
     def _parse_action(
-        self, body: str, start: int, tools: Sequence[Mapping[str, Any]] | None, finish_reason: str | None, calls: list, errors: list[ParseError]
+        self,
+        body: str,
+        start: int,
+        tools: Sequence[Mapping[str, Any]] | None,
+        finish_reason: str | None,
+        calls: list,
+        errors: list[ParseError],
     ) -> int:
         block = decode_tagged_json(body, start, ACTION_OPEN, ACTION_CLOSE, finish_reason, errors, "action list")
         if isinstance(block, int):
@@ -68,5 +92,7 @@ class CohereParser:
             if not isinstance(item, Mapping):
                 errors.append(ParseError(ParseErrorKind.MALFORMED_CALL, "each action must be a JSON object", raw=raw))
                 continue
-            add_result(validate_call(item.get("tool_name"), item.get("parameters", {}), tools=tools, raw=raw), calls, errors)
+            add_result(
+                validate_call(item.get("tool_name"), item.get("parameters", {}), tools=tools, raw=raw), calls, errors
+            )
         return end

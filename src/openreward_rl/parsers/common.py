@@ -146,7 +146,9 @@ def split_turn_reasoning(
         else:
             first = _first_of(split.reasoning, call_openers)
         if first >= 0:
-            return ReasoningSplit(reasoning=split.reasoning[:first].strip(), rest=split.reasoning[first:], complete=True)
+            return ReasoningSplit(
+                reasoning=split.reasoning[:first].strip(), rest=split.reasoning[first:], complete=True
+            )
     errors.extend(calls_in_reasoning(split.reasoning, call_openers))
     return split
 

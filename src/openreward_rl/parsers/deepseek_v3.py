@@ -22,7 +22,13 @@ Reasoning is `<think>…</think>`; R1 puts the opener in the generation prompt.
 
 from __future__ import annotations
 
-from openreward_rl.parsers._sections import SectionedParser, Sections, call_list_section, finish_json_call, missing_marker
+from openreward_rl.parsers._sections import (
+    SectionedParser,
+    Sections,
+    call_list_section,
+    finish_json_call,
+    missing_marker,
+)
 from openreward_rl.parsers._xmlish import TurnBuilder
 from openreward_rl.parsers.base import register_parser
 
@@ -48,7 +54,14 @@ def _parse_call(text: str, index: int, builder: TurnBuilder) -> int:
         return missing_marker(text, builder, raw_start=raw_start, close_at=limit, call_end=CALL_END, missing=missing)
     name = text[sep + len(SEP) : fence].strip()
     return finish_json_call(
-        text, fence + len(_FENCE_OPEN), builder, call_end=CALL_END, name=name, call_id=None, raw_start=raw_start, fence=_FENCE_CLOSE
+        text,
+        fence + len(_FENCE_OPEN),
+        builder,
+        call_end=CALL_END,
+        name=name,
+        call_id=None,
+        raw_start=raw_start,
+        fence=_FENCE_CLOSE,
     )
 
 

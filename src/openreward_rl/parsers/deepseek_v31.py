@@ -13,7 +13,13 @@ generation prompt. V3.1 calls tools only in non-thinking mode; a call inside rea
 
 from __future__ import annotations
 
-from openreward_rl.parsers._sections import SectionedParser, Sections, call_list_section, finish_json_call, missing_marker
+from openreward_rl.parsers._sections import (
+    SectionedParser,
+    Sections,
+    call_list_section,
+    finish_json_call,
+    missing_marker,
+)
 from openreward_rl.parsers._xmlish import TurnBuilder
 from openreward_rl.parsers.base import register_parser
 from openreward_rl.parsers.deepseek_v3 import CALL_BEGIN, CALL_END, SECTION_BEGIN, SECTION_END, SEP
@@ -28,7 +34,9 @@ def _parse_call(text: str, index: int, builder: TurnBuilder) -> int:
     if sep < 0:
         return missing_marker(text, builder, raw_start=raw_start, close_at=limit, call_end=CALL_END, missing=SEP)
     name = text[index:sep].strip()
-    return finish_json_call(text, sep + len(SEP), builder, call_end=CALL_END, name=name, call_id=None, raw_start=raw_start)
+    return finish_json_call(
+        text, sep + len(SEP), builder, call_end=CALL_END, name=name, call_id=None, raw_start=raw_start
+    )
 
 
 _parse_section = call_list_section(section_end=SECTION_END, call_begin=CALL_BEGIN, parse_call=_parse_call)

@@ -194,7 +194,14 @@ def parse_gemma_object(text: str, start: int = 0, *, quote: str = GEMMA4.quote) 
 class Gemma4Parser:
     name = "gemma4"
 
-    def parse(self, text: str, *, tools: Sequence[Mapping[str, Any]] | None = None, generation_prompt: str = "", finish_reason: str | None = None) -> ParsedTurn:
+    def parse(
+        self,
+        text: str,
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        generation_prompt: str = "",
+        finish_reason: str | None = None,
+    ) -> ParsedTurn:
         split = split_reasoning(
             text,
             generation_prompt=generation_prompt,
@@ -207,14 +214,20 @@ class Gemma4Parser:
             reasoning = reasoning[len("thought") :].strip()
         # The dialect is the one whose call opener comes first: the other's markers quoted in a string are text.
         gemma4_at, function_gemma_at = text.find(GEMMA4.call_open), text.find(FUNCTION_GEMMA.call_open)
-        syntax = FUNCTION_GEMMA if function_gemma_at >= 0 and (gemma4_at < 0 or function_gemma_at < gemma4_at) else GEMMA4
+        syntax = (
+            FUNCTION_GEMMA if function_gemma_at >= 0 and (gemma4_at < 0 or function_gemma_at < gemma4_at) else GEMMA4
+        )
         errors = calls_in_reasoning(reasoning, (syntax.call_open,))
         calls: list[ToolCall] = []
         body = split.rest
         content = scan_blocks(
-            body, (syntax.call_open,), lambda start, _opener: self._parse_call(body, start, syntax, tools, finish_reason, calls, errors)
+            body,
+            (syntax.call_open,),
+            lambda start, _opener: self._parse_call(body, start, syntax, tools, finish_reason, calls, errors),
         )
-        return ParsedTurn(content=join_content(content), reasoning=reasoning, tool_calls=tuple(calls), errors=tuple(errors))
+        return ParsedTurn(
+            content=join_content(content), reasoning=reasoning, tool_calls=tuple(calls), errors=tuple(errors)
+        )
 
     @staticmethod
     def _parse_call(
@@ -234,7 +247,9 @@ class Gemma4Parser:
             if brace < 0 and close < 0 and is_cut_off(finish_reason):
                 errors.append(unclosed_error(body[start:]))
             else:
-                errors.append(ParseError(ParseErrorKind.MALFORMED_CALL, "expected call:NAME{…}", raw=body[start:skip_to]))
+                errors.append(
+                    ParseError(ParseErrorKind.MALFORMED_CALL, "expected call:NAME{…}", raw=body[start:skip_to])
+                )
             return skip_to
         name = body[cursor + len("call:") : brace].strip()
         try:
@@ -244,7 +259,12 @@ class Gemma4Parser:
                 errors.append(unclosed_error(body[start:], tool_name=name))
             else:
                 errors.append(
-                    ParseError(ParseErrorKind.INVALID_ARGUMENTS, f"arguments of {name!r}: {error}", raw=body[start:skip_to], tool_name=name)
+                    ParseError(
+                        ParseErrorKind.INVALID_ARGUMENTS,
+                        f"arguments of {name!r}: {error}",
+                        raw=body[start:skip_to],
+                        tool_name=name,
+                    )
                 )
             return skip_to
         after = skip_spaces(body, end)
@@ -256,7 +276,12 @@ class Gemma4Parser:
                 return len(body)
         else:
             errors.append(
-                ParseError(ParseErrorKind.MALFORMED_CALL, "unexpected text after the arguments", raw=body[start:skip_to], tool_name=name)
+                ParseError(
+                    ParseErrorKind.MALFORMED_CALL,
+                    "unexpected text after the arguments",
+                    raw=body[start:skip_to],
+                    tool_name=name,
+                )
             )
             return skip_to
         add_result(validate_call(name, arguments, tools=tools, raw=body[start:end]), calls, errors)

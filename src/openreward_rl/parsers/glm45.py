@@ -45,7 +45,9 @@ _VALUE_BOUNDARY = re.compile(
     r"<arg_key>(?P<key>[^<>]*)</arg_key>\s*<arg_value>"
     r"|</tool_call>(?=\s*(?:<tool_call>[^<>\s{}]+\s*(?:<arg_key>|</tool_call>)|\Z))"
 )
-_VALUE_SCAN = value_scan_pattern(VALUE_CLOSE, (KEY_OPEN, CALL_CLOSE, CALL_OPEN))  # CALL_OPEN: a boundary of `find_value_end`
+_VALUE_SCAN = value_scan_pattern(
+    VALUE_CLOSE, (KEY_OPEN, CALL_CLOSE, CALL_OPEN)
+)  # CALL_OPEN: a boundary of `find_value_end`
 
 
 def _skip_call(text: str, index: int) -> int:
@@ -73,8 +75,11 @@ def parse_glm_call(text: str, index: int, builder: TurnBuilder) -> int:
         return len(text)
     if not name or any(c.isspace() or c in "<>{}" for c in name):
         end = _skip_call(text, index)
-        builder.add_error(ParseErrorKind.MISSING_NAME if not name else ParseErrorKind.MALFORMED_CALL,
-                          "the tool call has no valid function name", text[start:end])
+        builder.add_error(
+            ParseErrorKind.MISSING_NAME if not name else ParseErrorKind.MALFORMED_CALL,
+            "the tool call has no valid function name",
+            text[start:end],
+        )
         return end
     arguments: dict[str, RawValue] = {}
     repaired = False
@@ -108,7 +113,9 @@ def parse_glm_call(text: str, index: int, builder: TurnBuilder) -> int:
         if not text.startswith(VALUE_OPEN, index):
             return _broken(text, start, index, builder, name, f"argument {key!r} has no <arg_value>")
         value_start = index + len(VALUE_OPEN)
-        repair, closer_from, head_first = forgotten_closer(text, value_start, VALUE_CLOSE, _VALUE_BOUNDARY, _VALUE_SCAN, real_boundary)
+        repair, closer_from, head_first = forgotten_closer(
+            text, value_start, VALUE_CLOSE, _VALUE_BOUNDARY, _VALUE_SCAN, real_boundary
+        )
         if repair is None and closer_from < 0:
             value_end = None
         elif repair is None:
@@ -131,13 +138,17 @@ def parse_glm_call(text: str, index: int, builder: TurnBuilder) -> int:
             return _broken(text, start, value_start, builder, name, f"argument {key!r} has no closing </arg_value>")
         if key in arguments:
             end = _skip_call(text, value_end[0])
-            builder.add_error(ParseErrorKind.MALFORMED_CALL, f"argument {key!r} is given twice", text[start:end], tool_name=name)
+            builder.add_error(
+                ParseErrorKind.MALFORMED_CALL, f"argument {key!r} is given twice", text[start:end], tool_name=name
+            )
             return end
         arguments[key] = RawValue(text[value_start : value_end[0]])
         index = value_end[0] + value_end[1]
     call = builder.add_raw_call(name, arguments, raw=text[start:end])
     if repaired and call is not None:
-        builder.errors.append(repaired_closer_note(VALUE_CLOSE, raw=text[start:end], tool_name=call.name, call_id=call.id))
+        builder.errors.append(
+            repaired_closer_note(VALUE_CLOSE, raw=text[start:end], tool_name=call.name, call_id=call.id)
+        )
     return end
 
 

@@ -91,7 +91,14 @@ def _open_header(generation_prompt: str) -> str:
 class GptOssParser:
     name = "gpt_oss"
 
-    def parse(self, text: str, *, tools: Sequence[Mapping[str, Any]] | None = None, generation_prompt: str = "", finish_reason: str | None = None) -> ParsedTurn:
+    def parse(
+        self,
+        text: str,
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        generation_prompt: str = "",
+        finish_reason: str | None = None,
+    ) -> ParsedTurn:
         opened = _open_header(generation_prompt)
         full = (opened if opened.strip() not in ("", "assistant") else "") + text
         content: list[str] = []
@@ -125,9 +132,7 @@ class GptOssParser:
         if joined_reasoning and "to=functions." in joined_reasoning:
             errors.append(call_in_reasoning_error(joined_reasoning))
         visible = "\n".join(part.strip() for part in content if part.strip())  # one line per message
-        return ParsedTurn(
-            content=visible, reasoning=joined_reasoning, tool_calls=tuple(calls), errors=tuple(errors)
-        )
+        return ParsedTurn(content=visible, reasoning=joined_reasoning, tool_calls=tuple(calls), errors=tuple(errors))
 
     @staticmethod
     def _stray(segment: str, finish_reason: str | None, content: list[str], errors: list[ParseError]) -> None:
@@ -137,7 +142,9 @@ class GptOssParser:
             if recipient and is_cut_off(finish_reason):
                 errors.append(unclosed_error(segment, tool_name=recipient.group(1)))
             elif recipient:
-                errors.append(ParseError(ParseErrorKind.MALFORMED_CALL, "a tool call header without a message", raw=segment))
+                errors.append(
+                    ParseError(ParseErrorKind.MALFORMED_CALL, "a tool call header without a message", raw=segment)
+                )
             return  # an empty or cut-off header carries no text
         content.append(segment)
 
@@ -172,6 +179,8 @@ class GptOssParser:
         try:
             arguments = decoded[0] if decoded else loads_json_strict(body) if body.strip() else {}
         except JsonValueError as error:
-            errors.append(ParseError(ParseErrorKind.INVALID_JSON, f"arguments of {name!r}: {error}", raw=raw, tool_name=name))
+            errors.append(
+                ParseError(ParseErrorKind.INVALID_JSON, f"arguments of {name!r}: {error}", raw=raw, tool_name=name)
+            )
             return
         add_result(validate_call(name, arguments, tools=tools, raw=raw), calls, errors)

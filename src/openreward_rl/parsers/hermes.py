@@ -55,7 +55,14 @@ class HermesParser:
         Qwen3 reasoning parser and llama.cpp do; False reports it CALL_IN_REASONING instead."""
         self.tool_call_ends_reasoning = tool_call_ends_reasoning
 
-    def parse(self, text: str, *, tools: Sequence[Mapping[str, Any]] | None = None, generation_prompt: str = "", finish_reason: str | None = None) -> ParsedTurn:
+    def parse(
+        self,
+        text: str,
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        generation_prompt: str = "",
+        finish_reason: str | None = None,
+    ) -> ParsedTurn:
         errors: list[ParseError] = []
         split = split_turn_reasoning(
             text,
@@ -69,9 +76,13 @@ class HermesParser:
         calls: list[ToolCall] = []
         body = split.rest
         content = scan_blocks(
-            body, (self.open_tag,), lambda start, opener: self._parse_block(body, start + len(opener), tools, finish_reason, calls, errors)
+            body,
+            (self.open_tag,),
+            lambda start, opener: self._parse_block(body, start + len(opener), tools, finish_reason, calls, errors),
         )
-        return ParsedTurn(content=join_content(content), reasoning=split.reasoning, tool_calls=tuple(calls), errors=tuple(errors))
+        return ParsedTurn(
+            content=join_content(content), reasoning=split.reasoning, tool_calls=tuple(calls), errors=tuple(errors)
+        )
 
     def _parse_block(
         self,
@@ -95,7 +106,9 @@ class HermesParser:
             if close < 0 and is_cut_off(finish_reason):
                 errors.append(unclosed_error(raw))
             else:
-                errors.append(ParseError(ParseErrorKind.INVALID_JSON, f"the tool call is not valid JSON: {error}", raw=raw))
+                errors.append(
+                    ParseError(ParseErrorKind.INVALID_JSON, f"the tool call is not valid JSON: {error}", raw=raw)
+                )
             return stop
         after = end
         while after < len(body) and body[after].isspace():
@@ -112,7 +125,11 @@ class HermesParser:
             close = body.find(self.close_tag, after)
             stop = len(body) if close < 0 else close + len(self.close_tag)
             errors.append(
-                ParseError(ParseErrorKind.MALFORMED_CALL, "unexpected text after the tool call's JSON", raw=body[json_start:stop])
+                ParseError(
+                    ParseErrorKind.MALFORMED_CALL,
+                    "unexpected text after the tool call's JSON",
+                    raw=body[json_start:stop],
+                )
             )
             return stop
         if not isinstance(payload, dict):

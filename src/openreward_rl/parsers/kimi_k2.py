@@ -30,7 +30,13 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from openreward_rl.parsers._sections import SectionedParser, Sections, call_list_section, finish_json_call, missing_marker
+from openreward_rl.parsers._sections import (
+    SectionedParser,
+    Sections,
+    call_list_section,
+    finish_json_call,
+    missing_marker,
+)
 from openreward_rl.parsers._xmlish import TurnBuilder, decode_json_object
 from openreward_rl.parsers.base import register_parser, tool_schema
 
@@ -85,7 +91,9 @@ def _parse_call(text: str, index: int, builder: TurnBuilder) -> int:
     limit = text.find(CALL_END, index)
     argument_begin = text.find(ARGUMENT_BEGIN, index, len(text) if limit < 0 else limit)
     if argument_begin < 0:
-        return missing_marker(text, builder, raw_start=raw_start, close_at=limit, call_end=CALL_END, missing=ARGUMENT_BEGIN)
+        return missing_marker(
+            text, builder, raw_start=raw_start, close_at=limit, call_end=CALL_END, missing=ARGUMENT_BEGIN
+        )
     call_id = text[index:argument_begin].strip()
     json_start = argument_begin + len(ARGUMENT_BEGIN)
     name = name_from_call_id(call_id)

@@ -75,7 +75,14 @@ def _is_call_shape(payload: Any) -> bool:
 class LlamaJsonParser:
     name = "llama3_json"
 
-    def parse(self, text: str, *, tools: Sequence[Mapping[str, Any]] | None = None, generation_prompt: str = "", finish_reason: str | None = None) -> ParsedTurn:
+    def parse(
+        self,
+        text: str,
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        generation_prompt: str = "",
+        finish_reason: str | None = None,
+    ) -> ParsedTurn:
         split = split_reasoning(text, generation_prompt=generation_prompt, call_openers=(PYTHON_TAG, "{"))
         errors = calls_in_reasoning(split.reasoning, (PYTHON_TAG,))
         calls: list[ToolCall] = []
@@ -167,7 +174,9 @@ class LlamaJsonParser:
             if is_cut_off(finish_reason):
                 errors.append(unclosed_error(raw))
             else:
-                errors.append(ParseError(ParseErrorKind.INVALID_JSON, f"the tool call is not valid JSON: {error}", raw=raw))
+                errors.append(
+                    ParseError(ParseErrorKind.INVALID_JSON, f"the tool call is not valid JSON: {error}", raw=raw)
+                )
             return len(body)
         raw = body[position:end]
         if not isinstance(payload, dict):

@@ -68,10 +68,21 @@ def _decode_arguments(value: Any) -> Any:
 class MistralParser:
     name = "mistral"
 
-    def parse(self, text: str, *, tools: Sequence[Mapping[str, Any]] | None = None, generation_prompt: str = "", finish_reason: str | None = None) -> ParsedTurn:
+    def parse(
+        self,
+        text: str,
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        generation_prompt: str = "",
+        finish_reason: str | None = None,
+    ) -> ParsedTurn:
         if "[THINK]" in text or "[/THINK]" in text or "[THINK]" in generation_prompt:
             split = split_reasoning(
-                text, generation_prompt=generation_prompt, open_tag="[THINK]", close_tag="[/THINK]", call_openers=(TOOL_CALLS,)
+                text,
+                generation_prompt=generation_prompt,
+                open_tag="[THINK]",
+                close_tag="[/THINK]",
+                call_openers=(TOOL_CALLS,),
             )
         else:
             split = split_reasoning(text, generation_prompt=generation_prompt, call_openers=(TOOL_CALLS,))
@@ -111,15 +122,23 @@ class MistralParser:
                 if is_cut_off(finish_reason):
                     errors.append(unclosed_error(body[start:]))
                 else:
-                    errors.append(ParseError(ParseErrorKind.INVALID_JSON, f"tool calls are not valid JSON: {error}", raw=body[start:]))
+                    errors.append(
+                        ParseError(
+                            ParseErrorKind.INVALID_JSON, f"tool calls are not valid JSON: {error}", raw=body[start:]
+                        )
+                    )
                 return len(body)
             raw = body[cursor:end]
             if isinstance(payload, dict):
                 call_id = mistral_call_id(payload.get("id"))
                 arguments = _decode_arguments(payload.get("arguments", payload.get("parameters", {})))
-                add_result(validate_call(payload.get("name"), arguments, tools=tools, raw=raw, call_id=call_id), calls, errors)
+                add_result(
+                    validate_call(payload.get("name"), arguments, tools=tools, raw=raw, call_id=call_id), calls, errors
+                )
             else:
-                errors.append(ParseError(ParseErrorKind.MALFORMED_CALL, "each tool call must be a JSON object", raw=raw))
+                errors.append(
+                    ParseError(ParseErrorKind.MALFORMED_CALL, "each tool call must be a JSON object", raw=raw)
+                )
             cursor = skip_spaces(body, end)
             if body.startswith(",", cursor):
                 cursor = skip_spaces(body, cursor + 1)
@@ -130,7 +149,11 @@ class MistralParser:
                     errors.append(unclosed_error(body[start:]))
                 return len(body)  # stopped right after the last element: the calls are complete
             else:
-                errors.append(ParseError(ParseErrorKind.MALFORMED_CALL, "expected ',' or ']' in the tool call list", raw=body[start:]))
+                errors.append(
+                    ParseError(
+                        ParseErrorKind.MALFORMED_CALL, "expected ',' or ']' in the tool call list", raw=body[start:]
+                    )
+                )
                 return cursor
 
     @staticmethod
@@ -151,7 +174,9 @@ class MistralParser:
             if next_call < 0 and is_cut_off(finish_reason):
                 errors.append(unclosed_error(body[start:]))
             else:
-                errors.append(ParseError(ParseErrorKind.MALFORMED_CALL, "a tool call has no [ARGS] marker", raw=body[start:stop]))
+                errors.append(
+                    ParseError(ParseErrorKind.MALFORMED_CALL, "a tool call has no [ARGS] marker", raw=body[start:stop])
+                )
             return stop
         header = body[cursor:args_at]
         name, _, raw_id = header.partition(CALL_ID)
@@ -165,10 +190,17 @@ class MistralParser:
                 errors.append(unclosed_error(body[start:], tool_name=name.strip()))
             else:
                 errors.append(
-                    ParseError(ParseErrorKind.INVALID_JSON, f"arguments are not valid JSON: {error}", raw=body[start:stop], tool_name=name.strip())
+                    ParseError(
+                        ParseErrorKind.INVALID_JSON,
+                        f"arguments are not valid JSON: {error}",
+                        raw=body[start:stop],
+                        tool_name=name.strip(),
+                    )
                 )
             return stop
         add_result(
-            validate_call(name, _decode_arguments(arguments), tools=tools, raw=body[start:end], call_id=call_id), calls, errors
+            validate_call(name, _decode_arguments(arguments), tools=tools, raw=body[start:end], call_id=call_id),
+            calls,
+            errors,
         )
         return end

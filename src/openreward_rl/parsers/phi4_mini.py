@@ -35,14 +35,33 @@ CALL_OPEN, CALL_CLOSE = "<|tool_call|>", "<|/tool_call|>"
 class Phi4MiniParser:
     name = "phi4_mini"
 
-    def parse(self, text: str, *, tools: Sequence[Mapping[str, Any]] | None = None, generation_prompt: str = "", finish_reason: str | None = None) -> ParsedTurn:
+    def parse(
+        self,
+        text: str,
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        generation_prompt: str = "",
+        finish_reason: str | None = None,
+    ) -> ParsedTurn:
         errors: list[ParseError] = []
         calls: list = []
-        content = scan_blocks(text, (CALL_OPEN,), lambda start, _opener: self._parse_list(text, start, tools, finish_reason, calls, errors))
-        return ParsedTurn(content=join_content(content).strip(), reasoning=None, tool_calls=tuple(calls), errors=tuple(errors))
+        content = scan_blocks(
+            text,
+            (CALL_OPEN,),
+            lambda start, _opener: self._parse_list(text, start, tools, finish_reason, calls, errors),
+        )
+        return ParsedTurn(
+            content=join_content(content).strip(), reasoning=None, tool_calls=tuple(calls), errors=tuple(errors)
+        )
 
     def _parse_list(
-        self, body: str, start: int, tools: Sequence[Mapping[str, Any]] | None, finish_reason: str | None, calls: list, errors: list[ParseError]
+        self,
+        body: str,
+        start: int,
+        tools: Sequence[Mapping[str, Any]] | None,
+        finish_reason: str | None,
+        calls: list,
+        errors: list[ParseError],
     ) -> int:
         block = decode_tagged_json(body, start, CALL_OPEN, CALL_CLOSE, finish_reason, errors, "tool-call list")
         if isinstance(block, int):

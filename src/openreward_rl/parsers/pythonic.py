@@ -206,7 +206,14 @@ def _json_calls(source: str) -> list[tuple[Any, Any]] | None:
 class PythonicParser:
     name = "pythonic"
 
-    def parse(self, text: str, *, tools: Sequence[Mapping[str, Any]] | None = None, generation_prompt: str = "", finish_reason: str | None = None) -> ParsedTurn:
+    def parse(
+        self,
+        text: str,
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        generation_prompt: str = "",
+        finish_reason: str | None = None,
+    ) -> ParsedTurn:
         split = split_reasoning(text, generation_prompt=generation_prompt, call_openers=(*_WRAPPERS, "["))
         errors: list[ParseError] = []
         calls: list[ToolCall] = []
@@ -239,13 +246,13 @@ class PythonicParser:
 
     @staticmethod
     def _mentions_calls(reasoning: str) -> bool:
-        return any(opener in reasoning for opener in _WRAPPERS) or bool(
-            _LOOKS_LIKE_CALL_LIST.match(reasoning.strip())
-        )
+        return any(opener in reasoning for opener in _WRAPPERS) or bool(_LOOKS_LIKE_CALL_LIST.match(reasoning.strip()))
 
     @staticmethod
     def _turn(content: list[str], reasoning: str | None, calls: list[ToolCall], errors: list[ParseError]) -> ParsedTurn:
-        return ParsedTurn(content=join_content(content), reasoning=reasoning, tool_calls=tuple(calls), errors=tuple(errors))
+        return ParsedTurn(
+            content=join_content(content), reasoning=reasoning, tool_calls=tuple(calls), errors=tuple(errors)
+        )
 
     def _parse_bare(
         self,

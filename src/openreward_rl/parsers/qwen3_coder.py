@@ -106,7 +106,14 @@ class Qwen3CoderParser:
         """`tool_call_ends_reasoning`: a call inside never-closed reasoning, as `HermesParser` takes it."""
         self.tool_call_ends_reasoning = tool_call_ends_reasoning
 
-    def parse(self, text: str, *, tools: Sequence[Mapping[str, Any]] | None = None, generation_prompt: str = "", finish_reason: str | None = None) -> ParsedTurn:
+    def parse(
+        self,
+        text: str,
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        generation_prompt: str = "",
+        finish_reason: str | None = None,
+    ) -> ParsedTurn:
         # A call opens with `<tool_call>`; a bare `<function=` (wrapper forgotten) is accepted too.
         openers = (self.tool_open, _FUNCTION_OPEN)
         errors: list[ParseError] = []
@@ -166,7 +173,9 @@ class Qwen3CoderParser:
             errors.append(repaired_closer_note(_PARAM_CLOSE, raw=raw, tool_name=result.name, call_id=result.id))
         if problems and isinstance(result, ToolCall):  # executed with the raw text; recorded as a warning
             message = "; ".join(problems) + " (passed on as raw text)"
-            errors.append(ParseError(ParseErrorKind.INVALID_ARGUMENTS, message, raw=raw, tool_name=name, call_id=result.id))
+            errors.append(
+                ParseError(ParseErrorKind.INVALID_ARGUMENTS, message, raw=raw, tool_name=name, call_id=result.id)
+            )
         return cursor
 
     def _parse_function(
@@ -209,7 +218,7 @@ class Qwen3CoderParser:
                     raise _Truncated
                 return name, raw_arguments, cursor, repaired, schema  # the stop string swallowed the closers
             if not body.startswith(_PARAM_OPEN, cursor):
-                raise _Malformed(f"unexpected text in function {name!r}: {body[cursor:cursor + 40]!r}")
+                raise _Malformed(f"unexpected text in function {name!r}: {body[cursor : cursor + 40]!r}")
             key_end = body.find(">", cursor)
             if key_end < 0:
                 if is_cut_off(finish_reason):
@@ -218,13 +227,19 @@ class Qwen3CoderParser:
             key = body[cursor + len(_PARAM_OPEN) : key_end].strip()
             value_start = key_end + 1
             boundary = _value_boundary(self.tool_open, self.tool_close)
-            repair, closer_from, _ = forgotten_closer(body, value_start, _PARAM_CLOSE, boundary, _VALUE_SCAN, real_boundary)
+            repair, closer_from, _ = forgotten_closer(
+                body, value_start, _PARAM_CLOSE, boundary, _VALUE_SCAN, real_boundary
+            )
             if repair is not None:  # `</parameter>` was forgotten: the value ends at the line before the structure
                 close = cursor = repair.start() - 1
                 repaired = True
             else:
                 # No closer lies before `closer_from`: the structural closer is searched from there.
-                close = -1 if closer_from < 0 else find_structural_closer(body, _PARAM_CLOSE, closer_from, (_PARAM_OPEN, _FUNCTION_CLOSE))
+                close = (
+                    -1
+                    if closer_from < 0
+                    else find_structural_closer(body, _PARAM_CLOSE, closer_from, (_PARAM_OPEN, _FUNCTION_CLOSE))
+                )
                 if close >= 0:
                     cursor = close + len(_PARAM_CLOSE)
                 elif is_cut_off(finish_reason):

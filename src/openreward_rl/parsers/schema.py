@@ -119,7 +119,17 @@ def coerce_value(raw: str, schema: Mapping[str, Any] | None) -> Any:
     if not kinds:
         return _coerce_untyped(raw)
     # Try the strictest types first so that "3" for ["integer", "string"] becomes 3.
-    order = {"null": 0, "boolean": 1, "integer": 2, "number": 3, "object": 4, "array": 5, "enum": 6, "any": 7, "string": 8}
+    order = {
+        "null": 0,
+        "boolean": 1,
+        "integer": 2,
+        "number": 3,
+        "object": 4,
+        "array": 5,
+        "enum": 6,
+        "any": 7,
+        "string": 8,
+    }
     last_error: CoercionError | None = None
     for kind in sorted(kinds, key=lambda k: order.get(k, 7)):
         try:

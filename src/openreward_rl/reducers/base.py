@@ -66,7 +66,9 @@ def get_reducer(name: str, **options: float) -> RewardReducer:
     except TypeError as error:
         raise ValueError(f"bad options for reward reduction {name!r}: {error}") from None
     if not isinstance(reducer, RewardReducer):
-        raise ValueError(f"reward reduction {name!r} built {type(reducer).__name__}, which lacks a `name` or a `reduce(rewards)` method")
+        raise ValueError(
+            f"reward reduction {name!r} built {type(reducer).__name__}, which lacks a `name` or a `reduce(rewards)` method"
+        )
     return reducer
 
 

@@ -76,7 +76,11 @@ def _boundary(compaction: Compaction, contexts: int) -> Entry:
 def _metadata(result: ToolResult | None) -> Iterator[Entry]:
     """The environment's metadata of a tool result, where it gave any."""
     if result is not None and result.metadata:
-        yield Entry("metadata", json.dumps(result.metadata, ensure_ascii=False, indent=2, default=str), title=f"{result.call.name} metadata (not shown to the model)")
+        yield Entry(
+            "metadata",
+            json.dumps(result.metadata, ensure_ascii=False, indent=2, default=str),
+            title=f"{result.call.name} metadata (not shown to the model)",
+        )
 
 
 def conversation(trajectory: Trajectory) -> Iterator[Entry]:
@@ -91,8 +95,13 @@ def conversation(trajectory: Trajectory) -> Iterator[Entry]:
             yield _boundary(boundaries.pop(step.position), contexts)
         if message is None:  # a result with no tool message: a @terminal environment's answer
             assert result is not None
-            yield Entry("tool_result", result.text, title=f"{result.call.name} (terminal)", reward=result.reward,
-                        note="finished the episode" if result.finished else "")
+            yield Entry(
+                "tool_result",
+                result.text,
+                title=f"{result.call.name} (terminal)",
+                reward=result.reward,
+                note="finished the episode" if result.finished else "",
+            )
             yield from _metadata(result)
             continue
         role = message.get("role", "user")
@@ -109,7 +118,11 @@ def conversation(trajectory: Trajectory) -> Iterator[Entry]:
             if turn is not None:
                 title += f" · {len(turn.sampled_ids)} tokens sampled · finish {turn.finish_reason.value}"
                 if step.turn_number is not None:
-                    title += " · no return (infrastructure failure)" if returns is None else " · turn reward {:g} · return {:g}".format(*returns[step.turn_number])
+                    title += (
+                        " · no return (infrastructure failure)"
+                        if returns is None
+                        else " · turn reward {:g} · return {:g}".format(*returns[step.turn_number])
+                    )
                 for error in turn.parsed.errors:
                     yield Entry("error", error.message, title=f"parse error: {error.kind.value}", note=error.raw)
             if message.get("reasoning_content"):
@@ -119,7 +132,11 @@ def conversation(trajectory: Trajectory) -> Iterator[Entry]:
                 yield Entry("summary" if turn is not None and turn.summary else "assistant", content, title=title)
             for call in message.get("tool_calls") or []:
                 function = call.get("function", call)
-                yield Entry("tool_call", _arguments(function.get("arguments", {})), title=f"{function.get('name', '?')} (call {call.get('id', '')})")
+                yield Entry(
+                    "tool_call",
+                    _arguments(function.get("arguments", {})),
+                    title=f"{function.get('name', '?')} (call {call.get('id', '')})",
+                )
         elif role == "tool":
             notes = []
             if result is not None and result.error:
@@ -128,11 +145,18 @@ def conversation(trajectory: Trajectory) -> Iterator[Entry]:
                 notes.append("finished the episode")
             if result is not None and result.truncated:
                 notes.append("output truncated")
-            yield Entry("tool_result", content, title=f"{message.get('name', 'tool')} (call {message.get('tool_call_id', '')})",
-                        reward=result.reward if result else None, note=", ".join(notes))
+            yield Entry(
+                "tool_result",
+                content,
+                title=f"{message.get('name', 'tool')} (call {message.get('tool_call_id', '')})",
+                reward=result.reward if result else None,
+                note=", ".join(notes),
+            )
             yield from _metadata(result)
         else:
-            yield Entry("system" if role == "system" else "user", content, title="" if role in ("system", "user") else role)
+            yield Entry(
+                "system" if role == "system" else "user", content, title="" if role in ("system", "user") else role
+            )
     for compaction in boundaries.values():  # a boundary after the last message
         yield _boundary(compaction, contexts)
 
@@ -148,25 +172,52 @@ def summary_rows(trajectory: Trajectory) -> list[tuple[str, str]]:
     rows = [
         ("task", where),
         ("stop", stop),
-        ("reward", reward + (f"  (step rewards {', '.join(f'{r:g}' for r in trajectory.step_rewards)})" if trajectory.step_rewards else "")),
+        (
+            "reward",
+            reward
+            + (
+                f"  (step rewards {', '.join(f'{r:g}' for r in trajectory.step_rewards)})"
+                if trajectory.step_rewards
+                else ""
+            ),
+        ),
         ("turns", f"{len(trajectory.turns)}" + ("  · environment finished" if trajectory.finished else "")),
         ("tokens", f"{len(trajectory.prompt_ids)} prompt + {len(trajectory.response_ids)} response, {trained} trained"),
     ]
     if not trajectory.trainable:
-        rows.append(("trainable", "no: " + ("ids re-tokenized from text" if not trajectory.token_exact else "infrastructure failure")))
+        rows.append(
+            (
+                "trainable",
+                "no: " + ("ids re-tokenized from text" if not trajectory.token_exact else "infrastructure failure"),
+            )
+        )
     if trajectory.compactions:
         kinds = ", ".join(sorted({c.kind for c in trajectory.compactions}))
         saved = sum(c.tokens_saved for c in trajectory.compactions)
-        rows.append(("contexts", f"{len(trajectory.segments)} ({len(trajectory.compactions)} compactions: {kinds}; {saved} tokens saved); each is a trained sample"))
+        rows.append(
+            (
+                "contexts",
+                f"{len(trajectory.segments)} ({len(trajectory.compactions)} compactions: {kinds}; {saved} tokens saved); each is a trained sample",
+            )
+        )
     shown = int(trajectory.metrics.get("images_shown", 0))
     if shown:
-        rows.append(("images shown", f"{shown}: the model saw them (a vision-language family; each one's placeholder expanded as its processor does)"))
+        rows.append(
+            (
+                "images shown",
+                f"{shown}: the model saw them (a vision-language family; each one's placeholder expanded as its processor does)",
+            )
+        )
     images = int(trajectory.metrics.get("images_dropped", 0))
     if images:
-        rows.append(("images dropped", f"{images}: this model reads text only; it saw a placeholder in each one's place"))
+        rows.append(
+            ("images dropped", f"{images}: this model reads text only; it saw a placeholder in each one's place")
+        )
     masked = int(trajectory.metrics.get("redacted_values", 0))
     if masked:
-        rows.append(("secrets masked", f"{masked}: the environment showed a known secret value; the model saw *** instead"))
+        rows.append(
+            ("secrets masked", f"{masked}: the environment showed a known secret value; the model saw *** instead")
+        )
     if trajectory.prefix_breaks:
         rows.append(("prefix breaks", f"{trajectory.prefix_breaks} ({len(trajectory.segments)} segments)"))
     return rows
@@ -180,8 +231,18 @@ def _shown_segments(trajectory: Trajectory) -> list[tuple[str, Any]]:
     return [(f"context {i + 1} of {len(segments)}", s) for i, s in enumerate(segments)]
 
 
-_ROLE_STYLE = {"system": "dim", "user": "cyan", "reasoning": "italic magenta", "assistant": "bold", "tool_call": "yellow",
-               "tool_result": "dark_cyan", "metadata": "grey50", "error": "bold red", "summary": "bold green", "boundary": "bold reverse"}
+_ROLE_STYLE = {
+    "system": "dim",
+    "user": "cyan",
+    "reasoning": "italic magenta",
+    "assistant": "bold",
+    "tool_call": "yellow",
+    "tool_result": "dark_cyan",
+    "metadata": "grey50",
+    "error": "bold red",
+    "summary": "bold green",
+    "boundary": "bold reverse",
+}
 _SPAN_STYLE = {"prompt": "dim", "trained": "underline blue", "context": "grey50"}
 
 
@@ -218,7 +279,12 @@ def render_terminal(trajectory: Trajectory, console: Any, tokenizer: Any = None)
             console.print(Text(heading, style="bold"))
         if tokenizer is None:
             for span in mask_spans(segment):
-                console.print(Text(f"{span.kind:8} {span.start:>6}–{span.end:<6} {span.length} tokens", style=_SPAN_STYLE[span.kind]))
+                console.print(
+                    Text(
+                        f"{span.kind:8} {span.start:>6}–{span.end:<6} {span.length} tokens",
+                        style=_SPAN_STYLE[span.kind],
+                    )
+                )
             continue
         text = Text()
         ids = segment.context()
@@ -229,7 +295,11 @@ def render_terminal(trajectory: Trajectory, console: Any, tokenizer: Any = None)
         console.print(Text("(pass --tokenizer to see the text of each span)", style="dim"))
         return
     legend = Text("legend: ", style="bold") + Text("prompt ", style="dim")
-    console.print(legend + Text("trained (sampled)", style=_SPAN_STYLE["trained"]) + Text(" context (not trained)", style=_SPAN_STYLE["context"]))
+    console.print(
+        legend
+        + Text("trained (sampled)", style=_SPAN_STYLE["trained"])
+        + Text(" context (not trained)", style=_SPAN_STYLE["context"])
+    )
 
 
 def episode_html(trajectory: Trajectory, tokenizer: Any = None, *, heading: str = "h2") -> str:
@@ -238,7 +308,11 @@ def episode_html(trajectory: Trajectory, tokenizer: Any = None, *, heading: str 
     infrastructure = trajectory.stop_reason.value if trajectory.stop_reason.is_infrastructure_failure else None
     parts = ['<table class="summary">']
     for name, value in summary_rows(trajectory):
-        shown = f"{badge(trajectory.reward, infrastructure=infrastructure)} {esc(value)}" if name == "reward" else esc(value)
+        shown = (
+            f"{badge(trajectory.reward, infrastructure=infrastructure)} {esc(value)}"
+            if name == "reward"
+            else esc(value)
+        )
         parts.append(f"<tr><td>{esc(name)}</td><td>{shown}</td></tr>")
     parts.append("</table>")
     parts.append(f"<{heading}>Conversation</{heading}>")
@@ -258,7 +332,9 @@ def episode_html(trajectory: Trajectory, tokenizer: Any = None, *, heading: str 
             parts.append(f"<h3>{esc(heading_text)}</h3>")
         parts.append(token_view_html(segment, tokenizer))
     if tokenizer is None:
-        parts.append("<p>No tokenizer: spans are listed as counts. Pass <code>--tokenizer</code> to see their text.</p>")
+        parts.append(
+            "<p>No tokenizer: spans are listed as counts. Pass <code>--tokenizer</code> to see their text.</p>"
+        )
     return "".join(parts)
 
 

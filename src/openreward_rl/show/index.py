@@ -124,7 +124,6 @@ class EpisodeRow:
     expected: str | None = None  # `expected_answer`
 
 
-
 def _group_key(task: TaskRef) -> str:
     """The GRPO group of an episode: its environment and task (`TaskRef.label`)."""
     return json.dumps([task.environment, task.label])
@@ -162,8 +161,10 @@ def episode_rows(records: Sequence[Mapping[str, Any]], trajectories: Sequence[Tr
                 turns=len(trajectory.turns),
                 sampled_tokens=sum(len(turn.sampled_ids) for turn in trajectory.turns),
                 context_tokens=len(trajectory.tokens),
-                parse_errors=_count(trajectory.metrics, "parse_errors") or sum(len(t.parsed.errors) for t in trajectory.turns),
-                tool_errors=_count(trajectory.metrics, "tool_errors") or sum(1 for t in trajectory.turns for r in t.tool_results if r.error),
+                parse_errors=_count(trajectory.metrics, "parse_errors")
+                or sum(len(t.parsed.errors) for t in trajectory.turns),
+                tool_errors=_count(trajectory.metrics, "tool_errors")
+                or sum(1 for t in trajectory.turns for r in t.tool_results if r.error),
                 trainable=trajectory.trainable,
                 trained_reward=trajectory.trained_reward,
                 question=task_question(trajectory),
@@ -223,4 +224,3 @@ def groups(rows: Sequence[EpisodeRow]) -> list[Group]:
     for row in rows:
         grouped.setdefault(row.group, []).append(row)
     return [Group(key, tuple(sorted(members, key=lambda m: (m.sample, m.number)))) for key, members in grouped.items()]
-

@@ -136,14 +136,21 @@ def _value(row: EpisodeRow, key: str) -> tuple[str, str]:
         return str(row.sample), str(row.sample)
     if key == "reward":
         infrastructure = row.stop_reason if row.infrastructure_failure else None
-        return ("" if row.reward is None or infrastructure else f"{row.reward}"), badge(row.reward, infrastructure=infrastructure)
+        return ("" if row.reward is None or infrastructure else f"{row.reward}"), badge(
+            row.reward, infrastructure=infrastructure
+        )
     if key == "advantage":
         return ("" if row.advantage is None else f"{row.advantage}"), advantage_badge(row.advantage)
     if key == "stop":
         detail = f' title="{esc(row.stop_detail)}"' if row.stop_detail else ""
         return row.stop_reason, f"<span{detail}>{esc(row.stop_reason)}</span>"
-    number = {"turns": row.turns, "sampled": row.sampled_tokens, "context": row.context_tokens,
-              "parse_errors": row.parse_errors, "tool_errors": row.tool_errors}[key]
+    number = {
+        "turns": row.turns,
+        "sampled": row.sampled_tokens,
+        "context": row.context_tokens,
+        "parse_errors": row.parse_errors,
+        "tool_errors": row.tool_errors,
+    }[key]
     return str(number), str(number)
 
 
@@ -168,7 +175,9 @@ def _index(rows: Sequence[EpisodeRow]) -> str:
         f'<span id="shown">{len(rows)} episodes</span></div>'
         '<table class="episodes" id="episodes"><thead><tr>'
     ]
-    parts.extend(f'<th data-key="{key}" data-numeric="{int(numeric)}">{esc(header)}</th>' for key, header, numeric in COLUMNS)
+    parts.extend(
+        f'<th data-key="{key}" data-numeric="{int(numeric)}">{esc(header)}</th>' for key, header, numeric in COLUMNS
+    )
     parts.append("</tr></thead><tbody>")
     for row in rows:
         cells = []
@@ -177,7 +186,7 @@ def _index(rows: Sequence[EpisodeRow]) -> str:
             cells.append(f'<td data-value="{esc(value)}"{" class=num" if numeric else ""}>{shown}</td>')
         parts.append(
             f'<tr data-number="{row.number}" data-environment="{esc(row.environment)}" data-stop="{esc(row.stop_reason)}"'
-            f'{" class=infra" if row.infrastructure_failure else ""}>{"".join(cells)}</tr>'
+            f"{' class=infra' if row.infrastructure_failure else ''}>{''.join(cells)}</tr>"
         )
     parts.append("</tbody></table></section>")
     return "".join(parts)
@@ -223,14 +232,18 @@ def _plural(count: int, noun: str) -> str:
 
 def _environments(trajectories: Sequence[Trajectory]) -> str:
     esc = html.escape
-    parts = ['<table class="episodes"><thead><tr><th>environment</th><th>episodes</th><th>scored</th>'
-             '<th title="scored episodes that observed no reward: counted 0, as the trainer does">no reward</th><th>reward mean ± std</th>'
-             "<th>success (reward &gt; 0)</th><th>infrastructure failures</th></tr></thead><tbody>"]
+    parts = [
+        '<table class="episodes"><thead><tr><th>environment</th><th>episodes</th><th>scored</th>'
+        '<th title="scored episodes that observed no reward: counted 0, as the trainer does">no reward</th><th>reward mean ± std</th>'
+        "<th>success (reward &gt; 0)</th><th>infrastructure failures</th></tr></thead><tbody>"
+    ]
     for name, item in summarize(trajectories).items():
         reward = "–" if item.reward_mean is None else f"{item.reward_mean:.3f} ± {item.reward_std:.3f}"
         success = "–" if item.success_rate is None else f"{item.success_rate:.2f}"
-        parts.append(f"<tr><td>{esc(name)}</td><td>{item.episodes}</td><td>{item.scored}</td><td>{item.unrewarded}</td><td>{reward}</td>"
-                     f"<td>{success}</td><td>{item.infrastructure_failures}</td></tr>")
+        parts.append(
+            f"<tr><td>{esc(name)}</td><td>{item.episodes}</td><td>{item.scored}</td><td>{item.unrewarded}</td><td>{reward}</td>"
+            f"<td>{success}</td><td>{item.infrastructure_failures}</td></tr>"
+        )
     parts.append("</tbody></table>")
     return "".join(parts)
 

@@ -18,7 +18,16 @@ from __future__ import annotations
 import html
 import math
 
-__all__ = ["terminal_reward_style", "reward_colour", "advantage_colour", "confidence_colour", "badge", "advantage_badge", "CSS", "LEGEND"]
+__all__ = [
+    "terminal_reward_style",
+    "reward_colour",
+    "advantage_colour",
+    "confidence_colour",
+    "badge",
+    "advantage_badge",
+    "CSS",
+    "LEGEND",
+]
 
 
 def terminal_reward_style(reward: float | None, infrastructure: bool = False) -> str:
@@ -76,7 +85,10 @@ LEGEND = (
     + badge(None, infrastructure="infrastructure failure")
     + ' · tokens <span class="key span-prompt">prompt</span> <span class="key span-trained">sampled, trained (mask 1)</span> '
     '<span class="key span-context">context, not trained (mask 0)</span> · rollout probability '
-    + "".join(f'<span class="tok" style="background: {confidence_colour(math.log(p))}">p={p:g}</span>' for p in (0.99, 0.5, 0.1, 0.01))
+    + "".join(
+        f'<span class="tok" style="background: {confidence_colour(math.log(p))}">p={p:g}</span>'
+        for p in (0.99, 0.5, 0.1, 0.01)
+    )
     + "</p>"
 )
 

@@ -114,10 +114,14 @@ def token_view_html(segment: TokenSegment, tokenizer: Any = None) -> str:
             parts.append(f'<span class="span-{span.kind}" title="{esc(label)}">{esc(body)}</span>')
             continue
         if span.kind != "trained":
-            parts.append(f'<span class="span-{span.kind}" title="{esc(label)}">{esc(decode_ids(tokenizer, ids[span.start : span.end]))}</span>')
+            parts.append(
+                f'<span class="span-{span.kind}" title="{esc(label)}">{esc(decode_ids(tokenizer, ids[span.start : span.end]))}</span>'
+            )
             continue
         inner = []
-        for piece in pieces(tokenizer, ids[span.start : span.end], span.start, left=ids[span.start - 1] if span.start else None):
+        for piece in pieces(
+            tokenizer, ids[span.start : span.end], span.start, left=ids[span.start - 1] if span.start else None
+        ):
             logprob = sum(segment.rollout_logprobs[piece.start - prompt_length : piece.end - prompt_length])
             inner.append(
                 f'<span class="tok" data-logprob="{logprob:.4f}" style="background: {confidence_colour(logprob)}" '

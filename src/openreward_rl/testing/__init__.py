@@ -9,4 +9,11 @@ from openreward_rl.testing.sglang_server import (
     scripted_logprob,
 )
 
-__all__ = ["KVCacheModel", "SGLANG_SAMPLING_PARAM_KEYS", "RecordedRequest", "SGLangTestServer", "ScriptedCompletion", "scripted_logprob"]  # sglang_server's own
+__all__ = [
+    "KVCacheModel",
+    "SGLANG_SAMPLING_PARAM_KEYS",
+    "RecordedRequest",
+    "SGLangTestServer",
+    "ScriptedCompletion",
+    "scripted_logprob",
+]  # sglang_server's own

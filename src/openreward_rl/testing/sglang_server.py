@@ -100,13 +100,33 @@ __all__ = [
 # The API fields of SGLang 0.5.23's SamplingParams; anything else is rejected with HTTP 400.
 SGLANG_SAMPLING_PARAM_KEYS = frozenset(
     {
-        "max_new_tokens", "stop", "stop_token_ids", "stop_regex", "temperature", "top_p", "top_k",
-        "min_p", "frequency_penalty", "presence_penalty", "repetition_penalty", "min_new_tokens", "n",
-        "json_schema", "regex", "ebnf", "structural_tag", "ignore_eos", "skip_special_tokens",
-        "spaces_between_special_tokens", "no_stop_trim", "custom_params", "stream_interval",
-        "logit_bias", "sampling_seed",
+        "max_new_tokens",
+        "stop",
+        "stop_token_ids",
+        "stop_regex",
+        "temperature",
+        "top_p",
+        "top_k",
+        "min_p",
+        "frequency_penalty",
+        "presence_penalty",
+        "repetition_penalty",
+        "min_new_tokens",
+        "n",
+        "json_schema",
+        "regex",
+        "ebnf",
+        "structural_tag",
+        "ignore_eos",
+        "skip_special_tokens",
+        "spaces_between_special_tokens",
+        "no_stop_trim",
+        "custom_params",
+        "stream_interval",
+        "logit_bias",
+        "sampling_seed",
     }
-)  # fmt: skip
+)
 DEFAULT_MAX_NEW_TOKENS = 128
 SGLANG_VERSION = "0.5.23"  # the version whose wire format this double reproduces
 _NAN_STOP = "NaN happened"
@@ -386,7 +406,9 @@ class SGLangTestServer:
             "avg_utilization": load["utilization"],
         }
         stamp = datetime.datetime.now(datetime.UTC).isoformat()
-        return web.json_response({"timestamp": stamp, "version": SGLANG_VERSION, "dp_rank_count": 1, "loads": [load], "aggregate": aggregate})
+        return web.json_response(
+            {"timestamp": stamp, "version": SGLANG_VERSION, "dp_rank_count": 1, "loads": [load], "aggregate": aggregate}
+        )
 
     @property
     def kv_scheduler(self) -> KVScheduler | None:
@@ -482,7 +504,9 @@ class SGLangTestServer:
         finally:
             self._admitted -= 1
 
-    async def _admitted_generate(self, body: Any, recorded: RecordedRequest | None, started: float, fault: _Fault | None) -> web.StreamResponse:
+    async def _admitted_generate(
+        self, body: Any, recorded: RecordedRequest | None, started: float, fault: _Fault | None
+    ) -> web.StreamResponse:
         if recorded is None:
             return _error(400, f"request body must be a JSON object, got {type(body).__name__}")
         try:
@@ -506,7 +530,9 @@ class SGLangTestServer:
             return _error(500, str(error))
         finally:
             await self._leave_flight(flight)
-        return web.json_response(self._answer(body, rid, prompt_ids, params, output, finish, started, flight.retractions))
+        return web.json_response(
+            self._answer(body, rid, prompt_ids, params, output, finish, started, flight.retractions)
+        )
 
     # ------------------------------------------------------------------ request processing
 
@@ -539,8 +565,7 @@ class SGLangTestServer:
         unknown = sorted(set(params) - SGLANG_SAMPLING_PARAM_KEYS)
         if unknown:
             raise _BadRequest(
-                f"Unknown sampling_params {unknown}; SGLang SamplingParams accepts "
-                f"{sorted(SGLANG_SAMPLING_PARAM_KEYS)}"
+                f"Unknown sampling_params {unknown}; SGLang SamplingParams accepts {sorted(SGLANG_SAMPLING_PARAM_KEYS)}"
             )
         _verify_sampling_params(params)
         prompt_len = len(prompt_ids)
@@ -596,7 +621,11 @@ class SGLangTestServer:
         if self._kv is not None:
             max_new = params.get("max_new_tokens", DEFAULT_MAX_NEW_TOKENS)
             made, flight.retractions = await self._kv.generate(
-                len(prompt_ids), len(output), self.context_len - len(prompt_ids) if max_new is None else max_new, flight.aborted, self._closing
+                len(prompt_ids),
+                len(output),
+                self.context_len - len(prompt_ids) if max_new is None else max_new,
+                flight.aborted,
+                self._closing,
             )
             if made < len(output):
                 message = flight.abort_message if flight.aborted.is_set() else "server shutting down"
@@ -808,9 +837,7 @@ def _verify_sampling_params(params: Mapping[str, Any]) -> None:
         if len(stops) > 32:
             raise _BadRequest(f"at most 32 stop strings are allowed, got {len(stops)}")
     stop_ids = params.get("stop_token_ids")
-    if stop_ids is not None and (
-        not isinstance(stop_ids, list) or not all(type(t) is int for t in stop_ids)
-    ):
+    if stop_ids is not None and (not isinstance(stop_ids, list) or not all(type(t) is int for t in stop_ids)):
         raise _BadRequest(f"stop_token_ids must be a list of token ids, got {stop_ids!r}")
     if sum(params.get(key) is not None for key in ("json_schema", "regex", "ebnf")) > 1:
         raise _BadRequest("Only one of regex, json_schema, or ebnf can be set.")

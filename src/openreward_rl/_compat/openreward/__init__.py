@@ -25,9 +25,17 @@ import aiohttp
 from openreward_rl._compat._gate import Gate, Internal, callable_attribute
 
 __all__ = [
-    "GATE", "check", "mark_dead", "ping", "replace_ping_task", "reuse_listed_terminal_tool", "rollout_disabled",
-    "SERVER_LOGGERS", "replace_server_loggers", "restore_server_loggers",
-]  # fmt: skip
+    "GATE",
+    "check",
+    "mark_dead",
+    "ping",
+    "replace_ping_task",
+    "reuse_listed_terminal_tool",
+    "rollout_disabled",
+    "SERVER_LOGGERS",
+    "replace_server_loggers",
+    "restore_server_loggers",
+]
 
 # The SDK's server-side modules and the name each one's `logger` is bound with.
 SERVER_LOGGERS = {
@@ -55,7 +63,10 @@ def _internals() -> list[Internal]:
     return [
         Internal(
             "openreward.api._session.http._parse_sse_events(response)",
-            lambda: inspect.isasyncgenfunction(http._parse_sse_events) or http._parse_sse_events.__module__ == f"{__name__}.sse",  # ours while installed
+            lambda: (
+                inspect.isasyncgenfunction(http._parse_sse_events)
+                or http._parse_sse_events.__module__ == f"{__name__}.sse"
+            ),  # ours while installed
         ),
         Internal(
             "openreward.api._session.http.resumable_sse looking up _parse_sse_events by name",
@@ -63,20 +74,35 @@ def _internals() -> list[Internal]:
         ),
         Internal(
             "openreward.api._session.http.request_retryable",
-            lambda: list(inspect.signature(http.request_retryable).parameters)[:5] == ["client", "method", "path", "expect_json", "token"],
+            lambda: (
+                list(inspect.signature(http.request_retryable).parameters)[:5]
+                == ["client", "method", "path", "expect_json", "token"]
+            ),
         ),
         Internal("openreward.api._session.http.set_retry_policy", lambda: callable(http.set_retry_policy)),
         Internal(
-            "openreward.api._session.ping.ErrorResponse(type, message)", lambda: list(inspect.signature(ping.ErrorResponse).parameters) == ["type", "message"]
+            "openreward.api._session.ping.ErrorResponse(type, message)",
+            lambda: list(inspect.signature(ping.ErrorResponse).parameters) == ["type", "message"],
         ),
         *(
-            Internal(f"openreward.api._session.session.BaseAsyncSession.{name}", functools.partial(callable_attribute, base, name))
+            Internal(
+                f"openreward.api._session.session.BaseAsyncSession.{name}",
+                functools.partial(callable_attribute, base, name),
+            )
             for name in ("_run_or_die", "_mark_dead", "_annotate_error")
         ),
-        Internal("BaseAsyncSession._dead_exception and ._ping_task", _has_source(lambda: base.__init__, "self._dead_exception", "self._ping_task")),
+        Internal(
+            "BaseAsyncSession._dead_exception and ._ping_task",
+            _has_source(lambda: base.__init__, "self._dead_exception", "self._ping_task"),
+        ),
         Internal(
             "AsyncSession._terminal_tool, ._terminal_tool_fetched, ._score_group_fetched",
-            _has_source(lambda: AsyncSession, "self._terminal_tool =", "self._terminal_tool_fetched = True", "self._score_group_fetched = True"),
+            _has_source(
+                lambda: AsyncSession,
+                "self._terminal_tool =",
+                "self._terminal_tool_fetched = True",
+                "self._score_group_fetched = True",
+            ),
         ),
         Internal(
             "AsyncEnvironmentsAPI._get_connector, ._connector, ._clients",
@@ -108,7 +134,13 @@ async def ping(session: Any) -> None:
     from openreward.api._session.http import request_retryable
 
     await request_retryable(
-        session.client, "POST", f"{session.base_url}/ping", expect_json=False, token=session.api_key, sid=session.sid, deployment=session.deployment
+        session.client,
+        "POST",
+        f"{session.base_url}/ping",
+        expect_json=False,
+        token=session.api_key,
+        sid=session.sid,
+        deployment=session.deployment,
     )
 
 

@@ -95,5 +95,7 @@ def use_pooled_transport(client: Any, traffic: Callable[[], TrafficRecord] | Non
         return client
     if current is not None and (type(current) is not AsyncEnvironmentsAPI or current._clients):
         return client
-    client._environments_api = PooledEnvironmentsAPI(base_url=client.session_base_url, api_key=client.api_key, api_base_url=client.base_url, traffic=traffic)
+    client._environments_api = PooledEnvironmentsAPI(
+        base_url=client.session_base_url, api_key=client.api_key, api_base_url=client.base_url, traffic=traffic
+    )
     return client

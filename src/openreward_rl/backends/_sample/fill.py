@@ -44,9 +44,18 @@ if TYPE_CHECKING:
     from openreward_rl.loop.resumable import ContinuingEngine
 
 __all__ = [
-    "STATUS_FOR_STOP", "sample_fields", "status_for", "episode_metadata", "samples_from_trajectory", "placeholder_ids", "fill_placeholder",
-    "fill_episode", "fill_suspended", "trainer_output", "turn_credit",
-]  # fmt: skip
+    "STATUS_FOR_STOP",
+    "sample_fields",
+    "status_for",
+    "episode_metadata",
+    "samples_from_trajectory",
+    "placeholder_ids",
+    "fill_placeholder",
+    "fill_episode",
+    "fill_suspended",
+    "trainer_output",
+    "turn_credit",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -81,11 +90,20 @@ def non_generation_seconds(metrics: Mapping[str, float]) -> float:
 
 
 def episode_metadata(
-    base: Any, trajectory: Trajectory, *, segment: int = 0, segments: int = 1, evaluation: bool = False, credit: TurnCredit | None = None, **extra: Any
+    base: Any,
+    trajectory: Trajectory,
+    *,
+    segment: int = 0,
+    segments: int = 1,
+    evaluation: bool = False,
+    credit: TurnCredit | None = None,
+    **extra: Any,
 ) -> dict[str, Any]:
     """The sample's metadata: the row's keys plus the episode's `EpisodeRecord` (`extra` sets more of its fields)."""
     row = metadata_dict(base)
-    record = EpisodeRecord.of_trajectory(trajectory, row, segment=segment, segments=segments, evaluation=evaluation, credit=credit)
+    record = EpisodeRecord.of_trajectory(
+        trajectory, row, segment=segment, segments=segments, evaluation=evaluation, credit=credit
+    )
     return attrs.evolve(record, **extra).to_metadata(row)
 
 
@@ -102,16 +120,29 @@ def fill_placeholder(sample: Any, tokenizer: Any, metadata: dict[str, Any], *, r
     prompt_id, response_id = placeholder_ids(tokenizer)
     fields = sample_fields(sample)
     _fill(
-        sample, fields, prompt_ids=[prompt_id], response_ids=[response_id], loss_mask=[0], logprobs=[0.0], text="",
-        reward=reward, status=type(sample).Status.ABORTED, metadata=metadata, remove=True, weight_versions=(), non_generation_time=0.0,
-    )  # fmt: skip
+        sample,
+        fields,
+        prompt_ids=[prompt_id],
+        response_ids=[response_id],
+        loss_mask=[0],
+        logprobs=[0.0],
+        text="",
+        reward=reward,
+        status=type(sample).Status.ABORTED,
+        metadata=metadata,
+        remove=True,
+        weight_versions=(),
+        non_generation_time=0.0,
+    )
 
 
 def _trainable_segments(trajectory: Trajectory) -> list[TokenSegment]:
     return [s for s in trajectory.segments if s.response_ids]
 
 
-def _credit_per_sample(credit: TurnCredit | None, trajectory: Trajectory, kept: list[TokenSegment]) -> TurnCredit | None:
+def _credit_per_sample(
+    credit: TurnCredit | None, trajectory: Trajectory, kept: list[TokenSegment]
+) -> TurnCredit | None:
     """`credit` with each span's segment renumbered to the position of its sample (-1: a segment no sample holds)."""
     if credit is None:
         return None
@@ -139,7 +170,9 @@ def _fill(
     if not prompt_ids:
         raise ValueError("a sample needs at least one prompt token")
     if not (len(response_ids) == len(loss_mask) == len(logprobs)) or not response_ids:
-        raise ValueError(f"response ids ({len(response_ids)}), loss mask ({len(loss_mask)}) and log-probs ({len(logprobs)}) must be equally long and non-empty")
+        raise ValueError(
+            f"response ids ({len(response_ids)}), loss mask ({len(loss_mask)}) and log-probs ({len(logprobs)}) must be equally long and non-empty"
+        )
     sample.tokens = [*map(int, prompt_ids), *map(int, response_ids)]
     sample.response_length = len(response_ids)
     sample.loss_mask = [0] * len(response_ids) if remove else list(map(int, loss_mask))
@@ -181,25 +214,41 @@ def samples_from_trajectory(
     infrastructure = stop.is_infrastructure_failure or not trajectory.token_exact
     status = status_for(sample, stop) if trajectory.token_exact else type(sample).Status.ABORTED
     trained = None if infrastructure else trajectory.trained_reward
-    reward = (0.0 if trained is None else trained) if preset_reward else None  # a failure's 0.0 only fills the field: it is masked
+    reward = (
+        (0.0 if trained is None else trained) if preset_reward else None
+    )  # a failure's 0.0 only fills the field: it is masked
     metrics = trajectory.metrics
     non_generation_time = non_generation_seconds(metrics)
     common = {"status": status, "weight_versions": weight_versions, "non_generation_time": non_generation_time}
 
     segments = _trainable_segments(trajectory)
     if not segments:
-        metadata = episode_metadata(sample.metadata, trajectory, evaluation=evaluation, placeholder=True, transcript=transcript)
+        metadata = episode_metadata(
+            sample.metadata, trajectory, evaluation=evaluation, placeholder=True, transcript=transcript
+        )
         prompt_id, response_id = placeholder_ids(tokenizer)
         _fill(
-            sample, fields, prompt_ids=[prompt_id], response_ids=[response_id], loss_mask=[0], logprobs=[0.0], text="",
-            reward=None if not preset_reward else 0.0, metadata=metadata, remove=True, **common,
-        )  # fmt: skip
+            sample,
+            fields,
+            prompt_ids=[prompt_id],
+            response_ids=[response_id],
+            loss_mask=[0],
+            logprobs=[0.0],
+            text="",
+            reward=None if not preset_reward else 0.0,
+            metadata=metadata,
+            remove=True,
+            **common,
+        )
         return [sample]
 
     dropped = 0
     if len(segments) > 1 and "rollout_id" not in fields:
         dropped, segments = len(segments) - 1, segments[-1:]
-        logger.warning("this Sample class has no rollout_id field, so a trajectory with %d prefix breaks keeps only its last segment", dropped)
+        logger.warning(
+            "this Sample class has no rollout_id field, so a trajectory with %d prefix breaks keeps only its last segment",
+            dropped,
+        )
     credit = _credit_per_sample(None if infrastructure else credit, trajectory, segments)
     rollout_id = getattr(sample, "rollout_id", None)
     if rollout_id is None:
@@ -210,14 +259,28 @@ def samples_from_trajectory(
     for position, segment in enumerate(segments):
         target = sample if position == 0 else copy.copy(pristine)
         metadata = episode_metadata(
-            originals, trajectory, segment=position, segments=len(segments), evaluation=evaluation, dropped_segments=dropped, transcript=transcript,
+            originals,
+            trajectory,
+            segment=position,
+            segments=len(segments),
+            evaluation=evaluation,
+            dropped_segments=dropped,
+            transcript=transcript,
             credit=credit,
-        )  # fmt: skip
+        )
         _fill(
-            target, fields, prompt_ids=segment.prompt_ids, response_ids=segment.response_ids, loss_mask=segment.loss_mask,
-            logprobs=segment.rollout_logprobs, text=decode_ids(tokenizer, segment.response_ids),
-            reward=reward, metadata=metadata, remove=infrastructure, **common,
-        )  # fmt: skip
+            target,
+            fields,
+            prompt_ids=segment.prompt_ids,
+            response_ids=segment.response_ids,
+            loss_mask=segment.loss_mask,
+            logprobs=segment.rollout_logprobs,
+            text=decode_ids(tokenizer, segment.response_ids),
+            reward=reward,
+            metadata=metadata,
+            remove=infrastructure,
+            **common,
+        )
         if segment.images and segment.vision:  # a VLM's images: the trainer's vision inputs (families.vision)
             target.multimodal_inputs, target.multimodal_train_inputs = sample_inputs(segment.images, segment.vision)
         if len(segments) > 1:
@@ -265,12 +328,22 @@ def fill_episode(
     return trainer_output(samples, evaluation=evaluation, forks=state.config.compacts)
 
 
-def fill_suspended(state: BackendState, sample: Any, snapshot: Trajectory, engine: ContinuingEngine, extra: Mapping[str, Any], *, preset_reward: bool) -> Any:
+def fill_suspended(
+    state: BackendState,
+    sample: Any,
+    snapshot: Trajectory,
+    engine: ContinuingEngine,
+    extra: Mapping[str, Any],
+    *,
+    preset_reward: bool,
+) -> Any:
     """`sample` filled from a suspended episode's tokens so far (ABORTED), `extra` added to its metadata.
     One sample per suspended episode: Slime's abort() cannot take a fan-out list, so only the last context is kept."""
     if len(snapshot.segments) > 1:
         snapshot.segments = snapshot.segments[-1:]
-    (filled,) = samples_from_trajectory(sample, snapshot, tokenizer=state.tokenizer, weight_versions=_versions(engine), preset_reward=preset_reward)
+    (filled,) = samples_from_trajectory(
+        sample, snapshot, tokenizer=state.tokenizer, weight_versions=_versions(engine), preset_reward=preset_reward
+    )
     filled.metadata.update(extra)
     filled.metadata["weight_version_spans"] = list(engine.spans)
     return filled

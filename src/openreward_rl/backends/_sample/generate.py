@@ -36,11 +36,17 @@ def check_args(args: Any, sample: Any, state: BackendState) -> None:
     """Trainer settings these hooks cannot honour, refused with the flag to change."""
     top_p = getattr(args, "rollout_top_p", None)
     if hasattr(sample, "rollout_top_p_token_ids") and top_p not in (None, 1.0):
-        raise ConfigError(f"--rollout-top-p {top_p} needs top-p replay data that openreward_rl's generate hook does not record; use --rollout-top-p 1.0")
+        raise ConfigError(
+            f"--rollout-top-p {top_p} needs top-p replay data that openreward_rl's generate hook does not record; use --rollout-top-p 1.0"
+        )
     if getattr(args, "partial_rollout", False) and state.config.episode is not None:
-        cannot_suspend = getattr(episode_builder(state.config.episode), "cannot_suspend", None)  # imported once per process
+        cannot_suspend = getattr(
+            episode_builder(state.config.episode), "cannot_suspend", None
+        )  # imported once per process
         if cannot_suspend:
-            raise ConfigError(f"--partial-rollout cannot suspend {cannot_suspend} (episode: {state.config.episode}); train without --partial-rollout")
+            raise ConfigError(
+                f"--partial-rollout cannot suspend {cannot_suspend} (episode: {state.config.episode}); train without --partial-rollout"
+            )
     rule = one_sample_rule(args)
     if rule is not None and state.config.compacts:
         compacting = ", ".join(name for name, env in state.config.environments.items() if env.compacts)
@@ -74,14 +80,39 @@ async def generate_samples(
             # waited past the abort on its own semaphore, it is returned ABORTED without starting
             sample.status = type(sample).Status.ABORTED
             return sample
-        return await _generate(args, state, sample, sampling_params, evaluation=evaluation, routing_key=routing_key, preset_reward=preset_reward, abort_signal=abort_signal)
+        return await _generate(
+            args,
+            state,
+            sample,
+            sampling_params,
+            evaluation=evaluation,
+            routing_key=routing_key,
+            preset_reward=preset_reward,
+            abort_signal=abort_signal,
+        )
 
 
 async def _generate(
-    args: Any, state: BackendState, sample: Any, sampling_params: Mapping[str, Any], *, evaluation: bool, routing_key: str | None, preset_reward: bool, abort_signal: AbortSignal | None
+    args: Any,
+    state: BackendState,
+    sample: Any,
+    sampling_params: Mapping[str, Any],
+    *,
+    evaluation: bool,
+    routing_key: str | None,
+    preset_reward: bool,
+    abort_signal: AbortSignal | None,
 ) -> Any:
     if getattr(args, "partial_rollout", False) and not evaluation:
-        return await generate_partial(args, state, sample, sampling_params, routing_key=routing_key, preset_reward=preset_reward, abort_signal=abort_signal)
+        return await generate_partial(
+            args,
+            state,
+            sample,
+            sampling_params,
+            routing_key=routing_key,
+            preset_reward=preset_reward,
+            abort_signal=abort_signal,
+        )
     task = task_from_metadata(sample.metadata)
     rollouts = state.rollouts_for(evaluation)
     continuations = state.config.max_turn_continuations
@@ -91,4 +122,14 @@ async def _generate(
     trajectory = await rollouts.run(task, sampling_params=sampling_params, routing_key=routing_key, engine=continuing)
     # without a continuation each turn is one call, and the turns carry the weight versions
     recorded = continuing if continuing is not None and continuing.continuations else None
-    return fill_episode(args, state, sample, task, trajectory, sampling_params, preset_reward=preset_reward, evaluation=evaluation, engine=recorded)
+    return fill_episode(
+        args,
+        state,
+        sample,
+        task,
+        trajectory,
+        sampling_params,
+        preset_reward=preset_reward,
+        evaluation=evaluation,
+        engine=recorded,
+    )

@@ -49,7 +49,9 @@ async def generate_partial(
     outcome: Outcome | None
     if record is None:
         engine = ParkingEngine(rollouts.engine, abort_signal, state.config.max_turn_continuations)
-        live = LiveEpisode.start(engine, rollouts.run(task, sampling_params=sampling_params, routing_key=routing_key, engine=engine))
+        live = LiveEpisode.start(
+            engine, rollouts.run(task, sampling_params=sampling_params, routing_key=routing_key, engine=engine)
+        )
         outcome = await live.next_outcome()
     else:
         taken = store.take(record)
@@ -59,14 +61,20 @@ async def generate_partial(
         live = taken
         outcome = await _resume(live, abort_signal)
         if outcome is None:
-            lost = failed_trajectory(task, StopReason.ABORTED, "partial rollout: nothing to resume: the event loop that ran the suspended episode has stopped")
+            lost = failed_trajectory(
+                task,
+                StopReason.ABORTED,
+                "partial rollout: nothing to resume: the event loop that ran the suspended episode has stopped",
+            )
             return fill_episode(args, state, sample, task, lost, sampling_params, **fill)
 
     engine = live.engine
     if not isinstance(outcome, Finished):
         resume = attrs.evolve(record or ResumeRecord.new(), suspensions=engine.suspensions)
         await store.park(resume.key, live)
-        return fill_suspended(state, sample, outcome.trajectory, engine, {RESUME_KEY: resume.to_metadata()}, preset_reward=preset_reward)
+        return fill_suspended(
+            state, sample, outcome.trajectory, engine, {RESUME_KEY: resume.to_metadata()}, preset_reward=preset_reward
+        )
 
     trajectory = outcome.trajectory
     if engine.suspensions:

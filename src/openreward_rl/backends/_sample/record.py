@@ -58,9 +58,20 @@ NOT_OUR_SAMPLE = (
 
 # Keys written only when they hold something (older samples lack them; readers get the default).
 _OPTIONAL = (
-    "dropped_segments", "transcript", "group_scored", "pointwise_reward", "group_score", "group_score_metadata", "group_score_error", "resume",
-    "turn_rewards", "turn_returns", "turn_spans", "turn_ends", "returns_gamma",
-)  # fmt: skip
+    "dropped_segments",
+    "transcript",
+    "group_scored",
+    "pointwise_reward",
+    "group_score",
+    "group_score_metadata",
+    "group_score_error",
+    "resume",
+    "turn_rewards",
+    "turn_returns",
+    "turn_spans",
+    "turn_ends",
+    "returns_gamma",
+)
 
 
 def metadata_dict(metadata: Any) -> dict[str, Any]:
@@ -142,7 +153,14 @@ class EpisodeRecord:
 
     @classmethod
     def of_trajectory(
-        cls, trajectory: Trajectory, row: Mapping[str, Any], *, segment: int = 0, segments: int = 1, evaluation: bool = False, credit: TurnCredit | None = None
+        cls,
+        trajectory: Trajectory,
+        row: Mapping[str, Any],
+        *,
+        segment: int = 0,
+        segments: int = 1,
+        evaluation: bool = False,
+        credit: TurnCredit | None = None,
     ) -> EpisodeRecord:
         """The record of `trajectory`, with the variant of the row's metadata where it has that key.
         `credit` (None for a failure) gives the per-turn rewards, returns and token spans."""
@@ -175,7 +193,9 @@ class EpisodeRecord:
         if self.turn_returns is None or self.turn_spans is None or self.turn_ends is None or self.turn_rewards is None:
             return None
         spans = tuple((int(s), int(a), int(b)) for s, a, b in self.turn_spans)
-        return TurnCredit(tuple(self.turn_rewards), tuple(self.turn_returns), spans, tuple(self.turn_ends), self.returns_gamma or 1.0)
+        return TurnCredit(
+            tuple(self.turn_rewards), tuple(self.turn_returns), spans, tuple(self.turn_ends), self.returns_gamma or 1.0
+        )
 
     @classmethod
     def from_metadata(cls, metadata: Any) -> EpisodeRecord:

@@ -53,7 +53,9 @@ def _reshape(template: Sequence[Any], values: list[float]) -> list[Any]:
     return build(template)
 
 
-async def group_rewards(samples: Sequence[Any], *, group_rm: bool, client: Any = None, config: TrainConfig | None = None) -> list[Any]:
+async def group_rewards(
+    samples: Sequence[Any], *, group_rm: bool, client: Any = None, config: TrainConfig | None = None
+) -> list[Any]:
     """One reward per sample, in the input's (possibly nested) shape."""
     leaves = flatten(samples)
     records = [EpisodeRecord.from_metadata(s.metadata) for s in leaves]
@@ -63,7 +65,9 @@ async def group_rewards(samples: Sequence[Any], *, group_rm: bool, client: Any =
     return _reshape(samples, rewards)
 
 
-async def _score_groups(leaves: list[Any], records: list[EpisodeRecord], rewards: list[float], client: Any, config: TrainConfig) -> None:
+async def _score_groups(
+    leaves: list[Any], records: list[EpisodeRecord], rewards: list[float], client: Any, config: TrainConfig
+) -> None:
     by_task: dict[tuple[Any, ...], tuple[TaskRef, dict[Any, list[int]]]] = {}
     for position, (sample, record) in enumerate(zip(leaves, records)):
         if record.infrastructure_failure or record.placeholder or record.transcript is None:
@@ -84,7 +88,13 @@ async def _score_groups(leaves: list[Any], records: list[EpisodeRecord], rewards
             for position in positions:
                 if scoring.members is not None:
                     scored = scoring.members[member]
-                    note(position, pointwise_reward=rewards[position], group_score=scored.score, group_score_metadata=scored.metadata, group_scored=True)
+                    note(
+                        position,
+                        pointwise_reward=rewards[position],
+                        group_score=scored.score,
+                        group_score_metadata=scored.metadata,
+                        group_scored=True,
+                    )
                     rewards[position] = scored.reward
                 elif scoring.error is not None:
                     note(position, group_score_error=scoring.error)

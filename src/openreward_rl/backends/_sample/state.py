@@ -32,14 +32,27 @@ if TYPE_CHECKING:
     from openreward_rl.env.tasks import TaskRef
     from openreward_rl.loop.trajectory import Trajectory
 
-__all__ = ["BackendState", "HookRunner", "admission_controller", "trainer_concurrency", "state_for", "close_states", "router_url", "spread_over_workers", "one_sample_per_rollout", "one_sample_rule"]
+__all__ = [
+    "BackendState",
+    "HookRunner",
+    "admission_controller",
+    "trainer_concurrency",
+    "state_for",
+    "close_states",
+    "router_url",
+    "spread_over_workers",
+    "one_sample_per_rollout",
+    "one_sample_rule",
+]
 
 
 def router_url(args: Any) -> str:
     """`http://{sglang_router_ip}:{sglang_router_port}` from the trainer's args."""
     ip, port = getattr(args, "sglang_router_ip", None), getattr(args, "sglang_router_port", None)
     if not ip or not port:
-        raise ConfigError("the trainer's args have no sglang_router_ip/sglang_router_port; run the hook inside Slime or Miles (or set both on args)")
+        raise ConfigError(
+            "the trainer's args have no sglang_router_ip/sglang_router_port; run the hook inside Slime or Miles (or set both on args)"
+        )
     host = f"[{ip}]" if ":" in str(ip) and not str(ip).startswith("[") else ip
     return f"http://{host}:{port}"
 
@@ -91,7 +104,9 @@ class BackendState:
 
         checkpoint = getattr(args, "hf_checkpoint", None)
         if not checkpoint:
-            raise ConfigError("the trainer's args have no hf_checkpoint; the hooks load the tokenizer from it (--hf-checkpoint)")
+            raise ConfigError(
+                "the trainer's args have no hf_checkpoint; the hooks load the tokenizer from it (--hf-checkpoint)"
+            )
         config, tokenizer, client, uploader = load_process_parts(str(checkpoint))
         if one_sample_per_rollout(args):
             config = config.without_default_compaction()
@@ -100,12 +115,27 @@ class BackendState:
         eval_context = _positive_or_none(args, "eval_max_context_len") or train_context
         max_new_tokens = getattr(args, "rollout_max_response_len", None) or 4096
         rollouts = Rollouts.from_config(
-            config, engine=engine, tokenizer=tokenizer, client=client, model=str(checkpoint), max_context_len=train_context, max_new_tokens=max_new_tokens
+            config,
+            engine=engine,
+            tokenizer=tokenizer,
+            client=client,
+            model=str(checkpoint),
+            max_context_len=train_context,
+            max_new_tokens=max_new_tokens,
         )
         # With `rollout_workers: N` episodes run in N worker processes (or Ray actors); see `loop/workers.py`.
-        rollouts, eval_rollouts = spread_over_workers(config, args, rollouts, attrs.evolve(rollouts, max_context_len=eval_context))
+        rollouts, eval_rollouts = spread_over_workers(
+            config, args, rollouts, attrs.evolve(rollouts, max_context_len=eval_context)
+        )
         return cls(
-            config=config, tokenizer=tokenizer, engine=engine, client=client, rollouts=rollouts, eval_rollouts=eval_rollouts, uploader=uploader, loop=_running_loop(),
+            config=config,
+            tokenizer=tokenizer,
+            engine=engine,
+            client=client,
+            rollouts=rollouts,
+            eval_rollouts=eval_rollouts,
+            uploader=uploader,
+            loop=_running_loop(),
             admission=admission_controller(config, args),
         )
 
@@ -132,7 +162,12 @@ def admission_controller(config: TrainConfig, args: Any) -> AdmissionController 
     if not settings.adaptive or os.environ.get(IN_WORKER_ENV):
         return None
     ceiling = settings.ceiling or trainer_concurrency(args) or 512
-    return AdmissionController(SGLangLoads(router_url(args)), floor=min(settings.floor, ceiling), ceiling=ceiling, interval_s=settings.poll_interval)
+    return AdmissionController(
+        SGLangLoads(router_url(args)),
+        floor=min(settings.floor, ceiling),
+        ceiling=ceiling,
+        interval_s=settings.poll_interval,
+    )
 
 
 def one_sample_per_rollout(args: Any) -> bool:
@@ -152,7 +187,9 @@ def one_sample_rule(args: Any) -> str | None:
         return "--partial-rollout"
     if getattr(args, "group_rm", False):
         return "--group-rm"
-    if bool(getattr(args, "fully_async", False)) or "fully_async" in str(getattr(args, "rollout_function_path", None) or ""):
+    if bool(getattr(args, "fully_async", False)) or "fully_async" in str(
+        getattr(args, "rollout_function_path", None) or ""
+    ):
         return "fully-async rollout"
     dynamic_filter = getattr(args, "dynamic_sampling_filter_path", None)
     if reads_members_as_samples(dynamic_filter):
@@ -216,7 +253,11 @@ def state_for(args: Any) -> BackendState:
     key = _key(args)
     state = _STATES.get(key)
     loop = _running_loop()
-    if state is None or (state.loop is not None and state.loop is not loop) or (state.loop is not None and state.loop.is_closed()):
+    if (
+        state is None
+        or (state.loop is not None and state.loop is not loop)
+        or (state.loop is not None and state.loop.is_closed())
+    ):
         state = BackendState.from_args(args)
         _STATES[key] = state
     return state
@@ -239,7 +280,9 @@ class HookRunner:
 
     args: Any
 
-    async def run(self, task: TaskRef, *, sampling_params: Mapping[str, Any] | None, routing_key: str | None, evaluation: bool) -> Trajectory:
+    async def run(
+        self, task: TaskRef, *, sampling_params: Mapping[str, Any] | None, routing_key: str | None, evaluation: bool
+    ) -> Trajectory:
         rollouts = state_for(self.args).rollouts_for(evaluation)
         return await rollouts.run(task, sampling_params=sampling_params, routing_key=routing_key)
 
@@ -253,5 +296,7 @@ def spread_over_workers(config: Any, args: Any, rollouts: Any, eval_rollouts: An
     count = getattr(config, "rollout_workers", 0)
     if not count or os.environ.get(IN_WORKER_ENV):
         return rollouts, eval_rollouts
-    workers = make_workers(functools.partial(HookRunner, args), count, getattr(config, "rollout_worker_backend", "auto"))
+    workers = make_workers(
+        functools.partial(HookRunner, args), count, getattr(config, "rollout_worker_backend", "auto")
+    )
     return WorkerRollouts(rollouts, workers, evaluation=False), WorkerRollouts(eval_rollouts, workers, evaluation=True)

@@ -90,7 +90,10 @@ class SuspensionStore:
         self._live[key] = (live, self.clock())
         while len(self._live) > self.cap:
             oldest = next(iter(self._live))
-            await self._drop(oldest, f"closed: more than max_suspended_episodes={self.cap} episodes were suspended at once (this one was the oldest)")
+            await self._drop(
+                oldest,
+                f"closed: more than max_suspended_episodes={self.cap} episodes were suspended at once (this one was the oldest)",
+            )
 
     def take(self, record: ResumeRecord) -> LiveEpisode | str:
         """The episode suspended under `record.key`, removed from the store; else why there is none."""
@@ -108,7 +111,10 @@ class SuspensionStore:
         now = self.clock()
         expired = [key for key, (_, parked_at) in self._live.items() if now - parked_at > self.ttl]
         for key in expired:
-            await self._drop(key, f"expired: suspended for more than suspended_episode_ttl={self.ttl:g}s, its environment session was closed")
+            await self._drop(
+                key,
+                f"expired: suspended for more than suspended_episode_ttl={self.ttl:g}s, its environment session was closed",
+            )
         return len(expired)
 
     async def _drop(self, key: str, reason: str) -> None:

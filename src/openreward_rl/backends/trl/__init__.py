@@ -12,7 +12,15 @@ Import from here (`from openreward_rl.backends.trl import TrlAdapter, TrlOptions
 modules' other names are private. Importing this package imports neither TRL nor torch.
 """
 
-from openreward_rl.backends.trl.adapter import SAMPLERS, Completion, TrlAdapter, completion_of, failures, task_dataset, task_prompt
+from openreward_rl.backends.trl.adapter import (
+    SAMPLERS,
+    Completion,
+    TrlAdapter,
+    completion_of,
+    failures,
+    task_dataset,
+    task_prompt,
+)
 from openreward_rl.backends.trl.credit import batch_token_advantages, row_advantages, turn_credit_trainer_class
 from openreward_rl.backends.trl.ranks import Ranks
 from openreward_rl.backends.trl.run import (
@@ -30,8 +38,28 @@ from openreward_rl.backends.trl.run import (
 from openreward_rl.backends.trl.sft import kept_for_sft, sft_rows, train_sft
 
 __all__ = [
-    "SAMPLERS", "Completion", "TrlAdapter", "completion_of", "failures", "task_dataset", "task_prompt",
-    "batch_token_advantages", "row_advantages", "turn_credit_trainer_class", "Ranks",
-    "EvalStats", "TrlOptions", "TrlSession", "eval_stats", "grpo_config", "last_checkpoint", "lora_config", "quiet_trainer", "release_optimizer", "trainable_gguf",
-    "kept_for_sft", "sft_rows", "train_sft",
-]  # fmt: skip
+    "SAMPLERS",
+    "Completion",
+    "TrlAdapter",
+    "completion_of",
+    "failures",
+    "task_dataset",
+    "task_prompt",
+    "batch_token_advantages",
+    "row_advantages",
+    "turn_credit_trainer_class",
+    "Ranks",
+    "EvalStats",
+    "TrlOptions",
+    "TrlSession",
+    "eval_stats",
+    "grpo_config",
+    "last_checkpoint",
+    "lora_config",
+    "quiet_trainer",
+    "release_optimizer",
+    "trainable_gguf",
+    "kept_for_sft",
+    "sft_rows",
+    "train_sft",
+]

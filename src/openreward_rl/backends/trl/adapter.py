@@ -126,7 +126,9 @@ def failures(trajectories: Sequence[Trajectory]) -> str:
     import collections
 
     reasons = collections.Counter(
-        t.stop_reason.value if t.stop_reason.is_infrastructure_failure else "not token-exact" for t in trajectories if not t.trainable
+        t.stop_reason.value if t.stop_reason.is_infrastructure_failure else "not token-exact"
+        for t in trajectories
+        if not t.trainable
     )
     return ", ".join(f"{reason} {count}" for reason, count in reasons.most_common())
 
@@ -154,11 +156,18 @@ def completion_of(trajectory: Trajectory, tokenizer: Any) -> Completion:
     if dropped:
         logger.warning(
             "an episode of %s has %d earlier contexts (compactions or prefix breaks); TRL takes one completion per episode, so only its last is trained",
-            trajectory.task.environment, dropped,
-        )  # fmt: skip
+            trajectory.task.environment,
+            dropped,
+        )
     mask = list(map(int, segment.loss_mask)) if trajectory.trainable else [0] * len(segment.response_ids)
     logprobs = list(map(float, segment.rollout_logprobs)) if trajectory.trainable else [0.0] * len(segment.response_ids)
-    return Completion(list(map(int, segment.prompt_ids)), list(map(int, segment.response_ids)), logprobs, mask, dropped_segments=dropped)
+    return Completion(
+        list(map(int, segment.prompt_ids)),
+        list(map(int, segment.response_ids)),
+        logprobs,
+        mask,
+        dropped_segments=dropped,
+    )
 
 
 def _reward(trajectory: Trajectory) -> float | None:
@@ -235,13 +244,29 @@ class TrlAdapter:
 
     @classmethod
     def build(
-        cls, config: TrainConfig, tokenizer: Any, client: Any, *, model: str | None = None, sampling: SamplingConfig | None = None,
-        max_new_tokens: int = 1024, max_context_len: int | None = None, episode: EpisodeBuilder | None = None, **options: Any,
-    ) -> TrlAdapter:  # fmt: skip
+        cls,
+        config: TrainConfig,
+        tokenizer: Any,
+        client: Any,
+        *,
+        model: str | None = None,
+        sampling: SamplingConfig | None = None,
+        max_new_tokens: int = 1024,
+        max_context_len: int | None = None,
+        episode: EpisodeBuilder | None = None,
+        **options: Any,
+    ) -> TrlAdapter:
         """The adapter for `config`: `Rollouts.from_config` (the one episode stack) with no engine yet; `episode`
         None takes the config's (`ToolEpisode` by default)."""
         rollouts = Rollouts.from_config(
-            config, engine=None, tokenizer=tokenizer, client=client, model=model, max_context_len=max_context_len, max_new_tokens=max_new_tokens, episode=episode  # type: ignore[arg-type]  # engine_for sets it
+            config,
+            engine=None,  # type: ignore[arg-type]  # engine_for sets it
+            tokenizer=tokenizer,
+            client=client,
+            model=model,
+            max_context_len=max_context_len,
+            max_new_tokens=max_new_tokens,
+            episode=episode,
         )
         check_engine_reads_images(TransformersEngine, rollouts.renderer)  # the engine comes later; a VLM is refused now
         return cls(rollouts, tokenizer, sampling=sampling or SamplingConfig(), **options)
@@ -259,7 +284,11 @@ class TrlAdapter:
     # -- episodes --------------------------------------------------------------------------------
 
     def run_episodes(
-        self, tasks: Sequence[TaskRef], *, model: Any = None, engine: Engine | Sequence[Engine] | None = None,
+        self,
+        tasks: Sequence[TaskRef],
+        *,
+        model: Any = None,
+        engine: Engine | Sequence[Engine] | None = None,
         on_done: Callable[[Trajectory], None] | None = None,
     ) -> list[Trajectory]:
         """One episode per task (in order) through the adapter's `Rollouts`, on its event loop; blocking.
@@ -269,11 +298,15 @@ class TrlAdapter:
         teacher bound to the task it plays). `on_done` sees each trajectory as it ends.
         """
         if (model is None) == (engine is None):
-            raise ConfigError("run_episodes takes one of model= (the policy sampled as it is now) or engine= (any Engine)")
+            raise ConfigError(
+                "run_episodes takes one of model= (the policy sampled as it is now) or engine= (any Engine)"
+            )
         if engine is not None:
             engines = list(engine) if isinstance(engine, Sequence) else [engine] * len(tasks)
             if len(engines) != len(tasks):
-                raise ConfigError(f"run_episodes got {len(engines)} engines for {len(tasks)} tasks: one per task, or one for all")
+                raise ConfigError(
+                    f"run_episodes got {len(engines)} engines for {len(tasks)} tasks: one per task, or one for all"
+                )
             return self.run(self._episodes(engines, tasks, on_done))
         with sampling_mode(model):
             sampler = self.engine_for(model)
@@ -290,14 +323,24 @@ class TrlAdapter:
             self._engine.stop()
             self._engine = None
         if self._engine is None:
-            options: dict[str, Any] = {} if kind is WaveEngine else {"continuous_batching": self.continuous_batching, "max_sequences": self.max_sequences}
+            options: dict[str, Any] = (
+                {}
+                if kind is WaveEngine
+                else {"continuous_batching": self.continuous_batching, "max_sequences": self.max_sequences}
+            )
             self._engine = kind(
-                generation_model, self.tokenizer, sampling=self.sampling, default_max_new_tokens=self.rollouts.max_new_tokens,
-                context_length=self.rollouts.max_context_len, **options,
-            )  # fmt: skip
+                generation_model,
+                self.tokenizer,
+                sampling=self.sampling,
+                default_max_new_tokens=self.rollouts.max_new_tokens,
+                context_length=self.rollouts.max_context_len,
+                **options,
+            )
         return self._engine
 
-    async def _episodes(self, engines: Sequence[Engine], tasks: Sequence[TaskRef], on_done: Callable[[Trajectory], None] | None = None) -> list[Trajectory]:
+    async def _episodes(
+        self, engines: Sequence[Engine], tasks: Sequence[TaskRef], on_done: Callable[[Trajectory], None] | None = None
+    ) -> list[Trajectory]:
         gate = asyncio.Semaphore(self.concurrency or max(len(tasks), 1))
         params = {"temperature": self.sampling.temperature, "top_p": self.sampling.top_p}
 
@@ -327,7 +370,9 @@ class TrlAdapter:
         completions = [completion_of(t, self.tokenizer) for t in trajectories]
         self.last_trajectories = trajectories
         # the step over every process (each holds whole groups): its signal, failures and metrics are the same in each
-        step = self.ranks.gather([(t, r, c.dropped_segments, c.placeholder) for t, r, c in zip(trajectories, rewards, completions)])
+        step = self.ranks.gather(
+            [(t, r, c.dropped_segments, c.placeholder) for t, r, c in zip(trajectories, rewards, completions)]
+        )
         everyone, every_reward = [t for t, *_ in step], [r for _, r, *_ in step]
         resampled = sum(self.ranks.gather([resampled]))
         self.last_signal = self.step_signal(everyone, every_reward, size)
@@ -335,7 +380,9 @@ class TrlAdapter:
         self.failed_steps = self.failed_steps + 1 if failed else 0
         self.last_failure = f"all {len(everyone)} episodes failed: {failures(everyone)}" if failed else None
         self.untrained_steps = self.untrained_steps + 1 if self.last_signal.trains_nothing else 0
-        self._pending_metrics = self.step_metrics(everyone, [dropped for *_, dropped, _ in step], [placeholder for *_, placeholder in step])
+        self._pending_metrics = self.step_metrics(
+            everyone, [dropped for *_, dropped, _ in step], [placeholder for *_, placeholder in step]
+        )
         self._pending_metrics.update(self.last_signal.metrics(METRIC_PREFIX.rstrip("/")))
         self._pending_metrics[f"{METRIC_PREFIX}resampled_groups"] = float(resampled)
         message = self.last_signal.warning()
@@ -355,14 +402,18 @@ class TrlAdapter:
         nonterminal = config.nonterminal_reward(group[0].task.environment)
         return trajectory_group_signal(group, config.advantage, rewards, nonterminal_reward=nonterminal)
 
-    def step_signal(self, trajectories: Sequence[Trajectory], rewards: Sequence[float | None], group_size: int) -> StepSignal:
+    def step_signal(
+        self, trajectories: Sequence[Trajectory], rewards: Sequence[float | None], group_size: int
+    ) -> StepSignal:
         """The step's groups (`group_size` consecutive episodes) without reward spread, and its episodes that train nothing."""
         signal = StepSignal()
         for start in range(0, len(trajectories), group_size):
             signal += self._group_signal(trajectories[start : start + group_size], rewards[start : start + group_size])
         return signal
 
-    def _resample_idle_groups(self, model: Any, tasks: Sequence[TaskRef], trajectories: list[Trajectory], group_size: int) -> int:
+    def _resample_idle_groups(
+        self, model: Any, tasks: Sequence[TaskRef], trajectories: list[Trajectory], group_size: int
+    ) -> int:
         """Rerun, in place, each group that would train nothing, for at most `resample_zero_spread` rounds;
         how many groups were rerun (a group rerun in two rounds counts twice)."""
         rerun = 0
@@ -379,19 +430,35 @@ class TrlAdapter:
             rerun += len(idle) // group_size
         return rerun
 
-    async def _group_scores(self, tasks: Sequence[TaskRef], trajectories: Sequence[Trajectory], rewards: list[float | None], *, group_size: int) -> list[float | None]:
+    async def _group_scores(
+        self,
+        tasks: Sequence[TaskRef],
+        trajectories: Sequence[Trajectory],
+        rewards: list[float | None],
+        *,
+        group_size: int,
+    ) -> list[float | None]:
         """Each group's rewards from the environment's `score_group` (`env.group_score`, where it has one); failures stay None."""
         out = list(rewards)
         for start in range(0, len(trajectories), group_size):
-            live = [i for i in range(start, min(start + group_size, len(trajectories))) if rewards[i] is not None]  # faults are never scored
+            live = [
+                i for i in range(start, min(start + group_size, len(trajectories))) if rewards[i] is not None
+            ]  # faults are never scored
             if len(live) < 2:
                 continue
-            scoring = await score_group(self.rollouts.client, self.rollouts.config, tasks[start], [transcript(trajectories[i].messages) for i in live])
+            scoring = await score_group(
+                self.rollouts.client,
+                self.rollouts.config,
+                tasks[start],
+                [transcript(trajectories[i].messages) for i in live],
+            )
             for i, member in zip(live, scoring.members or ()):
                 out[i] = member.reward
         return out
 
-    def step_metrics(self, trajectories: Sequence[Trajectory], dropped_segments: Sequence[int], placeholders: Sequence[bool]) -> dict[str, float]:
+    def step_metrics(
+        self, trajectories: Sequence[Trajectory], dropped_segments: Sequence[int], placeholders: Sequence[bool]
+    ) -> dict[str, float]:
         """The step's per-environment metrics (`flat_metrics` under `openreward/`), plus its completions' dropped
         segments and placeholders (`Completion`; one of each per trajectory)."""
         metrics = flat_metrics(summarize(trajectories), prefix=METRIC_PREFIX)
@@ -405,7 +472,14 @@ class TrlAdapter:
 
     # -- TRL's reward function -------------------------------------------------------------------
 
-    def trained_reward(self, prompts: Sequence[Any], completions: Sequence[Any], trained_reward: Sequence[float | None], log_metric: Any = None, **_: Any) -> list[float | None]:
+    def trained_reward(
+        self,
+        prompts: Sequence[Any],
+        completions: Sequence[Any],
+        trained_reward: Sequence[float | None],
+        log_metric: Any = None,
+        **_: Any,
+    ) -> list[float | None]:
         """TRL reward function: the rewards `__call__` computed (None: an infrastructure failure, excluded by TRL)."""
         if log_metric is not None:
             for name, value in self._pending_metrics.items():

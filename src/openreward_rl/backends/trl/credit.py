@@ -41,7 +41,9 @@ from openreward_rl.loop.trajectory import Trajectory
 __all__ = ["batch_token_advantages", "row_advantages", "turn_credit_trainer_class"]
 
 
-def batch_token_advantages(trajectories: Sequence[Trajectory], config: TrainConfig, group_size: int) -> list[list[float] | None]:
+def batch_token_advantages(
+    trajectories: Sequence[Trajectory], config: TrainConfig, group_size: int
+) -> list[list[float] | None]:
     """Per-token advantages of a TRL batch: `group_token_advantages` under `config.advantage` over each run of
     `group_size` consecutive episodes (one task, so one environment and its `nonterminal_reward`)."""
     if group_size < 1 or len(trajectories) % group_size:
@@ -60,7 +62,9 @@ def row_advantages(per_token: Sequence[Sequence[float] | None], width: int) -> l
     for values in per_token:
         values = list(values or ())
         if len(values) > width:
-            raise TrainerError(f"a completion has {len(values)} advantages but the batch holds {width} completion tokens")
+            raise TrainerError(
+                f"a completion has {len(values)} advantages but the batch holds {width} completion tokens"
+            )
         rows.append(values + [0.0] * (width - len(values)))
     return rows
 
@@ -82,10 +86,14 @@ def turn_credit_trainer_class() -> type:
             if not adapter.rollouts.config.advantage.per_token:
                 raise TrainerError(f"advantage.estimator {estimator!r} is TRL's own GRPO advantage; use GRPOTrainer")
             if adapter.group_rm:
-                raise TrainerError(f"advantage.estimator {estimator!r} cannot be combined with group_rm: the group score replaces the episode rewards the turn returns come from")
+                raise TrainerError(
+                    f"advantage.estimator {estimator!r} cannot be combined with group_rm: the group score replaces the episode rewards the turn returns come from"
+                )
             super().__init__(*args, **kwargs)
             if self.accelerator.num_processes > 1:
-                raise TrainerError(f"advantage.estimator {estimator!r} runs on one process; this run has {self.accelerator.num_processes}")
+                raise TrainerError(
+                    f"advantage.estimator {estimator!r} runs on one process; this run has {self.accelerator.num_processes}"
+                )
             self.credit_adapter = adapter
 
         def turn_credit(self, output: dict[str, Any]) -> dict[str, Any]:
@@ -93,12 +101,18 @@ def turn_credit_trainer_class() -> type:
             trajectories = self.credit_adapter.last_trajectories
             completions = output["completion_ids"]
             if len(trajectories) != completions.shape[0]:
-                raise TrainerError(f"{completions.shape[0]} completions but the rollout ran {len(trajectories)} episodes")
-            assert self.model is not None and self.num_generations is not None and self.num_generations_eval is not None  # set by GRPOTrainer.__init__
+                raise TrainerError(
+                    f"{completions.shape[0]} completions but the rollout ran {len(trajectories)} episodes"
+                )
+            assert (
+                self.model is not None and self.num_generations is not None and self.num_generations_eval is not None
+            )  # set by GRPOTrainer.__init__
             mode = "train" if self.model.training else "eval"
             group_size = self.num_generations if mode == "train" else self.num_generations_eval
             per_token = batch_token_advantages(trajectories, self.credit_adapter.rollouts.config, group_size)
-            advantages = torch.tensor(row_advantages(per_token, completions.shape[1]), dtype=torch.float32, device=completions.device)
+            advantages = torch.tensor(
+                row_advantages(per_token, completions.shape[1]), dtype=torch.float32, device=completions.device
+            )
             output["advantages"] = advantages
             mask = output["completion_mask"] * output.get("tool_mask", torch.ones_like(output["completion_mask"]))
             trained = advantages[mask.bool()]

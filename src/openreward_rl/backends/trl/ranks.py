@@ -37,7 +37,11 @@ class Ranks:
     @classmethod
     def current(cls) -> Ranks:
         """This process, from the launcher's environment variables (one process where they are unset)."""
-        return cls(index=int(os.environ.get("RANK", 0)), count=int(os.environ.get("WORLD_SIZE", 1)), local=int(os.environ.get("LOCAL_RANK", 0)))
+        return cls(
+            index=int(os.environ.get("RANK", 0)),
+            count=int(os.environ.get("WORLD_SIZE", 1)),
+            local=int(os.environ.get("LOCAL_RANK", 0)),
+        )
 
     @property
     def main(self) -> bool:

@@ -36,10 +36,20 @@ from openreward_rl.loop.trajectory import StopReason, Trajectory
 from openreward_rl.observe.metrics import EnvironmentSummary, summarize
 
 __all__ = [
-    "EvalStats", "TrlOptions", "TrlSession", "checkpointing_argument", "eval_stats", "grpo_config", "last_checkpoint", "lora_config", "quiet_trainer",
-    "recognise_tied_weights", "release_optimizer", "rows_per_pass", "trainable_gguf",
+    "EvalStats",
+    "TrlOptions",
+    "TrlSession",
+    "checkpointing_argument",
+    "eval_stats",
+    "grpo_config",
+    "last_checkpoint",
+    "lora_config",
+    "quiet_trainer",
+    "recognise_tied_weights",
+    "release_optimizer",
+    "rows_per_pass",
+    "trainable_gguf",
 ]
-
 
 
 LOW_PRECISION_DTYPES = frozenset({"bfloat16", "bf16", "float16", "fp16", "half", "torch.bfloat16", "torch.float16"})
@@ -124,16 +134,22 @@ class TrlOptions:
         if self.save_interval < 0:
             raise ConfigError(f"save-interval must be >= 0 (0: no checkpoints), got {self.save_interval}")
         if self.max_failed_steps < 0:
-            raise ConfigError(f"max-failed-steps must be >= 0 (0: never stop for failed steps), got {self.max_failed_steps}")
+            raise ConfigError(
+                f"max-failed-steps must be >= 0 (0: never stop for failed steps), got {self.max_failed_steps}"
+            )
         if self.max_untrained_steps < 0:
-            raise ConfigError(f"max-untrained-steps must be >= 0 (0: never stop for steps that train nothing), got {self.max_untrained_steps}")
+            raise ConfigError(
+                f"max-untrained-steps must be >= 0 (0: never stop for steps that train nothing), got {self.max_untrained_steps}"
+            )
         if self.micro_batch is not None and self.micro_batch < 0:
             raise ConfigError(f"micro-batch must be >= 0 (0: the whole step in one pass), got {self.micro_batch}")
         for name in ("max_steps", "prompts_per_step", "max_new_tokens", "concurrency", "logging_steps"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ConfigError(f"{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         if self.n_samples < 2:
-            raise ConfigError(f"n-samples must be at least 2 (GRPO compares the samples of a group), got {self.n_samples}")
+            raise ConfigError(
+                f"n-samples must be at least 2 (GRPO compares the samples of a group), got {self.n_samples}"
+            )
         if not self.temperature > 0:
             raise ConfigError(f"temperature must be > 0 for GRPO sampling, got {self.temperature}")
         if self.sampler not in SAMPLERS:
@@ -230,7 +246,17 @@ def grpo_config(options: TrlOptions) -> Any:
     cpu = options.resolved_device == "cpu"
     return GRPOConfig(
         **same_named(
-            options, "output_dir", "max_steps", "temperature", "top_p", "beta", "logging_steps", "report_to", "run_name", "seed", "bf16",
+            options,
+            "output_dir",
+            "max_steps",
+            "temperature",
+            "top_p",
+            "beta",
+            "logging_steps",
+            "report_to",
+            "run_name",
+            "seed",
+            "bf16",
         ),
         **checkpointing_argument(GRPOConfig, options.gradient_checkpointing),
         learning_rate=options.lr,
@@ -260,7 +286,13 @@ def lora_config(options: TrlOptions) -> Any:
     """peft's `LoraConfig` on every linear projection of the model (rank `lora_rank`, alpha 2x rank)."""
     from peft import LoraConfig
 
-    return LoraConfig(r=options.lora_rank, lora_alpha=2 * options.lora_rank, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM")
+    return LoraConfig(
+        r=options.lora_rank,
+        lora_alpha=2 * options.lora_rank,
+        lora_dropout=0.0,
+        target_modules="all-linear",
+        task_type="CAUSAL_LM",
+    )
 
 
 def trainable_gguf(model: Any) -> Any:
@@ -360,13 +392,22 @@ class TrlSession:
     train_tasks: list[TaskRef]
     stopped: str | None = None  # why training stopped early (`early_stop`), else None
     stopped_failed: bool = False  # it stopped for failures (every episode failed, or the served environment gone), not for steps that trained nothing
-    server: Any = None  # the `LocalEnvServer` serving `serve`, if any: a server that stopped stops training at the step's end
+    server: Any = (
+        None  # the `LocalEnvServer` serving `serve`, if any: a server that stopped stops training at the step's end
+    )
     _trainer: Any = None
 
     @classmethod
     @contextlib.contextmanager
     def open(
-        cls, config: TrainConfig, options: TrlOptions, *, serve: Sequence[str | type] = (), model: Any = None, tokenizer: Any = None, episode: Any = None,
+        cls,
+        config: TrainConfig,
+        options: TrlOptions,
+        *,
+        serve: Sequence[str | type] = (),
+        model: Any = None,
+        tokenizer: Any = None,
+        episode: Any = None,
         announce: Callable[[str], None] | None = None,
     ) -> Iterator[TrlSession]:
         """Serve `serve` (specs `file.py:Class` or classes), check the environments and list the training tasks,
@@ -399,23 +440,44 @@ class TrlSession:
                 raise ConfigError("the configured environments and splits have no tasks to train on")
             if tokenizer is None:
                 with boundary(ConfigError, f"cannot load the model {options.model!r}"):
-                    tokenizer = load_tokenizer.__wrapped__(options.model)  # its own, not the shared cached one: the trainer sets its pad token
+                    tokenizer = load_tokenizer.__wrapped__(
+                        options.model
+                    )  # its own, not the shared cached one: the trainer sets its pad token
             episode_stack(prepared, tokenizer, options.model)
             if model is None:
                 if announce is not None:
                     announce(f"loading {options.model} on {options.resolved_device}")
                 # float32 weights unless told otherwise (on CUDA too: `bf16` trains under autocast over them)
                 with boundary(ConfigError, f"cannot load the model {options.model!r}"):
-                    model, tokenizer = load_model(options.model, device=options.resolved_device, dtype=options.dtype or "float32", tokenizer=tokenizer)
+                    model, tokenizer = load_model(
+                        options.model,
+                        device=options.resolved_device,
+                        dtype=options.dtype or "float32",
+                        tokenizer=tokenizer,
+                    )
             trainable_gguf(model)
             recognise_tied_weights(model)
             adapter = TrlAdapter.build(
-                prepared, tokenizer, None, model=options.model, sampling=options.sampling, max_new_tokens=options.max_new_tokens,
-                max_context_len=options.max_context_len, episode=episode, concurrency=options.concurrency, group_rm=options.group_rm,
-                resample_zero_spread=prepared.resample_zero_spread if options.resample_zero_spread is None else options.resample_zero_spread,
-                continuous_batching={} if options.resolved_device == "cpu" else {"max_memory_percent": options.sampler_memory},  # GPU: leave the trainer room
-                max_sequences=options.concurrency or options.episodes_per_process, sampler=options.sampler, ranks=options.ranks,
-            )  # fmt: skip
+                prepared,
+                tokenizer,
+                None,
+                model=options.model,
+                sampling=options.sampling,
+                max_new_tokens=options.max_new_tokens,
+                max_context_len=options.max_context_len,
+                episode=episode,
+                concurrency=options.concurrency,
+                group_rm=options.group_rm,
+                resample_zero_spread=prepared.resample_zero_spread
+                if options.resample_zero_spread is None
+                else options.resample_zero_spread,
+                continuous_batching={}
+                if options.resolved_device == "cpu"
+                else {"max_memory_percent": options.sampler_memory},  # GPU: leave the trainer room
+                max_sequences=options.concurrency or options.episodes_per_process,
+                sampler=options.sampler,
+                ranks=options.ranks,
+            )
 
             async def make_client() -> Any:
                 return AsyncOpenReward()  # the key from OPENREWARD_API_KEY; local servers need none
@@ -430,7 +492,9 @@ class TrlSession:
         from openreward_rl.env.tasks import list_tasks
 
         config = prepare_config(self.config, split=split)
-        tasks = self.adapter.run(list_tasks(self.adapter.rollouts.client, config, max_tasks=max_tasks, seed=self.options.seed))
+        tasks = self.adapter.run(
+            list_tasks(self.adapter.rollouts.client, config, max_tasks=max_tasks, seed=self.options.seed)
+        )
         return sorted(tasks, key=lambda t: (t.environment, t.split, t.index if t.index is not None else -1))
 
     def evaluate(self, tasks: Sequence[TaskRef], n: int, *, on_done: Callable[[Any], None] | None = None) -> list[Any]:
@@ -444,10 +508,10 @@ class TrlSession:
 
     def trainer(self, callbacks: Sequence[Any] = (), *, fresh: bool = False) -> Any:
         """The `GRPOTrainer` (built once; `fresh` builds a new one, e.g. to resume): the adapter as `rollout_func`,
-    `success` is `EnvironmentSummary.success_rate`; `pass_at_k[k]` the unbiased pass@k over tasks;
-    `tool_calls` and `parse_errors` are means per episode (`EnvironmentSummary.metric_means`, the
-    `tool_calls_mean` and `parse_errors_mean` of `openreward-rl eval`).
-        config, the subclass that trains per-token advantages from the turns' returns (`backends.trl.credit`)."""
+        `success` is `EnvironmentSummary.success_rate`; `pass_at_k[k]` the unbiased pass@k over tasks;
+        `tool_calls` and `parse_errors` are means per episode (`EnvironmentSummary.metric_means`, the
+        `tool_calls_mean` and `parse_errors_mean` of `openreward-rl eval`).
+            config, the subclass that trains per-token advantages from the turns' returns (`backends.trl.credit`)."""
         if self._trainer is None or fresh:
             from trl import GRPOTrainer
 
@@ -469,7 +533,9 @@ class TrlSession:
                     "train --framework trl samples from each process's whole model, so it runs data-parallel (DDP: accelerate launch "
                     "--multi_gpu) only; FSDP and DeepSpeed shard the weights: launch without them"
                 )
-            if self._trainer.hub_model_id is None:  # set only when pushing to the hub; the model card's code then loads "None"
+            if (
+                self._trainer.hub_model_id is None
+            ):  # set only when pushing to the hub; the model card's code then loads "None"
                 self._trainer.hub_model_id = self.options.output_dir
         return self._trainer
 
@@ -483,7 +549,10 @@ class TrlSession:
             return f"the environment server serving {served} ({server.base_url}) has stopped", True
         if options.max_failed_steps and adapter.failed_steps >= options.max_failed_steps:
             why = _common_detail(adapter.last_trajectories)
-            return f"{adapter.failed_steps} steps in a row in which every episode failed (last: {adapter.last_failure}{f'; {why}' if why else ''})", True
+            return (
+                f"{adapter.failed_steps} steps in a row in which every episode failed (last: {adapter.last_failure}{f'; {why}' if why else ''})",
+                True,
+            )
         if options.max_untrained_steps and adapter.untrained_steps >= options.max_untrained_steps:
             return untrained_reason(adapter.untrained_steps, adapter.last_signal, adapter.last_trajectories), False
         return None

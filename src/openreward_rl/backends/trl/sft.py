@@ -40,13 +40,30 @@ def sft_rows(trajectories: Sequence[Trajectory], *, min_reward: float) -> list[d
             continue
         for segment in trajectory.segments:
             if any(segment.loss_mask):
-                rows.append({"input_ids": segment.context(), "assistant_masks": [0] * len(segment.prompt_ids) + list(segment.loss_mask)})
+                rows.append(
+                    {
+                        "input_ids": segment.context(),
+                        "assistant_masks": [0] * len(segment.prompt_ids) + list(segment.loss_mask),
+                    }
+                )
     return rows
 
 
-def train_sft(model: Any, tokenizer: Any, rows: list[dict[str, list[int]]], *, output_dir: str, epochs: float, lr: float,
-              batch_size: int, seed: int, bf16: bool = False, gradient_checkpointing: bool = True, micro_batch: int | None = 2,
-              callbacks: Sequence[Any] = ()) -> Any:  # fmt: skip
+def train_sft(
+    model: Any,
+    tokenizer: Any,
+    rows: list[dict[str, list[int]]],
+    *,
+    output_dir: str,
+    epochs: float,
+    lr: float,
+    batch_size: int,
+    seed: int,
+    bf16: bool = False,
+    gradient_checkpointing: bool = True,
+    micro_batch: int | None = 2,
+    callbacks: Sequence[Any] = (),
+) -> Any:
     """Fine-tune `model` on `rows` (`sft_rows`) with TRL's `SFTTrainer`; returns the trainer (its
     `state.log_history` holds the losses; its optimizer is released). Nothing is saved: the caller saves the model. `gradient_checkpointing`
     recomputes each layer's activations in the backward pass instead of keeping every layer's for the whole batch
@@ -59,13 +76,29 @@ def train_sft(model: Any, tokenizer: Any, rows: list[dict[str, list[int]]], *, o
 
     per_pass = rows_per_pass(batch_size, micro_batch)
     args = SFTConfig(
-        output_dir=output_dir, num_train_epochs=epochs, learning_rate=lr, per_device_train_batch_size=per_pass,
-        gradient_accumulation_steps=batch_size // per_pass, logging_steps=1, save_strategy="no", report_to="none", seed=seed, bf16=bf16,
-        max_length=None, lr_scheduler_type="constant", use_cpu=str(model.device) == "cpu",
+        output_dir=output_dir,
+        num_train_epochs=epochs,
+        learning_rate=lr,
+        per_device_train_batch_size=per_pass,
+        gradient_accumulation_steps=batch_size // per_pass,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        seed=seed,
+        bf16=bf16,
+        max_length=None,
+        lr_scheduler_type="constant",
+        use_cpu=str(model.device) == "cpu",
         **checkpointing_argument(SFTConfig, gradient_checkpointing),
-    )  # fmt: skip
+    )
 
-    trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer, callbacks=list(callbacks))
+    trainer = SFTTrainer(
+        model=model,
+        args=args,
+        train_dataset=Dataset.from_list(rows),
+        processing_class=tokenizer,
+        callbacks=list(callbacks),
+    )
     quiet_trainer(trainer).train()
     release_optimizer(trainer)
     model.config.use_cache = True  # the Trainer turns the KV cache off for training; the saved model samples with it
