@@ -438,9 +438,8 @@ def fresh_model(options: Any) -> tuple[Any, Any]:
     if RANDOM_WEIGHTS:
         from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(options.model), dtype=torch.float32).to(
-            options.resolved_device
-        )
+        with torch.device(options.resolved_device):  # initialised in place: an 8B model in seconds on a GPU
+            model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(options.model), dtype=torch.float32)
         return model.eval(), AutoTokenizer.from_pretrained(options.model)
     model, tokenizer = load_model(options.model, device=options.resolved_device, dtype="float32")
     return trainable_gguf(model), tokenizer
@@ -455,10 +454,15 @@ def run_side(
     from openreward_rl.backends.trl import quiet_trainer, task_prompt
 
     cuda = torch.cuda.is_available() and options.resolved_device.startswith("cuda")
-    gc.collect()
-    if cuda:
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats()
+
+    def start_peak() -> None:
+        # each side's peak counts its own model and nothing else: ours trains the session's model, a TRL side
+        # builds its own while the session's waits in host memory (`run_side` puts it back after)
+        gc.collect()
+        if cuda:
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+
     clock = StepClock()
     sampled: list[int] = []
     rewards: list[float] = []
@@ -468,6 +472,7 @@ def run_side(
     waves = WaveLog()
     if side in OURS:
         use_sampler(session, OURS[side], options)
+        start_peak()
         trainer = session.trainer(callbacks=[clock.callback()])
         rollout = trainer.rollout_func
 
@@ -493,6 +498,8 @@ def run_side(
     else:
         from trl import GRPOTrainer
 
+        session.model.to("cpu")
+        start_peak()
         model, tokenizer = fresh_model(options)
         rows = [{"prompt": bridge.messages(task), "task": task_prompt(task)} for task in session.train_tasks]
         first_prompts.extend(
@@ -570,6 +577,10 @@ def run_side(
     }
     if side not in OURS:
         del trainer, model
+        gc.collect()
+        if cuda:
+            torch.cuda.empty_cache()
+        session.model.to(options.resolved_device)
     else:
         session._trainer = None
     return result
