@@ -102,6 +102,46 @@ def test_a_model_whose_forward_runs_under_bf16_autocast_samples(tokenizer) -> No
     assert all(len(o.output_ids) == 4 and o.finish_reason is FinishReason.LENGTH for o in outputs)
 
 
+def test_a_wave_under_a_trainers_autocast_holds_one_autocast_around_all_its_forwards(tokenizer) -> None:
+    """Autocast's cast cache lives until the outermost autocast exits: with one around the wave, the float32
+    weights are cast once a wave, not at every forward. The tokens and log-probs are those of per-forward casts."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(5)
+    model = Qwen3ForCausalLM(
+        Qwen3Config(
+            vocab_size=151936,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            head_dim=16,
+            max_position_embeddings=512,
+        )
+    ).eval()
+    mixed_precision_forward = torch.autocast("cpu", dtype=torch.bfloat16)(model.forward)
+    outer_autocast_at_call: list[bool] = []
+
+    def forward(*args, **kwargs):
+        outer_autocast_at_call.append(torch.is_autocast_enabled("cpu"))
+        return mixed_precision_forward(*args, **kwargs)
+
+    model.forward = forward
+    requests = [GenerationRequest(p, {"max_new_tokens": 5}) for p in uneven_prompts(tokenizer)]
+    held = run(WaveEngine(model, tokenizer, sampling=SamplingConfig(temperature=0)), *requests)
+    forwards_in_wave = outer_autocast_at_call[1:]  # the first call is the engine's one-token dtype probe
+    assert len(forwards_in_wave) == 5 and all(forwards_in_wave)  # prefill + 4 steps, each inside the wave's autocast
+
+    outer_autocast_at_call.clear()
+    per_forward = WaveEngine(model, tokenizer, sampling=SamplingConfig(temperature=0))
+    per_forward._autocast_dtype = False  # as before: each forward casts the weights again
+    plain = run(per_forward, *requests)
+    assert not any(outer_autocast_at_call)
+    assert [list(o.output_ids) for o in held] == [list(o.output_ids) for o in plain]
+    assert [o.logprobs for o in held] == [o.logprobs for o in plain]
+
+
 @pytest.mark.parametrize("top_k, top_p", [(5, 1.0), (-1, 0.6), (20, 0.9)])
 def test_draw_keeps_exactly_the_tokens_transformers_warpers_keep(top_k: int, top_p: float) -> None:
     from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper

@@ -121,6 +121,7 @@ class WaveEngine:
     _keywords: tuple[str, dict[str, Any]] | None = attrs.field(init=False, default=None)
     _serves_static: bool | None = attrs.field(init=False, default=None)
     _static_failure: str | None = attrs.field(init=False, default=None)
+    _autocast_dtype: Any = attrs.field(init=False, default=None)  # the forward's autocast dtype, or False: none
     last_wave_s: float = attrs.field(init=False, default=0.0)
 
     def __attrs_post_init__(self) -> None:
@@ -219,7 +220,7 @@ class WaveEngine:
                 torch.cuda.set_device(self.model.device)
             while (wave := self._next_wave()) is not None:
                 started = time.monotonic()
-                with torch.no_grad():
+                with torch.no_grad(), self._weights_cast_once():
                     generations = self._sample_wave(wave)
                 self.last_wave_s = time.monotonic() - started
                 logger.debug(
@@ -238,6 +239,25 @@ class WaveEngine:
                 (w.future for w in stranded + (wave or [])),
                 EngineError(f"WaveEngine: the sampling thread failed: {self._failure}"),
             )
+
+    def _weights_cast_once(self) -> contextlib.AbstractContextManager[Any]:
+        """Around a wave, for a model whose forward runs under autocast (a trainer's mixed precision over float32
+        weights): the same autocast, so that autocast's own cast cache, which lives until the outermost autocast
+        exits, outlasts each forward. The weights are then cast to the low precision once a wave instead of at every
+        forward (a captured decode step reads the cast copies instead of casting all weights per token), at the
+        cost of holding those copies while the wave runs; the casts, and so every sampled token, are the same."""
+        import torch
+
+        if self._autocast_dtype is None:
+            from openreward_rl.engines.transformers import forward_dtype
+
+            self._autocast_dtype = False
+            if getattr(self.model, "dtype", None) == torch.float32:
+                computes = forward_dtype(self.model)
+                self._autocast_dtype = computes if computes != torch.float32 else False
+        if self._autocast_dtype is False:
+            return contextlib.nullcontext()
+        return torch.autocast(self.model.device.type, dtype=self._autocast_dtype)
 
     def _sample_wave(self, wave: list[_Waiting]) -> list[Generation]:
         import torch
