@@ -27,11 +27,11 @@ SERVE=examples/environments/paint_order.py:PaintOrder
 RESULTS="${RESULTS:-quickstart_results.jsonl}"
 "$VENV/bin/openreward-rl" sft --config "$CONFIG" --serve "$SERVE" --model offline:smollm2 --device cpu \
   --teacher examples/paint_order_teacher.py:teacher --max-tasks 8 --epochs 1 \
-  --eval-split test --eval-n 2 --eval-max-tasks 10 --max-response-len 40 --temperature 0.7 --seed 0 --output-dir quickstart_warm
+  --eval-split test --eval-n 2 --eval-max-tasks 10 --max-response-len 40 --temperature 0.7 --seed 0 --optim adafactor --output-dir quickstart_warm
 "$VENV/bin/openreward-rl" train --framework trl --config "$CONFIG" --serve "$SERVE" \
   --model quickstart_warm --device cpu \
   --max-steps 4 --rollout-batch-size 4 --n-samples 4 \
-  --max-response-len 40 --temperature 0.7 --lr 2e-5 --seed 0 \
+  --max-response-len 40 --temperature 0.7 --lr 2e-5 --seed 0 --optim adafactor \
   --eval-split test --eval-n 2 --eval-max-tasks 10 --no-eval-before --eval-output "$RESULTS" \
   --save-interval 0 --output-dir quickstart_model \
   "$@"

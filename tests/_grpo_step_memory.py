@@ -4,6 +4,11 @@ optimizer's first step creates its state) and after the step, as JSON (run in it
 tests/test_trl_memory.py: `ru_maxrss` is a process's lifetime peak).
 
     python tests/_grpo_step_memory.py '{"rows": 16, "prompt": 300, "completion": 120, "gradient_checkpointing": true, "micro_batch": 4}'
+    python tests/_grpo_step_memory.py '{"rows": 4, "prompt": 300, "completion": 160, "optim": "adafactor", "lm_head_tiles": false}'
+
+Settings besides the shape: `gradient_checkpointing`, `micro_batch` and `optim` (`TrlOptions`'), `return_freed_memory` and
+`lm_head_tiles` (`training_callbacks`: TRL's fused LM head in tiles of `CPU_LM_HEAD_TILE` tokens), both true unless
+turned off, as `sft` and `train` run.
 
 The weights are random (SmolLM2's config, no file to load: loading would set a peak of its own); the completions
 are fixed token ids handed over as a `rollout_func`, in the shape the adapter hands TRL a step's episodes.
@@ -28,7 +33,7 @@ def main(settings: dict) -> dict:
     from trl import GRPOTrainer
 
     from openreward_rl.assets import load_tokenizer, smollm2_gguf
-    from openreward_rl.backends.trl.run import TrlOptions, grpo_config, quiet_trainer
+    from openreward_rl.backends.trl.run import TrlOptions, grpo_config, quiet_trainer, training_callbacks
     from openreward_rl.cli.memory import return_freed_memory
 
     if settings.get("return_freed_memory", True):
@@ -71,7 +76,7 @@ def main(settings: dict) -> dict:
             n_samples=n_samples,
             max_new_tokens=completion,
             save_interval=0,
-            **{name: settings[name] for name in ("gradient_checkpointing", "micro_batch") if name in settings},
+            **{name: settings[name] for name in ("gradient_checkpointing", "micro_batch", "optim") if name in settings},
         )
         trainer = GRPOTrainer(
             model=model,
@@ -80,7 +85,7 @@ def main(settings: dict) -> dict:
             rollout_func=rollout,
             reward_funcs=[lambda prompts, completions, reward, **_: reward],
             train_dataset=Dataset.from_list([{"prompt": f"task {i}"} for i in range(rows)]),
-            callbacks=[BackwardPeak()],
+            callbacks=[BackwardPeak(), *(training_callbacks("cpu") if settings.get("lm_head_tiles", True) else [])],
         )
         before = peak_mib()
         quiet_trainer(trainer).train()
@@ -92,6 +97,9 @@ def main(settings: dict) -> dict:
         "after_mib": after,
         "parameters_mib": parameters,
         "gradient_checkpointing": trainer.args.gradient_checkpointing,
+        "optimizer": type(
+            getattr(trainer.optimizer, "optimizer", trainer.optimizer)
+        ).__name__,  # within accelerate's wrapper
         "loss": trainer.state.log_history[0].get("loss"),
     }
 

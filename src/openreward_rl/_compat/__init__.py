@@ -10,7 +10,7 @@ attribute of another library's object (tests/test_private_names.py says so). One
 | `sse_starlette` | sse-starlette | its shutdown event, one per event loop | process-wide |
 | `structlog` | structlog | secrets masked in `PrintLogger` lines | process-wide |
 | `transformers` | transformers | model name, continuous batching cache dtype, tokenizer backends, attention kind | one object |
-| `trl` | trl | the GRPO trainer's generate-and-score step, extended | one subclass |
+| `trl` | trl | the GRPO trainer's generate-and-score step, extended; the fused LM head's tokens per tile | one subclass; one trainer's training |
 | `trainers` | Slime, Miles | the rollout's singleton `GenerateState` (no gate: shape checked at each read) | read only |
 | `renderers` | renderers | a renderer config's chat-template fields | read only |
 

@@ -1,5 +1,7 @@
-"""TRL's GRPO trainer internals the turn-level credit uses: the step that generates and scores a batch
-(`GRPOTrainer._generate_and_score_completions`, extended in one subclass) and its metrics table (`_metrics`)."""
+"""TRL's internals: the GRPO trainer's step that generates and scores a batch (`GRPOTrainer._generate_and_score_completions`,
+extended in one subclass) and its metrics table (`_metrics`), which the turn-level credit uses; the token count of
+a tile of TRL's fused LM head (`trl.kernels.chunked_logprob.TOKEN_CHUNK_SIZE`), lowered for one trainer's training
+on the CPU."""
 
 from __future__ import annotations
 
@@ -8,13 +10,14 @@ from typing import Any
 
 from openreward_rl._compat._gate import Gate, Internal
 
-__all__ = ["GATE", "with_scored_batch", "log_metric"]
+__all__ = ["GATE", "lm_head_tiles", "with_scored_batch", "log_metric"]
 
 
 def _internals() -> list[Internal]:
     import inspect
 
     from trl import GRPOTrainer
+    from trl.kernels import chunked_logprob
 
     return [
         Internal(
@@ -22,7 +25,11 @@ def _internals() -> list[Internal]:
             lambda: (
                 list(inspect.signature(GRPOTrainer._generate_and_score_completions).parameters) == ["self", "inputs"]
             ),
-        )
+        ),
+        Internal(
+            "trl.kernels.chunked_logprob.TOKEN_CHUNK_SIZE (an int, read at each call)",
+            lambda: isinstance(chunked_logprob.TOKEN_CHUNK_SIZE, int),
+        ),
     ]
 
 
@@ -46,3 +53,32 @@ def with_scored_batch(trainer_class: type, rescore: Callable[[Any, dict[str, Any
 def log_metric(trainer: Any, mode: str, name: str, value: float) -> None:
     """Add `value` to what `trainer` (a `GRPOTrainer`) logs as `name` in `mode` ("train" or "eval") at its next log."""
     trainer._metrics[mode][name].append(value)
+
+
+def lm_head_tiles(tokens: int) -> Any:
+    """A `TrainerCallback` under which a trainer's training projects at most `tokens` tokens per tile through TRL's
+    fused LM head: TRL's `TOKEN_CHUNK_SIZE` is set when training begins and restored when it ends.
+
+    Without Triton (the CPU), TRL folds each tile of `TOKEN_CHUNK_SIZE` tokens x 32,768 vocabulary columns with
+    whole-tile torch operations, each leaving a float32 temporary of the tile's size, several alive at once: for a
+    pass of 1,840 tokens, 240 MB each. Fewer tokens per tile make smaller temporaries and the same numbers (each
+    token's log-probability is its own; only the order in which the weight's gradient adds up the tiles changes)."""
+    if tokens < 1:
+        raise ValueError(f"tokens per tile must be at least 1, got {tokens}")
+    GATE.check()
+    from transformers import TrainerCallback
+    from trl.kernels import chunked_logprob
+
+    class LmHeadTiles(TrainerCallback):
+        def __init__(self) -> None:
+            self.tokens = tokens
+            self.before: int | None = None
+
+        def on_train_begin(self, *_: Any, **__: Any) -> None:
+            self.before, chunked_logprob.TOKEN_CHUNK_SIZE = chunked_logprob.TOKEN_CHUNK_SIZE, self.tokens
+
+        def on_train_end(self, *_: Any, **__: Any) -> None:
+            if self.before is not None:
+                chunked_logprob.TOKEN_CHUNK_SIZE, self.before = self.before, None
+
+    return LmHeadTiles()

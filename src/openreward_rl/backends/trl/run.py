@@ -40,15 +40,18 @@ __all__ = [
     "TrlOptions",
     "TrlSession",
     "checkpointing_argument",
+    "check_optimizer",
     "eval_stats",
     "grpo_config",
     "last_checkpoint",
     "lora_config",
+    "optimizer_argument",
     "quiet_trainer",
     "recognise_tied_weights",
     "release_optimizer",
     "rows_per_pass",
     "trainable_gguf",
+    "training_callbacks",
 ]
 
 
@@ -84,6 +87,10 @@ class TrlOptions:
       their gradients are for one pass at a time. 0: every episode in one pass. None (the default): 4 on the CPU,
       where the pass's resident memory decides whether the quickstart fits a laptop, and every episode in one pass on
       a GPU, where 16 passes of 4 took a step of SmolLM2-135M from 1.4 to 5.6 s on one H200 for 0.3 GiB of memory.
+    - `optim`: the optimizer, by the name transformers' `TrainingArguments.optim` gives it (`check_optimizer`); None:
+      TRL's default (`adamw_torch`), whose two moments take twice the float32 weights' memory from the first step on.
+      `adafactor` keeps a factored second moment (a row and a column per matrix) and no first moment: for
+      SmolLM2-135M about 1 GiB less, which brings the CPU quickstart's processes under 3 GB.
     - `max_failed_steps`: training stops after this many steps in a row in which every episode failed
       (infrastructure failures: nothing to train on), keeping the checkpoints written so far; a single
       such step is reported and skipped (its loss is 0). 0: never stop for that.
@@ -119,6 +126,7 @@ class TrlOptions:
     family: str | None = None
     gradient_checkpointing: bool = True
     micro_batch: int | None = None
+    optim: str | None = None
     sampler: str = SAMPLERS[0]
     sampler_memory: float = 0.5
     resample_zero_spread: int | None = None
@@ -141,6 +149,7 @@ class TrlOptions:
             raise ConfigError(
                 f"max-untrained-steps must be >= 0 (0: never stop for steps that train nothing), got {self.max_untrained_steps}"
             )
+        check_optimizer(self.optim)
         if self.micro_batch is not None and self.micro_batch < 0:
             raise ConfigError(f"micro-batch must be >= 0 (0: the whole step in one pass), got {self.micro_batch}")
         for name in ("max_steps", "prompts_per_step", "max_new_tokens", "concurrency", "logging_steps"):
@@ -224,6 +233,21 @@ class TrlOptions:
 CPU_MICRO_BATCH = 4  # TrlOptions.micro_batch's default on the CPU
 
 
+CPU_LM_HEAD_TILE = 256  # tokens per tile of TRL's fused LM head on the CPU (`training_callbacks`)
+
+
+def training_callbacks(device: str) -> list[Any]:
+    """The `TrainerCallback`s a trainer of a model on `device` trains under: on the CPU, TRL's fused LM head in tiles
+    of `CPU_LM_HEAD_TILE` tokens (`_compat.trl.lm_head_tiles`: TRL's 4,096 without Triton left a 1.5 GiB transient in a
+    pass of 4 episodes x 460 tokens of SmolLM2-135M; 256 left none to speak of, in the same time: docs/performance.md,
+    section 8). Elsewhere none: Triton folds each tile token by token."""
+    if str(device) != "cpu":
+        return []
+    from openreward_rl._compat import trl as compat_trl
+
+    return [compat_trl.lm_head_tiles(CPU_LM_HEAD_TILE)]
+
+
 def rows_per_pass(batch: int, micro_batch: int | None) -> int:
     """Rows per forward and backward pass of an optimizer step of `batch` rows: the largest divisor of `batch` at most
     `micro_batch` (None: `batch`), so that every pass has as many rows and the passes' gradients add up to the step's.
@@ -232,6 +256,23 @@ def rows_per_pass(batch: int, micro_batch: int | None) -> int:
     (4, 4, 12, 1, 3)
     """
     return max(size for size in range(1, min(micro_batch or batch, batch) + 1) if batch % size == 0)
+
+
+def check_optimizer(name: str | None) -> None:
+    """`ConfigError` unless `name` is None (the trainer's default) or an optimizer name transformers'
+    `TrainingArguments.optim` takes (`OptimizerNames`)."""
+    if name is None:
+        return
+    from transformers.training_args import OptimizerNames
+
+    known = [optimizer.value for optimizer in OptimizerNames]
+    if name not in known:
+        raise ConfigError(f"optim {name!r} is not an optimizer transformers knows; one of: {', '.join(known)}")
+
+
+def optimizer_argument(name: str | None) -> dict[str, Any]:
+    """The keyword naming the optimizer in a `TrainingArguments` (`optim`); none for None (the trainer's default)."""
+    return {} if name is None else {"optim": name}
 
 
 def grpo_config(options: TrlOptions) -> Any:
@@ -259,6 +300,7 @@ def grpo_config(options: TrlOptions) -> Any:
             "bf16",
         ),
         **checkpointing_argument(GRPOConfig, options.gradient_checkpointing),
+        **optimizer_argument(options.optim),
         learning_rate=options.lr,
         per_device_train_batch_size=options.episodes_per_pass,
         gradient_accumulation_steps=passes,
@@ -526,7 +568,7 @@ class TrlSession:
                 train_dataset=task_dataset(self.train_tasks),
                 rollout_func=self.adapter,
                 peft_config=lora_config(self.options) if self.options.lora else None,
-                callbacks=[*callbacks, self._stop_guard()],
+                callbacks=[*callbacks, *training_callbacks(self.options.resolved_device), self._stop_guard()],
             )
             if self._trainer.is_fsdp_enabled or self._trainer.is_deepspeed_enabled:
                 raise ConfigError(

@@ -62,17 +62,26 @@ def train_sft(
     bf16: bool = False,
     gradient_checkpointing: bool = True,
     micro_batch: int | None = 2,
+    optim: str | None = None,
     callbacks: Sequence[Any] = (),
 ) -> Any:
     """Fine-tune `model` on `rows` (`sft_rows`) with TRL's `SFTTrainer`; returns the trainer (its
     `state.log_history` holds the losses; its optimizer is released). Nothing is saved: the caller saves the model. `gradient_checkpointing`
     recomputes each layer's activations in the backward pass instead of keeping every layer's for the whole batch
     (as `TrlOptions.gradient_checkpointing`). Each optimizer step of `batch_size` rows runs in forward and backward passes
-    of `rows_per_pass(batch_size, micro_batch)` rows whose gradients accumulate (as `TrlOptions.micro_batch`)."""
+    of `rows_per_pass(batch_size, micro_batch)` rows whose gradients accumulate (as `TrlOptions.micro_batch`). `optim`
+    names the optimizer as `TrlOptions.optim` does (None: TRL's default)."""
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
 
-    from openreward_rl.backends.trl.run import checkpointing_argument, quiet_trainer, release_optimizer, rows_per_pass
+    from openreward_rl.backends.trl.run import (
+        checkpointing_argument,
+        optimizer_argument,
+        quiet_trainer,
+        release_optimizer,
+        rows_per_pass,
+        training_callbacks,
+    )
 
     per_pass = rows_per_pass(batch_size, micro_batch)
     args = SFTConfig(
@@ -90,6 +99,7 @@ def train_sft(
         lr_scheduler_type="constant",
         use_cpu=str(model.device) == "cpu",
         **checkpointing_argument(SFTConfig, gradient_checkpointing),
+        **optimizer_argument(optim),
     )
 
     trainer = SFTTrainer(
@@ -97,7 +107,7 @@ def train_sft(
         args=args,
         train_dataset=Dataset.from_list(rows),
         processing_class=tokenizer,
-        callbacks=list(callbacks),
+        callbacks=[*callbacks, *training_callbacks(str(model.device))],
     )
     quiet_trainer(trainer).train()
     release_optimizer(trainer)
