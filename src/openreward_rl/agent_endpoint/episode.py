@@ -221,7 +221,7 @@ class AgentEpisode:
             self.endpoint.close_episode(recorder.key)
         stop_reason, detail = failure or _ending(recorder, session, env_faults)
         return recorder.trajectory(
-            session.task.describe(),
+            session.task,
             stop_reason=stop_reason,
             stop_detail=detail,
             finished=session.finished,
