@@ -267,6 +267,16 @@ class AgentEpisodeBuilder:
             engine=engine,
         )
 
+    async def aclose(self) -> None:
+        """Stop the endpoints serving on the running loop (the runner's state closes); those of a loop gone
+        are forgotten. A later episode starts a new one."""
+        loop = asyncio.get_running_loop()
+        endpoints = list(self.endpoints.values())
+        self.endpoints.clear()
+        for endpoint in endpoints:
+            if endpoint.serving_on(loop):
+                await endpoint.aclose()
+
 
 def agent_episode_builder(agent: AgentProgram, *, agent_timeout: float | None = None) -> AgentEpisodeBuilder:
     """An `EpisodeBuilder` (the config's `episode:`) that runs `agent` on each episode: one `AgentEndpoint`
