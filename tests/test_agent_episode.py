@@ -304,10 +304,14 @@ async def test_the_builder_serves_the_runners_parts_and_the_tool_preamble(paint_
         try:
             episode = build(engine, renderer, parser, settings)
             trajectory = await run_episode(lambda: episode, client, ref, attempts=1)
+            port = episode.endpoint.port
+            assert list(build.endpoints.values()) == [episode.endpoint] and await _answers(port)
         finally:
-            await episode.endpoint.aclose()
+            await build.aclose()  # what the runner's owner calls when it closes (Rollouts.aclose)
             await engine.aclose()
             await client.environments.aclose()
+    assert build.endpoints == {} and not await _answers(port)  # no idle server left behind
+    assert trajectory.task == ref.without_deployment()  # the session's TaskRef, as ToolEpisode records it
     assert trajectory.stop_reason is StopReason.COMPLETED and trajectory.step_rewards == [0.2, 1.0], (
         trajectory.stop_detail
     )
@@ -324,6 +328,17 @@ async def test_the_builder_serves_the_runners_parts_and_the_tool_preamble(paint_
     assert requests[0].input_ids == renderer.render_prompt([{"role": "system", "content": system}, *task_prompt], tools)
     assert requests[1].input_ids[: len(requests[0].input_ids)] == requests[0].input_ids
     assert trajectory.tokens == requests[1].input_ids + list(trajectory.turns[1].sampled_ids)
+
+
+async def _answers(port: int) -> bool:
+    """Whether something accepts connections on 127.0.0.1:`port`."""
+    try:
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+    except OSError:
+        return False
+    writer.close()
+    await writer.wait_closed()
+    return True
 
 
 async def test_a_pydantic_ai_agent_runs_through_the_endpoint(stack: Stack) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -147,6 +148,15 @@ def check_against_requests(sample: Any, requests: list[RecordedRequest], painter
     }
 
 
+def serving(port: int) -> bool:
+    """Whether something accepts connections on 127.0.0.1:`port`."""
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
+    except OSError:
+        return False
+    return True
+
+
 def fresh_process(slime: SlimeCode) -> None:
     """The hooks' process state is built from the config once: a new config needs a new trainer process."""
     slime.run(close_states())
@@ -200,6 +210,10 @@ def test_slime_trains_the_agents_episode_as_the_tool_episode_of_the_same_tokens(
         and endpoints == served
         and all(e.episodes == {} for e in endpoints.values())
     )
+    ports = [e.port for e in served.values()]
+    assert ports and all(serving(port) for port in ports)
+    fresh_process(slime)  # the hooks' process state closes: so does the builder's endpoint, no idle server left
+    assert endpoints == {} and not any(serving(port) for port in ports)
     assert isinstance(agent_sample, slime.Sample) and agent_sample.status is slime.Sample.Status.COMPLETED
     tool, agent = (
         check_against_requests(tool_sample, tool_requests, painter),

@@ -122,6 +122,53 @@ async def test_a_teacher_is_given_the_episodes_task_and_one_of_messages_and_tool
     assert unbound.stop_reason.value == "aborted" and "give its engine the task it plays" in unbound.stop_detail
 
 
+@pytest.mark.anyio
+async def test_the_teacher_plays_through_an_agent_program_in_the_prompt_the_program_writes(openreward_client) -> None:
+    """`sft --config examples/own_agent/train_config.yaml`: with an agent program as the config's `episode:`, the
+    teacher's turns are answers to the program's own requests (its system prompt, the tool preamble after it), so
+    the warm start teaches the model the very context it will be trained in. The teacher reads the messages the
+    context ids render (an assistant message the `openai` client sent without content reads as empty text)."""
+    tokenizer = load_tokenizer("offline:smollm2")
+    agent_program = import_file(REPO / "examples" / "own_agent" / "openai_tool_loop.py")
+    requests = []
+
+    def recording(messages, tools, task):
+        requests.append(messages)
+        return TEACHER(messages, tools, task)
+
+    with serve_environments([SERVE]) as server:
+        config = parse_config(
+            {
+                "environments": {"PaintOrder": {}},
+                "episode": f"{REPO / 'examples' / 'own_agent' / 'episode.py'}:build_in_process",
+                "tool_call_example": True,
+                "upload": False,
+            }
+        )
+        rollouts = Rollouts.from_config(
+            config, engine=None, tokenizer=tokenizer, client=openreward_client, model="offline:smollm2"
+        )
+        task = listed_task(server, 4)
+        try:
+            trajectory = await rollouts.run(task, engine=TeacherEngine(rollouts.renderer, recording).for_task(task))
+        finally:
+            await rollouts.aclose()
+    assert trajectory.reward == pytest.approx(1.2) and trajectory.metrics["tool_calls"] == 2, trajectory.stop_detail
+    system, user = requests[0]
+    assert system["content"].startswith(agent_program.SYSTEM_PROMPT + "\n\n") and "<tool_call>" in system["content"]
+    assert requests[1][2]["role"] == "assistant" and requests[1][2]["content"] == ""
+    [segment] = trajectory.segments
+    first, answer = trajectory.turns
+    assert segment.prompt_ids == rollouts.renderer.render_prompt(requests[0], [])  # what the model will be shown
+    assert list(first.sampled_ids) == rollouts.renderer.encode(
+        turn_text(rollouts.renderer, requests[0], TEACHER(requests[0], [], TeacherTask(task, user["content"])), [])
+    )
+    assert tokenizer.decode(answer.sampled_ids) == f"{ordered_colour(task)}<|im_end|>"
+    rows = sft_rows([trajectory], min_reward=1.0)
+    trained = [i for row in rows for i, m in zip(row["input_ids"], row["assistant_masks"], strict=True) if m]
+    assert trained == [*first.sampled_ids, *answer.sampled_ids]
+
+
 def ordered_colour(task: TaskRef) -> str:
     """The colour the task's order names (PaintOrder's own task spec)."""
     return import_file(REPO / "examples" / "environments" / "paint_order.py").PaintOrder.task(task.split, task.index)[

@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from openai_tool_loop import solve  # noqa: E402
 
 AGENT = Path(__file__).resolve().parent / "openai_tool_loop.py"
-AGENT_TIMEOUT_S = 300.0
+AGENT_TIMEOUT_S = 900.0  # bounds a hung program; on a 2-core CPU shared with other jobs one episode ran past 300 s
 
 build = agent_episode_builder(SubprocessAgent([sys.executable, str(AGENT)]), agent_timeout=AGENT_TIMEOUT_S)
 build_in_process = agent_episode_builder(solve, agent_timeout=AGENT_TIMEOUT_S)

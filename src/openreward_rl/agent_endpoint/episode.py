@@ -221,7 +221,7 @@ class AgentEpisode:
             self.endpoint.close_episode(recorder.key)
         stop_reason, detail = failure or _ending(recorder, session, env_faults)
         return recorder.trajectory(
-            session.task.describe(),
+            session.task,
             stop_reason=stop_reason,
             stop_detail=detail,
             finished=session.finished,
@@ -266,6 +266,16 @@ class AgentEpisodeBuilder:
             settings=settings_for_episode,
             engine=engine,
         )
+
+    async def aclose(self) -> None:
+        """Stop the endpoints serving on the running loop (the runner's state closes); those of a loop gone
+        are forgotten. A later episode starts a new one."""
+        loop = asyncio.get_running_loop()
+        endpoints = list(self.endpoints.values())
+        self.endpoints.clear()
+        for endpoint in endpoints:
+            if endpoint.serving_on(loop):
+                await endpoint.aclose()
 
 
 def agent_episode_builder(agent: AgentProgram, *, agent_timeout: float | None = None) -> AgentEpisodeBuilder:

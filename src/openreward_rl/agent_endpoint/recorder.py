@@ -46,6 +46,7 @@ from openreward_rl.families.vision import images_in
 from openreward_rl.loop.episode import EpisodeSettings
 from openreward_rl.loop.trajectory import Compaction, StopReason, TokenLedger, ToolResult, Trajectory, Turn
 from openreward_rl.parsers.base import ParsedTurn, ToolParser
+from openreward_rl.task import TaskRef
 
 __all__ = ["EndpointFault", "EpisodeRecorder", "RecorderSettings"]
 
@@ -139,6 +140,8 @@ class EpisodeRecorder:
     ledger: TokenLedger | None = None
     tools: list[dict[str, Any]] = attrs.field(factory=list)
     context: list[dict[str, Any]] = attrs.field(factory=list)  # the current segment's conversation
+    # the same as the chat template reads it (the tool preamble in, call arguments as objects): what the engine gets
+    template_context: list[dict[str, Any]] = attrs.field(factory=list)
     messages: list[dict[str, Any]] = attrs.field(factory=list)  # every segment's
     turns: list[Turn] = attrs.field(factory=list)
     compactions: list[Compaction] = attrs.field(factory=list)
@@ -219,6 +222,7 @@ class EpisodeRecorder:
         self._pending.remove(answer)
         context_ids = self._append_answer(answer)
         self.context.extend(new_messages)
+        self.template_context.extend(self._as_template_reads(m) for m in new_messages)
         self.messages.extend(new_messages)
         hand_written = self.renderer.bridge_needs_ids
         bridge = self.renderer.bridge(
@@ -242,6 +246,7 @@ class EpisodeRecorder:
         self.token_exact &= generation.token_exact
         self.messages.append(answer.message)
         self.context.append(answer.message)
+        self.template_context.append(self._as_template_reads(answer.message))
         results, self._results = tuple(self._results), []
         self.turns.append(
             Turn(
@@ -267,7 +272,8 @@ class EpisodeRecorder:
             self._append_answer(self._pending.pop())
 
     def _open_segment(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> None:
-        prompt = self.renderer.render_prompt(self._as_rendered(messages, tools), tools)
+        rendered = self._as_rendered(messages, tools)
+        prompt = self.renderer.render_prompt(rendered, tools)
         images = images_in(messages)
         if self.ledger is None:
             vision = self.renderer.vision
@@ -286,13 +292,13 @@ class EpisodeRecorder:
             self.ledger.compact(prompt, images)
         self.tools = list(tools)
         self.context = list(messages)
+        self.template_context = rendered
         self.messages.extend(messages)
 
     def _as_rendered(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The messages as the template renders them: call arguments as it reads them, and the tool preamble
         after the system prompt where the template drops the tools."""
-        string_arguments = bool(getattr(self.renderer.family, "string_arguments", False))
-        rendered = [_as_template_reads(m, string_arguments) for m in messages]
+        rendered = [self._as_template_reads(m) for m in messages]
         settings = self.settings
         preamble = (
             self.renderer.tool_preamble(tools, parser=self.parser, example=settings.tool_call_example)
@@ -306,6 +312,9 @@ class EpisodeRecorder:
             else:
                 rendered.insert(0, {"role": "system", "content": preamble})
         return rendered
+
+    def _as_template_reads(self, message: dict[str, Any]) -> dict[str, Any]:
+        return _as_template_reads(message, bool(getattr(self.renderer.family, "string_arguments", False)))
 
     # ---------------------------------------------------------------- sampling
 
@@ -350,7 +359,7 @@ class EpisodeRecorder:
         generate_request = lambda i: GenerationRequest(  # noqa: E731
             input_ids=input_ids,
             sampling_params=params,
-            messages=request.messages,
+            messages=self.template_context,  # what the context ids render, as ToolEpisode gives its context
             tools=request.tools,
             request_id=label if request.n == 1 else f"{label}n{i}",
             routing_key=self.key,
@@ -417,7 +426,7 @@ class EpisodeRecorder:
             self._results = []
 
     def trajectory(
-        self, task: dict[str, Any], *, stop_reason: StopReason, stop_detail: str, finished: bool, seconds: float
+        self, task: TaskRef, *, stop_reason: StopReason, stop_detail: str, finished: bool, seconds: float
     ) -> Trajectory:
         self.close()
         segments = self.ledger.segments if self.ledger else []
@@ -459,7 +468,10 @@ class EpisodeRecorder:
 
 
 def _as_template_reads(message: dict[str, Any], string_arguments: bool) -> dict[str, Any]:
-    """The API writes call arguments as JSON text; chat templates read them as objects (DeepSeek's as text)."""
+    """The API writes call arguments as JSON text, chat templates read them as objects (DeepSeek's as text); the
+    API lets an assistant message with calls leave its content out or null, templates read it as text."""
+    if message.get("role") == "assistant" and message.get("content") is None:
+        message = {**message, "content": ""}
     calls = message.get("tool_calls")
     if not calls or string_arguments:
         return message

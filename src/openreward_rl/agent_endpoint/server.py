@@ -124,6 +124,10 @@ class AgentEndpoint:
         self.port = self._runner.addresses[0][1]  # the one it got where it asked for any (0)
         return self
 
+    def serving_on(self, loop: asyncio.AbstractEventLoop) -> bool:
+        """Whether it serves on `loop` (started there and not closed)."""
+        return self._runner is not None and self._loop is loop
+
     async def aclose(self) -> None:
         if self._runner is not None:
             await self._runner.cleanup()

@@ -76,7 +76,7 @@ from openreward_rl.config import ConfigError, TrainConfig, config_path
 from openreward_rl.engines.base import EngineError, FinishReason, Generation, GenerationRequest
 from openreward_rl.engines.openai_chat import CHAT_FINISH_REASONS, OpenAIChatEngine, parse_chat_completion
 from openreward_rl.env.tasks import task_from_metadata
-from openreward_rl.loop.rollout import Rollouts
+from openreward_rl.loop.rollout import Rollouts, close_episode_builder, episode_builder
 from openreward_rl.loop.trajectory import StopReason, Trajectory
 from openreward_rl.observe.upload import TrajectoryUploader
 from openreward_rl.retry import RetryPolicy
@@ -208,10 +208,12 @@ def _without_compaction(config: TrainConfig) -> TrainConfig:
 
 
 async def close_agent_states() -> None:
-    """Close the SDK clients of every cached agent state (tests; a trainer process just exits)."""
+    """Close the SDK clients of every cached agent state and what their episode builders hold open (an agent
+    builder's endpoints); tests call it, a trainer process just exits."""
     states = list(_STATES.values())
     _STATES.clear()
     for state in states:
+        await close_episode_builder(episode_builder(state.config.episode))
         await state.client.environments.aclose()
 
 

@@ -538,6 +538,7 @@ async def _run_eval(
             await evaluate(jobs, run_one, concurrency=options.concurrency, results=results, on_done=on_done)
         finally:
             await uploader.aclose()
+            await rollouts.aclose()
     return summarize(results_by_key.values())
 
 

@@ -156,6 +156,13 @@ def add_trl_arguments(parser: Any) -> None:
         metavar="FILE.jsonl",
         help="write the evaluation episodes: after training to FILE.jsonl, before to FILE.before.jsonl (for `openreward-rl show`)",
     )
+    group.add_argument(
+        "--train-output",
+        default=None,
+        metavar="FILE.jsonl",
+        help="write each step's training episodes to FILE.jsonl, each line with its step (for `openreward-rl show`; "
+        "under accelerate, the main process's share)",
+    )
     group.add_argument("--no-save-model", action="store_true", help="do not write the final model to --output-dir")
     group.add_argument(
         "--no-eval-before",
@@ -465,16 +472,9 @@ def _quiet_libraries() -> None:
         pass
 
 
-def _write(path: str | None, phase: str, episodes: Sequence[Any], options: Any) -> None:
-    """Evaluation episodes as a trajectory dump (`openreward-rl show` reads it): `path` after training, `*.before.jsonl` before.
-    Each line records the sampling settings as `eval` does, the tokenizer included, so `show` renders the token view."""
-    if not path:
-        return
-    from pathlib import Path
-
-    from openreward_rl.observe.dumps import TrajectoryWriter
-
-    settings = {
+def _sampling_settings(options: Any) -> dict[str, Any]:
+    """How the episodes were sampled, as `eval` records it, the tokenizer included, so `show` renders the token view."""
+    return {
         "engine": "transformers",
         "model": options.model,
         "tokenizer": options.model,
@@ -482,11 +482,51 @@ def _write(path: str | None, phase: str, episodes: Sequence[Any], options: Any) 
         "top_p": options.top_p,
         "max_new_tokens": options.max_new_tokens,
     }
+
+
+def _write(path: str | None, phase: str, episodes: Sequence[Any], options: Any) -> None:
+    """Evaluation episodes as a trajectory dump (`openreward-rl show` reads it): `path` after training, `*.before.jsonl` before.
+    Each line records the sampling settings (`_sampling_settings`)."""
+    if not path:
+        return
+    from pathlib import Path
+
+    from openreward_rl.observe.dumps import TrajectoryWriter
+
     target = Path(path) if phase == "after" else Path(path).with_suffix(".before.jsonl")
     target.unlink(missing_ok=True)
     with TrajectoryWriter(target) as writer:
         for episode in episodes:
-            writer.write(episode, model=options.model, phase=phase, eval=settings)
+            writer.write(episode, model=options.model, phase=phase, eval=_sampling_settings(options))
+
+
+class _TrainingEpisodes:
+    """A TrainerCallback writing each step's training episodes (the adapter's `last_trajectories`) to `writer`, each
+    line with its step; a step that reuses the last rollout (TRL generates once per `steps_per_generation`) writes none."""
+
+    def __init__(self, writer: Any, adapter: Any, options: Any) -> None:
+        self.writer, self.adapter, self.options = writer, adapter, options
+        self.written: list[Any] | None = None
+
+    def callback(self) -> Any:
+        from transformers import TrainerCallback
+
+        episodes = self
+
+        class TrainingEpisodes(TrainerCallback):
+            def on_step_end(self, args: Any, state: Any, control: Any, **_: Any) -> None:
+                episodes.write(state.global_step)
+
+        return TrainingEpisodes()
+
+    def write(self, step: int) -> None:
+        trajectories = self.adapter.last_trajectories
+        if not trajectories or trajectories is self.written:
+            return
+        self.written = trajectories
+        settings = _sampling_settings(self.options)
+        for trajectory in trajectories:
+            self.writer.write(trajectory, model=self.options.model, phase="train", step=step, eval=settings)
 
 
 def _all_failed(episodes: Sequence[Any]) -> str | None:
@@ -536,9 +576,12 @@ def _train_process(
     if options.weight_precision_warning:
         print(f"openreward-rl train: warning: {options.weight_precision_warning}", file=err, flush=True)
     started = time.monotonic()
-    with TrlSession.open(
-        config, options, serve=classes, announce=lambda line: print(line, file=out, flush=True)
-    ) as session:
+    with (
+        contextlib.ExitStack() as stack,
+        TrlSession.open(
+            config, options, serve=classes, announce=lambda line: print(line, file=out, flush=True)
+        ) as session,
+    ):
         share = options.prompts_per_step // options.ranks.count
         split = (
             f" over {options.ranks.count} processes ({share} task{'s' * (share != 1)} each)"
@@ -568,7 +611,17 @@ def _train_process(
                     flush=True,
                 )
                 return 1
-        trainer = session.trainer(callbacks=[_Progress(out, session.adapter).callback(), interrupts.callback()])
+        callbacks = [_Progress(out, session.adapter).callback(), interrupts.callback()]
+        if args.train_output and main:
+            from pathlib import Path
+
+            from openreward_rl.observe.dumps import TrajectoryWriter
+
+            if not resume:
+                Path(args.train_output).unlink(missing_ok=True)
+            writer = stack.enter_context(TrajectoryWriter(args.train_output))
+            callbacks.append(_TrainingEpisodes(writer, session.adapter, options).callback())
+        trainer = session.trainer(callbacks=callbacks)
         quiet_trainer(trainer)
         if resume:
             print(f"resuming from {resume}", file=out, flush=True)

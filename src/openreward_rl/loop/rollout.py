@@ -31,6 +31,7 @@ __all__ = [
     "check_tools_shown",
     "choose_family",
     "choose_parser",
+    "close_episode_builder",
     "context_policies",
     "episode_builder",
     "episode_stack",
@@ -48,7 +49,9 @@ class EpisodeBuilder(Protocol):
     """Builds the Episode of one run from the runner's parts: the engine, the renderer and parser the
     config gives the model, and the environment's `EpisodeSettings`. `ToolEpisode` is one (the default);
     a custom Episode passes a builder to `Rollouts.from_config` and gets the config's reward policy,
-    retries, timeouts and secrets from the runner without writing them."""
+    retries, timeouts and secrets from the runner without writing them. A builder that holds something
+    open across episodes (`agent_episode_builder`'s endpoints) defines `async aclose()`; the runner's
+    owner calls it when it closes (`close_episode_builder`)."""
 
     def __call__(
         self,
@@ -94,6 +97,14 @@ def episode_builder(name: str | None) -> EpisodeBuilder:
             f"episode {name!r} is {builder!r}, not an EpisodeBuilder (a callable taking engine, renderer, parser, settings)"
         )
     return builder
+
+
+async def close_episode_builder(builder: EpisodeBuilder) -> None:
+    """Close what `builder` holds open across episodes, where it defines `aclose` (an instance's; a class
+    builder such as `ToolEpisode` holds nothing)."""
+    closer = None if isinstance(builder, type) else getattr(builder, "aclose", None)
+    if closer is not None:
+        await closer()
 
 
 def check_extensions(config: TrainConfig) -> None:
@@ -286,6 +297,11 @@ class Rollouts:
             episode=episode,
             policies=context_policies(config),
         )
+
+    async def aclose(self) -> None:
+        """Close what the episode builder holds open across episodes (an agent builder's endpoints); the engine
+        and the SDK client are their owner's."""
+        await close_episode_builder(self.episode)
 
     def settings_for(self, environment: str, sampling_params: Mapping[str, Any] | None = None) -> EpisodeSettings:
         env_config = self.config.environment(environment)

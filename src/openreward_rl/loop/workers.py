@@ -432,3 +432,4 @@ class WorkerRollouts:
 
     async def aclose(self) -> None:
         await self.workers.aclose()
+        await self.local.aclose()

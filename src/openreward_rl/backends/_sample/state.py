@@ -85,9 +85,8 @@ class BackendState:
         return self.admission.admitted() if self.admission is not None else contextlib.nullcontext()
 
     async def aclose(self) -> None:
-        closer = getattr(self.rollouts, "aclose", None)  # episode workers, when the config has them
-        if closer is not None:
-            await closer()
+        # the episode workers, when the config has them, and the episode builder's endpoints (eval_rollouts shares both)
+        await self.rollouts.aclose()
         if self.admission is not None:
             await self.admission.aclose()
         await self.engine.aclose()

@@ -488,12 +488,14 @@ class TrlAdapter:
         return list(trained_reward)
 
     def close(self) -> None:
-        """Stop the engine; close the SDK client's sessions and the adapter's loop."""
+        """Stop the engine; close what the episode builder holds open (an agent builder's endpoints), the SDK
+        client's sessions and the adapter's loop."""
         if self._engine is not None:
             self._engine.stop()
             self._engine = None
         if self._loop is None or self._loop.is_closed():
             return
+        self._loop.run_until_complete(self.rollouts.aclose())
         closer = getattr(getattr(self.rollouts.client, "environments", None), "aclose", None)
         if closer is not None:
             self._loop.run_until_complete(closer())
