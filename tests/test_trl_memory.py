@@ -46,13 +46,12 @@ def test_sft_trains_with_gradient_checkpointing_unless_told_not_to_and_releases_
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from openreward_rl.assets import load_tokenizer, smollm2_gguf
+    from openreward_rl.assets import load_tokenizer
     from openreward_rl.backends.trl import train_sft
+    from openreward_rl.engines.transformers import smollm2_model_dir
 
-    directory, gguf = smollm2_gguf()
-    config = AutoConfig.from_pretrained(
-        str(directory), gguf_file=gguf, num_hidden_layers=2
-    )  # SmolLM2's shape, two layers
+    checkpoint = smollm2_model_dir()
+    config = AutoConfig.from_pretrained(checkpoint, num_hidden_layers=2)  # SmolLM2's shape, two layers
     rows = [{"input_ids": [1, 5, 6, 7, 2], "assistant_masks": [0, 0, 1, 1, 1]}] * 2
     for setting in (True, False):
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
@@ -83,13 +82,12 @@ def test_a_step_in_micro_batches_makes_the_same_update_as_one_pass(tmp_path: Pat
     from transformers import AutoConfig, AutoModelForCausalLM, TrainerCallback, set_seed
     from trl import GRPOTrainer
 
-    from openreward_rl.assets import load_tokenizer, smollm2_gguf
+    from openreward_rl.assets import load_tokenizer
     from openreward_rl.backends.trl.run import TrlOptions, grpo_config, quiet_trainer
+    from openreward_rl.engines.transformers import smollm2_model_dir
 
-    directory, gguf = smollm2_gguf()
-    config = AutoConfig.from_pretrained(
-        str(directory), gguf_file=gguf, num_hidden_layers=2
-    )  # SmolLM2's shape, two layers
+    checkpoint = smollm2_model_dir()
+    config = AutoConfig.from_pretrained(checkpoint, num_hidden_layers=2)  # SmolLM2's shape, two layers
     lengths = [9, 3, 6, 1, 8, 4, 2, 7]  # episodes of different lengths: each pass is padded to the step's longest
 
     def rollout(prompts: list, trainer: object) -> dict:

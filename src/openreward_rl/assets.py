@@ -57,6 +57,8 @@ __all__ = [
     "load_tokenizer",
     "offline_tokenizer_dir",
     "smollm2_gguf",
+    "smollm2_converted_dir",
+    "staged",
     "cache_dir",
     "trl_template",
 ]
@@ -155,7 +157,7 @@ def trl_template(name: str) -> str:
 
 
 @contextlib.contextmanager
-def _staged(target: Path) -> Iterator[Path]:
+def staged(target: Path) -> Iterator[Path]:
     """A folder beside `target` to fill, renamed into place when filled; where another process won the
     race its copy (identical) stays."""
     staging = target.with_name(target.name + f".tmp{os.getpid()}")
@@ -182,7 +184,7 @@ def _npm_models_dir(tarball: str) -> Path:
     if not (target / "tokenizer.json").exists():
         import tarfile
 
-        with _staged(target) as staging, tarfile.open(archive) as packed:
+        with staged(target) as staging, tarfile.open(archive) as packed:
             for member in ("tokenizer.json", "tokenizer_config.json"):
                 source = packed.extractfile(f"package/models/{member}")
                 if source is None:
@@ -203,7 +205,7 @@ def _templated_tokenizer_dir(name: str) -> Path:
     digest = hashlib.sha256(template.encode()).hexdigest()
     target = cache_dir() / "tokenizers" / f"{name}-{tokenizer_dir.name}-{digest[:12]}"
     if not (target / "tokenizer.json").exists():
-        with _staged(target) as staging:
+        with staged(target) as staging:
             (staging / "tokenizer.json").write_bytes((tokenizer_dir / "tokenizer.json").read_bytes())
             config = json.loads((tokenizer_dir / "tokenizer_config.json").read_text())
             config.pop("chat_template", None)
@@ -261,7 +263,7 @@ def _encoder_tokenizer_dir(name: str) -> Path:
     source = _otc_dir(folder)
     target = cache_dir() / "tokenizers" / f"{source.name}-{WHEEL_FILES[encoder][2][:12]}"
     if not (target / encoder).exists():
-        with _staged(target) as staging:
+        with staged(target) as staging:
             for item in source.iterdir():
                 (staging / item.name).write_bytes(item.read_bytes())
             (staging / encoder).write_bytes(wheel_file(encoder))
@@ -275,7 +277,7 @@ def _otc_dir(folder: str) -> Path:
     digest = hashlib.sha256(archive.read_bytes()).hexdigest()[:16]
     target = cache_dir() / "tokenizers" / f"{folder}-{digest}"
     if not (target / "tokenizer.json").exists():
-        with _staged(target) as staging:
+        with staged(target) as staging:
             with zipfile.ZipFile(archive) as zipped:
                 zipped.extract("tokenizer.json", staging)
             (staging / "tokenizer_config.json").write_bytes((source / "tokenizer_config.json").read_bytes())
@@ -297,6 +299,20 @@ def smollm2_gguf() -> tuple[Path, str]:
 
 
 @functools.cache
+def smollm2_converted_dir(part: str) -> Path:
+    """The folder under cache_dir() that holds the packaged SmolLM2 converted from its GGUF into ordinary checkpoint
+    files: `part` "tokenizer" (its tokenizer files) or "model" (config, float32 weights: the GGUF's dequantized values
+    exactly, and the tokenizer). Keyed by the GGUF's sha256 and the transformers version that converts it. Reading the
+    GGUF costs tens of seconds a load (transformers parses its whole vocabulary and maps each tensor name in Python);
+    the converted folder loads in about a second. The folder is filled (through `staged`) by whoever loads it first."""
+    import transformers
+
+    directory, gguf_file = smollm2_gguf()
+    key = f"{_sha256(directory / gguf_file)[:16]}-transformers-{transformers.__version__}"
+    return cache_dir() / "smollm2" / key / part
+
+
+@functools.cache
 def load_tokenizer(name_or_path: str, **kwargs: Any) -> Any:
     """A transformers tokenizer, cached per process (tokenizers are read-only once loaded).
 
@@ -308,7 +324,11 @@ def load_tokenizer(name_or_path: str, **kwargs: Any) -> Any:
     if name_or_path.startswith(OFFLINE_PREFIX):
         name = name_or_path[len(OFFLINE_PREFIX) :]
         if name == "smollm2":
-            directory, gguf_file = smollm2_gguf()
-            return AutoTokenizer.from_pretrained(str(directory), gguf_file=gguf_file, **kwargs)
+            target = smollm2_converted_dir("tokenizer")
+            if not (target / "tokenizer_config.json").exists():
+                directory, gguf_file = smollm2_gguf()
+                with staged(target) as staging:
+                    AutoTokenizer.from_pretrained(str(directory), gguf_file=gguf_file).save_pretrained(staging)
+            return AutoTokenizer.from_pretrained(str(target), **kwargs)
         return AutoTokenizer.from_pretrained(str(offline_tokenizer_dir(name)), **kwargs)
     return AutoTokenizer.from_pretrained(name_or_path, **kwargs)
