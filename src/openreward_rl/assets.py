@@ -47,6 +47,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import shutil
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -162,14 +163,14 @@ def trl_template(name: str) -> str:
 @contextlib.contextmanager
 def staged(target: Path) -> Iterator[Path]:
     """A folder beside `target` to fill, renamed into place when filled; where another process won the
-    race its copy (identical) stays."""
+    race its copy (identical) stays and this one is removed."""
     staging = target.with_name(target.name + f".tmp{os.getpid()}")
     staging.mkdir(parents=True, exist_ok=True)
     yield staging
     try:
         staging.rename(target)
     except OSError:
-        pass
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def _npm_models_dir(tarball: str) -> Path:
