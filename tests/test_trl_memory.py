@@ -145,6 +145,9 @@ def test_a_step_in_micro_batches_makes_the_same_update_as_one_pass(tmp_path: Pat
 
 
 def _step_memory(**settings: object) -> dict[str, float]:
+    from openreward_rl.engines.transformers import smollm2_model_dir
+
+    smollm2_model_dir()  # converted here if it is not yet: a conversion in the measured process would raise its peak
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]),
