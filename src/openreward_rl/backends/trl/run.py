@@ -29,7 +29,7 @@ from openreward_rl.backends.trl.adapter import SAMPLERS, TrlAdapter, task_datase
 from openreward_rl.backends.trl.ranks import Ranks
 from openreward_rl.config import TrainConfig
 from openreward_rl.credit.signal import StepSignal
-from openreward_rl.engines.transformers import SamplingConfig
+from openreward_rl.engines.transformers import SamplingConfig, trainable_gguf
 from openreward_rl.env.tasks import TaskRef
 from openreward_rl.errors import ConfigError
 from openreward_rl.loop.trajectory import StopReason, Trajectory
@@ -335,19 +335,6 @@ def lora_config(options: TrlOptions) -> Any:
         target_modules="all-linear",
         task_type="CAUSAL_LM",
     )
-
-
-def trainable_gguf(model: Any) -> Any:
-    """A model loaded from a GGUF file, made trainable: transformers dequantizes GGUF weights into ordinary
-    full-precision parameters on load but still marks the model quantized, which the Trainer refuses.
-    The marks are dropped only for GGUF (nothing stays quantized); other models are left as they are."""
-    method = getattr(model, "quantization_method", None)
-    if getattr(model, "is_quantized", False) and str(getattr(method, "value", method)).lower() == "gguf":
-        model.is_quantized = False
-        model.hf_quantizer = None
-        if hasattr(model.config, "quantization_config"):
-            del model.config.quantization_config
-    return model
 
 
 _MODELS_WITH_TIE_HOOK: weakref.WeakSet[Any] = weakref.WeakSet()
