@@ -1,8 +1,8 @@
 """Adaptive episode admission (`openreward_rl.engines.admission`) and the SGLang double's KV cache it reads.
 
-The double's KV model (`openreward_rl.testing.kv_cache`) is checked at the wire: requests queue while the
-pool is full, decoding past the pool retracts requests that still finish, an abort takes a queued request
-out, and `/v1/loads` answers with SGLang's fields. The controller is checked on its rule (`next_limit`),
+The double's KV model (`openreward_rl.testing.kv_cache`, its own cases in test_kv_cache_double.py) is checked
+at the wire: requests queue while the pool is full, an abort takes a queued request out, and `/v1/loads`
+answers with SGLang's fields. The controller is checked on its rule (`next_limit`),
 then against the double over HTTP: it grows while the cache has room, holds and trims when requests queue,
 never stops a running episode, and falls back to the static ceiling, saying so once, where the engine
 reports no KV-cache usage.
@@ -84,16 +84,6 @@ async def test_requests_wait_in_the_queue_while_the_pool_is_full_and_loads_say_s
     assert [len(a["output_ids"]) for a in answers] == [300, 300]
     assert {a["meta_info"]["finish_reason"]["type"] for a in answers} == {"length"}
     assert idle["loads"][0]["num_total_reqs"] == 0 and idle["loads"][0]["token_usage"] == 0.0
-
-
-async def test_decoding_past_the_pool_retracts_requests_that_still_finish(qwen3_tokenizer) -> None:
-    """Four requests of 100 + 200 tokens reserve 0.7 x 200 each and are all admitted to a pool of 1000; at 300
-    tokens each they overflow it, and SGLang's retraction puts some back in the queue to be prefilled again."""
-    async with kv_server(qwen3_tokenizer, 1000) as server, aiohttp.ClientSession() as session:
-        answers = await asyncio.gather(*(generate(session, server, 100, 200, f"r{i}") for i in range(4)))
-        retractions = server.kv_scheduler.retractions
-    assert retractions >= 1 and sum(a["meta_info"]["num_retractions"] for a in answers) == retractions
-    assert all(len(a["output_ids"]) == 200 and a["meta_info"]["finish_reason"]["type"] == "length" for a in answers)
 
 
 async def test_an_abort_takes_a_queued_request_out_with_nothing_generated(qwen3_tokenizer) -> None:
