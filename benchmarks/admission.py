@@ -1,12 +1,17 @@
 """Episodes in flight: static limits against the adaptive `AdmissionController`, on the SGLang double's KV cache.
 
 The SGLang double (`SGLangTestServer` with a `KVCacheModel`, in a child process) plays one engine with a
-KV-cache pool of `--kv-tokens` tokens and SGLang's scheduler over it: requests queue when the pool is
-full, are admitted with SGLang's optimistic reservation, retracted and prefilled again when decoding
-overflows the pool, and each scheduler step takes time (`--step-ms` plus `--kv-token-us` per token of
-KV in the batch, `--prefill-token-us` per token prefilled). The episodes are `ToolEpisode`s of the
-scripted Corridor walk (benchmarks/common.py: `--turns` model turns of about 90 tokens each, replies of
-`--reply-words` words) over HTTP to the double through one `SGLangEngine`; the environment answers in
+KV-cache pool of `--kv-tokens` tokens, SGLang's prefix (radix) cache in it and SGLang's scheduler over it:
+a request prefills only what is not cached, the least recently used cached histories are evicted when the
+pool fills (the episode's next turn then prefills its whole history again), requests queue when the pool
+is full, are admitted with SGLang's reservation of their `max_new_tokens`, retracted and prefilled again
+when decoding overflows the pool, and each scheduler step takes time (`--step-ms` plus `--kv-token-us` per
+token of KV in the batch, `--prefill-token-us` per token prefilled). `--engines N` runs N such doubles,
+each episode kept on one (as the router's routing key keeps it), their loads summed as the router's
+`/workers` poll sums them. The episodes are `ToolEpisode`s of the scripted Corridor walk
+(benchmarks/common.py: `--turns` model turns of about 90 tokens each, replies of `--reply-words` words)
+over HTTP to the doubles through `SGLangEngine`s; each episode samples its own words (unless
+`--same-samples`), so episodes share only their prompt in the prefix cache. The environment answers in
 process after `--tool-ms` per tool call, the time a real tool takes, during which an episode holds no
 request in the engine.
 
@@ -18,7 +23,8 @@ completed, the mean of the engine's running and waiting requests and KV-cache us
 0.25 s from `/v1/loads`), and for `auto` the limit it reached. Then the adaptive run over the best
 static one.
 
-    PYTHONPATH=src python benchmarks/admission.py [--static 8 16 32 64 128 256] [--episodes 192]
+    PYTHONPATH=src python benchmarks/admission.py [--static 8 16 32 64 128 256] [--episodes 192] [--engines 1]
+        [--turns 4] [--reply-words 60]
 """
 
 from __future__ import annotations

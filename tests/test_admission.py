@@ -109,32 +109,45 @@ def controller(floor: int = 4, ceiling: int = 64, *, limit: int, in_flight: int,
     return made
 
 
-def test_the_limit_grows_with_the_room_left_and_only_when_episodes_wait() -> None:
-    # 10 episodes hold 10,000 of 100,000 tokens: the free 80,000 below 90% would hold 80 more; half of that, at most doubling
-    assert controller(limit=10, in_flight=10, queued=5).next_limit(EngineLoad(10, 0, 10_000, 100_000)) == 20
-    # near full: grows by what half the room holds (1,000 tokens of room at 8,900 an episode: less than one, so 1)
-    assert controller(limit=10, in_flight=10, queued=5).next_limit(EngineLoad(10, 0, 89_000, 100_000)) == 11
+def test_the_limit_grows_by_half_while_nothing_queues_and_only_when_episodes_wait() -> None:
+    assert controller(limit=10, in_flight=10, queued=5).next_limit(EngineLoad(10, 0, 10_000, 100_000)) == 15
+    assert controller(limit=10, in_flight=10, queued=5).next_limit(EngineLoad(10, 0, 91_000, 100_000)) == 10  # full
     assert (
         controller(limit=10, in_flight=6, queued=0).next_limit(EngineLoad(6, 0, 1_000, 100_000)) == 10
     )  # nobody waits
     assert controller(limit=60, in_flight=60, queued=9).next_limit(EngineLoad(60, 0, 1_000, 100_000)) == 64  # ceiling
+    after_a_queue = controller(limit=32, in_flight=32, queued=5)
+    after_a_queue.queued_once = True  # the slow start is over: a moment without a queue grows it by 1/16 only
+    assert after_a_queue.next_limit(EngineLoad(30, 0, 10_000, 100_000)) == 34
 
 
-def test_a_full_cache_or_a_queue_holds_the_limit_and_a_long_queue_trims_it_never_below_the_floor() -> None:
+def test_a_short_queue_grows_the_limit_slowly_a_full_cache_or_a_queue_holds_it_and_a_long_queue_trims_it() -> None:
     assert controller(limit=30, in_flight=20, queued=3).next_limit(EngineLoad(20, 0, 95_000, 100_000)) == 20
-    assert (
-        controller(limit=30, in_flight=20, queued=3).next_limit(EngineLoad(14, 6, 80_000, 100_000)) == 31
-    )  # 6 < 14 / 2: grows by 10,000 / 4,000 / 2
-    assert (
-        controller(limit=30, in_flight=20, queued=3).next_limit(EngineLoad(12, 6, 80_000, 100_000)) == 20
-    )  # 6 = 12 / 2: holds
-    assert (
-        controller(limit=30, in_flight=24, queued=3).next_limit(EngineLoad(6, 20, 80_000, 100_000)) == 24
-    )  # 20 <= 4 x 6: holds
-    assert (
-        controller(limit=30, in_flight=24, queued=3).next_limit(EngineLoad(6, 30, 80_000, 100_000)) == 21
-    )  # 3 = half of 30 - 4 x 6
-    assert controller(limit=6, in_flight=6, queued=3).next_limit(EngineLoad(3, 40, 99_000, 100_000)) == 4
+    # 6 waiting < 14 / 2: the engine is at its batch; one sixteenth more (at least 1)
+    assert controller(limit=30, in_flight=20, queued=3).next_limit(EngineLoad(14, 6, 80_000, 100_000)) == 31
+    assert controller(limit=48, in_flight=48, queued=3).next_limit(EngineLoad(40, 16, 80_000, 100_000)) == 51
+    # 6 = 12 / 2 and 12 = 12: hold at the episodes in flight
+    assert controller(limit=30, in_flight=20, queued=3).next_limit(EngineLoad(12, 6, 80_000, 100_000)) == 20
+    assert controller(limit=30, in_flight=20, queued=3).next_limit(EngineLoad(12, 12, 80_000, 100_000)) == 20
+    # 20 waiting for 6 running: half of the 20 - 0.5 x 6 = 17 past the short queue, 9, off the 24 in flight
+    assert controller(limit=30, in_flight=24, queued=3).next_limit(EngineLoad(6, 20, 80_000, 100_000)) == 15
+    assert controller(limit=6, in_flight=6, queued=3).next_limit(EngineLoad(3, 40, 99_000, 100_000)) == 4  # floor
+
+
+def test_one_burst_of_waiting_requests_does_not_trim_the_limit_a_lasting_queue_does() -> None:
+    gate = controller(limit=40, in_flight=40, queued=3)
+    assert gate.next_limit(EngineLoad(40, 12, 50_000, 100_000)) == 42  # queue 0.3 < 0.5: grows by 40 / 16
+    gate.limit = 40
+    assert gate.next_limit(EngineLoad(40, 64, 50_000, 100_000)) == 40  # 1.6 now, 0.95 on average: holds
+    assert gate.next_limit(EngineLoad(40, 64, 50_000, 100_000)) == 40 - 16  # 1.275: (1.275 - 0.5) x 40 / 2 = 15.5
+    assert gate.queue == pytest.approx(1.275)
+
+
+def test_polls_that_see_the_same_long_queue_while_episodes_finish_do_not_trim_again() -> None:
+    gate = controller(limit=40, in_flight=40, queued=3)
+    gate.limit = gate.next_limit(EngineLoad(20, 40, 50_000, 100_000))  # queue 2: (2 - 0.5) x 20 / 2 = 15 off 40
+    assert gate.limit == 25
+    assert gate.next_limit(EngineLoad(20, 40, 50_000, 100_000)) == 25  # the 40 still run: 25 again, not 10
 
 
 def test_loads_without_kv_usage_are_no_load() -> None:
