@@ -103,8 +103,11 @@ async def test_an_abort_takes_a_queued_request_out_with_nothing_generated(qwen3_
 # --- the controller's rule ---------------------------------------------------------------------------------
 
 
-def controller(floor: int = 4, ceiling: int = 64, *, limit: int, in_flight: int, queued: int) -> AdmissionController:
-    made = AdmissionController(lambda: asyncio.sleep(0, None), floor=floor, ceiling=ceiling)
+def controller(
+    floor: int = 4, ceiling: int = 64, *, limit: int, in_flight: int, queued: int, queue_weight: float = 1.0
+) -> AdmissionController:
+    """A controller in that state; `queue_weight` 1 (the default here): its rule sees each reading's queue as is."""
+    made = AdmissionController(lambda: asyncio.sleep(0, None), floor=floor, ceiling=ceiling, queue_weight=queue_weight)
     made.limit, made.in_flight, made.queued = limit, in_flight, queued
     return made
 
@@ -117,7 +120,7 @@ def test_the_limit_grows_by_half_while_nothing_queues_and_only_when_episodes_wai
     )  # nobody waits
     assert controller(limit=60, in_flight=60, queued=9).next_limit(EngineLoad(60, 0, 1_000, 100_000)) == 64  # ceiling
     after_a_queue = controller(limit=32, in_flight=32, queued=5)
-    after_a_queue.queued_once = True  # the slow start is over: a moment without a queue grows it by 1/16 only
+    after_a_queue.queued_polls = 2  # the slow start is over: a moment without a queue grows it by 1/16 only
     assert after_a_queue.next_limit(EngineLoad(30, 0, 10_000, 100_000)) == 34
 
 
@@ -135,12 +138,20 @@ def test_a_short_queue_grows_the_limit_slowly_a_full_cache_or_a_queue_holds_it_a
 
 
 def test_one_burst_of_waiting_requests_does_not_trim_the_limit_a_lasting_queue_does() -> None:
-    gate = controller(limit=40, in_flight=40, queued=3)
-    assert gate.next_limit(EngineLoad(40, 12, 50_000, 100_000)) == 42  # queue 0.3 < 0.5: grows by 40 / 16
+    """The queue's average starts at none and weighs each reading by half."""
+    gate = controller(limit=40, in_flight=40, queued=3, queue_weight=0.5)
+    assert gate.next_limit(EngineLoad(40, 12, 50_000, 100_000)) == 42  # 0.3 now, 0.15 on average: grows by 40 / 16
     gate.limit = 40
-    assert gate.next_limit(EngineLoad(40, 64, 50_000, 100_000)) == 40  # 1.6 now, 0.95 on average: holds
-    assert gate.next_limit(EngineLoad(40, 64, 50_000, 100_000)) == 40 - 16  # 1.275: (1.275 - 0.5) x 40 / 2 = 15.5
-    assert gate.queue == pytest.approx(1.275)
+    assert gate.next_limit(EngineLoad(40, 64, 50_000, 100_000)) == 40  # 1.6 now, 0.875 on average: holds
+    assert gate.next_limit(EngineLoad(40, 64, 50_000, 100_000)) == 40 - 15  # 1.2375: (1.2375 - 0.5) x 40 / 2 = 14.75
+    assert gate.queue == pytest.approx(1.2375) and gate.queued_polls == 2
+
+
+def test_a_queue_on_one_poll_at_the_start_does_not_end_the_slow_start() -> None:
+    gate = controller(limit=8, in_flight=8, queued=200, queue_weight=0.5)
+    gate.limit = gate.next_limit(EngineLoad(3, 5, 1_000, 100_000))  # requests that just arrived: holds
+    assert (gate.limit, gate.queued_polls) == (8, 1)
+    assert gate.next_limit(EngineLoad(8, 0, 2_000, 100_000)) == 12 and gate.queued_polls == 0  # grows by half
 
 
 def test_polls_that_see_the_same_long_queue_while_episodes_finish_do_not_trim_again() -> None:

@@ -6,7 +6,8 @@ about their load, read by one poll every `interval_s` that all episodes share. T
 engines' queue (waiting requests per running one, averaged over the last polls, `queue_weight` for the
 newest) into a short band:
 
-- until the engines first queue (a slow start, as TCP's): while no request waits and the cache has room
+- until the engines first queue on two polls in a row (a slow start, as TCP's; the average starts at no
+  queue): while no request waits and the cache has room
   (below `full_usage` of it, default 0.9), with episodes waiting for a slot, the limit grows by half;
 - a queue shorter than `short_queue` (default 0.5) per running request, or none after the slow start: the
   limit grows by one sixteenth at a time (at least 1). The engines' batch is then about as large as their
@@ -155,7 +156,7 @@ class AdmissionController:
     static: bool = attrs.field(default=False, init=False)  # the engines gave no load: admitting up to `ceiling`
     polls: int = attrs.field(default=0, init=False)
     queue: float | None = attrs.field(default=None, init=False)  # waiting per running request, averaged
-    queued_once: bool = attrs.field(default=False, init=False)  # the engines have queued: the slow start is over
+    queued_polls: int = attrs.field(default=0, init=False)  # polls in a row that saw a queue (2: slow start over)
     _changed: asyncio.Condition | None = attrs.field(default=None, init=False)
     _poller: asyncio.Task[None] | None = attrs.field(default=None, init=False)
 
@@ -195,8 +196,9 @@ class AdmissionController:
         """The limit after one reading of the engines' load (updates the queue's average)."""
         running = max(load.running, 1)
         queue = load.waiting / running
-        self.queue = queue if self.queue is None else self.queue + self.queue_weight * (queue - self.queue)
-        self.queued_once |= self.queue >= self.short_queue
+        self.queue = (self.queue or 0.0) + self.queue_weight * (queue - (self.queue or 0.0))
+        if self.queued_polls < 2:  # a queue on one poll alone may be requests that just arrived
+            self.queued_polls = self.queued_polls + 1 if queue >= self.short_queue else 0
         if self.queue > self.long_queue:
             excess = (self.queue - self.short_queue) * running
             return max(self.floor, min(self.limit, self.in_flight - math.ceil(excess / 2)))
@@ -204,7 +206,7 @@ class AdmissionController:
             return max(self.floor, min(self.limit, self.in_flight))
         if not self.queued:  # nobody waits for a slot: no reason to grow
             return self.limit
-        step = self.limit // 2 if not self.queued_once and not load.waiting else self.limit // 16
+        step = self.limit // 2 if self.queued_polls < 2 and not load.waiting else self.limit // 16
         return min(self.ceiling, self.limit + max(1, step))
 
     async def poll_once(self) -> None:
