@@ -120,15 +120,15 @@ def test_the_limit_grows_by_half_while_nothing_queues_and_only_when_episodes_wai
     )  # nobody waits
     assert controller(limit=60, in_flight=60, queued=9).next_limit(EngineLoad(60, 0, 1_000, 100_000)) == 64  # ceiling
     after_a_queue = controller(limit=32, in_flight=32, queued=5)
-    after_a_queue.queued_polls = 2  # the slow start is over: a moment without a queue grows it by 1/16 only
-    assert after_a_queue.next_limit(EngineLoad(30, 0, 10_000, 100_000)) == 34
+    after_a_queue.queued_polls = 2  # the slow start is over: a moment without a queue grows it by one only
+    assert after_a_queue.next_limit(EngineLoad(30, 0, 10_000, 100_000)) == 33
 
 
 def test_a_short_queue_grows_the_limit_slowly_a_full_cache_or_a_queue_holds_it_and_a_long_queue_trims_it() -> None:
     assert controller(limit=30, in_flight=20, queued=3).next_limit(EngineLoad(20, 0, 95_000, 100_000)) == 20
-    # 6 waiting < 14 / 2: the engine is at its batch; one sixteenth more (at least 1)
+    # 6 waiting < 14 / 2: the engine is at its batch; one more
     assert controller(limit=30, in_flight=20, queued=3).next_limit(EngineLoad(14, 6, 80_000, 100_000)) == 31
-    assert controller(limit=48, in_flight=48, queued=3).next_limit(EngineLoad(40, 16, 80_000, 100_000)) == 51
+    assert controller(limit=48, in_flight=48, queued=3).next_limit(EngineLoad(40, 16, 80_000, 100_000)) == 49
     # 6 = 12 / 2 and 12 = 12: hold at the episodes in flight
     assert controller(limit=30, in_flight=20, queued=3).next_limit(EngineLoad(12, 6, 80_000, 100_000)) == 20
     assert controller(limit=30, in_flight=20, queued=3).next_limit(EngineLoad(12, 12, 80_000, 100_000)) == 20
@@ -140,7 +140,7 @@ def test_a_short_queue_grows_the_limit_slowly_a_full_cache_or_a_queue_holds_it_a
 def test_one_burst_of_waiting_requests_does_not_trim_the_limit_a_lasting_queue_does() -> None:
     """The queue's average starts at none and weighs each reading by half."""
     gate = controller(limit=40, in_flight=40, queued=3, queue_weight=0.5)
-    assert gate.next_limit(EngineLoad(40, 12, 50_000, 100_000)) == 42  # 0.3 now, 0.15 on average: grows by 40 / 16
+    assert gate.next_limit(EngineLoad(40, 12, 50_000, 100_000)) == 41  # 0.3 now, 0.15 on average: grows by one
     gate.limit = 40
     assert gate.next_limit(EngineLoad(40, 64, 50_000, 100_000)) == 40  # 1.6 now, 0.875 on average: holds
     assert gate.next_limit(EngineLoad(40, 64, 50_000, 100_000)) == 40 - 15  # 1.2375: (1.2375 - 0.5) x 40 / 2 = 14.75

@@ -10,10 +10,10 @@ newest) into a short band:
   queue): while no request waits and the cache has room
   (below `full_usage` of it, default 0.9), with episodes waiting for a slot, the limit grows by half;
 - a queue shorter than `short_queue` (default 0.5) per running request, or none after the slow start: the
-  limit grows by one sixteenth at a time (at least 1). The engines' batch is then about as large as their
-  KV cache admits (SGLang reserves each request's `max_new_tokens`, which `token_usage` does not show), and
-  it swings as SGLang's reservation ratio decays and resets: growing fast on a moment without a queue
-  would start episodes the engines cannot hold a moment later;
+  limit grows by one per poll (AIMD's additive increase). The engines' batch is then about as large as
+  their KV cache admits (SGLang reserves each request's `max_new_tokens`, which `token_usage` does not
+  show), and it swings as SGLang's reservation ratio decays and resets: growing fast while it swings up
+  starts episodes the engines cannot hold once it swings back, and a started episode stays in flight;
 - a queue of `short_queue` to `long_queue` (default 1) per running request, or the cache at `full_usage`:
   the limit holds at the episodes in flight. Such a queue is kept on purpose: SGLang admits from it the
   moment a request finishes, so the batch stays full while episodes are between turns;
@@ -206,8 +206,8 @@ class AdmissionController:
             return max(self.floor, min(self.limit, self.in_flight))
         if not self.queued:  # nobody waits for a slot: no reason to grow
             return self.limit
-        step = self.limit // 2 if self.queued_polls < 2 and not load.waiting else self.limit // 16
-        return min(self.ceiling, self.limit + max(1, step))
+        step = max(1, self.limit // 2) if self.queued_polls < 2 and not load.waiting else 1
+        return min(self.ceiling, self.limit + step)
 
     async def poll_once(self) -> None:
         """Read the load once and move the limit (the first reading without one turns the controller static)."""
