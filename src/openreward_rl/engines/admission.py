@@ -7,8 +7,8 @@ engines' queue (waiting requests per running one, averaged over the last polls, 
 newest) into a short band:
 
 - until the engines first queue on two polls in a row (a slow start, as TCP's; the average starts at no
-  queue): while no request waits and the cache has room
-  (below `full_usage` of it, default 0.9), with episodes waiting for a slot, the limit grows by half;
+  queue): while no request waits and the cache has room (below `full_usage` of it, default 0.9), with
+  episodes waiting for a slot, the limit grows by half;
 - a queue shorter than `short_queue` (default 0.5) per running request, or none after the slow start: the
   limit grows by one per poll (AIMD's additive increase). The engines' batch is then about as large as
   their KV cache admits (SGLang reserves each request's `max_new_tokens`, which `token_usage` does not
