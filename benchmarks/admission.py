@@ -1,12 +1,17 @@
 """Episodes in flight: static limits against the adaptive `AdmissionController`, on the SGLang double's KV cache.
 
 The SGLang double (`SGLangTestServer` with a `KVCacheModel`, in a child process) plays one engine with a
-KV-cache pool of `--kv-tokens` tokens and SGLang's scheduler over it: requests queue when the pool is
-full, are admitted with SGLang's optimistic reservation, retracted and prefilled again when decoding
-overflows the pool, and each scheduler step takes time (`--step-ms` plus `--kv-token-us` per token of
-KV in the batch, `--prefill-token-us` per token prefilled). The episodes are `ToolEpisode`s of the
-scripted Corridor walk (benchmarks/common.py: `--turns` model turns of about 90 tokens each, replies of
-`--reply-words` words) over HTTP to the double through one `SGLangEngine`; the environment answers in
+KV-cache pool of `--kv-tokens` tokens, SGLang's prefix (radix) cache in it and SGLang's scheduler over it:
+a request prefills only what is not cached, the least recently used cached histories are evicted when the
+pool fills (the episode's next turn then prefills its whole history again), requests queue when the pool
+is full, are admitted with SGLang's reservation of their `max_new_tokens`, retracted and prefilled again
+when decoding overflows the pool, and each scheduler step takes time (`--step-ms` plus `--kv-token-us` per
+token of KV in the batch, `--prefill-token-us` per token prefilled). `--engines N` runs N such doubles,
+each episode kept on one (as the router's routing key keeps it), their loads summed as the router's
+`/workers` poll sums them. The episodes are `ToolEpisode`s of the scripted Corridor walk
+(benchmarks/common.py: `--turns` model turns of about 90 tokens each, replies of `--reply-words` words)
+over HTTP to the doubles through `SGLangEngine`s; each episode samples its own words (unless
+`--same-samples`), so episodes share only their prompt in the prefix cache. The environment answers in
 process after `--tool-ms` per tool call, the time a real tool takes, during which an episode holds no
 request in the engine.
 
@@ -18,7 +23,8 @@ completed, the mean of the engine's running and waiting requests and KV-cache us
 0.25 s from `/v1/loads`), and for `auto` the limit it reached. Then the adaptive run over the best
 static one.
 
-    PYTHONPATH=src python benchmarks/admission.py [--static 8 16 32 64 128 256] [--episodes 192]
+    PYTHONPATH=src python benchmarks/admission.py [--static 8 16 32 64 128 256] [--episodes 192] [--engines 1]
+        [--turns 4] [--reply-words 60]
 """
 
 from __future__ import annotations
@@ -41,7 +47,7 @@ from common import TOKENIZER, InProcessSdkSession, SGLangDoubleProcess, corridor
 
 from openreward_rl import ChatRenderer, EpisodeSettings, StopReason, ToolEpisode, Trajectory  # noqa: E402
 from openreward_rl.assets import load_tokenizer  # noqa: E402
-from openreward_rl.engines.admission import AdmissionController, SGLangLoads  # noqa: E402
+from openreward_rl.engines.admission import AdmissionController, EngineLoad, SGLangLoads  # noqa: E402
 from openreward_rl.env.environment import EnvSession  # noqa: E402
 from openreward_rl.parsers import get_parser  # noqa: E402
 
@@ -89,7 +95,29 @@ class Result:
         return self.tokens / self.wall
 
 
-async def sample_load(loads: SGLangLoads, into: list[tuple[int, int, float]], stop: asyncio.Event) -> None:
+class AllEngines:
+    """The engines' loads summed, as a router over them reports: one `SGLangLoads` per engine."""
+
+    def __init__(self, urls: list[str]) -> None:
+        self.readers = [SGLangLoads(url) for url in urls]
+
+    async def __call__(self) -> EngineLoad | None:
+        loads = await asyncio.gather(*(reader() for reader in self.readers))
+        if any(load is None for load in loads):
+            return None
+        return EngineLoad(
+            sum(load.running for load in loads if load),
+            sum(load.waiting for load in loads if load),
+            sum(load.used_tokens for load in loads if load),
+            sum(load.total_tokens for load in loads if load),
+        )
+
+    async def aclose(self) -> None:
+        for reader in self.readers:
+            await reader.aclose()
+
+
+async def sample_load(loads: AllEngines, into: list[tuple[int, int, float]], stop: asyncio.Event) -> None:
     while not stop.is_set():
         load = await loads()
         if load is not None:
@@ -103,11 +131,11 @@ async def run_setting(
     gate: Callable[[], contextlib.AbstractAsyncContextManager[None]],
     episode: Callable[[int], Any],
     count: int,
-    url: str,
+    urls: list[str],
 ) -> Result:
     samples: list[tuple[int, int, float]] = []
     stop = asyncio.Event()
-    loads = SGLangLoads(url)
+    loads = AllEngines(urls)
     sampler = asyncio.create_task(sample_load(loads, samples, stop))
 
     async def one(i: int) -> Trajectory:
@@ -136,7 +164,7 @@ def report(result: Result) -> None:
     )
 
 
-async def run(args: argparse.Namespace, url: str) -> list[Result]:
+async def run(args: argparse.Namespace, urls: list[str]) -> list[Result]:
     from openreward_rl.engines.sglang import SGLangEngine
 
     tokenizer = load_tokenizer(TOKENIZER)
@@ -146,12 +174,13 @@ async def run(args: argparse.Namespace, url: str) -> list[Result]:
         max_context_len=args.context,
         sampling_params={"temperature": 1.0, "max_new_tokens": args.max_new_tokens},
     )
-    engine = SGLangEngine(url)
+    engines = [SGLangEngine(url) for url in urls]
     task = corridor_task(args.turns, args.reply_words)
     run_id = 0
 
     async def episode(i: int) -> Trajectory:
         session = EnvSession(sdk_session=SlowTools(args.turns, args.reply_words, args.tool_ms / 1000), task=task)
+        engine = engines[i % len(engines)]  # sticky per episode, as the router's routing key keeps it
         return await ToolEpisode(engine, renderer, parser, settings, routing_key=f"r{run_id}e{i}").run(session)
 
     measured: list[Result] = []
@@ -166,10 +195,10 @@ async def run(args: argparse.Namespace, url: str) -> list[Result]:
                 async with semaphore:
                     yield
 
-            measured.append(await run_setting(str(level), static_gate, episode, args.episodes, url))
+            measured.append(await run_setting(str(level), static_gate, episode, args.episodes, urls))
             report(measured[-1])
         run_id += 1
-        reader = SGLangLoads(url)
+        reader = AllEngines(urls)
         started = time.perf_counter()
 
         async def read_load() -> Any:
@@ -183,14 +212,15 @@ async def run(args: argparse.Namespace, url: str) -> list[Result]:
             return load
 
         controller = AdmissionController(read_load, floor=args.floor, ceiling=args.ceiling, interval_s=args.poll_s)
-        adaptive = await run_setting("auto", controller.admitted, episode, args.episodes, url)
+        adaptive = await run_setting("auto", controller.admitted, episode, args.episodes, urls)
         adaptive.limit = controller.limit
         await controller.aclose()
         await reader.aclose()
         measured.append(adaptive)
         report(adaptive)
     finally:
-        await engine.aclose()
+        for engine in engines:
+            await engine.aclose()
     return measured
 
 
@@ -213,6 +243,12 @@ def main() -> None:
         "--kv-token-us", type=float, default=0.5, help="decode cost per token of KV in the batch (microseconds)"
     )
     parser.add_argument("--prefill-token-us", type=float, default=20.0, help="prefill cost per token (microseconds)")
+    parser.add_argument("--engines", type=int, default=1, help="SGLang doubles, each episode kept on one")
+    parser.add_argument(
+        "--same-samples",
+        action="store_true",
+        help="every episode samples the same words (they then share their whole history in the prefix cache)",
+    )
     parser.add_argument("--floor", type=int, default=8)
     parser.add_argument("--ceiling", type=int, default=512)
     parser.add_argument("--poll-s", type=float, default=0.5, help="the controller's poll interval")
@@ -228,12 +264,19 @@ def main() -> None:
     }
     print(f"machine: {machine()}")
     print(
-        f"{args.episodes} episodes per setting, {args.turns} turns, tools {args.tool_ms:g} ms; engine: {args.kv_tokens} KV tokens, step {args.step_ms:g} ms"
+        f"{args.episodes} episodes per setting, {args.turns} turns, replies of {args.reply_words} words, tools {args.tool_ms:g} ms;"
+        f" {args.engines} engine(s) of {args.kv_tokens} KV tokens, step {args.step_ms:g} ms"
         f" + {args.kv_token_us:g} us/KV token, prefill {args.prefill_token_us:g} us/token; max_new_tokens {args.max_new_tokens}"
     )
     print(HEADER)
-    with SGLangDoubleProcess(context_len=args.context, kv_cache=kv) as double:
-        results = asyncio.run(run(args, double.url))
+    with contextlib.ExitStack() as doubles:
+        urls = [
+            doubles.enter_context(
+                SGLangDoubleProcess(context_len=args.context, kv_cache=kv, distinct=not args.same_samples)
+            ).url
+            for _ in range(args.engines)
+        ]
+        results = asyncio.run(run(args, urls))
     static = [r for r in results if r.setting != "auto"]
     adaptive = next(r for r in results if r.setting == "auto")
     if static:

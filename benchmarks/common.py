@@ -24,9 +24,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
+import zlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -124,17 +126,23 @@ CORRIDOR_TOOLS_FLAT = [
 SCRIPTED_TURNS = 64
 
 
-def model_turn_text(turn: int, think_words: int = 30, note_words: int = 12) -> str:
+def model_turn_text(turn: int, think_words: int = 30, note_words: int = 12, sample: int = 0) -> str:
     """What the scripted model samples on turn `turn` (before its end-of-turn token); turns differ in
-    their words (so no cache keyed on a turn's content can hit), not in their length."""
-    thought = " ".join(_WORDS[(turn + i * 3) % len(_WORDS)] for i in range(think_words))
-    note = " ".join(_WORDS[(turn * 11 + i * 5) % len(_WORDS)] for i in range(note_words))
+    their words (so no cache keyed on a turn's content can hit), not in their length. `sample` > 0 draws
+    the words from a generator seeded with it, as two episodes' samples of one turn differ."""
+    if sample:
+        draw = random.Random(sample * SCRIPTED_TURNS + turn)
+        thought = " ".join(draw.choice(_WORDS) for _ in range(think_words))
+        note = " ".join(draw.choice(_WORDS) for _ in range(note_words))
+    else:
+        thought = " ".join(_WORDS[(turn + i * 3) % len(_WORDS)] for i in range(think_words))
+        note = " ".join(_WORDS[(turn * 11 + i * 5) % len(_WORDS)] for i in range(note_words))
     call = json.dumps({"name": "step", "arguments": {"note": f"{note} {turn}"}})
     return f"<think>\n{thought}\n</think>\n\n<tool_call>\n{call}\n</tool_call>"
 
 
-def model_turn_ids(tokenizer: Any, turn: int) -> tuple[int, ...]:
-    return tuple(tokenizer.encode(model_turn_text(turn), add_special_tokens=False))
+def model_turn_ids(tokenizer: Any, turn: int, sample: int = 0) -> tuple[int, ...]:
+    return tuple(tokenizer.encode(model_turn_text(turn, sample=sample), add_special_tokens=False))
 
 
 # ---------------------------------------------------------------------------------------------- servers
@@ -149,11 +157,14 @@ class SGLangDoubleProcess:
         context_len: int = 65536,
         latency_s: float = 0.0,
         kv_cache: Mapping[str, Any] | None = None,
+        distinct: bool = False,
     ) -> None:
-        """`kv_cache`: the fields of a `KVCacheModel` (the double then plays a KV-cache pool and SGLang's scheduler)."""
+        """`kv_cache`: the fields of a `KVCacheModel` (the double then plays a KV-cache pool and SGLang's scheduler);
+        `distinct`: each episode samples its own words (see `_serve_double`)."""
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT / "src"), env.get("PYTHONPATH", "")])
         kv_args = ["--kv-cache", json.dumps(dict(kv_cache))] if kv_cache else []
+        kv_args += ["--distinct"] if distinct else []
         self.process = subprocess.Popen(
             [
                 sys.executable,
@@ -205,13 +216,26 @@ def process_cpu_seconds(pid: int) -> float:
 
 
 def _serve_double(
-    tokenizer_name: str, context_len: int, latency_s: float = 0.0, kv_cache: Mapping[str, Any] | None = None
+    tokenizer_name: str,
+    context_len: int,
+    latency_s: float = 0.0,
+    kv_cache: Mapping[str, Any] | None = None,
+    distinct: bool = False,
 ) -> None:
     from openreward_rl.assets import load_tokenizer
     from openreward_rl.testing import KVCacheModel, ScriptedCompletion, SGLangTestServer
 
     tokenizer = load_tokenizer(tokenizer_name)
-    completions = [ScriptedCompletion(ids=model_turn_ids(tokenizer, turn)) for turn in range(SCRIPTED_TURNS)]
+    completions: dict[tuple[int, int], ScriptedCompletion] = {}
+
+    def complete(request: Any) -> ScriptedCompletion:
+        rid = request.rid or "_t0"
+        # distinct: each episode (the rid before `_t<turn>`) samples its own words, so episodes share only
+        # their prompt in a prefix cache, as a real model's samples do
+        key = (turn_of_rid(rid), zlib.crc32(rid.rsplit("_t", 1)[0].encode()) + 1 if distinct else 0)
+        if key not in completions:
+            completions[key] = ScriptedCompletion(ids=model_turn_ids(tokenizer, *key))
+        return completions[key]
 
     async def serve() -> None:
         stop = asyncio.Event()
@@ -220,7 +244,7 @@ def _serve_double(
         loop.add_reader(sys.stdin.fileno(), lambda: stop.set() if not sys.stdin.readline() else None)
         async with SGLangTestServer(
             tokenizer,
-            lambda request: completions[turn_of_rid(request.rid or "_t0")],
+            complete,
             context_len=context_len,
             record=False,
             latency_s=latency_s,
@@ -387,5 +411,6 @@ if __name__ == "__main__":
         default=None,
         help="JSON of KVCacheModel fields: play a KV-cache pool and SGLang's scheduler",
     )
+    double.add_argument("--distinct", action="store_true", help="each episode samples its own words")
     args = parser.parse_args()
-    _serve_double(args.tokenizer, args.context_len, args.latency, args.kv_cache)
+    _serve_double(args.tokenizer, args.context_len, args.latency, args.kv_cache, args.distinct)

@@ -1,8 +1,8 @@
 """Adaptive episode admission (`openreward_rl.engines.admission`) and the SGLang double's KV cache it reads.
 
-The double's KV model (`openreward_rl.testing.kv_cache`) is checked at the wire: requests queue while the
-pool is full, decoding past the pool retracts requests that still finish, an abort takes a queued request
-out, and `/v1/loads` answers with SGLang's fields. The controller is checked on its rule (`next_limit`),
+The double's KV model (`openreward_rl.testing.kv_cache`, its own cases in test_kv_cache_double.py) is checked
+at the wire: requests queue while the pool is full, an abort takes a queued request out, and `/v1/loads`
+answers with SGLang's fields. The controller is checked on its rule (`next_limit`),
 then against the double over HTTP: it grows while the cache has room, holds and trims when requests queue,
 never stops a running episode, and falls back to the static ceiling, saying so once, where the engine
 reports no KV-cache usage.
@@ -86,16 +86,6 @@ async def test_requests_wait_in_the_queue_while_the_pool_is_full_and_loads_say_s
     assert idle["loads"][0]["num_total_reqs"] == 0 and idle["loads"][0]["token_usage"] == 0.0
 
 
-async def test_decoding_past_the_pool_retracts_requests_that_still_finish(qwen3_tokenizer) -> None:
-    """Four requests of 100 + 200 tokens reserve 0.7 x 200 each and are all admitted to a pool of 1000; at 300
-    tokens each they overflow it, and SGLang's retraction puts some back in the queue to be prefilled again."""
-    async with kv_server(qwen3_tokenizer, 1000) as server, aiohttp.ClientSession() as session:
-        answers = await asyncio.gather(*(generate(session, server, 100, 200, f"r{i}") for i in range(4)))
-        retractions = server.kv_scheduler.retractions
-    assert retractions >= 1 and sum(a["meta_info"]["num_retractions"] for a in answers) == retractions
-    assert all(len(a["output_ids"]) == 200 and a["meta_info"]["finish_reason"]["type"] == "length" for a in answers)
-
-
 async def test_an_abort_takes_a_queued_request_out_with_nothing_generated(qwen3_tokenizer) -> None:
     async with kv_server(qwen3_tokenizer, 600, step_s=0.01) as server, aiohttp.ClientSession() as session:
         first = asyncio.create_task(generate(session, server, 200, 300, "first"))
@@ -113,38 +103,62 @@ async def test_an_abort_takes_a_queued_request_out_with_nothing_generated(qwen3_
 # --- the controller's rule ---------------------------------------------------------------------------------
 
 
-def controller(floor: int = 4, ceiling: int = 64, *, limit: int, in_flight: int, queued: int) -> AdmissionController:
-    made = AdmissionController(lambda: asyncio.sleep(0, None), floor=floor, ceiling=ceiling)
+def controller(
+    floor: int = 4, ceiling: int = 64, *, limit: int, in_flight: int, queued: int, queue_weight: float = 1.0
+) -> AdmissionController:
+    """A controller in that state; `queue_weight` 1 (the default here): its rule sees each reading's queue as is."""
+    made = AdmissionController(lambda: asyncio.sleep(0, None), floor=floor, ceiling=ceiling, queue_weight=queue_weight)
     made.limit, made.in_flight, made.queued = limit, in_flight, queued
     return made
 
 
-def test_the_limit_grows_with_the_room_left_and_only_when_episodes_wait() -> None:
-    # 10 episodes hold 10,000 of 100,000 tokens: the free 80,000 below 90% would hold 80 more; half of that, at most doubling
-    assert controller(limit=10, in_flight=10, queued=5).next_limit(EngineLoad(10, 0, 10_000, 100_000)) == 20
-    # near full: grows by what half the room holds (1,000 tokens of room at 8,900 an episode: less than one, so 1)
-    assert controller(limit=10, in_flight=10, queued=5).next_limit(EngineLoad(10, 0, 89_000, 100_000)) == 11
+def test_the_limit_grows_by_half_while_nothing_queues_and_only_when_episodes_wait() -> None:
+    assert controller(limit=10, in_flight=10, queued=5).next_limit(EngineLoad(10, 0, 10_000, 100_000)) == 15
+    assert controller(limit=10, in_flight=10, queued=5).next_limit(EngineLoad(10, 0, 91_000, 100_000)) == 10  # full
     assert (
         controller(limit=10, in_flight=6, queued=0).next_limit(EngineLoad(6, 0, 1_000, 100_000)) == 10
     )  # nobody waits
     assert controller(limit=60, in_flight=60, queued=9).next_limit(EngineLoad(60, 0, 1_000, 100_000)) == 64  # ceiling
+    after_a_queue = controller(limit=32, in_flight=32, queued=5)
+    after_a_queue.queued_polls = 2  # the slow start is over: a moment without a queue grows it by one only
+    assert after_a_queue.next_limit(EngineLoad(30, 0, 10_000, 100_000)) == 33
 
 
-def test_a_full_cache_or_a_queue_holds_the_limit_and_a_long_queue_trims_it_never_below_the_floor() -> None:
+def test_a_short_queue_grows_the_limit_slowly_a_full_cache_or_a_queue_holds_it_and_a_long_queue_trims_it() -> None:
     assert controller(limit=30, in_flight=20, queued=3).next_limit(EngineLoad(20, 0, 95_000, 100_000)) == 20
-    assert (
-        controller(limit=30, in_flight=20, queued=3).next_limit(EngineLoad(14, 6, 80_000, 100_000)) == 31
-    )  # 6 < 14 / 2: grows by 10,000 / 4,000 / 2
-    assert (
-        controller(limit=30, in_flight=20, queued=3).next_limit(EngineLoad(12, 6, 80_000, 100_000)) == 20
-    )  # 6 = 12 / 2: holds
-    assert (
-        controller(limit=30, in_flight=24, queued=3).next_limit(EngineLoad(6, 20, 80_000, 100_000)) == 24
-    )  # 20 <= 4 x 6: holds
-    assert (
-        controller(limit=30, in_flight=24, queued=3).next_limit(EngineLoad(6, 30, 80_000, 100_000)) == 21
-    )  # 3 = half of 30 - 4 x 6
-    assert controller(limit=6, in_flight=6, queued=3).next_limit(EngineLoad(3, 40, 99_000, 100_000)) == 4
+    # 6 waiting < 14 / 2: the engine is at its batch; one more
+    assert controller(limit=30, in_flight=20, queued=3).next_limit(EngineLoad(14, 6, 80_000, 100_000)) == 31
+    assert controller(limit=48, in_flight=48, queued=3).next_limit(EngineLoad(40, 16, 80_000, 100_000)) == 49
+    # 6 = 12 / 2 and 12 = 12: hold at the episodes in flight
+    assert controller(limit=30, in_flight=20, queued=3).next_limit(EngineLoad(12, 6, 80_000, 100_000)) == 20
+    assert controller(limit=30, in_flight=20, queued=3).next_limit(EngineLoad(12, 12, 80_000, 100_000)) == 20
+    # 20 waiting for 6 running: half of the 20 - 0.5 x 6 = 17 past the short queue, 9, off the 24 in flight
+    assert controller(limit=30, in_flight=24, queued=3).next_limit(EngineLoad(6, 20, 80_000, 100_000)) == 15
+    assert controller(limit=6, in_flight=6, queued=3).next_limit(EngineLoad(3, 40, 99_000, 100_000)) == 4  # floor
+
+
+def test_one_burst_of_waiting_requests_does_not_trim_the_limit_a_lasting_queue_does() -> None:
+    """The queue's average starts at none and weighs each reading by half."""
+    gate = controller(limit=40, in_flight=40, queued=3, queue_weight=0.5)
+    assert gate.next_limit(EngineLoad(40, 12, 50_000, 100_000)) == 41  # 0.3 now, 0.15 on average: grows by one
+    gate.limit = 40
+    assert gate.next_limit(EngineLoad(40, 64, 50_000, 100_000)) == 40  # 1.6 now, 0.875 on average: holds
+    assert gate.next_limit(EngineLoad(40, 64, 50_000, 100_000)) == 40 - 15  # 1.2375: (1.2375 - 0.5) x 40 / 2 = 14.75
+    assert gate.queue == pytest.approx(1.2375) and gate.queued_polls == 2
+
+
+def test_a_queue_on_one_poll_at_the_start_does_not_end_the_slow_start() -> None:
+    gate = controller(limit=8, in_flight=8, queued=200, queue_weight=0.5)
+    gate.limit = gate.next_limit(EngineLoad(3, 5, 1_000, 100_000))  # requests that just arrived: holds
+    assert (gate.limit, gate.queued_polls) == (8, 1)
+    assert gate.next_limit(EngineLoad(8, 0, 2_000, 100_000)) == 12 and gate.queued_polls == 0  # grows by half
+
+
+def test_polls_that_see_the_same_long_queue_while_episodes_finish_do_not_trim_again() -> None:
+    gate = controller(limit=40, in_flight=40, queued=3)
+    gate.limit = gate.next_limit(EngineLoad(20, 40, 50_000, 100_000))  # queue 2: (2 - 0.5) x 20 / 2 = 15 off 40
+    assert gate.limit == 25
+    assert gate.next_limit(EngineLoad(20, 40, 50_000, 100_000)) == 25  # the 40 still run: 25 again, not 10
 
 
 def test_loads_without_kv_usage_are_no_load() -> None:

@@ -7,13 +7,15 @@ which polls the double's `/v1/loads` behind the router's `/workers`, as it would
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+import contextlib
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import aiohttp
 import pytest
 
 from openreward_rl.backends._sample import state as _state
+from openreward_rl.engines.admission import AdmissionController
 from openreward_rl.testing import KVCacheModel, SGLangTestServer
 from slime_source import (  # noqa: F401
     SIX_ROOMS,
@@ -67,6 +69,50 @@ def test_a_training_step_admits_its_episodes_from_the_engines_kv_load(
         kv_sglang.kv_scheduler.generated_tokens >= sum(sum(s.loss_mask) for s in samples) > 0
     )  # sampled through the KV pool
     assert data["raw_reward"] == [s.reward for s in samples]
+
+
+@pytest.fixture
+def small_sglang(slime: SlimeCode) -> Iterator[SGLangTestServer]:
+    """The Corridor's players on an engine of 10,000 KV tokens: SGLang admits a request when its prompt (up to ~4,000 tokens) and its
+    256 `max_new_tokens` fit, so two or three run at once and the rest queue."""
+    from openreward_rl.assets import load_tokenizer
+
+    yield from serve_sglang(
+        slime, Player(load_tokenizer("offline:qwen3")), kv_cache=KVCacheModel(max_total_tokens=10000, step_s=0.002)
+    )
+
+
+def test_on_a_full_engine_the_controller_holds_episodes_back_and_every_one_completes(
+    slime, small_sglang, served_config, tmp_path, monkeypatch
+) -> None:
+    """Eight 7-room groups of two (16 episodes, the trainer's ceiling 16) on an engine that runs two or three
+    requests at once: the controller never lets all 16 in (the engine's queue holds and trims the limit), no
+    episode is stopped for it, and every one completes."""
+    peak = 0
+    admitted = AdmissionController.admitted
+
+    @contextlib.asynccontextmanager
+    async def counted(gate: AdmissionController) -> AsyncIterator[None]:
+        nonlocal peak
+        async with admitted(gate):
+            peak = max(peak, gate.in_flight)
+            yield
+
+    monkeypatch.setattr(AdmissionController, "admitted", counted)
+    served_config({"Corridor": {"max_turns": 20}}, concurrency={"mode": "auto", "floor": 1, "poll_interval": 0.2})
+    args = slime_args(
+        small_sglang,
+        corridor_rows(tmp_path / "corridor.jsonl", [SEVEN_ROOMS] * 8),
+        rollout_batch_size=8,
+        rollout_max_context_len=UNCOMPACTED,
+    )
+    start_step(slime, args)
+    samples, _ = train_data(slime, args, slime.data_source.RolloutDataSourceWithBuffer(args), rollout_id=0)
+    (state,) = hook_states()
+    assert state.admission is not None and state.admission.ceiling == 16 and state.admission.polls >= 3
+    assert 1 < peak < 16, peak
+    assert len(samples) == 16 and all(s.status == slime.Sample.Status.COMPLETED for s in samples)
+    assert small_sglang.kv_scheduler.generated_tokens >= sum(sum(s.loss_mask) for s in samples) > 0
 
 
 def test_static_concurrency_builds_no_controller(slime, kv_sglang, served_config, tmp_path) -> None:

@@ -2,17 +2,25 @@
 
 `AdmissionController` lets an episode start (`async with controller.admitted():`) while fewer than its
 current `limit` run, and moves the limit between a `floor` and a `ceiling` from what the engines say
-about their load, read by one poll every `interval_s` that all episodes share:
+about their load, read by one poll every `interval_s` that all episodes share. The rule steers the
+engines' queue (waiting requests per running one, averaged over the last polls, `queue_weight` for the
+newest) into a short band:
 
-- room in the cache (below `full_usage` of it, default 0.9) and a short queue at most (fewer than
-  `short_queue`, default half, waiting requests per running one), with episodes waiting for a slot:
-  the limit grows by half of what the free part of the cache would hold at the tokens each episode in
-  flight holds now (at least 1, at most doubling per poll);
-- the cache at `full_usage` or that many requests waiting: the limit holds at the episodes in flight,
-  so new episodes wait while running ones finish. A queue is kept on purpose: SGLang admits from it the
+- until the engines first queue on two polls in a row (a slow start, as TCP's; the average starts at no
+  queue): while no request waits and the cache has room (below `full_usage` of it, default 0.9), with
+  episodes waiting for a slot, the limit grows by half;
+- a queue shorter than `short_queue` (default 0.5) per running request, or none after the slow start: the
+  limit grows by one per poll (AIMD's additive increase). The engines' batch is then about as large as
+  their KV cache admits (SGLang reserves each request's `max_new_tokens`, which `token_usage` does not
+  show), and it swings as SGLang's reservation ratio decays and resets: growing fast while it swings up
+  starts episodes the engines cannot hold once it swings back, and a started episode stays in flight;
+- a queue of `short_queue` to `long_queue` (default 1) per running request, or the cache at `full_usage`:
+  the limit holds at the episodes in flight. Such a queue is kept on purpose: SGLang admits from it the
   moment a request finishes, so the batch stays full while episodes are between turns;
-- more than `long_queue` (default 4) waiting requests per running one: the cache holds far less than
-  is asked of it; the limit drops below the episodes in flight by half the excess.
+- a longer queue: the extra episodes only wait, and the more episodes are in flight the more of their
+  histories SGLang's prefix cache evicts between their turns, to be prefilled again; the limit drops to
+  the episodes in flight less half the queue past `short_queue` (from the episodes in flight, not from
+  the last limit, so polls that see the same queue while running episodes finish do not trim it again).
 
 A running episode is never stopped for it: the limit only decides when the next one starts. When the
 engines do not report their KV-cache usage (an older server, a router without `/workers`, an error on
@@ -139,15 +147,16 @@ class AdmissionController:
     ceiling: int = attrs.field(default=512, validator=_positive)
     interval_s: float = attrs.field(default=0.5, validator=_positive)
     full_usage: float = attrs.field(default=0.9, validator=_positive)
-    short_queue: float = attrs.field(
-        default=0.5, validator=_positive
-    )  # waiting per running request at which growth stops
-    long_queue: float = attrs.field(default=4.0, validator=_positive)  # ... past which the limit is trimmed
+    short_queue: float = attrs.field(default=0.5, validator=_positive)  # waiting per running request: growth stops
+    long_queue: float = attrs.field(default=1.0, validator=_positive)  # ... past which the limit is trimmed
+    queue_weight: float = attrs.field(default=0.5, validator=_positive)  # of the newest poll in the queue's average
     limit: int = attrs.field(init=False)
     in_flight: int = attrs.field(default=0, init=False)
     queued: int = attrs.field(default=0, init=False)  # episodes waiting for a slot
     static: bool = attrs.field(default=False, init=False)  # the engines gave no load: admitting up to `ceiling`
     polls: int = attrs.field(default=0, init=False)
+    queue: float | None = attrs.field(default=None, init=False)  # waiting per running request, averaged
+    queued_polls: int = attrs.field(default=0, init=False)  # polls in a row that saw a queue (2: slow start over)
     _changed: asyncio.Condition | None = attrs.field(default=None, init=False)
     _poller: asyncio.Task[None] | None = attrs.field(default=None, init=False)
 
@@ -157,6 +166,10 @@ class AdmissionController:
         if self.full_usage > 1:
             raise ValueError(
                 f"AdmissionController.full_usage is a fraction of the KV cache, at most 1, got {self.full_usage!r}"
+            )
+        if self.queue_weight > 1:
+            raise ValueError(
+                f"AdmissionController.queue_weight is the newest poll's share of the average, at most 1, got {self.queue_weight!r}"
             )
         self.limit = self.floor
 
@@ -180,19 +193,21 @@ class AdmissionController:
                 changed.notify_all()
 
     def next_limit(self, load: EngineLoad) -> int:
-        """The limit after one reading of the engines' load."""
-        busy = min(self.limit, self.in_flight)
-        excess = load.waiting - self.long_queue * load.running
-        if excess > 0:
-            return max(self.floor, busy - math.ceil(excess / 2))
-        if load.waiting >= max(1.0, self.short_queue * load.running) or load.token_usage >= self.full_usage:
-            return max(self.floor, busy)
+        """The limit after one reading of the engines' load (updates the queue's average)."""
+        running = max(load.running, 1)
+        queue = load.waiting / running
+        self.queue = (self.queue or 0.0) + self.queue_weight * (queue - (self.queue or 0.0))
+        if self.queued_polls < 2:  # a queue on one poll alone may be requests that just arrived
+            self.queued_polls = self.queued_polls + 1 if queue >= self.short_queue else 0
+        if self.queue > self.long_queue:
+            excess = (self.queue - self.short_queue) * running
+            return max(self.floor, min(self.limit, self.in_flight - math.ceil(excess / 2)))
+        if self.queue >= self.short_queue or load.token_usage >= self.full_usage:
+            return max(self.floor, min(self.limit, self.in_flight))
         if not self.queued:  # nobody waits for a slot: no reason to grow
             return self.limit
-        room = (self.full_usage - load.token_usage) * load.total_tokens
-        per_episode = load.used_tokens / self.in_flight if self.in_flight and load.used_tokens else 0
-        grow = self.limit if per_episode == 0 else int(room / per_episode / 2)
-        return min(self.ceiling, self.limit + min(max(grow, 1), self.limit))
+        step = max(1, self.limit // 2) if self.queued_polls < 2 and not load.waiting else 1
+        return min(self.ceiling, self.limit + step)
 
     async def poll_once(self) -> None:
         """Read the load once and move the limit (the first reading without one turns the controller static)."""

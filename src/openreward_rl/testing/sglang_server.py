@@ -24,9 +24,11 @@ the project reference sglang-generate-api.md):
   (`{"workers": [{"url": ...}]}`, the SGLang Model Gateway's list) and `GET /v1/loads`
   (`{"loads": [{"num_reqs": <requests in flight>}]}`), which Slime polls until the worker is idle.
 - with `kv_cache=KVCacheModel(...)` (see `testing/kv_cache.py`): a KV-cache pool of that many tokens
-  and SGLang's scheduler over it: requests wait in a queue while the pool is full, are admitted
-  with SGLang's optimistic reservation, are retracted (and later prefilled again) when decoding
-  overflows the pool (`meta_info.num_retractions`), and take time per scheduler step; `/v1/loads`
+  with SGLang's prefix (radix) cache in it and SGLang's scheduler over it: a request prefills only what
+  is not cached (`meta_info.cached_tokens`), least recently used prefixes are evicted when the pool
+  fills, requests wait in a queue while it is full, are admitted with SGLang's optimistic reservation,
+  are retracted (and later prefilled again) when decoding overflows the pool
+  (`meta_info.num_retractions`), and take time per scheduler step; `/v1/loads`
   then answers as an SGLang server does (`{"timestamp", "version", "dp_rank_count", "loads": [{
   "num_running_reqs", "num_waiting_reqs", "num_total_reqs", "num_used_tokens", "max_total_num_tokens",
   "token_usage", ...}], "aggregate"}`). Without it every request runs at once, as many as arrive.
@@ -38,7 +40,7 @@ the project reference sglang-generate-api.md):
 
 Not reproduced: sampling itself (completions come from the script; log-probs are a deterministic
 function of token id and position, see `scripted_logprob`), batches, streaming, `n > 1`, grammars,
-`min_new_tokens` (validated only), the prefix cache (`cached_tokens` is always 0), video and audio,
+`min_new_tokens` (validated only), the prefix cache without `kv_cache=` (`cached_tokens` is then 0), video and audio,
 prompt log-probs (`logprob_start_len` is recorded, not honoured). Out-of-vocabulary `input_ids` get a
 400 here; a real server's behaviour there is undefined.
 
@@ -224,6 +226,7 @@ class _InFlight:
     aborted: asyncio.Event = attrs.field(factory=asyncio.Event)
     abort_message: str = "Aborted"
     retractions: int = 0
+    cached_tokens: int = 0
 
 
 class _BadRequest(Exception):
@@ -530,9 +533,7 @@ class SGLangTestServer:
             return _error(500, str(error))
         finally:
             await self._leave_flight(flight)
-        return web.json_response(
-            self._answer(body, rid, prompt_ids, params, output, finish, started, flight.retractions)
-        )
+        return web.json_response(self._answer(body, rid, prompt_ids, params, output, finish, started, flight))
 
     # ------------------------------------------------------------------ request processing
 
@@ -620,9 +621,9 @@ class SGLangTestServer:
         output, finish = self._decode(completion, prompt_ids, params)
         if self._kv is not None:
             max_new = params.get("max_new_tokens", DEFAULT_MAX_NEW_TOKENS)
-            made, flight.retractions = await self._kv.generate(
-                len(prompt_ids),
-                len(output),
+            made, flight.retractions, flight.cached_tokens = await self._kv.generate(
+                prompt_ids,
+                output,
                 self.context_len - len(prompt_ids) if max_new is None else max_new,
                 flight.aborted,
                 self._closing,
@@ -681,7 +682,7 @@ class SGLangTestServer:
         output: list[int],
         finish: dict[str, Any],
         started: float,
-        retractions: int = 0,
+        flight: _InFlight | None = None,
     ) -> dict[str, Any]:
         matched = finish.get("matched")
         no_stop_trim = bool(params.get("no_stop_trim"))
@@ -696,8 +697,8 @@ class SGLangTestServer:
             "prompt_tokens": len(prompt_ids),
             "weight_version": self.weight_version,
             "completion_tokens": len(output),
-            "cached_tokens": 0,
-            "num_retractions": retractions,
+            "cached_tokens": flight.cached_tokens if flight else 0,
+            "num_retractions": flight.retractions if flight else 0,
             "e2e_latency": time.perf_counter() - started,
         }
         if body.get("return_logprob"):
