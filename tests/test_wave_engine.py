@@ -79,23 +79,27 @@ def test_sampled_logprobs_are_the_temperature_scaled_distribution(tiny_model, to
         )
 
 
-def test_a_model_whose_forward_runs_under_bf16_autocast_samples(tokenizer) -> None:
-    """As a `bf16=True` trainer runs the model: float32 weights, the forward under autocast."""
+def one_layer_qwen3():
+    """A seeded one-layer Qwen3 of float32 weights."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     torch.manual_seed(5)
-    model = Qwen3ForCausalLM(
-        Qwen3Config(
-            vocab_size=151936,
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            head_dim=16,
-            max_position_embeddings=512,
-        )
-    ).eval()
+    config = Qwen3Config(
+        vocab_size=151936,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        max_position_embeddings=512,
+    )
+    return Qwen3ForCausalLM(config).eval()
+
+
+def test_a_model_whose_forward_runs_under_bf16_autocast_samples(tokenizer) -> None:
+    """As a `bf16=True` trainer runs the model: float32 weights, the forward under autocast."""
+    model = one_layer_qwen3()
     model.forward = torch.autocast("cpu", dtype=torch.bfloat16)(model.forward)
     engine = WaveEngine(model, tokenizer, sampling=SamplingConfig(temperature=0))
     outputs = run(engine, *(GenerationRequest(p, {"max_new_tokens": 4}) for p in uneven_prompts(tokenizer)))
@@ -105,21 +109,7 @@ def test_a_model_whose_forward_runs_under_bf16_autocast_samples(tokenizer) -> No
 def test_a_wave_under_a_trainers_autocast_holds_one_autocast_around_all_its_forwards(tokenizer) -> None:
     """Autocast's cast cache lives until the outermost autocast exits: with one around the wave, the float32
     weights are cast once a wave, not at every forward. The tokens and log-probs are those of per-forward casts."""
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    torch.manual_seed(5)
-    model = Qwen3ForCausalLM(
-        Qwen3Config(
-            vocab_size=151936,
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            head_dim=16,
-            max_position_embeddings=512,
-        )
-    ).eval()
+    model = one_layer_qwen3()
     mixed_precision_forward = torch.autocast("cpu", dtype=torch.bfloat16)(model.forward)
     outer_autocast_at_call: list[bool] = []
 
