@@ -36,6 +36,8 @@ __all__ = ["add_arguments", "run"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from openreward_rl.cli.train_trl import add_trainer_arguments
+
     parser.add_argument("--config", required=True, help="train_config.yaml: the environments and the episode settings")
     parser.add_argument("--model", required=True, help="the student: hub name, local path or offline:smollm2")
     parser.add_argument(
@@ -77,24 +79,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "accumulate into one optimizer step: less memory, the same update (default 2)",
     )
     parser.add_argument(
-        "--optim",
-        default=None,
-        metavar="NAME",
-        help="the optimizer, by transformers' TrainingArguments name (default: TRL's, adamw_torch, whose two moments take twice "
-        "the float32 weights' memory); adafactor keeps a factored second moment and no first moment, ~1 GiB less for "
-        "SmolLM2-135M: the quickstart fine-tunes with it to stay under 3 GB",
-    )
-    parser.add_argument(
         "--output-dir", default="sft_output", help="where the fine-tuned model is saved (default ./sft_output)"
     )
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
-    parser.add_argument("--bf16", action="store_true", help="train under bf16 autocast (GPU)")
-    parser.add_argument(
-        "--gradient-checkpointing",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="recompute activations in the backward pass: far less memory, a slower step (default on; --no-gradient-checkpointing: off)",
-    )
+    add_trainer_arguments(parser, quickstart_verb="fine-tunes")
     parser.add_argument(
         "--max-response-len", type=int, default=256, help="tokens per model call in evaluations (default 256)"
     )

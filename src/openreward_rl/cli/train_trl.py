@@ -48,6 +48,7 @@ from openreward_rl.errors import ConfigError
 __all__ = [
     "SHARED_FLAGS",
     "TRL_DEFAULTS",
+    "add_trainer_arguments",
     "add_trl_arguments",
     "check_output_dir",
     "options_from_args",
@@ -73,6 +74,26 @@ SHARED_FLAGS = {
 TRL_DEFAULTS = {"model": None, **{flag: _DEFAULT[field] for flag, field in SHARED_FLAGS.items()}}
 
 
+def add_trainer_arguments(parser: Any, *, quickstart_verb: str) -> None:
+    """The trainer settings `train --framework trl` and `sft` share: `--bf16`, `--gradient-checkpointing` and `--optim`
+    (defaults `TrlOptions`'); `quickstart_verb` says in `--optim`'s help what the quickstart does with it."""
+    parser.add_argument("--bf16", action="store_true", help="train under bf16 autocast (GPU)")
+    parser.add_argument(
+        "--gradient-checkpointing",
+        action=argparse.BooleanOptionalAction,
+        default=_DEFAULT["gradient_checkpointing"],
+        help="recompute activations in the backward pass: far less memory, a slower step (default on; --no-gradient-checkpointing: off)",
+    )
+    parser.add_argument(
+        "--optim",
+        default=_DEFAULT["optim"],
+        metavar="NAME",
+        help="the optimizer, by transformers' TrainingArguments name (default: TRL's, adamw_torch, whose two moments take twice "
+        "the float32 weights' memory); adafactor keeps a factored second moment and no first moment, ~1 GiB less for "
+        f"SmolLM2-135M: the quickstart {quickstart_verb} with it to stay under 3 GB",
+    )
+
+
 def add_trl_arguments(parser: Any) -> None:
     """The flags only `--framework trl` reads (an argument group of `openreward-rl train`)."""
     group = parser.add_argument_group(
@@ -90,13 +111,7 @@ def add_trl_arguments(parser: Any) -> None:
         default=None,
         help="model weights: float32 (default, also on CUDA; add --bf16 for autocast), bfloat16, ...",
     )
-    group.add_argument("--bf16", action="store_true", help="train under bf16 autocast (GPU)")
-    group.add_argument(
-        "--gradient-checkpointing",
-        action=argparse.BooleanOptionalAction,
-        default=_DEFAULT["gradient_checkpointing"],
-        help="recompute activations in the backward pass: far less memory, a slower step (default on; --no-gradient-checkpointing: off)",
-    )
+    add_trainer_arguments(group, quickstart_verb="trains")
     group.add_argument(
         "--micro-batch",
         type=int,
@@ -105,14 +120,6 @@ def add_trl_arguments(parser: Any) -> None:
         help="episodes per forward and backward pass of a step (the largest divisor of the step's episodes at most N); "
         "their gradients accumulate into one optimizer step: less memory, the same update; 0: the whole step in one pass "
         "(default: 4 on the CPU, the whole step on a GPU)",
-    )
-    group.add_argument(
-        "--optim",
-        default=_DEFAULT["optim"],
-        metavar="NAME",
-        help="the optimizer, by transformers' TrainingArguments name (default: TRL's, adamw_torch, whose two moments take twice "
-        "the float32 weights' memory); adafactor keeps a factored second moment and no first moment, ~1 GiB less for "
-        "SmolLM2-135M: the quickstart trains with it to stay under 3 GB",
     )
     group.add_argument(
         "--max-steps",
